@@ -1,0 +1,203 @@
+# Braid: a drop-in libnccl.so.2 (NCCL 2.28.9 ABI).
+#
+#   make                      library, header, tools, tests (not run)
+#   make test                 build and run every test suite (host mode)
+#   make test-gpu             GPU suites; skip with a message when no GPU
+#   make bench                all-reduce benchmark (GPU, or host mode)
+#   make install PREFIX=dir   library and header
+#
+# Options: CUDA=0 (host mode only), CUDA_ARCHS="80 90 100", ASAN=1, UBSAN=1,
+# TSAN=1, DEBUG=1, BUILD=dir.
+
+PREFIX     ?= /usr/local
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       ?= $(CUDA_HOME)/bin/nvcc
+CUDA       ?= $(if $(wildcard $(NVCC)),1,0)
+CUDA_ARCHS ?= 80 90 100
+NCCL_REF   ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+
+BRAID_VERSION := 0.1.0
+NCCL_SOVER    := 2.28.9
+
+CC ?= cc
+ifeq ($(CC),cc)
+CC := gcc
+endif
+
+# Sanitised variants build into their own tree so objects never mix.
+SAN_FLAGS :=
+SAN_TAG   :=
+ifeq ($(ASAN),1)
+SAN_FLAGS += -fsanitize=address -fno-omit-frame-pointer
+SAN_TAG   := $(SAN_TAG)-asan
+endif
+ifeq ($(UBSAN),1)
+SAN_FLAGS += -fsanitize=undefined -fno-sanitize-recover=all
+SAN_TAG   := $(SAN_TAG)-ubsan
+endif
+ifeq ($(TSAN),1)
+SAN_FLAGS += -fsanitize=thread
+SAN_TAG   := $(SAN_TAG)-tsan
+endif
+ifeq ($(CUDA),0)
+CUDA_TAG := -nocuda
+endif
+BUILD ?= build$(SAN_TAG)$(CUDA_TAG)
+
+OPT := $(if $(filter 1,$(DEBUG)),-O0 -DBRAID_DEBUG=1,-O2)
+
+WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+            -Wmissing-prototypes -Wformat=2 -Wvla
+CPPFLAGS := -Iinclude -Isrc -Isrc/core -D_GNU_SOURCE \
+            -DBRAID_VERSION=\"$(BRAID_VERSION)\" -DBRAID_CUDA=$(CUDA)
+CFLAGS   := -std=c11 $(OPT) -g -fPIC -fvisibility=hidden -pthread \
+            $(WARNINGS) $(SAN_FLAGS) $(EXTRA_CFLAGS)
+LDLIBS   := -lhwloc -lpthread -ldl -lrt -lm
+
+ifeq ($(CUDA),1)
+CPPFLAGS += -I$(CUDA_HOME)/include
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+LDLIBS   := -L$(CUDA_LIBDIR) -lcudart_static $(LDLIBS)
+# One SASS per architecture, plus PTX for the newest so later GPUs JIT.
+NEWEST_ARCH := $(lastword $(sort $(CUDA_ARCHS)))
+GENCODE  := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+            -gencode arch=compute_$(NEWEST_ARCH),code=compute_$(NEWEST_ARCH)
+NVCCFLAGS := -std=c++17 -O3 $(GENCODE) -Xcompiler -fPIC,-fvisibility=hidden \
+             -Xcompiler -Wall,-Werror $(if $(SAN_FLAGS),-Xcompiler $(subst $(eval) ,$(comma),$(strip $(SAN_FLAGS))))
+else
+CPPFLAGS += -DBRAID_NO_CUDA=1
+endif
+comma := ,
+
+LIB_C  := $(sort $(wildcard src/*/*.c))
+LIB_CU := $(if $(filter 1,$(CUDA)),$(sort $(wildcard src/device/*.cu)))
+LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
+
+SYMS      := tools/abi/nccl-2.28.9.syms
+EXPORTMAP := $(BUILD)/exports.map
+SONAME    := libnccl.so.2
+SHLIB     := $(BUILD)/lib/$(SONAME)
+STLIB     := $(BUILD)/lib/libnccl_static.a
+HEADER    := $(BUILD)/include/nccl.h
+
+UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN  := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/unit/%)
+HOST_SRC  := $(sort $(wildcard tests/host/*.c))
+HOST_BIN  := $(HOST_SRC:tests/host/%.c=$(BUILD)/tests/host/%)
+GPU_SRC   := $(sort $(wildcard tests/gpu/*.c))
+GPU_BIN   := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+TOOL_SRC  := $(sort $(wildcard tools/*.c))
+TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
+PLUGIN_SRC := $(sort $(wildcard plugins/*/*.c))
+PLUGIN_SO  := $(patsubst plugins/%.c,$(BUILD)/plugins/%.so,$(PLUGIN_SRC))
+
+# Shared helpers for tools and tests (linked into executables, never the lib).
+TOOLCOMMON_SRC := $(sort $(wildcard tools/common/*.c))
+TOOLCOMMON_OBJ := $(TOOLCOMMON_SRC:%.c=$(BUILD)/obj/%.o)
+TESTCOMMON_SRC := $(sort $(wildcard tests/common/*.c))
+TESTCOMMON_OBJ := $(TESTCOMMON_SRC:%.c=$(BUILD)/obj/%.o)
+
+DEPS_STAMP := $(BUILD)/.deps-ok
+# Re-run scripts/install-deps whenever a header or tool it knows is missing.
+ifneq ($(shell scripts/install-deps --check >/dev/null 2>&1 || echo missing),)
+.PHONY: $(DEPS_STAMP)
+endif
+
+.PHONY: all lib tools tests test test-unit test-abi test-host test-gpu \
+        bench install clean deps
+.DEFAULT_GOAL := all
+
+all: lib tools tests
+
+lib: $(SHLIB) $(STLIB) $(HEADER) $(BUILD)/lib/libnccl.so $(BUILD)/lib/libnccl.so.$(NCCL_SOVER) $(PLUGIN_SO)
+tools: $(TOOL_BIN)
+tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN)
+
+# Missing headers: install them (root) or print the exact command.
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP):
+	@scripts/install-deps
+	@mkdir -p $(@D) && touch $@
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# The exported set is exactly the list kept in the tree, unversioned (as
+# NVIDIA's library is); everything else is local.
+$(EXPORTMAP): $(SYMS)
+	@mkdir -p $(@D)
+	@{ echo '{'; echo '  global:'; sed -e '/^#/d' -e '/^$$/d' -e 's/.*/    &;/' $<; \
+	   echo '  local: *;'; echo '};'; } > $@
+
+$(SHLIB): $(LIB_OBJ) $(EXPORTMAP)
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(EXPORTMAP) \
+	  -Wl,--no-undefined -Wl,-z,noexecstack $(SAN_FLAGS) -o $@ $(LIB_OBJ) $(LDLIBS)
+
+$(BUILD)/lib/libnccl.so $(BUILD)/lib/libnccl.so.$(NCCL_SOVER): $(SHLIB)
+	ln -sf $(SONAME) $@
+
+$(STLIB): $(LIB_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $(LIB_OBJ)
+
+$(HEADER): include/nccl.h
+	@mkdir -p $(@D)
+	cp $< $@
+
+# Unit tests see the library's internals through the static archive.
+$(BUILD)/tests/unit/%: tests/unit/%.c $(STLIB) $(TESTCOMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(STLIB) -lcmocka $(LDLIBS)
+
+# End-to-end tests and tools use only the public API of the shared library.
+$(BUILD)/tests/host/% $(BUILD)/tests/gpu/%: LINKSO = -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../../lib' -lnccl
+$(BUILD)/tests/host/%: tests/host/%.c $(SHLIB) $(TESTCOMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(LINKSO) -lcmocka $(LDLIBS)
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(SHLIB) $(TESTCOMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(LINKSO) -lcmocka $(LDLIBS)
+
+$(BUILD)/bin/%: tools/%.c $(SHLIB) $(TOOLCOMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) -o $@ \
+	  -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lnccl $(LDLIBS)
+
+$(BUILD)/plugins/%.so: plugins/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -Iplugins $(CFLAGS) -shared -o $@ $<
+
+test: all
+	@BUILD=$(BUILD) CUDA=$(CUDA) NCCL_REF_HEADER="$(NCCL_REF)" CUDA_HOME=$(CUDA_HOME) \
+	  scripts/run-tests unit abi host
+
+test-unit: all
+	@BUILD=$(BUILD) scripts/run-tests unit
+test-abi: all
+	@BUILD=$(BUILD) CUDA=$(CUDA) NCCL_REF_HEADER="$(NCCL_REF)" CUDA_HOME=$(CUDA_HOME) scripts/run-tests abi
+test-host: all
+	@BUILD=$(BUILD) scripts/run-tests host
+test-gpu: all
+	@BUILD=$(BUILD) CUDA=$(CUDA) scripts/run-tests gpu
+
+bench: all
+	@BUILD=$(BUILD) scripts/bench
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 0755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libnccl.so
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libnccl.so.$(NCCL_SOVER)
+	install -m 0644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/libnccl_static.a
+	install -m 0644 include/nccl.h $(DESTDIR)$(PREFIX)/include/nccl.h
+
+clean:
+	rm -rf build build-* bench-results
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

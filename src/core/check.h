@@ -1,0 +1,95 @@
+/*
+ * Braid: the one set of error-check macros used everywhere.
+ *
+ * Every function that can fail returns ncclResult_t. These macros propagate
+ * a failure to the caller (CHECK) or to a cleanup label (CHECK_GOTO). The
+ * SYS_ and PTHREAD_ variants turn an errno/pthread failure into
+ * ncclSystemError with a WARN that names the call and the errno text; the
+ * SYS_ variants retry EINTR.
+ */
+#ifndef BRD_CORE_CHECK_H
+#define BRD_CORE_CHECK_H
+
+#include <errno.h>
+#include <string.h>
+
+#include "nccl.h"
+#include "debug.h"
+
+#define CHECK(call)                                                           \
+  do {                                                                        \
+    ncclResult_t chk_res_ = (call);                                           \
+    if (chk_res_ != ncclSuccess) return chk_res_;                             \
+  } while (0)
+
+#define CHECK_GOTO(call, res, label)                                          \
+  do {                                                                        \
+    (res) = (call);                                                           \
+    if ((res) != ncclSuccess) goto label;                                     \
+  } while (0)
+
+/* A NULL argument check with NCCL's wording and error code. */
+#define ARG_NOT_NULL(ptr, fn)                                                 \
+  do {                                                                        \
+    if ((ptr) == NULL) {                                                      \
+      WARN("%s : %s argument is NULL", (fn), #ptr);                          \
+      return ncclInvalidArgument;                                             \
+    }                                                                         \
+  } while (0)
+
+/* Retry a system call on EINTR; a -1 result becomes ncclSystemError. */
+#define SYS_CHECK_VAL(call, what, out)                                        \
+  do {                                                                        \
+    do {                                                                      \
+      (out) = (call);                                                         \
+    } while ((out) == -1 && errno == EINTR);                                  \
+    if ((out) == -1) {                                                        \
+      WARN("%s failed: %s", (what), strerror(errno));                        \
+      return ncclSystemError;                                                 \
+    }                                                                         \
+  } while (0)
+
+#define SYS_CHECK_GOTO(call, what, res, label)                                \
+  do {                                                                        \
+    int sys_ret_;                                                             \
+    do {                                                                      \
+      sys_ret_ = (int)(call);                                                 \
+    } while (sys_ret_ == -1 && errno == EINTR);                               \
+    if (sys_ret_ == -1) {                                                     \
+      WARN("%s failed: %s", (what), strerror(errno));                        \
+      (res) = ncclSystemError;                                                \
+      goto label;                                                             \
+    }                                                                         \
+  } while (0)
+
+#define PTHREAD_CHECK(call, what)                                             \
+  do {                                                                        \
+    int pt_ret_ = (call);                                                     \
+    if (pt_ret_ != 0) {                                                       \
+      WARN("%s failed: %s", (what), strerror(pt_ret_));                      \
+      return ncclSystemError;                                                 \
+    }                                                                         \
+  } while (0)
+
+#define PTHREAD_CHECK_GOTO(call, what, res, label)                            \
+  do {                                                                        \
+    int pt_ret_ = (call);                                                     \
+    if (pt_ret_ != 0) {                                                       \
+      WARN("%s failed: %s", (what), strerror(pt_ret_));                      \
+      (res) = ncclSystemError;                                                \
+      goto label;                                                             \
+    }                                                                         \
+  } while (0)
+
+/* calloc with a WARN naming the size and what it was for. */
+#define BRD_CALLOC(ptr, n, what)                                              \
+  do {                                                                        \
+    (ptr) = calloc((n), sizeof(*(ptr)));                                      \
+    if ((ptr) == NULL) {                                                      \
+      WARN("out of host memory allocating %zu bytes for %s",                 \
+           (size_t)(n) * sizeof(*(ptr)), (what));                            \
+      return ncclSystemError;                                                 \
+    }                                                                         \
+  } while (0)
+
+#endif /* BRD_CORE_CHECK_H */

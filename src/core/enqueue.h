@@ -1,0 +1,52 @@
+/*
+ * Braid: the front end every collective and point-to-point call goes
+ * through. An entry point fills a brd_call_t; brd_enqueue checks it exactly
+ * as NCCL does and hands it on (to the group's task list, then to a plan).
+ */
+#ifndef BRD_CORE_ENQUEUE_H
+#define BRD_CORE_ENQUEUE_H
+
+#include <stddef.h>
+
+#include "nccl.h"
+
+typedef enum {
+  BRD_COLL_ALLREDUCE,
+  BRD_COLL_ALLGATHER,
+  BRD_COLL_REDUCESCATTER,
+  BRD_COLL_BROADCAST,
+  BRD_COLL_REDUCE,
+  BRD_COLL_ALLTOALL,
+  BRD_COLL_GATHER,
+  BRD_COLL_SCATTER,
+  BRD_COLL_SEND,
+  BRD_COLL_RECV,
+  BRD_COLL_COUNT
+} brd_coll_t;
+
+typedef struct {
+  brd_coll_t coll;
+  const char *fn;          /* entry point name, for messages */
+  const void *sendbuff;    /* borrowed for the call */
+  void *recvbuff;          /* borrowed for the call */
+  size_t count;            /* elements, with NCCL's per-call meaning */
+  ncclDataType_t dtype;
+  ncclRedOp_t op;          /* ncclSum for calls without a reduction */
+  int root;                /* root, or peer for send/recv; 0 when unused */
+  struct ncclComm *comm;
+  cudaStream_t stream;
+} brd_call_t;
+
+/* Size in bytes of one element of dtype, or 0 for an invalid dtype. */
+size_t brd_dtype_size(ncclDataType_t dtype);
+
+/* Checks a call's arguments with NCCL's rules and codes (comm, root/peer,
+ * dtype, op, NULL buffers, in-place rules). Returns ncclSuccess when the
+ * call is valid. Calling thread; does not block. */
+ncclResult_t brd_call_check(const brd_call_t *call);
+
+/* Checks and enqueues one call. count == 0 succeeds without work. Calling
+ * thread; blocks only as NCCL does (outside a group, until enqueued). */
+ncclResult_t brd_enqueue(const brd_call_t *call);
+
+#endif /* BRD_CORE_ENQUEUE_H */

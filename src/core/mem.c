@@ -1,0 +1,178 @@
+/*
+ * Braid: ncclMemAlloc/ncclMemFree, buffer and window registration, and
+ * user-defined reduction operators.
+ *
+ * Host mode allocates page-aligned host memory and remembers each block so
+ * ncclMemFree can tell it from device memory.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if BRAID_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "api.h"
+#include "check.h"
+#include "comm.h"
+#include "enqueue.h"
+#include "param.h"
+
+struct host_block {
+  void *ptr;
+  struct host_block *next;
+};
+
+static pthread_mutex_t host_blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct host_block *host_blocks; /* owned: every live host allocation */
+
+static int host_memory(void) {
+#if BRAID_CUDA
+  const char *dev = brd_param_str(BRD_P_BRAID_DEVICE);
+  return dev != NULL && strcasecmp(dev, "host") == 0;
+#else
+  return 1;
+#endif
+}
+
+BRD_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size)
+ncclResult_t pncclMemAlloc(void **ptr, size_t size) {
+  ARG_NOT_NULL(ptr, "ncclMemAlloc");
+  if (size == 0) {
+    WARN("ncclMemAlloc : size argument is 0; ask for at least one byte");
+    return ncclInvalidArgument;
+  }
+  if (!host_memory()) {
+#if BRAID_CUDA
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, size);
+    if (err != cudaSuccess) {
+      WARN("ncclMemAlloc : cudaMalloc of %zu bytes failed: %s", size,
+           cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+    *ptr = p;
+    return ncclSuccess;
+#endif
+  }
+  struct host_block *b = malloc(sizeof(*b));
+  void *p = NULL;
+  if (b == NULL || posix_memalign(&p, 4096, size) != 0) {
+    free(b);
+    WARN("ncclMemAlloc : out of host memory allocating %zu bytes", size);
+    return ncclSystemError;
+  }
+  b->ptr = p;
+  pthread_mutex_lock(&host_blocks_lock);
+  b->next = host_blocks;
+  host_blocks = b;
+  pthread_mutex_unlock(&host_blocks_lock);
+  *ptr = p;
+  return ncclSuccess;
+}
+
+BRD_API(ncclResult_t, ncclMemFree, void *ptr)
+ncclResult_t pncclMemFree(void *ptr) {
+  if (ptr == NULL) return ncclSuccess;
+  struct host_block *found = NULL;
+  pthread_mutex_lock(&host_blocks_lock);
+  for (struct host_block **pp = &host_blocks; *pp != NULL; pp = &(*pp)->next) {
+    if ((*pp)->ptr == ptr) {
+      found = *pp;
+      *pp = found->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&host_blocks_lock);
+  if (found != NULL) {
+    free(found->ptr);
+    free(found);
+    return ncclSuccess;
+  }
+#if BRAID_CUDA
+  if (!host_memory()) {
+    cudaError_t err = cudaFree(ptr);
+    if (err != cudaSuccess) {
+      WARN("ncclMemFree : cudaFree(%p) failed: %s", ptr,
+           cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+    return ncclSuccess;
+  }
+#endif
+  WARN("ncclMemFree : %p was not allocated by ncclMemAlloc", ptr);
+  return ncclInvalidArgument;
+}
+
+BRD_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff,
+        size_t size, void **handle)
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
+                               void **handle) {
+  CHECK(brd_comm_check(comm, "ncclCommRegister"));
+  ARG_NOT_NULL(buff, "ncclCommRegister");
+  ARG_NOT_NULL(handle, "ncclCommRegister");
+  (void)size;
+  return brd_api_not_implemented("ncclCommRegister");
+}
+
+BRD_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle)
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle) {
+  CHECK(brd_comm_check(comm, "ncclCommDeregister"));
+  ARG_NOT_NULL(handle, "ncclCommDeregister");
+  return brd_api_not_implemented("ncclCommDeregister");
+}
+
+BRD_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff,
+        size_t size, ncclWindow_t *win, int winFlags)
+ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
+                                     ncclWindow_t *win, int winFlags) {
+  CHECK(brd_comm_check(comm, "ncclCommWindowRegister"));
+  ARG_NOT_NULL(buff, "ncclCommWindowRegister");
+  ARG_NOT_NULL(win, "ncclCommWindowRegister");
+  (void)size;
+  (void)winFlags;
+  return brd_api_not_implemented("ncclCommWindowRegister");
+}
+
+BRD_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm,
+        ncclWindow_t win)
+ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  CHECK(brd_comm_check(comm, "ncclCommWindowDeregister"));
+  ARG_NOT_NULL(win, "ncclCommWindowDeregister");
+  return brd_api_not_implemented("ncclCommWindowDeregister");
+}
+
+BRD_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar,
+        ncclDataType_t datatype, ncclScalarResidence_t residence,
+        ncclComm_t comm)
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
+                                       ncclDataType_t datatype,
+                                       ncclScalarResidence_t residence,
+                                       ncclComm_t comm) {
+  CHECK(brd_comm_check(comm, "ncclRedOpCreatePreMulSum"));
+  ARG_NOT_NULL(op, "ncclRedOpCreatePreMulSum");
+  ARG_NOT_NULL(scalar, "ncclRedOpCreatePreMulSum");
+  if (brd_dtype_size(datatype) == 0) {
+    WARN("ncclRedOpCreatePreMulSum : invalid type %d", (int)datatype);
+    return ncclInvalidArgument;
+  }
+  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
+    WARN("ncclRedOpCreatePreMulSum : invalid residence %d", (int)residence);
+    return ncclInvalidArgument;
+  }
+  return brd_api_not_implemented("ncclRedOpCreatePreMulSum");
+}
+
+BRD_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm)
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  CHECK(brd_comm_check(comm, "ncclRedOpDestroy"));
+  if (op < ncclNumOps) {
+    WARN("ncclRedOpDestroy : operator %d is built in and cannot be destroyed",
+         (int)op);
+    return ncclInvalidArgument;
+  }
+  WARN("ncclRedOpDestroy : operator %d unknown to this communicator",
+       (int)op);
+  return ncclInvalidArgument;
+}

@@ -1,0 +1,56 @@
+/*
+ * Every Braid parameter, one line each. Included by param.h with BRD_PARAM
+ * defined; add new knobs here and nowhere else.
+ *
+ * BRD_PARAM(id, environment name, kind, default text or NULL, description)
+ * NCCL's own names keep NCCL's meaning; Braid-only knobs start with BRAID_.
+ */
+/* No include guard: this is an X-macro table. */
+
+/* Logging (read by debug.c directly, listed here for documentation and ENV). */
+BRD_PARAM(DEBUG, "NCCL_DEBUG", BRD_PARAM_STR, NULL, "log level: VERSION, WARN, INFO, ABORT or TRACE")
+BRD_PARAM(DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", BRD_PARAM_STR, "INIT,BOOTSTRAP,ENV", "comma-separated subsystems to log; a leading ^ negates")
+BRD_PARAM(DEBUG_FILE, "NCCL_DEBUG_FILE", BRD_PARAM_STR, NULL, "write the log to this file; %h is the host name, %p the pid")
+BRD_PARAM(CONF_FILE, "NCCL_CONF_FILE", BRD_PARAM_STR, NULL, "configuration file read instead of ~/.nccl.conf")
+BRD_PARAM(DEBUG_TIMESTAMP_LEVELS, "NCCL_DEBUG_TIMESTAMP_LEVELS", BRD_PARAM_STR, "WARN", "log levels whose lines start with a timestamp; a leading ^ negates, ALL for every level")
+BRD_PARAM(DEBUG_TIMESTAMP_FORMAT, "NCCL_DEBUG_TIMESTAMP_FORMAT", BRD_PARAM_STR, "[%F %T] ", "strftime format of the timestamp; %Nf adds N sub-second digits, _ stands for a space")
+BRD_PARAM(WARN_ENABLE_DEBUG_INFO, "NCCL_WARN_ENABLE_DEBUG_INFO", BRD_PARAM_INT, "0", "raise the log level to INFO after the first WARN")
+
+/* Communicator configuration. Unset by default; when set, each overrides the
+ * matching ncclConfig_t field, whatever the application put there (config.c). */
+BRD_PARAM(COMM_BLOCKING, "NCCL_COMM_BLOCKING", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.blocking: 1 blocking, 0 nonblocking")
+BRD_PARAM(CGA_CLUSTER_SIZE, "NCCL_CGA_CLUSTER_SIZE", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.cgaClusterSize, the CUDA thread-block cluster size (0 to 8; default 4)")
+BRD_PARAM(MIN_CTAS, "NCCL_MIN_CTAS", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.minCTAs, the minimum thread blocks per collective (default 1)")
+BRD_PARAM(MAX_CTAS, "NCCL_MAX_CTAS", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.maxCTAs, the maximum thread blocks per collective (default 64)")
+BRD_PARAM(NET, "NCCL_NET", BRD_PARAM_STR, NULL, "overrides ncclConfig_t.netName, the network backend: IB or Socket")
+BRD_PARAM(SPLIT_SHARE, "NCCL_COMM_SPLIT_SHARE_RESOURCES", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.splitShare: share parent resources with ncclCommSplit children (default 0)")
+BRD_PARAM(SHRINK_SHARE, "NCCL_COMM_SHRINK_SHARE_RESOURCES", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.shrinkShare: share parent resources with ncclCommShrink children (default 0)")
+BRD_PARAM(CTA_POLICY, "NCCL_CTA_POLICY", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.CTAPolicy: 0 default, 1 efficiency, 2 zero")
+BRD_PARAM(COLLNET_ENABLE, "NCCL_COLLNET_ENABLE", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.collnetEnable: CollNet (in-network reduction) algorithms (default 0)")
+BRD_PARAM(NVLS_NCHANNELS, "NCCL_NVLS_NCHANNELS", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.nvlsCTAs, the thread blocks of NVLS algorithms (default automatic)")
+BRD_PARAM(NCHANNELS_PER_NET_PEER, "NCCL_NCHANNELS_PER_NET_PEER", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.nChannelsPerNetPeer, point-to-point channels per network peer (default automatic)")
+BRD_PARAM(NVLINK_CENTRIC_SCHED, "NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.nvlinkCentricSched: schedule alltoall around NVLink use (default 0)")
+
+/* Buffers and protocols. */
+BRD_PARAM(BUFFSIZE, "NCCL_BUFFSIZE", BRD_PARAM_INT, "4194304", "scratch bytes per channel for the Simple protocol")
+BRD_PARAM(LL_BUFFSIZE, "NCCL_LL_BUFFSIZE", BRD_PARAM_INT, "262144", "scratch bytes per channel for the LL protocol")
+BRD_PARAM(ALGO, "NCCL_ALGO", BRD_PARAM_STR, NULL, "algorithm override, e.g. Ring or allreduce:tree,oneshot")
+BRD_PARAM(PROTO, "NCCL_PROTO", BRD_PARAM_STR, NULL, "protocol override: LL, LL128, Simple, with [func:] and ^ as NCCL")
+BRD_PARAM(CHECK_POINTERS, "NCCL_CHECK_POINTERS", BRD_PARAM_INT, "0", "check that user buffers belong to the communicator's device")
+
+/* Bootstrap and network. */
+BRD_PARAM(COMM_ID, "NCCL_COMM_ID", BRD_PARAM_STR, NULL, "host:port of the rendezvous root, replacing the unique id's address")
+BRD_PARAM(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", BRD_PARAM_STR, NULL, "interfaces to use: prefixes, ^ to exclude, = for exact names")
+BRD_PARAM(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", BRD_PARAM_STR, NULL, "AF_INET or AF_INET6 to force an address family")
+BRD_PARAM(P2P_DISABLE, "NCCL_P2P_DISABLE", BRD_PARAM_INT, "0", "disable GPU peer-to-peer memory channels")
+BRD_PARAM(P2P_LEVEL, "NCCL_P2P_LEVEL", BRD_PARAM_STR, NULL, "deepest topology distance for P2P: LOC, NVL, PIX, PXB, PHB, SYS")
+BRD_PARAM(HOSTID, "NCCL_HOSTID", BRD_PARAM_STR, NULL, "host identity string replacing hostname + boot id (BRAID_HOSTID wins)")
+BRD_PARAM(SHM_DISABLE, "NCCL_SHM_DISABLE", BRD_PARAM_INT, "0", "disable the shared-memory transport")
+
+/* Braid-only knobs. */
+BRD_PARAM(BRAID_DEVICE, "BRAID_DEVICE", BRD_PARAM_STR, "auto", "executor backend: auto, cuda or host")
+BRD_PARAM(BRAID_HOSTID, "BRAID_HOSTID", BRD_PARAM_STR, NULL, "host identity override, to stage several nodes on one machine")
+BRD_PARAM(BRAID_BOOTSTRAP_TIMEOUT, "BRAID_BOOTSTRAP_TIMEOUT", BRD_PARAM_INT, "300", "seconds before a bootstrap socket operation gives up")
+BRD_PARAM(BRAID_TIMEOUT, "BRAID_TIMEOUT", BRD_PARAM_INT, "300", "seconds a collective may wait on a peer before reporting a hang")
+BRD_PARAM(BRAID_DETERMINISTIC, "BRAID_DETERMINISTIC", BRD_PARAM_INT, "0", "fix the reduction order so results are bit-identical across runs")
+BRD_PARAM(BRAID_VERIFY_PLANS, "BRAID_VERIFY_PLANS", BRD_PARAM_INT, "0", "verify every plan before first use (always on in debug builds)")
