@@ -1,0 +1,715 @@
+/*
+ * Braid: the cost model behind algorithm and protocol choice, and the
+ * NCCL_ALGO / NCCL_PROTO overrides.
+ *
+ * For n ranks on N nodes of L ranks each, S bytes, algorithm a, protocol p:
+ *
+ *   time = BASE
+ *        + (h_intra * intra_lat + h_inter * inter_lat) * step[p]
+ *        + max(v_intra / B_intra, v_inter / B_inter) / (1000 * eff[p] * fit[a])
+ *
+ * BASE (5 us) is the launch and first handshake. h_* count the hops one
+ * byte waits for on its way, v_* the bytes crossing one rank's busiest link
+ * of each kind, B_* = link GB/s / ranks_per_device (ranks on one GPU share
+ * its links); 1 GB/s moves 1000 bytes per us.
+ *
+ *   step[p] = LL 1, LL128 2.5, Simple 5: LL's flag travels inside every
+ *             8-byte line, LL128 waits on 128-byte lines, Simple fences and
+ *             signals once per chunk.
+ *   eff[p]  = LL 4/8, LL128 120/128, Simple 1: payload per byte moved.
+ *   fit[a]  = how close a pattern gets to link speed: Ring 1, Tree and
+ *             CollNet 0.9 (pipeline fill of reduce-then-broadcast), OneShot
+ *             and TwoShot 0.8 (many peers contending for one link), NVLS
+ *             and NVLSTree 0.85, PAT 0.75.
+ *
+ * With f = (n-1)/n, clog2 = ceil(log2), and "one hop" meaning an intra hop
+ * on one node and an inter hop otherwise:
+ *
+ *   Ring     AllReduce           2(n-1) hops, 2(N-1) of them inter; v = 2fS
+ *            AllGather/RedScat   n-1 hops, N-1 inter;                v = fS
+ *            Broadcast/Reduce    n-1 hops, N-1 inter (a pipeline);   v = S
+ *   Tree     AllReduce           2 clog2(L) intra, 2 clog2(N) inter; v = 2S
+ *            Broadcast/Reduce    clog2(L) intra, clog2(N) inter;     v = S
+ *   OneShot  AllReduce/Bcast/Red one hop; v_intra=(L-1)S, v_inter=(n-L)S
+ *            AllGather/RedScat/AlltoAll/Gather/Scatter
+ *                                one hop; (L-1)S/n and (n-L)S/n
+ *            Send/Recv           one hop; S
+ *   TwoShot  AllReduce/Bcast/Red two hops; 2(L-1)S/n and 2(n-L)S/n
+ *   NVLS     AllReduce           2 intra (+1 inter); v_intra=S, v_inter=S/L
+ *            AllGather/RedScat   1 intra (+1 inter); (L-1)S/n, (n-L)S/n
+ *   NVLSTree AllReduce           2 intra, 2 clog2(N) inter; S and 2S/L
+ *   CollNetDirect AllReduce      2 intra, 1 inter; 2(L-1)S/L and S/L
+ *            AllGather/RedScat   1 intra, 1 inter; (L-1)S/n, (n-L)S/n
+ *   CollNetChain AllReduce       2(L-1) intra, 1 inter; S and S
+ *   PAT      AllGather/RedScat   clog2(n) inter; v = fS
+ *
+ * Intra terms vanish on one rank per node, inter terms on one node. Any
+ * other (algorithm, collective) pair cannot run. NVLS, NVLSTree, CollNet
+ * and PAT move only Simple; NVLS needs multicast, one rank per GPU, no host
+ * mode and one node or CollNet; NVLSTree several nodes; CollNet a network
+ * reduction and several nodes; PAT one rank per node (as NCCL enables it).
+ * AlltoAll, Gather, Scatter, Send and Recv have one pattern, direct
+ * exchange, which goes by OneShot.
+ */
+#include <float.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "check.h"
+#include "debug.h"
+#include "tune.h"
+
+#define BASE_US 5.0
+#define NFUNC 5 /* the collectives NCCL_ALGO / NCCL_PROTO name */
+#define NAMES_MAX 192
+#define TABLE_LINE_MAX 512
+#define SEEN_SLOTS 32
+
+static const char *const algo_names[BRD_ALGO_COUNT] = {
+    [BRD_ALGO_RING] = "Ring",
+    [BRD_ALGO_TREE] = "Tree",
+    [BRD_ALGO_ONESHOT] = "OneShot",
+    [BRD_ALGO_TWOSHOT] = "TwoShot",
+    [BRD_ALGO_NVLS] = "NVLS",
+    [BRD_ALGO_NVLS_TREE] = "NVLSTree",
+    [BRD_ALGO_COLLNET_DIRECT] = "CollNetDirect",
+    [BRD_ALGO_COLLNET_CHAIN] = "CollNetChain",
+    [BRD_ALGO_PAT] = "PAT",
+};
+
+static const char *const proto_names[BRD_PROTO_COUNT] = {
+    [BRD_PROTO_LL] = "LL",
+    [BRD_PROTO_LL128] = "LL128",
+    [BRD_PROTO_SIMPLE] = "Simple",
+};
+
+/* NCCL's function names, in NCCL's order, and the collective each means. */
+static const char *const func_names[NFUNC] = {
+    "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce",
+};
+static const brd_coll_t func_colls[NFUNC] = {
+    BRD_COLL_BROADCAST, BRD_COLL_REDUCE, BRD_COLL_ALLGATHER,
+    BRD_COLL_REDUCESCATTER, BRD_COLL_ALLREDUCE,
+};
+
+/* ncclFuncToString's spellings, which the log line carries. */
+static const char *const coll_names[BRD_COLL_COUNT] = {
+    [BRD_COLL_ALLREDUCE] = "AllReduce",
+    [BRD_COLL_ALLGATHER] = "AllGather",
+    [BRD_COLL_REDUCESCATTER] = "ReduceScatter",
+    [BRD_COLL_BROADCAST] = "Broadcast",
+    [BRD_COLL_REDUCE] = "Reduce",
+    [BRD_COLL_ALLTOALL] = "AlltoAll",
+    [BRD_COLL_GATHER] = "Gather",
+    [BRD_COLL_SCATTER] = "Scatter",
+    [BRD_COLL_SEND] = "Send",
+    [BRD_COLL_RECV] = "Recv",
+};
+
+static const double proto_step[BRD_PROTO_COUNT] = {1.0, 2.5, 5.0};
+static const double proto_eff[BRD_PROTO_COUNT] = {0.5, 120.0 / 128.0, 1.0};
+static const double algo_fit[BRD_ALGO_COUNT] = {
+    [BRD_ALGO_RING] = 1.0,           [BRD_ALGO_TREE] = 0.9,
+    [BRD_ALGO_ONESHOT] = 0.8,        [BRD_ALGO_TWOSHOT] = 0.8,
+    [BRD_ALGO_NVLS] = 0.85,          [BRD_ALGO_NVLS_TREE] = 0.85,
+    [BRD_ALGO_COLLNET_DIRECT] = 0.9, [BRD_ALGO_COLLNET_CHAIN] = 0.9,
+    [BRD_ALGO_PAT] = 0.75,
+};
+
+/* Protocols each algorithm's kernels implement. */
+static const uint32_t algo_protos[BRD_ALGO_COUNT] = {
+    [BRD_ALGO_RING] = BRD_PROTO_ALL,
+    [BRD_ALGO_TREE] = BRD_PROTO_ALL,
+    [BRD_ALGO_ONESHOT] = BRD_PROTO_ALL,
+    [BRD_ALGO_TWOSHOT] = BRD_PROTO_ALL,
+    [BRD_ALGO_NVLS] = BRD_PROTO_BIT(BRD_PROTO_SIMPLE),
+    [BRD_ALGO_NVLS_TREE] = BRD_PROTO_BIT(BRD_PROTO_SIMPLE),
+    [BRD_ALGO_COLLNET_DIRECT] = BRD_PROTO_BIT(BRD_PROTO_SIMPLE),
+    [BRD_ALGO_COLLNET_CHAIN] = BRD_PROTO_BIT(BRD_PROTO_SIMPLE),
+    [BRD_ALGO_PAT] = BRD_PROTO_BIT(BRD_PROTO_SIMPLE),
+};
+
+/* Sizes of the cost table in the TUNING log. */
+static const size_t table_sizes[] = {1u << 10, 1u << 16, 1u << 22, 1u << 28};
+static const char *const table_size_names[] = {"1 KiB", "64 KiB", "4 MiB", "256 MiB"};
+#define TABLE_NSIZES (sizeof(table_sizes) / sizeof(table_sizes[0]))
+
+/* Fingerprints of the (topology, collective) pairs whose table was logged.
+ * A lost race logs a table twice, which is harmless. */
+static _Atomic uint64_t seen_tables[SEEN_SLOTS];
+static atomic_uint seen_next;
+
+/* One algorithm's shape for one call: see the table at the top. */
+typedef struct {
+  double hops_intra;
+  double hops_inter;
+  double vol_intra;   /* bytes over a rank's busiest intra-node link */
+  double vol_inter;   /* bytes over a rank's busiest inter-node link */
+} shape_t;
+
+/* What a list override is about: NCCL_ALGO or NCCL_PROTO. */
+typedef struct {
+  const char *var;            /* "NCCL_ALGO" */
+  const char *what;           /* "algorithm" */
+  const char *const *names;   /* valid names, bit i = names[i] */
+  int count;
+  const char *example;        /* a valid list, for messages */
+} list_spec_t;
+
+/* See tune.h. */
+const char *brd_algo_name(brd_algo_t algo) {
+  if ((unsigned)algo >= BRD_ALGO_COUNT) return "Unknown";
+  return algo_names[algo];
+}
+
+/* See tune.h. */
+const char *brd_proto_name(brd_proto_t proto) {
+  if ((unsigned)proto >= BRD_PROTO_COUNT) return "Unknown";
+  return proto_names[proto];
+}
+
+static const char *coll_name(brd_coll_t coll) {
+  if ((unsigned)coll >= BRD_COLL_COUNT) return "Unknown";
+  return coll_names[coll];
+}
+
+/* Index of the name equal (ignoring case) to s[0..len), or -1. */
+static int name_find(const char *const *names, int count, const char *s, size_t len) {
+  for (int i = 0; i < count; i++) {
+    if (strlen(names[i]) == len && strncasecmp(names[i], s, len) == 0) return i;
+  }
+  return -1;
+}
+
+/* "A, B, C" for the names whose bit is set in bits. */
+static void names_join(const char *const *names, int count, uint32_t bits,
+                       char *buf, size_t size) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < count; i++) {
+    if ((bits & (1u << i)) == 0) continue;
+    int n = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", names[i]);
+    if (n < 0 || (size_t)n >= size - len) break;
+    len += (size_t)n;
+  }
+}
+
+/* Parses one override into rows[f] (bits allowed for NCCL function f);
+ * touched_out gets a bit per function some entry set. */
+static ncclResult_t list_parse(const list_spec_t *spec, const char *str,
+                               uint32_t rows[NFUNC], uint32_t *touched_out) {
+  const uint32_t all = (1u << spec->count) - 1u;
+  uint32_t touched = 0;
+  char valid[NAMES_MAX];
+  char funcs[NAMES_MAX];
+  names_join(spec->names, spec->count, all, valid, sizeof(valid));
+  names_join(func_names, NFUNC, (1u << NFUNC) - 1u, funcs, sizeof(funcs));
+
+  const char *entry = str;
+  for (int first = 1;; first = 0) {
+    const char *end = entry + strcspn(entry, ";");
+    int elen = (int)(end - entry);
+    if (elen == 0) {
+      WARN("%s=\"%s\": empty entry (stray ';'); separate entries with single "
+           "semicolons, e.g. %s;allreduce:%s", spec->var, str, spec->example, spec->example);
+      return ncclInvalidUsage;
+    }
+    const char *list = entry;
+    const char *colon = memchr(entry, ':', (size_t)elen);
+    int func = -1; /* -1: every function */
+    if (colon != NULL) {
+      if (memchr(colon + 1, ':', (size_t)(end - colon - 1)) != NULL) {
+        WARN("%s=\"%s\": entry \"%.*s\" has more than one ':'; write one function "
+             "per entry, e.g. allreduce:%s;broadcast:%s", spec->var, str, elen, entry,
+             spec->example, spec->example);
+        return ncclInvalidUsage;
+      }
+      int flen = (int)(colon - entry);
+      func = name_find(func_names, NFUNC, entry, (size_t)flen);
+      if (flen == 0) {
+        WARN("%s=\"%s\": entry \"%.*s\" has no function before ':'; valid functions "
+             "are %s (case-insensitive)", spec->var, str, elen, entry, funcs);
+        return ncclInvalidUsage;
+      }
+      if (func < 0) {
+        WARN("%s=\"%s\": unknown function \"%.*s\" in entry \"%.*s\"; valid functions "
+             "are %s (case-insensitive)", spec->var, str, flen, entry, elen, entry, funcs);
+        return ncclInvalidUsage;
+      }
+      list = colon + 1;
+    } else if (!first) {
+      /* Unprefixed, it would overwrite every entry before it (NCCL's rule). */
+      WARN("%s=\"%s\": entry \"%.*s\" has no function prefix; only the first entry "
+           "may omit it, e.g. allreduce:%.*s", spec->var, str, elen, entry, elen, entry);
+      return ncclInvalidUsage;
+    }
+
+    int negate = list < end && list[0] == '^';
+    if (negate) list++;
+    if (list == end) {
+      WARN("%s=\"%s\": entry \"%.*s\" names no %s; valid %ss are %s (case-insensitive, "
+           "a leading ^ excludes the names that follow)", spec->var, str, elen, entry,
+           spec->what, spec->what, valid);
+      return ncclInvalidUsage;
+    }
+
+    uint32_t bits = 0;
+    for (const char *tok = list;;) {
+      const char *tend = tok + strcspn(tok, ",;");
+      int tlen = (int)(tend - tok);
+      if (tlen == 0) {
+        WARN("%s=\"%s\": entry \"%.*s\" has an empty %s name (stray ','); separate "
+             "names with single commas, e.g. %s", spec->var, str, elen, entry, spec->what,
+             spec->example);
+        return ncclInvalidUsage;
+      }
+      int idx = name_find(spec->names, spec->count, tok, (size_t)tlen);
+      if (idx < 0) {
+        WARN("%s=\"%s\": unknown %s \"%.*s\"; valid %ss are %s (case-insensitive, "
+             "a leading ^ excludes the names that follow)", spec->var, str, spec->what,
+             tlen, tok, spec->what, valid);
+        return ncclInvalidUsage;
+      }
+      bits |= 1u << idx;
+      if (tend == end) break;
+      tok = tend + 1;
+    }
+
+    uint32_t row = negate ? (all & ~bits) : bits;
+    for (int f = 0; f < NFUNC; f++) {
+      if (func >= 0 && f != func) continue;
+      rows[f] = row;
+      touched |= 1u << f;
+    }
+    if (*end == '\0') break;
+    entry = end + 1;
+  }
+  *touched_out = touched;
+  return ncclSuccess;
+}
+
+/* One INFO/ENV line per function with what the overrides leave. */
+static void mask_log(const brd_tune_mask_t *m) {
+  for (int f = 0; f < NFUNC; f++) {
+    brd_coll_t c = func_colls[f];
+    char algos[NAMES_MAX], protos[NAMES_MAX];
+    names_join(algo_names, BRD_ALGO_COUNT, m->algos[c], algos, sizeof(algos));
+    names_join(proto_names, BRD_PROTO_COUNT, m->protos[c], protos, sizeof(protos));
+    INFO(BRD_SUBSYS_ENV, "NCCL_ALGO/NCCL_PROTO leave %s with algorithms {%s} and "
+         "protocols {%s}%s", func_names[f], algos, protos,
+         (m->protos_auto[c] & BRD_PROTO_BIT(BRD_PROTO_LL128)) ? " (LL128 where safe)" : "");
+  }
+}
+
+/* See tune.h. */
+ncclResult_t brd_tune_parse(const char *algo_env, const char *proto_env,
+                            brd_tune_mask_t *mask_out) {
+  static const list_spec_t algo_spec = {"NCCL_ALGO", "algorithm", algo_names,
+                                        BRD_ALGO_COUNT, "ring,tree"};
+  static const list_spec_t proto_spec = {"NCCL_PROTO", "protocol", proto_names,
+                                         BRD_PROTO_COUNT, "LL,Simple"};
+  brd_tune_mask_t m;
+  uint32_t algo_rows[NFUNC], proto_rows[NFUNC];
+  uint32_t algo_touched = 0, proto_touched = 0;
+
+  if (mask_out == NULL) {
+    WARN("brd_tune_parse: mask_out is NULL");
+    return ncclInternalError;
+  }
+  for (int f = 0; f < NFUNC; f++) {
+    algo_rows[f] = BRD_ALGO_ALL;
+    proto_rows[f] = BRD_PROTO_ALL;
+  }
+  if (algo_env != NULL && algo_env[0] != '\0')
+    CHECK(list_parse(&algo_spec, algo_env, algo_rows, &algo_touched));
+  if (proto_env != NULL && proto_env[0] != '\0')
+    CHECK(list_parse(&proto_spec, proto_env, proto_rows, &proto_touched));
+
+  memset(&m, 0, sizeof(m));
+  for (int c = 0; c < BRD_COLL_COUNT; c++) {
+    m.algos[c] = BRD_ALGO_ALL;
+    m.protos[c] = BRD_PROTO_ALL;
+    m.protos_auto[c] = BRD_PROTO_BIT(BRD_PROTO_LL128);
+  }
+  for (int f = 0; f < NFUNC; f++) {
+    brd_coll_t c = func_colls[f];
+    m.algos[c] = algo_rows[f];
+    m.protos[c] = proto_rows[f];
+    /* Once an entry names protocols for a function, LL128 is on or off as
+     * written, whatever the hardware (NCCL: "^LL" turns LL128 on). */
+    if (proto_touched & (1u << f)) m.protos_auto[c] = 0;
+  }
+  snprintf(m.algo_env, sizeof(m.algo_env), "%s", algo_env != NULL ? algo_env : "");
+  snprintf(m.proto_env, sizeof(m.proto_env), "%s", proto_env != NULL ? proto_env : "");
+
+  if ((algo_touched | proto_touched) != 0 && brd_log_on(BRD_LOG_INFO, BRD_SUBSYS_ENV))
+    mask_log(&m);
+  *mask_out = m;
+  return ncclSuccess;
+}
+
+static int finite_nonneg(float x) { return x >= 0.0f && x <= FLT_MAX; }
+
+/* NULL when topo is usable, else what is wrong with it. */
+static const char *topo_problem(const brd_tune_topo_t *t) {
+  if (t->nranks < 1 || t->nnodes < 1 || t->local_nranks < 1 || t->ranks_per_device < 1)
+    return "a count below 1";
+  if (t->nnodes > t->nranks || t->local_nranks > t->nranks)
+    return "more nodes or ranks per node than ranks";
+  if ((long long)t->nnodes * t->local_nranks < t->nranks)
+    return "nodes x ranks per node below the rank count";
+  if (!finite_nonneg(t->intra_lat) || !finite_nonneg(t->inter_lat) ||
+      !finite_nonneg(t->intra_bw) || !finite_nonneg(t->inter_bw))
+    return "a negative or non-finite bandwidth or latency";
+  if (t->local_nranks > 1 && !(t->intra_bw > 0.0f)) return "no intra-node bandwidth";
+  if (t->nnodes > 1 && !(t->inter_bw > 0.0f)) return "no inter-node bandwidth";
+  return NULL;
+}
+
+static int clog2(int x) {
+  int r = 0;
+  while ((1LL << r) < x) r++;
+  return r;
+}
+
+/* Whether the topology can host algorithm a at all. */
+static int algo_fits_topo(const brd_tune_topo_t *t, brd_algo_t a) {
+  int gpu = !t->host_mode && t->ranks_per_device == 1;
+  switch (a) {
+    case BRD_ALGO_NVLS:
+      return t->nvls && gpu && t->local_nranks > 1 && (t->nnodes == 1 || t->collnet);
+    case BRD_ALGO_NVLS_TREE:
+      return t->nvls && gpu && t->local_nranks > 1 && t->nnodes > 1;
+    case BRD_ALGO_COLLNET_DIRECT:
+    case BRD_ALGO_COLLNET_CHAIN:
+      return t->collnet && !t->host_mode && t->nnodes > 1;
+    case BRD_ALGO_PAT:
+      return t->local_nranks == 1 && t->nnodes > 1;
+    default:
+      return 1;
+  }
+}
+
+/* Fills *out with a's shape for coll over S bytes; returns 0 when a cannot
+ * run coll. */
+static int algo_shape(const brd_tune_topo_t *t, brd_coll_t coll, brd_algo_t a,
+                      double S, shape_t *out) {
+  const double n = t->nranks, N = t->nnodes, L = t->local_nranks;
+  const int multi = t->nnodes > 1, local = t->local_nranks > 1;
+  const double f = (n - 1.0) / n;
+  const int ar = coll == BRD_COLL_ALLREDUCE;
+  const int agrs = coll == BRD_COLL_ALLGATHER || coll == BRD_COLL_REDUCESCATTER;
+  const int rooted = coll == BRD_COLL_BROADCAST || coll == BRD_COLL_REDUCE;
+  const int direct = coll == BRD_COLL_ALLTOALL || coll == BRD_COLL_GATHER ||
+                     coll == BRD_COLL_SCATTER;
+  const int p2p = coll == BRD_COLL_SEND || coll == BRD_COLL_RECV;
+  shape_t s = {0, 0, 0, 0};
+  double v;
+
+  if (!algo_fits_topo(t, a)) return 0;
+  switch (a) {
+    case BRD_ALGO_RING:
+      if (!(ar || agrs || rooted)) return 0;
+      s.hops_inter = ar ? 2.0 * (N - 1.0) : N - 1.0;
+      s.hops_intra = (ar ? 2.0 * (n - 1.0) : n - 1.0) - s.hops_inter;
+      v = ar ? 2.0 * f * S : agrs ? f * S : S;
+      s.vol_intra = local ? v : 0.0;
+      s.vol_inter = multi ? v : 0.0;
+      break;
+    case BRD_ALGO_TREE:
+      if (!(ar || rooted)) return 0;
+      s.hops_intra = (ar ? 2.0 : 1.0) * clog2(t->local_nranks);
+      s.hops_inter = (ar ? 2.0 : 1.0) * clog2(t->nnodes);
+      v = ar ? 2.0 * S : S;
+      s.vol_intra = local ? v : 0.0;
+      s.vol_inter = multi ? v : 0.0;
+      break;
+    case BRD_ALGO_ONESHOT:
+      if (multi) s.hops_inter = 1.0; else s.hops_intra = 1.0;
+      if (ar || rooted) {
+        s.vol_intra = (L - 1.0) * S;
+        s.vol_inter = (n - L) * S;
+      } else if (agrs || direct) {
+        s.vol_intra = (L - 1.0) * S / n;
+        s.vol_inter = (n - L) * S / n;
+      } else if (p2p) {
+        s.vol_intra = multi ? 0.0 : S;
+        s.vol_inter = multi ? S : 0.0;
+      } else {
+        return 0;
+      }
+      break;
+    case BRD_ALGO_TWOSHOT:
+      if (!(ar || rooted)) return 0;
+      if (multi) s.hops_inter = 2.0; else s.hops_intra = 2.0;
+      s.vol_intra = 2.0 * (L - 1.0) * S / n;
+      s.vol_inter = 2.0 * (n - L) * S / n;
+      break;
+    case BRD_ALGO_NVLS:
+      if (ar) {
+        s.hops_intra = 2.0;
+        s.vol_intra = S;
+        s.vol_inter = multi ? S / L : 0.0;
+      } else if (agrs) {
+        s.hops_intra = 1.0;
+        s.vol_intra = (L - 1.0) * S / n;
+        s.vol_inter = (n - L) * S / n;
+      } else {
+        return 0;
+      }
+      s.hops_inter = multi ? 1.0 : 0.0;
+      break;
+    case BRD_ALGO_NVLS_TREE:
+      if (!ar) return 0;
+      s.hops_intra = 2.0;
+      s.hops_inter = 2.0 * clog2(t->nnodes);
+      s.vol_intra = S;
+      s.vol_inter = 2.0 * S / L;
+      break;
+    case BRD_ALGO_COLLNET_DIRECT:
+      if (ar) {
+        s.hops_intra = 2.0;
+        s.vol_intra = 2.0 * (L - 1.0) * S / L;
+        s.vol_inter = S / L;
+      } else if (agrs) {
+        s.hops_intra = 1.0;
+        s.vol_intra = (L - 1.0) * S / n;
+        s.vol_inter = (n - L) * S / n;
+      } else {
+        return 0;
+      }
+      s.hops_inter = 1.0;
+      break;
+    case BRD_ALGO_COLLNET_CHAIN:
+      if (!ar) return 0;
+      s.hops_intra = 2.0 * (L - 1.0);
+      s.hops_inter = 1.0;
+      s.vol_intra = local ? S : 0.0;
+      s.vol_inter = S;
+      break;
+    case BRD_ALGO_PAT:
+      if (!agrs) return 0;
+      s.hops_inter = clog2(t->nranks);
+      s.vol_inter = f * S;
+      break;
+    default:
+      return 0;
+  }
+  *out = s;
+  return 1;
+}
+
+/* The model's time, or -1 when (a, p) cannot run coll here. topo is valid. */
+static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
+                   brd_algo_t a, brd_proto_t p) {
+  shape_t s;
+  if (t->nranks == 1) return 0.0;
+  if ((algo_protos[a] & BRD_PROTO_BIT(p)) == 0) return -1.0;
+  if (!algo_shape(t, coll, a, (double)bytes, &s)) return -1.0;
+  double rpd = t->ranks_per_device;
+  double wire_intra = s.vol_intra > 0.0 ? s.vol_intra / (t->intra_bw / rpd) : 0.0;
+  double wire_inter = s.vol_inter > 0.0 ? s.vol_inter / (t->inter_bw / rpd) : 0.0;
+  double wire = wire_intra > wire_inter ? wire_intra : wire_inter;
+  double lat = (s.hops_intra * t->intra_lat + s.hops_inter * t->inter_lat) * proto_step[p];
+  return BASE_US + lat + wire / (1000.0 * proto_eff[p] * algo_fit[a]);
+}
+
+/* Whether mask lets (a, p) run coll on this topology. */
+static int pair_allowed(const brd_tune_topo_t *t, const brd_tune_mask_t *m,
+                        brd_coll_t coll, brd_algo_t a, brd_proto_t p) {
+  uint32_t pb = BRD_PROTO_BIT(p);
+  if ((m->algos[coll] & BRD_ALGO_BIT(a)) == 0) return 0;
+  if ((m->protos[coll] & pb) == 0) return 0;
+  if ((m->protos_auto[coll] & pb) != 0 && !t->ll128_ok) return 0;
+  return 1;
+}
+
+/* See tune.h. */
+float brd_tune_estimate(const brd_tune_topo_t *topo, brd_coll_t coll,
+                        size_t bytes, brd_algo_t algo, brd_proto_t proto) {
+  if (topo == NULL || topo_problem(topo) != NULL) return -1.0f;
+  if ((unsigned)coll >= BRD_COLL_COUNT || (unsigned)algo >= BRD_ALGO_COUNT ||
+      (unsigned)proto >= BRD_PROTO_COUNT)
+    return -1.0f;
+  return (float)cost(topo, coll, bytes, algo, proto);
+}
+
+/* FNV-1a over the fields that shape a table, never 0. */
+static uint64_t table_key(const brd_tune_topo_t *t, brd_coll_t coll) {
+  const int ints[] = {t->nranks, t->nnodes, t->local_nranks, t->ranks_per_device,
+                      t->host_mode, t->nvls, t->collnet, t->ll128_ok, (int)coll};
+  const float floats[] = {t->intra_bw, t->intra_lat, t->inter_bw, t->inter_lat};
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char *b = (const unsigned char *)ints;
+  for (size_t i = 0; i < sizeof(ints); i++) h = (h ^ b[i]) * 1099511628211ull;
+  b = (const unsigned char *)floats;
+  for (size_t i = 0; i < sizeof(floats); i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h | 1u;
+}
+
+/* True the first time this (topology, collective) asks. */
+static int table_first_time(uint64_t key) {
+  for (int i = 0; i < SEEN_SLOTS; i++) {
+    if (atomic_load_explicit(&seen_tables[i], memory_order_relaxed) == key) return 0;
+  }
+  unsigned slot = atomic_fetch_add_explicit(&seen_next, 1u, memory_order_relaxed);
+  atomic_store_explicit(&seen_tables[slot % SEEN_SLOTS], key, memory_order_relaxed);
+  return 1;
+}
+
+/* Logs the cost of every available algorithm x protocol at a few sizes. */
+static void table_log(const brd_tune_topo_t *t, brd_coll_t coll, uint32_t avail,
+                      const brd_tune_mask_t *m) {
+  char line[TABLE_LINE_MAX];
+  int len;
+
+  INFO(BRD_SUBSYS_TUNING, "%s cost model: %d ranks, %d nodes, %d per node, %d per "
+       "device%s%s%s%s, intra %.1f GB/s %.2f us, inter %.1f GB/s %.2f us; time in us, "
+       "- when not selectable", coll_name(coll), t->nranks, t->nnodes, t->local_nranks,
+       t->ranks_per_device, t->host_mode ? ", host mode" : "", t->nvls ? ", NVLS" : "",
+       t->collnet ? ", CollNet" : "", t->ll128_ok ? ", LL128 safe" : "",
+       (double)t->intra_bw, (double)t->intra_lat, (double)t->inter_bw, (double)t->inter_lat);
+
+  len = snprintf(line, sizeof(line), "%13s |", "Size");
+  for (size_t s = 0; s < TABLE_NSIZES; s++)
+    len += snprintf(line + len, sizeof(line) - (size_t)len, " %26s |", table_size_names[s]);
+  INFO(BRD_SUBSYS_TUNING, "%s", line);
+
+  len = snprintf(line, sizeof(line), "%13s |", "Algorithm");
+  for (size_t s = 0; s < TABLE_NSIZES; s++) {
+    for (int p = 0; p < BRD_PROTO_COUNT; p++)
+      len += snprintf(line + len, sizeof(line) - (size_t)len, " %8s", proto_names[p]);
+    len += snprintf(line + len, sizeof(line) - (size_t)len, " |");
+  }
+  INFO(BRD_SUBSYS_TUNING, "%s", line);
+
+  for (int a = 0; a < BRD_ALGO_COUNT; a++) {
+    shape_t unused;
+    /* Rows for what could run here; an excluded pair still shows as '-'. */
+    if ((avail & BRD_ALGO_BIT(a)) == 0 || !algo_shape(t, coll, (brd_algo_t)a, 1.0, &unused))
+      continue;
+    len = snprintf(line, sizeof(line), "%13s |", algo_names[a]);
+    for (size_t s = 0; s < TABLE_NSIZES; s++) {
+      for (int p = 0; p < BRD_PROTO_COUNT; p++) {
+        double c = cost(t, coll, table_sizes[s], (brd_algo_t)a, (brd_proto_t)p);
+        if (c < 0.0 || !pair_allowed(t, m, coll, (brd_algo_t)a, (brd_proto_t)p))
+          len += snprintf(line + len, sizeof(line) - (size_t)len, " %8s", "-");
+        else
+          len += snprintf(line + len, sizeof(line) - (size_t)len, " %8.1f", c);
+      }
+      len += snprintf(line + len, sizeof(line) - (size_t)len, " |");
+    }
+    INFO(BRD_SUBSYS_TUNING, "%s", line);
+  }
+}
+
+/* WARNs why no candidate is left and returns NCCL's code for it: with an
+ * override set the user's setting is to blame (ncclInvalidUsage), without
+ * one the caller offered nothing that can run (ncclInternalError). */
+static ncclResult_t explain_empty(const brd_tune_topo_t *t, brd_coll_t coll,
+                                  size_t bytes, uint32_t avail,
+                                  const brd_tune_mask_t *m) {
+  const char *cname = coll_name(coll);
+  int overridden = m->algo_env[0] != '\0' || m->proto_env[0] != '\0';
+  uint32_t runnable = 0;     /* algorithms with some runnable protocol */
+  uint32_t protos_runnable = 0;
+  uint32_t algo_ok = 0;      /* runnable and allowed by NCCL_ALGO */
+  char names[NAMES_MAX], pnames[NAMES_MAX];
+
+  for (int a = 0; a < BRD_ALGO_COUNT; a++) {
+    if ((avail & BRD_ALGO_BIT(a)) == 0) continue;
+    for (int p = 0; p < BRD_PROTO_COUNT; p++) {
+      if (cost(t, coll, bytes, (brd_algo_t)a, (brd_proto_t)p) < 0.0) continue;
+      runnable |= BRD_ALGO_BIT(a);
+      if (m->algos[coll] & BRD_ALGO_BIT(a)) {
+        algo_ok |= BRD_ALGO_BIT(a);
+        protos_runnable |= BRD_PROTO_BIT(p);
+      }
+    }
+  }
+  if (runnable == 0) {
+    names_join(algo_names, BRD_ALGO_COUNT, avail, names, sizeof(names));
+    WARN("no algorithm can run %s on this topology (%d ranks, %d nodes, %d per node): "
+         "the algorithms offered were {%s}%s%s%s%s%s", cname, t->nranks, t->nnodes,
+         t->local_nranks, names, m->algo_env[0] ? "; NCCL_ALGO was set to " : "",
+         m->algo_env, m->proto_env[0] ? "; NCCL_PROTO was set to " : "", m->proto_env,
+         overridden ? "" : "; this is a bug in Braid, please report it");
+    return overridden ? ncclInvalidUsage : ncclInternalError;
+  }
+  if (algo_ok == 0) {
+    names_join(algo_names, BRD_ALGO_COUNT, runnable, names, sizeof(names));
+    WARN("no algorithm left for %s: NCCL_ALGO=\"%s\" excludes every algorithm that can "
+         "run it here ({%s}); allow one of them for %s or unset NCCL_ALGO", cname,
+         m->algo_env, names, cname);
+    return ncclInvalidUsage;
+  }
+  names_join(algo_names, BRD_ALGO_COUNT, algo_ok, names, sizeof(names));
+  names_join(proto_names, BRD_PROTO_COUNT, protos_runnable, pnames, sizeof(pnames));
+  WARN("no protocol left for %s: NCCL_PROTO=\"%s\"%s%s%s leaves none of the protocols "
+       "{%s} that the allowed algorithms {%s} run here; allow one of them for %s or "
+       "unset NCCL_PROTO", cname, m->proto_env, m->algo_env[0] ? " with NCCL_ALGO=\"" : "",
+       m->algo_env, m->algo_env[0] ? "\"" : "", pnames, names, cname);
+  return ncclInvalidUsage;
+}
+
+/* See tune.h. */
+ncclResult_t brd_tune_select(const brd_tune_topo_t *topo, brd_coll_t coll,
+                             size_t bytes, uint32_t available_algos,
+                             const brd_tune_mask_t *mask,
+                             brd_tune_choice_t *choice_out) {
+  brd_tune_choice_t best = {BRD_ALGO_COUNT, BRD_PROTO_SIMPLE, 0.0f};
+  double best_time = -1.0;
+  const char *problem;
+
+  if (topo == NULL || mask == NULL || choice_out == NULL) {
+    WARN("brd_tune_select: NULL %s", topo == NULL ? "topo" : mask == NULL ? "mask" : "choice_out");
+    return ncclInternalError;
+  }
+  if ((unsigned)coll >= BRD_COLL_COUNT) {
+    WARN("brd_tune_select: collective %d out of range", (int)coll);
+    return ncclInternalError;
+  }
+  problem = topo_problem(topo);
+  if (problem != NULL) {
+    WARN("brd_tune_select: topology for %s has %s (%d ranks, %d nodes, %d per node, "
+         "%d per device)", coll_name(coll), problem, topo->nranks, topo->nnodes,
+         topo->local_nranks, topo->ranks_per_device);
+    return ncclInternalError;
+  }
+  available_algos &= BRD_ALGO_ALL;
+
+  if (topo->nranks == 1) {
+    /* A local copy: every algorithm degenerates to it, so NCCL ignores the
+     * overrides; prefer Ring as NCCL does. */
+    if (available_algos == 0) {
+      WARN("brd_tune_select: no generator offered for %s", coll_name(coll));
+      return ncclInternalError;
+    }
+    best.algo = (available_algos & BRD_ALGO_BIT(BRD_ALGO_RING))
+                    ? BRD_ALGO_RING
+                    : (brd_algo_t)__builtin_ctz(available_algos);
+    best_time = 0.0;
+  } else {
+    if (brd_log_on(BRD_LOG_INFO, BRD_SUBSYS_TUNING) && table_first_time(table_key(topo, coll)))
+      table_log(topo, coll, available_algos, mask);
+    for (int a = 0; a < BRD_ALGO_COUNT; a++) {
+      if ((available_algos & BRD_ALGO_BIT(a)) == 0) continue;
+      for (int p = 0; p < BRD_PROTO_COUNT; p++) {
+        if (!pair_allowed(topo, mask, coll, (brd_algo_t)a, (brd_proto_t)p)) continue;
+        double c = cost(topo, coll, bytes, (brd_algo_t)a, (brd_proto_t)p);
+        if (c < 0.0 || (best_time >= 0.0 && c >= best_time)) continue;
+        best.algo = (brd_algo_t)a;
+        best.proto = (brd_proto_t)p;
+        best_time = c;
+      }
+    }
+    if (best_time < 0.0) return explain_empty(topo, coll, bytes, available_algos, mask);
+  }
+  best.time_us = (float)best_time;
+  INFO(BRD_SUBSYS_TUNING, "%s: %zu Bytes -> Algo %s proto %s time %.2f us", coll_name(coll),
+       bytes, algo_names[best.algo], proto_names[best.proto], (double)best.time_us);
+  *choice_out = best;
+  return ncclSuccess;
+}

@@ -1,0 +1,133 @@
+/*
+ * Braid: algorithm and protocol choice.
+ *
+ * A cost model estimates, for one collective of a given size on a given
+ * topology, the time of every (algorithm, protocol) pair; the cheapest pair
+ * that has a generator, suits the topology and survives the user's
+ * NCCL_ALGO / NCCL_PROTO overrides wins. Everything here is pure C over
+ * caller-owned memory: no allocation, no communicator, no GPU.
+ */
+#ifndef BRD_PLAN_TUNE_H
+#define BRD_PLAN_TUNE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "enqueue.h"
+
+/* Algorithms: NCCL 2.28's seven plus Braid's one-shot and two-shot. The
+ * order is Braid's own (ties in cost go to the lower value); it is not
+ * NCCL's NCCL_ALGO_* numbering. */
+typedef enum {
+  BRD_ALGO_RING,
+  BRD_ALGO_TREE,
+  BRD_ALGO_ONESHOT,        /* every rank reads/writes every peer directly, one step */
+  BRD_ALGO_TWOSHOT,        /* direct reduce-scatter, then direct all-gather */
+  BRD_ALGO_NVLS,
+  BRD_ALGO_NVLS_TREE,
+  BRD_ALGO_COLLNET_DIRECT,
+  BRD_ALGO_COLLNET_CHAIN,
+  BRD_ALGO_PAT,
+  BRD_ALGO_COUNT
+} brd_algo_t;
+
+typedef enum {
+  BRD_PROTO_LL,
+  BRD_PROTO_LL128,
+  BRD_PROTO_SIMPLE,
+  BRD_PROTO_COUNT
+} brd_proto_t;
+
+#define BRD_ALGO_BIT(a) (1u << (unsigned)(a))
+#define BRD_PROTO_BIT(p) (1u << (unsigned)(p))
+#define BRD_ALGO_ALL (BRD_ALGO_BIT(BRD_ALGO_COUNT) - 1u)
+#define BRD_PROTO_ALL (BRD_PROTO_BIT(BRD_PROTO_COUNT) - 1u)
+
+/* Longest override text kept in a mask for messages (longer is cut). */
+#define BRD_TUNE_ENV_MAX 128
+
+/* What NCCL_ALGO and NCCL_PROTO allow, per collective. Filled by
+ * brd_tune_parse; plain data, copyable, lives in the caller's memory. */
+typedef struct {
+  uint32_t algos[BRD_COLL_COUNT];   /* BRD_ALGO_BIT()s allowed */
+  uint32_t protos[BRD_COLL_COUNT];  /* BRD_PROTO_BIT()s allowed */
+  /* Allowed protocols still on their hardware default: LL128 until an
+   * NCCL_PROTO entry covers the collective (then it is on or off for good,
+   * as in NCCL). brd_tune_select drops these unless topo->ll128_ok. */
+  uint32_t protos_auto[BRD_COLL_COUNT];
+  char algo_env[BRD_TUNE_ENV_MAX];  /* NCCL_ALGO as parsed; "" when unset */
+  char proto_env[BRD_TUNE_ENV_MAX]; /* NCCL_PROTO as parsed; "" when unset */
+} brd_tune_mask_t;
+
+/* What the cost model needs to know about a communicator. Bandwidths are a
+ * rank's own link bandwidth in GB/s (1 GB/s = 1000 bytes/us), latencies the
+ * cost of one hop in microseconds. */
+typedef struct {
+  int nranks;
+  int nnodes;
+  int local_nranks;        /* ranks per node */
+  int ranks_per_device;    /* ranks sharing one GPU; they share its links */
+  int host_mode;           /* 1: host executor (no NVLS, no CollNet) */
+  int nvls;                /* 1: NVLink SHARP multicast is present */
+  int collnet;             /* 1: an in-network reduction (CollNet) is usable */
+  int ll128_ok;            /* 1: LL128 is safe here, so it is on by default */
+  float intra_bw;          /* GB/s, link inside a node; > 0 when local_nranks > 1 */
+  float intra_lat;         /* us per hop inside a node */
+  float inter_bw;          /* GB/s, link between nodes; > 0 when nnodes > 1 */
+  float inter_lat;         /* us per hop between nodes */
+} brd_tune_topo_t;
+
+typedef struct {
+  brd_algo_t algo;
+  brd_proto_t proto;
+  float time_us;           /* the model's estimate for this call */
+} brd_tune_choice_t;
+
+/* NCCL's spelling of an algorithm ("Ring", "NVLSTree", "OneShot") or
+ * protocol ("LL", "LL128", "Simple"); "Unknown" when out of range. The
+ * strings are static. Any thread. */
+const char *brd_algo_name(brd_algo_t algo);
+const char *brd_proto_name(brd_proto_t proto);
+
+/* Parses NCCL_ALGO and NCCL_PROTO (either may be NULL or "" for unset) with
+ * NCCL 2.28's syntax: entries separated by ';', each "[func:]name,name" or
+ * "[func:]^name,name" (^ allows all but the names). Only the first entry may
+ * omit "func:", and then applies to the five functions NCCL tunes
+ * (Broadcast, Reduce, AllGather, ReduceScatter, AllReduce); a later entry
+ * replaces its function's list. Names are case-insensitive. AlltoAll,
+ * Gather, Scatter, Send and Recv are never restricted, as in NCCL.
+ * Returns ncclInvalidUsage (NCCL's code for a bad NCCL_ALGO/NCCL_PROTO) with
+ * a WARN naming the variable, the bad token and the valid names for an
+ * unknown name or function, an empty list or name, a missing "func:" after
+ * the first entry, or a second ':'. Writes *mask_out only on success.
+ * Any thread; does not block. */
+ncclResult_t brd_tune_parse(const char *algo_env, const char *proto_env,
+                            brd_tune_mask_t *mask_out);
+
+/* Picks the cheapest (algorithm, protocol) for one call. bytes is NCCL's
+ * tuning size: count x element size, times nranks for AllGather and
+ * ReduceScatter (the larger buffer). available_algos holds BRD_ALGO_BIT()s
+ * of the algorithms that have a generator for coll. A pair is a candidate
+ * when its algorithm is available, suits the topology, supports the
+ * protocol and is allowed by mask. With one rank the call is a local copy:
+ * the mask is ignored (as NCCL does) and the time is 0.
+ * Errors: ncclInvalidUsage with a WARN naming NCCL_ALGO/NCCL_PROTO and the
+ * collective when the overrides leave no candidate; ncclInternalError when
+ * nothing could run even without overrides, or for a malformed topo or
+ * coll. Writes *choice_out only on success. Logs the choice at INFO/TUNING,
+ * and the cost table the first time a (topology, collective) is seen. Any
+ * thread; does not block. */
+ncclResult_t brd_tune_select(const brd_tune_topo_t *topo, brd_coll_t coll,
+                             size_t bytes, uint32_t available_algos,
+                             const brd_tune_mask_t *mask,
+                             brd_tune_choice_t *choice_out);
+
+/* The model's time in microseconds for one (algo, proto) pair, ignoring
+ * overrides and generators (used by ncclGroupSimulateEnd), or -1.0f when
+ * the pair cannot run coll on this topology or an argument is malformed.
+ * 0 for a single rank. Any thread. */
+float brd_tune_estimate(const brd_tune_topo_t *topo, brd_coll_t coll,
+                        size_t bytes, brd_algo_t algo, brd_proto_t proto);
+
+#endif /* BRD_PLAN_TUNE_H */

@@ -1,0 +1,573 @@
+/*
+ * Unit tests for algorithm/protocol choice (src/plan/tune.c): NCCL_ALGO /
+ * NCCL_PROTO parsing against masks written out by hand from NCCL 2.28's
+ * rules, and the cost model against times worked out by hand from the
+ * formula documented at the top of tune.c.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "debug.h"
+#include "param.h"
+#include "plan/tune.h"
+
+#define A(x) BRD_ALGO_BIT(BRD_ALGO_##x)
+#define P(x) BRD_PROTO_BIT(BRD_PROTO_##x)
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+
+/* The generators a single node offers for AllReduce in these tests. */
+#define AVAIL_SHOTS (A(RING) | A(TREE) | A(ONESHOT) | A(TWOSHOT))
+
+/* NCCL's five tuned functions, in the order the tables below use. */
+static const brd_coll_t funcs[5] = {BRD_COLL_BROADCAST, BRD_COLL_REDUCE,
+                                    BRD_COLL_ALLGATHER, BRD_COLL_REDUCESCATTER,
+                                    BRD_COLL_ALLREDUCE};
+static const brd_coll_t untuned[5] = {BRD_COLL_ALLTOALL, BRD_COLL_GATHER,
+                                      BRD_COLL_SCATTER, BRD_COLL_SEND,
+                                      BRD_COLL_RECV};
+
+/* 8 ranks on one node: 100 GB/s links, 1 us per hop. */
+static brd_tune_topo_t topo8(void) {
+  brd_tune_topo_t t;
+  memset(&t, 0, sizeof(t));
+  t.nranks = 8;
+  t.nnodes = 1;
+  t.local_nranks = 8;
+  t.ranks_per_device = 1;
+  t.ll128_ok = 1;
+  t.intra_bw = 100.0f;
+  t.intra_lat = 1.0f;
+  return t;
+}
+
+/* 16 ranks, 2 nodes of 8: inside 100 GB/s 1 us, between 25 GB/s 5 us. */
+static brd_tune_topo_t topo16x2(void) {
+  brd_tune_topo_t t = topo8();
+  t.nranks = 16;
+  t.nnodes = 2;
+  t.inter_bw = 25.0f;
+  t.inter_lat = 5.0f;
+  return t;
+}
+
+static brd_tune_mask_t mask_of(const char *algo, const char *proto) {
+  brd_tune_mask_t m;
+  assert_int_equal(brd_tune_parse(algo, proto, &m), ncclSuccess);
+  return m;
+}
+
+static void assert_close(double got, double want) {
+  if (fabs(got - want) > 1e-3 * fabs(want)) fail_msg("got %.6f, want %.6f", got, want);
+}
+
+static void assert_choice(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
+                          uint32_t avail, const brd_tune_mask_t *m, brd_algo_t algo,
+                          brd_proto_t proto, double time_us) {
+  brd_tune_choice_t c;
+  assert_int_equal(brd_tune_select(t, coll, bytes, avail, m, &c), ncclSuccess);
+  if (c.algo != algo || c.proto != proto)
+    fail_msg("%zu bytes: got %s/%s, want %s/%s", bytes, brd_algo_name(c.algo),
+             brd_proto_name(c.proto), brd_algo_name(algo), brd_proto_name(proto));
+  assert_close(c.time_us, time_us);
+}
+
+static void assert_error_mentions(const char *a, const char *b) {
+  const char *e = brd_log_last_error();
+  if (strstr(e, a) == NULL || (b != NULL && strstr(e, b) == NULL))
+    fail_msg("last error \"%s\" does not name \"%s\"%s%s", e, a, b ? " and " : "", b ? b : "");
+}
+
+/* ---- names ---- */
+
+static void test_names(void **state) {
+  (void)state;
+  assert_string_equal(brd_algo_name(BRD_ALGO_RING), "Ring");
+  assert_string_equal(brd_algo_name(BRD_ALGO_TREE), "Tree");
+  assert_string_equal(brd_algo_name(BRD_ALGO_ONESHOT), "OneShot");
+  assert_string_equal(brd_algo_name(BRD_ALGO_TWOSHOT), "TwoShot");
+  assert_string_equal(brd_algo_name(BRD_ALGO_NVLS), "NVLS");
+  assert_string_equal(brd_algo_name(BRD_ALGO_NVLS_TREE), "NVLSTree");
+  assert_string_equal(brd_algo_name(BRD_ALGO_COLLNET_DIRECT), "CollNetDirect");
+  assert_string_equal(brd_algo_name(BRD_ALGO_COLLNET_CHAIN), "CollNetChain");
+  assert_string_equal(brd_algo_name(BRD_ALGO_PAT), "PAT");
+  assert_string_equal(brd_algo_name(BRD_ALGO_COUNT), "Unknown");
+  assert_string_equal(brd_proto_name(BRD_PROTO_LL), "LL");
+  assert_string_equal(brd_proto_name(BRD_PROTO_LL128), "LL128");
+  assert_string_equal(brd_proto_name(BRD_PROTO_SIMPLE), "Simple");
+  assert_string_equal(brd_proto_name((brd_proto_t)-1), "Unknown");
+}
+
+/* ---- parsing ---- */
+
+static void assert_untuned_open(const brd_tune_mask_t *m) {
+  for (int i = 0; i < 5; i++) {
+    assert_int_equal(m->algos[untuned[i]], 0x1ff);
+    assert_int_equal(m->protos[untuned[i]], 0x7);
+    assert_int_equal(m->protos_auto[untuned[i]], P(LL128));
+  }
+}
+
+static void test_parse_unset(void **state) {
+  (void)state;
+  const char *cases[][2] = {{NULL, NULL}, {"", ""}};
+  for (size_t k = 0; k < 2; k++) {
+    brd_tune_mask_t m = mask_of(cases[k][0], cases[k][1]);
+    for (int c = 0; c < BRD_COLL_COUNT; c++) {
+      assert_int_equal(m.algos[c], 0x1ff);   /* all nine algorithms */
+      assert_int_equal(m.protos[c], 0x7);    /* LL, LL128, Simple */
+      assert_int_equal(m.protos_auto[c], P(LL128));
+    }
+    assert_string_equal(m.algo_env, "");
+    assert_string_equal(m.proto_env, "");
+  }
+}
+
+/* Per NCCL function (Broadcast, Reduce, AllGather, ReduceScatter,
+ * AllReduce): the bits NCCL_ALGO leaves. */
+typedef struct {
+  const char *env;
+  uint32_t algos[5];
+} algo_case_t;
+
+static void test_parse_algo_forms(void **state) {
+  (void)state;
+  const uint32_t all = 0x1ff;
+  const algo_case_t cases[] = {
+      {"Ring", {A(RING), A(RING), A(RING), A(RING), A(RING)}},
+      {"ring", {A(RING), A(RING), A(RING), A(RING), A(RING)}},
+      {"^Tree", {all & ~A(TREE), all & ~A(TREE), all & ~A(TREE), all & ~A(TREE), all & ~A(TREE)}},
+      {"allreduce:tree,ring;allgather:^ring",
+       {all, all, all & ~A(RING), all, A(TREE) | A(RING)}},
+      /* NCCL's own example: a default for all, then two functions. */
+      {"ring,collnetdirect;allreduce:tree,collnetdirect;broadcast:ring",
+       {A(RING), A(RING) | A(COLLNET_DIRECT), A(RING) | A(COLLNET_DIRECT),
+        A(RING) | A(COLLNET_DIRECT), A(TREE) | A(COLLNET_DIRECT)}},
+      {"RING,nvlstree,OneShot,TWOSHOT,pat,CollNetChain,nvls",
+       {0x1ff & ~(A(TREE) | A(COLLNET_DIRECT)), 0x1ff & ~(A(TREE) | A(COLLNET_DIRECT)),
+        0x1ff & ~(A(TREE) | A(COLLNET_DIRECT)), 0x1ff & ~(A(TREE) | A(COLLNET_DIRECT)),
+        0x1ff & ~(A(TREE) | A(COLLNET_DIRECT))}},
+      /* A first entry may carry a prefix; the rest stay open. */
+      {"broadcast:ring", {A(RING), all, all, all, all}},
+      {"ReduceScatter:PAT;REDUCE:tree", {all, A(TREE), all, A(PAT), all}},
+      /* A later entry for the same function replaces the earlier one. */
+      {"allreduce:ring;allreduce:^oneshot,twoshot",
+       {all, all, all, all, all & ~(A(ONESHOT) | A(TWOSHOT))}},
+      {"^ring;allreduce:ring", {all & ~A(RING), all & ~A(RING), all & ~A(RING), all & ~A(RING), A(RING)}},
+  };
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    brd_tune_mask_t m = mask_of(cases[k].env, NULL);
+    for (int f = 0; f < 5; f++) {
+      if (m.algos[funcs[f]] != cases[k].algos[f])
+        fail_msg("NCCL_ALGO=%s function %d: got 0x%x want 0x%x", cases[k].env, f,
+                 m.algos[funcs[f]], cases[k].algos[f]);
+      assert_int_equal(m.protos[funcs[f]], 0x7);
+      assert_int_equal(m.protos_auto[funcs[f]], P(LL128));
+    }
+    assert_untuned_open(&m);
+    assert_string_equal(m.algo_env, cases[k].env);
+  }
+}
+
+/* Per NCCL function: protocols left and those still on LL128's default. */
+typedef struct {
+  const char *env;
+  uint32_t protos[5];
+  uint32_t autos[5];
+} proto_case_t;
+
+static void test_parse_proto_forms(void **state) {
+  (void)state;
+  const uint32_t ls = P(LL) | P(SIMPLE), l8s = P(LL128) | P(SIMPLE), d = P(LL128);
+  const proto_case_t cases[] = {
+      {"LL,Simple", {ls, ls, ls, ls, ls}, {0, 0, 0, 0, 0}},
+      {"^LL128", {ls, ls, ls, ls, ls}, {0, 0, 0, 0, 0}},
+      /* Excluding LL switches LL128 on outright, as in NCCL. */
+      {"^LL", {l8s, l8s, l8s, l8s, l8s}, {0, 0, 0, 0, 0}},
+      {"simple", {P(SIMPLE), P(SIMPLE), P(SIMPLE), P(SIMPLE), P(SIMPLE)}, {0, 0, 0, 0, 0}},
+      /* NCCL's examples. */
+      {"LL,Simple;allreduce:^LL", {ls, ls, ls, ls, l8s}, {0, 0, 0, 0, 0}},
+      {"^LL128;allreduce:LL128", {ls, ls, ls, ls, P(LL128)}, {0, 0, 0, 0, 0}},
+      /* Untouched functions keep LL128 on its hardware default. */
+      {"allgather:LL", {0x7, 0x7, P(LL), 0x7, 0x7}, {d, d, 0, d, d}},
+  };
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    brd_tune_mask_t m = mask_of(NULL, cases[k].env);
+    for (int f = 0; f < 5; f++) {
+      if (m.protos[funcs[f]] != cases[k].protos[f] ||
+          m.protos_auto[funcs[f]] != cases[k].autos[f])
+        fail_msg("NCCL_PROTO=%s function %d: got 0x%x/0x%x want 0x%x/0x%x", cases[k].env,
+                 f, m.protos[funcs[f]], m.protos_auto[funcs[f]], cases[k].protos[f],
+                 cases[k].autos[f]);
+      assert_int_equal(m.algos[funcs[f]], 0x1ff);
+    }
+    assert_untuned_open(&m);
+    assert_string_equal(m.proto_env, cases[k].env);
+  }
+}
+
+typedef struct {
+  const char *algo;
+  const char *proto;
+  const char *var;     /* the variable the message must name */
+  const char *token;   /* and the offending text */
+} reject_case_t;
+
+static void test_parse_rejects(void **state) {
+  (void)state;
+  const reject_case_t cases[] = {
+      {"ring,rnig", NULL, "NCCL_ALGO", "\"rnig\""},
+      {"Ring;allreduce:Treee", NULL, "NCCL_ALGO", "\"Treee\""},
+      {NULL, "LL,LL256", "NCCL_PROTO", "\"LL256\""},
+      {"ring", "allreduce:^LL,Simpel", "NCCL_PROTO", "\"Simpel\""},
+      {"allreduc:ring", NULL, "NCCL_ALGO", "\"allreduc\""},
+      /* NCCL tunes five functions; others are not prefixes. */
+      {"alltoall:ring", NULL, "NCCL_ALGO", "\"alltoall\""},
+      {NULL, "send:LL", "NCCL_PROTO", "\"send\""},
+      {":ring", NULL, "NCCL_ALGO", "\":ring\""},
+      /* Empty lists. */
+      {"allreduce:", NULL, "NCCL_ALGO", "\"allreduce:\""},
+      {"^", NULL, "NCCL_ALGO", "\"^\""},
+      {NULL, "allreduce:^", "NCCL_PROTO", "\"allreduce:^\""},
+      /* Stray separators. */
+      {"ring,,tree", NULL, "NCCL_ALGO", "\"ring,,tree\" has an empty algorithm name"},
+      {",ring", NULL, "NCCL_ALGO", "\",ring\" has an empty algorithm name"},
+      {"ring,", NULL, "NCCL_ALGO", "\"ring,\" has an empty algorithm name"},
+      {"ring;", NULL, "NCCL_ALGO", "stray ';'"},
+      {";ring", NULL, "NCCL_ALGO", "stray ';'"},
+      {"ring;;allreduce:tree", NULL, "NCCL_ALGO", "stray ';'"},
+      {NULL, "LL,,Simple", "NCCL_PROTO", "\"LL,,Simple\" has an empty protocol name"},
+      /* Only the first entry may omit the function. */
+      {"allreduce:tree;ring", NULL, "NCCL_ALGO", "\"ring\""},
+      {"allreduce:ring:tree", NULL, "NCCL_ALGO", "\"allreduce:ring:tree\""},
+      /* '^' only leads a list; names are matched as written. */
+      {"ring,^tree", NULL, "NCCL_ALGO", "\"^tree\""},
+      {" ring", NULL, "NCCL_ALGO", "\" ring\""},
+      {"^^ring", NULL, "NCCL_ALGO", "\"^ring\""},
+  };
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+    brd_tune_mask_t m, before;
+    memset(&m, 0x5a, sizeof(m));
+    before = m;
+    brd_log_set_last_error("%s", "");
+    ncclResult_t rc = brd_tune_parse(cases[k].algo, cases[k].proto, &m);
+    if (rc != ncclInvalidUsage)
+      fail_msg("NCCL_ALGO=%s NCCL_PROTO=%s: rc %d, want ncclInvalidUsage",
+               cases[k].algo ? cases[k].algo : "(unset)",
+               cases[k].proto ? cases[k].proto : "(unset)", (int)rc);
+    assert_error_mentions(cases[k].var, cases[k].token);
+    assert_memory_equal(&m, &before, sizeof(m));
+  }
+  /* The message lists what would have been valid. */
+  assert_int_equal(brd_tune_parse("ring,rnig", NULL, &(brd_tune_mask_t){0}), ncclInvalidUsage);
+  assert_error_mentions("Ring, Tree, OneShot, TwoShot, NVLS, NVLSTree, CollNetDirect, "
+                        "CollNetChain, PAT", NULL);
+  assert_int_equal(brd_tune_parse(NULL, "LL9", &(brd_tune_mask_t){0}), ncclInvalidUsage);
+  assert_error_mentions("LL, LL128, Simple", NULL);
+  assert_int_equal(brd_tune_parse("gather:ring", NULL, &(brd_tune_mask_t){0}), ncclInvalidUsage);
+  assert_error_mentions("Broadcast, Reduce, AllGather, ReduceScatter, AllReduce", NULL);
+}
+
+/* ---- the cost model ---- */
+
+/* Times below follow tune.c's formula: 5 us base, per-hop latency times
+ * step {LL 1, LL128 2.5, Simple 5}, bytes / (1000 * GB/s * eff * fit) with
+ * eff {0.5, 0.9375, 1} and fit Ring 1, Tree 0.9, One/TwoShot 0.8. */
+static void test_select_8_ranks(void **state) {
+  (void)state;
+  brd_tune_topo_t t = topo8();
+  brd_tune_mask_t m = mask_of(NULL, NULL);
+  /* 1 KiB: one hop, 7 x 1024 bytes in: 5 + 1 + 7168 / 40000. */
+  assert_choice(&t, BRD_COLL_ALLREDUCE, KIB, AVAIL_SHOTS, &m, BRD_ALGO_ONESHOT,
+                BRD_PROTO_LL, 6.1792);
+  /* 1 MiB: two hops of 2.5, 2 x 7/8 MiB at 75 GB/s: 5 + 5 + 1835008 / 75000. */
+  assert_choice(&t, BRD_COLL_ALLREDUCE, MIB, AVAIL_SHOTS, &m, BRD_ALGO_TWOSHOT,
+                BRD_PROTO_LL128, 34.466773);
+  /* 256 MiB: 14 hops of 5, 2 x 7/8 x 256 MiB at 100 GB/s. */
+  assert_choice(&t, BRD_COLL_ALLREDUCE, 256 * MIB, AVAIL_SHOTS, &m, BRD_ALGO_RING,
+                BRD_PROTO_SIMPLE, 4772.62048);
+  /* Without the direct patterns a tiny message goes up and down the tree:
+   * 2 x 3 hops, 2 KiB at 100 x 0.5 x 0.9. */
+  assert_choice(&t, BRD_COLL_ALLREDUCE, KIB, A(RING) | A(TREE), &m, BRD_ALGO_TREE,
+                BRD_PROTO_LL, 11.045511);
+  /* Two ranks sharing each GPU halve its bandwidth. */
+  t.ranks_per_device = 2;
+  assert_choice(&t, BRD_COLL_ALLREDUCE, 256 * MIB, AVAIL_SHOTS, &m, BRD_ALGO_RING,
+                BRD_PROTO_SIMPLE, 9470.24096);
+  /* With multicast, NVLS moves S once each way: 5 + 2 x 5 + S / 85000. */
+  t = topo8();
+  t.nvls = 1;
+  assert_choice(&t, BRD_COLL_ALLREDUCE, 256 * MIB, AVAIL_SHOTS | A(NVLS), &m, BRD_ALGO_NVLS,
+                BRD_PROTO_SIMPLE, 3173.064188);
+}
+
+static void test_select_two_nodes(void **state) {
+  (void)state;
+  brd_tune_topo_t t = topo16x2();
+  brd_tune_mask_t m = mask_of(NULL, NULL);
+  /* Tree: 6 intra hops + 2 inter hops of 5 us; 2 KiB over the 25 GB/s link. */
+  assert_choice(&t, BRD_COLL_ALLREDUCE, KIB, A(RING) | A(TREE), &m, BRD_ALGO_TREE,
+                BRD_PROTO_LL, 21.182044);
+  /* Ring: 28 intra + 2 inter hops of Simple, 2 x 15/16 x 256 MiB at 25 GB/s. */
+  assert_choice(&t, BRD_COLL_ALLREDUCE, 256 * MIB, A(RING) | A(TREE), &m, BRD_ALGO_RING,
+                BRD_PROTO_SIMPLE, 20327.6592);
+}
+
+/* Doubling the size never makes the call cheaper, and the choice moves one
+ * way only: one-shot, then two-shot, then ring. */
+static void test_select_monotone(void **state) {
+  (void)state;
+  static const brd_algo_t order[] = {BRD_ALGO_ONESHOT, BRD_ALGO_TWOSHOT, BRD_ALGO_RING};
+  brd_tune_topo_t t = topo8();
+  brd_tune_mask_t m = mask_of(NULL, NULL);
+  double prev = 0.0;
+  int stage = 0;
+  for (size_t bytes = 1; bytes <= ((size_t)1 << 32); bytes *= 2) {
+    brd_tune_choice_t c;
+    assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, bytes, AVAIL_SHOTS, &m, &c),
+                     ncclSuccess);
+    assert_true(c.time_us >= prev);
+    prev = c.time_us;
+    while (stage < 3 && order[stage] != c.algo) stage++;
+    if (stage == 3) fail_msg("%zu bytes went back to %s", bytes, brd_algo_name(c.algo));
+    /* Nothing available is cheaper than the choice. */
+    for (int a = 0; a < BRD_ALGO_COUNT; a++) {
+      if (!(AVAIL_SHOTS & BRD_ALGO_BIT(a))) continue;
+      for (int p = 0; p < BRD_PROTO_COUNT; p++) {
+        float e = brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, bytes, (brd_algo_t)a, (brd_proto_t)p);
+        if (e >= 0.0f) assert_true(e >= c.time_us);
+      }
+    }
+  }
+  assert_int_equal(stage, 2); /* it did reach the ring */
+}
+
+static void test_overrides_force(void **state) {
+  (void)state;
+  brd_tune_topo_t t = topo8();
+  brd_tune_mask_t m;
+
+  m = mask_of("Ring", NULL); /* 14 LL hops, 1792 bytes at 50 GB/s */
+  assert_choice(&t, BRD_COLL_ALLREDUCE, KIB, AVAIL_SHOTS, &m, BRD_ALGO_RING, BRD_PROTO_LL,
+                19.03584);
+  m = mask_of(NULL, "Simple"); /* one Simple hop, 7168 bytes at 80 GB/s */
+  assert_choice(&t, BRD_COLL_ALLREDUCE, KIB, AVAIL_SHOTS, &m, BRD_ALGO_ONESHOT,
+                BRD_PROTO_SIMPLE, 10.0896);
+  m = mask_of("allreduce:^oneshot,twoshot", NULL);
+  assert_choice(&t, BRD_COLL_ALLREDUCE, KIB, AVAIL_SHOTS, &m, BRD_ALGO_TREE, BRD_PROTO_LL,
+                11.045511);
+  /* An entry for another function leaves AllReduce alone. */
+  m = mask_of("allgather:ring", "broadcast:simple");
+  assert_choice(&t, BRD_COLL_ALLREDUCE, KIB, AVAIL_SHOTS, &m, BRD_ALGO_ONESHOT,
+                BRD_PROTO_LL, 6.1792);
+
+  /* Where LL128 is not safe it is off by default ... */
+  t.ll128_ok = 0;
+  m = mask_of(NULL, NULL);
+  assert_choice(&t, BRD_COLL_ALLREDUCE, MIB, AVAIL_SHOTS, &m, BRD_ALGO_TWOSHOT,
+                BRD_PROTO_SIMPLE, 37.9376);
+  /* ... unless the user names it, either way round. */
+  m = mask_of(NULL, "LL128");
+  assert_choice(&t, BRD_COLL_ALLREDUCE, MIB, AVAIL_SHOTS, &m, BRD_ALGO_TWOSHOT,
+                BRD_PROTO_LL128, 34.466773);
+  m = mask_of(NULL, "^LL");
+  assert_choice(&t, BRD_COLL_ALLREDUCE, MIB, AVAIL_SHOTS, &m, BRD_ALGO_TWOSHOT,
+                BRD_PROTO_LL128, 34.466773);
+  m = mask_of(NULL, "allgather:LL128");
+  assert_choice(&t, BRD_COLL_ALLREDUCE, MIB, AVAIL_SHOTS, &m, BRD_ALGO_TWOSHOT,
+                BRD_PROTO_SIMPLE, 37.9376);
+}
+
+static void assert_select_fails(const brd_tune_topo_t *t, brd_coll_t coll, uint32_t avail,
+                                const brd_tune_mask_t *m, ncclResult_t want,
+                                const char *a, const char *b) {
+  brd_tune_choice_t c = {BRD_ALGO_PAT, BRD_PROTO_LL128, 42.0f};
+  brd_log_set_last_error("%s", "");
+  assert_int_equal(brd_tune_select(t, coll, MIB, avail, m, &c), want);
+  assert_error_mentions(a, b);
+  assert_int_equal(c.algo, BRD_ALGO_PAT); /* untouched */
+  assert_int_equal(c.proto, BRD_PROTO_LL128);
+  assert_true(c.time_us == 42.0f);
+}
+
+static void test_empty_intersection(void **state) {
+  (void)state;
+  brd_tune_topo_t t = topo8();
+  brd_tune_mask_t m;
+
+  /* NVLS has a generator but no multicast here. */
+  m = mask_of("NVLS", NULL);
+  assert_select_fails(&t, BRD_COLL_ALLREDUCE, AVAIL_SHOTS | A(NVLS), &m, ncclInvalidUsage,
+                      "NCCL_ALGO", "AllReduce");
+  /* There is no tree all-gather. */
+  m = mask_of("Tree", NULL);
+  assert_select_fails(&t, BRD_COLL_ALLGATHER, A(RING) | A(TREE) | A(ONESHOT), &m,
+                      ncclInvalidUsage, "NCCL_ALGO", "AllGather");
+  /* NVLS moves only Simple. */
+  t.nvls = 1;
+  m = mask_of("allreduce:nvls", "LL");
+  assert_select_fails(&t, BRD_COLL_ALLREDUCE, AVAIL_SHOTS | A(NVLS), &m, ncclInvalidUsage,
+                      "NCCL_PROTO", "AllReduce");
+  m = mask_of(NULL, "^LL,LL128,Simple");
+  assert_select_fails(&t, BRD_COLL_REDUCESCATTER, A(RING), &m, ncclInvalidUsage,
+                      "NCCL_PROTO", "ReduceScatter");
+  /* Nothing to run and nobody to blame but the caller. */
+  m = mask_of(NULL, NULL);
+  assert_select_fails(&t, BRD_COLL_ALLREDUCE, 0, &m, ncclInternalError, "AllReduce", NULL);
+  t.nvls = 0;
+  assert_select_fails(&t, BRD_COLL_ALLREDUCE, A(NVLS), &m, ncclInternalError, "AllReduce",
+                      NULL);
+}
+
+static void test_single_rank(void **state) {
+  (void)state;
+  brd_tune_topo_t t = topo8();
+  t.nranks = t.local_nranks = 1;
+  brd_tune_mask_t m = mask_of("Tree", "LL");
+  /* A local copy: overrides do not apply, as in NCCL. */
+  assert_choice(&t, BRD_COLL_ALLREDUCE, MIB, A(RING) | A(TREE), &m, BRD_ALGO_RING,
+                BRD_PROTO_SIMPLE, 0.0);
+  assert_choice(&t, BRD_COLL_BROADCAST, MIB, A(TREE) | A(ONESHOT), &m, BRD_ALGO_TREE,
+                BRD_PROTO_SIMPLE, 0.0);
+}
+
+static void test_estimate(void **state) {
+  (void)state;
+  brd_tune_topo_t t = topo8();
+  assert_close(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_ONESHOT, BRD_PROTO_LL),
+               6.1792);
+  /* Pairs that cannot run here. */
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLGATHER, KIB, BRD_ALGO_TREE, BRD_PROTO_LL) < 0);
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_NVLS, BRD_PROTO_SIMPLE) < 0);
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLGATHER, KIB, BRD_ALGO_PAT, BRD_PROTO_SIMPLE) < 0);
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_NVLS_TREE, BRD_PROTO_SIMPLE) < 0);
+  t.nvls = 1;
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_NVLS, BRD_PROTO_LL) < 0);
+  t.host_mode = 1;
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_NVLS, BRD_PROTO_SIMPLE) < 0);
+
+  /* PAT on 4 nodes of 1: 2 inter hops of 5 us x 5, 3/4 x 4 KiB at 25 x 0.75. */
+  brd_tune_topo_t p;
+  memset(&p, 0, sizeof(p));
+  p.nranks = p.nnodes = 4;
+  p.local_nranks = p.ranks_per_device = 1;
+  p.inter_bw = 25.0f;
+  p.inter_lat = 5.0f;
+  assert_close(brd_tune_estimate(&p, BRD_COLL_ALLGATHER, 4 * KIB, BRD_ALGO_PAT,
+                                 BRD_PROTO_SIMPLE), 55.16384);
+  assert_true(brd_tune_estimate(&p, BRD_COLL_ALLGATHER, 4 * KIB, BRD_ALGO_PAT, BRD_PROTO_LL) < 0);
+
+  /* Malformed topologies and arguments. */
+  brd_tune_topo_t bad[5];
+  for (int i = 0; i < 5; i++) bad[i] = topo8();
+  bad[0].nranks = 0;
+  bad[1].local_nranks = 4;          /* 1 node x 4 < 8 ranks */
+  bad[2].intra_bw = 0.0f;
+  bad[3].intra_lat = NAN;
+  bad[4].nnodes = 2;                /* two nodes, no inter bandwidth */
+  brd_tune_mask_t m = mask_of(NULL, NULL);
+  for (int i = 0; i < 5; i++) {
+    brd_tune_choice_t c;
+    assert_true(brd_tune_estimate(&bad[i], BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_RING,
+                                  BRD_PROTO_LL) < 0);
+    assert_int_equal(brd_tune_select(&bad[i], BRD_COLL_ALLREDUCE, KIB, A(RING), &m, &c),
+                     ncclInternalError);
+  }
+  t = topo8();
+  assert_true(brd_tune_estimate(&t, BRD_COLL_COUNT, KIB, BRD_ALGO_RING, BRD_PROTO_LL) < 0);
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_COUNT, BRD_PROTO_LL) < 0);
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_RING, BRD_PROTO_COUNT) < 0);
+}
+
+/* ---- logging ---- */
+
+static int count_lines(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  return n;
+}
+
+static void test_log_lines(void **state) {
+  (void)state;
+  char dir[] = "/tmp/test_tune.XXXXXX";
+  char path[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(path, sizeof(path), "%s/log", dir);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  setenv("NCCL_DEBUG_FILE", path, 1);
+  brd_param_reload();
+  brd_log_reset();
+
+  /* A topology no other test uses (CollNet changes nothing on one node). */
+  brd_tune_topo_t t = topo8();
+  t.collnet = 1;
+  brd_tune_mask_t m = mask_of(NULL, NULL);
+  brd_tune_choice_t c;
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, KIB, AVAIL_SHOTS, &m, &c),
+                     ncclSuccess);
+  assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, 256 * MIB, AVAIL_SHOTS, &m, &c),
+                   ncclSuccess);
+  assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLGATHER, 8 * KIB, A(RING), &m, &c),
+                   ncclSuccess);
+
+  unsetenv("NCCL_DEBUG");
+  unsetenv("NCCL_DEBUG_SUBSYS");
+  unsetenv("NCCL_DEBUG_FILE");
+  brd_param_reload();
+  brd_log_reset(); /* closes the file */
+
+  static char text[1 << 16];
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(text, 1, sizeof(text) - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  unlink(path);
+  rmdir(dir);
+
+  /* The line a benchmark parses, exactly. Ring all-gather of 8 KiB:
+   * 5 + 7 + 7168 / 50000. */
+  assert_int_equal(count_lines(text, "NCCL INFO AllReduce: 1024 Bytes -> Algo OneShot proto LL "
+                                     "time 6.18 us\n"), 2);
+  assert_int_equal(count_lines(text, "NCCL INFO AllReduce: 268435456 Bytes -> Algo Ring proto "
+                                     "Simple time 4772.62 us\n"), 1);
+  assert_int_equal(count_lines(text, "NCCL INFO AllGather: 8192 Bytes -> Algo Ring proto LL "
+                                     "time 12.14 us\n"), 1);
+  /* One table per (topology, collective), with a row per generator. */
+  assert_int_equal(count_lines(text, "AllReduce cost model: 8 ranks, 1 nodes"), 1);
+  assert_int_equal(count_lines(text, "AllGather cost model: 8 ranks, 1 nodes"), 1);
+  assert_int_equal(count_lines(text, "      OneShot |"), 1);
+  assert_int_equal(count_lines(text, "         Ring |"), 2);
+  /* The 1 KiB one-shot LL cell of the AllReduce table. */
+  assert_non_null(strstr(text, "      OneShot |      6.2 "));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_names),
+      cmocka_unit_test(test_parse_unset),
+      cmocka_unit_test(test_parse_algo_forms),
+      cmocka_unit_test(test_parse_proto_forms),
+      cmocka_unit_test(test_parse_rejects),
+      cmocka_unit_test(test_select_8_ranks),
+      cmocka_unit_test(test_select_two_nodes),
+      cmocka_unit_test(test_select_monotone),
+      cmocka_unit_test(test_overrides_force),
+      cmocka_unit_test(test_empty_intersection),
+      cmocka_unit_test(test_single_rank),
+      cmocka_unit_test(test_estimate),
+      cmocka_unit_test(test_log_lines),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
