@@ -1,0 +1,140 @@
+/*
+ * Two-shot all-reduce (Simple and LL), by direct access to peers' memory.
+ *
+ * Algorithm: each block's window slice is cut into n shards, shard s owned
+ * by position s. Reduce-scatter: every rank pushes shard s of its input into
+ * a slot of the owner's scratch, and the owner reduces its own input shard
+ * with the n-1 slots into its output. All-gather: the owner pushes the
+ * finished shard to every peer (Simple: straight into their output; LL: as
+ * packets into their scratch, which they unpack into their output).
+ *
+ * Memory ordering: Simple signals the receiver after each push (release)
+ * and the receiver waits (acquire) before reading or before relying on its
+ * output; LL relies on packet flags. Slot reuse across iterations needs no
+ * credit: a rank writes an owner's reduce-scatter slot again only after it
+ * received that owner's all-gather data of the previous iteration, sent
+ * after the owner consumed the slot; LL all-gather slots are rewritten only
+ * after the reader's next reduce-scatter data arrived, sent after it
+ * consumed them.
+ *
+ * Blocks: each block owns n chunks (one shard per rank) of every window,
+ * so blocks split the message evenly; every block talks to every peer.
+ * Each block has n-1 slots per phase, sharing one NCCL_BUFFSIZE
+ * (NCCL_LL_BUFFSIZE) buffer.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "algos/algos.h"
+
+/* Slot at the receiver (position pr) for data from the sender (ps), in the
+ * reduce-scatter (ag = 0) or all-gather (ag = 1) area. */
+static uint32_t twoshot_slot(int n, int nblocks, int blk, int ps, int pr,
+                             int ag) {
+  int rel = ((ps - pr - 1) % n + n) % n;
+  return (uint32_t)((ag * nblocks + blk) * (n - 1) + rel);
+}
+
+static ncclResult_t twoshot_block(brd_plan_builder_t *b,
+                                  const brd_algos_args_t *a, int p, int blk,
+                                  brd_plan_ref_t *refs) {
+  int n = a->nranks, nb = a->nblocks, ll = a->proto == BRD_IR_PROTO_LL;
+  int rank = brd_algos_rank_at(a, p);
+  uint32_t own = (uint32_t)(blk * n + p);
+  uint32_t rs_sem = 2u * (uint32_t)blk, ag_sem = rs_sem + 1;
+  uint8_t llf = ll ? BRD_IR_REF_LL : 0;
+
+  /* Reduce-scatter: shard of position p+i goes to that position. */
+  for (int i = 1; i < n; i++) {
+    int q = brd_algos_rank_at(a, p + i);
+    uint32_t chunk = (uint32_t)(blk * n + (p + i) % n);
+    brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
+    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, q,
+                                      twoshot_slot(n, nb, blk, p, p + i, 0));
+    CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT,
+                         0, chunk, 1, 0, 1, &src, 1, &dst));
+    if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, q, rs_sem, 1));
+  }
+  if (!ll) {
+    for (int i = 1; i < n; i++)
+      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT,
+                             brd_algos_rank_at(a, p - i), rs_sem, 1));
+  }
+  refs[0] = brd_plan_ref(BRD_IR_BUF_INPUT, -1, own);
+  for (int i = 1; i < n; i++)
+    refs[i] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
+                           twoshot_slot(n, nb, blk, p - i, p, 0));
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, own);
+  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE,
+                       BRD_IR_F_POSTOP, own, 0, 1, n, refs, 1, &out));
+
+  /* All-gather of the own shard. */
+  for (int i = 1; i < n; i++) {
+    int q = brd_algos_rank_at(a, p + i);
+    refs[i - 1] = ll ? brd_plan_ref(BRD_IR_BUF_SCRATCH | BRD_IR_REF_LL, q,
+                                    twoshot_slot(n, nb, blk, p, p + i, 1))
+                     : brd_plan_ref(BRD_IR_BUF_OUTPUT, q, own);
+  }
+  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
+                       own, 1, 0, 1, &out, n - 1, refs));
+  for (int i = 1; i < n; i++) {
+    int from = p - i;
+    uint32_t chunk = (uint32_t)(blk * n + ((from % n) + n) % n);
+    if (ll) {
+      brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | BRD_IR_REF_LL, -1,
+                                        twoshot_slot(n, nb, blk, from, p, 1));
+      brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
+      CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_PKT_REDUCE, 0, chunk, 0, 1,
+                           1, &src, 1, &dst));
+    } else {
+      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL,
+                             brd_algos_rank_at(a, p + i), ag_sem, 1));
+    }
+  }
+  if (!ll) {
+    for (int i = 1; i < n; i++)
+      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT,
+                             brd_algos_rank_at(a, p - i), ag_sem, 1));
+  }
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_twoshot_allreduce(const brd_algos_args_t *args,
+                                         brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_plan_builder_t *b = NULL;
+  CHECK(brd_algos_args_check(args, "two-shot"));
+  if (args->nranks == 1)
+    return brd_algos_single_allreduce(args, BRD_IR_ALGO_TWOSHOT, plan_out);
+  int n = args->nranks, ll = args->proto == BRD_IR_PROTO_LL;
+  size_t nslots = (size_t)args->nblocks * (n - 1) * (ll ? 2 : 1);
+  if ((size_t)args->nblocks * n > 65535 || nslots > 65535) {
+    WARN("two-shot all-reduce: %d blocks x %d ranks exceed 65535 chunks or "
+         "slots", args->nblocks, n);
+    return ncclInvalidArgument;
+  }
+  brd_plan_shape_t shape = {
+      .nranks = n, .nblocks = args->nblocks,
+      .nchunks = (uint32_t)args->nblocks * (uint32_t)n,
+      .nslots = (uint32_t)nslots, .slot_div = (uint32_t)(n - 1) * (ll ? 2u : 1u),
+      .nsems = ll ? 0 : 2u * (uint32_t)args->nblocks, .seq_per_iter = 1,
+      .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_TWOSHOT,
+      .coll = BRD_IR_COLL_ALLREDUCE};
+  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
+  if (refs == NULL) {
+    WARN("out of host memory generating a two-shot plan for %d ranks", n);
+    return ncclSystemError;
+  }
+  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
+  for (int p = 0; p < n; p++) {
+    for (int blk = 0; blk < args->nblocks; blk++)
+      CHECK_GOTO(twoshot_block(b, args, p, blk, refs), res, fail_destroy_builder);
+  }
+  res = brd_plan_builder_finish(b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(b);
+fail_free_refs:
+  free(refs);
+  return res;
+}

@@ -1,0 +1,469 @@
+/*
+ * Braid host executor: one CPU thread per plan block, reading the IR
+ * literally. See exec_host.h for the interface and ir.h for the semantics.
+ *
+ * Data ops move each chunk in tiles of TILE_BYTES: LL sources are unpacked
+ * (spinning on each packet's flag) into per-source tile buffers, the tile
+ * is reduced (or passed through when it is a plain copy), then stored to
+ * every destination, as packets where the destination is LL. Sources read
+ * from the INPUT buffer get the reduction's pre-op, which therefore hits
+ * each rank's contribution exactly once; ops flagged POSTOP apply the
+ * post-op to their result.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "param.h"
+#include "device/exec_host.h"
+
+#define TILE_BYTES 4096
+#define SPIN_BEFORE_YIELD 64
+#define SLEEP_AFTER 256   /* polls before yielding turns into sleeping */
+#define SLEEP_NS 20000
+
+typedef struct blk_ctx {
+  brd_exec_launch_t *l;
+  int block;
+  int opi;           /* index of the op being run */
+  uint64_t iter;
+  uint32_t bar_seen; /* barriers this block has passed */
+} blk_ctx_t;
+
+/* A wait in progress: spins, yields, then sleeps; gives up at its deadline. */
+typedef struct spin {
+  uint32_t n;
+  double deadline; /* 0 until the first yield */
+} spin_t;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Records the launch's first failure and tells the other blocks to leave. */
+static void launch_fail(brd_exec_launch_t *l, ncclResult_t res) {
+  int expected = ncclSuccess;
+  atomic_compare_exchange_strong(&l->result, &expected, (int)res);
+  atomic_store(&l->stop, 1);
+}
+
+/* One step of a wait. ncclSuccess: keep waiting. ncclInProgress: the
+ * deadline passed (the caller reports the hang). Anything else: leave with
+ * that result (abort, or a sibling block failed). */
+static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
+  brd_exec_launch_t *l = b->l;
+  if (++s->n < SPIN_BEFORE_YIELD) return ncclSuccess;
+  if (l->args.abort_flag != NULL && atomic_load(l->args.abort_flag)) {
+    INFO(BRD_SUBSYS_COLL, "rank %d block %d: launch aborted at op %d",
+         l->args.rank, b->block, b->opi);
+    launch_fail(l, ncclSystemError);
+    return ncclSystemError;
+  }
+  if (atomic_load(&l->stop)) {
+    int res = atomic_load(&l->result);
+    return res == ncclSuccess ? ncclSystemError : (ncclResult_t)res;
+  }
+  /* Yield while the wait is young; once it has lasted, sleep a little so
+   * that oversubscribed cores go to the threads that can progress. */
+  if (s->n < SLEEP_AFTER) {
+    sched_yield();
+  } else {
+    struct timespec nap = {0, SLEEP_NS};
+    nanosleep(&nap, NULL);
+  }
+  if ((s->n & 63) == 0) {
+    double t = now_s();
+    if (s->deadline == 0) s->deadline = t + l->timeout_s;
+    else if (t > s->deadline) return ncclInProgress;
+  }
+  return ncclSuccess;
+}
+
+/* Fills the hang report once per launch, WARNs it, stops the launch. */
+static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
+                                uint64_t expected, uint64_t seen) {
+  brd_exec_launch_t *l = b->l;
+  int unclaimed = 0;
+  if (atomic_compare_exchange_strong(&l->hang_claimed, &unclaimed, 1)) {
+    brd_exec_hang_t *h = &l->hang;
+    h->rank = l->args.rank;
+    h->block = b->block;
+    h->op = b->opi;
+    h->iter = b->iter;
+    h->what = what;
+    h->peer = peer;
+    h->index = index;
+    h->expected = expected;
+    h->seen = seen;
+    if (what == BRD_EXEC_WAIT_SEM) {
+      WARN("rank %d block %d op %d (iteration %llu): no progress for %.0f s "
+           "waiting for semaphore %d from rank %d to reach %llu; it holds "
+           "%llu. Rank %d stopped making progress: check that every rank "
+           "called the same collective with the same count, datatype and op, "
+           "or raise BRAID_TIMEOUT",
+           h->rank, h->block, h->op, (unsigned long long)h->iter,
+           l->timeout_s, index, peer, (unsigned long long)expected,
+           (unsigned long long)seen, peer);
+    } else if (what == BRD_EXEC_WAIT_PACKET) {
+      WARN("rank %d block %d op %d (iteration %llu): no progress for %.0f s "
+           "waiting for LL packets in scratch slot %d with flag %llu; the "
+           "slot holds flag %llu. A peer stopped making progress: check that "
+           "every rank called the same collective with the same count, "
+           "datatype and op, or raise BRAID_TIMEOUT",
+           h->rank, h->block, h->op, (unsigned long long)h->iter,
+           l->timeout_s, index, (unsigned long long)expected,
+           (unsigned long long)seen);
+    } else {
+      WARN("rank %d block %d op %d (iteration %llu): no progress for %.0f s "
+           "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
+           "if the machine is oversubscribed",
+           h->rank, h->block, h->op, (unsigned long long)h->iter,
+           l->timeout_s, index, (unsigned long long)seen,
+           (unsigned long long)expected);
+    }
+  }
+  launch_fail(l, ncclRemoteError);
+  return ncclRemoteError;
+}
+
+/* Sequence number of k in the current iteration, relative to the epoch. */
+static int64_t seq_rel(const blk_ctx_t *b, int32_t k) {
+  return (int64_t)b->iter * b->l->args.plan->seq_per_iter + k;
+}
+
+static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
+  brd_exec_launch_t *l = b->l;
+  int64_t rel = seq_rel(b, op->k);
+  if (rel <= 0) return ncclSuccess; /* names a point before this launch */
+  uint64_t target = l->args.epoch + (uint64_t)rel;
+  const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
+  _Atomic uint64_t *sem = &ch->sems[op->ref[0].index];
+  spin_t s = {0, 0};
+  uint64_t v;
+  while ((v = atomic_load_explicit(sem, memory_order_acquire)) < target) {
+    ncclResult_t res = spin_step(b, &s);
+    if (res == ncclInProgress) {
+      int peer = brd_ir_plan_chan(l->args.plan, l->args.rank, op->ref[0].chan)->peer;
+      return report_hang(b, BRD_EXEC_WAIT_SEM, peer, op->ref[0].index, target, v);
+    }
+    if (res != ncclSuccess) return res;
+  }
+  return ncclSuccess;
+}
+
+static void run_signal(blk_ctx_t *b, const brd_ir_op_t *op) {
+  brd_exec_launch_t *l = b->l;
+  uint64_t value = l->args.epoch + (uint64_t)seq_rel(b, op->k);
+  const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
+  atomic_store_explicit(&ch->peer_sems[op->ref[0].index], value,
+                        memory_order_release);
+}
+
+static ncclResult_t run_barrier(blk_ctx_t *b) {
+  brd_exec_launch_t *l = b->l;
+  uint32_t nblocks = l->args.plan->nblocks;
+  uint32_t want = b->bar_seen + 1;
+  if (atomic_fetch_add_explicit(&l->bar_count, 1, memory_order_acq_rel) + 1 ==
+      nblocks) {
+    /* Last to arrive: reset the count before releasing the others, so a
+     * block racing to the next barrier counts from zero. */
+    atomic_store_explicit(&l->bar_count, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->bar_gen, 1, memory_order_release);
+  } else {
+    spin_t s = {0, 0};
+    while (atomic_load_explicit(&l->bar_gen, memory_order_acquire) < want) {
+      ncclResult_t res = spin_step(b, &s);
+      if (res == ncclInProgress)
+        return report_hang(b, BRD_EXEC_WAIT_BARRIER, -1, (int)b->bar_seen,
+                           nblocks, atomic_load(&l->bar_count));
+      if (res != ncclSuccess) return res;
+    }
+  }
+  b->bar_seen = want;
+  return ncclSuccess;
+}
+
+/* Address of the data of chunk `chunk` (input/output) or of slot `slot`
+ * (scratch) named by ref. */
+static char *ref_addr(const blk_ctx_t *b, const brd_ir_ref_t *ref,
+                      uint32_t t) {
+  const brd_exec_launch_t *l = b->l;
+  const brd_exec_args_t *a = &l->args;
+  int local = ref->chan == BRD_IR_CHAN_LOCAL;
+  const brd_exec_chan_t *ch = local ? NULL : &a->chans[ref->chan];
+  uint32_t index = ref->index + t;
+  switch (ref->buf & BRD_IR_BUF_MASK) {
+  case BRD_IR_BUF_SCRATCH: {
+    char *base = local ? (char *)a->scratch : (char *)ch->peer_scratch;
+    return base + a->phase * l->layout.half_bytes +
+           (size_t)index * l->layout.slot_bytes;
+  }
+  default: {
+    size_t start, n;
+    brd_plan_layout_chunk(&l->layout, b->iter, index, &start, &n);
+    char *base;
+    if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT)
+      base = (char *)a->input;
+    else
+      base = local ? (char *)a->output : (char *)ch->peer_output;
+    return base + start * l->layout.esize;
+  }
+  }
+}
+
+/* Reads packets for data bytes [off, off + len) of a chunk of nbytes from
+ * the LL slot at `slot` into out, spinning on each packet's flag. */
+static ncclResult_t ll_read(blk_ctx_t *b, const char *slot, size_t off,
+                            size_t len, size_t nbytes, uint32_t flag,
+                            uint32_t slot_index, char *out) {
+  _Atomic uint64_t *pkt = (_Atomic uint64_t *)(uintptr_t)slot;
+  for (size_t p = off / 4; p * 4 < off + len; p++) {
+    uint64_t v = atomic_load_explicit(&pkt[p], memory_order_acquire);
+    if ((uint32_t)(v >> 32) != flag) {
+      spin_t s = {0, 0};
+      while ((uint32_t)((v = atomic_load_explicit(&pkt[p],
+                                                  memory_order_acquire)) >>
+                        32) != flag) {
+        ncclResult_t res = spin_step(b, &s);
+        if (res == ncclInProgress)
+          return report_hang(b, BRD_EXEC_WAIT_PACKET, -1, (int)slot_index,
+                             flag, v >> 32);
+        if (res != ncclSuccess) return res;
+      }
+    }
+    uint32_t data = (uint32_t)v;
+    size_t n = nbytes - p * 4 < 4 ? nbytes - p * 4 : 4;
+    memcpy(out + (p * 4 - off), &data, n);
+  }
+  return ncclSuccess;
+}
+
+/* Writes data bytes [off, off + len) of a chunk of nbytes as packets. */
+static void ll_write(char *slot, size_t off, size_t len, size_t nbytes,
+                     uint32_t flag, const char *in) {
+  _Atomic uint64_t *pkt = (_Atomic uint64_t *)(uintptr_t)slot;
+  for (size_t p = off / 4; p * 4 < off + len; p++) {
+    uint32_t data = 0;
+    size_t n = nbytes - p * 4 < 4 ? nbytes - p * 4 : 4;
+    memcpy(&data, in + (p * 4 - off), n);
+    atomic_store_explicit(&pkt[p], ((uint64_t)flag << 32) | data,
+                          memory_order_release);
+  }
+}
+
+static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
+  brd_exec_launch_t *l = b->l;
+  const brd_exec_args_t *a = &l->args;
+  size_t esize = l->layout.esize;
+  int nref = op->nsrc + op->ndst;
+  uint32_t flag_dst = (uint32_t)(a->epoch + (uint64_t)seq_rel(b, op->k));
+  uint32_t flag_src = (uint32_t)(a->epoch + (uint64_t)seq_rel(b, op->k_src));
+  uint32_t pre_mask = 0;
+  int post = (op->flags & BRD_IR_F_POSTOP) != 0;
+  for (int s = 0; s < op->nsrc; s++) {
+    if ((op->ref[s].buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT)
+      pre_mask |= 1u << s;
+  }
+  _Alignas(16) char tmp[BRD_IR_MAX_REFS][TILE_BYTES];
+  _Alignas(16) char result[TILE_BYTES];
+
+  for (uint32_t t = 0; t < op->nchunks; t++) {
+    size_t start, n;
+    brd_plan_layout_chunk(&l->layout, b->iter, op->chunk + t, &start, &n);
+    size_t nbytes = n * esize;
+    if (nbytes == 0) continue;
+    char *addr[BRD_IR_MAX_REFS];
+    for (int r = 0; r < nref; r++) addr[r] = ref_addr(b, &op->ref[r], t);
+
+    for (size_t off = 0; off < nbytes; off += TILE_BYTES) {
+      size_t len = nbytes - off < TILE_BYTES ? nbytes - off : TILE_BYTES;
+      const void *src[BRD_IR_MAX_REFS] = {0};
+      for (int s = 0; s < op->nsrc; s++) {
+        if (op->ref[s].buf & BRD_IR_REF_LL) {
+          CHECK(ll_read(b, addr[s], off, len, nbytes, flag_src,
+                        op->ref[s].index + t, tmp[s]));
+          src[s] = tmp[s];
+        } else {
+          src[s] = addr[s] + off;
+        }
+      }
+      const char *res = src[0];
+      if (op->nsrc > 1 ||
+          (pre_mask != 0 && l->op.fn == BRD_REDUCE_FN_PREMULSUM) ||
+          (post && l->op.fn == BRD_REDUCE_FN_SUMPOSTDIV)) {
+        brd_reduce_host_apply(&l->op, result, src, op->nsrc, pre_mask, post,
+                              len / esize);
+        res = result;
+      }
+      for (int d = op->nsrc; d < nref; d++) {
+        if (op->ref[d].buf & BRD_IR_REF_LL) {
+          ll_write(addr[d], off, len, nbytes, flag_dst, res);
+        } else if (addr[d] + off != res) {
+          memmove(addr[d] + off, res, len);
+        }
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t run_op(blk_ctx_t *b, const brd_ir_op_t *op) {
+  switch (op->code) {
+  case BRD_IR_OP_NOP: return ncclSuccess;
+  case BRD_IR_OP_WAIT: return run_wait(b, op);
+  case BRD_IR_OP_SIGNAL: run_signal(b, op); return ncclSuccess;
+  case BRD_IR_OP_BARRIER: return run_barrier(b);
+  case BRD_IR_OP_COPY:
+  case BRD_IR_OP_REDUCE:
+  case BRD_IR_OP_PUT:
+  case BRD_IR_OP_GET:
+  case BRD_IR_OP_PKT_PUT:
+  case BRD_IR_OP_PKT_REDUCE:
+    return run_data(b, op);
+  default:
+    WARN("rank %d block %d op %d: opcode %u is not supported by the host "
+         "executor", b->l->args.rank, b->block, b->opi, op->code);
+    return ncclInternalError;
+  }
+}
+
+/* See exec_host.h. */
+ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
+                                       const brd_exec_args_t *args) {
+  const brd_ir_plan_t *p = args->plan;
+  if (p == NULL || p->magic != BRD_IR_MAGIC || p->version != BRD_IR_VERSION) {
+    WARN("host executor: not a Braid plan (magic/version mismatch)");
+    return ncclInternalError;
+  }
+  if (args->rank < 0 || args->rank >= p->nranks) {
+    WARN("host executor: rank %d outside a plan of %d ranks", args->rank,
+         p->nranks);
+    return ncclInvalidArgument;
+  }
+  if (args->phase > 1) {
+    WARN("host executor: scratch phase %u (expected 0 or 1)", args->phase);
+    return ncclInvalidArgument;
+  }
+  memset(l, 0, sizeof(*l));
+  l->args = *args;
+  CHECK(brd_reduce_op_init(args->dtype, args->redop, p->nranks, args->scalar,
+                           &l->op));
+  if (args->count > 0) {
+    if (args->input == NULL || args->output == NULL) {
+      WARN("host executor: rank %d has a NULL %s buffer for %zu elements",
+           args->rank, args->input == NULL ? "input" : "output", args->count);
+      return ncclInvalidArgument;
+    }
+    if (brd_ir_plan_rank(p, args->rank)->nchans > 0 && args->chans == NULL) {
+      WARN("host executor: rank %d has no channel pointers for a plan with "
+           "%u channels", args->rank, brd_ir_plan_rank(p, args->rank)->nchans);
+      return ncclInvalidArgument;
+    }
+    if (p->nslots > 0 && args->scratch == NULL) {
+      WARN("host executor: rank %d has no scratch buffer", args->rank);
+      return ncclInvalidArgument;
+    }
+    CHECK(brd_plan_layout_init(p, args->count, args->dtype, args->scratch_bytes,
+                               &l->layout));
+    uint64_t span = brd_plan_epoch_span(p, &l->layout);
+    uint64_t wrap = (uint64_t)1 << 32;
+    if (args->epoch / wrap != (args->epoch + span) / wrap) {
+      WARN("host executor: epoch %llu + %llu sequence numbers crosses a "
+           "multiple of 2^32; reserve epochs with brd_plan_epoch_reserve",
+           (unsigned long long)args->epoch, (unsigned long long)span);
+      return ncclInternalError;
+    }
+  }
+  l->timeout_s = args->timeout_s > 0
+                     ? args->timeout_s
+                     : (double)brd_param_int(BRD_P_BRAID_TIMEOUT);
+  atomic_init(&l->stop, 0);
+  atomic_init(&l->result, ncclSuccess);
+  atomic_init(&l->hang_claimed, 0);
+  atomic_init(&l->bar_count, 0);
+  atomic_init(&l->bar_gen, 0);
+  return ncclSuccess;
+}
+
+/* See exec_host.h. */
+ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block) {
+  const brd_ir_plan_t *p = l->args.plan;
+  const brd_ir_op_t *ops = brd_ir_plan_ops(p, l->args.rank, block);
+  uint32_t nops = brd_ir_plan_block(p, l->args.rank, block)->nops;
+  blk_ctx_t b = {l, block, 0, 0, 0};
+  for (b.iter = 0; b.iter < l->layout.niter; b.iter++) {
+    for (uint32_t i = 0; i < nops; i++) {
+      b.opi = (int)i;
+      ncclResult_t res = run_op(&b, &ops[i]);
+      if (res != ncclSuccess) {
+        launch_fail(l, res);
+        return (ncclResult_t)atomic_load(&l->result);
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
+/* See exec_host.h. */
+ncclResult_t brd_exec_host_launch_fini(brd_exec_launch_t *l,
+                                       brd_exec_hang_t *hang_out) {
+  ncclResult_t res = (ncclResult_t)atomic_load(&l->result);
+  if (res == ncclRemoteError && hang_out != NULL) *hang_out = l->hang;
+  return res;
+}
+
+typedef struct thread_arg {
+  brd_exec_launch_t *l;
+  int block;
+} thread_arg_t;
+
+static void *block_thread(void *arg) {
+  thread_arg_t *t = arg;
+  brd_exec_host_block_run(t->l, t->block);
+  return NULL;
+}
+
+/* See exec_host.h. */
+ncclResult_t brd_exec_host_run(const brd_exec_args_t *args,
+                               brd_exec_hang_t *hang_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_exec_launch_t l;
+  CHECK(brd_exec_host_launch_init(&l, args));
+  int nblocks = args->plan->nblocks;
+  if (nblocks == 1 || l.layout.niter == 0) {
+    for (int blk = 0; blk < nblocks; blk++) brd_exec_host_block_run(&l, blk);
+    return brd_exec_host_launch_fini(&l, hang_out);
+  }
+  pthread_t *threads = calloc((size_t)nblocks, sizeof(*threads));
+  thread_arg_t *targs = calloc((size_t)nblocks, sizeof(*targs));
+  int started = 1;
+  if (threads == NULL || targs == NULL) {
+    WARN("out of host memory starting %d executor threads", nblocks);
+    res = ncclSystemError;
+    goto free_arrays;
+  }
+  for (; started < nblocks; started++) {
+    targs[started].l = &l;
+    targs[started].block = started;
+    int err = pthread_create(&threads[started], NULL, block_thread,
+                             &targs[started]);
+    if (err != 0) {
+      WARN("rank %d: cannot start a thread for block %d of %d: %s",
+           args->rank, started, nblocks, strerror(err));
+      launch_fail(&l, ncclSystemError);
+      break;
+    }
+  }
+  if (started == nblocks) brd_exec_host_block_run(&l, 0);
+  for (int blk = 1; blk < started; blk++) pthread_join(threads[blk], NULL);
+  res = brd_exec_host_launch_fini(&l, hang_out);
+free_arrays:
+  free(targs);
+  free(threads);
+  return res;
+}

@@ -1,0 +1,139 @@
+/*
+ * Braid host executor: runs one rank's part of a plan (device/ir.h) on CPU
+ * threads over host or shared memory. It is the reference reading of the IR;
+ * the CUDA executor must behave the same.
+ *
+ * Launch interface, per rank and per launch (independent of ncclComm):
+ *   - this rank's input, output and scratch, zero-filled once when
+ *     allocated. scratch_bytes covers both phases; it is normally
+ *     brd_plan_scratch_bytes(plan) but any size with 16 data bytes per
+ *     slot works. It sets the chunk size (brd_plan_layout_init), so every
+ *     rank must pass the same value, and it must not change between
+ *     launches that may overlap (a communicator keeps it fixed);
+ *   - for each channel of this rank in the plan (brd_ir_plan_chan), the
+ *     peer's scratch base and output buffer, the peer's inbound semaphore
+ *     array for this rank (nsems entries; SIGNAL stores there), and this
+ *     rank's inbound semaphore array for the peer (WAIT reads there). Both
+ *     are zero when allocated and never reset;
+ *   - count, datatype, reduction (ncclRedOp_t, or BRD_REDOP_PREMULSUM with a
+ *     host scalar; avg is resolved here for the plan's nranks), the launch's
+ *     epoch (brd_plan_epoch_reserve with brd_plan_epoch_span, the same on
+ *     every rank) and scratch phase (0/1, alternating per launch, the same
+ *     on every rank);
+ *   - an abort flag polled by every wait, and a timeout in seconds: how
+ *     long one wait may see no progress (BRAID_TIMEOUT when <= 0).
+ * Count 0 returns at once, as NCCL does, without touching any buffer.
+ *
+ * Threads: brd_exec_host_run spawns one thread per block beyond the first
+ * and runs block 0 on the caller's thread. A caller with its own threads
+ * uses brd_exec_host_launch_init, then brd_exec_host_block_run once per
+ * block (any threads, concurrently), then brd_exec_host_launch_fini.
+ *
+ * Memory ordering: SIGNAL is a release store of the sequence number, WAIT
+ * an acquire load; LL packets are 8-byte atomic stores and loads (release /
+ * acquire) of data and flag together; BARRIER is an acq_rel counter.
+ *
+ * Errors: a wait that sees no progress for the timeout returns
+ * ncclRemoteError (a peer stopped making progress, as NCCL reports a lost
+ * peer), fills the hang report and WARNs with it; the other blocks of the
+ * launch stop at their next wait. A raised abort flag returns
+ * ncclSystemError with no WARN (the caller asked for it).
+ */
+#ifndef BRD_DEVICE_EXEC_HOST_H
+#define BRD_DEVICE_EXEC_HOST_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "device/ir.h"
+#include "device/reduce.h"
+#include "plan/plan.h"
+
+/* What this rank reaches through one channel. All borrowed. */
+typedef struct brd_exec_chan {
+  void *peer_scratch;           /* peer's scratch base (both phases) */
+  void *peer_output;            /* peer's output buffer of this launch */
+  _Atomic uint64_t *peer_sems;  /* peer's inbound semaphores from us */
+  _Atomic uint64_t *sems;       /* our inbound semaphores from the peer */
+} brd_exec_chan_t;
+
+typedef struct brd_exec_args {
+  const brd_ir_plan_t *plan;    /* borrowed for the launch */
+  int rank;
+  const void *input;            /* borrowed; may equal output (in place) */
+  void *output;
+  void *scratch;                /* borrowed; scratch_bytes long */
+  size_t scratch_bytes;
+  const brd_exec_chan_t *chans; /* [the rank's channel count] */
+  size_t count;                 /* elements */
+  int dtype;                    /* ncclDataType_t */
+  int redop;                    /* ncclRedOp_t or BRD_REDOP_PREMULSUM */
+  const void *scalar;           /* PreMulSum scalar (host), else NULL */
+  uint64_t epoch;
+  uint32_t phase;               /* 0 or 1 */
+  _Atomic int *abort_flag;      /* borrowed; may be NULL */
+  double timeout_s;             /* <= 0: BRAID_TIMEOUT */
+} brd_exec_args_t;
+
+/* What a timed-out wait was waiting for. */
+enum {
+  BRD_EXEC_WAIT_SEM = 0,    /* semaphore of a channel */
+  BRD_EXEC_WAIT_PACKET = 1, /* LL flag in own scratch */
+  BRD_EXEC_WAIT_BARRIER = 2,
+};
+
+typedef struct brd_exec_hang {
+  int rank;          /* the stuck rank (this one) */
+  int block;
+  int op;            /* op index within the block */
+  uint64_t iter;
+  int what;          /* BRD_EXEC_WAIT_* */
+  int peer;          /* rank expected to make progress; -1 for a barrier
+                      * and for packets (any rank may write a slot) */
+  int index;         /* semaphore index, scratch slot, or barrier number */
+  uint64_t expected; /* sequence number (LL: 32-bit flag) or block count */
+  uint64_t seen;
+} brd_exec_hang_t;
+
+/* Per-launch state shared by the blocks of one rank; caller's memory. */
+typedef struct brd_exec_launch {
+  brd_exec_args_t args;
+  brd_reduce_op_t op;
+  brd_plan_layout_t layout;
+  double timeout_s;
+  _Atomic int stop;            /* a block failed: others leave */
+  _Atomic int result;          /* first failure, ncclSuccess otherwise */
+  _Atomic int hang_claimed;
+  brd_exec_hang_t hang;        /* valid when result is ncclRemoteError */
+  _Atomic uint32_t bar_count;  /* blocks arrived at the current barrier */
+  _Atomic uint32_t bar_gen;    /* barriers completed */
+} brd_exec_launch_t;
+
+/* Checks args against the plan and prepares *l (caller's memory; args are
+ * copied, the buffers stay borrowed). ncclInvalidArgument for NULL buffers
+ * with a non-zero count, a bad datatype or op, a rank outside the plan;
+ * ncclInternalError for a damaged plan or scratch smaller than the plan
+ * needs. Never blocks. */
+ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
+                                       const brd_exec_args_t *args);
+
+/* Runs block `block` of the launch to completion on the calling thread,
+ * blocking on its waits. Every block of the launch must be run, each by
+ * one thread, concurrently (blocks wait on each other). Returns the
+ * block's result; see the file comment for the error codes. */
+ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block);
+
+/* After every block returned: the launch's result, and the hang report in
+ * *hang_out (may be NULL) when it is ncclRemoteError. */
+ncclResult_t brd_exec_host_launch_fini(brd_exec_launch_t *l,
+                                       brd_exec_hang_t *hang_out);
+
+/* init + one thread per block + fini. Blocks until every block returned.
+ * ncclSystemError when a thread cannot be created (the blocks already
+ * started are stopped and joined). */
+ncclResult_t brd_exec_host_run(const brd_exec_args_t *args,
+                               brd_exec_hang_t *hang_out);
+
+#endif /* BRD_DEVICE_EXEC_HOST_H */

@@ -1,0 +1,249 @@
+/*
+ * Braid plan IR: a collective as data, shared by the verifier, the host
+ * executor and the CUDA executor.
+ *
+ * A plan is one flat, relocatable blob (no pointers, only byte offsets from
+ * its first byte), so it can be copied to device memory unchanged:
+ *
+ *   brd_ir_plan_t   header (64 bytes)
+ *   brd_ir_rank_t   [nranks]           each rank's slice of the channel table
+ *   brd_ir_block_t  [nranks * nblocks] each (rank, block)'s slice of the ops
+ *   brd_ir_chan_t   [nchans]           channel index -> peer rank
+ *   brd_ir_op_t     [nops]             64 bytes each
+ *
+ * Block b of rank r runs ops[op_first .. op_first + nops) in order, and runs
+ * that whole list once per iteration of the plan's loop. Sizes are symbolic:
+ * the data of one iteration (a window of the user buffers) is cut into
+ * `nchunks` chunks and an op names chunks and scratch slots, never bytes.
+ * The executor resolves them at launch from (count, datatype, scratch size)
+ * with brd_plan_layout_init (plan.h), so one plan serves every message size
+ * and a 1 GB launch runs more iterations of the same ops as a 1 MB launch.
+ *
+ * Buffers an op can name, through a brd_ir_ref_t:
+ *   INPUT   this rank's send buffer, chunk `index` of the current window;
+ *   OUTPUT  a rank's receive buffer, chunk `index` of the current window;
+ *   SCRATCH a rank's scratch, slot `index` (one slot holds one chunk);
+ *   SEM     a semaphore (SIGNAL and WAIT only), index `index`.
+ * `chan` is BRD_IR_CHAN_LOCAL for this rank's own buffer, or an index into
+ * the rank's channel table for the peer at the other end. Only OUTPUT,
+ * SCRATCH and SEM are reachable through a channel; INPUT is always local.
+ *
+ * Sequence numbers. Semaphores and LL flags never reset. Each launch gets a
+ * 64-bit `epoch` (strictly larger than every sequence number used by earlier
+ * launches, see brd_plan_epoch_reserve) and, in iteration `it`, the value
+ * an op names with `k` is   seq(it, k) = epoch + it * seq_per_iter + k.
+ *   SIGNAL stores seq(it, k) into the peer's semaphore (release).
+ *   WAIT   waits until its semaphore holds at least seq(it, k) (acquire);
+ *          when it * seq_per_iter + k <= 0 the wait names a point before
+ *          this launch and completes at once (k may be <= 0 to name an
+ *          earlier iteration, as credit waits for slot reuse do).
+ *   LL     a packet is 8 bytes: 4 data bytes, then the 4-byte flag
+ *          (uint32_t)seq(it, k); a reader spins on the flag of each packet,
+ *          so data and flag arrive in one 8-byte store and need no fence.
+ * Semaphores live per channel: each rank has, for every channel, an array of
+ * `nsems` inbound semaphores written only by that channel's peer, so every
+ * semaphore has one writer for the life of a communicator and its values
+ * only grow.
+ *
+ * Scratch phases. A rank's scratch holds two halves; the launch's `phase`
+ * (0 or 1, alternating per launch, the same on every rank) picks the half.
+ * A rank may therefore run one launch ahead of a peer without touching the
+ * half that peer still reads. It cannot get two launches ahead: in an
+ * all-reduce every rank's output depends on every rank's input, so no rank
+ * finishes a launch before every other rank has started it (the verifier's
+ * output checks imply this). A plan for a collective without that property
+ * must add a handshake before writing a peer's scratch.
+ */
+#ifndef BRD_DEVICE_IR_H
+#define BRD_DEVICE_IR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+#define BRD_IR_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define BRD_IR_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
+#if defined(__CUDACC__)
+#define BRD_IR_HD __host__ __device__
+#else
+#define BRD_IR_HD
+#endif
+
+#define BRD_IR_MAGIC 0x44524942u /* "BIRD" in little-endian bytes */
+#define BRD_IR_VERSION 1u
+
+/* Protocols. LL128 is reserved for a later CUDA executor. */
+enum {
+  BRD_IR_PROTO_SIMPLE = 0,
+  BRD_IR_PROTO_LL = 1,
+  BRD_IR_PROTO_LL128 = 2,
+};
+
+/* Algorithm families (informational: the executor never branches on it). */
+enum {
+  BRD_IR_ALGO_COPY = 0, /* one rank: input to output */
+  BRD_IR_ALGO_RING = 1,
+  BRD_IR_ALGO_TREE = 2,
+  BRD_IR_ALGO_ONESHOT = 3,
+  BRD_IR_ALGO_TWOSHOT = 4,
+  BRD_IR_ALGO_NVLS = 5, /* reserved */
+};
+
+enum {
+  BRD_IR_COLL_ALLREDUCE = 0,
+};
+
+/* Operations. Every data op processes chunks chunk .. chunk+nchunks-1; for
+ * chunk t of that range each scratch ref addresses slot index+t and each
+ * input/output ref chunk index+t. The element count of chunk t is that of
+ * the op's own chunk, so input/output refs name the op's chunk. */
+enum {
+  BRD_IR_OP_NOP = 0,
+  /* One local source to local destinations. */
+  BRD_IR_OP_COPY = 1,
+  /* Reduce-copy: sources (>= 1, local or remote) combined with the
+   * communicator's reduction, the result stored to every destination
+   * (local or remote). */
+  BRD_IR_OP_REDUCE = 2,
+  /* One local source to remote destinations over memory channels. */
+  BRD_IR_OP_PUT = 3,
+  /* One remote source to local destinations. */
+  BRD_IR_OP_GET = 4,
+  /* One plain local source to LL destinations (scratch, local or remote). */
+  BRD_IR_OP_PKT_PUT = 5,
+  /* Sources may be LL packets in local scratch (flag seq(it, k_src)) or
+   * plain buffers; destinations plain or LL (flag seq(it, k)). */
+  BRD_IR_OP_PKT_REDUCE = 6,
+  /* ref[0] = {SEM, chan, index}: store seq(it, k) to the peer's inbound
+   * semaphore `index` of this channel, after every earlier op's writes. */
+  BRD_IR_OP_SIGNAL = 7,
+  /* ref[0] = {SEM, chan, index}: wait for own inbound semaphore `index` of
+   * channel `chan` to reach seq(it, k). */
+  BRD_IR_OP_WAIT = 8,
+  /* Every block of this rank reaches its n-th barrier before any leaves. */
+  BRD_IR_OP_BARRIER = 9,
+  /* Reserved for the proxy (port channel) and NVLS (switch channel)
+   * executors; the verifier and host executor reject them today. */
+  BRD_IR_OP_FLUSH = 10,
+  BRD_IR_OP_MC_REDUCE = 11,
+  BRD_IR_OP_MC_STORE = 12,
+  BRD_IR_OP_COUNT = 13,
+};
+
+/* Buffer kinds (low 7 bits of brd_ir_ref_t.buf). */
+enum {
+  BRD_IR_BUF_INPUT = 0,
+  BRD_IR_BUF_OUTPUT = 1,
+  BRD_IR_BUF_SCRATCH = 2,
+  BRD_IR_BUF_SEM = 3,
+};
+#define BRD_IR_BUF_MASK 0x7fu
+#define BRD_IR_REF_LL 0x80u     /* scratch slot holds LL packets */
+#define BRD_IR_CHAN_LOCAL 0xffu /* this rank's own buffer */
+
+/* Channel types: how the peer's memory is reached. */
+enum {
+  BRD_IR_CHAN_MEMORY = 0, /* load/store (NVLink/PCIe P2P, host shm) */
+  BRD_IR_CHAN_PORT = 1,   /* reserved: puts go through a proxy FIFO */
+  BRD_IR_CHAN_SWITCH = 2, /* reserved: NVLS multicast object */
+};
+
+/* Op flags. */
+#define BRD_IR_F_POSTOP 0x01u /* apply the reduction's post-op to the result */
+
+#define BRD_IR_MAX_REFS 12
+
+typedef struct brd_ir_ref {
+  uint8_t buf;    /* BRD_IR_BUF_* | BRD_IR_REF_LL */
+  uint8_t chan;   /* BRD_IR_CHAN_LOCAL or channel index */
+  uint16_t index; /* chunk (input/output), slot (scratch), semaphore */
+} brd_ir_ref_t;
+
+typedef struct brd_ir_op {
+  uint8_t code;     /* BRD_IR_OP_* */
+  uint8_t flags;    /* BRD_IR_F_* */
+  uint8_t nsrc;     /* ref[0 .. nsrc) are sources */
+  uint8_t ndst;     /* ref[nsrc .. nsrc+ndst) are destinations */
+  uint16_t chunk;   /* first chunk of the window this op moves */
+  uint16_t nchunks; /* consecutive chunks (and slots) it moves */
+  int32_t k;        /* SIGNAL/WAIT target, flag of LL destinations */
+  int32_t k_src;    /* flag of LL sources */
+  brd_ir_ref_t ref[BRD_IR_MAX_REFS];
+} brd_ir_op_t;
+
+typedef struct brd_ir_rank {
+  uint32_t chan_first; /* index of this rank's first channel */
+  uint32_t nchans;
+} brd_ir_rank_t;
+
+typedef struct brd_ir_block {
+  uint32_t op_first; /* index of this block's first op */
+  uint32_t nops;
+} brd_ir_block_t;
+
+typedef struct brd_ir_chan {
+  int32_t peer;   /* rank at the other end */
+  uint8_t type;   /* BRD_IR_CHAN_* */
+  uint8_t pad[3];
+} brd_ir_chan_t;
+
+typedef struct brd_ir_plan {
+  uint32_t magic;        /* BRD_IR_MAGIC */
+  uint16_t version;      /* BRD_IR_VERSION */
+  uint8_t proto;         /* BRD_IR_PROTO_*: which buffer size sets slots */
+  uint8_t algo;          /* BRD_IR_ALGO_* */
+  uint32_t total_bytes;  /* size of the whole blob */
+  uint16_t nranks;
+  uint16_t nblocks;      /* blocks per rank */
+  uint32_t nchunks;      /* chunks per iteration window */
+  uint32_t nslots;       /* scratch slots per rank and phase */
+  uint32_t slot_div;     /* slots sharing one NCCL_BUFFSIZE (or LL) buffer */
+  uint32_t nsems;        /* inbound semaphores per channel */
+  uint32_t seq_per_iter; /* sequence numbers one iteration may use (>= 1) */
+  uint32_t nchans;       /* entries in the channel table */
+  uint32_t nops;         /* entries in the op array */
+  uint32_t rank_off;     /* byte offsets from the blob's first byte */
+  uint32_t block_off;
+  uint32_t chan_off;
+  uint32_t op_off;
+  uint8_t coll;          /* BRD_IR_COLL_* */
+  uint8_t reserved[3];
+} brd_ir_plan_t;
+
+BRD_IR_STATIC_ASSERT(sizeof(brd_ir_ref_t) == 4, "brd_ir_ref_t is 4 bytes");
+BRD_IR_STATIC_ASSERT(sizeof(brd_ir_op_t) == 64, "brd_ir_op_t is 64 bytes");
+BRD_IR_STATIC_ASSERT(offsetof(brd_ir_op_t, ref) == 16,
+                     "op header is 16 bytes");
+BRD_IR_STATIC_ASSERT(sizeof(brd_ir_rank_t) == 8, "brd_ir_rank_t is 8 bytes");
+BRD_IR_STATIC_ASSERT(sizeof(brd_ir_block_t) == 8, "brd_ir_block_t is 8 bytes");
+BRD_IR_STATIC_ASSERT(sizeof(brd_ir_chan_t) == 8, "brd_ir_chan_t is 8 bytes");
+BRD_IR_STATIC_ASSERT(sizeof(brd_ir_plan_t) == 64, "brd_ir_plan_t is 64 bytes");
+
+/* Accessors: a blob is read in place, on the host or on the device. */
+static inline BRD_IR_HD const brd_ir_rank_t *
+brd_ir_plan_rank(const brd_ir_plan_t *p, int rank) {
+  return (const brd_ir_rank_t *)((const char *)p + p->rank_off) + rank;
+}
+
+static inline BRD_IR_HD const brd_ir_block_t *
+brd_ir_plan_block(const brd_ir_plan_t *p, int rank, int block) {
+  return (const brd_ir_block_t *)((const char *)p + p->block_off) +
+         (size_t)rank * p->nblocks + block;
+}
+
+static inline BRD_IR_HD const brd_ir_chan_t *
+brd_ir_plan_chan(const brd_ir_plan_t *p, int rank, int chan) {
+  return (const brd_ir_chan_t *)((const char *)p + p->chan_off) +
+         brd_ir_plan_rank(p, rank)->chan_first + chan;
+}
+
+static inline BRD_IR_HD const brd_ir_op_t *
+brd_ir_plan_ops(const brd_ir_plan_t *p, int rank, int block) {
+  return (const brd_ir_op_t *)((const char *)p + p->op_off) +
+         brd_ir_plan_block(p, rank, block)->op_first;
+}
+
+#endif /* BRD_DEVICE_IR_H */

@@ -1,0 +1,192 @@
+/*
+ * Braid plans: building a plan blob (device/ir.h) op by op, sizing its
+ * scratch from NCCL_BUFFSIZE / NCCL_LL_BUFFSIZE, resolving its chunks to
+ * element ranges for one launch, and reserving sequence numbers.
+ *
+ * Builder use (single thread):
+ *
+ *   brd_plan_shape_t shape = { nranks, nblocks, nchunks, nslots, slot_div,
+ *                              nsems, seq_per_iter, proto, algo, coll };
+ *   brd_plan_builder_t *b;
+ *   CHECK(brd_plan_builder_create(&shape, &b));
+ *   brd_plan_op_sync(b, rank, block, BRD_IR_OP_WAIT, peer, sem, k);
+ *   brd_plan_op_move(b, rank, block, &move);   // data ops, peers by rank
+ *   brd_plan_builder_finish(b, &plan);         // one malloc'd blob
+ *   brd_plan_builder_destroy(b);
+ *   ... brd_plan_destroy(plan);
+ *
+ * Channels are created on demand: naming a peer rank in a sync op or a
+ * move ref adds a memory channel rank -> peer to the rank's table once.
+ */
+#ifndef BRD_PLAN_PLAN_H
+#define BRD_PLAN_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "device/ir.h"
+
+typedef struct brd_plan_shape {
+  int nranks;
+  int nblocks;            /* blocks per rank */
+  uint32_t nchunks;       /* chunks per iteration window */
+  uint32_t nslots;        /* scratch slots per rank (and phase) */
+  uint32_t slot_div;      /* slots per NCCL_BUFFSIZE / NCCL_LL_BUFFSIZE */
+  uint32_t nsems;         /* inbound semaphores per channel */
+  uint32_t seq_per_iter;  /* >= 1 */
+  uint8_t proto;          /* BRD_IR_PROTO_* */
+  uint8_t algo;           /* BRD_IR_ALGO_* */
+  uint8_t coll;           /* BRD_IR_COLL_* */
+} brd_plan_shape_t;
+
+typedef struct brd_plan_builder brd_plan_builder_t;
+
+/* A buffer reference with the peer named by rank (-1: this rank). */
+typedef struct brd_plan_ref {
+  uint8_t buf;    /* BRD_IR_BUF_* | BRD_IR_REF_LL */
+  int peer;       /* -1 for local */
+  uint32_t index; /* chunk or slot */
+} brd_plan_ref_t;
+
+/* A data op with any number of sources and destinations; see
+ * brd_plan_op_move for how it is split into IR ops. */
+typedef struct brd_plan_move {
+  uint8_t code;     /* COPY, REDUCE, PUT, GET, PKT_PUT, PKT_REDUCE */
+  uint8_t flags;    /* BRD_IR_F_* */
+  uint32_t chunk;
+  uint32_t nchunks; /* 0 means 1 */
+  int32_t k;        /* flag of LL destinations */
+  int32_t k_src;    /* flag of LL sources */
+  int nsrc;
+  const brd_plan_ref_t *src;
+  int ndst;
+  const brd_plan_ref_t *dst;
+} brd_plan_move_t;
+
+static inline brd_plan_ref_t brd_plan_ref(uint8_t buf, int peer,
+                                          uint32_t index) {
+  brd_plan_ref_t r;
+  r.buf = buf;
+  r.peer = peer;
+  r.index = index;
+  return r;
+}
+
+/* Allocates an empty builder for a plan of this shape. Returns
+ * ncclInvalidArgument for a shape out of range (nranks 1..65535, nblocks
+ * 1..65535, seq_per_iter >= 1, chunks and slots below 65536),
+ * ncclSystemError when out of memory. */
+ncclResult_t brd_plan_builder_create(const brd_plan_shape_t *shape,
+                                     brd_plan_builder_t **b_out);
+
+/* Frees the builder and everything it holds (not a finished plan).
+ * NULL is a no-op. */
+void brd_plan_builder_destroy(brd_plan_builder_t *b);
+
+/* Channel index of rank -> peer in rank's table, adding a memory channel
+ * the first time. ncclInternalError for peer == rank or out of range,
+ * ncclSystemError when out of memory. */
+ncclResult_t brd_plan_chan_get(brd_plan_builder_t *b, int rank, int peer,
+                               uint8_t *chan_out);
+
+/* Appends one IR op, already in channel terms, to (rank, block). */
+ncclResult_t brd_plan_op_add(brd_plan_builder_t *b, int rank, int block,
+                             const brd_ir_op_t *op);
+
+/* Appends a SIGNAL or WAIT on semaphore `sem` of the channel to `peer`. */
+ncclResult_t brd_plan_op_sync(brd_plan_builder_t *b, int rank, int block,
+                              uint8_t code, int peer, uint32_t sem, int32_t k);
+
+/* Appends a BARRIER among the blocks of `rank`. */
+ncclResult_t brd_plan_op_barrier(brd_plan_builder_t *b, int rank, int block);
+
+/* Appends a data op, split to fit BRD_IR_MAX_REFS references per op:
+ * too many destinations repeat the op over groups of destinations; too
+ * many sources reduce them in groups into dst[0], which must then be a
+ * local plain buffer (each later group reads it back as a source), with
+ * the post-op flag kept for the last group only. */
+ncclResult_t brd_plan_op_move(brd_plan_builder_t *b, int rank, int block,
+                              const brd_plan_move_t *m);
+
+/* Lays the plan out as one blob in a single malloc'd block that
+ * brd_plan_destroy frees. The builder stays valid and unchanged.
+ * ncclSystemError when out of memory, ncclInternalError when the plan
+ * exceeds the blob's 32-bit offsets. */
+ncclResult_t brd_plan_builder_finish(const brd_plan_builder_t *b,
+                                     brd_ir_plan_t **plan_out);
+
+/* Frees a plan from brd_plan_builder_finish or brd_plan_clone. NULL is a
+ * no-op. */
+void brd_plan_destroy(brd_ir_plan_t *plan);
+
+/* Copies a blob into new memory (one malloc). ncclSystemError when out of
+ * memory. */
+ncclResult_t brd_plan_clone(const brd_ir_plan_t *plan,
+                            brd_ir_plan_t **plan_out);
+
+/* Scratch bytes one rank needs for this plan, both phases included: each
+ * slot is NCCL_BUFFSIZE / slot_div bytes (NCCL_LL_BUFFSIZE for LL plans),
+ * rounded down to 16 and at least 64, so every slot_div slots share one
+ * buffer of NCCL's size. 0 for a plan without slots. Reads the parameters
+ * through brd_param_int; any thread. */
+size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan);
+
+/* How one launch of a plan maps onto memory. */
+typedef struct brd_plan_layout {
+  size_t count;      /* elements in the user buffers */
+  size_t esize;      /* bytes per element */
+  size_t align;      /* chunk start granularity in elements (16 bytes) */
+  size_t chunk_max;  /* elements per chunk in a full window */
+  size_t window;     /* elements per iteration: nchunks * chunk_max */
+  uint64_t niter;    /* iterations; 0 when count is 0 */
+  uint32_t nchunks;
+  size_t slot_bytes; /* bytes per scratch slot (LL: packets) */
+  size_t half_bytes; /* bytes per scratch phase */
+} brd_plan_layout_t;
+
+/* Resolves the plan for count elements of dtype with a scratch buffer of
+ * scratch_bytes per rank (both phases). Every window but the last holds
+ * chunk_max elements per chunk (a 16-byte multiple that fits one slot);
+ * the last window spreads what is left evenly over the chunks, 16-byte
+ * aligned where the count allows, so trailing chunks may be short or
+ * empty. ncclInvalidArgument for a bad dtype; ncclInternalError when the
+ * scratch is too small for 16 bytes of data per slot. Pure; any thread. */
+ncclResult_t brd_plan_layout_init(const brd_ir_plan_t *plan, size_t count,
+                                  int dtype, size_t scratch_bytes,
+                                  brd_plan_layout_t *layout_out);
+
+/* Element range [*start_out, *start_out + *n_out) of chunk `chunk` in
+ * iteration `iter`. */
+static inline void brd_plan_layout_chunk(const brd_plan_layout_t *l,
+                                         uint64_t iter, uint32_t chunk,
+                                         size_t *start_out, size_t *n_out) {
+  size_t wstart = (size_t)iter * l->window;
+  size_t w = l->count - wstart < l->window ? l->count - wstart : l->window;
+  size_t q = l->chunk_max;
+  if (w < l->window) {
+    q = (w + l->nchunks - 1) / l->nchunks;
+    q = (q + l->align - 1) / l->align * l->align;
+  }
+  size_t lo = (size_t)chunk * q, hi = lo + q;
+  if (lo > w) lo = w;
+  if (hi > w) hi = w;
+  *start_out = wstart + lo;
+  *n_out = hi - lo;
+}
+
+/* Sequence numbers one launch uses: niter * seq_per_iter. */
+static inline uint64_t brd_plan_epoch_span(const brd_ir_plan_t *plan,
+                                           const brd_plan_layout_t *l) {
+  return l->niter * plan->seq_per_iter;
+}
+
+/* Reserves `span` sequence numbers for one launch: returns the epoch to
+ * pass to the executor and advances *cursor past the launch. The range
+ * (epoch, epoch + span] never contains a multiple of 2^32, so 32-bit LL
+ * flags are never 0 (the value of fresh scratch) and never wrap inside a
+ * launch. The cursor belongs to the communicator and starts at 0; all
+ * ranks must reserve the same spans in the same order. */
+uint64_t brd_plan_epoch_reserve(uint64_t *cursor, uint64_t span);
+
+#endif /* BRD_PLAN_PLAN_H */

@@ -1,0 +1,1078 @@
+/*
+ * Braid plan verifier. See verify.h for what it proves and reports.
+ *
+ * State: one symbolic location per (rank, iteration, chunk) of the output
+ * and per (rank, slot) of the scratch; input chunks are implicit (they hold
+ * the rank's own contribution) unless the launch is in place, where input
+ * and output share the output locations. Each location keeps its value,
+ * its last two writers (thread, clock, op) and the reads of its value, so
+ * every read can be checked against the write it observes (read after
+ * write) and every write against the reads and the write it replaces.
+ * Threads are (rank, block) pairs; a scheduler runs each until it blocks
+ * and reports a deadlock when a full pass makes no progress.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "plan/verify.h"
+
+#define W_NONE (-1) /* never written */
+#define W_INIT (-2) /* initial content (in-place input), owned by its rank */
+
+enum { BLK_NONE = 0, BLK_SEM, BLK_PACKET, BLK_BARRIER };
+enum { STEP_OK = 0, STEP_BLOCKED = 1, STEP_FAIL = -1 };
+
+typedef struct vread {
+  int32_t thr;
+  uint32_t clk;
+  int32_t op;
+} vread_t;
+
+typedef struct vloc {
+  int32_t iter, chunk;     /* identity of the value */
+  uint16_t post;           /* post-ops applied */
+  uint8_t ll;              /* written as LL packets */
+  int32_t ll_k;            /* packet flag offset of the last write */
+  int32_t w_thr, w_op, w_iter;
+  uint32_t w_clk;
+  int32_t pw_thr, pw_op;   /* the write before */
+  uint32_t pw_clk;
+  uint32_t *w_vc;          /* owned: LL writer's clock at the write */
+  vread_t *rd;             /* owned: reads of the current value */
+  uint32_t nrd, caprd;
+} vloc_t;
+
+typedef struct vsig {
+  int64_t value;
+  uint32_t *vc; /* owned: signaller's clock */
+} vsig_t;
+
+typedef struct vsem {
+  int64_t value;           /* relative sequence number, 0 before launch */
+  vsig_t *hist;            /* owned: every signal, values increasing */
+  uint32_t nhist, cap;
+} vsem_t;
+
+typedef struct vthr {
+  uint32_t pc;
+  int32_t iter;
+  int done;
+  uint32_t nbar;           /* barriers passed */
+  int bar_arrived;         /* counted at barrier nbar */
+  int why;                 /* BLK_* of the last blocked step */
+  int64_t want, seen;
+  int peer, index;
+} vthr_t;
+
+typedef struct vstate {
+  const brd_ir_plan_t *p;
+  int n, B, T, niter, inplace;
+  int64_t S;
+  size_t per_rank;         /* locations per rank */
+  uint32_t *vc;            /* [T][T] */
+  vthr_t *thr;             /* [T] */
+  vloc_t *locs;            /* [n * per_rank] */
+  uint8_t *contrib;        /* [n * per_rank][n] */
+  vsem_t *sems;            /* [sum over ranks of nchans * nsems] */
+  size_t *sem_base;        /* [n] */
+  int *rev_chan;           /* [nchans]: channel index back at the peer */
+  int32_t *sig_blk;        /* [sems]: the block signalling it, -1 none */
+  int32_t *sig_k;          /* [sems]: last k seen in program order */
+  uint32_t *bar_gen;       /* [n][2] */
+  uint32_t *bar_count;     /* [n][2] */
+  uint32_t *bar_acc;       /* [n][2][T] */
+  uint8_t *acc;            /* [n] */
+  brd_verify_report_t *rep;
+  int failed, oom;
+} vstate_t;
+
+/* See verify.h. */
+const char *brd_plan_verify_kind_name(brd_verify_kind_t kind) {
+  switch (kind) {
+  case BRD_VERIFY_OK: return "ok";
+  case BRD_VERIFY_MALFORMED: return "malformed plan";
+  case BRD_VERIFY_MISSING: return "missing contribution";
+  case BRD_VERIFY_DUPLICATE: return "duplicated contribution";
+  case BRD_VERIFY_MISMATCH: return "chunk mismatch";
+  case BRD_VERIFY_POSTOP: return "post-op misuse";
+  case BRD_VERIFY_UNWRITTEN: return "read of unwritten data";
+  case BRD_VERIFY_RACE: return "data race";
+  case BRD_VERIFY_REUSE: return "scratch reuse race";
+  case BRD_VERIFY_DEADLOCK: return "deadlock";
+  case BRD_VERIFY_LAUNCH_ORDER: return "launch order";
+  }
+  return "unknown";
+}
+
+__attribute__((format(printf, 7, 8)))
+static int vfail(vstate_t *v, brd_verify_kind_t kind, int rank, int block,
+                 int op, int peer, const char *fmt, ...) {
+  if (v->failed) return STEP_FAIL;
+  v->failed = 1;
+  brd_verify_report_t *r = v->rep;
+  r->kind = kind;
+  r->rank = rank;
+  r->block = block;
+  r->op = op;
+  r->peer = peer;
+  r->chunk = -1;
+  int len = snprintf(r->msg, sizeof(r->msg), "plan verifier: %s: ",
+                     brd_plan_verify_kind_name(kind));
+  if (len < 0) len = 0;
+  if ((size_t)len < sizeof(r->msg)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg + len, sizeof(r->msg) - (size_t)len, fmt, ap);
+    va_end(ap);
+  }
+  return STEP_FAIL;
+}
+
+static int vfail_chunk(vstate_t *v, int chunk) {
+  v->rep->chunk = chunk;
+  return STEP_FAIL;
+}
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static int thr_rank(const vstate_t *v, int th) { return th / v->B; }
+static int thr_block(const vstate_t *v, int th) { return th % v->B; }
+static uint32_t *vc_of(vstate_t *v, int th) { return v->vc + (size_t)th * v->T; }
+
+static void vc_join(uint32_t *dst, const uint32_t *src, int T) {
+  for (int i = 0; i < T; i++)
+    if (src[i] > dst[i]) dst[i] = src[i];
+}
+
+static uint32_t *vc_copy(vstate_t *v, const uint32_t *src) {
+  uint32_t *c = malloc((size_t)v->T * sizeof(*c));
+  if (c == NULL) {
+    v->oom = 1;
+    return NULL;
+  }
+  memcpy(c, src, (size_t)v->T * sizeof(*c));
+  return c;
+}
+
+/* Has thread th seen any op of rank q (is q in this launch, from th's
+ * point of view)? */
+static int knows_rank(vstate_t *v, int th, int q) {
+  if (thr_rank(v, th) == q) return 1;
+  const uint32_t *c = vc_of(v, th);
+  for (int b = 0; b < v->B; b++)
+    if (c[q * v->B + b] > 0) return 1;
+  return 0;
+}
+
+/* Is the event (thread w, clock clk) ordered before thread th's present?
+ * W_INIT events belong to rank `owner` before the launch. */
+static int ordered(vstate_t *v, int th, int w, uint32_t clk, int owner) {
+  if (w == W_INIT) return knows_rank(v, th, owner);
+  if (w == th) return 1;
+  return vc_of(v, th)[w] >= clk;
+}
+
+static const char *buf_name(uint8_t buf) {
+  switch (buf & BRD_IR_BUF_MASK) {
+  case BRD_IR_BUF_INPUT: return "input chunk";
+  case BRD_IR_BUF_OUTPUT: return "output chunk";
+  case BRD_IR_BUF_SCRATCH: return "scratch slot";
+  default: return "semaphore";
+  }
+}
+
+static const brd_ir_chan_t *chan_of(const vstate_t *v, int rank, int chan) {
+  return brd_ir_plan_chan(v->p, rank, chan);
+}
+
+static int ref_owner(const vstate_t *v, int rank, const brd_ir_ref_t *ref) {
+  return ref->chan == BRD_IR_CHAN_LOCAL ? rank : chan_of(v, rank, ref->chan)->peer;
+}
+
+static size_t loc_out(const vstate_t *v, int rank, int iter, uint32_t chunk) {
+  return (size_t)rank * v->per_rank + (size_t)iter * v->p->nchunks + chunk;
+}
+
+static size_t loc_scratch(const vstate_t *v, int rank, uint32_t slot) {
+  return (size_t)rank * v->per_rank + (size_t)v->niter * v->p->nchunks + slot;
+}
+
+static uint8_t *contrib_of(vstate_t *v, size_t li) {
+  return v->contrib + li * (size_t)v->n;
+}
+
+/* Location a data ref names for chunk t of the op; INPUT only in place. */
+static size_t ref_loc(const vstate_t *v, int rank, int iter,
+                      const brd_ir_ref_t *ref, uint32_t t) {
+  int owner = ref_owner(v, rank, ref);
+  if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH)
+    return loc_scratch(v, owner, ref->index + t);
+  return loc_out(v, owner, iter, ref->index + t);
+}
+
+static void describe_writer(const vstate_t *v, int w, int op, char *out,
+                            size_t len) {
+  if (w == W_INIT) snprintf(out, len, "the rank's own input");
+  else if (w == W_NONE) snprintf(out, len, "nothing");
+  else
+    snprintf(out, len, "rank %d block %d op %d", thr_rank(v, w),
+             thr_block(v, w), op);
+}
+
+/* ---- structure ------------------------------------------------------------ */
+
+static int check_ref(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op,
+                     int ri) {
+  const brd_ir_ref_t *ref = &op->ref[ri];
+  int is_src = ri < op->nsrc;
+  uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
+  uint32_t nch = brd_ir_plan_rank(v->p, r)->nchans;
+  if ((ref->buf & ~(BRD_IR_BUF_MASK | BRD_IR_REF_LL)) != 0 ||
+      kind > BRD_IR_BUF_SCRATCH)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: reference %d has buffer kind 0x%x",
+                 r, b, i, ri, ref->buf);
+  if (ref->chan != BRD_IR_CHAN_LOCAL && ref->chan >= nch)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: reference %d uses channel %u of %u",
+                 r, b, i, ri, ref->chan, nch);
+  if (kind == BRD_IR_BUF_INPUT && (!is_src || ref->chan != BRD_IR_CHAN_LOCAL))
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: the input buffer is only a local "
+                 "source", r, b, i);
+  if ((ref->buf & BRD_IR_REF_LL) &&
+      (kind != BRD_IR_BUF_SCRATCH || (is_src && ref->chan != BRD_IR_CHAN_LOCAL)))
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: LL packets live in scratch and are "
+                 "read by their owner only (reference %d)", r, b, i, ri);
+  if (kind == BRD_IR_BUF_SCRATCH) {
+    if ((uint32_t)ref->index + op->nchunks > v->p->nslots)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: scratch slots %u..%u beyond the "
+                   "plan's %u", r, b, i, ref->index,
+                   ref->index + op->nchunks - 1, v->p->nslots);
+  } else if (ref->index != op->chunk) {
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: %s %u differs from the op's chunk "
+                 "%u, whose size it must have", r, b, i, buf_name(ref->buf),
+                 ref->index, op->chunk);
+  }
+  return STEP_OK;
+}
+
+static int check_data_op(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op) {
+  if (op->nsrc < 1 || op->ndst < 1 || op->nsrc + op->ndst > BRD_IR_MAX_REFS)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: %u sources and %u destinations",
+                 r, b, i, op->nsrc, op->ndst);
+  if (op->nchunks < 1 || (uint32_t)op->chunk + op->nchunks > v->p->nchunks)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: chunks %u (+%u) beyond the plan's %u",
+                 r, b, i, op->chunk, op->nchunks, v->p->nchunks);
+  if (op->flags & ~BRD_IR_F_POSTOP)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: unknown flags 0x%x", r, b, i, op->flags);
+  int ll_src = 0, ll_dst = 0, remote_src = 0, remote_dst = 0, local_dst = 0;
+  for (int ri = 0; ri < op->nsrc + op->ndst; ri++) {
+    if (check_ref(v, r, b, i, op, ri) != STEP_OK) return STEP_FAIL;
+    int ll = (op->ref[ri].buf & BRD_IR_REF_LL) != 0;
+    int remote = op->ref[ri].chan != BRD_IR_CHAN_LOCAL;
+    if (ri < op->nsrc) {
+      ll_src += ll;
+      remote_src += remote;
+    } else {
+      ll_dst += ll;
+      remote_dst += remote;
+      local_dst += !remote;
+    }
+  }
+  const char *why = NULL;
+  switch (op->code) {
+  case BRD_IR_OP_COPY:
+    if (op->nsrc != 1 || ll_src || ll_dst || remote_src || remote_dst)
+      why = "COPY takes one local source to local destinations, no packets";
+    break;
+  case BRD_IR_OP_PUT:
+    if (op->nsrc != 1 || ll_src || ll_dst || remote_src || local_dst)
+      why = "PUT takes one local source to remote destinations, no packets";
+    break;
+  case BRD_IR_OP_GET:
+    if (op->nsrc != 1 || ll_src || ll_dst || !remote_src || remote_dst)
+      why = "GET takes one remote source to local destinations, no packets";
+    break;
+  case BRD_IR_OP_REDUCE:
+    if (ll_src || ll_dst) why = "REDUCE does not handle packets";
+    break;
+  case BRD_IR_OP_PKT_PUT:
+    if (op->nsrc != 1 || ll_src || ll_dst != op->ndst)
+      why = "PKT_PUT takes one plain source to packet destinations";
+    break;
+  default:
+    break;
+  }
+  if (why != NULL)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: %s", r, b, i, why);
+  if ((ll_dst && (op->k < 1 || op->k > v->S)) ||
+      (ll_src && (op->k_src < 1 || op->k_src > v->S)))
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: packet flag offsets %d/%d outside "
+                 "1..%lld", r, b, i, op->k, op->k_src, (long long)v->S);
+  return STEP_OK;
+}
+
+static int check_sync_op(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op) {
+  const brd_ir_ref_t *ref = &op->ref[0];
+  int sig = op->code == BRD_IR_OP_SIGNAL;
+  uint32_t nch = brd_ir_plan_rank(v->p, r)->nchans;
+  if (op->nsrc != (sig ? 0 : 1) || op->ndst != (sig ? 1 : 0) ||
+      ref->buf != BRD_IR_BUF_SEM || ref->chan == BRD_IR_CHAN_LOCAL ||
+      ref->chan >= nch || ref->index >= v->p->nsems)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: %s must name semaphore 0..%u of a "
+                 "channel (0..%u)", r, b, i, sig ? "SIGNAL" : "WAIT",
+                 v->p->nsems ? v->p->nsems - 1 : 0, nch ? nch - 1 : 0);
+  int peer = chan_of(v, r, ref->chan)->peer;
+  if (op->k > v->S || (sig && op->k < 1))
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, peer,
+                 "rank %d block %d op %d: %s k=%d outside %s..%lld", r, b, i,
+                 sig ? "SIGNAL" : "WAIT", op->k, sig ? "1" : "-inf",
+                 (long long)v->S);
+  if (!sig) return STEP_OK;
+  int back = v->rev_chan[brd_ir_plan_rank(v->p, r)->chan_first + ref->chan];
+  if (back < 0)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, peer,
+                 "rank %d block %d op %d: signals rank %d, which has no "
+                 "channel back to rank %d to receive it", r, b, i, peer, r);
+  size_t s = v->sem_base[peer] + (size_t)back * v->p->nsems + ref->index;
+  if (v->sig_blk[s] >= 0 && v->sig_blk[s] != b)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, peer,
+                 "rank %d blocks %d and %d both signal semaphore %u of rank "
+                 "%d: a semaphore has one writer", r, v->sig_blk[s], b,
+                 ref->index, peer);
+  if (v->sig_blk[s] == b && op->k <= v->sig_k[s])
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, peer,
+                 "rank %d block %d op %d: signals semaphore %u of rank %d with "
+                 "k=%d after k=%d; values must increase", r, b, i, ref->index,
+                 peer, op->k, v->sig_k[s]);
+  v->sig_blk[s] = b;
+  v->sig_k[s] = op->k;
+  return STEP_OK;
+}
+
+static int check_structure(vstate_t *v) {
+  const brd_ir_plan_t *p = v->p;
+  for (int r = 0; r < v->n; r++) {
+    const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
+    for (uint32_t c = 0; c < rk->nchans; c++) {
+      int peer = chan_of(v, r, (int)c)->peer;
+      if (peer < 0 || peer >= v->n || peer == r)
+        return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, -1,
+                     "rank %d channel %u leads to rank %d", r, c, peer);
+      for (uint32_t d = 0; d < c; d++)
+        if (chan_of(v, r, (int)d)->peer == peer)
+          return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, peer,
+                       "rank %d has two channels (%u, %u) to rank %d", r, d, c,
+                       peer);
+      if (chan_of(v, r, (int)c)->type != BRD_IR_CHAN_MEMORY)
+        return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, peer,
+                     "rank %d channel %u has type %u; only memory channels "
+                     "are verified", r, c, chan_of(v, r, (int)c)->type);
+    }
+  }
+  for (int r = 0; r < v->n; r++) {
+    const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
+    for (uint32_t c = 0; c < rk->nchans; c++) {
+      int peer = chan_of(v, r, (int)c)->peer;
+      const brd_ir_rank_t *pk = brd_ir_plan_rank(p, peer);
+      v->rev_chan[rk->chan_first + c] = -1;
+      for (uint32_t d = 0; d < pk->nchans; d++)
+        if (chan_of(v, peer, (int)d)->peer == r)
+          v->rev_chan[rk->chan_first + c] = (int)d;
+    }
+  }
+  for (int r = 0; r < v->n; r++) {
+    for (int b = 0; b < v->B; b++) {
+      const brd_ir_op_t *ops = brd_ir_plan_ops(p, r, b);
+      uint32_t nops = brd_ir_plan_block(p, r, b)->nops;
+      for (uint32_t i = 0; i < nops; i++) {
+        const brd_ir_op_t *op = &ops[i];
+        int res = STEP_OK;
+        switch (op->code) {
+        case BRD_IR_OP_NOP:
+          break;
+        case BRD_IR_OP_BARRIER:
+          if (op->nsrc || op->ndst)
+            res = vfail(v, BRD_VERIFY_MALFORMED, r, b, (int)i, -1,
+                        "rank %d block %d op %d: BARRIER takes no references",
+                        r, b, i);
+          break;
+        case BRD_IR_OP_SIGNAL:
+        case BRD_IR_OP_WAIT:
+          res = check_sync_op(v, r, b, (int)i, op);
+          break;
+        case BRD_IR_OP_COPY:
+        case BRD_IR_OP_REDUCE:
+        case BRD_IR_OP_PUT:
+        case BRD_IR_OP_GET:
+        case BRD_IR_OP_PKT_PUT:
+        case BRD_IR_OP_PKT_REDUCE:
+          res = check_data_op(v, r, b, (int)i, op);
+          break;
+        default:
+          res = vfail(v, BRD_VERIFY_MALFORMED, r, b, (int)i, -1,
+                      "rank %d block %d op %d: opcode %u is not supported",
+                      r, b, i, op->code);
+          break;
+        }
+        if (res != STEP_OK) return res;
+      }
+    }
+  }
+  return STEP_OK;
+}
+
+/* Header and table bounds, before anything else is read. */
+static int check_header(vstate_t *v, const brd_ir_plan_t *p) {
+  if (p->magic != BRD_IR_MAGIC || p->version != BRD_IR_VERSION)
+    return vfail(v, BRD_VERIFY_MALFORMED, -1, -1, -1, -1,
+                 "not a plan (magic 0x%08x, version %u)", p->magic, p->version);
+  if (p->nranks < 1 || p->nblocks < 1 || p->nchunks < 1 ||
+      p->seq_per_iter < 1 || p->proto > BRD_IR_PROTO_LL ||
+      (p->nslots > 0 && p->slot_div < 1))
+    return vfail(v, BRD_VERIFY_MALFORMED, -1, -1, -1, -1,
+                 "bad header: %u ranks, %u blocks, %u chunks, %u sequence "
+                 "numbers per iteration, protocol %u, slot_div %u",
+                 p->nranks, p->nblocks, p->nchunks, p->seq_per_iter, p->proto,
+                 p->slot_div);
+  uint64_t total = p->total_bytes;
+  uint64_t nblk = (uint64_t)p->nranks * p->nblocks;
+  if (p->rank_off + (uint64_t)p->nranks * sizeof(brd_ir_rank_t) > total ||
+      p->block_off + nblk * sizeof(brd_ir_block_t) > total ||
+      p->chan_off + (uint64_t)p->nchans * sizeof(brd_ir_chan_t) > total ||
+      p->op_off + (uint64_t)p->nops * sizeof(brd_ir_op_t) > total)
+    return vfail(v, BRD_VERIFY_MALFORMED, -1, -1, -1, -1,
+                 "tables run past the blob's %u bytes", p->total_bytes);
+  for (int r = 0; r < p->nranks; r++) {
+    const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
+    if ((uint64_t)rk->chan_first + rk->nchans > p->nchans ||
+        rk->nchans > BRD_IR_CHAN_LOCAL)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, -1,
+                   "rank %d channels %u (+%u) beyond the table's %u", r,
+                   rk->chan_first, rk->nchans, p->nchans);
+    for (int b = 0; b < p->nblocks; b++) {
+      const brd_ir_block_t *bk = brd_ir_plan_block(p, r, b);
+      if ((uint64_t)bk->op_first + bk->nops > p->nops)
+        return vfail(v, BRD_VERIFY_MALFORMED, r, b, -1, -1,
+                     "rank %d block %d ops %u (+%u) beyond the table's %u", r,
+                     b, bk->op_first, bk->nops, p->nops);
+    }
+  }
+  return STEP_OK;
+}
+
+/* ---- execution ------------------------------------------------------------ */
+
+static int record_read(vstate_t *v, vloc_t *l, int th, uint32_t clk, int op) {
+  for (uint32_t i = 0; i < l->nrd; i++) {
+    if (l->rd[i].thr == th) {
+      l->rd[i].clk = clk;
+      l->rd[i].op = op;
+      return STEP_OK;
+    }
+  }
+  if (l->nrd == l->caprd) {
+    uint32_t cap = l->caprd ? l->caprd * 2 : 4;
+    vread_t *rd = realloc(l->rd, cap * sizeof(*rd));
+    if (rd == NULL) {
+      v->oom = 1;
+      return STEP_FAIL;
+    }
+    l->rd = rd;
+    l->caprd = cap;
+  }
+  l->rd[l->nrd].thr = th;
+  l->rd[l->nrd].clk = clk;
+  l->rd[l->nrd].op = op;
+  l->nrd++;
+  return STEP_OK;
+}
+
+/* A plain read of l by th: the write it observes must be ordered before. */
+static int check_raw(vstate_t *v, int th, int opi, const vloc_t *l, int owner,
+                     const brd_ir_ref_t *ref, uint32_t index) {
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  if (ordered(v, th, l->w_thr, l->w_clk, owner)) return STEP_OK;
+  char w[96], pw[96];
+  describe_writer(v, l->w_thr, l->w_op, w, sizeof(w));
+  if (l->w_thr == W_INIT)
+    return vfail(v, BRD_VERIFY_LAUNCH_ORDER, r, b, opi, owner,
+                 "rank %d block %d op %d reads %s %u of rank %d before "
+                 "synchronising with rank %d in this launch", r, b, opi,
+                 buf_name(ref->buf), index, owner, owner);
+  if (l->pw_thr != W_NONE && ordered(v, th, l->pw_thr, l->pw_clk, owner)) {
+    describe_writer(v, l->pw_thr, l->pw_op, pw, sizeof(pw));
+    return vfail(v, BRD_VERIFY_REUSE, r, b, opi, thr_rank(v, l->w_thr),
+                 "%s overwrote %s %u of rank %d before rank %d block %d op %d "
+                 "read the data %s had put there", w, buf_name(ref->buf),
+                 index, owner, r, b, opi, pw);
+  }
+  return vfail(v, BRD_VERIFY_RACE, r, b, opi, thr_rank(v, l->w_thr),
+               "rank %d block %d op %d reads %s %u of rank %d, written by %s "
+               "without waiting for it", r, b, opi, buf_name(ref->buf), index,
+               owner, w);
+}
+
+/* A write by th over l: the reads and the write it replaces must be
+ * ordered before it. */
+static int check_overwrite(vstate_t *v, int th, int opi, const vloc_t *l,
+                           int owner, const brd_ir_ref_t *ref, uint32_t index) {
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  for (uint32_t i = 0; i < l->nrd; i++) {
+    const vread_t *rd = &l->rd[i];
+    if (rd->thr == th || vc_of(v, th)[rd->thr] >= rd->clk) continue;
+    return vfail(v, BRD_VERIFY_REUSE, r, b, opi, thr_rank(v, rd->thr),
+                 "rank %d block %d op %d overwrites %s %u of rank %d before "
+                 "rank %d block %d op %d finished reading it", r, b, opi,
+                 buf_name(ref->buf), index, owner, thr_rank(v, rd->thr),
+                 thr_block(v, rd->thr), rd->op);
+  }
+  if (l->w_thr >= 0 && !ordered(v, th, l->w_thr, l->w_clk, owner)) {
+    char w[96];
+    describe_writer(v, l->w_thr, l->w_op, w, sizeof(w));
+    return vfail(v, BRD_VERIFY_RACE, r, b, opi, thr_rank(v, l->w_thr),
+                 "rank %d block %d op %d and %s write %s %u of rank %d "
+                 "without ordering", r, b, opi, w, buf_name(ref->buf), index,
+                 owner);
+  }
+  return STEP_OK;
+}
+
+/* Packet sources must hold this iteration's flag before the op can run. */
+static int packets_ready(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
+  vthr_t *t = &v->thr[th];
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  int64_t want = (int64_t)t->iter * v->S + op->k_src;
+  for (uint32_t c = 0; c < op->nchunks; c++) {
+    for (int s = 0; s < op->nsrc; s++) {
+      const brd_ir_ref_t *ref = &op->ref[s];
+      if (!(ref->buf & BRD_IR_REF_LL)) continue;
+      const vloc_t *l = &v->locs[loc_scratch(v, r, ref->index + c)];
+      int64_t seen = l->w_thr != W_NONE && l->ll
+                         ? (int64_t)l->w_iter * v->S + l->ll_k : -1;
+      if (seen > want) {
+        char w[96];
+        describe_writer(v, l->w_thr, l->w_op, w, sizeof(w));
+        return vfail(v, BRD_VERIFY_REUSE, r, b, opi, thr_rank(v, l->w_thr),
+                     "%s rewrote LL scratch slot %u of rank %d (flag "
+                     "sequence %lld) before rank %d block %d op %d read the "
+                     "packets with sequence %lld", w, ref->index + c, r,
+                     (long long)seen, r, b, opi, (long long)want);
+      }
+      if (seen < want) {
+        t->why = BLK_PACKET;
+        t->want = want;
+        t->seen = seen;
+        t->peer = -1;
+        t->index = ref->index + (int)c;
+        return STEP_BLOCKED;
+      }
+    }
+  }
+  return STEP_OK;
+}
+
+static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
+  vthr_t *t = &v->thr[th];
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  int res = packets_ready(v, th, opi, op);
+  if (res != STEP_OK) return res;
+  uint32_t *vc = vc_of(v, th);
+  uint32_t clk = ++vc[th];
+
+  for (uint32_t c = 0; c < op->nchunks; c++) {
+    uint32_t chunk = op->chunk + c;
+    uint16_t post = 0;
+    memset(v->acc, 0, (size_t)v->n);
+    for (int s = 0; s < op->nsrc; s++) {
+      const brd_ir_ref_t *ref = &op->ref[s];
+      uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
+      if (kind == BRD_IR_BUF_INPUT && !v->inplace) {
+        if (v->acc[r] < 255) v->acc[r]++;
+        continue;
+      }
+      int owner = ref_owner(v, r, ref);
+      uint32_t index = ref->index + c;
+      size_t li = ref_loc(v, r, t->iter, ref, c);
+      vloc_t *l = &v->locs[li];
+      if (l->w_thr == W_NONE) {
+        vfail(v, BRD_VERIFY_UNWRITTEN, r, b, opi, owner,
+              "rank %d block %d op %d (iteration %d) reads %s %u of rank %d, "
+              "which nothing has written", r, b, opi, t->iter,
+              buf_name(ref->buf), index, owner);
+        return vfail_chunk(v, (int)index);
+      }
+      if (ref->buf & BRD_IR_REF_LL) {
+        vc_join(vc, l->w_vc, v->T);
+      } else {
+        if (l->ll) {
+          vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
+                "rank %d block %d op %d reads scratch slot %u of rank %d as "
+                "plain data, but it holds LL packets", r, b, opi, index, owner);
+          return vfail_chunk(v, (int)index);
+        }
+        if (check_raw(v, th, opi, l, owner, ref, index) != STEP_OK)
+          return vfail_chunk(v, (int)index);
+      }
+      if (record_read(v, l, th, clk, opi) != STEP_OK) return STEP_FAIL;
+      if (l->iter != t->iter || (uint32_t)l->chunk != chunk) {
+        vfail(v, BRD_VERIFY_MISMATCH, r, b, opi,
+              l->w_thr >= 0 ? thr_rank(v, l->w_thr) : owner,
+              "rank %d block %d op %d (iteration %d, chunk %u) reads %s %u of "
+              "rank %d holding chunk %d of iteration %d", r, b, opi, t->iter,
+              chunk, buf_name(ref->buf), index, owner, l->chunk, l->iter);
+        return vfail_chunk(v, (int)chunk);
+      }
+      if (op->nsrc > 1 && l->post > 0) {
+        vfail(v, BRD_VERIFY_POSTOP, r, b, opi, owner,
+              "rank %d block %d op %d reduces %s %u of rank %d, which already "
+              "had the post-op applied", r, b, opi, buf_name(ref->buf), index,
+              owner);
+        return vfail_chunk(v, (int)chunk);
+      }
+      post = l->post;
+      const uint8_t *src = contrib_of(v, li);
+      for (int q = 0; q < v->n; q++) {
+        unsigned sum = (unsigned)v->acc[q] + src[q];
+        v->acc[q] = (uint8_t)(sum > 255 ? 255 : sum);
+      }
+    }
+    if (op->flags & BRD_IR_F_POSTOP) {
+      if (post > 0) {
+        vfail(v, BRD_VERIFY_POSTOP, r, b, opi, -1,
+              "rank %d block %d op %d applies the post-op to chunk %u a "
+              "second time", r, b, opi, chunk);
+        return vfail_chunk(v, (int)chunk);
+      }
+      post = 1;
+    }
+    for (int d = op->nsrc; d < op->nsrc + op->ndst; d++) {
+      const brd_ir_ref_t *ref = &op->ref[d];
+      uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
+      int owner = ref_owner(v, r, ref);
+      uint32_t index = ref->index + c;
+      vloc_t *l = &v->locs[ref_loc(v, r, t->iter, ref, c)];
+      if (owner != r && kind == BRD_IR_BUF_OUTPUT && !knows_rank(v, th, owner)) {
+        vfail(v, BRD_VERIFY_LAUNCH_ORDER, r, b, opi, owner,
+              "rank %d block %d op %d writes output chunk %u of rank %d "
+              "before synchronising with rank %d in this launch (its output "
+              "may still be in use)", r, b, opi, index, owner, owner);
+        return vfail_chunk(v, (int)index);
+      }
+      if (check_overwrite(v, th, opi, l, owner, ref, index) != STEP_OK)
+        return vfail_chunk(v, (int)index);
+      int ll = (ref->buf & BRD_IR_REF_LL) != 0;
+      if (ll && l->ll && l->w_thr >= 0 &&
+          (int64_t)t->iter * v->S + op->k <= (int64_t)l->w_iter * v->S + l->ll_k) {
+        vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
+              "rank %d block %d op %d writes LL slot %u of rank %d with flag "
+              "sequence %lld, not above its last %lld: a reader could take "
+              "the old packets", r, b, opi, index, owner,
+              (long long)t->iter * v->S + op->k,
+              (long long)l->w_iter * v->S + l->ll_k);
+        return vfail_chunk(v, (int)index);
+      }
+      l->pw_thr = l->w_thr;
+      l->pw_clk = l->w_clk;
+      l->pw_op = l->w_op;
+      l->w_thr = th;
+      l->w_clk = clk;
+      l->w_op = opi;
+      l->w_iter = t->iter;
+      l->iter = t->iter;
+      l->chunk = (int32_t)chunk;
+      l->post = post;
+      l->ll = (uint8_t)ll;
+      l->ll_k = op->k;
+      l->nrd = 0;
+      memcpy(contrib_of(v, (size_t)(l - v->locs)), v->acc, (size_t)v->n);
+      if (ll) {
+        if (l->w_vc == NULL && (l->w_vc = vc_copy(v, vc)) == NULL) return STEP_FAIL;
+        memcpy(l->w_vc, vc, (size_t)v->T * sizeof(*vc));
+      }
+    }
+  }
+  return STEP_OK;
+}
+
+static vsem_t *sem_of(vstate_t *v, int rank, int chan, uint32_t index) {
+  return &v->sems[v->sem_base[rank] + (size_t)chan * v->p->nsems + index];
+}
+
+static int exec_signal(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  const brd_ir_ref_t *ref = &op->ref[0];
+  int peer = chan_of(v, r, ref->chan)->peer;
+  int back = v->rev_chan[brd_ir_plan_rank(v->p, r)->chan_first + ref->chan];
+  vsem_t *s = sem_of(v, peer, back, ref->index);
+  int64_t value = (int64_t)v->thr[th].iter * v->S + op->k;
+  if (value <= s->value)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, peer,
+                 "rank %d block %d op %d stores %lld to semaphore %u of rank "
+                 "%d, which already holds %lld: values must increase", r, b,
+                 opi, (long long)value, ref->index, peer, (long long)s->value);
+  uint32_t *vc = vc_of(v, th);
+  ++vc[th];
+  if (s->nhist == s->cap) {
+    uint32_t cap = s->cap ? s->cap * 2 : 4;
+    vsig_t *h = realloc(s->hist, cap * sizeof(*h));
+    if (h == NULL) {
+      v->oom = 1;
+      return STEP_FAIL;
+    }
+    s->hist = h;
+    s->cap = cap;
+  }
+  uint32_t *snap = vc_copy(v, vc);
+  if (snap == NULL) return STEP_FAIL;
+  s->hist[s->nhist].value = value;
+  s->hist[s->nhist].vc = snap;
+  s->nhist++;
+  s->value = value;
+  return STEP_OK;
+}
+
+static int exec_wait(vstate_t *v, int th, const brd_ir_op_t *op) {
+  vthr_t *t = &v->thr[th];
+  int r = thr_rank(v, th);
+  const brd_ir_ref_t *ref = &op->ref[0];
+  int64_t want = (int64_t)t->iter * v->S + op->k;
+  uint32_t *vc = vc_of(v, th);
+  if (want <= 0) {
+    ++vc[th];
+    return STEP_OK;
+  }
+  vsem_t *s = sem_of(v, r, ref->chan, ref->index);
+  if (s->value < want) {
+    t->why = BLK_SEM;
+    t->want = want;
+    t->seen = s->value;
+    t->peer = chan_of(v, r, ref->chan)->peer;
+    t->index = ref->index;
+    return STEP_BLOCKED;
+  }
+  /* Synchronise with the first signal that satisfies the wait: a later one
+   * may not have been visible yet. */
+  uint32_t lo = 0, hi = s->nhist - 1;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (s->hist[mid].value >= want) hi = mid;
+    else lo = mid + 1;
+  }
+  ++vc[th];
+  vc_join(vc, s->hist[lo].vc, v->T);
+  return STEP_OK;
+}
+
+static int exec_barrier(vstate_t *v, int th) {
+  vthr_t *t = &v->thr[th];
+  int r = thr_rank(v, th);
+  uint32_t g = t->nbar, slot = g % 2;
+  uint32_t *gen = &v->bar_gen[r * 2 + slot];
+  uint32_t *count = &v->bar_count[r * 2 + slot];
+  uint32_t *acc = v->bar_acc + ((size_t)r * 2 + slot) * v->T;
+  uint32_t *vc = vc_of(v, th);
+  if (!t->bar_arrived) {
+    if (*gen != g) {
+      *gen = g;
+      *count = 0;
+      memset(acc, 0, (size_t)v->T * sizeof(*acc));
+    }
+    ++vc[th];
+    vc_join(acc, vc, v->T);
+    (*count)++;
+    t->bar_arrived = 1;
+  }
+  if (*count < (uint32_t)v->B) {
+    t->why = BLK_BARRIER;
+    t->want = v->B;
+    t->seen = *count;
+    t->peer = -1;
+    t->index = (int)g;
+    return STEP_BLOCKED;
+  }
+  vc_join(vc, acc, v->T);
+  t->nbar++;
+  t->bar_arrived = 0;
+  return STEP_OK;
+}
+
+/* Runs thread th until it blocks, fails or finishes; *progress is set when
+ * it executed at least one op. */
+static int run_thread(vstate_t *v, int th, int *progress) {
+  vthr_t *t = &v->thr[th];
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  const brd_ir_op_t *ops = brd_ir_plan_ops(v->p, r, b);
+  uint32_t nops = brd_ir_plan_block(v->p, r, b)->nops;
+  if (nops == 0) t->done = 1;
+  while (!t->done) {
+    const brd_ir_op_t *op = &ops[t->pc];
+    int opi = (int)t->pc, res;
+    t->why = BLK_NONE;
+    switch (op->code) {
+    case BRD_IR_OP_NOP: res = STEP_OK; break;
+    case BRD_IR_OP_SIGNAL: res = exec_signal(v, th, opi, op); break;
+    case BRD_IR_OP_WAIT: res = exec_wait(v, th, op); break;
+    case BRD_IR_OP_BARRIER: res = exec_barrier(v, th); break;
+    default: res = exec_data(v, th, opi, op); break;
+    }
+    if (res != STEP_OK) return res;
+    *progress = 1;
+    if (++t->pc == nops) {
+      t->pc = 0;
+      if (++t->iter == v->niter) t->done = 1;
+    }
+  }
+  return STEP_OK;
+}
+
+static int report_deadlock(vstate_t *v) {
+  int first = -1, nblocked = 0;
+  for (int th = 0; th < v->T; th++) {
+    if (v->thr[th].done) continue;
+    nblocked++;
+    if (first < 0) first = th;
+  }
+  const vthr_t *t = &v->thr[first];
+  int r = thr_rank(v, first), b = thr_block(v, first);
+  switch (t->why) {
+  case BLK_SEM:
+    return vfail(v, BRD_VERIFY_DEADLOCK, r, b, (int)t->pc, t->peer,
+                 "rank %d block %d op %d (iteration %d) waits for semaphore %d "
+                 "from rank %d to reach sequence %lld; it holds %lld and no "
+                 "remaining op raises it (%d blocks stuck)", r, b, t->pc,
+                 t->iter, t->index, t->peer, (long long)t->want,
+                 (long long)t->seen, nblocked);
+  case BLK_PACKET:
+    return vfail(v, BRD_VERIFY_DEADLOCK, r, b, (int)t->pc, -1,
+                 "rank %d block %d op %d (iteration %d) waits for LL packets "
+                 "with sequence %lld in its scratch slot %d, which holds %lld; "
+                 "no remaining op writes them (%d blocks stuck)", r, b, t->pc,
+                 t->iter, (long long)t->want, t->index, (long long)t->seen,
+                 nblocked);
+  default:
+    return vfail(v, BRD_VERIFY_DEADLOCK, r, b, (int)t->pc, -1,
+                 "rank %d block %d op %d (iteration %d) waits at barrier %d "
+                 "with %lld of %lld blocks arrived; the others never reach it "
+                 "(%d blocks stuck)", r, b, t->pc, t->iter, t->index,
+                 (long long)t->seen, (long long)t->want, nblocked);
+  }
+}
+
+static int run_all(vstate_t *v) {
+  for (;;) {
+    int progress = 0, alive = 0;
+    for (int th = 0; th < v->T; th++) {
+      if (run_thread(v, th, &progress) == STEP_FAIL) return STEP_FAIL;
+      if (!v->thr[th].done) alive = 1;
+    }
+    if (!alive) return STEP_OK;
+    if (!progress) return report_deadlock(v);
+  }
+}
+
+/* Rank r's clock at the end of the launch: the join of its blocks'. */
+static void rank_end_clock(vstate_t *v, int r, uint32_t *out) {
+  memset(out, 0, (size_t)v->T * sizeof(*out));
+  for (int b = 0; b < v->B; b++) vc_join(out, vc_of(v, r * v->B + b), v->T);
+}
+
+/* Outputs: every chunk of every rank and iteration holds exactly one
+ * contribution of each rank with the post-op applied once, written before
+ * its rank can finish. Because each contribution reaches an output through
+ * reads ordered after their writes, this also makes every rank's end
+ * depend on an op of every other rank in the launch, which is what lets
+ * scratch phases alternate: no rank gets two launches ahead of another. */
+static int check_outputs(vstate_t *v) {
+  uint32_t *end = v->bar_acc; /* free after the run; T entries */
+  for (int r = 0; r < v->n; r++) {
+    rank_end_clock(v, r, end);
+    for (int it = 0; it < v->niter; it++) {
+      for (uint32_t c = 0; c < v->p->nchunks; c++) {
+        size_t li = loc_out(v, r, it, c);
+        const vloc_t *l = &v->locs[li];
+        int wb = l->w_thr >= 0 ? thr_block(v, l->w_thr) : -1;
+        int wr = l->w_thr >= 0 ? thr_rank(v, l->w_thr) : r;
+        if (l->w_thr == W_NONE || (v->inplace && l->w_thr == W_INIT)) {
+          vfail(v, BRD_VERIFY_MISSING, r, -1, -1, -1,
+                "output chunk %u of rank %d (iteration %d) is never written",
+                c, r, it);
+          return vfail_chunk(v, (int)c);
+        }
+        if (l->iter != it || (uint32_t)l->chunk != c) {
+          vfail(v, BRD_VERIFY_MISMATCH, wr, wb, l->w_op, -1,
+                "output chunk %u of rank %d (iteration %d) holds chunk %d of "
+                "iteration %d, written by rank %d block %d op %d", c, r, it,
+                l->chunk, l->iter, wr, wb, l->w_op);
+          return vfail_chunk(v, (int)c);
+        }
+        const uint8_t *got = contrib_of(v, li);
+        for (int q = 0; q < v->n; q++) {
+          if (got[q] == 1) continue;
+          vfail(v, got[q] ? BRD_VERIFY_DUPLICATE : BRD_VERIFY_MISSING, wr, wb,
+                l->w_op, q,
+                "output chunk %u of rank %d (iteration %d) has rank %d's "
+                "contribution %d times (last written by rank %d block %d op "
+                "%d)", c, r, it, q, got[q], wr, wb, l->w_op);
+          return vfail_chunk(v, (int)c);
+        }
+        if (l->post != 1) {
+          vfail(v, BRD_VERIFY_POSTOP, wr, wb, l->w_op, -1,
+                "output chunk %u of rank %d (iteration %d) had the post-op "
+                "applied %u times (last written by rank %d block %d op %d)",
+                c, r, it, l->post, wr, wb, l->w_op);
+          return vfail_chunk(v, (int)c);
+        }
+        /* The launch on rank r may only end once its output is final. */
+        if (end[l->w_thr] < l->w_clk) {
+          vfail(v, BRD_VERIFY_RACE, wr, wb, l->w_op, r,
+                "rank %d can finish the launch before rank %d block %d op %d "
+                "writes its output chunk %u (iteration %d): no wait orders "
+                "that write before rank %d's last op", r, wr, wb, l->w_op, c,
+                it, r);
+          return vfail_chunk(v, (int)c);
+        }
+      }
+    }
+  }
+  return STEP_OK;
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+static void vstate_free(vstate_t *v) {
+  size_t nlocs = (size_t)v->n * v->per_rank;
+  if (v->locs != NULL) {
+    for (size_t i = 0; i < nlocs; i++) {
+      free(v->locs[i].w_vc);
+      free(v->locs[i].rd);
+    }
+  }
+  if (v->sems != NULL) {
+    size_t nsems = v->sem_base ? v->sem_base[v->n] : 0;
+    for (size_t i = 0; i < nsems; i++) {
+      for (uint32_t h = 0; h < v->sems[i].nhist; h++) free(v->sems[i].hist[h].vc);
+      free(v->sems[i].hist);
+    }
+  }
+  free(v->vc);
+  free(v->thr);
+  free(v->locs);
+  free(v->contrib);
+  free(v->sems);
+  free(v->sem_base);
+  free(v->rev_chan);
+  free(v->sig_blk);
+  free(v->sig_k);
+  free(v->bar_gen);
+  free(v->bar_count);
+  free(v->bar_acc);
+  free(v->acc);
+}
+
+static int vstate_alloc(vstate_t *v) {
+  const brd_ir_plan_t *p = v->p;
+  size_t n = (size_t)v->n, T = (size_t)v->T;
+  size_t nlocs = n * v->per_rank;
+  v->sem_base = calloc(n + 1, sizeof(*v->sem_base));
+  if (v->sem_base == NULL) return -1;
+  for (int r = 0; r < v->n; r++)
+    v->sem_base[r + 1] = v->sem_base[r] +
+                         (size_t)brd_ir_plan_rank(p, r)->nchans * p->nsems;
+  size_t nsems = v->sem_base[n];
+  v->vc = calloc(T * T, sizeof(*v->vc));
+  v->thr = calloc(T, sizeof(*v->thr));
+  v->locs = calloc(nlocs, sizeof(*v->locs));
+  v->contrib = calloc(nlocs * n, 1);
+  v->sems = calloc(nsems ? nsems : 1, sizeof(*v->sems));
+  v->rev_chan = calloc(p->nchans ? p->nchans : 1, sizeof(*v->rev_chan));
+  v->sig_blk = malloc((nsems ? nsems : 1) * sizeof(*v->sig_blk));
+  v->sig_k = calloc(nsems ? nsems : 1, sizeof(*v->sig_k));
+  v->bar_gen = calloc(n * 2, sizeof(*v->bar_gen));
+  v->bar_count = calloc(n * 2, sizeof(*v->bar_count));
+  v->bar_acc = calloc(n * 2 * T, sizeof(*v->bar_acc));
+  v->acc = calloc(n, 1);
+  if (!v->vc || !v->thr || !v->locs || !v->contrib || !v->sems ||
+      !v->rev_chan || !v->sig_blk || !v->sig_k || !v->bar_gen ||
+      !v->bar_count || !v->bar_acc || !v->acc)
+    return -1;
+  for (size_t i = 0; i < nsems; i++) v->sig_blk[i] = -1;
+  for (size_t i = 0; i < n * 2; i++) v->bar_gen[i] = UINT32_MAX;
+  for (size_t i = 0; i < nlocs; i++) {
+    v->locs[i].w_thr = W_NONE;
+    v->locs[i].pw_thr = W_NONE;
+    v->locs[i].iter = -1;
+    v->locs[i].chunk = -1;
+  }
+  if (v->inplace) {
+    /* Output chunks start as the rank's own input. */
+    for (int r = 0; r < v->n; r++) {
+      for (int it = 0; it < v->niter; it++) {
+        for (uint32_t c = 0; c < p->nchunks; c++) {
+          size_t li = loc_out(v, r, it, c);
+          v->locs[li].w_thr = W_INIT;
+          v->locs[li].iter = it;
+          v->locs[li].chunk = (int32_t)c;
+          contrib_of(v, li)[r] = 1;
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+/* See verify.h. */
+ncclResult_t brd_plan_verify(const brd_ir_plan_t *plan,
+                             const brd_verify_opts_t *opts,
+                             brd_verify_report_t *report_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_verify_report_t rep;
+  vstate_t v;
+  memset(&rep, 0, sizeof(rep));
+  memset(&v, 0, sizeof(v));
+  rep.kind = BRD_VERIFY_OK;
+  rep.rank = rep.block = rep.op = rep.peer = rep.chunk = -1;
+  v.rep = &rep;
+  v.p = plan;
+  if (check_header(&v, plan) != STEP_OK) goto fail_report;
+  v.n = plan->nranks;
+  v.B = plan->nblocks;
+  v.T = v.n * v.B;
+  v.S = plan->seq_per_iter;
+  v.niter = opts && opts->niter > 0 ? opts->niter : 2;
+  v.inplace = opts ? opts->in_place : 0;
+  v.per_rank = (size_t)v.niter * plan->nchunks + plan->nslots;
+  if (vstate_alloc(&v) != 0) goto fail_oom;
+  if (check_structure(&v) != STEP_OK) goto fail_report;
+  if (run_all(&v) != STEP_OK) {
+    if (v.oom) goto fail_oom;
+    goto fail_report;
+  }
+  if (check_outputs(&v) != STEP_OK) goto fail_report;
+  goto done;
+
+fail_oom:
+  WARN("out of host memory verifying a plan of %d ranks x %d blocks", v.n, v.B);
+  res = ncclSystemError;
+  goto done;
+fail_report:
+  WARN("%s", rep.msg);
+  res = ncclInternalError;
+done:
+  vstate_free(&v);
+  if (report_out != NULL) *report_out = rep;
+  return res;
+}
