@@ -1,10 +1,17 @@
 /*
- * Braid: communicator helpers shared by every entry point.
+ * Braid: communicator helpers shared by every entry point, and the
+ * communicator's allocation and release.
  */
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "bootstrap.h"
 #include "check.h"
 #include "comm.h"
+#include "launch.h"
+#include "config.h"
+#include "device.h"
 
 /* See comm.h. */
 ncclResult_t brd_comm_check(const struct ncclComm *comm, const char *fn) {
@@ -18,4 +25,32 @@ ncclResult_t brd_comm_check(const struct ncclComm *comm, const char *fn) {
     return ncclInvalidArgument;
   }
   return ncclSuccess;
+}
+
+/* See comm.h. */
+ncclResult_t brd_comm_create(struct ncclComm **comm_out) {
+  struct ncclComm *comm;
+  BRD_CALLOC(comm, 1, "a communicator");
+  comm->magic = BRD_COMM_MAGIC;
+  comm->rank = comm->nranks = comm->cuda_dev = -1;
+  atomic_init(&comm->abort_flag, 0);
+  atomic_init(&comm->async_error, ncclInProgress);
+  atomic_init(&comm->children_busy, 0);
+  *comm_out = comm;
+  return ncclSuccess;
+}
+
+/* See comm.h. */
+void brd_comm_destroy(struct ncclComm *comm) {
+  if (comm == NULL) return;
+  /* A stale handle used after this point fails brd_comm_check (as long as
+   * the memory is not reused), which is all NCCL promises too. */
+  comm->magic = 0;
+  brd_rt_destroy(comm->rt);
+  free(comm->redops);
+  brd_boot_destroy(comm->boot);
+  comm->boot = NULL;
+  free(comm->peers);
+  brd_config_fini(&comm->config);
+  free(comm);
 }

@@ -16,6 +16,8 @@
 #define BRD_COMM_MAGIC 0x4252414944434f4dull /* "BRAIDCOM" */
 
 struct brd_boot;   /* bootstrap state (bootstrap.h) */
+struct brd_peer_info;  /* per-rank identity (device.h) */
+struct brd_init_job;   /* an init running on a helper thread (init.c) */
 
 struct ncclComm {
   uint64_t magic;          /* BRD_COMM_MAGIC while alive, 0 once destroyed */
@@ -37,10 +39,45 @@ struct ncclComm {
   int finalized;                   /* ncclCommFinalize was called */
 
   struct brd_boot *boot;   /* owned: bootstrap ring to the other ranks */
+
+  /* Lifecycle and topology (owner: init.c; written by init, read-only
+   * afterwards unless noted). */
+  int backend;             /* brd_device_backend_t */
+  int node;                /* index of this rank's host among the comm's hosts */
+  int n_nodes;             /* distinct host identities in the comm */
+  struct brd_peer_info *peers;   /* owned: nranks entries from the init allgather */
+  uint32_t split_count;    /* splits/shrinks made from this comm (caller's thread) */
+  int revoked;             /* ncclCommRevoke was called (caller's thread) */
+  struct brd_init_job *init_job; /* owned reference: this comm's init on a helper
+                                    thread, NULL when init ran inline or was reaped */
+  _Atomic int children_busy;     /* split/shrink jobs still using this comm */
+
+  /* Collectives (owner: launch.c / mem.c). */
+  struct brd_rt *rt;             /* owned: channels, plan cache; made at the
+                                    first launch, freed by brd_comm_destroy */
+  struct brd_redops *redops;     /* owned: ncclRedOpCreatePreMulSum table,
+                                    NULL until the first one */
 };
 
 /* Validates a communicator argument for entry point fn: NULL or a destroyed
  * communicator gets ncclInvalidArgument and a WARN naming fn. Any thread. */
 ncclResult_t brd_comm_check(const struct ncclComm *comm, const char *fn);
+
+/* Allocates a communicator (comm.c): magic set, rank/nranks/cuda_dev -1,
+ * async_error ncclInProgress, everything else zero. Caller's thread. */
+ncclResult_t brd_comm_create(struct ncclComm **comm_out);
+
+/* Frees a communicator and what it owns (bootstrap, peer table, config
+ * strings); clears magic first. Local: never waits on a peer. The caller
+ * must have stopped every thread using comm. NULL is a no-op. */
+void brd_comm_destroy(struct ncclComm *comm);
+
+/* Blocks until every ncclCommInitRank/Split/Shrink this thread started
+ * inside the current group has finished (init.c). Blocking communicators
+ * that failed are freed and their handles set to NULL; when one fails, the
+ * others still running are aborted. Returns the first error, else
+ * ncclInProgress when nonblocking inits were started in the group, else
+ * ncclSuccess. ncclGroupEnd calls it when the outermost group closes. */
+ncclResult_t brd_init_group_wait(void);
 
 #endif /* BRD_CORE_COMM_H */

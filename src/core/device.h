@@ -1,0 +1,65 @@
+/*
+ * Braid: the device backend seam. Which executor a communicator uses
+ * (BRAID_DEVICE=auto|cuda|host), the CUDA runtime calls init needs (only
+ * here, and only in BRAID_CUDA=1 builds), and the per-rank identity every
+ * rank publishes at init (brd_peer_info_t).
+ */
+#ifndef BRD_CORE_DEVICE_H
+#define BRD_CORE_DEVICE_H
+
+#include <stdint.h>
+
+#include "nccl.h"
+
+typedef enum {
+  BRD_DEVICE_HOST = 0,       /* host executor: CPU threads over host memory */
+  BRD_DEVICE_CUDA = 1,       /* CUDA executor */
+} brd_device_backend_t;
+
+/* One rank's identity, exchanged by allgather at init. Plain data, the
+ * same layout on every rank (all run the same build). */
+typedef struct brd_peer_info {
+  uint64_t host_hash;        /* hostname + boot id, or BRAID_HOSTID/NCCL_HOSTID */
+  uint64_t pid_hash;         /* pid + pid namespace: equal means same process */
+  int64_t bus_id;            /* PCI bus id as a number (NCCL's form); -1 in host mode */
+  int32_t pid;
+  int32_t dev;               /* CUDA device, or the virtual device in host mode */
+  int32_t cuda_cc;           /* 10*major + minor; 0 in host mode */
+  int32_t p2p;               /* 1: may use peer-to-peer channels */
+  int32_t backend;           /* brd_device_backend_t */
+  int32_t version;           /* NCCL_VERSION_CODE of the library */
+  char bus_id_str[16];       /* "0000:3b:00.0", or "host" */
+} brd_peer_info_t;
+
+/* Resolves BRAID_DEVICE (a parameter: read once per process):
+ * host -> host; cuda -> CUDA when a device is visible; auto -> CUDA when a
+ * device is visible. With no visible device, cuda and auto fail with
+ * ncclUnhandledCudaError (what NCCL returns when the CUDA runtime finds no
+ * device) and a WARN naming BRAID_DEVICE=host. In a BRAID_CUDA=0 build,
+ * auto is host (INFO once) and cuda is ncclInvalidUsage. An unknown value
+ * is ncclInvalidArgument. Any thread. */
+ncclResult_t brd_device_backend(brd_device_backend_t *backend_out);
+
+/* Number of visible CUDA devices; ncclUnhandledCudaError when the runtime
+ * fails (WARN), 0 in a CUDA=0 build. */
+ncclResult_t brd_device_count(int *count_out);
+
+/* The calling thread's current CUDA device (0 in a CUDA=0 build). */
+ncclResult_t brd_device_current(int *dev_out);
+
+/* Makes dev the calling thread's current CUDA device (no-op without CUDA). */
+ncclResult_t brd_device_set(int dev);
+
+/* Fills this rank's identity for backend and dev: host and process hashes,
+ * pid, and in CUDA mode the PCI bus id and compute capability. */
+ncclResult_t brd_device_peer_info(brd_device_backend_t backend, int dev,
+                                  brd_peer_info_t *info_out);
+
+/* The host identity hash of this process (computed once). */
+uint64_t brd_device_host_hash(void);
+
+/* NCCL's numeric form of a PCI bus id string ("0000:3b:00.0" -> 0x3b000):
+ * the hex digits, ignoring ':' and '.'. */
+int64_t brd_device_busid_to_int(const char *bus_id);
+
+#endif /* BRD_CORE_DEVICE_H */

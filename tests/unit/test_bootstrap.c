@@ -1,0 +1,630 @@
+/*
+ * Bootstrap: rendezvous, ring allgather, bcast, tagged send/recv, barrier
+ * and child rings, with ranks as threads and as processes; every bad
+ * rendezvous (wrong magic, mismatched nranks, duplicate rank, missing rank)
+ * and every dead peer must end in NCCL's code and a message naming the
+ * rank, never a hang. Data is checked against a pattern computed
+ * independently from (rank, index).
+ *
+ * Each case runs in a child process (bootstrap state is per process) with a
+ * short BRAID_BOOTSTRAP_TIMEOUT.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "bootstrap.h"
+#include "debug.h"
+#include "param.h"
+
+#define MAX_RANKS 32
+#define SLICE 37 /* odd, so slices straddle word boundaries */
+
+/* Shared between the ranks of a case (threads or processes). */
+struct shared {
+  _Atomic int64_t entered[MAX_RANKS];   /* barrier entry times */
+  int res[MAX_RANKS];                   /* what each rank's scenario returned */
+  char err[MAX_RANKS][512];             /* that rank's ncclGetLastError text */
+  int64_t elapsed_ns[MAX_RANKS];
+};
+
+static struct shared *sh;
+
+static int64_t now_ns(void) { return brd_sock_now_ns(); }
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static unsigned char pattern(int rank, size_t i) {
+  return (unsigned char)(((unsigned)rank * 97u + (unsigned)i * 31u) % 251u + 1u);
+}
+
+#define FAILX(...)                                                            \
+  do {                                                                        \
+    fprintf(stderr, __VA_ARGS__);                                             \
+    fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);                        \
+    return 1;                                                                 \
+  } while (0)
+
+/* Every primitive once, checked against the pattern. */
+static int rank_work(struct brd_boot *boot, int rank, int n, int timed_barrier) {
+  unsigned char all[MAX_RANKS * SLICE], b[SLICE + 3], m1[5], m2[11];
+  int root = n - 1, next = (rank + 1) % n, prev = (rank - 1 + n) % n;
+  ncclResult_t r;
+
+  memset(all, 0, sizeof(all));
+  for (size_t i = 0; i < SLICE; i++) all[rank * SLICE + i] = pattern(rank, i);
+  if ((r = brd_boot_allgather(boot, all, SLICE)) != ncclSuccess) FAILX("allgather: %d", r);
+  for (int q = 0; q < n; q++)
+    for (size_t i = 0; i < SLICE; i++)
+      if (all[q * SLICE + i] != pattern(q, i))
+        FAILX("rank %d: allgather slice %d byte %zu is %d, want %d", rank, q, i,
+              all[q * SLICE + i], pattern(q, i));
+
+  for (size_t i = 0; i < sizeof(b); i++) b[i] = rank == root ? pattern(100 + root, i) : 0;
+  if ((r = brd_boot_bcast(boot, root, b, sizeof(b))) != ncclSuccess) FAILX("bcast: %d", r);
+  for (size_t i = 0; i < sizeof(b); i++)
+    if (b[i] != pattern(100 + root, i)) FAILX("rank %d: bcast byte %zu wrong", rank, i);
+
+  /* Two tags sent in one order, received in the other. */
+  for (size_t i = 0; i < sizeof(m1); i++) m1[i] = pattern(rank + 200, i);
+  for (size_t i = 0; i < sizeof(m2); i++) m2[i] = pattern(rank + 300, i);
+  if ((r = brd_boot_send(boot, next, 7, m1, sizeof(m1))) != ncclSuccess) FAILX("send 7: %d", r);
+  if ((r = brd_boot_send(boot, next, 3, m2, sizeof(m2))) != ncclSuccess) FAILX("send 3: %d", r);
+  memset(m1, 0, sizeof(m1));
+  memset(m2, 0, sizeof(m2));
+  if ((r = brd_boot_recv(boot, prev, 3, m2, sizeof(m2))) != ncclSuccess) FAILX("recv 3: %d", r);
+  if ((r = brd_boot_recv(boot, prev, 7, m1, sizeof(m1))) != ncclSuccess) FAILX("recv 7: %d", r);
+  for (size_t i = 0; i < sizeof(m1); i++)
+    if (m1[i] != pattern(prev + 200, i)) FAILX("rank %d: tag 7 payload wrong", rank);
+  for (size_t i = 0; i < sizeof(m2); i++)
+    if (m2[i] != pattern(prev + 300, i)) FAILX("rank %d: tag 3 payload wrong", rank);
+
+  if (timed_barrier) sleep_ms(15 * rank);
+  atomic_store(&sh->entered[rank], now_ns());
+  if ((r = brd_boot_barrier(boot)) != ncclSuccess) FAILX("barrier: %d", r);
+  for (int q = 0; q < n; q++) {
+    int64_t e = atomic_load(&sh->entered[q]);
+    if (e == 0 || e > now_ns()) FAILX("rank %d left the barrier before rank %d entered", rank, q);
+  }
+  /* Second barrier: its tag must not match the first one's messages. */
+  if ((r = brd_boot_barrier(boot)) != ncclSuccess) FAILX("barrier 2: %d", r);
+  return 0;
+}
+
+/* ---- running ranks ------------------------------------------------------ */
+
+struct rank_arg {
+  const ncclUniqueId *ids;
+  int nids, rank, nranks, nranks_claimed;
+  _Atomic int *abort;
+  int (*fn)(struct rank_arg *);
+};
+
+static int rank_default(struct rank_arg *a) {
+  struct brd_boot *boot = NULL;
+  ncclResult_t r = brd_boot_create(a->ids, a->nids, a->rank, a->nranks_claimed, a->abort, &boot);
+  int rc;
+  if (r != ncclSuccess) return 100 + r;
+  rc = rank_work(boot, a->rank, a->nranks, a->nranks <= 8);
+  brd_boot_destroy(boot);
+  return rc;
+}
+
+static void record(struct rank_arg *a, int rc, int64_t t0) {
+  sh->res[a->rank] = rc;
+  sh->elapsed_ns[a->rank] = now_ns() - t0;
+  snprintf(sh->err[a->rank], sizeof(sh->err[0]), "%s", brd_log_last_error());
+}
+
+static void *rank_thread(void *p) {
+  struct rank_arg *a = p;
+  int64_t t0 = now_ns();
+  record(a, a->fn(a), t0);
+  return NULL;
+}
+
+/* Runs ranks [0, nstart) of an nranks rendezvous as threads or processes. */
+static void run_ranks(const ncclUniqueId *ids, int nids, int nranks, int nstart,
+                      int as_process, int (*fn)(struct rank_arg *), _Atomic int *abort) {
+  pthread_t t[MAX_RANKS];
+  pid_t pid[MAX_RANKS];
+  struct rank_arg args[MAX_RANKS];
+  for (int r = 0; r < nstart; r++) sh->res[r] = -1; /* a rank that never reports fails */
+  for (int r = 0; r < nstart; r++) {
+    args[r] = (struct rank_arg){ids, nids, r, nranks, nranks, abort, fn};
+    if (as_process) {
+      pid[r] = fork();
+      if (pid[r] == 0) {
+        int64_t t0 = now_ns();
+        record(&args[r], fn(&args[r]), t0);
+        fflush(NULL);
+        _exit(0);
+      }
+    } else {
+      pthread_create(&t[r], NULL, rank_thread, &args[r]);
+    }
+  }
+  for (int r = 0; r < nstart; r++) {
+    if (as_process) waitpid(pid[r], NULL, 0);
+    else pthread_join(t[r], NULL);
+  }
+}
+
+/* Runs body in a child with the given timeout; the test fails unless the
+ * child exits 0. */
+static void in_child(int (*body)(void), const char *timeout_s) {
+  pid_t pid;
+  int status;
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    setenv("BRAID_BOOTSTRAP_TIMEOUT", timeout_s, 1);
+    unsetenv("NCCL_COMM_ID");
+    brd_param_reload();
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) _exit(2);
+    memset(sh, 0, sizeof(*sh));
+    status = body();
+    fflush(NULL);
+    _exit(status);
+  }
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("case failed (status %#x)", status);
+}
+
+static int all_ok(int n) {
+  for (int r = 0; r < n; r++)
+    if (sh->res[r] != 0) FAILX("rank %d returned %d (last error: %s)", r, sh->res[r], sh->err[r]);
+  return 0;
+}
+
+/* ---- good rendezvous ---------------------------------------------------- */
+
+static int body_threads(void) {
+  static const int sizes[] = {1, 2, 3, 5, 8, 13};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    ncclUniqueId id;
+    if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+    memset(sh, 0, sizeof(*sh));
+    run_ranks(&id, 1, sizes[i], sizes[i], 0, rank_default, NULL);
+    if (all_ok(sizes[i])) FAILX("with %d ranks", sizes[i]);
+  }
+  return 0;
+}
+
+static void test_threads(void **state) {
+  (void)state;
+  in_child(body_threads, "10");
+}
+
+static int body_processes(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  run_ranks(&id, 1, 5, 5, 1, rank_default, NULL);
+  return all_ok(5);
+}
+
+static void test_processes(void **state) {
+  (void)state;
+  in_child(body_processes, "10");
+}
+
+static int body_multi_root(void) {
+  ncclUniqueId ids[3];
+  for (int i = 0; i < 3; i++)
+    if (brd_boot_get_unique_id(&ids[i]) != ncclSuccess) FAILX("get id %d", i);
+  run_ranks(ids, 3, 7, 7, 0, rank_default, NULL);
+  if (all_ok(7)) return 1;
+  /* As many roots as ranks. */
+  {
+    ncclUniqueId more[4];
+    for (int i = 0; i < 4; i++)
+      if (brd_boot_get_unique_id(&more[i]) != ncclSuccess) FAILX("get id %d", i);
+    memset(sh, 0, sizeof(*sh));
+    run_ranks(more, 4, 4, 4, 0, rank_default, NULL);
+    if (all_ok(4)) return 1;
+  }
+  return 0;
+}
+
+static void test_multi_root(void **state) {
+  (void)state;
+  in_child(body_multi_root, "10");
+}
+
+static int body_ipv6(void) {
+  union brd_sock_addr a;
+  struct brd_sock l;
+  char env[64];
+  ncclUniqueId id;
+  int port;
+  if (brd_sock_addr_parse("[::1]:0", &a) != ncclSuccess || brd_sock_listen(&a, &l) != ncclSuccess) {
+    printf("SKIP: IPv6 loopback (::1) is not available on this machine\n");
+    return 0;
+  }
+  port = brd_sock_addr_port(&l.addr);
+  brd_sock_close(&l);
+  snprintf(env, sizeof(env), "[::1]:%d", port);
+  setenv("NCCL_COMM_ID", env, 1);
+  brd_param_reload();
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  if (brd_boot_root_start(&id) != ncclSuccess) FAILX("root on %s", env);
+  run_ranks(&id, 1, 3, 3, 0, rank_default, NULL);
+  brd_boot_root_stop(&id);
+  return all_ok(3);
+}
+
+static void test_ipv6(void **state) {
+  (void)state;
+  in_child(body_ipv6, "10");
+}
+
+/* Children: colors {1,4,5} ordered 4,1,5 and {0,2,3}; then a child of a
+ * child. */
+static int rank_child(struct rank_arg *a) {
+  static const int red[3] = {4, 1, 5}, blue[3] = {0, 2, 3};
+  struct brd_boot *boot = NULL, *child = NULL, *grand = NULL;
+  const int *list;
+  int me = -1, rc = 0;
+  _Atomic int cflag = 0;
+  ncclResult_t r = brd_boot_create(a->ids, 1, a->rank, a->nranks, NULL, &boot);
+  if (r != ncclSuccess) return 100 + r;
+  list = (a->rank == 1 || a->rank == 4 || a->rank == 5) ? red : blue;
+  for (int i = 0; i < 3; i++)
+    if (list[i] == a->rank) me = i;
+  r = brd_boot_create_child(boot, 1, list == red, 3, me, list, &cflag, &child);
+  if (r != ncclSuccess) rc = 200 + r;
+  if (rc == 0) rc = rank_work(child, me, 3, 0);
+  if (rc == 0 && me < 2) {
+    const int pair[2] = {0, 1};
+    r = brd_boot_create_child(child, 1, 0, 2, me, pair, NULL, &grand);
+    if (r != ncclSuccess) rc = 300 + r;
+    if (rc == 0) rc = rank_work(grand, me, 2, 0);
+  }
+  brd_boot_destroy(grand);
+  brd_boot_destroy(child);
+  brd_boot_destroy(boot);
+  return rc;
+}
+
+static int body_child(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  run_ranks(&id, 1, 6, 6, 0, rank_child, NULL);
+  return all_ok(6);
+}
+
+static void test_child(void **state) {
+  (void)state;
+  in_child(body_child, "10");
+}
+
+/* Rank 3 dies after the rendezvous; the others build a child without it. */
+static int rank_child_without_dead(struct rank_arg *a) {
+  static const int alive[3] = {0, 1, 2};
+  struct brd_boot *boot = NULL, *child = NULL;
+  ncclResult_t r = brd_boot_create(a->ids, 1, a->rank, a->nranks, NULL, &boot);
+  int rc;
+  if (r != ncclSuccess) return 100 + r;
+  if (a->rank == 3) raise(SIGKILL);
+  sleep_ms(100); /* make sure rank 3 is gone */
+  r = brd_boot_create_child(boot, 9, 0, 3, a->rank, alive, NULL, &child);
+  if (r != ncclSuccess) return 200 + r;
+  rc = rank_work(child, a->rank, 3, 0);
+  brd_boot_destroy(child);
+  brd_boot_destroy(boot);
+  return rc;
+}
+
+static int body_child_without_dead(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  run_ranks(&id, 1, 4, 4, 1, rank_child_without_dead, NULL);
+  return all_ok(3);
+}
+
+static void test_child_without_dead_rank(void **state) {
+  (void)state;
+  in_child(body_child_without_dead, "5");
+}
+
+/* ---- bad rendezvous ----------------------------------------------------- */
+
+static int expect_all(int n, ncclResult_t code, const char *needle1, const char *needle2) {
+  for (int r = 0; r < n; r++) {
+    if (sh->res[r] != 100 + (int)code)
+      FAILX("rank %d returned %d, want %d (last error: %s)", r, sh->res[r], 100 + code, sh->err[r]);
+    if (needle1 && strstr(sh->err[r], needle1) == NULL)
+      FAILX("rank %d: \"%s\" does not mention \"%s\"", r, sh->err[r], needle1);
+    if (needle2 && strstr(sh->err[r], needle2) == NULL)
+      FAILX("rank %d: \"%s\" does not mention \"%s\"", r, sh->err[r], needle2);
+  }
+  return 0;
+}
+
+static ncclUniqueId bad_id;
+static int bad_rank = -1, bad_nranks = 0, bad_as_rank = -1;
+
+/* Rank bad_rank uses bad_id, claims bad_nranks, or registers as bad_as_rank. */
+static int rank_bad(struct rank_arg *a) {
+  struct brd_boot *boot = NULL;
+  const ncclUniqueId *ids = a->ids;
+  int nranks = a->nranks, rank = a->rank;
+  ncclResult_t r;
+  if (a->rank == bad_rank) {
+    if (bad_nranks) nranks = bad_nranks;
+    else if (bad_as_rank >= 0) rank = bad_as_rank;
+    else ids = &bad_id;
+  }
+  r = brd_boot_create(ids, 1, rank, nranks, NULL, &boot);
+  brd_boot_destroy(boot);
+  return r == ncclSuccess ? 0 : 100 + r;
+}
+
+static int body_wrong_magic(void) {
+  ncclUniqueId id;
+  brd_boot_handle_t h;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  bad_id = id;
+  memcpy(&h, bad_id.internal, sizeof(h));
+  h.magic ^= 0x5a5a;
+  memcpy(bad_id.internal, &h, sizeof(h));
+  bad_rank = 2;
+  run_ranks(&id, 1, 3, 3, 1, rank_bad, NULL);
+  return expect_all(3, ncclInvalidUsage, "magic", "rank 2 at");
+}
+
+static void test_wrong_magic(void **state) {
+  (void)state;
+  in_child(body_wrong_magic, "5");
+}
+
+static int body_mismatched_nranks(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  bad_rank = 2;
+  bad_nranks = 4;
+  run_ranks(&id, 1, 3, 3, 1, rank_bad, NULL);
+  return expect_all(3, ncclInvalidUsage, "nranks=4", "nranks=3");
+}
+
+static void test_mismatched_nranks(void **state) {
+  (void)state;
+  in_child(body_mismatched_nranks, "5");
+}
+
+static int body_duplicate_rank(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  bad_rank = 2;
+  bad_as_rank = 1;
+  run_ranks(&id, 1, 3, 3, 1, rank_bad, NULL);
+  return expect_all(3, ncclInvalidUsage, "rank 1 registered twice", NULL);
+}
+
+static void test_duplicate_rank(void **state) {
+  (void)state;
+  in_child(body_duplicate_rank, "5");
+}
+
+static void test_local_range_checks(void **state) {
+  (void)state;
+  ncclUniqueId id;
+  struct brd_boot *boot = NULL;
+  memset(&id, 0, sizeof(id));
+  assert_int_equal(brd_boot_create(&id, 1, 3, 3, NULL, &boot), ncclInvalidArgument);
+  assert_non_null(strstr(brd_log_last_error(), "rank 3 is outside [0, 3)"));
+  assert_int_equal(brd_boot_create(&id, 1, -1, 3, NULL, &boot), ncclInvalidArgument);
+  assert_int_equal(brd_boot_create(&id, 0, 0, 3, NULL, &boot), ncclInvalidArgument);
+  assert_int_equal(brd_boot_create(&id, 4, 0, 3, NULL, &boot), ncclInvalidArgument);
+  assert_null(boot);
+}
+
+static int body_missing_rank(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  run_ranks(&id, 1, 3, 2, 0, rank_default, NULL);
+  for (int r = 0; r < 2; r++) {
+    if (sh->res[r] != 100 + ncclRemoteError) FAILX("rank %d returned %d", r, sh->res[r]);
+    if (sh->elapsed_ns[r] > 4000000000LL) FAILX("rank %d took too long", r);
+  }
+  /* Threads share one last-error text: the root's reason. */
+  if (strstr(sh->err[0], "missing: rank 2") == NULL) FAILX("message: %s", sh->err[0]);
+  return 0;
+}
+
+static void test_missing_rank(void **state) {
+  (void)state;
+  in_child(body_missing_rank, "1");
+}
+
+/* Rank 1 exits right after the rendezvous; rank 0 waits for a message from
+ * it, rank 2 for one from rank 0 that never comes because rank 0 fails. */
+static int rank_dead_sender(struct rank_arg *a) {
+  struct brd_boot *boot = NULL;
+  char buf[8];
+  ncclResult_t r = brd_boot_create(a->ids, 1, a->rank, a->nranks, NULL, &boot);
+  if (r != ncclSuccess) return 100 + r;
+  if (a->rank == 1) raise(SIGKILL);
+  if (a->rank == 0) {
+    r = brd_boot_recv(boot, 1, 5, buf, sizeof(buf));
+    brd_boot_destroy(boot);
+    return r == ncclSuccess ? 0 : 100 + r;
+  }
+  r = brd_boot_recv(boot, 0, 5, buf, sizeof(buf));
+  brd_boot_destroy(boot);
+  return r == ncclSuccess ? 0 : 100 + r;
+}
+
+static int body_dead_sender(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  run_ranks(&id, 1, 3, 3, 1, rank_dead_sender, NULL);
+  for (int r = 0; r < 3; r += 2) {
+    if (sh->res[r] != 100 + ncclRemoteError) FAILX("rank %d returned %d", r, sh->res[r]);
+    if (sh->elapsed_ns[r] > 4000000000LL) FAILX("rank %d took %lld ns", r, (long long)sh->elapsed_ns[r]);
+  }
+  if (strstr(sh->err[0], "rank 1 at") == NULL || strstr(sh->err[0], "gone") == NULL)
+    FAILX("rank 0 message: %s", sh->err[0]);
+  if (strstr(sh->err[2], "rank 0") == NULL) FAILX("rank 2 message: %s", sh->err[2]);
+  return 0;
+}
+
+static void test_dead_sender(void **state) {
+  (void)state;
+  in_child(body_dead_sender, "20");
+}
+
+static int rank_dead_in_ring(struct rank_arg *a) {
+  struct brd_boot *boot = NULL;
+  unsigned char all[4 * SLICE];
+  ncclResult_t r = brd_boot_create(a->ids, 1, a->rank, a->nranks, NULL, &boot);
+  if (r != ncclSuccess) return 100 + r;
+  if (a->rank == 2) raise(SIGKILL);
+  memset(all, 1, sizeof(all));
+  r = brd_boot_allgather(boot, all, SLICE);
+  brd_boot_destroy(boot);
+  return r == ncclSuccess ? 0 : 100 + r;
+}
+
+static int body_dead_in_ring(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  run_ranks(&id, 1, 4, 4, 1, rank_dead_in_ring, NULL);
+  for (int r = 0; r < 4; r++) {
+    if (r == 2) continue;
+    if (sh->res[r] != 100 + ncclRemoteError) FAILX("rank %d returned %d", r, sh->res[r]);
+  }
+  /* Ring neighbours of rank 2 name it. */
+  if (strstr(sh->err[1], "rank 2") == NULL || strstr(sh->err[3], "rank 2") == NULL)
+    FAILX("messages: \"%s\" / \"%s\"", sh->err[1], sh->err[3]);
+  return 0;
+}
+
+static void test_dead_in_ring(void **state) {
+  (void)state;
+  in_child(body_dead_in_ring, "20");
+}
+
+/* Two of three ranks wait for the third; another thread aborts them. */
+static int body_abort_during_create(void) {
+  ncclUniqueId id;
+  _Atomic int flag = 0;
+  pthread_t t[2];
+  struct rank_arg args[2];
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  for (int r = 0; r < 2; r++) {
+    sh->res[r] = -1;
+    args[r] = (struct rank_arg){&id, 1, r, 3, 3, &flag, rank_default};
+    pthread_create(&t[r], NULL, rank_thread, &args[r]);
+  }
+  sleep_ms(150);
+  atomic_store(&flag, 1);
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  for (int r = 0; r < 2; r++) {
+    if (sh->res[r] != 100 + ncclInternalError) FAILX("rank %d returned %d", r, sh->res[r]);
+    if (sh->elapsed_ns[r] > 1000000000LL) FAILX("rank %d took %lld ns", r, (long long)sh->elapsed_ns[r]);
+  }
+  return 0;
+}
+
+static void test_abort_during_create(void **state) {
+  (void)state;
+  in_child(body_abort_during_create, "30");
+}
+
+/* The root's process stops it while ranks wait: they hear why at once. */
+static int body_root_stopped(void) {
+  ncclUniqueId id;
+  pthread_t t[2];
+  struct rank_arg args[2];
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  for (int r = 0; r < 2; r++) {
+    sh->res[r] = -1;
+    args[r] = (struct rank_arg){&id, 1, r, 3, 3, NULL, rank_default};
+    pthread_create(&t[r], NULL, rank_thread, &args[r]);
+  }
+  sleep_ms(150);
+  brd_boot_root_stop(&id);
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  for (int r = 0; r < 2; r++) {
+    if (sh->res[r] != 100 + ncclRemoteError) FAILX("rank %d returned %d", r, sh->res[r]);
+    if (sh->elapsed_ns[r] > 1000000000LL) FAILX("rank %d took %lld ns", r, (long long)sh->elapsed_ns[r]);
+  }
+  if (strstr(sh->err[0], "stopped") == NULL) FAILX("message: %s", sh->err[0]);
+  return 0;
+}
+
+static void test_root_stopped(void **state) {
+  (void)state;
+  in_child(body_root_stopped, "30");
+}
+
+static int body_bad_tags(void) {
+  ncclUniqueId id;
+  struct brd_boot *boot = NULL;
+  char c = 0;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  if (brd_boot_create(&id, 1, 0, 1, NULL, &boot) != ncclSuccess) FAILX("one rank");
+  if (brd_boot_send(boot, 1, 0, &c, 1) != ncclInvalidArgument) FAILX("peer 1 of 1");
+  if (brd_boot_recv(boot, 0, -1, &c, 1) != ncclInvalidArgument) FAILX("tag -1");
+  if (brd_boot_send(boot, 0, BRD_BOOT_TAG_MAX, &c, 1) != ncclInvalidArgument) FAILX("tag max");
+  if (brd_boot_bcast(boot, 2, &c, 1) != ncclInvalidArgument) FAILX("root 2 of 1");
+  /* A rank may message itself. */
+  c = 42;
+  if (brd_boot_send(boot, 0, 1, &c, 1) != ncclSuccess) FAILX("self send");
+  c = 0;
+  if (brd_boot_recv(boot, 0, 1, &c, 1) != ncclSuccess || c != 42) FAILX("self recv");
+  /* Size disagreement is caught, not truncated. */
+  if (brd_boot_send(boot, 0, 2, &c, 1) != ncclSuccess) FAILX("self send 2");
+  {
+    int wide = 0;
+    if (brd_boot_recv(boot, 0, 2, &wide, sizeof(wide)) != ncclInternalError) FAILX("size check");
+  }
+  brd_boot_destroy(boot);
+  return 0;
+}
+
+static void test_bad_tags(void **state) {
+  (void)state;
+  in_child(body_bad_tags, "5");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_local_range_checks),
+      cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_processes),
+      cmocka_unit_test(test_multi_root),
+      cmocka_unit_test(test_ipv6),
+      cmocka_unit_test(test_child),
+      cmocka_unit_test(test_child_without_dead_rank),
+      cmocka_unit_test(test_bad_tags),
+      cmocka_unit_test(test_wrong_magic),
+      cmocka_unit_test(test_mismatched_nranks),
+      cmocka_unit_test(test_duplicate_rank),
+      cmocka_unit_test(test_missing_rank),
+      cmocka_unit_test(test_dead_sender),
+      cmocka_unit_test(test_dead_in_ring),
+      cmocka_unit_test(test_abort_during_create),
+      cmocka_unit_test(test_root_stopped),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
