@@ -19,6 +19,9 @@ NCCL_REF   ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nc
 BRAID_VERSION := 0.1.0
 NCCL_SOVER    := 2.28.9
 
+# V=1 prints full compiler command lines.
+Q := $(if $(filter 1,$(V)),,@)
+
 CC ?= cc
 ifeq ($(CC),cc)
 CC := gcc
@@ -62,7 +65,9 @@ LDLIBS   := -L$(CUDA_LIBDIR) -lcudart_static $(LDLIBS)
 NEWEST_ARCH := $(lastword $(sort $(CUDA_ARCHS)))
 GENCODE  := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
             -gencode arch=compute_$(NEWEST_ARCH),code=compute_$(NEWEST_ARCH)
+# No C++ runtime in the library: no exceptions, RTTI or guarded statics.
 NVCCFLAGS := -std=c++17 -O3 $(GENCODE) -Xcompiler -fPIC,-fvisibility=hidden \
+             -Xcompiler -fno-exceptions,-fno-rtti,-fno-threadsafe-statics \
              -Xcompiler -Wall,-Werror $(if $(SAN_FLAGS),-Xcompiler $(subst $(eval) ,$(comma),$(strip $(SAN_FLAGS))))
 else
 CPPFLAGS += -DBRAID_NO_CUDA=1
@@ -121,11 +126,13 @@ $(DEPS_STAMP):
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%.cu.o: %.cu | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+	@echo "  NVCC    $<"
+	$(Q)$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 # The exported set is exactly the list kept in the tree, unversioned (as
 # NVIDIA's library is); everything else is local.
@@ -136,7 +143,8 @@ $(EXPORTMAP): $(SYMS)
 
 $(SHLIB): $(LIB_OBJ) $(EXPORTMAP)
 	@mkdir -p $(@D)
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(EXPORTMAP) \
+	@echo "  LD      $@"
+	$(Q)$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(EXPORTMAP) \
 	  -Wl,--no-undefined -Wl,-z,noexecstack $(SAN_FLAGS) -o $@ $(LIB_OBJ) $(LDLIBS)
 
 $(BUILD)/lib/libnccl.so $(BUILD)/lib/libnccl.so.$(NCCL_SOVER): $(SHLIB)
@@ -153,20 +161,24 @@ $(HEADER): include/nccl.h
 # Unit tests see the library's internals through the static archive.
 $(BUILD)/tests/unit/%: tests/unit/%.c $(STLIB) $(TESTCOMMON_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(STLIB) -lcmocka $(LDLIBS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(STLIB) -lcmocka $(LDLIBS)
 
 # End-to-end tests and tools use only the public API of the shared library.
 $(BUILD)/tests/host/% $(BUILD)/tests/gpu/%: LINKSO = -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../../lib' -lnccl
 $(BUILD)/tests/host/%: tests/host/%.c $(SHLIB) $(TESTCOMMON_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(LINKSO) -lcmocka $(LDLIBS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(LINKSO) -lcmocka $(LDLIBS)
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(SHLIB) $(TESTCOMMON_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(LINKSO) -lcmocka $(LDLIBS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(LINKSO) -lcmocka $(LDLIBS)
 
 $(BUILD)/bin/%: tools/%.c $(SHLIB) $(TOOLCOMMON_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) -o $@ \
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) -o $@ \
 	  -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lnccl $(LDLIBS)
 
 $(BUILD)/plugins/%.so: plugins/%.c

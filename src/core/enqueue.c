@@ -5,12 +5,14 @@
  * NCCL_CHECK_POINTERS).
  */
 #include <stdint.h>
-#include <stdio.h>
+#include <string.h>
 
 #include "api.h"
 #include "check.h"
 #include "comm.h"
 #include "enqueue.h"
+#include "group.h"
+#include "launch.h"
 
 size_t brd_dtype_size(ncclDataType_t dtype) {
   switch (dtype) {
@@ -98,10 +100,16 @@ ncclResult_t brd_call_check(const brd_call_t *c) {
       WARN("%s : invalid reduction operation %d", c->fn, (int)c->op);
       return ncclInvalidArgument;
     }
-    if (c->op >= ncclNumOps) {
+    const brd_redop_slot_t *user = brd_redop_find(comm, c->op);
+    if (c->op >= ncclNumOps && user == NULL) {
       WARN("%s : reduction operation %d unknown to this communicator "
            "(create it with ncclRedOpCreatePreMulSum on this communicator)",
            c->fn, (int)c->op);
+      return ncclInvalidArgument;
+    }
+    if (user != NULL && user->dtype != c->dtype) {
+      WARN("%s : reduction operation %d was created for datatype %d, not %d",
+           c->fn, (int)c->op, (int)user->dtype, (int)c->dtype);
       return ncclInvalidArgument;
     }
   }
@@ -135,10 +143,17 @@ ncclResult_t brd_call_check(const brd_call_t *c) {
   return ncclSuccess;
 }
 
-ncclResult_t brd_enqueue(const brd_call_t *c) {
-  CHECK(brd_call_check(c));
-  if (c->count == 0) return ncclSuccess;
-  char name[64];
-  snprintf(name, sizeof(name), "nccl%s", c->fn);
-  return brd_api_not_implemented(name);
+ncclResult_t brd_enqueue(const brd_call_t *call) {
+  CHECK(brd_call_check(call));
+  if (call->count == 0) return ncclSuccess;
+  brd_call_t c = *call;
+  const brd_redop_slot_t *user = brd_redop_find(c.comm, c.op);
+  if (user != NULL) {
+    c.premul = 1;
+    memcpy(c.premul_value, user->host_scalar, sizeof(c.premul_value));
+    c.premul_scalar = user->residence == ncclScalarHostImmediate ? NULL
+                                                                 : user->dev_scalar;
+  }
+  if (brd_group_depth() > 0) return brd_group_add(&c);
+  return brd_launch_run(c.comm, &c, 1);
 }

@@ -35,6 +35,11 @@ typedef struct {
   int root;                /* root, or peer for send/recv; 0 when unused */
   struct ncclComm *comm;
   cudaStream_t stream;
+  /* A user operator resolved when the call is made, so the operator may be
+   * destroyed before the group runs (NCCL allows it). */
+  int premul;                      /* 1: op is a PreMulSum operator */
+  const void *premul_scalar;       /* points at premul_value or device memory */
+  unsigned char premul_value[8];   /* host-immediate scalar, copied */
 } brd_call_t;
 
 /* Size in bytes of one element of dtype, or 0 for an invalid dtype. */

@@ -17,6 +17,7 @@
 #include "check.h"
 #include "comm.h"
 #include "enqueue.h"
+#include "launch.h"
 #include "param.h"
 
 struct host_block {
@@ -153,7 +154,8 @@ ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
   CHECK(brd_comm_check(comm, "ncclRedOpCreatePreMulSum"));
   ARG_NOT_NULL(op, "ncclRedOpCreatePreMulSum");
   ARG_NOT_NULL(scalar, "ncclRedOpCreatePreMulSum");
-  if (brd_dtype_size(datatype) == 0) {
+  size_t esize = brd_dtype_size(datatype);
+  if (esize == 0) {
     WARN("ncclRedOpCreatePreMulSum : invalid type %d", (int)datatype);
     return ncclInvalidArgument;
   }
@@ -161,7 +163,30 @@ ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
     WARN("ncclRedOpCreatePreMulSum : invalid residence %d", (int)residence);
     return ncclInvalidArgument;
   }
-  return brd_api_not_implemented("ncclRedOpCreatePreMulSum");
+  if (comm->redops == NULL) {
+    comm->redops = calloc(1, sizeof(*comm->redops));
+    if (comm->redops == NULL) {
+      WARN("ncclRedOpCreatePreMulSum : out of host memory");
+      return ncclSystemError;
+    }
+  }
+  for (int i = 0; i < BRD_REDOPS_MAX; i++) {
+    brd_redop_slot_t *s = &comm->redops->slot[i];
+    if (s->used) continue;
+    memset(s, 0, sizeof(*s));
+    s->used = 1;
+    s->dtype = datatype;
+    s->residence = residence;
+    if (residence == ncclScalarHostImmediate)
+      memcpy(s->host_scalar, scalar, esize);
+    else
+      s->dev_scalar = scalar;
+    *op = (ncclRedOp_t)((int)ncclNumOps + i);
+    return ncclSuccess;
+  }
+  WARN("ncclRedOpCreatePreMulSum : this communicator already holds %d "
+       "operators; destroy some with ncclRedOpDestroy", BRD_REDOPS_MAX);
+  return ncclInvalidUsage;
 }
 
 BRD_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm)
@@ -172,7 +197,11 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
          (int)op);
     return ncclInvalidArgument;
   }
-  WARN("ncclRedOpDestroy : operator %d unknown to this communicator",
-       (int)op);
-  return ncclInvalidArgument;
+  if (brd_redop_find(comm, op) == NULL) {
+    WARN("ncclRedOpDestroy : operator %d unknown to this communicator",
+         (int)op);
+    return ncclInvalidArgument;
+  }
+  comm->redops->slot[(int)op - (int)ncclNumOps].used = 0;
+  return ncclSuccess;
 }

@@ -53,4 +53,5 @@ BRD_PARAM(BRAID_HOSTID, "BRAID_HOSTID", BRD_PARAM_STR, NULL, "host identity over
 BRD_PARAM(BRAID_BOOTSTRAP_TIMEOUT, "BRAID_BOOTSTRAP_TIMEOUT", BRD_PARAM_INT, "300", "seconds before a bootstrap socket operation gives up")
 BRD_PARAM(BRAID_TIMEOUT, "BRAID_TIMEOUT", BRD_PARAM_INT, "300", "seconds a collective may wait on a peer before reporting a hang")
 BRD_PARAM(BRAID_DETERMINISTIC, "BRAID_DETERMINISTIC", BRD_PARAM_INT, "0", "fix the reduction order so results are bit-identical across runs")
+BRD_PARAM(BRAID_HOST_STAGING, "BRAID_HOST_STAGING", BRD_PARAM_INT, "1048576", "host mode: bytes of output staging per rank and phase; larger messages run in pieces")
 BRD_PARAM(BRAID_VERIFY_PLANS, "BRAID_VERIFY_PLANS", BRD_PARAM_INT, "0", "verify every plan before first use (always on in debug builds)")

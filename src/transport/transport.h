@@ -34,6 +34,7 @@ typedef enum {
   BRD_TRANSPORT_P2P = 2,   /* GPU memory: cuMem / CUDA IPC */
   BRD_TRANSPORT_NET = 3,   /* port channels over sockets or IB (proxy) */
   BRD_TRANSPORT_NVLS = 4,  /* switch channels: NVLS multicast */
+  BRD_TRANSPORT_HOST = 5,  /* host memory of one process (ranks as threads) */
 } brd_transport_kind_t;
 
 typedef struct brd_seg {
@@ -57,5 +58,6 @@ typedef struct brd_transport_ops {
 } brd_transport_ops_t;
 
 extern const brd_transport_ops_t brd_transport_shm;
+extern const brd_transport_ops_t brd_transport_host;
 
 #endif /* BRD_TRANSPORT_TRANSPORT_H */

@@ -1,0 +1,50 @@
+/*
+ * Test helpers for collectives: input patterns whose reductions are exact in
+ * any order, an independent CPU reference, and element comparison. The
+ * number formats are decoded and encoded here from their bit layouts, not
+ * through the library, so the reference does not share code with it.
+ */
+#ifndef BRD_TESTS_COLL_REF_H
+#define BRD_TESTS_COLL_REF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+size_t ref_dtype_size(ncclDataType_t dt);
+const char *ref_dtype_name(ncclDataType_t dt);
+const char *ref_op_name(ncclRedOp_t op);
+int ref_dtype_is_float(ncclDataType_t dt);
+
+/* Value of element i of rank r's input (before any reduction) for op: small
+ * integers (or {0,1} for fp8 e5m2 sums) so every reduction order of up to
+ * 8 ranks is exact in the type. */
+double ref_input_value(ncclDataType_t dt, ncclRedOp_t op, int rank, size_t i);
+
+/* Writes value v (exactly representable, or rounded to nearest) as element
+ * i of buf. */
+void ref_store(ncclDataType_t dt, void *buf, size_t i, double v);
+
+/* Element i of buf as a double. */
+double ref_load(ncclDataType_t dt, const void *buf, size_t i);
+
+/* Fills n elements of buf with rank r's input for op. */
+void ref_fill_input(ncclDataType_t dt, ncclRedOp_t op, int rank, void *buf,
+                    size_t n);
+
+/* Fills n elements with a poison pattern no correct result produces. */
+void ref_poison(ncclDataType_t dt, void *buf, size_t n);
+
+/* Expected reduction over nranks of element i (ranks' inputs as above),
+ * written to expect[i]. PreMulSum is scaled by `scalar`. */
+void ref_reduce_expect(ncclDataType_t dt, ncclRedOp_t op, int nranks,
+                       double scalar, void *expect, size_t n);
+
+/* Counts elements of got that differ from expect: bit-exact, except float
+ * avg/premulsum which allow `ulps` units in the last place. Reports the
+ * first mismatch into msg (may be NULL). */
+size_t ref_compare(ncclDataType_t dt, int tolerant, const void *got,
+                   const void *expect, size_t n, char *msg, size_t msglen);
+
+#endif
