@@ -3,7 +3,14 @@
  * process. Plain page-aligned memory; importing hands back the creator's
  * own pointer. Used when every rank of a communicator lives in this
  * process, so /dev/shm is not needed at all.
+ *
+ * A segment is reference-counted: every import holds a reference and the
+ * memory goes back when the last holder closes it. A rank that destroys its
+ * communicator while a peer thread is still finishing the last launch (for
+ * instance storing a final credit signal into this rank's semaphores) thus
+ * never frees memory the peer still writes, without any wait on the peer.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,14 +18,23 @@
 #include "check.h"
 #include "transport.h"
 
+/* The reference count lives in the page before the segment. */
+#define HOST_HDR 4096
+
+static _Atomic int *refcount(void *seg_ptr) {
+  return (_Atomic int *)((char *)seg_ptr - HOST_HDR);
+}
+
 static ncclResult_t host_create(size_t size, const char *tag, brd_seg_t *out) {
-  void *p = NULL;
-  if (posix_memalign(&p, 4096, size) != 0) {
+  void *base = NULL;
+  if (posix_memalign(&base, 4096, size + HOST_HDR) != 0) {
     WARN("out of host memory allocating %zu bytes for %s", size,
          tag ? tag : "a channel segment");
     return ncclSystemError;
   }
-  memset(p, 0, size);
+  memset(base, 0, size + HOST_HDR);
+  void *p = (char *)base + HOST_HDR;
+  atomic_init(refcount(p), 1);
   memset(out, 0, sizeof(*out));
   out->ptr = p;
   out->size = size;
@@ -40,6 +56,7 @@ static ncclResult_t host_import(const brd_seg_handle_t *h, brd_seg_t *out) {
   out->handle = *h;
   out->ptr = (void *)(uintptr_t)h->local_addr;
   out->size = (size_t)h->size;
+  atomic_fetch_add(refcount(out->ptr), 1);
   return ncclSuccess;
 }
 
@@ -47,7 +64,8 @@ static void host_seal(brd_seg_t *seg) { (void)seg; }
 
 static void host_close(brd_seg_t *seg) {
   if (seg == NULL || seg->ptr == NULL) return;
-  if (seg->owner) free(seg->ptr);
+  if (atomic_fetch_sub(refcount(seg->ptr), 1) == 1)
+    free((char *)seg->ptr - HOST_HDR);
   memset(seg, 0, sizeof(*seg));
 }
 

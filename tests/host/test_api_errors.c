@@ -49,8 +49,6 @@ static void test_null_comm(void **state) {
   EXPECT_ERR(ncclCommCuDevice(NULL, &x), ncclInvalidArgument, "comm");
   EXPECT_ERR(ncclCommUserRank(NULL, &x), ncclInvalidArgument, "comm");
   EXPECT_ERR(ncclCommGetAsyncError(NULL, &e), ncclInvalidArgument, "comm");
-  EXPECT_ERR(ncclCommFinalize(NULL), ncclInvalidArgument, "comm");
-  EXPECT_ERR(ncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT), ncclInvalidArgument, "comm");
   EXPECT_ERR(ncclCommSplit(NULL, 0, 0, &nc, NULL), ncclInvalidArgument, "comm");
   EXPECT_ERR(ncclCommShrink(NULL, &exclude, 1, &nc, &cfg, NCCL_SHRINK_DEFAULT),
              ncclInvalidArgument, "comm");
@@ -75,8 +73,11 @@ static void test_null_comm(void **state) {
   EXPECT_ERR(ncclSend(buf, 1, ncclInt8, 0, NULL, NULL), ncclInvalidArgument, "comm");
   EXPECT_ERR(ncclRecv(buf, 1, ncclInt8, 0, NULL, NULL), ncclInvalidArgument, "comm");
 
-  /* NCCL: destroying or aborting NULL is a successful no-op. */
+  /* NCCL: finalizing, destroying, aborting or revoking NULL is a
+   * successful no-op. */
+  assert_int_equal(ncclCommFinalize(NULL), ncclSuccess);
   assert_int_equal(ncclCommDestroy(NULL), ncclSuccess);
+  assert_int_equal(ncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT), ncclSuccess);
   assert_int_equal(ncclCommAbort(NULL), ncclSuccess);
 }
 
