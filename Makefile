@@ -7,7 +7,7 @@
 #   make install PREFIX=dir   library and header
 #
 # Options: CUDA=0 (host mode only), CUDA_ARCHS="80 90 100", ASAN=1, UBSAN=1,
-# TSAN=1, DEBUG=1, BUILD=dir.
+# TSAN=1, DEBUG=1, MPI=1 (benchmarks launched by mpirun), BUILD=dir, V=1.
 
 PREFIX     ?= /usr/local
 CUDA_HOME  ?= /usr/local/cuda
@@ -98,7 +98,17 @@ PLUGIN_SO  := $(patsubst plugins/%.c,$(BUILD)/plugins/%.so,$(PLUGIN_SRC))
 
 # Shared helpers for tools and tests (linked into executables, never the lib).
 TOOLCOMMON_SRC := $(sort $(wildcard tools/common/*.c))
-TOOLCOMMON_OBJ := $(TOOLCOMMON_SRC:%.c=$(BUILD)/obj/%.o)
+TOOLCOMMON_OBJ := $(TOOLCOMMON_SRC:%.c=$(BUILD)/obj/tools-obj/%.o)
+
+# Benchmarks use MPI (for the unique id, barriers and results only) when
+# built with MPI=1, or when mpicc is found and MPI is not set to 0.
+MPI ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
+TOOL_CC := $(if $(filter 1,$(MPI)),mpicc,$(CC))
+TOOL_CPPFLAGS := $(if $(filter 1,$(MPI)),-DBRAID_MPI=1)
+$(BUILD)/obj/tools-obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(TOOL_CC) $(CPPFLAGS) $(TOOL_CPPFLAGS) $(CFLAGS) -Itools/common -MMD -MP -c $< -o $@
 TESTCOMMON_SRC := $(sort $(wildcard tests/common/*.c))
 TESTCOMMON_OBJ := $(TESTCOMMON_SRC:%.c=$(BUILD)/obj/%.o)
 
@@ -178,7 +188,7 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(SHLIB) $(TESTCOMMON_OBJ)
 $(BUILD)/bin/%: tools/%.c $(SHLIB) $(TOOLCOMMON_OBJ)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) -o $@ \
+	$(Q)$(TOOL_CC) $(CPPFLAGS) $(TOOL_CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) -o $@ \
 	  -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lnccl $(LDLIBS)
 
 $(BUILD)/plugins/%.so: plugins/%.c
