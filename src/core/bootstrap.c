@@ -49,7 +49,7 @@ struct boot_hello {
   int32_t rank, nranks;
   int32_t iroot, nroots;     /* which root this is, out of how many ids */
   int32_t extra;             /* 1: first rank of the next root's block */
-  int32_t pad;
+  int32_t pid;               /* of the registering process */
   union brd_sock_addr listen; /* where this rank accepts ring and p2p */
   uint8_t pad2[4];
 };
@@ -150,6 +150,7 @@ struct boot_root {
 };
 
 #define ROOT_STOP_WAIT_NS 2000000000LL
+#define ROOT_LINGER_NS 2000000000LL
 
 static void root_release(struct boot_root *r) {
   if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) free(r);
@@ -164,6 +165,7 @@ struct root_run {
   int *pfd_conn;
   int have_params;
   int nranks, nroots, iroot, first, n_own, n_expected;
+  int hint_expected;           /* n_expected as a rejected rank saw it */
   int *slot;                   /* n_expected entries: conn index or -1 */
   int registered, answered;
   int failed;
@@ -203,14 +205,21 @@ static void root_fail(struct root_run *run, ncclResult_t code, const char *msg) 
     snprintf(run->fail.msg, sizeof(run->fail.msg), "%s", msg);
     INFO(BRD_SUBSYS_BOOTSTRAP, "bootstrap root: rendezvous failed: %s", msg);
   }
-  for (int i = 0; i < run->nconns; i++)
-    if (run->conns[i].state == CONN_HELD) root_send_reply(run, &run->conns[i], &run->fail);
+  /* Ranks of other processes first: once a rank of this process has its
+   * answer, the process may exit and take this thread with it. */
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; i < run->nconns; i++) {
+      struct root_conn *c = &run->conns[i];
+      int local = c->hello.pid == (int32_t)getpid();
+      if (c->state == CONN_HELD && local == pass) root_send_reply(run, c, &run->fail);
+    }
+  }
 }
 
 static void root_reject(struct root_run *run, struct root_conn *c, ncclResult_t code,
                         const char *msg) {
+  c->state = CONN_HELD; /* answered with the others, in root_fail's order */
   root_fail(run, code, msg);
-  if (c->state != CONN_DONE) root_send_reply(run, c, &run->fail);
 }
 
 static int root_params_ok(const struct boot_hello *h) {
@@ -234,6 +243,8 @@ static void root_on_hello(struct root_run *run, int ci) {
   }
   conn_who(c, who, sizeof(who));
   if (run->deadline == 0) run->deadline = brd_sock_deadline(run->root->timeout_s);
+  if (!run->have_params && run->hint_expected == 0 && root_params_ok(h))
+    run->hint_expected = root_nranks(h->iroot, h->nranks, h->nroots) + (h->nroots > 1);
   if (run->failed) {
     root_send_reply(run, c, &run->fail);
     return;
@@ -391,7 +402,11 @@ static void root_loop(struct root_run *run) {
       }
       return;
     }
-    if (run->have_params && run->failed && run->answered >= run->n_expected) return;
+    /* Failed and everyone told: nothing left to wait for. */
+    if (run->failed &&
+        run->answered >= (run->have_params ? run->n_expected : run->hint_expected) &&
+        (run->have_params || run->hint_expected > 0))
+      return;
 
     run->pfds[np].fd = root->listen.fd;
     run->pfds[np].events = POLLIN;
@@ -441,7 +456,14 @@ static void root_loop(struct root_run *run) {
       for (;;) {
         struct brd_sock s;
         int got = 0;
-        if (brd_sock_accept_try(&root->listen, &s, &got) != ncclSuccess || !got) break;
+        if (brd_sock_accept_try(&root->listen, &s, &got) != ncclSuccess) {
+          /* Out of descriptors, say: the queued ranks see the listener
+           * close, the registered ones get this reason. */
+          root_fail(run, ncclSystemError, "the bootstrap root could not accept "
+                    "connections (too many open files?); see the root process's log");
+          return;
+        }
+        if (!got) break;
         if (run->nconns == run->cap && root_grow(run) != 0) {
           brd_sock_close(&s);
           root_fail(run, ncclSystemError, "the bootstrap root ran out of host memory");
@@ -601,12 +623,35 @@ fail_free:
   return res;
 }
 
+/* After a rejected rendezvous, gives a root of this process time (bounded)
+ * to tell the other ranks why before this process, which may exit next,
+ * takes the thread with it. Returns at once when there is no such root or
+ * it has told everyone it knows of. */
+static void root_linger(const brd_boot_handle_t *h, int64_t ns) {
+  struct boot_root *r;
+  int64_t deadline = brd_sock_now_ns() + ns;
+  pthread_mutex_lock(&roots_lock);
+  for (r = roots; r != NULL && !pick_handle(r, h); r = r->next) {
+  }
+  if (r != NULL) atomic_fetch_add(&r->refs, 1);
+  pthread_mutex_unlock(&roots_lock);
+  if (r == NULL) return;
+  while (!atomic_load_explicit(&r->done, memory_order_acquire) &&
+         brd_sock_now_ns() < deadline) {
+    struct timespec ts = {0, 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  root_release(r);
+}
+
+/* See bootstrap.h. */
 ncclResult_t brd_boot_root_start(const ncclUniqueId *id) {
   brd_boot_handle_t h;
   handle_get(id, &h);
   return root_start(&h);
 }
 
+/* See bootstrap.h. */
 void brd_boot_root_stop(const ncclUniqueId *id) {
   struct boot_root *list = NULL;
   brd_boot_handle_t h;
@@ -615,12 +660,14 @@ void brd_boot_root_stop(const ncclUniqueId *id) {
   roots_release(list, 1);
 }
 
+/* See bootstrap.h. */
 void brd_boot_roots_sweep(void) {
   struct boot_root *list = NULL;
   roots_take(&list, pick_done, NULL);
   roots_release(list, 0);
 }
 
+/* See bootstrap.h. */
 ncclResult_t brd_boot_get_unique_id(ncclUniqueId *id_out) {
   const char *env = brd_param_str(BRD_P_COMM_ID);
   brd_boot_handle_t h;
@@ -663,14 +710,17 @@ static void peer_who(int peer, char *buf, size_t len) {
   snprintf(buf, len, "rank %d", peer);
 }
 
+/* See bootstrap.h. */
 void brd_boot_link_abort(struct brd_boot *boot, _Atomic int *extra) {
   atomic_store_explicit(&boot->extra_abort, extra, memory_order_release);
 }
 
+/* See bootstrap.h. */
 int brd_boot_busy(const struct brd_boot *boot) {
   return atomic_load_explicit(&boot->busy, memory_order_acquire);
 }
 
+/* See bootstrap.h. */
 uint64_t brd_boot_magic(const struct brd_boot *boot) { return boot->magic; }
 
 static ncclResult_t boot_alloc(int rank, int nranks, uint64_t magic, _Atomic int *abort,
@@ -707,6 +757,7 @@ fail_free:
   return res;
 }
 
+/* See bootstrap.h. */
 void brd_boot_destroy(struct brd_boot *boot) {
   if (boot == NULL) return;
   while (boot->unexpected != NULL) {
@@ -904,6 +955,7 @@ static ncclResult_t check_peer_tag(const struct brd_boot *boot, int peer, int ta
   return ncclSuccess;
 }
 
+/* See bootstrap.h. */
 ncclResult_t brd_boot_send(struct brd_boot *boot, int peer, int tag, const void *buf,
                            size_t size) {
   ncclResult_t res;
@@ -914,6 +966,7 @@ ncclResult_t brd_boot_send(struct brd_boot *boot, int peer, int tag, const void 
   return res;
 }
 
+/* See bootstrap.h. */
 ncclResult_t brd_boot_recv(struct brd_boot *boot, int peer, int tag, void *buf,
                            size_t size) {
   ncclResult_t res;
@@ -946,6 +999,7 @@ static ncclResult_t ring_allgather(struct brd_boot *boot, char *data, size_t siz
   return ncclSuccess;
 }
 
+/* See bootstrap.h. */
 ncclResult_t brd_boot_allgather(struct brd_boot *boot, void *buf, size_t size_per_rank) {
   ncclResult_t res;
   if (boot->nranks == 1 || size_per_rank == 0) return ncclSuccess;
@@ -955,6 +1009,7 @@ ncclResult_t brd_boot_allgather(struct brd_boot *boot, void *buf, size_t size_pe
   return res;
 }
 
+/* See bootstrap.h. */
 ncclResult_t brd_boot_bcast(struct brd_boot *boot, int root, void *buf, size_t size) {
   int tag = TAG_INTERNAL(TAG_KIND_BCAST, boot->coll_seq++);
   ncclResult_t res = ncclSuccess;
@@ -1021,6 +1076,7 @@ static ncclResult_t root_register(struct brd_boot *boot, const brd_boot_handle_t
   hello.iroot = iroot;
   hello.nroots = nroots;
   hello.extra = extra;
+  hello.pid = (int32_t)getpid();
   hello.listen = boot->listen.addr;
   CHECK(brd_sock_connect(&h->addr, 1, &ctl, sock_out));
   CHECK_GOTO(brd_sock_send(sock_out, &hello, sizeof(hello), &ctl), res, fail_close);
@@ -1053,6 +1109,7 @@ static ncclResult_t root_answer(struct brd_boot *boot, struct brd_sock *s,
   return ncclSuccess;
 }
 
+/* See bootstrap.h. */
 ncclResult_t brd_boot_create(const ncclUniqueId *ids, int nids, int rank, int nranks,
                              _Atomic int *abort, struct brd_boot **boot_out) {
   struct brd_boot *boot = NULL;
@@ -1082,8 +1139,15 @@ ncclResult_t brd_boot_create(const ncclUniqueId *ids, int nids, int rank, int nr
     handle_get(&ids[prev_root], &h);
     CHECK_GOTO(root_register(boot, &h, prev_root, nids, 1, &link), res, fail);
   }
-  CHECK_GOTO(root_answer(boot, &own, &next), res, fail);
-  if (link.fd >= 0) CHECK_GOTO(root_answer(boot, &link, NULL), res, fail);
+  res = root_answer(boot, &own, &next);
+  if (res == ncclSuccess && link.fd >= 0) res = root_answer(boot, &link, NULL);
+  if (res == ncclInvalidUsage) {
+    for (int i = 0; i < nids; i++) {
+      handle_get(&ids[i], &h);
+      root_linger(&h, ROOT_LINGER_NS);
+    }
+  }
+  if (res != ncclSuccess) goto fail;
   brd_sock_close(&own);
   brd_sock_close(&link);
 
@@ -1103,6 +1167,7 @@ fail:
   return res;
 }
 
+/* See bootstrap.h. */
 ncclResult_t brd_boot_create_child(struct brd_boot *parent, uint32_t seq, int color,
                                    int nranks, int rank, const int *parent_ranks,
                                    _Atomic int *abort, struct brd_boot **boot_out) {

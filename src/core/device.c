@@ -29,6 +29,7 @@
   } while (0)
 #endif
 
+/* See device.h. */
 int64_t brd_device_busid_to_int(const char *bus_id) {
   char hex[17];
   int n = 0;
@@ -44,6 +45,7 @@ int64_t brd_device_busid_to_int(const char *bus_id) {
   return (int64_t)strtoll(hex, NULL, 16);
 }
 
+/* See device.h. */
 ncclResult_t brd_device_count(int *count_out) {
 #if BRAID_CUDA
   int n = 0;
@@ -55,6 +57,7 @@ ncclResult_t brd_device_count(int *count_out) {
   return ncclSuccess;
 }
 
+/* See device.h. */
 ncclResult_t brd_device_current(int *dev_out) {
 #if BRAID_CUDA
   int dev = 0;
@@ -66,6 +69,7 @@ ncclResult_t brd_device_current(int *dev_out) {
   return ncclSuccess;
 }
 
+/* See device.h. */
 ncclResult_t brd_device_set(int dev) {
 #if BRAID_CUDA
   CUDA_WARN(cudaSetDevice(dev), "cudaSetDevice");
@@ -90,6 +94,7 @@ static int cuda_visible(cudaError_t *err_out) {
 }
 #endif
 
+/* See device.h. */
 ncclResult_t brd_device_backend(brd_device_backend_t *backend_out) {
   const char *mode = brd_param_str(BRD_P_BRAID_DEVICE);
   if (mode == NULL || mode[0] == '\0') mode = "auto";
@@ -171,6 +176,7 @@ static void host_hash_init(void) {
   host_hash_value = fnv1a(id, strlen(id));
 }
 
+/* See device.h. */
 uint64_t brd_device_host_hash(void) {
   pthread_once(&host_hash_once, host_hash_init);
   return host_hash_value;
@@ -185,6 +191,7 @@ static uint64_t pid_hash(void) {
   return fnv1a(s, strlen(s));
 }
 
+/* See device.h. */
 ncclResult_t brd_device_peer_info(brd_device_backend_t backend, int dev,
                                   brd_peer_info_t *info_out) {
   brd_peer_info_t info;

@@ -92,7 +92,9 @@ static void job_release(struct brd_init_job *job) {
   free(job);
 }
 
-/* Waits until job is done or deadline_ns passes (INT64_MAX: no deadline).
+/* Waits until job is done or deadline_ns passes. INT64_MAX is used only
+ * where the job's own waits bound it: each has a deadline of
+ * BRAID_BOOTSTRAP_TIMEOUT and polls the communicator's abort flag.
  * Returns 1 when done. */
 static int job_wait(struct brd_init_job *job, int64_t deadline_ns) {
   int done;
@@ -223,11 +225,11 @@ static ncclResult_t run_root_init(struct brd_init_job *job) {
   if (res != ncclSuccess) return res;
   brd_log_set_thread_dev(comm->cuda_dev);
   log_timings(comm, job->fn, t0, t_boot, t_gather, now_ns());
-  INFO(BRD_SUBSYS_INIT, "%s comm %p rank %d nranks %d cudaDev %d busId %llx "
+  INFO(BRD_SUBSYS_INIT, "%s comm %p rank %d nranks %d cudaDev %d busId %s "
        "localRank %d localRanks %d nodes %d commId %#llx - Init COMPLETE", job->fn,
        (void *)comm, comm->rank, comm->nranks, comm->cuda_dev,
-       (unsigned long long)comm->peers[comm->rank].bus_id, comm->local_rank,
-       comm->local_nranks, comm->n_nodes, (unsigned long long)comm->comm_hash);
+       comm->peers[comm->rank].bus_id_str, comm->local_rank, comm->local_nranks,
+       comm->n_nodes, (unsigned long long)comm->comm_hash);
   return ncclSuccess;
 }
 
@@ -635,8 +637,8 @@ ncclResult_t pncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
     }
   }
   if (ndev == 0) return ncclSuccess;
-  CHECK(brd_boot_get_unique_id(&id));
   for (int i = 0; i < ndev; i++) comms[i] = NULL;
+  CHECK(brd_boot_get_unique_id(&id));
   /* All ranks at once, each on its own thread: they must meet. */
   for (int i = 0; i < ndev && res == ncclSuccess; i++)
     res = init_rank(&comms[i], ndev, 1, &id, i, devlist ? devlist[i] : i, NULL,

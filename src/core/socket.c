@@ -28,18 +28,21 @@
 #define RETRY_FIRST_MS 5
 #define RETRY_MAX_MS 100
 
+/* See socket.h. */
 int64_t brd_sock_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* See socket.h. */
 int64_t brd_sock_deadline(int64_t seconds) {
   if (seconds <= 0) return brd_sock_now_ns() + 1000000LL;
   if (seconds > (INT64_MAX / 2) / 1000000000LL) return INT64_MAX;
   return brd_sock_now_ns() + seconds * 1000000000LL;
 }
 
+/* See socket.h. */
 int brd_sock_aborted(const brd_sock_ctl_t *ctl) {
   for (int i = 0; i < 2; i++) {
     if (ctl->abort[i] != NULL &&
@@ -49,12 +52,14 @@ int brd_sock_aborted(const brd_sock_ctl_t *ctl) {
   return 0;
 }
 
+/* See socket.h. */
 socklen_t brd_sock_addr_len(const union brd_sock_addr *addr) {
   if (addr->sa.sa_family == AF_INET) return sizeof(struct sockaddr_in);
   if (addr->sa.sa_family == AF_INET6) return sizeof(struct sockaddr_in6);
   return 0;
 }
 
+/* See socket.h. */
 int brd_sock_addr_port(const union brd_sock_addr *addr) {
   if (addr->sa.sa_family == AF_INET) return ntohs(addr->sin.sin_port);
   if (addr->sa.sa_family == AF_INET6) return ntohs(addr->sin6.sin6_port);
@@ -123,6 +128,7 @@ static void backoff(const brd_sock_ctl_t *ctl, int ms) {
   }
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_addr_parse(const char *text, union brd_sock_addr *addr_out) {
   char host[NI_MAXHOST];
   const char *port_text;
@@ -209,6 +215,7 @@ bad:
   return ncclInvalidArgument;
 }
 
+/* See socket.h. */
 int brd_sock_ifname_match(const char *spec, const char *ifname) {
   int negate = 0, exact = 0, matched = 0;
   const char *p;
@@ -273,6 +280,7 @@ static void select_step(const brd_sock_iface_t *all, int n_all, const char *spec
   }
 }
 
+/* See socket.h. */
 void brd_sock_ifaces_select(const brd_sock_iface_t *all, int n_all,
                             const char *spec, int family,
                             const union brd_sock_addr *comm_id_addr,
@@ -295,6 +303,7 @@ void brd_sock_ifaces_select(const brd_sock_iface_t *all, int n_all,
   *n_out = n;
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_ifaces_list(brd_sock_iface_t **all_out, int *n_out) {
   struct ifaddrs *ifs = NULL, *it;
   brd_sock_iface_t *all = NULL;
@@ -412,6 +421,7 @@ out_free:
   return res;
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_boot_iface(union brd_sock_addr *addr_out,
                                  char name_out[BRD_SOCK_IFNAME_LEN]) {
   ncclResult_t res = ncclSuccess;
@@ -439,6 +449,7 @@ static ncclResult_t set_nodelay(int fd) {
   return ncclSuccess;
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_listen(const union brd_sock_addr *local, struct brd_sock *sock_out) {
   union brd_sock_addr addr = *local;
   socklen_t len = brd_sock_addr_len(&addr);
@@ -488,6 +499,7 @@ static int poll_one(int fd, short events, const brd_sock_ctl_t *ctl) {
   return 0;
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_connect(const union brd_sock_addr *to, int retry_refused,
                               const brd_sock_ctl_t *ctl, struct brd_sock *sock_out) {
   char line[BRD_SOCK_ADDR_STRLEN];
@@ -564,6 +576,7 @@ ncclResult_t brd_sock_connect(const union brd_sock_addr *to, int retry_refused,
   }
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_accept_try(struct brd_sock *listener, struct brd_sock *sock_out,
                                  int *got_out) {
   *got_out = 0;
@@ -601,12 +614,14 @@ ncclResult_t brd_sock_accept_try(struct brd_sock *listener, struct brd_sock *soc
   }
 }
 
+/* See socket.h. */
 int brd_sock_wait_readable(int fd, int ms) {
   struct pollfd pfd = {fd, POLLIN, 0};
   if (poll(&pfd, 1, ms) < 0 && errno != EINTR) return -1;
   return 0;
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_accept(struct brd_sock *listener, const brd_sock_ctl_t *ctl,
                              struct brd_sock *sock_out) {
   for (;;) {
@@ -621,6 +636,7 @@ ncclResult_t brd_sock_accept(struct brd_sock *listener, const brd_sock_ctl_t *ct
   }
 }
 
+/* See socket.h. */
 void brd_sock_probe(const union brd_sock_addr *to, int timeout_ms, int *refused_out) {
   socklen_t len = brd_sock_addr_len(to);
   int fd, err = 0;
@@ -675,6 +691,7 @@ static ncclResult_t op_step(brd_sock_op_t *op, int *closed) {
   return ncclSuccess;
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_multi(brd_sock_op_t *ops, int n, const brd_sock_ctl_t *ctl) {
   struct pollfd pfds[8];
   if (n > 8) {
@@ -724,18 +741,21 @@ ncclResult_t brd_sock_multi(brd_sock_op_t *ops, int n, const brd_sock_ctl_t *ctl
   }
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_send(struct brd_sock *sock, const void *buf, size_t size,
                            const brd_sock_ctl_t *ctl) {
   brd_sock_op_t op = {sock, 1, (void *)(uintptr_t)buf, size, 0, ctl->who};
   return brd_sock_multi(&op, 1, ctl);
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_recv(struct brd_sock *sock, void *buf, size_t size,
                            const brd_sock_ctl_t *ctl) {
   brd_sock_op_t op = {sock, 0, buf, size, 0, ctl->who};
   return brd_sock_multi(&op, 1, ctl);
 }
 
+/* See socket.h. */
 ncclResult_t brd_sock_try_recv(struct brd_sock *sock, void *buf, size_t size,
                                size_t *done_inout, int *closed_out) {
   brd_sock_op_t op = {sock, 0, buf, size, *done_inout, NULL};
@@ -746,6 +766,7 @@ ncclResult_t brd_sock_try_recv(struct brd_sock *sock, void *buf, size_t size,
   return ncclSuccess;
 }
 
+/* See socket.h. */
 void brd_sock_close(struct brd_sock *sock) {
   if (sock == NULL || sock->fd < 0) return;
   /* shutdown() sends the FIN even when a forked child still holds the fd. */

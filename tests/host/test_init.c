@@ -13,13 +13,16 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -37,6 +40,8 @@ struct shared {
   int res[MAX_RANKS];
   char err[MAX_RANKS][512];
   int64_t elapsed_ns[MAX_RANKS];
+  ncclUniqueId id;            /* published by rank 0 (processes) */
+  _Atomic int id_ready;
 };
 static struct shared *sh;
 
@@ -134,17 +139,39 @@ static int run_threads(const ncclUniqueId *id, int n, int (*fn)(struct rank_arg 
   return 0;
 }
 
-/* Ranks as processes; env_of(rank) may add environment for that rank. */
+/* As an application does: rank 0 makes the id and hands it to the others
+ * (here through shared memory). The ranks are forked before any thread
+ * exists, which also keeps the sanitizers' locks consistent in children. */
+static int publish_or_wait_id(struct rank_arg *a) {
+  if (a->rank == 0) {
+    if (ncclGetUniqueId(&sh->id) != ncclSuccess) return -1;
+    atomic_store(&sh->id_ready, 1);
+  } else {
+    for (int i = 0; !atomic_load(&sh->id_ready); i++) {
+      if (i > 5000) return -1;
+      sleep_ms(2);
+    }
+  }
+  a->id = sh->id;
+  return 0;
+}
+
+/* Ranks as processes; env_of(rank) may add environment for that rank.
+ * id == NULL: rank 0 makes the id. */
 static int run_processes(const ncclUniqueId *id, int n, int (*fn)(struct rank_arg *),
                          const char *(*env_of)(int rank)) {
   pid_t pid[MAX_RANKS];
+  atomic_store(&sh->id_ready, 0);
+  fflush(NULL);
   for (int r = 0; r < n; r++) {
     sh->res[r] = -1;
     pid[r] = fork();
     if (pid[r] == 0) {
-      struct rank_arg a = {*id, r, n, fn, NULL};
+      struct rank_arg a = {{{0}}, r, n, fn, NULL};
       int64_t t0 = now_ns();
       if (env_of && env_of(r)) putenv((char *)env_of(r));
+      if (id != NULL) a.id = *id;
+      else if (publish_or_wait_id(&a) != 0) _exit(0);
       record(r, fn(&a), t0);
       fflush(NULL);
       _exit(0);
@@ -221,9 +248,7 @@ static void test_threads(void **state) {
 }
 
 static int body_processes(void) {
-  ncclUniqueId id;
-  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
-  run_processes(&id, 4, rank_init_check, NULL);
+  run_processes(NULL, 4, rank_init_check, NULL);
   return all_ok(4);
 }
 
@@ -244,9 +269,7 @@ static int rank_two_hosts(struct rank_arg *a) {
 }
 
 static int body_two_hosts(void) {
-  ncclUniqueId id;
-  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
-  run_processes(&id, 4, rank_two_hosts, hostid_of);
+  run_processes(NULL, 4, rank_two_hosts, hostid_of);
   return all_ok(4);
 }
 
@@ -465,9 +488,7 @@ static int body_bad_rendezvous(void) {
   static const char *needles[3][2] = {
       {"magic", "rank 2 at"}, {"nranks=5", "nranks=3"}, {"rank 0 registered twice", NULL}};
   for (bad_kind = 0; bad_kind < 3; bad_kind++) {
-    ncclUniqueId id;
-    CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
-    run_processes(&id, 3, rank_bad, NULL);
+    run_processes(NULL, 3, rank_bad, NULL);
     for (int r = 0; r < 3; r++) {
       CHECKX(sh->res[r] == 0, "case %d rank %d: %s", bad_kind, r, sh->err[r]);
       CHECKX(sh->elapsed_ns[r] < 3000000000LL, "case %d rank %d slow", bad_kind, r);
@@ -498,9 +519,7 @@ static int rank_missing(struct rank_arg *a) {
 }
 
 static int body_missing(void) {
-  ncclUniqueId id;
-  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
-  run_processes(&id, 3, rank_missing, NULL);
+  run_processes(NULL, 3, rank_missing, NULL);
   for (int r = 0; r < 2; r++) CHECKX(sh->elapsed_ns[r] < 4000000000LL, "rank %d slow", r);
   return all_ok(3);
 }
@@ -591,6 +610,61 @@ static void test_device_modes(void **state) {
   in_child(body_device_cuda, cuda);
 }
 
+/* Failure injection: ncclCommInitAll with the open-files limit lowered one
+ * descriptor at a time fails at each step in turn; every failure is a code
+ * with a message, leaves the handle NULL, and gives back every descriptor. */
+static int count_fds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 4096; fd++)
+    if (fcntl(fd, F_GETFD) != -1) n++;
+  return n;
+}
+
+static int body_fd_exhaustion(void) {
+  struct rlimit saved, lim;
+  ncclComm_t c[2];
+  int base, ok = 0, failed = 0;
+  /* The first root raises the soft limit once; get that done first. */
+  CHECKX(ncclCommInitAll(c, 2, NULL) == ncclSuccess, "warm-up");
+  CHECKX(ncclCommDestroy(c[0]) == ncclSuccess && ncclCommDestroy(c[1]) == ncclSuccess, "destroy");
+  CHECKX(getrlimit(RLIMIT_NOFILE, &saved) == 0, "getrlimit");
+  base = count_fds();
+  for (int extra = 0; extra <= 12; extra++) {
+    int limit = 0, spare = 0;
+    ncclResult_t r;
+    while (spare < extra || fcntl(limit, F_GETFD) != -1) {
+      if (fcntl(limit, F_GETFD) == -1) spare++;
+      limit++;
+    }
+    lim = saved;
+    lim.rlim_cur = (rlim_t)limit;
+    CHECKX(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit");
+    c[0] = c[1] = (ncclComm_t)0x1;
+    r = ncclCommInitAll(c, 2, NULL);
+    CHECKX(setrlimit(RLIMIT_NOFILE, &saved) == 0, "setrlimit");
+    if (r == ncclSuccess) {
+      ok++;
+      CHECKX(ncclCommDestroy(c[0]) == ncclSuccess && ncclCommDestroy(c[1]) == ncclSuccess, "destroy");
+    } else {
+      failed++;
+      CHECKX(r == ncclSystemError || r == ncclRemoteError, "%d spare: code %d", extra, r);
+      CHECKX(c[0] == NULL && c[1] == NULL, "%d spare: handles left set", extra);
+      CHECKX(strlen(ncclGetLastError(NULL)) > 0, "no message");
+    }
+    /* The root of a failed rendezvous may still be closing its sockets. */
+    for (int i = 0; i < 200 && count_fds() != base; i++) sleep_ms(5);
+    CHECKX(count_fds() == base, "%d spare: %d descriptors open, %d before", extra, count_fds(), base);
+  }
+  CHECKX(ok > 0 && failed > 0, "ok %d failed %d", ok, failed);
+  return 0;
+}
+
+static void test_fd_exhaustion_unwinds(void **state) {
+  (void)state;
+  const char *env[] = {"BRAID_BOOTSTRAP_TIMEOUT=2", NULL};
+  in_child(body_fd_exhaustion, env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bad_args),
@@ -607,6 +681,7 @@ int main(void) {
       cmocka_unit_test(test_missing_rank),
       cmocka_unit_test(test_32_threads),
       cmocka_unit_test(test_device_modes),
+      cmocka_unit_test(test_fd_exhaustion_unwinds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +40,8 @@ struct shared {
   int res[MAX_RANKS];                   /* what each rank's scenario returned */
   char err[MAX_RANKS][512];             /* that rank's ncclGetLastError text */
   int64_t elapsed_ns[MAX_RANKS];
+  ncclUniqueId ids[4];                  /* published by rank 0 (processes) */
+  _Atomic int ids_ready;
 };
 
 static struct shared *sh;
@@ -138,19 +142,45 @@ static void *rank_thread(void *p) {
   return NULL;
 }
 
-/* Runs ranks [0, nstart) of an nranks rendezvous as threads or processes. */
+/* Process ranks get their ids as an application would: rank 0 calls
+ * brd_boot_get_unique_id and hands the ids over (here through shared
+ * memory). Forking only from thread-free processes also keeps the sanitizers
+ * out of the locks of threads that do not exist in the child. */
+static int publish_or_wait_ids(struct rank_arg *a, int nids) {
+  if (a->rank == 0) {
+    for (int i = 0; i < nids; i++)
+      if (brd_boot_get_unique_id(&sh->ids[i]) != ncclSuccess) return -1;
+    atomic_store(&sh->ids_ready, 1);
+  } else {
+    for (int i = 0; !atomic_load(&sh->ids_ready); i++) {
+      if (i > 5000) return -1;
+      sleep_ms(2);
+    }
+  }
+  a->ids = sh->ids;
+  return 0;
+}
+
+/* Runs ranks [0, nstart) of an nranks rendezvous as threads or processes.
+ * ids == NULL (processes only): rank 0 makes nids ids for everyone. */
 static void run_ranks(const ncclUniqueId *ids, int nids, int nranks, int nstart,
                       int as_process, int (*fn)(struct rank_arg *), _Atomic int *abort) {
   pthread_t t[MAX_RANKS];
   pid_t pid[MAX_RANKS];
   struct rank_arg args[MAX_RANKS];
   for (int r = 0; r < nstart; r++) sh->res[r] = -1; /* a rank that never reports fails */
+  atomic_store(&sh->ids_ready, 0);
+  fflush(NULL);
   for (int r = 0; r < nstart; r++) {
     args[r] = (struct rank_arg){ids, nids, r, nranks, nranks, abort, fn};
     if (as_process) {
       pid[r] = fork();
       if (pid[r] == 0) {
         int64_t t0 = now_ns();
+        if (ids == NULL && publish_or_wait_ids(&args[r], nids) != 0) {
+          record(&args[r], 99, t0);
+          _exit(0);
+        }
         record(&args[r], fn(&args[r]), t0);
         fflush(NULL);
         _exit(0);
@@ -215,9 +245,7 @@ static void test_threads(void **state) {
 }
 
 static int body_processes(void) {
-  ncclUniqueId id;
-  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
-  run_ranks(&id, 1, 5, 5, 1, rank_default, NULL);
+  run_ranks(NULL, 1, 5, 5, 1, rank_default, NULL);
   return all_ok(5);
 }
 
@@ -334,9 +362,7 @@ static int rank_child_without_dead(struct rank_arg *a) {
 }
 
 static int body_child_without_dead(void) {
-  ncclUniqueId id;
-  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
-  run_ranks(&id, 1, 4, 4, 1, rank_child_without_dead, NULL);
+  run_ranks(NULL, 1, 4, 4, 1, rank_child_without_dead, NULL);
   return all_ok(3);
 }
 
@@ -359,19 +385,29 @@ static int expect_all(int n, ncclResult_t code, const char *needle1, const char 
   return 0;
 }
 
-static ncclUniqueId bad_id;
 static int bad_rank = -1, bad_nranks = 0, bad_as_rank = -1;
 
-/* Rank bad_rank uses bad_id, claims bad_nranks, or registers as bad_as_rank. */
+/* Rank bad_rank flips a bit of the id's magic, claims bad_nranks, or
+ * registers as bad_as_rank. */
 static int rank_bad(struct rank_arg *a) {
   struct brd_boot *boot = NULL;
   const ncclUniqueId *ids = a->ids;
+  ncclUniqueId bad_id;
   int nranks = a->nranks, rank = a->rank;
   ncclResult_t r;
   if (a->rank == bad_rank) {
-    if (bad_nranks) nranks = bad_nranks;
-    else if (bad_as_rank >= 0) rank = bad_as_rank;
-    else ids = &bad_id;
+    if (bad_nranks) {
+      nranks = bad_nranks;
+    } else if (bad_as_rank >= 0) {
+      rank = bad_as_rank;
+    } else {
+      brd_boot_handle_t h;
+      bad_id = ids[0];
+      memcpy(&h, bad_id.internal, sizeof(h));
+      h.magic ^= 0x5a5a;
+      memcpy(bad_id.internal, &h, sizeof(h));
+      ids = &bad_id;
+    }
   }
   r = brd_boot_create(ids, 1, rank, nranks, NULL, &boot);
   brd_boot_destroy(boot);
@@ -379,15 +415,8 @@ static int rank_bad(struct rank_arg *a) {
 }
 
 static int body_wrong_magic(void) {
-  ncclUniqueId id;
-  brd_boot_handle_t h;
-  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
-  bad_id = id;
-  memcpy(&h, bad_id.internal, sizeof(h));
-  h.magic ^= 0x5a5a;
-  memcpy(bad_id.internal, &h, sizeof(h));
   bad_rank = 2;
-  run_ranks(&id, 1, 3, 3, 1, rank_bad, NULL);
+  run_ranks(NULL, 1, 3, 3, 1, rank_bad, NULL);
   return expect_all(3, ncclInvalidUsage, "magic", "rank 2 at");
 }
 
@@ -397,11 +426,9 @@ static void test_wrong_magic(void **state) {
 }
 
 static int body_mismatched_nranks(void) {
-  ncclUniqueId id;
-  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
   bad_rank = 2;
   bad_nranks = 4;
-  run_ranks(&id, 1, 3, 3, 1, rank_bad, NULL);
+  run_ranks(NULL, 1, 3, 3, 1, rank_bad, NULL);
   return expect_all(3, ncclInvalidUsage, "nranks=4", "nranks=3");
 }
 
@@ -411,11 +438,9 @@ static void test_mismatched_nranks(void **state) {
 }
 
 static int body_duplicate_rank(void) {
-  ncclUniqueId id;
-  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
   bad_rank = 2;
   bad_as_rank = 1;
-  run_ranks(&id, 1, 3, 3, 1, rank_bad, NULL);
+  run_ranks(NULL, 1, 3, 3, 1, rank_bad, NULL);
   return expect_all(3, ncclInvalidUsage, "rank 1 registered twice", NULL);
 }
 
@@ -474,9 +499,7 @@ static int rank_dead_sender(struct rank_arg *a) {
 }
 
 static int body_dead_sender(void) {
-  ncclUniqueId id;
-  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
-  run_ranks(&id, 1, 3, 3, 1, rank_dead_sender, NULL);
+  run_ranks(NULL, 1, 3, 3, 1, rank_dead_sender, NULL);
   for (int r = 0; r < 3; r += 2) {
     if (sh->res[r] != 100 + ncclRemoteError) FAILX("rank %d returned %d", r, sh->res[r]);
     if (sh->elapsed_ns[r] > 4000000000LL) FAILX("rank %d took %lld ns", r, (long long)sh->elapsed_ns[r]);
@@ -505,9 +528,7 @@ static int rank_dead_in_ring(struct rank_arg *a) {
 }
 
 static int body_dead_in_ring(void) {
-  ncclUniqueId id;
-  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
-  run_ranks(&id, 1, 4, 4, 1, rank_dead_in_ring, NULL);
+  run_ranks(NULL, 1, 4, 4, 1, rank_dead_in_ring, NULL);
   for (int r = 0; r < 4; r++) {
     if (r == 2) continue;
     if (sh->res[r] != 100 + ncclRemoteError) FAILX("rank %d returned %d", r, sh->res[r]);
@@ -607,6 +628,63 @@ static void test_bad_tags(void **state) {
   in_child(body_bad_tags, "5");
 }
 
+/* Failure injection: with the open-files limit lowered one descriptor at a
+ * time, every step of a one-rank rendezvous fails in turn (socket, accept,
+ * listen...). Each failure must be an error code with a message, and must
+ * give back every descriptor it took (counted in /proc/self/fd); under
+ * ASan, LeakSanitizer checks the memory at exit. Runs in this process, last,
+ * after the root threads of earlier cases are gone. */
+static int count_fds(void) {
+  int n = 0;
+  for (int fd = 0; fd < 4096; fd++)
+    if (fcntl(fd, F_GETFD) != -1) n++;
+  return n;
+}
+
+static void test_fd_exhaustion_unwinds(void **state) {
+  (void)state;
+  struct rlimit saved, lim;
+  ncclUniqueId id;
+  int base, ok = 0, failed = 0;
+  setenv("BRAID_BOOTSTRAP_TIMEOUT", "2", 1);
+  brd_param_reload();
+  /* The first root raises the soft limit once; do that before lowering it. */
+  assert_int_equal(brd_boot_get_unique_id(&id), ncclSuccess);
+  brd_boot_root_stop(&id);
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  base = count_fds();
+  for (int extra = 0; extra <= 8; extra++) {
+    struct brd_boot *boot = NULL;
+    ncclResult_t r1, r2 = ncclSuccess;
+    int limit = 0, spare = 0;
+    /* The lowest limit that leaves exactly `extra` descriptors free. */
+    while (spare < extra || fcntl(limit, F_GETFD) != -1) {
+      if (fcntl(limit, F_GETFD) == -1) spare++;
+      limit++;
+    }
+    lim = saved;
+    lim.rlim_cur = (rlim_t)limit;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    r1 = brd_boot_get_unique_id(&id);
+    if (r1 == ncclSuccess) r2 = brd_boot_create(&id, 1, 0, 1, NULL, &boot);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+    if (r1 == ncclSuccess) brd_boot_root_stop(&id);
+    if (r1 == ncclSuccess && r2 == ncclSuccess) {
+      ok++;
+      brd_boot_destroy(boot);
+    } else {
+      failed++;
+      if (r1 != ncclSuccess) assert_int_equal(r1, ncclSystemError);
+      else assert_true(r2 == ncclSystemError || r2 == ncclRemoteError);
+      assert_null(boot);
+      assert_true(strlen(brd_log_last_error()) > 0);
+    }
+    if (count_fds() != base) fail_msg("with %d spare descriptors: %d open, %d before", extra, count_fds(), base);
+  }
+  assert_true(ok > 0);
+  assert_true(failed > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_local_range_checks),
@@ -625,6 +703,7 @@ int main(void) {
       cmocka_unit_test(test_dead_in_ring),
       cmocka_unit_test(test_abort_during_create),
       cmocka_unit_test(test_root_stopped),
+      cmocka_unit_test(test_fd_exhaustion_unwinds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
