@@ -268,24 +268,39 @@ static void test_threads_one_rank_each(void **state) {
     if (args[r].failures) fail_msg("%s", args[r].msg);
 }
 
+/* Processes: rank 0 creates the unique id after the fork (a process must
+ * not fork while it runs threads) and hands it to the others by pipe. */
 static void test_processes(void **state) {
   (void)state;
   const int n = 3;
-  ncclUniqueId id;
-  NCCL_OK(ncclGetUniqueId(&id));
-  int pipes[3][2];
+  int idpipe[3][2], pipes[3][2];
   pid_t pids[3];
   for (int r = 0; r < n; r++) {
+    assert_int_equal(pipe(idpipe[r]), 0);
     assert_int_equal(pipe(pipes[r]), 0);
+  }
+  for (int r = 0; r < n; r++) {
     pids[r] = fork();
     assert_true(pids[r] >= 0);
     if (pids[r] == 0) {
       char msg[256] = "";
+      ncclUniqueId id;
+      if (r == 0) {
+        if (ncclGetUniqueId(&id) != ncclSuccess) _exit(3);
+        for (int p = 1; p < n; p++)
+          if (write(idpipe[p][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) _exit(4);
+      } else if (read(idpipe[r][0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+        _exit(5);
+      }
       int f = run_rank(id, n, r, msg, sizeof(msg));
       (void)!write(pipes[r][1], msg, strlen(msg) + 1);
       _exit(f ? 1 : 0);
     }
     close(pipes[r][1]);
+  }
+  for (int r = 0; r < n; r++) {
+    close(idpipe[r][0]);
+    close(idpipe[r][1]);
   }
   for (int r = 0; r < n; r++) {
     int st;
