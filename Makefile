@@ -191,6 +191,12 @@ $(BUILD)/bin/%: tools/%.c $(SHLIB) $(TOOLCOMMON_OBJ)
 	$(Q)$(TOOL_CC) $(CPPFLAGS) $(TOOL_CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) -o $@ \
 	  -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lnccl $(LDLIBS)
 
+# braid-* tools inspect internals (plans), so they link the static archive.
+$(BUILD)/bin/braid-%: tools/braid-%.c $(STLIB)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(STLIB) $(LDLIBS)
+
 $(BUILD)/plugins/%.so: plugins/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Iplugins $(CFLAGS) -shared -o $@ $<

@@ -1,0 +1,268 @@
+/*
+ * braid-plan: print or draw the plan Braid generates for a collective.
+ *
+ *   braid-plan [-c coll] [-a algo] [-p proto] [-n nranks] [-b blocks]
+ *              [-r root] [-s bytes] [-t dtype] [-d] [-V] [-o out.svg]
+ *
+ * Text output lists, per rank and block, every op with its buffers in
+ * channel terms resolved to peer ranks. With -s the chunks of the first
+ * window are resolved to element ranges for that message size. -V runs the
+ * plan verifier. -o writes an SVG: one lane per (rank, block), ops in
+ * program order left to right, and an arrow for every op that writes into
+ * or signals a peer, from the op to the peer's lane.
+ *
+ * Linked against the static library: it reads the internal plan API.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "algos/algos.h"
+#include "device/ir.h"
+#include "plan/plan.h"
+#include "plan/verify.h"
+
+static const char *coll_names[] = {"allreduce", "allgather", "reducescatter",
+                                   "broadcast", "reduce", "alltoall",
+                                   "gather", "scatter"};
+static const char *algo_names[] = {"copy", "ring", "tree", "oneshot",
+                                   "twoshot", "nvls"};
+static const char *op_names[] = {"NOP", "COPY", "REDUCE", "PUT", "GET",
+                                 "PKT_PUT", "PKT_REDUCE", "SIGNAL", "WAIT",
+                                 "BARRIER", "FLUSH", "MC_REDUCE", "MC_STORE"};
+static const char *buf_names[] = {"in", "out", "scr", "sem"};
+
+static int lookup(const char *s, const char *const *names, int n) {
+  for (int i = 0; i < n; i++)
+    if (strcasecmp(s, names[i]) == 0) return i;
+  return -1;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: braid-plan [-c coll] [-a algo] [-p LL|Simple] [-n nranks] "
+          "[-b blocks]\n"
+          "                  [-r root] [-s bytes] [-t dtype-size] [-d] [-V] "
+          "[-o out.svg]\n"
+          "  coll: allreduce allgather reducescatter broadcast reduce "
+          "alltoall gather scatter\n"
+          "  algo: ring tree oneshot twoshot (allreduce); ring oneshot "
+          "(direct) for the others\n"
+          "  -d deterministic (rank-ordered) variant, -V verify the plan\n");
+}
+
+static int ref_peer(const brd_ir_plan_t *p, int rank, brd_ir_ref_t r) {
+  if (r.chan == BRD_IR_CHAN_LOCAL) return -1;
+  return brd_ir_plan_chan(p, rank, r.chan)->peer;
+}
+
+static void print_ref(FILE *f, const brd_ir_plan_t *p, int rank,
+                      brd_ir_ref_t r) {
+  int buf = r.buf & BRD_IR_BUF_MASK;
+  int peer = ref_peer(p, rank, r);
+  fprintf(f, "%s%s", buf < 4 ? buf_names[buf] : "?",
+          (r.buf & BRD_IR_REF_LL) ? "(LL)" : "");
+  if (peer >= 0) fprintf(f, "@%d", peer);
+  fprintf(f, "[%u]", (unsigned)r.index);
+}
+
+static void print_plan(FILE *f, const brd_ir_plan_t *p, size_t bytes,
+                       size_t esize) {
+  fprintf(f,
+          "plan: coll %s algo %s proto %s nranks %u blocks %u chunks %u "
+          "slots %u sems %u seq/iter %u ops %u bytes %u\n",
+          p->coll < 8 ? coll_names[p->coll] : "sendrecv",
+          p->algo < 6 ? algo_names[p->algo] : "?",
+          p->proto == BRD_IR_PROTO_LL ? "LL" : "Simple", p->nranks, p->nblocks,
+          p->nchunks, p->nslots, p->nsems, p->seq_per_iter, p->nops,
+          p->total_bytes);
+  fprintf(f, "scratch per rank: %zu bytes (NCCL_BUFFSIZE / NCCL_LL_BUFFSIZE)\n",
+          brd_plan_scratch_bytes(p));
+  if (bytes > 0) {
+    brd_plan_layout_t l;
+    int dtype = esize == 1 ? 0 : esize == 2 ? 6 : esize == 8 ? 8 : 7;
+    if (brd_plan_layout_init(p, bytes / esize, dtype, brd_plan_scratch_bytes(p),
+                             &l) == ncclSuccess) {
+      fprintf(f, "layout for %zu bytes: %llu iteration(s), window %zu elements, "
+                 "chunk %zu elements\n", bytes, (unsigned long long)l.niter,
+              l.window, l.chunk_max);
+      for (uint32_t c = 0; c < p->nchunks && c < 64; c++) {
+        size_t start, n;
+        brd_plan_layout_chunk(&l, 0, c, &start, &n);
+        fprintf(f, "  chunk %u: elements [%zu, %zu)\n", c, start, start + n);
+      }
+    }
+  }
+  for (int r = 0; r < p->nranks; r++) {
+    for (int b = 0; b < p->nblocks; b++) {
+      const brd_ir_block_t *blk = brd_ir_plan_block(p, r, b);
+      const brd_ir_op_t *ops = brd_ir_plan_ops(p, r, b);
+      fprintf(f, "rank %d block %d: %u ops\n", r, b, blk->nops);
+      for (uint32_t i = 0; i < blk->nops; i++) {
+        const brd_ir_op_t *op = &ops[i];
+        fprintf(f, "  [%3u] %-10s", i,
+                op->code < BRD_IR_OP_COUNT ? op_names[op->code] : "?");
+        if (op->code == BRD_IR_OP_SIGNAL || op->code == BRD_IR_OP_WAIT) {
+          fprintf(f, " peer %d sem %u k %d", ref_peer(p, r, op->ref[0]),
+                  (unsigned)op->ref[0].index, op->k);
+        } else if (op->code != BRD_IR_OP_BARRIER && op->code != BRD_IR_OP_NOP) {
+          fprintf(f, " chunks %u+%u ", (unsigned)op->chunk,
+                  (unsigned)(op->nchunks ? op->nchunks : 1));
+          for (int s = 0; s < op->nsrc; s++) {
+            print_ref(f, p, r, op->ref[s]);
+            fputc(s + 1 < op->nsrc ? ',' : ' ', f);
+          }
+          fputs("->", f);
+          for (int d = 0; d < op->ndst; d++) {
+            fputc(' ', f);
+            print_ref(f, p, r, op->ref[op->nsrc + d]);
+          }
+          if (op->flags & BRD_IR_F_POSTOP) fputs(" +postop", f);
+        }
+        fputc('\n', f);
+      }
+    }
+  }
+}
+
+/* SVG: lanes are (rank, block); x is the op's index in its block. */
+static int write_svg(const char *path, const brd_ir_plan_t *p) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    perror(path);
+    return 1;
+  }
+  uint32_t maxops = 1;
+  for (int r = 0; r < p->nranks; r++)
+    for (int b = 0; b < p->nblocks; b++) {
+      uint32_t n = brd_ir_plan_block(p, r, b)->nops;
+      if (n > maxops) maxops = n;
+    }
+  const int lane_h = 36, op_w = 30, left = 110, top = 40;
+  int lanes = p->nranks * p->nblocks;
+  int width = left + (int)maxops * op_w + 40;
+  int height = top + lanes * lane_h + 20;
+  fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' "
+             "font-family='monospace' font-size='10'>\n", width, height);
+  fprintf(f, "<defs><marker id='a' markerWidth='6' markerHeight='6' refX='5' "
+             "refY='3' orient='auto'><path d='M0,0 L6,3 L0,6 z' fill='#555'/>"
+             "</marker></defs>\n");
+  fprintf(f, "<text x='8' y='20' font-size='13'>%s %s %s, %u ranks x %u "
+             "blocks</text>\n",
+          p->coll < 8 ? coll_names[p->coll] : "sendrecv",
+          p->algo < 6 ? algo_names[p->algo] : "?",
+          p->proto == BRD_IR_PROTO_LL ? "LL" : "Simple", p->nranks, p->nblocks);
+  for (int r = 0; r < p->nranks; r++) {
+    for (int b = 0; b < p->nblocks; b++) {
+      int y = top + (r * p->nblocks + b) * lane_h;
+      fprintf(f, "<rect x='0' y='%d' width='%d' height='%d' fill='%s'/>\n", y,
+              width, lane_h, r % 2 ? "#f4f4f4" : "#ffffff");
+      fprintf(f, "<text x='8' y='%d'>rank %d blk %d</text>\n", y + 22, r, b);
+    }
+  }
+  static const char *colors[] = {"#ccc", "#8fd18f", "#f2b05e", "#7fb2e5",
+                                 "#b39ddb", "#64c7c7", "#e57f7f", "#ffe066",
+                                 "#ffe066", "#999", "#999", "#999", "#999"};
+  for (int r = 0; r < p->nranks; r++) {
+    for (int b = 0; b < p->nblocks; b++) {
+      const brd_ir_block_t *blk = brd_ir_plan_block(p, r, b);
+      const brd_ir_op_t *ops = brd_ir_plan_ops(p, r, b);
+      int y = top + (r * p->nblocks + b) * lane_h;
+      for (uint32_t i = 0; i < blk->nops; i++) {
+        const brd_ir_op_t *op = &ops[i];
+        int x = left + (int)i * op_w;
+        int code = op->code < BRD_IR_OP_COUNT ? op->code : 0;
+        fprintf(f, "<rect x='%d' y='%d' width='%d' height='%d' rx='3' "
+                   "fill='%s'><title>%s</title></rect>\n",
+                x, y + 6, op_w - 4, lane_h - 12, colors[code], op_names[code]);
+        fprintf(f, "<text x='%d' y='%d' font-size='8'>%.3s</text>\n", x + 2,
+                y + 22, op_names[code]);
+        /* Arrows to peers this op writes into or signals. */
+        int first = op->code == BRD_IR_OP_SIGNAL ? 0 : op->nsrc;
+        int last = op->code == BRD_IR_OP_SIGNAL ? 1 : op->nsrc + op->ndst;
+        if (op->code == BRD_IR_OP_WAIT || op->code == BRD_IR_OP_BARRIER) last = first;
+        for (int k = first; k < last; k++) {
+          int peer = ref_peer(p, r, op->ref[k]);
+          if (peer < 0) continue;
+          int py = top + (peer * p->nblocks + b) * lane_h + lane_h / 2;
+          fprintf(f, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='#555' "
+                     "stroke-width='0.8' %smarker-end='url(#a)'/>\n",
+                  x + op_w / 2, y + lane_h / 2, x + op_w / 2 + 8, py,
+                  op->code == BRD_IR_OP_SIGNAL ? "stroke-dasharray='3,2' " : "");
+        }
+      }
+    }
+  }
+  fprintf(f, "</svg>\n");
+  fclose(f);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *coll_s = "allreduce", *algo_s = "ring", *proto_s = "Simple";
+  const char *svg = NULL;
+  int nranks = 4, nblocks = 1, root = 0, det = 0, verify = 0, opt;
+  size_t bytes = 0, esize = 4;
+  while ((opt = getopt(argc, argv, "c:a:p:n:b:r:s:t:dVo:h")) != -1) {
+    switch (opt) {
+    case 'c': coll_s = optarg; break;
+    case 'a': algo_s = optarg; break;
+    case 'p': proto_s = optarg; break;
+    case 'n': nranks = atoi(optarg); break;
+    case 'b': nblocks = atoi(optarg); break;
+    case 'r': root = atoi(optarg); break;
+    case 's': bytes = strtoull(optarg, NULL, 0); break;
+    case 't': esize = strtoull(optarg, NULL, 0); break;
+    case 'd': det = 1; break;
+    case 'V': verify = 1; break;
+    case 'o': svg = optarg; break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  int coll = lookup(coll_s, coll_names, 8);
+  int algo = lookup(algo_s, algo_names, 6);
+  if (algo < 0 && strcasecmp(algo_s, "direct") == 0) algo = BRD_IR_ALGO_ONESHOT;
+  if (algo < 0 && strcasecmp(algo_s, "chain") == 0) algo = BRD_IR_ALGO_RING;
+  if (algo < 0 && strcasecmp(algo_s, "pairwise") == 0) algo = BRD_IR_ALGO_ONESHOT;
+  int proto = strcasecmp(proto_s, "LL") == 0       ? BRD_IR_PROTO_LL
+              : strcasecmp(proto_s, "Simple") == 0 ? BRD_IR_PROTO_SIMPLE
+                                                   : -1;
+  if (coll < 0 || algo < 0 || proto < 0 || nranks < 1 || nblocks < 1 ||
+      (esize != 1 && esize != 2 && esize != 4 && esize != 8)) {
+    fprintf(stderr, "braid-plan: unknown collective, algorithm, protocol or "
+                    "size\n");
+    usage(stderr);
+    return 2;
+  }
+  brd_algos_args_t args = {.nranks = nranks, .order = NULL, .nblocks = nblocks,
+                           .proto = proto};
+  brd_ir_plan_t *plan = NULL;
+  ncclResult_t res = brd_algos_generate(coll, algo, &args, root, det, &plan);
+  if (res != ncclSuccess) {
+    fprintf(stderr, "braid-plan: no plan for %s/%s/%s with %d ranks: %s\n",
+            coll_s, algo_s, proto_s, nranks, ncclGetErrorString(res));
+    return 1;
+  }
+  int rc = 0;
+  if (svg != NULL) {
+    rc = write_svg(svg, plan);
+    if (rc == 0) printf("wrote %s\n", svg);
+  } else {
+    print_plan(stdout, plan, bytes, esize);
+  }
+  if (verify) {
+    brd_verify_opts_t vo;
+    memset(&vo, 0, sizeof(vo));
+    vo.niter = 2;
+    brd_verify_report_t rep;
+    res = brd_plan_verify(plan, &vo, &rep);
+    printf("verifier: %s\n", res == ncclSuccess ? "plan is correct"
+                                                 : "plan is WRONG (see above)");
+    if (res != ncclSuccess) rc = 1;
+  }
+  brd_plan_destroy(plan);
+  return rc;
+}
