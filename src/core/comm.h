@@ -46,6 +46,7 @@ struct ncclComm {
   int node;                /* index of this rank's host among the comm's hosts */
   int n_nodes;             /* distinct host identities in the comm */
   struct brd_peer_info *peers;   /* owned: nranks entries from the init allgather */
+  int host_cores;          /* physical cores of this host (plan/topo.c) */
   uint32_t split_count;    /* splits/shrinks made from this comm (caller's thread) */
   int revoked;             /* ncclCommRevoke was called (caller's thread) */
   struct brd_init_job *init_job; /* owned reference: this comm's init on a helper
@@ -57,7 +58,22 @@ struct ncclComm {
                                     first launch, freed by brd_comm_destroy */
   struct brd_redops *redops;     /* owned: ncclRedOpCreatePreMulSum table,
                                     NULL until the first one */
+
+  /* CUDA mode and registration (owner: launch_cuda.c / mem.c). */
+  struct brd_rt_cuda *rt_cuda;   /* owned: CUDA-mode windows, plans and executor
+                                    status, made at the first CUDA launch; stored
+                                    and loaded with __atomic builtins (abort and
+                                    poll read it from other threads); freed by
+                                    brd_launch_cuda_destroy */
+  struct brd_regs *regs;         /* owned: ncclCommRegister records, NULL until
+                                    the first; freed by brd_mem_regs_destroy */
 };
+
+struct brd_regs;
+
+/* Frees a communicator's registration records (mem.c; comm teardown). NULL
+ * is a no-op. */
+void brd_mem_regs_destroy(struct brd_regs *regs);
 
 /* Validates a communicator argument for entry point fn: NULL or a destroyed
  * communicator gets ncclInvalidArgument and a WARN naming fn. Any thread. */

@@ -21,6 +21,8 @@
 #include "bootstrap.h"
 #include "check.h"
 #include "comm.h"
+#include "plan/topo.h"
+#include "transport/ibverbs.h"
 #include "config.h"
 #include "device.h"
 #include "group.h"
@@ -176,6 +178,10 @@ static ncclResult_t topology(struct ncclComm *comm, const char *fn) {
              (int)p[r].dev, p[r].bus_id_str);
     }
   }
+  brd_topo_host_t host;
+  brd_topo_host(&host);
+  comm->host_cores = host.cores;
+  brd_ibv_log_devices();
   comm->local_rank = local;
   comm->local_nranks = local_n;
   comm->node = node;

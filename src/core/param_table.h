@@ -44,6 +44,7 @@ BRD_PARAM(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", BRD_PARAM_STR, NULL, "interfaces 
 BRD_PARAM(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", BRD_PARAM_STR, NULL, "AF_INET or AF_INET6 to force an address family")
 BRD_PARAM(P2P_DISABLE, "NCCL_P2P_DISABLE", BRD_PARAM_INT, "0", "disable GPU peer-to-peer memory channels")
 BRD_PARAM(P2P_LEVEL, "NCCL_P2P_LEVEL", BRD_PARAM_STR, NULL, "deepest topology distance for P2P: LOC, NVL, PIX, PXB, PHB, SYS")
+BRD_PARAM(CUMEM_ENABLE, "NCCL_CUMEM_ENABLE", BRD_PARAM_INT, "1", "allocate shared GPU memory (P2P segments, ncclMemAlloc) with cuMem where the driver supports it; 0: cudaMalloc and CUDA IPC")
 BRD_PARAM(HOSTID, "NCCL_HOSTID", BRD_PARAM_STR, NULL, "host identity string replacing hostname + boot id (BRAID_HOSTID wins)")
 BRD_PARAM(SHM_DISABLE, "NCCL_SHM_DISABLE", BRD_PARAM_INT, "0", "disable the shared-memory transport")
 
@@ -53,5 +54,7 @@ BRD_PARAM(BRAID_HOSTID, "BRAID_HOSTID", BRD_PARAM_STR, NULL, "host identity over
 BRD_PARAM(BRAID_BOOTSTRAP_TIMEOUT, "BRAID_BOOTSTRAP_TIMEOUT", BRD_PARAM_INT, "300", "seconds before a bootstrap socket operation gives up")
 BRD_PARAM(BRAID_TIMEOUT, "BRAID_TIMEOUT", BRD_PARAM_INT, "300", "seconds a collective may wait on a peer before reporting a hang")
 BRD_PARAM(BRAID_DETERMINISTIC, "BRAID_DETERMINISTIC", BRD_PARAM_INT, "0", "fix the reduction order so results are bit-identical across runs")
+BRD_PARAM(BRAID_IBVERBS_LIB, "BRAID_IBVERBS_LIB", BRD_PARAM_STR, "libibverbs.so.1", "verbs library opened at run time (dlopen)")
 BRD_PARAM(BRAID_HOST_STAGING, "BRAID_HOST_STAGING", BRD_PARAM_INT, "1048576", "host mode: bytes of output staging per rank and phase; larger messages run in pieces")
+BRD_PARAM(BRAID_CUDA_STAGING, "BRAID_CUDA_STAGING", BRD_PARAM_INT, "16777216", "CUDA mode: bytes of output staging per rank and phase in the channel window; larger messages run in pieces")
 BRD_PARAM(BRAID_VERIFY_PLANS, "BRAID_VERIFY_PLANS", BRD_PARAM_INT, "0", "verify every plan before first use (always on in debug builds)")
