@@ -10,6 +10,7 @@
 #include "check.h"
 #include "comm.h"
 #include "launch.h"
+#include "launch_cuda.h"
 #include "config.h"
 #include "device.h"
 
@@ -47,6 +48,8 @@ void brd_comm_destroy(struct ncclComm *comm) {
    * the memory is not reused), which is all NCCL promises too. */
   comm->magic = 0;
   brd_rt_destroy(comm->rt);
+  brd_launch_cuda_destroy(comm->rt_cuda);
+  brd_mem_regs_destroy(comm->regs);
   free(comm->redops);
   brd_boot_destroy(comm->boot);
   comm->boot = NULL;

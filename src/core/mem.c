@@ -3,15 +3,23 @@
  * user-defined reduction operators.
  *
  * Host mode allocates page-aligned host memory and remembers each block so
- * ncclMemFree can tell it from device memory.
+ * ncclMemFree can tell it from device memory. CUDA mode allocates through
+ * the P2P transport: cuMem memory that can be shared with peers where the
+ * driver supports it, cudaMalloc otherwise.
+ *
+ * Registration (ncclCommRegister) is bookkeeping for now, in both modes:
+ * each communicator keeps the page-aligned ranges it was given, with
+ * NCCL's reference counting (registering a range inside a registered one
+ * returns that one's handle). Plans do not read peers' registered buffers
+ * directly yet; they go through the channel windows whatever is
+ * registered.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if BRAID_CUDA
-#include <cuda_runtime.h>
-#endif
+#include <strings.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "check.h"
@@ -19,6 +27,7 @@
 #include "enqueue.h"
 #include "launch.h"
 #include "param.h"
+#include "transport/transport.h"
 
 struct host_block {
   void *ptr;
@@ -44,19 +53,7 @@ ncclResult_t pncclMemAlloc(void **ptr, size_t size) {
     WARN("ncclMemAlloc : size argument is 0; ask for at least one byte");
     return ncclInvalidArgument;
   }
-  if (!host_memory()) {
-#if BRAID_CUDA
-    void *p = NULL;
-    cudaError_t err = cudaMalloc(&p, size);
-    if (err != cudaSuccess) {
-      WARN("ncclMemAlloc : cudaMalloc of %zu bytes failed: %s", size,
-           cudaGetErrorString(err));
-      return ncclUnhandledCudaError;
-    }
-    *ptr = p;
-    return ncclSuccess;
-#endif
-  }
+  if (!host_memory()) return brd_p2p_mem_alloc(size, ptr);
   struct host_block *b = malloc(sizeof(*b));
   void *p = NULL;
   if (b == NULL || posix_memalign(&p, 4096, size) != 0) {
@@ -91,19 +88,33 @@ ncclResult_t pncclMemFree(void *ptr) {
     free(found);
     return ncclSuccess;
   }
-#if BRAID_CUDA
-  if (!host_memory()) {
-    cudaError_t err = cudaFree(ptr);
-    if (err != cudaSuccess) {
-      WARN("ncclMemFree : cudaFree(%p) failed: %s", ptr,
-           cudaGetErrorString(err));
-      return ncclUnhandledCudaError;
-    }
-    return ncclSuccess;
-  }
-#endif
+  if (!host_memory()) return brd_p2p_mem_free(ptr);
   WARN("ncclMemFree : %p was not allocated by ncclMemAlloc", ptr);
   return ncclInvalidArgument;
+}
+
+/* One registered range; its address is the handle the user holds. */
+struct brd_reg {
+  uintptr_t beg, end;       /* page-aligned [beg, end) */
+  int refs;                 /* ncclCommRegister calls not yet deregistered */
+  struct brd_reg *next;     /* ordered by beg */
+};
+
+struct brd_regs {
+  pthread_mutex_t lock;
+  struct brd_reg *list;     /* owned */
+};
+
+/* See comm.h. */
+void brd_mem_regs_destroy(struct brd_regs *regs) {
+  if (regs == NULL) return;
+  while (regs->list != NULL) {
+    struct brd_reg *r = regs->list;
+    regs->list = r->next;
+    free(r);
+  }
+  pthread_mutex_destroy(&regs->lock);
+  free(regs);
 }
 
 BRD_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff,
@@ -113,15 +124,82 @@ ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
   CHECK(brd_comm_check(comm, "ncclCommRegister"));
   ARG_NOT_NULL(buff, "ncclCommRegister");
   ARG_NOT_NULL(handle, "ncclCommRegister");
-  (void)size;
-  return brd_api_not_implemented("ncclCommRegister");
+  if (comm->regs == NULL) {
+    struct brd_regs *regs;
+    BRD_CALLOC(regs, 1, "the registration table");
+    int err = pthread_mutex_init(&regs->lock, NULL);
+    if (err != 0) {
+      free(regs);
+      WARN("ncclCommRegister : pthread_mutex_init failed: %s", strerror(err));
+      return ncclSystemError;
+    }
+    comm->regs = regs;
+  }
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t beg = (uintptr_t)buff & ~(page - 1);
+  uintptr_t end = ((uintptr_t)buff + size + page - 1) & ~(page - 1);
+  struct brd_regs *regs = comm->regs;
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&regs->lock);
+  struct brd_reg **pp = &regs->list;
+  for (; *pp != NULL && (*pp)->beg <= beg; pp = &(*pp)->next) {
+    if ((*pp)->end >= end) {
+      /* Inside a registered range: share its record, as NCCL does. */
+      (*pp)->refs++;
+      *handle = *pp;
+      goto out;
+    }
+  }
+  struct brd_reg *r = calloc(1, sizeof(*r));
+  if (r == NULL) {
+    WARN("ncclCommRegister : out of host memory registering %zu bytes", size);
+    res = ncclSystemError;
+    goto out;
+  }
+  r->beg = beg;
+  r->end = end;
+  r->refs = 1;
+  r->next = *pp;
+  *pp = r;
+  *handle = r;
+out:
+  pthread_mutex_unlock(&regs->lock);
+  if (res == ncclSuccess)
+    INFO(BRD_SUBSYS_REG, "register comm %p buffer %p size %zu handle %p",
+         (void *)comm, buff, size, *handle);
+  return res;
 }
 
 BRD_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle)
 ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle) {
   CHECK(brd_comm_check(comm, "ncclCommDeregister"));
-  ARG_NOT_NULL(handle, "ncclCommDeregister");
-  return brd_api_not_implemented("ncclCommDeregister");
+  /* NCCL accepts the NULL handle a skipped registration returns. */
+  if (handle == NULL) return ncclSuccess;
+  struct brd_regs *regs = comm->regs;
+  struct brd_reg *gone = NULL;
+  int found = 0;
+  if (regs != NULL) {
+    pthread_mutex_lock(&regs->lock);
+    /* The handle is compared, never dereferenced, until it is found. */
+    for (struct brd_reg **pp = &regs->list; *pp != NULL; pp = &(*pp)->next) {
+      if (*pp != handle) continue;
+      found = 1;
+      if (--(*pp)->refs == 0) {
+        gone = *pp;
+        *pp = gone->next;
+      }
+      break;
+    }
+    pthread_mutex_unlock(&regs->lock);
+  }
+  if (!found) {
+    WARN("ncclCommDeregister : handle %p is not registered with this "
+         "communicator (deregistered already, or from ncclCommRegister on "
+         "another communicator)", handle);
+    return ncclInvalidUsage;
+  }
+  free(gone);
+  return ncclSuccess;
 }
 
 BRD_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff,

@@ -60,4 +60,87 @@ typedef struct brd_transport_ops {
 extern const brd_transport_ops_t brd_transport_shm;
 extern const brd_transport_ops_t brd_transport_host;
 
+/* ---- P2P: GPU memory shared between the ranks of one host (p2p.c) -------
+ *
+ * Segments live on the calling thread's current CUDA device and are zeroed.
+ * A peer in the same process imports the creator's own pointer (its device
+ * is granted access first); a peer in another process maps the memory
+ * through cuMem (a POSIX file descriptor passed over an abstract Unix
+ * socket) or, where cuMem is unavailable, through CUDA IPC. seg_seal stops
+ * serving the descriptor. In a CUDA=0 build every op fails with
+ * ncclInvalidUsage. */
+extern const brd_transport_ops_t brd_transport_p2p;
+
+struct brd_peer_info;
+
+/* 1 when ranks a and b may reach each other's GPU memory directly, else 0
+ * with the reason in why (n bytes, always NUL-terminated; why may be NULL
+ * when n is 0). The caller then falls back to SHM and WARNs with why. No:
+ * different hosts, a rank on the host executor, NCCL_P2P_DISABLE=1 here or
+ * on either rank, NCCL_P2P_LEVEL below the path between the two GPUs (the
+ * default is NCCL's: SYS, PXB on Intel and ARM CPUs), no peer access
+ * (cudaDeviceCanAccessPeer), or, without an explicit NCCL_P2P_LEVEL, ACS
+ * suspected on the PCIe switch the GPUs share (they sit in different IOMMU
+ * groups with DMA translation on). Two ranks on one GPU are always yes
+ * unless P2P is disabled. Reads sysfs and, in CUDA builds, queries the CUDA
+ * runtime; never blocks on peers. Any thread. */
+int brd_p2p_usable(const struct brd_peer_info *a, const struct brd_peer_info *b,
+                   char *why, size_t n);
+
+/* Descriptor passing: a server hands a duplicate of one file descriptor to
+ * every process of the same user that connects to the abstract Unix socket
+ * "braid-p2p-<pid>-<serial>" (SCM_RIGHTS), from a thread of its own, until
+ * destroyed. */
+typedef struct brd_p2p_fdsrv brd_p2p_fdsrv_t;
+
+/* Starts serving a duplicate of fd (the caller keeps fd). ncclSystemError
+ * (WARN) when the socket or the thread cannot be made. Any thread. */
+ncclResult_t brd_p2p_fdsrv_create(int fd, brd_p2p_fdsrv_t **srv_out);
+
+/* The serial naming the server's socket (with this process's pid). */
+uint32_t brd_p2p_fdsrv_serial(const brd_p2p_fdsrv_t *srv);
+
+/* Stops the thread (within about 100 ms), closes the socket and the
+ * duplicate. NULL is a no-op. Blocks until the thread has exited. */
+void brd_p2p_fdsrv_destroy(brd_p2p_fdsrv_t *srv);
+
+/* Writes the socket name for (pid, serial), without the leading NUL of the
+ * abstract namespace, into buf (n bytes). */
+void brd_p2p_sockname_format(uint32_t pid, uint32_t serial, char *buf, size_t n);
+
+/* Connects to the server (pid, serial) and receives its descriptor into
+ * *fd_out (close-on-exec; the caller closes it). Waits at most timeout_s
+ * seconds and leaves early, with ncclSystemError and no WARN, when
+ * *abort_flag (may be NULL) becomes non-zero. ncclRemoteError (WARN) when
+ * nothing listens under that name (the creator exited or sealed its
+ * segment), the deadline passes, or the server closes without a
+ * descriptor; ncclSystemError (WARN) for a local socket failure. Blocks;
+ * any thread. */
+ncclResult_t brd_p2p_fd_fetch(uint32_t pid, uint32_t serial, double timeout_s,
+                              _Atomic int *abort_flag, int *fd_out);
+
+/* Resolves, once per process, the CUDA driver entry points the transport
+ * uses (through cudaGetDriverEntryPointByVersion; the library never links
+ * libcuda). ncclSuccess when all resolved; ncclUnhandledCudaError with a
+ * WARN naming the missing entry point and the runtime's reason otherwise
+ * (no driver, a driver older than CUDA 12.0); ncclInvalidUsage (WARN) in a
+ * CUDA=0 build. The transport itself falls back to CUDA IPC silently (INFO)
+ * when they are missing. Any thread; blocks only on the first call. */
+ncclResult_t brd_p2p_driver_check(void);
+
+/* ncclMemAlloc's device path: size bytes on the current device, with cuMem
+ * (rounded up to the recommended granularity, exportable as a POSIX file
+ * descriptor, accessible from every device with peer access) where the
+ * driver supports it and NCCL_CUMEM_ENABLE is not 0, else cudaMalloc.
+ * ncclUnhandledCudaError (WARN) when CUDA fails; ncclInvalidUsage in a
+ * CUDA=0 build. Any thread. */
+ncclResult_t brd_p2p_mem_alloc(size_t size, void **ptr_out);
+
+/* Frees memory from brd_p2p_mem_alloc (cuMem: unmap, free the address
+ * range, release; otherwise cudaFree). ncclInvalidArgument (WARN) for a
+ * pointer that is a live P2P segment rather than an allocation;
+ * ncclUnhandledCudaError (WARN) when cudaFree refuses the pointer. Any
+ * thread. */
+ncclResult_t brd_p2p_mem_free(void *ptr);
+
 #endif /* BRD_TRANSPORT_TRANSPORT_H */
