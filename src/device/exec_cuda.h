@@ -1,0 +1,256 @@
+/*
+ * Braid CUDA executor: runs one rank's part of a plan (device/ir.h) as one
+ * kernel launch, one thread block per plan block. It reads the IR exactly as
+ * the host executor does (exec_host.c is the reference); this header is the
+ * host-side, C-callable interface, implemented in exec.cu.
+ *
+ * Objects, all created on the calling thread's current CUDA device:
+ *   brd_exec_cuda_plan_t    a plan blob copied once to device memory, plus
+ *                           a host copy of its header (one per plan);
+ *   brd_exec_cuda_status_t  one per rank (communicator): the abort flag and
+ *                           the hang report in mapped pinned host memory,
+ *                           and in device memory the block barrier and the
+ *                           device-side sequence cursor. Launches that share
+ *                           a status must be ordered on one stream;
+ *   brd_exec_cuda_chan_t    per channel of the rank, the peer pointers the
+ *                           kernel uses. Up to BRD_EXEC_CUDA_INLINE_CHANS
+ *                           channels travel by value in the kernel
+ *                           parameters (so every launch, and every replay of
+ *                           a captured graph, carries its own); a larger
+ *                           table must be a device array the caller keeps
+ *                           unchanged until the kernel has finished
+ *                           (brd_exec_cuda_chans_create).
+ *
+ * Launching (brd_exec_cuda_launch) computes the launch layout on the host
+ * and enqueues the kernel: no allocation, no copy and no synchronisation,
+ * so it may be captured into a CUDA graph. Sequence numbers come either
+ * from the caller (args->epoch / args->phase, as for the host executor) or,
+ * with args->device_epoch, from a cursor the kernel keeps in the status
+ * block, so a captured graph gets fresh ones at every replay (the scratch
+ * phase then alternates per launch on the device). A status uses one of
+ * the two for its whole life, the same on every rank.
+ *
+ * Errors: a wait that makes no progress for the timeout records a hang
+ * report (first block to time out wins) and the rank's launch stops; a
+ * raised abort flag stops it too. The host learns either from
+ * brd_exec_cuda_poll after the stream has been synchronised. Once a launch
+ * failed, later launches on the same status return at once until
+ * brd_exec_cuda_status_reset.
+ *
+ * The functions exist in CUDA builds only (BRAID_CUDA=1); the types are
+ * always declared.
+ *
+ * Every memory a kernel touches (buffers, scratch, semaphores, the channel
+ * table) must be device-accessible from the rank's device. Scratch and
+ * semaphores are zero when allocated and never reset; scratch bases and
+ * scratch phases (scratch_bytes / 2, or all of it for a one-phase plan)
+ * are multiples of 16 bytes (LL packets are read 16 bytes at a time).
+ */
+#ifndef BRD_DEVICE_EXEC_CUDA_H
+#define BRD_DEVICE_EXEC_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "device/ir.h"
+
+#if BRAID_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Threads per block of every executor kernel. */
+#define BRD_EXEC_CUDA_NTHREADS 512
+
+/* Channels (and per-channel epochs) a launch can carry in its kernel
+ * parameters. */
+#define BRD_EXEC_CUDA_INLINE_CHANS 32
+
+/* Segments of separate buffers a launch can carry, per direction. */
+#define BRD_EXEC_CUDA_INLINE_SEGS 48
+
+/* Kinds of wait, the values of BRD_EXEC_WAIT_* in exec_host.h. */
+#define BRD_EXEC_CUDA_WAIT_SEM 0
+#define BRD_EXEC_CUDA_WAIT_PACKET 1
+#define BRD_EXEC_CUDA_WAIT_BARRIER 2
+
+/* The hang report, field for field brd_exec_hang_t (exec_host.h), which C++
+ * cannot include (its launch state uses C11 _Atomic). C translation units
+ * check below that the two agree. */
+typedef struct brd_exec_cuda_hang {
+  int rank;          /* the stuck rank (the one launched) */
+  int block;
+  int op;            /* op index within the block */
+  uint64_t iter;
+  int what;          /* BRD_EXEC_CUDA_WAIT_* */
+  int peer;          /* rank expected to make progress; -1 if unknown */
+  int index;         /* semaphore index, scratch slot, or barrier number */
+  uint64_t expected; /* sequence number (LL: 32-bit flag) or block count */
+  uint64_t seen;
+} brd_exec_cuda_hang_t;
+
+/* What the rank reaches through one channel, as device pointers. All
+ * borrowed; the same meaning as brd_exec_chan_t. */
+typedef struct brd_exec_cuda_chan {
+  void *peer_scratch;   /* peer's scratch base (both phases) */
+  void *peer_output;    /* peer's output buffer of this launch */
+  uint64_t *peer_sems;  /* peer's inbound semaphores from this rank */
+  uint64_t *sems;       /* this rank's inbound semaphores from the peer */
+} brd_exec_cuda_chan_t;
+
+/* The executor's objects; see the file comment. Opaque. */
+/* One segment of a point-to-point buffer table (brd_exec_seg_t), as a
+ * device pointer. Borrowed. */
+typedef struct brd_exec_cuda_seg {
+  void *ptr;      /* first element; NULL only when count is 0 */
+  size_t count;   /* elements */
+} brd_exec_cuda_seg_t;
+
+typedef struct brd_exec_cuda_plan brd_exec_cuda_plan_t;
+typedef struct brd_exec_cuda_status brd_exec_cuda_status_t;
+
+typedef struct brd_exec_cuda_args {
+  const brd_exec_cuda_plan_t *plan; /* borrowed for the launch */
+  int rank;
+  /* Device buffers; input may equal output (in place). A buffer the
+   * collective does not give this rank may be NULL (input off the root of
+   * Broadcast and Scatter, output off the root of Reduce and Gather, both
+   * for point-to-point, whose buffers are the segment tables). */
+  const void *input;
+  void *output;
+  void *scratch;                    /* device; scratch_bytes long */
+  size_t scratch_bytes;
+  /* Exactly one of: chans, a host array of the rank's channel count (at
+   * most BRD_EXEC_CUDA_INLINE_CHANS; copied into the launch), or
+   * chans_dev, a device array read while the kernel runs. */
+  const brd_exec_cuda_chan_t *chans;
+  const brd_exec_cuda_chan_t *chans_dev;
+  size_t count;                     /* elements */
+  int dtype;                        /* ncclDataType_t */
+  int redop;                        /* ncclRedOp_t or BRD_REDOP_PREMULSUM */
+  const void *scalar;               /* PreMulSum scalar, host value */
+  const void *scalar_dev;           /* or a device pointer read by the
+                                       kernel (ncclScalarDevice); wins */
+  int device_epoch;                 /* 1: sequence numbers from the status */
+  uint64_t epoch;                   /* device_epoch == 0: the launch's */
+  uint32_t phase;                   /* epoch and scratch phase (0 or 1) */
+  brd_exec_cuda_status_t *status;   /* borrowed; the rank's */
+  double timeout_s;                 /* <= 0: BRAID_TIMEOUT */
+  /* Segments (device/ir.h); all optional, zero meaning one buffer. */
+  size_t in_stride;                 /* elements between input segments; 0: count */
+  size_t out_stride;                /* same for outputs, equal on every rank */
+  /* Separate buffers of a point-to-point plan: host tables of at most
+   * BRD_EXEC_CUDA_INLINE_SEGS entries, copied into the launch, or device
+   * tables (the _dev fields win) read while the kernel runs. */
+  const brd_exec_cuda_seg_t *in_segs, *out_segs;
+  const brd_exec_cuda_seg_t *in_segs_dev, *out_segs_dev;
+  uint32_t n_in_segs, n_out_segs;
+  /* Per-channel epochs for SIGNAL and WAIT (point-to-point pairs count
+   * their own sequence numbers): a host array of the rank's channel count
+   * (at most BRD_EXEC_CUDA_INLINE_CHANS, copied) or a device array; both
+   * NULL: `epoch` for every channel. Not with device_epoch. LL flags
+   * always count from `epoch`. */
+  const uint64_t *chan_epoch;
+  const uint64_t *chan_epoch_dev;
+} brd_exec_cuda_args_t;
+
+#if BRAID_CUDA
+/* Copies plan (a blob from brd_plan_builder_finish) to device memory on
+ * the current device after checking that every op is one this executor
+ * runs and every index stays inside the blob, the channel table, the
+ * chunks, slots and semaphores. Returns ncclInternalError (WARN) for a
+ * malformed plan, ncclSystemError when host memory runs out,
+ * ncclUnhandledCudaError (WARN with CUDA's text) when the device
+ * allocation or copy fails. Blocks until the copy is done. Any thread. */
+ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
+                                       brd_exec_cuda_plan_t **plan_out);
+
+/* Frees a plan from brd_exec_cuda_plan_create. No kernel using it may be
+ * queued or running. NULL is a no-op. */
+void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan);
+
+/* Allocates a rank's status block on the current device: abort flag and
+ * report in mapped pinned host memory (cudaHostAlloc), barrier and cursor in
+ * zeroed device memory. ncclUnhandledCudaError (WARN) when CUDA fails,
+ * ncclSystemError when host memory runs out. Blocks. Any thread. */
+ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out);
+
+/* Frees a status block. No kernel using it may be queued or running. NULL
+ * is a no-op. */
+void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st);
+
+/* Raises the abort flag: every running or later kernel on this status
+ * leaves at its next wait and reports ncclSystemError. Never blocks; any
+ * thread (ncclCommAbort's). */
+void brd_exec_cuda_status_abort(brd_exec_cuda_status_t *st);
+
+/* Clears a failure (hang report, abort flag, stop flag, block barrier) so
+ * the status can run launches again; the sequence cursor is kept, since
+ * semaphores keep their values. The stream must be idle. Blocks;
+ * ncclUnhandledCudaError (WARN) when CUDA fails. */
+ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st);
+
+/* After the launches on st have completed (the caller synchronised their
+ * stream): ncclSuccess when none failed; ncclRemoteError when a wait timed
+ * out, with the report in *hang_out (may be NULL) and a WARN naming the
+ * rank, block, op, peer and values (logged once per failure);
+ * ncclSystemError when the abort flag stopped a launch (INFO only, the
+ * caller asked for it). Never blocks; reads host memory only. */
+ncclResult_t brd_exec_cuda_poll(brd_exec_cuda_status_t *st,
+                                brd_exec_cuda_hang_t *hang_out);
+
+/* Copies n channels to a new device array for args->chans_dev (blocking).
+ * ncclUnhandledCudaError (WARN) when CUDA fails. */
+ncclResult_t brd_exec_cuda_chans_create(const brd_exec_cuda_chan_t *chans,
+                                        uint32_t n,
+                                        brd_exec_cuda_chan_t **dev_out);
+
+/* Frees a device channel array. NULL is a no-op. */
+void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev);
+
+/* Checks args against the plan and enqueues the rank's kernel on stream
+ * (gridDim = the plan's blocks, BRD_EXEC_CUDA_NTHREADS threads each).
+ * count 0 enqueues nothing. Returns ncclInvalidArgument for NULL buffers
+ * the collective uses with a non-zero count, a bad datatype, op or rank, a
+ * misaligned scratch, too many inline channels or segments, a host segment
+ * table with a NULL buffer or a count above `count`, per-channel epochs
+ * with device_epoch; ncclInternalError for scratch smaller than the plan
+ * needs or an epoch whose launch would cross a multiple of 2^32;
+ * ncclUnhandledCudaError (WARN) when the launch itself fails. Never
+ * allocates, copies or synchronises (capturable); the kernel blocks on
+ * peers' kernels, which must be launched too for it to finish. */
+ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
+                                  cudaStream_t stream);
+#endif /* BRAID_CUDA */
+
+#ifdef __cplusplus
+} /* extern "C" */
+#else
+#include "device/exec_host.h"
+_Static_assert(sizeof(brd_exec_cuda_hang_t) == sizeof(brd_exec_hang_t) &&
+                   offsetof(brd_exec_cuda_hang_t, iter) ==
+                       offsetof(brd_exec_hang_t, iter) &&
+                   offsetof(brd_exec_cuda_hang_t, what) ==
+                       offsetof(brd_exec_hang_t, what) &&
+                   offsetof(brd_exec_cuda_hang_t, index) ==
+                       offsetof(brd_exec_hang_t, index) &&
+                   offsetof(brd_exec_cuda_hang_t, expected) ==
+                       offsetof(brd_exec_hang_t, expected) &&
+                   offsetof(brd_exec_cuda_hang_t, seen) ==
+                       offsetof(brd_exec_hang_t, seen),
+               "brd_exec_cuda_hang_t mirrors brd_exec_hang_t");
+_Static_assert(sizeof(brd_exec_cuda_seg_t) == sizeof(brd_exec_seg_t) &&
+                   offsetof(brd_exec_cuda_seg_t, count) ==
+                       offsetof(brd_exec_seg_t, count),
+               "brd_exec_cuda_seg_t mirrors brd_exec_seg_t");
+_Static_assert(BRD_EXEC_CUDA_WAIT_SEM == BRD_EXEC_WAIT_SEM &&
+                   BRD_EXEC_CUDA_WAIT_PACKET == BRD_EXEC_WAIT_PACKET &&
+                   BRD_EXEC_CUDA_WAIT_BARRIER == BRD_EXEC_WAIT_BARRIER,
+               "wait kinds agree with the host executor");
+#endif
+
+#endif /* BRD_DEVICE_EXEC_CUDA_H */
