@@ -36,6 +36,154 @@ ncclResult_t brd_algos_oneshot_allreduce(const brd_algos_args_t *args,
 ncclResult_t brd_algos_twoshot_allreduce(const brd_algos_args_t *args,
                                          brd_ir_plan_t **plan_out);
 
+/* ---- the other collectives ------------------------------------------------
+ *
+ * The same contract as the all-reduce generators (including in place, in
+ * the layout the collective defines). `root` is a rank (not a position) for
+ * Broadcast, Reduce, Gather and Scatter; ncclInvalidArgument when it is out
+ * of range. `deterministic` makes a reduction combine the ranks' data in
+ * rank order 0..n-1 in every element, whatever the block count, protocol or
+ * message size. */
+ncclResult_t brd_algos_ring_allgather(const brd_algos_args_t *args,
+                                      brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_direct_allgather(const brd_algos_args_t *args,
+                                        brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_ring_reducescatter(const brd_algos_args_t *args,
+                                          brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_direct_reducescatter(const brd_algos_args_t *args,
+                                            int deterministic,
+                                            brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_chain_broadcast(const brd_algos_args_t *args, int root,
+                                       brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_direct_broadcast(const brd_algos_args_t *args, int root,
+                                        brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_chain_reduce(const brd_algos_args_t *args, int root,
+                                    brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_direct_reduce(const brd_algos_args_t *args, int root,
+                                     int deterministic,
+                                     brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_pairwise_alltoall(const brd_algos_args_t *args,
+                                         brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_direct_gather(const brd_algos_args_t *args, int root,
+                                     brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_direct_scatter(const brd_algos_args_t *args, int root,
+                                      brd_ir_plan_t **plan_out);
+/* One-shot and two-shot all-reduce reducing in rank order (deterministic). */
+ncclResult_t brd_algos_ordered_oneshot_allreduce(const brd_algos_args_t *args,
+                                                 brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_ordered_twoshot_allreduce(const brd_algos_args_t *args,
+                                                 brd_ir_plan_t **plan_out);
+
+/* The generator of (coll, algo): BRD_IR_COLL_* (not SENDRECV) and
+ * BRD_IR_ALGO_*. root is used by rooted collectives; deterministic picks
+ * the rank-ordered variant of a reduction (brd_algos_available says which
+ * pairs have one). ncclInvalidArgument with a WARN when the pair has no
+ * generator; otherwise the generator's result. Any thread. */
+ncclResult_t brd_algos_generate(int coll, int algo, const brd_algos_args_t *args,
+                                int root, int deterministic,
+                                brd_ir_plan_t **plan_out);
+
+/* 1 when brd_algos_generate has a generator for (coll, algo) (and, with
+ * deterministic, one that reduces in rank order), else 0. Pure. */
+int brd_algos_available(int coll, int algo, int deterministic);
+
+/* ---- point-to-point ---------------------------------------------------------
+ *
+ * The sends and receives of one communicator in one launch, as a plan
+ * (BRD_IR_COLL_SENDRECV, Simple, one window, chunks that never spread and
+ * one scratch phase). Each rank only knows its own lists; pairing is by
+ * rule: rank r's i-th send to p is p's i-th receive from r, and both have
+ * the same number of chunks (a chunk is one scratch slot of data, so equal
+ * counts give equal chunks). From that alone every rank builds its part:
+ *
+ *   - block per peer (ascending peer order, the rank itself included) so
+ *     that each pair's traffic is independent; a block interleaves its
+ *     pieces to and from the peer (send piece t, then receive piece t), so
+ *     a pair exchanging in both directions cannot deadlock;
+ *   - the receiver's scratch has P2P_DEPTH slots reserved for each sender
+ *     (slot sender * P2P_DEPTH + t % P2P_DEPTH for piece t), so senders
+ *     never share a slot;
+ *   - semaphore 0 of a channel carries data (k = piece + 1), semaphore 1
+ *     credits (k = piece + 1); the sender waits for a credit before reusing
+ *     a slot and, at the end, for the last credit, so it finishes only once
+ *     the receiver has read everything (the one-phase rule);
+ *   - sequence numbers count per pair of ranks: the pair reserves
+ *     max(pieces one way, pieces the other way) from its own cursor, which
+ *     only its two ranks advance, in the same order, and passes the epoch
+ *     per channel (brd_exec_args_t.chan_epoch). No rank needs to know what
+ *     other pairs do. */
+#define BRD_ALGOS_P2P_DEPTH 4
+#define BRD_ALGOS_P2P_SLOT_DIV 16 /* slots per NCCL_BUFFSIZE: a sender's
+                                   * P2P_DEPTH slots are a quarter of it */
+
+typedef struct brd_algos_p2p_op {
+  int peer;          /* the other rank (may be this rank) */
+  uint32_t nchunks;  /* chunks of data (0: nothing to move this time) */
+} brd_algos_p2p_op_t;
+
+typedef struct brd_algos_p2p_rank {
+  int nsend, nrecv;
+  const brd_algos_p2p_op_t *send; /* in call order: send i is input segment i */
+  const brd_algos_p2p_op_t *recv; /* in call order: receive j is output seg j */
+} brd_algos_p2p_rank_t;
+
+typedef struct brd_algos_p2p_args {
+  int nranks;
+  int rank;                          /* only this rank's part; -1: every rank */
+  const brd_algos_p2p_rank_t *ranks; /* [nranks]; with rank >= 0 only
+                                      * ranks[rank] is read. Borrowed. */
+} brd_algos_p2p_args_t;
+
+/* Builds the plan. Other ranks' blocks are empty when args->rank >= 0; the
+ * whole plan (rank -1) is what the verifier checks. ncclInvalidArgument
+ * with a WARN for a peer out of range, sends to this rank that do not
+ * match its receives from itself (or, for rank -1, any pair that does not
+ * match), or more segments x chunks than the IR's 16-bit indices hold;
+ * ncclSystemError when out of memory. Any thread. */
+ncclResult_t brd_algos_p2p(const brd_algos_p2p_args_t *args,
+                           brd_ir_plan_t **plan_out);
+
+/* ---- shared by the generators (generate.c) ---------------------------------- */
+
+/* Validates args (and root, for rooted collectives; -1 otherwise) for the
+ * generator named `what` ("ring all-gather"); codes as above. */
+ncclResult_t brd_algos_check(const brd_algos_args_t *args, int root,
+                             const char *what);
+
+/* Direct plans link every rank to every other: ncclInvalidArgument with a
+ * WARN naming `what` when nranks - 1 exceeds the channels a rank may have
+ * in a plan (255). */
+ncclResult_t brd_algos_check_direct(int nranks, const char *what);
+
+/* The one-rank plan of coll: each block copies its chunk of the input to
+ * the output, with the post-op for reductions. */
+ncclResult_t brd_algos_single(const brd_algos_args_t *args, uint8_t coll,
+                              uint8_t algo, int root, brd_ir_plan_t **plan_out);
+
+/* Position of `rank` in the order. */
+int brd_algos_pos_of(const brd_algos_args_t *args, int rank);
+
+/* Rank-ordered reductions of more sources than one op holds are cut into
+ * groups accumulated in the output (brd_plan_op_move); in place the
+ * output is the rank's own input, which a later group would read
+ * overwritten. Such plans first copy the own input into a scratch slot of
+ * their own (nranks >= this), so every group reads intact data. */
+#define BRD_ALGOS_ORDERED_OWN_SLOT_MIN BRD_IR_MAX_REFS
+
+/* INPUT/OUTPUT index of chunk `chunk` of segment `seg` (device/ir.h). */
+static inline uint32_t brd_algos_seg(uint32_t nchunks, int seg, uint32_t chunk) {
+  return (uint32_t)seg * nchunks + chunk;
+}
+
+/* Credit target before ring transfer t (of `steps` per iteration, through
+ * `depth` slots) may overwrite its slot: the successor must have consumed
+ * the slot's previous use, in this iteration or (k <= 0) the one before. */
+static inline int32_t brd_algos_ring_credit_k(int depth, int steps, int t) {
+  if (t >= depth) return t - depth + 1;
+  int last = t + depth * ((steps - 1 - t) / depth);
+  return last + 1 - steps;
+}
+
 /* Positions linked to position `pos` in tree `tree` (0 or 1) of NCCL's
  * double binary tree over n positions: *parent_out is -1 at the root,
  * children_out[i] is -1 where absent. Tree 0 is the binary tree rooted at

@@ -46,9 +46,11 @@ void brd_comm_destroy(struct ncclComm *comm) {
   if (comm == NULL) return;
   /* A stale handle used after this point fails brd_comm_check (as long as
    * the memory is not reused), which is all NCCL promises too. */
-  comm->magic = 0;
+  /* The runtime waits (bounded) for a launch another thread still runs on
+   * comm, and that launch reads comm; only then is the handle marked dead. */
   brd_rt_destroy(comm->rt);
   brd_launch_cuda_destroy(comm->rt_cuda);
+  comm->magic = 0;
   brd_mem_regs_destroy(comm->regs);
   free(comm->redops);
   brd_boot_destroy(comm->boot);

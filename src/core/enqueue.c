@@ -3,9 +3,20 @@
  * with NCCL's codes and wording, plus Braid's stricter buffer rules (NULL
  * buffers and illegal overlaps are always rejected, not only under
  * NCCL_CHECK_POINTERS).
+ *
+ * NCCL_CHECK_POINTERS=1 makes NCCL ask CUDA whether each buffer is device
+ * memory of the communicator's GPU. Host mode has no devices; there it
+ * probes the first and last byte of every buffer the call reads (and
+ * writes) with process_vm_readv/process_vm_writev on this process, so an
+ * unmapped or read-only buffer is ncclInvalidArgument with a message
+ * instead of a crash inside the group. Writability is probed by writing
+ * back the byte just read, before the call runs. Where the kernel refuses
+ * those system calls the probe is skipped and says so at INFO.
  */
 #include <stdint.h>
 #include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "check.h"
@@ -13,7 +24,9 @@
 #include "enqueue.h"
 #include "group.h"
 #include "launch.h"
+#include "param.h"
 
+/* See enqueue.h. */
 size_t brd_dtype_size(ncclDataType_t dtype) {
   switch (dtype) {
   case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2:
@@ -82,6 +95,31 @@ static intptr_t inplace_offset(const brd_call_t *c, int rank, size_t esize) {
   }
 }
 
+/* NCCL_CHECK_POINTERS in host mode: can this process read (and, with
+ * `write`, write) the bytes at p and p + len - 1? */
+static ncclResult_t probe(const brd_call_t *c, const void *p, size_t len,
+                          int write, const char *what) {
+  const char *at[2] = {p, (const char *)p + len - 1};
+  for (int i = 0; i < 2; i++) {
+    char byte;
+    struct iovec local = {&byte, 1}, remote = {(void *)(uintptr_t)at[i], 1};
+    ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (n == 1 && write) n = process_vm_writev(getpid(), &local, 1, &remote, 1, 0);
+    if (n == 1) continue;
+    if (errno == ENOSYS || errno == EPERM) {
+      INFO(BRD_SUBSYS_COLL, "%s : NCCL_CHECK_POINTERS cannot probe buffers "
+           "here (%s); skipped", c->fn, strerror(errno));
+      return ncclSuccess;
+    }
+    WARN("%s : %s %p is not a valid pointer: byte %zu of %zu cannot be %s "
+         "(%s)", c->fn, what, p, i ? len - 1 : 0, len,
+         write ? "written" : "read", strerror(errno));
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+/* See enqueue.h. */
 ncclResult_t brd_call_check(const brd_call_t *c) {
   CHECK(brd_comm_check(c->comm, c->fn));
   const struct ncclComm *comm = c->comm;
@@ -127,6 +165,10 @@ ncclResult_t brd_call_check(const brd_call_t *c) {
          c->count, comm->rank);
     return ncclInvalidArgument;
   }
+  if (brd_param_int(BRD_P_CHECK_POINTERS) != 0) {
+    if (send_n > 0) CHECK(probe(c, c->sendbuff, send_n * esize, 0, "sendbuff"));
+    if (recv_n > 0) CHECK(probe(c, c->recvbuff, recv_n * esize, 1, "recvbuff"));
+  }
   if (send_n > 0 && recv_n > 0) {
     uintptr_t s = (uintptr_t)c->sendbuff, r = (uintptr_t)c->recvbuff;
     uintptr_t s_end = s + send_n * esize, r_end = r + recv_n * esize;
@@ -143,17 +185,67 @@ ncclResult_t brd_call_check(const brd_call_t *c) {
   return ncclSuccess;
 }
 
-ncclResult_t brd_enqueue(const brd_call_t *call) {
+/* NCCL's ncclCommEnsureReady: an aborted communicator passes (its calls
+ * fail fast); one still busy with a nonblocking operation (init or group)
+ * is ncclInvalidArgument; one in error returns the error. */
+static ncclResult_t ensure_ready(const brd_call_t *c) {
+  struct ncclComm *comm = c->comm;
+  if (atomic_load_explicit(&comm->abort_flag, memory_order_acquire)) return ncclSuccess;
+  int r = atomic_load_explicit(&comm->async_error, memory_order_acquire);
+  if (r == ncclInProgress) {
+    WARN("%s : rank %d: attempt to use the communicator before the previous "
+         "operation returned ncclSuccess; poll ncclCommGetAsyncError until "
+         "it does", c->fn, comm->rank);
+    return ncclInvalidArgument;
+  }
+  return (ncclResult_t)r;
+}
+
+/* The call, checked, with its user operator resolved, into the group. */
+static ncclResult_t enqueue_checked(const brd_call_t *call) {
   CHECK(brd_call_check(call));
   if (call->count == 0) return ncclSuccess;
   brd_call_t c = *call;
   const brd_redop_slot_t *user = brd_redop_find(c.comm, c.op);
-  if (user != NULL) {
+  if (user != NULL && is_reduction(c.coll)) {
     c.premul = 1;
     memcpy(c.premul_value, user->host_scalar, sizeof(c.premul_value));
     c.premul_scalar = user->residence == ncclScalarHostImmediate ? NULL
                                                                  : user->dev_scalar;
   }
-  if (brd_group_depth() > 0) return brd_group_add(&c);
-  return brd_launch_run(c.comm, &c, 1);
+  return brd_group_add(&c);
+}
+
+/* See enqueue.h. */
+ncclResult_t brd_enqueue(const brd_call_t *call) {
+  ncclResult_t res = brd_comm_check(call->comm, call->fn);
+  if (res != ncclSuccess) return brd_group_error(res);
+  struct ncclComm *comm = call->comm;
+  /* Read now: an abort on another thread may free comm once its launch
+   * has returned. */
+  int blocking = comm->config.blocking != 0;
+  if (comm->revoked) {
+    WARN("%s : rank %d: the communicator was revoked (ncclCommRevoke); only "
+         "ncclCommDestroy or ncclCommAbort may follow", call->fn, comm->rank);
+    return brd_group_error(ncclInvalidUsage);
+  }
+  /* Every call is a group of its own inside whatever group is open, as in
+   * NCCL: outside a group this runs it at once. */
+  brd_group_start();
+  res = ensure_ready(call);
+  if (res == ncclSuccess) {
+    res = enqueue_checked(call);
+    /* A nonblocking communicator keeps a failed call's error as its state
+     * (NCCL's rule); one busy or already failed keeps the state it has. */
+    if (res != ncclSuccess && !blocking)
+      atomic_store_explicit(&comm->async_error, (int)res, memory_order_release);
+  }
+  brd_group_error(res);
+  ncclResult_t end = brd_group_end();
+  if (res != ncclSuccess) return res;
+  /* A nonblocking communicator reports its state: ncclInProgress while
+   * its launch runs, its result once done. */
+  if (!blocking)
+    return (ncclResult_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
+  return end;
 }

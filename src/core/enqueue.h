@@ -50,8 +50,16 @@ size_t brd_dtype_size(ncclDataType_t dtype);
  * call is valid. Calling thread; does not block. */
 ncclResult_t brd_call_check(const brd_call_t *call);
 
-/* Checks and enqueues one call. count == 0 succeeds without work. Calling
- * thread; blocks only as NCCL does (outside a group, until enqueued). */
+/* Checks one call (the communicator must be ready: not busy with a
+ * nonblocking operation, which is ncclInvalidArgument, nor in error, whose
+ * code is returned; revoked is ncclInvalidUsage) and adds it to the
+ * calling thread's group; outside a group that group is the call alone and
+ * runs at once (group.h). count == 0 succeeds without work. A failed call
+ * fails its group; on a nonblocking communicator it also becomes the
+ * communicator's async error, as in NCCL. Returns the check's error, else
+ * for a nonblocking communicator its async state (ncclInProgress while its
+ * launch runs), else the launch's result (ncclSuccess inside a group).
+ * Calling thread; blocks only on a blocking launch outside a group. */
 ncclResult_t brd_enqueue(const brd_call_t *call);
 
 #endif /* BRD_CORE_ENQUEUE_H */

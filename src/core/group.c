@@ -1,12 +1,15 @@
 /*
  * Braid: ncclGroupStart / ncclGroupEnd / ncclGroupSimulateEnd.
  *
- * Depth and the queue of collected calls are per thread. Only the outermost
- * ncclGroupEnd acts: it waits for communicators being initialised in the
- * group, then runs every collected call as one launch per communicator.
- * Launches of different communicators run concurrently (one worker thread
- * each), because one thread may drive every rank of a clique
- * (ncclCommInitAll) and those ranks wait on each other.
+ * Depth, the queue of collected calls, the group's first error and its
+ * blocking mode are per thread. Only the outermost ncclGroupEnd acts: it
+ * waits for communicators being initialised in the group, then runs every
+ * collected call as one launch per communicator. Launches of different
+ * communicators run concurrently (one thread each), because one thread may
+ * drive every rank of a clique (ncclCommInitAll) and those ranks wait on
+ * each other. A nonblocking group does the same on a detached helper
+ * thread and returns ncclInProgress at once; the helper publishes each
+ * communicator's result in its async error as its last touch of it.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,10 +24,34 @@
 static _Thread_local int group_depth;
 static _Thread_local brd_call_t *queue;   /* owned: calls collected so far */
 static _Thread_local int queue_len, queue_cap;
+static _Thread_local ncclResult_t group_err;  /* first failed call */
+static _Thread_local int group_blocking = -1; /* -1 until the first call */
 
+/* See group.h. */
 int brd_group_depth(void) { return group_depth; }
 
+/* See group.h. */
+void brd_group_start(void) { group_depth++; }
+
+/* See group.h. */
+ncclResult_t brd_group_error(ncclResult_t res) {
+  if (group_depth > 0 && res != ncclSuccess && res != ncclInProgress &&
+      group_err == ncclSuccess)
+    group_err = res;
+  return res;
+}
+
+/* See group.h. */
 ncclResult_t brd_group_add(const brd_call_t *call) {
+  int blocking = call->comm->config.blocking != 0;
+  if (group_blocking == -1) {
+    group_blocking = blocking;
+  } else if (group_blocking != blocking) {
+    WARN("%s : blocking and nonblocking communicators are not allowed in the "
+         "same group (rank %d's is %s); group them separately", call->fn,
+         call->comm->rank, blocking ? "blocking" : "nonblocking");
+    return ncclInvalidArgument;
+  }
   if (queue_len == queue_cap) {
     int cap = queue_cap ? 2 * queue_cap : 64;
     brd_call_t *q = realloc(queue, (size_t)cap * sizeof(*q));
@@ -40,15 +67,18 @@ ncclResult_t brd_group_add(const brd_call_t *call) {
   return ncclSuccess;
 }
 
-static void queue_clear(void) {
+/* Forgets the group: queue, error and mode. */
+static void group_reset(void) {
   free(queue);
   queue = NULL;
   queue_len = queue_cap = 0;
+  group_err = ncclSuccess;
+  group_blocking = -1;
 }
 
 BRD_API(ncclResult_t, ncclGroupStart, void)
 ncclResult_t pncclGroupStart(void) {
-  group_depth++;
+  brd_group_start();
   return ncclSuccess;
 }
 
@@ -62,13 +92,18 @@ typedef struct {
   int started;
 } comm_batch_t;
 
+static void batches_free(comm_batch_t *bs, int nb) {
+  for (int i = 0; i < nb; i++) free(bs[i].calls);
+  free(bs);
+}
+
 static void *batch_main(void *arg) {
   comm_batch_t *b = arg;
   b->res = brd_launch_run(b->comm, b->calls, b->ncalls);
   return NULL;
 }
 
-/* Splits the queue by communicator, keeping call order. */
+/* Takes the queue, split by communicator keeping call order. */
 static ncclResult_t batches_make(comm_batch_t **out, int *nout) {
   comm_batch_t *bs = calloc((size_t)queue_len, sizeof(*bs));
   if (bs == NULL) {
@@ -80,12 +115,13 @@ static ncclResult_t batches_make(comm_batch_t **out, int *nout) {
     int j = 0;
     while (j < nb && bs[j].comm != queue[i].comm) j++;
     if (j == nb) {
+      int n = 0;
+      for (int k = i; k < queue_len; k++) n += queue[k].comm == queue[i].comm;
       bs[nb].comm = queue[i].comm;
-      bs[nb].calls = calloc((size_t)queue_len, sizeof(brd_call_t));
+      bs[nb].calls = calloc((size_t)n, sizeof(brd_call_t));
       if (bs[nb].calls == NULL) {
-        for (int k = 0; k < nb; k++) free(bs[k].calls);
-        free(bs);
-        WARN("ncclGroupEnd : out of host memory for %d calls", queue_len);
+        batches_free(bs, nb);
+        WARN("ncclGroupEnd : out of host memory for %d calls", n);
         return ncclSystemError;
       }
       nb++;
@@ -97,25 +133,13 @@ static ncclResult_t batches_make(comm_batch_t **out, int *nout) {
   return ncclSuccess;
 }
 
-static ncclResult_t run_queue(void) {
-  if (queue_len == 0) return ncclSuccess;
-  comm_batch_t *bs;
-  int nb;
-  CHECK(batches_make(&bs, &nb));
+/* Runs every batch, concurrently when there are several, and returns the
+ * first failure. Blocks until all are done. */
+static ncclResult_t batches_run(comm_batch_t *bs, int nb) {
   ncclResult_t res = ncclSuccess;
-
-  for (int i = 1; i < nb; i++) {
-    if ((bs[i].comm->config.blocking != 0) != (bs[0].comm->config.blocking != 0)) {
-      WARN("ncclGroupEnd : blocking and nonblocking communicators in one "
-           "group (ranks %d and %d); group them separately",
-           bs[0].comm->rank, bs[i].comm->rank);
-      res = ncclInvalidArgument;
-      goto out;
-    }
-  }
   if (nb == 1) {
-    res = brd_launch_run(bs[0].comm, bs[0].calls, bs[0].ncalls);
-    goto out;
+    bs[0].res = brd_launch_run(bs[0].comm, bs[0].calls, bs[0].ncalls);
+    return bs[0].res;
   }
   for (int i = 0; i < nb; i++) {
     int err = pthread_create(&bs[i].thread, NULL, batch_main, &bs[i]);
@@ -123,6 +147,7 @@ static ncclResult_t run_queue(void) {
       WARN("ncclGroupEnd : creating a launch thread failed: %s; aborting "
            "the communicators already launched", strerror(err));
       for (int k = 0; k < i; k++) atomic_store(&bs[k].comm->abort_flag, 1);
+      for (int k = i; k < nb; k++) bs[k].res = ncclSystemError;
       res = ncclSystemError;
       break;
     }
@@ -133,30 +158,105 @@ static ncclResult_t run_queue(void) {
     pthread_join(bs[i].thread, NULL);
     if (res == ncclSuccess) res = bs[i].res;
   }
-
-out:
-  for (int i = 0; i < nb; i++) free(bs[i].calls);
-  free(bs);
   return res;
 }
 
-static ncclResult_t group_end(const char *fn) {
+/* A nonblocking group on its helper thread. */
+typedef struct {
+  comm_batch_t *bs;       /* owned */
+  int nb;
+} async_group_t;
+
+static void *async_main(void *arg) {
+  async_group_t *g = arg;
+  comm_batch_t *bs = g->bs;
+  int nb = g->nb;
+  free(g);
+  batches_run(bs, nb);
+  for (int i = 0; i < nb; i++) {
+    free(bs[i].calls);
+    bs[i].calls = NULL;
+  }
+  /* Each report is the last touch of that communicator. */
+  for (int i = 0; i < nb; i++) brd_launch_async_end(bs[i].comm, bs[i].res);
+  free(bs);
+  return NULL;
+}
+
+/* Starts a nonblocking group; returns ncclInProgress, or an error with
+ * every communicator's async error set to it. Takes ownership of bs. */
+static ncclResult_t async_start(comm_batch_t *bs, int nb) {
+  ncclResult_t res = ncclSuccess;
+  pthread_attr_t attr;
+  pthread_t thread;
+  int begun = 0;
+  async_group_t *g = calloc(1, sizeof(*g));
+  if (g == NULL) {
+    WARN("ncclGroupEnd : out of host memory starting a nonblocking group");
+    res = ncclSystemError;
+    goto fail;
+  }
+  g->bs = bs;
+  g->nb = nb;
+  for (; begun < nb; begun++) CHECK_GOTO(brd_launch_async_begin(bs[begun].comm), res, fail);
+  PTHREAD_CHECK_GOTO(pthread_attr_init(&attr), "pthread_attr_init", res, fail);
+  PTHREAD_CHECK_GOTO(pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED),
+                     "pthread_attr_setdetachstate", res, fail_attr);
+  PTHREAD_CHECK_GOTO(pthread_create(&thread, &attr, async_main, g),
+                     "ncclGroupEnd: starting the nonblocking group's thread", res,
+                     fail_attr);
+  pthread_attr_destroy(&attr);
+  return ncclInProgress;
+
+fail_attr:
+  pthread_attr_destroy(&attr);
+fail:
+  free(g);
+  for (int i = 0; i < begun; i++) brd_launch_async_end(bs[i].comm, res);
+  for (int i = begun; i < nb; i++) atomic_store(&bs[i].comm->async_error, (int)res);
+  batches_free(bs, nb);
+  return res;
+}
+
+/* The outermost group end: runs (or, after a failed call, drops) the
+ * queue. */
+static ncclResult_t run_queue(void) {
+  comm_batch_t *bs;
+  int nb;
+  if (group_err != ncclSuccess) {
+    /* NCCL drops the whole group; nonblocking communicators keep the
+     * error as their state. */
+    for (int i = 0; i < queue_len; i++)
+      if (!queue[i].comm->config.blocking)
+        atomic_store(&queue[i].comm->async_error, (int)group_err);
+    return group_err;
+  }
+  if (queue_len == 0) return ncclSuccess;
+  CHECK(batches_make(&bs, &nb));
+  if (group_blocking == 0) return async_start(bs, nb);
+  ncclResult_t res = batches_run(bs, nb);
+  batches_free(bs, nb);
+  return res;
+}
+
+/* See group.h. */
+ncclResult_t brd_group_end(void) {
   if (group_depth == 0) {
-    WARN("%s: not in a group call; every ncclGroupEnd needs a matching "
-         "ncclGroupStart on the same thread", fn);
+    WARN("ncclGroupEnd: not in a group call; every ncclGroupEnd needs a "
+         "matching ncclGroupStart on the same thread");
     return ncclInvalidUsage;
   }
   if (--group_depth > 0) return ncclSuccess;
   ncclResult_t init_res = brd_init_group_wait();
   ncclResult_t res = run_queue();
-  queue_clear();
+  group_reset();
   if (init_res != ncclSuccess && init_res != ncclInProgress) return init_res;
   if (res != ncclSuccess) return res;
   return init_res;
 }
 
 BRD_API(ncclResult_t, ncclGroupEnd, void)
-ncclResult_t pncclGroupEnd(void) { return group_end("ncclGroupEnd"); }
+ncclResult_t pncclGroupEnd(void) { return brd_group_end(); }
 
 #define SIM_INFO_MAGIC 0x74685283u
 
@@ -173,8 +273,28 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
          "first");
     return ncclInvalidUsage;
   }
-  /* Simulating consumes the group without running it. */
+  /* Simulating consumes the group without running it: the estimate is
+   * each communicator's calls back to back, communicators in parallel. */
+  ncclResult_t res = brd_init_group_wait();
+  if (res == ncclInProgress) res = ncclSuccess;
+  float worst = 0.0f;
+  for (int i = 0; i < queue_len && res == ncclSuccess; i++) {
+    if (queue[i].comm == NULL) continue;
+    int seen = 0;
+    for (int k = 0; k < i; k++) seen |= queue[k].comm == queue[i].comm;
+    if (seen) continue;
+    float total = 0.0f;
+    for (int j = i; j < queue_len && res == ncclSuccess; j++) {
+      if (queue[j].comm != queue[i].comm || queue[j].count == 0) continue;
+      float us = 0.0f;
+      res = brd_launch_estimate(queue[j].comm, &queue[j], &us);
+      total += us;
+    }
+    if (total > worst) worst = total;
+  }
+  if (res == ncclSuccess && group_err != ncclSuccess) res = group_err;
   group_depth = 0;
-  queue_clear();
-  return brd_api_not_implemented("ncclGroupSimulateEnd");
+  group_reset();
+  if (res == ncclSuccess) simInfo->estimatedTime = worst;
+  return res;
 }

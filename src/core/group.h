@@ -1,6 +1,15 @@
 /*
- * Braid: group semantics (ncclGroupStart/End). Depth is per thread; only the
- * outermost ncclGroupEnd launches.
+ * Braid: group semantics (ncclGroupStart/End), as NCCL defines them.
+ *
+ * Depth is per thread and groups nest; only the outermost ncclGroupEnd
+ * launches. Every call of a group on one communicator becomes one launch
+ * (brd_launch_run); launches of different communicators run concurrently.
+ * A call that fails its checks inside a group also fails the group: the
+ * outermost ncclGroupEnd returns that error and runs nothing. Blocking and
+ * nonblocking communicators may not share a group (ncclInvalidArgument).
+ * A group of nonblocking communicators runs on a helper thread:
+ * ncclGroupEnd returns ncclInProgress, and each communicator's async error
+ * reads ncclInProgress until its calls are done, then their result.
  */
 #ifndef BRD_CORE_GROUP_H
 #define BRD_CORE_GROUP_H
@@ -10,8 +19,24 @@
 /* Current group depth of the calling thread (0 outside any group). */
 int brd_group_depth(void);
 
-/* Queues a checked call until the outermost ncclGroupEnd of this thread.
+/* Opens a group level for the calling thread (what ncclGroupStart does;
+ * every call runs inside one, as in NCCL). Never fails. */
+void brd_group_start(void);
+
+/* Closes a group level; the outermost runs the group (see above) and
+ * returns its result. ncclInvalidUsage with a WARN when no group is open.
+ * Blocks until a blocking group's launches are done. Calling thread. */
+ncclResult_t brd_group_end(void);
+
+/* Queues a checked call (count > 0) until the outermost group end of this
+ * thread. ncclInvalidArgument (WARN) when the call's communicator is
+ * blocking and another call's of the group is not, or the reverse;
  * ncclSystemError when out of memory. Calling thread. */
 ncclResult_t brd_group_add(const brd_call_t *call);
+
+/* Records a failed call in the calling thread's open group, which then
+ * fails as a whole (ncclInProgress and ncclSuccess are not failures).
+ * Returns res. */
+ncclResult_t brd_group_error(ncclResult_t res);
 
 #endif /* BRD_CORE_GROUP_H */

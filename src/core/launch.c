@@ -6,16 +6,44 @@
  * otherwise:
  *
  *   [ inbound semaphores: nranks x nsems x 8 bytes ]
- *   [ scratch: the largest any cached plan needs, both phases ]
+ *   [ point-to-point semaphores: nranks x 2 x 8 bytes ]
+ *   [ scratch: the largest any collective plan needs, both phases ]
+ *   [ point-to-point scratch: BRD_ALGOS_P2P_DEPTH slots per sender ]
  *   [ staging output: two halves of stage_bytes ]
  *
  * Peers reach a rank's scratch, semaphores and output through this window.
- * User buffers are private to their process, so a plan's output is the
- * staging half of the launch's phase and is copied to the user's buffer
- * when the rank's part of the plan is done; a message larger than a half
- * runs as several launches (all-reduce is element-wise, so pieces are
- * independent). Halves alternate with the scratch phase, so a peer one
- * launch ahead never writes the half still being copied out.
+ * User buffers are private to their process, so a collective plan's output
+ * is the staging half of the work's phase and is copied to the user's
+ * buffer when the rank's part of the plan is done. A message whose output
+ * does not fit a half runs as several pieces, each a work of its own: a
+ * piece is the same element range of every segment (collectives are
+ * element-wise), so all-gather, all-to-all and gather pieces hold the range
+ * of every rank's segment, and in-place calls stay correct because a piece
+ * only overwrites ranges its own inputs have been read from. Halves
+ * alternate with the scratch phase, so a peer one work ahead never writes
+ * the half still being copied out (every collective plan ends only after
+ * every rank joined it; the verifier checks that).
+ *
+ * Point-to-point: a launch's sends and receives become one plan built for
+ * this launch (brd_algos_p2p; the scheme is in algos.h): the sender puts
+ * pieces into its slots of the receiver's point-to-point scratch and the
+ * receiver copies them straight into its own receive buffers, so nothing
+ * is staged. The transfers of a group run concurrently, so two receives
+ * into overlapping memory are refused; a send whose buffer overlaps a
+ * receive of the same group (nccl-tests' in-place sendrecv) sends a
+ * snapshot taken when the launch starts, so it sends what the buffer held
+ * then whatever the receive writes. Each pair of ranks counts its own sequence numbers
+ * (p2p_cursor), so a rank needs to know nothing about the pairs it is not
+ * part of. Transfers longer than P2P_ROUND_CHUNKS pieces run in rounds,
+ * each a work of its own; round k moves pieces [k * R, (k + 1) * R) of
+ * every transfer, which both ends of a pair derive from the count alone.
+ *
+ * One launch: all the works of one brd_launch_run (every call a group put
+ * on this communicator) run on one set of worker threads, one per block of
+ * the widest plan, started once; between works the workers meet so the
+ * finished work's output can be copied out before the next one starts. A
+ * group of a thousand small calls is therefore one launch with a thousand
+ * works, not a thousand launches (brd_launch_count).
  *
  * All ranks create the runtime at their first launch, allgather their
  * window records, generate the same plans and reserve the same sequence
@@ -24,6 +52,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "api.h"
 #include "check.h"
@@ -31,17 +60,21 @@
 #include "bootstrap.h"
 #include "device.h"
 #include "launch.h"
+#include "launch_cuda.h"
 #include "param.h"
 #include "algos/algos.h"
 #include "device/exec_host.h"
 #include "device/reduce.h"
 #include "plan/plan.h"
 #include "plan/tune.h"
+#include "plan/verify.h"
 #include "transport/transport.h"
 
-#define RT_NBLOCK_OPTS 2 /* plans with 1 and 2 blocks per rank */
-#define RT_ALGOS 4       /* ring, tree, one-shot, two-shot */
-#define RT_PROTOS 2      /* LL, Simple */
+#define RT_NBLOCK_OPTS 2      /* plans with 1 and 2 blocks per rank */
+#define RT_ALGOS 4            /* ring, tree, one-shot, two-shot */
+#define RT_PROTOS 2           /* LL, Simple */
+#define P2P_ROUND_CHUNKS 16   /* pieces of one transfer per round */
+#define P2P_MAX_OPS (65536 / P2P_ROUND_CHUNKS) /* sends (or receives) per launch */
 
 static const brd_algo_t rt_algos[RT_ALGOS] = {BRD_ALGO_RING, BRD_ALGO_TREE,
                                               BRD_ALGO_ONESHOT,
@@ -54,63 +87,197 @@ typedef struct {
   brd_seg_handle_t handle;
   uint64_t sem_off;
   uint64_t nsems;       /* inbound semaphores per peer */
+  uint64_t p2p_sem_off; /* 2 per peer */
   uint64_t scratch_off;
   uint64_t scratch_bytes;
+  uint64_t p2p_off;
+  uint64_t p2p_bytes;
   uint64_t stage_off;
   uint64_t stage_bytes; /* one half */
+  uint64_t deterministic;
 } rt_window_t;
+
+/* A cached plan and what it was made for. */
+typedef struct {
+  uint8_t coll, algo, proto, det; /* BRD_IR_COLL_*, BRD_IR_ALGO_*, BRD_IR_PROTO_* */
+  uint16_t nblocks, root;
+  brd_ir_plan_t *plan;            /* owned */
+} rt_plan_t;
 
 struct brd_rt {
   int nranks;
+  _Atomic int busy;             /* launches running and nonblocking groups
+                                 * not yet done with this comm (a count: a
+                                 * group may start before the previous
+                                 * one's helper has let go, and an abort
+                                 * may come from another thread) */
+  _Atomic uint64_t launches;    /* brd_launch_count */
+  int ready;                    /* window made and exchanged */
   const brd_transport_ops_t *ops;
   brd_seg_t self;               /* owned: this rank's window */
   brd_seg_t *peer;              /* owned: [nranks] imported windows */
   rt_window_t *win;             /* owned: [nranks] every rank's record */
-  brd_exec_chan_t *chans;       /* owned: [nranks] one launch's channels */
-  brd_ir_plan_t *plans[RT_ALGOS][RT_PROTOS][RT_NBLOCK_OPTS]; /* owned */
+  rt_plan_t *plans;             /* owned: generated plans */
+  int nplans, cap_plans;
   brd_tune_mask_t mask;
   brd_tune_topo_t topo;
+  int deterministic;            /* BRAID_DETERMINISTIC, same on every rank */
   uint64_t epoch_cursor;        /* same on every rank */
-  uint32_t phase;               /* alternates per launch */
+  uint32_t phase;               /* alternates per collective work */
+  uint64_t *p2p_cursor;         /* owned: [nranks] per-pair sequence numbers */
+  size_t p2p_piece;             /* bytes per point-to-point piece (slot) */
 };
 
-static int algo_index(brd_algo_t a) {
-  for (int i = 0; i < RT_ALGOS; i++)
-    if (rt_algos[i] == a) return i;
-  return -1;
-}
+/* ---- plans ----------------------------------------------------------------- */
 
-static int proto_index(brd_proto_t p) {
-  for (int i = 0; i < RT_PROTOS; i++)
-    if (rt_protos[i] == p) return i;
-  return -1;
-}
-
-static ncclResult_t generate(brd_algo_t algo, const brd_algos_args_t *a,
-                             brd_ir_plan_t **plan_out) {
-  switch (algo) {
-  case BRD_ALGO_RING: return brd_algos_ring_allreduce(a, plan_out);
-  case BRD_ALGO_TREE: return brd_algos_tree_allreduce(a, plan_out);
-  case BRD_ALGO_ONESHOT: return brd_algos_oneshot_allreduce(a, plan_out);
-  case BRD_ALGO_TWOSHOT: return brd_algos_twoshot_allreduce(a, plan_out);
-  default: break;
+static uint8_t ir_coll(brd_coll_t c) {
+  switch (c) {
+  case BRD_COLL_ALLGATHER: return BRD_IR_COLL_ALLGATHER;
+  case BRD_COLL_REDUCESCATTER: return BRD_IR_COLL_REDUCESCATTER;
+  case BRD_COLL_BROADCAST: return BRD_IR_COLL_BROADCAST;
+  case BRD_COLL_REDUCE: return BRD_IR_COLL_REDUCE;
+  case BRD_COLL_ALLTOALL: return BRD_IR_COLL_ALLTOALL;
+  case BRD_COLL_GATHER: return BRD_IR_COLL_GATHER;
+  case BRD_COLL_SCATTER: return BRD_IR_COLL_SCATTER;
+  case BRD_COLL_SEND: case BRD_COLL_RECV: return BRD_IR_COLL_SENDRECV;
+  default: return BRD_IR_COLL_ALLREDUCE;
   }
-  WARN("no all-reduce generator for algorithm %s", brd_algo_name(algo));
-  return ncclInternalError;
 }
 
-void brd_rt_destroy(struct brd_rt *rt) {
-  if (rt == NULL) return;
-  for (int a = 0; a < RT_ALGOS; a++)
-    for (int p = 0; p < RT_PROTOS; p++)
-      for (int b = 0; b < RT_NBLOCK_OPTS; b++) brd_plan_destroy(rt->plans[a][p][b]);
+static uint8_t ir_algo(brd_algo_t a) {
+  switch (a) {
+  case BRD_ALGO_RING: return BRD_IR_ALGO_RING;
+  case BRD_ALGO_TREE: return BRD_IR_ALGO_TREE;
+  case BRD_ALGO_ONESHOT: return BRD_IR_ALGO_ONESHOT;
+  default: return BRD_IR_ALGO_TWOSHOT;
+  }
+}
+
+static uint8_t ir_proto(brd_proto_t p) {
+  return p == BRD_PROTO_LL ? BRD_IR_PROTO_LL : BRD_IR_PROTO_SIMPLE;
+}
+
+static int is_reduction(uint8_t coll) {
+  return coll == BRD_IR_COLL_ALLREDUCE || coll == BRD_IR_COLL_REDUCESCATTER ||
+         coll == BRD_IR_COLL_REDUCE;
+}
+
+static int is_rooted(uint8_t coll) {
+  return coll == BRD_IR_COLL_BROADCAST || coll == BRD_IR_COLL_REDUCE ||
+         coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_SCATTER;
+}
+
+/* Verifies a freshly generated plan when BRAID_VERIFY_PLANS asks (always
+ * in debug builds), in and out of place. */
+static ncclResult_t plan_check(const brd_ir_plan_t *plan) {
+#ifndef BRAID_DEBUG
+  if (brd_param_int(BRD_P_BRAID_VERIFY_PLANS) == 0) return ncclSuccess;
+#endif
+  for (int ip = 0; ip < 2; ip++) {
+    brd_verify_opts_t opts = {ip, 2};
+    CHECK(brd_plan_verify(plan, &opts, NULL));
+  }
+  return ncclSuccess;
+}
+
+/* The cached plan for these parameters, generated on first use. */
+static ncclResult_t plan_get(struct brd_rt *rt, uint8_t coll, uint8_t algo,
+                             uint8_t proto, int nblocks, int root, int det,
+                             const brd_ir_plan_t **plan_out) {
+  if (!is_rooted(coll)) root = 0;
+  if (!is_reduction(coll)) det = 0;
+  for (int i = 0; i < rt->nplans; i++) {
+    const rt_plan_t *e = &rt->plans[i];
+    if (e->coll == coll && e->algo == algo && e->proto == proto &&
+        e->det == det && e->nblocks == nblocks && e->root == root) {
+      *plan_out = e->plan;
+      return ncclSuccess;
+    }
+  }
+  if (rt->nplans == rt->cap_plans) {
+    int cap = rt->cap_plans ? 2 * rt->cap_plans : 64;
+    rt_plan_t *p = realloc(rt->plans, (size_t)cap * sizeof(*p));
+    if (p == NULL) {
+      WARN("out of host memory growing the plan cache to %d plans", cap);
+      return ncclSystemError;
+    }
+    rt->plans = p;
+    rt->cap_plans = cap;
+  }
+  brd_algos_args_t args = {rt->nranks, NULL, nblocks, proto};
+  brd_ir_plan_t *plan;
+  CHECK(brd_algos_generate(coll, algo, &args, root, det, &plan));
+  ncclResult_t res = plan_check(plan);
+  if (res != ncclSuccess) {
+    brd_plan_destroy(plan);
+    return res;
+  }
+  rt_plan_t *e = &rt->plans[rt->nplans++];
+  e->coll = coll;
+  e->algo = algo;
+  e->proto = proto;
+  e->det = (uint8_t)det;
+  e->nblocks = (uint16_t)nblocks;
+  e->root = (uint16_t)root;
+  e->plan = plan;
+  *plan_out = plan;
+  return ncclSuccess;
+}
+
+/* ---- the runtime -------------------------------------------------------------- */
+
+static void rt_disconnect(struct brd_rt *rt) {
   if (rt->peer != NULL && rt->ops != NULL)
     for (int r = 0; r < rt->nranks; r++) rt->ops->seg_close(&rt->peer[r]);
-  free(rt->chans);
-  free(rt->win);
-  free(rt->peer);
   if (rt->ops != NULL) rt->ops->seg_close(&rt->self);
+  free(rt->peer);
+  free(rt->win);
+  free(rt->p2p_cursor);
+  rt->peer = NULL;
+  rt->win = NULL;
+  rt->p2p_cursor = NULL;
+  rt->ops = NULL;
+  rt->ready = 0;
+}
+
+/* See launch.h. */
+void brd_rt_destroy(struct brd_rt *rt) {
+  if (rt == NULL) return;
+  /* A launch (on another thread, or a nonblocking group's helper) may
+   * still be finishing: its waits see the abort flag the caller raised,
+   * or it was about to report. */
+  double limit = (double)brd_param_int(BRD_P_BRAID_TIMEOUT) + 10.0;
+  struct timespec nap = {0, 1000000L};
+  for (double waited = 0; atomic_load(&rt->busy); waited += 1e-3) {
+    if (waited > limit) {
+      WARN("a launch still runs on a communicator being freed after %.0f s; "
+           "its runtime is left allocated", limit);
+      return;
+    }
+    nanosleep(&nap, NULL);
+  }
+  for (int i = 0; i < rt->nplans; i++) brd_plan_destroy(rt->plans[i].plan);
+  free(rt->plans);
+  rt_disconnect(rt);
   free(rt);
+}
+
+/* The runtime shell (no window yet). Local. */
+static ncclResult_t rt_get(struct ncclComm *comm, struct brd_rt **rt_out) {
+  if (comm->rt == NULL) {
+    struct brd_rt *rt = calloc(1, sizeof(*rt));
+    if (rt == NULL) {
+      WARN("out of host memory creating the collective runtime of rank %d",
+           comm->rank);
+      return ncclSystemError;
+    }
+    rt->nranks = comm->nranks;
+    atomic_init(&rt->busy, 0);
+    atomic_init(&rt->launches, 0);
+    comm->rt = rt;
+  }
+  *rt_out = comm->rt;
+  return ncclSuccess;
 }
 
 static void topo_init(const struct ncclComm *comm, brd_tune_topo_t *t) {
@@ -136,45 +303,75 @@ static int all_in_this_process(const struct ncclComm *comm) {
   return 1;
 }
 
-/* Creates the runtime: plans, this rank's window, the window exchange and
- * the peers' mappings. Collective over the communicator. */
-static ncclResult_t rt_create(struct ncclComm *comm, struct brd_rt **rt_out) {
-  ncclResult_t res = ncclSuccess;
-  int n = comm->nranks;
-  struct brd_rt *rt = calloc(1, sizeof(*rt));
-  if (rt == NULL) {
-    WARN("out of host memory creating the collective runtime of rank %d",
-         comm->rank);
-    return ncclSystemError;
-  }
-  rt->nranks = n;
-  CHECK_GOTO(brd_tune_parse(brd_param_str(BRD_P_ALGO),
-                            brd_param_str(BRD_P_PROTO), &rt->mask),
-             res, fail);
-  topo_init(comm, &rt->topo);
-
+/* Generates the plans every call may need (root 0; other roots have the
+ * same sizes) and returns the scratch and semaphores they take. */
+static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out,
+                               size_t *nsems_out) {
   size_t scratch = 0, nsems = 1;
-  for (int a = 0; a < RT_ALGOS; a++) {
-    for (int p = 0; p < RT_PROTOS; p++) {
-      for (int b = 0; b < RT_NBLOCK_OPTS; b++) {
-        brd_algos_args_t args = {
-            .nranks = n, .order = NULL, .nblocks = b + 1,
-            .proto = rt_protos[p] == BRD_PROTO_LL ? BRD_IR_PROTO_LL
-                                                  : BRD_IR_PROTO_SIMPLE,
-        };
-        CHECK_GOTO(generate(rt_algos[a], &args, &rt->plans[a][p][b]), res,
-                   fail);
-        size_t s = brd_plan_scratch_bytes(rt->plans[a][p][b]);
-        if (s > scratch) scratch = s;
-        if (rt->plans[a][p][b]->nsems > nsems) nsems = rt->plans[a][p][b]->nsems;
+  for (uint8_t coll = 0; coll < BRD_IR_COLL_SENDRECV; coll++) {
+    for (int a = 0; a < RT_ALGOS; a++) {
+      for (int det = 0; det <= is_reduction(coll); det++) {
+        uint8_t algo = ir_algo(rt_algos[a]);
+        if (!brd_algos_available(coll, algo, det)) continue;
+        for (int p = 0; p < RT_PROTOS; p++) {
+          for (int b = 1; b <= RT_NBLOCK_OPTS; b++) {
+            const brd_ir_plan_t *plan;
+            CHECK(plan_get(rt, coll, algo, ir_proto(rt_protos[p]), b, 0, det, &plan));
+            size_t s = brd_plan_scratch_bytes(plan);
+            if (s > scratch) scratch = s;
+            if (plan->nsems > nsems) nsems = plan->nsems;
+          }
+        }
       }
     }
   }
+  *scratch_out = scratch;
+  *nsems_out = nsems;
+  return ncclSuccess;
+}
+
+/* Point-to-point scratch per rank and the bytes of one piece. */
+static ncclResult_t p2p_size(int nranks, int rank, size_t *bytes_out,
+                             size_t *piece_out) {
+  brd_algos_p2p_rank_t *ranks = calloc((size_t)nranks, sizeof(*ranks));
+  brd_ir_plan_t *plan = NULL;
+  brd_plan_layout_t l;
+  ncclResult_t res = ncclSuccess;
+  if (ranks == NULL) {
+    WARN("out of host memory sizing point-to-point buffers for %d ranks", nranks);
+    return ncclSystemError;
+  }
+  brd_algos_p2p_args_t args = {nranks, rank, ranks};
+  CHECK_GOTO(brd_algos_p2p(&args, &plan), res, fail_free_ranks);
+  *bytes_out = brd_plan_scratch_bytes(plan);
+  CHECK_GOTO(brd_plan_layout_init(plan, 1, ncclUint8, *bytes_out, &l), res,
+             fail_destroy_plan);
+  *piece_out = l.chunk_max;
+fail_destroy_plan:
+  brd_plan_destroy(plan);
+fail_free_ranks:
+  free(ranks);
+  return res;
+}
+
+/* Makes this rank's window, exchanges the records and maps the peers'.
+ * Collective over the communicator. On failure the runtime is left
+ * without a window (ready 0). */
+static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
+  ncclResult_t res = ncclSuccess;
+  int n = comm->nranks;
+  size_t scratch, nsems, p2p_bytes;
+  CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO),
+                       &rt->mask));
+  topo_init(comm, &rt->topo);
+  rt->deterministic = brd_param_int(BRD_P_BRAID_DETERMINISTIC) != 0;
+  CHECK(plans_size(rt, &scratch, &nsems));
+  CHECK(p2p_size(n, comm->rank, &p2p_bytes, &rt->p2p_piece));
 
   rt->peer = calloc((size_t)n, sizeof(*rt->peer));
   rt->win = calloc((size_t)n, sizeof(*rt->win));
-  rt->chans = calloc((size_t)n, sizeof(*rt->chans));
-  if (rt->peer == NULL || rt->win == NULL || rt->chans == NULL) {
+  rt->p2p_cursor = calloc((size_t)n, sizeof(*rt->p2p_cursor));
+  if (rt->peer == NULL || rt->win == NULL || rt->p2p_cursor == NULL) {
     WARN("out of host memory for the channel tables of rank %d (%d ranks)",
          comm->rank, n);
     res = ncclSystemError;
@@ -184,48 +381,59 @@ static ncclResult_t rt_create(struct ncclComm *comm, struct brd_rt **rt_out) {
   rt_window_t *me = &rt->win[comm->rank];
   me->nsems = nsems;
   me->sem_off = 0;
-  me->scratch_off = ((size_t)n * nsems * sizeof(uint64_t) + 4095) & ~(size_t)4095;
+  me->p2p_sem_off = (uint64_t)n * nsems * sizeof(uint64_t);
+  me->scratch_off = (me->p2p_sem_off + (uint64_t)n * 2 * sizeof(uint64_t) + 4095) &
+                    ~(uint64_t)4095;
   me->scratch_bytes = (scratch + 4095) & ~(size_t)4095;
-  me->stage_off = me->scratch_off + me->scratch_bytes;
+  me->p2p_off = me->scratch_off + me->scratch_bytes;
+  me->p2p_bytes = (p2p_bytes + 4095) & ~(size_t)4095;
+  me->stage_off = me->p2p_off + me->p2p_bytes;
   int64_t stage = brd_param_int(BRD_P_BRAID_HOST_STAGING);
   if (stage < 4096) stage = 4096;
   me->stage_bytes = ((size_t)stage + 4095) & ~(size_t)4095;
+  me->deterministic = (uint64_t)rt->deterministic;
   size_t total = me->stage_off + 2 * me->stage_bytes;
 
   rt->ops = all_in_this_process(comm) ? &brd_transport_host : &brd_transport_shm;
   CHECK_GOTO(rt->ops->seg_create(total, "win", &rt->self), res, fail);
   me->handle = rt->self.handle;
   INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_SHM,
-       "rank %d: %s window of %zu bytes (scratch %zu, staging 2x%zu, %zu "
-       "semaphores per peer)", comm->rank, rt->ops->name, total,
-       (size_t)me->scratch_bytes, (size_t)me->stage_bytes, (size_t)nsems);
+       "rank %d: %s window of %zu bytes (scratch %zu, point-to-point %zu, "
+       "staging 2x%zu, %zu semaphores per peer)", comm->rank, rt->ops->name,
+       total, (size_t)me->scratch_bytes, (size_t)me->p2p_bytes,
+       (size_t)me->stage_bytes, nsems);
 
   if (n > 1) {
     CHECK_GOTO(brd_boot_allgather(comm->boot, rt->win, sizeof(rt_window_t)),
                res, fail);
     for (int r = 0; r < n; r++) {
       if (r == comm->rank) continue;
-      if (rt->win[r].nsems != nsems || rt->win[r].stage_bytes != me->stage_bytes) {
+      const rt_window_t *w = &rt->win[r];
+      if (w->nsems != me->nsems || w->stage_bytes != me->stage_bytes ||
+          w->scratch_bytes != me->scratch_bytes || w->p2p_bytes != me->p2p_bytes ||
+          w->deterministic != me->deterministic) {
         WARN("rank %d and rank %d disagree on channel sizes (semaphores %zu "
-             "vs %zu, staging %zu vs %zu); give every rank the same "
-             "NCCL_BUFFSIZE, NCCL_LL_BUFFSIZE and BRAID_HOST_STAGING",
-             comm->rank, r, (size_t)nsems, (size_t)rt->win[r].nsems,
-             (size_t)me->stage_bytes, (size_t)rt->win[r].stage_bytes);
+             "vs %zu, scratch %zu vs %zu, staging %zu vs %zu, deterministic "
+             "%d vs %d); give every rank the same NCCL_BUFFSIZE, "
+             "NCCL_LL_BUFFSIZE, BRAID_HOST_STAGING and BRAID_DETERMINISTIC",
+             comm->rank, r, (size_t)me->nsems, (size_t)w->nsems,
+             (size_t)me->scratch_bytes, (size_t)w->scratch_bytes,
+             (size_t)me->stage_bytes, (size_t)w->stage_bytes,
+             (int)me->deterministic, (int)w->deterministic);
         res = ncclInvalidUsage;
         goto fail;
       }
-      CHECK_GOTO(rt->ops->seg_import(&rt->win[r].handle, &rt->peer[r]), res,
-                 fail);
+      CHECK_GOTO(rt->ops->seg_import(&w->handle, &rt->peer[r]), res, fail);
     }
     /* Every rank has mapped every window: names may go. */
     CHECK_GOTO(brd_boot_barrier(comm->boot), res, fail);
   }
   rt->ops->seg_seal(&rt->self);
-  *rt_out = rt;
+  rt->ready = 1;
   return ncclSuccess;
 
 fail:
-  brd_rt_destroy(rt);
+  rt_disconnect(rt);
   return res;
 }
 
@@ -233,6 +441,7 @@ static char *win_ptr(const struct brd_rt *rt, int me, int r) {
   return r == me ? (char *)rt->self.ptr : (char *)rt->peer[r].ptr;
 }
 
+/* See launch.h. */
 const brd_redop_slot_t *brd_redop_find(const struct ncclComm *comm,
                                        ncclRedOp_t op) {
   if (op < ncclNumOps || comm->redops == NULL) return NULL;
@@ -241,129 +450,674 @@ const brd_redop_slot_t *brd_redop_find(const struct ncclComm *comm,
   return &comm->redops->slot[i];
 }
 
-/* One launch of plan over [off, off + n) of an all-reduce. */
-static ncclResult_t run_piece(struct ncclComm *comm, struct brd_rt *rt,
-                              const brd_ir_plan_t *plan, const brd_call_t *c,
-                              int redop, const void *scalar, size_t off,
-                              size_t n) {
-  int me = comm->rank;
-  size_t esize = brd_reduce_dtype_size(c->dtype);
-  const rt_window_t *mw = &rt->win[me];
-  brd_plan_layout_t layout;
-  CHECK(brd_plan_layout_init(plan, n, c->dtype, mw->scratch_bytes, &layout));
-  uint64_t epoch = brd_plan_epoch_reserve(&rt->epoch_cursor,
-                                          brd_plan_epoch_span(plan, &layout));
-  uint32_t phase = rt->phase;
-  rt->phase ^= 1u;
+/* ---- works ---------------------------------------------------------------------- */
 
+/* One executor launch of one plan over one piece (or round), and what to
+ * copy out of the staging once this rank's part of it is done. */
+typedef struct work {
+  brd_exec_args_t args;
+  brd_exec_chan_t *chans;     /* owned: [the plan's channels of this rank] */
+  uint64_t *chan_epoch;       /* owned: point-to-point only */
+  brd_exec_seg_t *segs;       /* owned: point-to-point only, sends then receives */
+  brd_ir_plan_t *plan_owned;  /* owned: point-to-point only */
+  const brd_call_t *call;     /* borrowed: the call to copy out, or NULL */
+  size_t off, n;              /* elements of each output segment */
+  int nout;                   /* output segments to copy out */
+} work_t;
+
+typedef struct works {
+  work_t *w;                  /* owned */
+  int n, cap;
+  char **snaps;               /* owned: snapshots of overlapping send buffers */
+  int nsnaps;
+} works_t;
+
+static void works_free(works_t *ws) {
+  for (int i = 0; i < ws->n; i++) {
+    free(ws->w[i].chans);
+    free(ws->w[i].chan_epoch);
+    free(ws->w[i].segs);
+    brd_plan_destroy(ws->w[i].plan_owned);
+  }
+  for (int i = 0; i < ws->nsnaps; i++) free(ws->snaps[i]);
+  free(ws->snaps);
+  free(ws->w);
+  memset(ws, 0, sizeof(*ws));
+}
+
+/* Appends a zeroed work with a channel array for `plan` on `rank`. */
+static ncclResult_t work_add(works_t *ws, const brd_ir_plan_t *plan, int rank,
+                             work_t **w_out) {
+  if (ws->n == ws->cap) {
+    int cap = ws->cap ? 2 * ws->cap : 16;
+    work_t *p = realloc(ws->w, (size_t)cap * sizeof(*p));
+    if (p == NULL) {
+      WARN("out of host memory growing a launch to %d works", cap);
+      return ncclSystemError;
+    }
+    ws->w = p;
+    ws->cap = cap;
+  }
+  work_t *w = &ws->w[ws->n];
+  memset(w, 0, sizeof(*w));
+  uint32_t nch = brd_ir_plan_rank(plan, rank)->nchans;
+  w->chans = calloc(nch ? nch : 1, sizeof(*w->chans));
+  if (w->chans == NULL) {
+    WARN("out of host memory for the %u channels of a work", nch);
+    return ncclSystemError;
+  }
+  ws->n++;
+  *w_out = w;
+  return ncclSuccess;
+}
+
+static int is_multi_out(uint8_t coll) {
+  return coll == BRD_IR_COLL_ALLGATHER || coll == BRD_IR_COLL_ALLTOALL ||
+         coll == BRD_IR_COLL_GATHER;
+}
+
+/* The algorithm and protocol for a call (tuner, overrides, determinism). */
+static ncclResult_t choose(struct brd_rt *rt, const brd_call_t *c, uint8_t coll,
+                           brd_tune_choice_t *choice_out) {
+  size_t bytes = c->count * brd_dtype_size(c->dtype);
+  int det = rt->deterministic && is_reduction(coll);
+  uint32_t avail = 0;
+  if (coll != BRD_IR_COLL_ALLREDUCE && coll != BRD_IR_COLL_BROADCAST &&
+      coll != BRD_IR_COLL_REDUCE)
+    bytes *= (size_t)rt->nranks; /* NCCL tunes these on the larger buffer */
+  for (int a = 0; a < RT_ALGOS; a++)
+    if (brd_algos_available(coll, ir_algo(rt_algos[a]), det))
+      avail |= BRD_ALGO_BIT(rt_algos[a]);
+  if (det && rt->nranks > 1 && (rt->mask.algos[c->coll] & avail) == 0) {
+    WARN("%s : BRAID_DETERMINISTIC=1 allows only %s for this reduction, and "
+         "NCCL_ALGO (%s) excludes %s; allow it or unset BRAID_DETERMINISTIC",
+         c->fn, coll == BRD_IR_COLL_ALLREDUCE ? "OneShot and TwoShot" : "OneShot",
+         rt->mask.algo_env, coll == BRD_IR_COLL_ALLREDUCE ? "both" : "it");
+    return ncclInvalidUsage;
+  }
+  CHECK(brd_tune_select(&rt->topo, c->coll, bytes, avail, &rt->mask, choice_out));
+  if (choice_out->proto == BRD_PROTO_LL128) {
+    WARN("%s : protocol LL128 is not available in host mode; choose LL or "
+         "Simple (NCCL_PROTO)", c->fn);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+/* Fills the channels of a collective work: peers' scratch, staging half of
+ * `phase` and semaphores, from the window records. */
+static void coll_chans(const struct ncclComm *comm, const struct brd_rt *rt,
+                       const brd_ir_plan_t *plan, uint32_t phase, work_t *w) {
+  int me = comm->rank;
+  const rt_window_t *mw = &rt->win[me];
   const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
   for (uint32_t ch = 0; ch < pr->nchans; ch++) {
     int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
     char *pw = win_ptr(rt, me, p);
-    const rt_window_t *w = &rt->win[p];
-    rt->chans[ch].peer_scratch = pw + w->scratch_off;
-    rt->chans[ch].peer_output = pw + w->stage_off + phase * w->stage_bytes;
-    rt->chans[ch].peer_sems =
-        (_Atomic uint64_t *)(pw + w->sem_off) + (size_t)me * w->nsems;
-    rt->chans[ch].sems =
-        (_Atomic uint64_t *)((char *)rt->self.ptr + mw->sem_off) +
-        (size_t)p * mw->nsems;
+    const rt_window_t *pwr = &rt->win[p];
+    w->chans[ch].peer_scratch = pw + pwr->scratch_off;
+    w->chans[ch].peer_output = pw + pwr->stage_off + phase * pwr->stage_bytes;
+    w->chans[ch].peer_sems =
+        (_Atomic uint64_t *)(pw + pwr->sem_off) + (size_t)me * pwr->nsems;
+    w->chans[ch].sems = (_Atomic uint64_t *)((char *)rt->self.ptr + mw->sem_off) +
+                        (size_t)p * mw->nsems;
   }
-  char *stage = (char *)rt->self.ptr + mw->stage_off + phase * mw->stage_bytes;
-  brd_exec_args_t args = {
-      .plan = plan,
-      .rank = me,
-      .input = (const char *)c->sendbuff + off * esize,
-      .output = stage,
-      .scratch = (char *)rt->self.ptr + mw->scratch_off,
-      .scratch_bytes = mw->scratch_bytes,
-      .chans = rt->chans,
-      .count = n,
-      .dtype = c->dtype,
-      .redop = redop,
-      .scalar = scalar,
-      .epoch = epoch,
-      .phase = phase,
-      .abort_flag = &comm->abort_flag,
-      .timeout_s = 0,
-  };
-  brd_exec_hang_t hang;
-  CHECK(brd_exec_host_run(&args, &hang));
-  memcpy((char *)c->recvbuff + off * esize, stage, n * esize);
-  return ncclSuccess;
 }
 
-static ncclResult_t run_allreduce(struct ncclComm *comm, struct brd_rt *rt,
-                                  const brd_call_t *c) {
-  size_t esize = brd_reduce_dtype_size(c->dtype);
-  size_t bytes = c->count * esize;
+/* The works of one collective call: one per piece. */
+static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
+                                   const brd_call_t *c, works_t *ws) {
+  int me = comm->rank, n = comm->nranks;
+  uint8_t coll = ir_coll(c->coll);
+  size_t esize = brd_dtype_size(c->dtype);
+  int root = is_rooted(coll) ? c->root : 0;
   brd_tune_choice_t choice;
-  uint32_t avail = 0;
-  for (int a = 0; a < RT_ALGOS; a++) avail |= BRD_ALGO_BIT(rt_algos[a]);
-  CHECK(brd_tune_select(&rt->topo, BRD_COLL_ALLREDUCE, bytes, avail,
-                        &rt->mask, &choice));
-  int ai = algo_index(choice.algo), pi = proto_index(choice.proto);
-  if (ai < 0 || pi < 0) {
-    WARN("AllReduce: %s/%s is not available in host mode; choose Ring, "
-         "Tree, OneShot or TwoShot with LL or Simple (NCCL_ALGO/NCCL_PROTO)",
-         brd_algo_name(choice.algo), brd_proto_name(choice.proto));
-    return ncclInvalidUsage;
+  CHECK(choose(rt, c, coll, &choice));
+  size_t bytes = c->count * esize;
+  int nb = bytes >= ((size_t)256 << 10) ? 2 : 1;
+  const brd_ir_plan_t *plan;
+  CHECK(plan_get(rt, coll, ir_algo(choice.algo), ir_proto(choice.proto), nb, root,
+                 rt->deterministic, &plan));
+  if (brd_plan_scratch_bytes(plan) > rt->win[me].scratch_bytes) {
+    WARN("%s : plan needs %zu scratch bytes, the window has %zu", c->fn,
+         brd_plan_scratch_bytes(plan), (size_t)rt->win[me].scratch_bytes);
+    return ncclInternalError;
   }
 
-  int redop = (int)c->op;
+  int redop = is_reduction(coll) ? (int)c->op : ncclSum;
   const void *scalar = NULL;
-  if (c->premul) {
+  if (is_reduction(coll) && c->premul) {
     redop = BRD_REDOP_PREMULSUM;
     /* Host-immediate scalars travel inside the call (premul_scalar NULL). */
     scalar = c->premul_scalar != NULL ? c->premul_scalar : c->premul_value;
   }
+  int uses_input = !((coll == BRD_IR_COLL_BROADCAST || coll == BRD_IR_COLL_SCATTER) &&
+                     me != root);
+  int multi_in = coll == BRD_IR_COLL_REDUCESCATTER || coll == BRD_IR_COLL_ALLTOALL ||
+                 coll == BRD_IR_COLL_SCATTER;
+  int nout = is_multi_out(coll) ? n : 1;
+  if ((coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_REDUCE) && me != root) nout = 0;
+  const rt_window_t *mw = &rt->win[me];
+  size_t piece = mw->stage_bytes / ((is_multi_out(coll) ? (size_t)n : 1) * esize);
 
-  size_t piece = rt->win[comm->rank].stage_bytes / esize;
-  int nb = bytes >= ((size_t)256 << 10) ? 2 : 1;
-  const brd_ir_plan_t *plan = rt->plans[ai][pi][nb - 1];
   for (size_t off = 0; off < c->count; off += piece) {
-    size_t n = c->count - off < piece ? c->count - off : piece;
-    CHECK(run_piece(comm, rt, plan, c, redop, scalar, off, n));
+    size_t cnt = c->count - off < piece ? c->count - off : piece;
+    brd_plan_layout_t layout;
+    work_t *w;
+    CHECK(brd_plan_layout_init(plan, cnt, c->dtype, mw->scratch_bytes, &layout));
+    CHECK(work_add(ws, plan, me, &w));
+    uint32_t phase = rt->phase;
+    rt->phase ^= 1u;
+    coll_chans(comm, rt, plan, phase, w);
+    brd_exec_args_t *a = &w->args;
+    a->plan = plan;
+    a->rank = me;
+    a->input = uses_input ? (const char *)c->sendbuff + off * esize : NULL;
+    a->in_stride = multi_in ? c->count : 0;
+    a->output = (char *)rt->self.ptr + mw->stage_off + phase * mw->stage_bytes;
+    a->scratch = (char *)rt->self.ptr + mw->scratch_off;
+    a->scratch_bytes = mw->scratch_bytes;
+    a->chans = w->chans;
+    a->count = cnt;
+    a->dtype = c->dtype;
+    a->redop = redop;
+    a->scalar = scalar;
+    a->epoch = brd_plan_epoch_reserve(&rt->epoch_cursor,
+                                      brd_plan_epoch_span(plan, &layout));
+    a->phase = phase;
+    a->abort_flag = &comm->abort_flag;
+    w->call = c;
+    w->off = off;
+    w->n = cnt;
+    w->nout = nout;
   }
   return ncclSuccess;
 }
 
-static const char *coll_name(brd_coll_t coll) {
-  static const char *const names[BRD_COLL_COUNT] = {
-      "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast",
-      "ncclReduce", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclSend",
-      "ncclRecv"};
-  return coll < BRD_COLL_COUNT ? names[coll] : "collective";
+/* One send or receive of the launch. */
+typedef struct p2p_xfer {
+  int peer;
+  char *buf;      /* borrowed (or a snapshot in the works): the user buffer */
+  size_t bytes;
+  size_t pieces;
+} p2p_xfer_t;
+
+typedef struct p2p_span {
+  uintptr_t lo, hi;
+} p2p_span_t;
+
+static int span_cmp(const void *a, const void *b) {
+  const p2p_span_t *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
+/* Does [lo, hi) overlap any of the n sorted, disjoint spans? */
+static int spans_hit(const p2p_span_t *sp, int n, uintptr_t lo, uintptr_t hi) {
+  int a = 0, b = n; /* first span with sp.hi > lo */
+  while (a < b) {
+    int m = (a + b) / 2;
+    if (sp[m].hi > lo) b = m;
+    else a = m + 1;
+  }
+  return a < n && sp[a].lo < hi;
+}
+
+/* Receives into overlapping memory are refused (they run concurrently);
+ * a send overlapping a receive sends a snapshot of its buffer. Sorting
+ * makes it O(n log n). */
+static ncclResult_t p2p_overlaps(p2p_xfer_t *s, int ns, const p2p_xfer_t *r,
+                                 int nr, int rank, works_t *ws) {
+  ncclResult_t res = ncclSuccess;
+  p2p_span_t *sp = malloc(((size_t)nr + 1) * sizeof(*sp));
+  if (sp == NULL) {
+    WARN("out of host memory checking %d point-to-point buffers", ns + nr);
+    return ncclSystemError;
+  }
+  for (int j = 0; j < nr; j++) {
+    sp[j].lo = (uintptr_t)r[j].buf;
+    sp[j].hi = (uintptr_t)r[j].buf + r[j].bytes;
+  }
+  qsort(sp, (size_t)nr, sizeof(*sp), span_cmp);
+  for (int j = 1; j < nr; j++) {
+    if (sp[j].lo >= sp[j - 1].hi) continue;
+    WARN("ncclGroupEnd : rank %d: two receive buffers of one group overlap "
+         "(at %p and %p); the receives of a group run concurrently, so use "
+         "separate buffers", rank, (void *)sp[j - 1].lo, (void *)sp[j].lo);
+    res = ncclInvalidArgument;
+    goto out;
+  }
+  for (int i = 0; i < ns; i++) {
+    if (!spans_hit(sp, nr, (uintptr_t)s[i].buf, (uintptr_t)s[i].buf + s[i].bytes)) continue;
+    char **grown = realloc(ws->snaps, ((size_t)ws->nsnaps + 1) * sizeof(*grown));
+    if (grown == NULL) goto out_oom;
+    ws->snaps = grown;
+    char *copy = malloc(s[i].bytes);
+    if (copy == NULL) goto out_oom;
+    memcpy(copy, s[i].buf, s[i].bytes);
+    ws->snaps[ws->nsnaps++] = copy;
+    s[i].buf = copy;
+  }
+  goto out;
+out_oom:
+  WARN("out of host memory copying a %zu-byte send buffer that overlaps a "
+       "receive of its group", s[ns ? ns - 1 : 0].bytes);
+  res = ncclSystemError;
+out:
+  free(sp);
+  return res;
+}
+
+/* Chunks of transfer x in round k. */
+static uint32_t round_chunks(const p2p_xfer_t *x, size_t k) {
+  size_t lo = k * P2P_ROUND_CHUNKS;
+  if (x->pieces <= lo) return 0;
+  size_t left = x->pieces - lo;
+  return (uint32_t)(left < P2P_ROUND_CHUNKS ? left : P2P_ROUND_CHUNKS);
+}
+
+/* Segment of transfer x in round k. */
+static brd_exec_seg_t round_seg(const p2p_xfer_t *x, size_t k, size_t piece) {
+  brd_exec_seg_t s = {NULL, 0};
+  size_t lo = k * P2P_ROUND_CHUNKS * piece;
+  if (x->bytes > lo) {
+    size_t left = x->bytes - lo, max = P2P_ROUND_CHUNKS * piece;
+    s.ptr = x->buf + lo;
+    s.count = left < max ? left : max;
+  }
+  return s;
+}
+
+/* The work of round k of the launch's point-to-point transfers. */
+static ncclResult_t add_p2p_round(struct ncclComm *comm, struct brd_rt *rt,
+                                  const p2p_xfer_t *s, int ns, const p2p_xfer_t *r,
+                                  int nr, size_t k, brd_algos_p2p_op_t *ops,
+                                  brd_algos_p2p_rank_t *ranks, works_t *ws) {
+  int me = comm->rank, n = comm->nranks;
+  const rt_window_t *mw = &rt->win[me];
+  brd_ir_plan_t *plan;
+  work_t *w;
+  for (int i = 0; i < ns; i++) ops[i] = (brd_algos_p2p_op_t){s[i].peer, round_chunks(&s[i], k)};
+  for (int j = 0; j < nr; j++) ops[ns + j] = (brd_algos_p2p_op_t){r[j].peer, round_chunks(&r[j], k)};
+  memset(ranks, 0, (size_t)n * sizeof(*ranks));
+  ranks[me].nsend = ns;
+  ranks[me].send = ops;
+  ranks[me].nrecv = nr;
+  ranks[me].recv = ops + ns;
+  brd_algos_p2p_args_t args = {n, me, ranks};
+  CHECK(brd_algos_p2p(&args, &plan));
+  ncclResult_t res = work_add(ws, plan, me, &w);
+  if (res != ncclSuccess) {
+    brd_plan_destroy(plan);
+    return res;
+  }
+  w->plan_owned = plan;
+  uint32_t nch = brd_ir_plan_rank(plan, me)->nchans;
+  w->chan_epoch = calloc(nch ? nch : 1, sizeof(*w->chan_epoch));
+  w->segs = calloc((size_t)ns + (size_t)nr + 1, sizeof(*w->segs));
+  if (w->chan_epoch == NULL || w->segs == NULL) {
+    WARN("out of host memory for a point-to-point work of %d transfers", ns + nr);
+    return ncclSystemError;
+  }
+  size_t count = 0;
+  for (int i = 0; i < ns + nr; i++) {
+    w->segs[i] = round_seg(i < ns ? &s[i] : &r[i - ns], k, rt->p2p_piece);
+    if (w->segs[i].count > count) count = w->segs[i].count;
+  }
+  for (uint32_t ch = 0; ch < nch; ch++) {
+    int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
+    char *pw = win_ptr(rt, me, p);
+    const rt_window_t *pwr = &rt->win[p];
+    uint64_t to = 0, from = 0;
+    for (int i = 0; i < ns; i++) if (s[i].peer == p) to += ops[i].nchunks;
+    for (int j = 0; j < nr; j++) if (r[j].peer == p) from += ops[ns + j].nchunks;
+    w->chan_epoch[ch] = brd_plan_epoch_reserve(&rt->p2p_cursor[p], to > from ? to : from);
+    w->chans[ch].peer_scratch = pw + pwr->p2p_off;
+    w->chans[ch].peer_sems = (_Atomic uint64_t *)(pw + pwr->p2p_sem_off) + (size_t)me * 2;
+    w->chans[ch].sems = (_Atomic uint64_t *)((char *)rt->self.ptr + mw->p2p_sem_off) +
+                        (size_t)p * 2;
+  }
+  brd_exec_args_t *a = &w->args;
+  a->plan = plan;
+  a->rank = me;
+  a->scratch = (char *)rt->self.ptr + mw->p2p_off;
+  a->scratch_bytes = mw->p2p_bytes;
+  a->chans = w->chans;
+  a->count = count;
+  a->dtype = ncclUint8; /* point-to-point moves bytes, whatever the types */
+  a->redop = ncclSum;
+  a->epoch = 0;         /* every channel has its own */
+  a->chan_epoch = w->chan_epoch;
+  a->in_segs = w->segs;
+  a->n_in_segs = (uint32_t)ns;
+  a->out_segs = w->segs + ns;
+  a->n_out_segs = (uint32_t)nr;
+  a->abort_flag = &comm->abort_flag;
+  return ncclSuccess;
+}
+
+/* The works of the launch's sends and receives, if any. */
+static ncclResult_t add_p2p(struct ncclComm *comm, struct brd_rt *rt,
+                            const brd_call_t *calls, int ncalls, works_t *ws) {
+  ncclResult_t res = ncclSuccess;
+  int ns = 0, nr = 0, n = comm->nranks, me = comm->rank;
+  for (int i = 0; i < ncalls; i++) {
+    if (calls[i].count == 0) continue;
+    if (calls[i].coll == BRD_COLL_SEND) ns++;
+    if (calls[i].coll == BRD_COLL_RECV) nr++;
+  }
+  if (ns + nr == 0) return ncclSuccess;
+  if (ns > P2P_MAX_OPS || nr > P2P_MAX_OPS) {
+    WARN("ncclGroupEnd : rank %d has %d sends and %d receives in one group; "
+         "host mode runs at most %d of each per group and communicator: "
+         "split the group", me, ns, nr, P2P_MAX_OPS);
+    return ncclInvalidUsage;
+  }
+  p2p_xfer_t *x = calloc((size_t)ns + (size_t)nr, sizeof(*x));
+  brd_algos_p2p_op_t *ops = calloc((size_t)ns + (size_t)nr, sizeof(*ops));
+  brd_algos_p2p_rank_t *ranks = calloc((size_t)n, sizeof(*ranks));
+  if (x == NULL || ops == NULL || ranks == NULL) {
+    WARN("out of host memory for %d point-to-point transfers", ns + nr);
+    res = ncclSystemError;
+    goto out;
+  }
+  p2p_xfer_t *s = x, *r = x + ns;
+  int is = 0, ir = 0;
+  size_t nrounds = 0;
+  for (int i = 0; i < ncalls; i++) {
+    const brd_call_t *c = &calls[i];
+    if (c->count == 0 || (c->coll != BRD_COLL_SEND && c->coll != BRD_COLL_RECV)) continue;
+    p2p_xfer_t *t = c->coll == BRD_COLL_SEND ? &s[is++] : &r[ir++];
+    t->peer = c->root;
+    t->buf = c->coll == BRD_COLL_SEND ? (char *)(uintptr_t)c->sendbuff : (char *)c->recvbuff;
+    t->bytes = c->count * brd_dtype_size(c->dtype);
+    t->pieces = (t->bytes + rt->p2p_piece - 1) / rt->p2p_piece;
+    size_t rounds = (t->pieces + P2P_ROUND_CHUNKS - 1) / P2P_ROUND_CHUNKS;
+    if (rounds > nrounds) nrounds = rounds;
+  }
+  CHECK_GOTO(p2p_overlaps(s, ns, r, nr, me, ws), res, out);
+  for (size_t k = 0; k < nrounds; k++)
+    CHECK_GOTO(add_p2p_round(comm, rt, s, ns, r, nr, k, ops, ranks, ws), res, out);
+out:
+  free(ranks);
+  free(ops);
+  free(x);
+  return res;
+}
+
+/* ---- running works ------------------------------------------------------------ */
+
+typedef struct runner {
+  struct ncclComm *comm;
+  works_t *ws;
+  int nthreads;
+  brd_exec_launch_t launch;   /* the current work */
+  ncclResult_t res;           /* first failure; written by thread 0 */
+  int stop;                   /* under mu: leave at the next meeting */
+  int stop_seen;              /* under mu: stop as of the last meeting */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int arrived;                /* under mu */
+  uint64_t gen;               /* under mu: meetings completed */
+} runner_t;
+
+typedef struct worker {
+  runner_t *r;
+  int index;
+  pthread_t thread;
+} worker_t;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* All workers meet. The others are running blocks, each of which returns
+ * within the executor's timeout or when the abort flag rises; past twice
+ * that, the current launch is told to stop so that they do. Returns the
+ * stop flag as seen by everyone at this meeting. */
+static int runner_meet(runner_t *r) {
+  pthread_mutex_lock(&r->mu);
+  uint64_t gen = r->gen;
+  if (++r->arrived == r->nthreads) {
+    /* Everyone leaving this meeting sees the same stop flag. */
+    r->stop_seen = r->stop;
+    r->arrived = 0;
+    r->gen++;
+    pthread_cond_broadcast(&r->cv);
+  } else {
+    double limit = 2.0 * (double)brd_param_int(BRD_P_BRAID_TIMEOUT) + 10.0;
+    double deadline = now_s() + limit;
+    int warned = 0;
+    while (r->gen == gen) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 50000000L;
+      if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+      if (r->gen != gen) break;
+      if (atomic_load(&r->comm->abort_flag) || (!warned && now_s() > deadline)) {
+        if (!warned && !atomic_load(&r->comm->abort_flag))
+          WARN("rank %d: launch workers did not meet within %.0f s; stopping "
+               "the launch", r->comm->rank, limit);
+        warned = 1;
+        /* Blocks see this at their next wait and return. */
+        atomic_store(&r->launch.stop, 1);
+      }
+    }
+  }
+  int stop = r->stop_seen;
+  pthread_mutex_unlock(&r->mu);
+  return stop;
+}
+
+/* Copies a finished collective work's staging into the user's buffer. */
+static void copy_out(const work_t *w) {
+  if (w->call == NULL) return;
+  size_t esize = brd_dtype_size(w->call->dtype);
+  const char *stage = w->args.output;
+  for (int s = 0; s < w->nout; s++)
+    memcpy((char *)w->call->recvbuff + ((size_t)s * w->call->count + w->off) * esize,
+           stage + (size_t)s * w->n * esize, w->n * esize);
+}
+
+/* Thread 0's step between works: finish work `done` (or -1), start
+ * `next` (or nworks). Sets stop on failure. Called with no lock held, while
+ * the other workers wait at a meeting. */
+static void runner_step(runner_t *r, int done, int next) {
+  ncclResult_t res = ncclSuccess;
+  if (done >= 0) {
+    brd_exec_hang_t hang;
+    res = brd_exec_host_launch_fini(&r->launch, &hang);
+    if (res == ncclSuccess) copy_out(&r->ws->w[done]);
+  }
+  if (res == ncclSuccess && next < r->ws->n)
+    res = brd_exec_host_launch_init(&r->launch, &r->ws->w[next].args);
+  if (res != ncclSuccess) {
+    if (r->res == ncclSuccess) r->res = res;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    pthread_mutex_unlock(&r->mu);
+  }
+}
+
+static void runner_loop(runner_t *r, int index) {
+  for (int w = 0; w < r->ws->n; w++) {
+    if (runner_meet(r)) return;
+    if (index < r->ws->w[w].args.plan->nblocks)
+      brd_exec_host_block_run(&r->launch, index);
+    if (runner_meet(r)) return;
+    if (index == 0) runner_step(r, w, w + 1);
+  }
+}
+
+static void *worker_main(void *arg) {
+  worker_t *k = arg;
+  runner_loop(k->r, k->index);
+  return NULL;
+}
+
+/* Runs every work in order as one launch: one worker per block of the
+ * widest plan (this thread is worker 0). */
+static ncclResult_t run_works(struct ncclComm *comm, works_t *ws) {
+  ncclResult_t res = ncclSuccess;
+  int nthreads = 1;
+  for (int i = 0; i < ws->n; i++)
+    if (ws->w[i].args.plan->nblocks > nthreads) nthreads = ws->w[i].args.plan->nblocks;
+
+  runner_t *r = calloc(1, sizeof(*r));
+  worker_t *k = calloc((size_t)nthreads, sizeof(*k));
+  if (r == NULL || k == NULL) {
+    WARN("out of host memory starting a launch of %d works", ws->n);
+    res = ncclSystemError;
+    goto free_mem;
+  }
+  r->comm = comm;
+  r->ws = ws;
+  r->nthreads = nthreads;
+  if (nthreads == 1) {
+    /* Every plan has one block: no threads, no meetings. */
+    for (int w = 0; w < ws->n && res == ncclSuccess; w++) {
+      CHECK_GOTO(brd_exec_host_launch_init(&r->launch, &ws->w[w].args), res, free_mem);
+      brd_exec_host_block_run(&r->launch, 0);
+      res = brd_exec_host_launch_fini(&r->launch, NULL);
+      if (res == ncclSuccess) copy_out(&ws->w[w]);
+    }
+    goto free_mem;
+  }
+  PTHREAD_CHECK_GOTO(pthread_mutex_init(&r->mu, NULL), "pthread_mutex_init", res, free_mem);
+  PTHREAD_CHECK_GOTO(pthread_cond_init(&r->cv, NULL), "pthread_cond_init", res,
+                     destroy_mutex);
+  runner_step(r, -1, 0);
+  int started = 1;
+  for (; started < nthreads; started++) {
+    k[started].r = r;
+    k[started].index = started;
+    int err = pthread_create(&k[started].thread, NULL, worker_main, &k[started]);
+    if (err != 0) {
+      WARN("rank %d: cannot start launch worker %d of %d: %s", comm->rank, started,
+           nthreads, strerror(err));
+      res = ncclSystemError;
+      break;
+    }
+  }
+  if (started == nthreads) {
+    runner_loop(r, 0);
+  } else {
+    /* The workers that did start leave at their first meeting. */
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    r->nthreads = started;
+    pthread_mutex_unlock(&r->mu);
+    runner_meet(r);
+  }
+  for (int i = 1; i < started; i++) pthread_join(k[i].thread, NULL);
+  if (res == ncclSuccess) res = r->res;
+  pthread_cond_destroy(&r->cv);
+destroy_mutex:
+  pthread_mutex_destroy(&r->mu);
+free_mem:
+  free(k);
+  free(r);
+  return res;
+}
+
+/* ---- entry ---------------------------------------------------------------------- */
+
+/* A failed launch leaves the communicator in error (what
+ * ncclCommGetAsyncError reports), except for argument errors, which leave
+ * it usable. */
+static void record_error(struct ncclComm *comm, ncclResult_t res) {
+  if (res == ncclSuccess || res == ncclInvalidUsage || res == ncclInvalidArgument)
+    return;
+  int expected = ncclSuccess;
+  atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res);
+}
+
+/* See launch.h. */
+ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
+                                 const brd_call_t *c, float *us_out) {
+  brd_tune_mask_t mask;
+  brd_tune_topo_t topo;
+  CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO),
+                       &mask));
+  topo_init(comm, &topo);
+  uint8_t coll = ir_coll(c->coll);
+  size_t bytes = c->count * brd_dtype_size(c->dtype);
+  uint32_t avail = 0;
+  if (c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV) {
+    avail = BRD_ALGO_BIT(BRD_ALGO_ONESHOT); /* direct exchange */
+  } else {
+    if (coll != BRD_IR_COLL_ALLREDUCE && coll != BRD_IR_COLL_BROADCAST &&
+        coll != BRD_IR_COLL_REDUCE)
+      bytes *= (size_t)comm->nranks;
+    for (int a = 0; a < RT_ALGOS; a++)
+      if (brd_algos_available(coll, ir_algo(rt_algos[a]), 0))
+        avail |= BRD_ALGO_BIT(rt_algos[a]);
+  }
+  brd_tune_choice_t ch;
+  CHECK(brd_tune_select(&topo, c->coll, bytes, avail, &mask, &ch));
+  *us_out = ch.time_us;
+  return ncclSuccess;
+}
+
+/* See launch.h. */
 ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
                             int ncalls) {
   ncclResult_t res = ncclSuccess;
-  if (!comm->host_mode) {
-    char what[96];
-    snprintf(what, sizeof(what), "%s on a CUDA device (use BRAID_DEVICE=host)",
-             coll_name(calls[0].coll));
-    return brd_api_not_implemented(what);
-  }
-  if (comm->rt == NULL) CHECK_GOTO(rt_create(comm, &comm->rt), res, fail);
+  struct brd_rt *rt;
+  works_t ws;
+  memset(&ws, 0, sizeof(ws));
+  if (!comm->host_mode) return brd_launch_cuda_run(comm, calls, ncalls);
+  CHECK_GOTO(rt_get(comm, &rt), res, fail);
+  /* Held until the last touch of comm, so an abort from another thread
+   * frees nothing under this launch. */
+  atomic_fetch_add(&rt->busy, 1);
+  if (!rt->ready) CHECK_GOTO(rt_connect(comm, rt), res, leave);
   for (int i = 0; i < ncalls; i++) {
     const brd_call_t *c = &calls[i];
-    if (c->count == 0) continue;
-    switch (c->coll) {
-    case BRD_COLL_ALLREDUCE:
-      CHECK_GOTO(run_allreduce(comm, comm->rt, c), res, fail);
-      break;
-    default:
-      res = brd_api_not_implemented(coll_name(c->coll));
-      goto fail;
-    }
+    if (c->count == 0 || c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV) continue;
+    CHECK_GOTO(add_collective(comm, rt, c, &ws), res, leave_free_works);
   }
-  return ncclSuccess;
-
-fail:
-  if (res != ncclInvalidUsage && res != ncclInvalidArgument) {
-    int expected = ncclSuccess;
-    atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res);
+  CHECK_GOTO(add_p2p(comm, rt, calls, ncalls, &ws), res, leave_free_works);
+  if (ws.n > 0) {
+    atomic_fetch_add(&rt->launches, 1);
+    INFO(BRD_SUBSYS_COLL, "rank %d: launch %llu runs %d calls as %d works",
+         comm->rank, (unsigned long long)atomic_load(&rt->launches), ncalls, ws.n);
+    res = run_works(comm, &ws);
   }
+leave_free_works:
+  works_free(&ws);
+leave:
+  record_error(comm, res);
+  atomic_fetch_sub(&rt->busy, 1);
   return res;
+fail:
+  record_error(comm, res);
+  return res;
+}
+
+/* See launch.h. */
+ncclResult_t brd_launch_async_begin(struct ncclComm *comm) {
+  struct brd_rt *rt;
+  CHECK(rt_get(comm, &rt));
+  atomic_fetch_add(&rt->busy, 1);
+  atomic_store_explicit(&comm->async_error, ncclInProgress, memory_order_release);
+  return ncclSuccess;
+}
+
+/* See launch.h. */
+void brd_launch_async_end(struct ncclComm *comm, ncclResult_t res) {
+  struct brd_rt *rt = comm->rt;
+  atomic_store_explicit(&comm->async_error, (int)res, memory_order_release);
+  /* Last touch: from here the communicator may be destroyed. */
+  atomic_fetch_sub(&rt->busy, 1);
+}
+
+/* See launch.h. */
+uint64_t brd_launch_count(const struct ncclComm *comm) {
+  return comm->rt != NULL ? atomic_load(&comm->rt->launches) : 0;
 }

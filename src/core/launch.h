@@ -1,7 +1,8 @@
 /*
  * Braid: running checked calls. One launch runs every call a communicator
- * collected (one call outside a group, the whole group inside one) as plans
- * on the communicator's executor, in call order.
+ * collected (one call outside a group, the whole group inside one) as one
+ * executor launch: the collectives in call order, then the group's sends
+ * and receives as one point-to-point plan.
  *
  * The per-communicator runtime (channels, plan cache, sequence numbers) is
  * created on the first launch, which every rank reaches at the same point
@@ -11,6 +12,8 @@
 #ifndef BRD_CORE_LAUNCH_H
 #define BRD_CORE_LAUNCH_H
 
+#include <stdint.h>
+
 #include "nccl.h"
 #include "enqueue.h"
 
@@ -19,12 +22,40 @@ struct brd_rt;
 
 /* Runs ncalls checked calls of comm, in order, as one launch. Host mode
  * completes them before returning (there is no stream to wait on). On a
- * failure the communicator's async error is set too. Blocks on peers; the
- * caller's thread, or a group worker thread. */
+ * failure the communicator's async error is set too, except for argument
+ * errors (ncclInvalidArgument, ncclInvalidUsage) that leave the
+ * communicator usable. Blocks on peers; the caller's thread, or a group
+ * worker thread, one at a time per communicator. */
 ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
                             int ncalls);
 
-/* Frees a runtime (comm teardown). Local: never waits on peers. NULL is a
+/* A nonblocking group is about to run comm's calls on a helper thread:
+ * marks the runtime busy (brd_rt_destroy waits for it) and sets the
+ * communicator's async error to ncclInProgress. ncclSystemError when out
+ * of memory. The group's calling thread, before the helper starts. */
+ncclResult_t brd_launch_async_begin(struct ncclComm *comm);
+
+/* The helper thread is done with comm: publishes res as the async error
+ * (what ncclCommGetAsyncError reports) and releases the runtime. The
+ * caller must not touch comm afterwards (its owner may destroy it at
+ * once). Never blocks. */
+void brd_launch_async_end(struct ncclComm *comm, ncclResult_t res);
+
+/* Launches comm has run so far (each ends with every call it held done):
+ * a group of many calls on one communicator counts one. 0 before the
+ * first. Any thread; a plain read for tests and logs. */
+uint64_t brd_launch_count(const struct ncclComm *comm);
+
+/* The cost model's estimate, in microseconds, of one checked call on comm
+ * (ncclGroupSimulateEnd). Local: no peer is contacted and nothing runs.
+ * Calling thread. */
+ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
+                                 const brd_call_t *call, float *us_out);
+
+/* Frees a runtime (comm teardown), first waiting (bounded, up to the
+ * collective timeout) for launches still running on it: another thread's
+ * stuck in a wait until the abort flag its caller raised stops it, or a
+ * nonblocking group's helper. Local: never waits on peers. NULL is a
  * no-op. */
 void brd_rt_destroy(struct brd_rt *rt);
 

@@ -136,11 +136,16 @@ static int64_t seq_rel(const blk_ctx_t *b, int32_t k) {
   return (int64_t)b->iter * b->l->args.plan->seq_per_iter + k;
 }
 
+/* The epoch the semaphores of channel `chan` count from. */
+static uint64_t chan_epoch(const brd_exec_launch_t *l, uint8_t chan) {
+  return l->args.chan_epoch != NULL ? l->args.chan_epoch[chan] : l->args.epoch;
+}
+
 static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
   brd_exec_launch_t *l = b->l;
   int64_t rel = seq_rel(b, op->k);
   if (rel <= 0) return ncclSuccess; /* names a point before this launch */
-  uint64_t target = l->args.epoch + (uint64_t)rel;
+  uint64_t target = chan_epoch(l, op->ref[0].chan) + (uint64_t)rel;
   const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
   _Atomic uint64_t *sem = &ch->sems[op->ref[0].index];
   spin_t s = {0, 0};
@@ -158,7 +163,7 @@ static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
 
 static void run_signal(blk_ctx_t *b, const brd_ir_op_t *op) {
   brd_exec_launch_t *l = b->l;
-  uint64_t value = l->args.epoch + (uint64_t)seq_rel(b, op->k);
+  uint64_t value = chan_epoch(l, op->ref[0].chan) + (uint64_t)seq_rel(b, op->k);
   const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
   atomic_store_explicit(&ch->peer_sems[op->ref[0].index], value,
                         memory_order_release);
@@ -188,32 +193,62 @@ static ncclResult_t run_barrier(blk_ctx_t *b) {
   return ncclSuccess;
 }
 
-/* Address of the data of chunk `chunk` (input/output) or of slot `slot`
- * (scratch) named by ref. */
+/* Start of segment `seg` of an input or output (this rank's, or the peer's
+ * output through a channel) and its element count. */
+static char *seg_base(const brd_exec_launch_t *l, const brd_ir_ref_t *ref,
+                      uint32_t seg, size_t *count_out) {
+  const brd_exec_args_t *a = &l->args;
+  int input = (ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT;
+  int local = ref->chan == BRD_IR_CHAN_LOCAL;
+  const brd_exec_seg_t *table = input ? a->in_segs : a->out_segs;
+  if (table != NULL && local) {
+    *count_out = table[seg].count;
+    return (char *)table[seg].ptr;
+  }
+  size_t stride = input ? a->in_stride : a->out_stride;
+  char *base = input ? (char *)a->input
+               : local ? (char *)a->output
+                       : (char *)a->chans[ref->chan].peer_output;
+  *count_out = a->count;
+  return base + (size_t)seg * (stride ? stride : a->count) * l->layout.esize;
+}
+
+/* Address of the data of chunk index+t (input/output, within its segment)
+ * or of slot index+t (scratch) named by ref. */
 static char *ref_addr(const blk_ctx_t *b, const brd_ir_ref_t *ref,
                       uint32_t t) {
   const brd_exec_launch_t *l = b->l;
   const brd_exec_args_t *a = &l->args;
   int local = ref->chan == BRD_IR_CHAN_LOCAL;
-  const brd_exec_chan_t *ch = local ? NULL : &a->chans[ref->chan];
   uint32_t index = ref->index + t;
-  switch (ref->buf & BRD_IR_BUF_MASK) {
-  case BRD_IR_BUF_SCRATCH: {
-    char *base = local ? (char *)a->scratch : (char *)ch->peer_scratch;
+  if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH) {
+    char *base = local ? (char *)a->scratch : (char *)a->chans[ref->chan].peer_scratch;
     return base + a->phase * l->layout.half_bytes +
            (size_t)index * l->layout.slot_bytes;
   }
-  default: {
-    size_t start, n;
-    brd_plan_layout_chunk(&l->layout, b->iter, index, &start, &n);
-    char *base;
-    if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT)
-      base = (char *)a->input;
-    else
-      base = local ? (char *)a->output : (char *)ch->peer_output;
-    return base + start * l->layout.esize;
+  size_t count, start, n;
+  char *base = seg_base(l, ref, index / a->plan->nchunks, &count);
+  brd_plan_layout_seg_chunk(&l->layout, count, b->iter, index % a->plan->nchunks,
+                            &start, &n);
+  return base + start * l->layout.esize;
+}
+
+/* Elements of chunk op->chunk + t: those of the segment the op's first
+ * input or output reference names (the launch's count for strided
+ * segments and ops between scratch slots). */
+static size_t op_chunk_len(const blk_ctx_t *b, const brd_ir_op_t *op,
+                           uint32_t t) {
+  const brd_exec_launch_t *l = b->l;
+  size_t count = l->args.count, start, n;
+  for (int r = 0; r < op->nsrc + op->ndst; r++) {
+    uint8_t kind = op->ref[r].buf & BRD_IR_BUF_MASK;
+    if (kind != BRD_IR_BUF_INPUT && kind != BRD_IR_BUF_OUTPUT) continue;
+    seg_base(l, &op->ref[r], (op->ref[r].index + t) / l->args.plan->nchunks,
+             &count);
+    break;
   }
-  }
+  brd_plan_layout_seg_chunk(&l->layout, count, b->iter, op->chunk + t, &start, &n);
+  return n;
 }
 
 /* Reads packets for data bytes [off, off + len) of a chunk of nbytes from
@@ -273,9 +308,7 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
   _Alignas(16) char result[TILE_BYTES];
 
   for (uint32_t t = 0; t < op->nchunks; t++) {
-    size_t start, n;
-    brd_plan_layout_chunk(&l->layout, b->iter, op->chunk + t, &start, &n);
-    size_t nbytes = n * esize;
+    size_t nbytes = op_chunk_len(b, op, t) * esize;
     if (nbytes == 0) continue;
     char *addr[BRD_IR_MAX_REFS];
     for (int r = 0; r < nref; r++) addr[r] = ref_addr(b, &op->ref[r], t);
@@ -332,6 +365,21 @@ static ncclResult_t run_op(blk_ctx_t *b, const brd_ir_op_t *op) {
   }
 }
 
+/* A segment table: every buffer present, none longer than the launch. */
+static ncclResult_t check_segs(const brd_exec_args_t *args,
+                               const brd_exec_seg_t *segs, uint32_t n,
+                               const char *what) {
+  for (uint32_t i = 0; segs != NULL && i < n; i++) {
+    if ((segs[i].ptr == NULL && segs[i].count > 0) || segs[i].count > args->count) {
+      WARN("host executor: rank %d %s segment %u has %zu elements at %p "
+           "(launch count %zu)", args->rank, what, i, segs[i].count,
+           segs[i].ptr, args->count);
+      return ncclInvalidArgument;
+    }
+  }
+  return ncclSuccess;
+}
+
 /* See exec_host.h. */
 ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
                                        const brd_exec_args_t *args) {
@@ -354,11 +402,20 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
   CHECK(brd_reduce_op_init(args->dtype, args->redop, p->nranks, args->scalar,
                            &l->op));
   if (args->count > 0) {
-    if (args->input == NULL || args->output == NULL) {
+    int root = args->rank == p->root;
+    int p2p = p->coll == BRD_IR_COLL_SENDRECV;
+    int want_in = !p2p && !((p->coll == BRD_IR_COLL_BROADCAST ||
+                             p->coll == BRD_IR_COLL_SCATTER) && !root);
+    int want_out = !p2p && !((p->coll == BRD_IR_COLL_REDUCE ||
+                              p->coll == BRD_IR_COLL_GATHER) && !root);
+    if ((want_in && args->input == NULL) || (want_out && args->output == NULL)) {
       WARN("host executor: rank %d has a NULL %s buffer for %zu elements",
-           args->rank, args->input == NULL ? "input" : "output", args->count);
+           args->rank, want_in && args->input == NULL ? "input" : "output",
+           args->count);
       return ncclInvalidArgument;
     }
+    CHECK(check_segs(args, args->in_segs, args->n_in_segs, "input"));
+    CHECK(check_segs(args, args->out_segs, args->n_out_segs, "output"));
     if (brd_ir_plan_rank(p, args->rank)->nchans > 0 && args->chans == NULL) {
       WARN("host executor: rank %d has no channel pointers for a plan with "
            "%u channels", args->rank, brd_ir_plan_rank(p, args->rank)->nchans);
@@ -370,6 +427,8 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
     }
     CHECK(brd_plan_layout_init(p, args->count, args->dtype, args->scratch_bytes,
                                &l->layout));
+    /* LL flags count from the launch's epoch (per-channel epochs only
+     * drive semaphores, which are 64-bit). */
     uint64_t span = brd_plan_epoch_span(p, &l->layout);
     uint64_t wrap = (uint64_t)1 << 32;
     if (args->epoch / wrap != (args->epoch + span) / wrap) {

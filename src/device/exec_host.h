@@ -19,10 +19,22 @@
  *     host scalar; avg is resolved here for the plan's nranks), the launch's
  *     epoch (brd_plan_epoch_reserve with brd_plan_epoch_span, the same on
  *     every rank) and scratch phase (0/1, alternating per launch, the same
- *     on every rank);
+ *     on every rank; ignored by one-phase plans);
+ *   - for buffers of several segments (device/ir.h): the element stride
+ *     between segments of the input and of the output (0: count), the
+ *     output stride being the same on every rank since peers write there;
+ *     or, for point-to-point plans, a table of separate buffers, each with
+ *     its own count (the largest is `count`). An op's element count per
+ *     chunk is that of its first input or output reference's segment;
+ *   - optionally one epoch per channel (point-to-point: each pair of ranks
+ *     reserves its own), used by the channel's SIGNAL and WAIT ops instead
+ *     of the launch's epoch;
  *   - an abort flag polled by every wait, and a timeout in seconds: how
  *     long one wait may see no progress (BRAID_TIMEOUT when <= 0).
- * Count 0 returns at once, as NCCL does, without touching any buffer.
+ * Count 0 returns at once, as NCCL does, without touching any buffer. An
+ * input the collective does not give this rank (Broadcast and Scatter off
+ * the root) or an output it does not have (Reduce and Gather off the root)
+ * may be NULL: the verifier proves the plan never touches it.
  *
  * Threads: brd_exec_host_run spawns one thread per block beyond the first
  * and runs block 0 on the caller's thread. A caller with its own threads
@@ -59,6 +71,12 @@ typedef struct brd_exec_chan {
   _Atomic uint64_t *sems;       /* our inbound semaphores from the peer */
 } brd_exec_chan_t;
 
+/* One segment of a point-to-point buffer table. Borrowed. */
+typedef struct brd_exec_seg {
+  void *ptr;      /* first element; NULL only when count is 0 */
+  size_t count;   /* elements */
+} brd_exec_seg_t;
+
 typedef struct brd_exec_args {
   const brd_ir_plan_t *plan;    /* borrowed for the launch */
   int rank;
@@ -75,6 +93,15 @@ typedef struct brd_exec_args {
   uint32_t phase;               /* 0 or 1 */
   _Atomic int *abort_flag;      /* borrowed; may be NULL */
   double timeout_s;             /* <= 0: BRAID_TIMEOUT */
+  /* Segments (all optional, zero means "one buffer as above"). */
+  size_t in_stride;             /* elements between input segments; 0: count */
+  size_t out_stride;            /* same for outputs, on every rank; 0: count */
+  const brd_exec_seg_t *in_segs;  /* borrowed [n_in_segs]: separate inputs */
+  const brd_exec_seg_t *out_segs; /* borrowed [n_out_segs]: separate outputs */
+  uint32_t n_in_segs, n_out_segs;
+  const uint64_t *chan_epoch;   /* borrowed [channels]; NULL: epoch for all.
+                                 * Semaphores only: LL flags always count
+                                 * from `epoch` */
 } brd_exec_args_t;
 
 /* What a timed-out wait was waiting for. */
@@ -113,9 +140,10 @@ typedef struct brd_exec_launch {
 
 /* Checks args against the plan and prepares *l (caller's memory; args are
  * copied, the buffers stay borrowed). ncclInvalidArgument for NULL buffers
- * with a non-zero count, a bad datatype or op, a rank outside the plan;
- * ncclInternalError for a damaged plan or scratch smaller than the plan
- * needs. Never blocks. */
+ * the collective uses with a non-zero count, a bad datatype or op, a rank
+ * outside the plan, a segment table with a NULL buffer or a count above
+ * `count`; ncclInternalError for a damaged plan or scratch smaller than the
+ * plan needs. Never blocks. */
 ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
                                        const brd_exec_args_t *args);
 

@@ -28,6 +28,18 @@
  * the rank's channel table for the peer at the other end. Only OUTPUT,
  * SCRATCH and SEM are reachable through a channel; INPUT is always local.
  *
+ * Segments. A send or receive buffer may hold several segments of `count`
+ * elements each (all-gather output, reduce-scatter input, all-to-all, the
+ * root's gather output and scatter input), or several separate buffers
+ * (the sends and receives of a point-to-point group). An INPUT or OUTPUT
+ * index is then seg * nchunks + chunk: chunk `chunk` of the window within
+ * segment `seg`. Segment 0 is the whole buffer of a one-segment
+ * collective, so plans that never name a segment keep their meaning. The
+ * executor places segment s at element s * stride of the buffer (stride
+ * given per launch, the count by default) or, for point-to-point, in the
+ * segment's own buffer with its own count; a segment's window and chunks
+ * are laid out like the buffer's (brd_plan_layout_seg_chunk).
+ *
  * Sequence numbers. Semaphores and LL flags never reset. Each launch gets a
  * 64-bit `epoch` (strictly larger than every sequence number used by earlier
  * launches, see brd_plan_epoch_reserve) and, in iteration `it`, the value
@@ -48,11 +60,20 @@
  * Scratch phases. A rank's scratch holds two halves; the launch's `phase`
  * (0 or 1, alternating per launch, the same on every rank) picks the half.
  * A rank may therefore run one launch ahead of a peer without touching the
- * half that peer still reads. It cannot get two launches ahead: in an
- * all-reduce every rank's output depends on every rank's input, so no rank
- * finishes a launch before every other rank has started it (the verifier's
- * output checks imply this). A plan for a collective without that property
- * must add a handshake before writing a peer's scratch.
+ * half that peer still reads. It cannot get two launches ahead as long as
+ * no rank finishes a launch before every other rank has started it: every
+ * plan with phases ends each rank's part only after an op that depends on
+ * an op of every other rank in the launch (in an all-reduce the output does;
+ * rooted and one-to-all collectives add acknowledgements). The verifier
+ * checks this for every plan, whatever the collective, because the launch
+ * after it may be any other collective.
+ *
+ * One-phase plans (BRD_IR_PLAN_F_ONE_PHASE, point-to-point) ignore the
+ * launch's phase: scratch is one area, and a rank finishes only once every
+ * rank it wrote to has read everything it wrote there, so the next launch
+ * can reuse the slots at once. Their semaphores may run on per-channel
+ * epochs (a pair of ranks counts its own sequence numbers), given per
+ * launch to the executor.
  */
 #ifndef BRD_DEVICE_IR_H
 #define BRD_DEVICE_IR_H
@@ -92,14 +113,32 @@ enum {
   BRD_IR_ALGO_NVLS = 5, /* reserved */
 };
 
+/* Collectives (the verifier's expectation; executors never branch on it). */
 enum {
   BRD_IR_COLL_ALLREDUCE = 0,
+  BRD_IR_COLL_ALLGATHER = 1,     /* output: nranks segments, seg q = q's input */
+  BRD_IR_COLL_REDUCESCATTER = 2, /* input: nranks segments, output = reduced seg r */
+  BRD_IR_COLL_BROADCAST = 3,     /* output = root's input; others' input unused */
+  BRD_IR_COLL_REDUCE = 4,        /* root's output = reduction; others' output unused */
+  BRD_IR_COLL_ALLTOALL = 5,      /* output seg q of r = input seg r of q */
+  BRD_IR_COLL_GATHER = 6,        /* root's output seg q = q's input */
+  BRD_IR_COLL_SCATTER = 7,       /* output of q = root's input seg q */
+  BRD_IR_COLL_SENDRECV = 8,      /* point-to-point: segments are separate buffers */
+  BRD_IR_COLL_COUNT = 9,
 };
+
+/* Plan flags (brd_ir_plan_t.flags). */
+#define BRD_IR_PLAN_F_FIXED 0x01u     /* chunks never spread: see brd_plan_layout_chunk */
+#define BRD_IR_PLAN_F_ONE_PHASE 0x02u /* scratch has one area; phase ignored */
 
 /* Operations. Every data op processes chunks chunk .. chunk+nchunks-1; for
  * chunk t of that range each scratch ref addresses slot index+t and each
  * input/output ref chunk index+t. The element count of chunk t is that of
- * the op's own chunk, so input/output refs name the op's chunk. */
+ * the op's own chunk, so input/output refs name the op's chunk (in any
+ * segment: index % nchunks == chunk). With point-to-point segments of
+ * their own counts, the count is that of the segment the op's first
+ * input or output ref names; an op's input/output refs then name segments
+ * of equal length. */
 enum {
   BRD_IR_OP_NOP = 0,
   /* One local source to local destinations. */
@@ -210,7 +249,8 @@ typedef struct brd_ir_plan {
   uint32_t chan_off;
   uint32_t op_off;
   uint8_t coll;          /* BRD_IR_COLL_* */
-  uint8_t reserved[3];
+  uint8_t flags;         /* BRD_IR_PLAN_F_*; 0: chunks spread, two phases */
+  uint16_t root;         /* rooted collectives: the root rank; else 0 */
 } brd_ir_plan_t;
 
 BRD_IR_STATIC_ASSERT(sizeof(brd_ir_ref_t) == 4, "brd_ir_ref_t is 4 bytes");

@@ -284,6 +284,8 @@ ncclResult_t brd_plan_builder_finish(const brd_plan_builder_t *b,
   p->proto = s->proto;
   p->algo = s->algo;
   p->coll = s->coll;
+  p->flags = s->flags;
+  p->root = s->root;
   p->total_bytes = (uint32_t)total;
   p->nranks = (uint16_t)s->nranks;
   p->nblocks = (uint16_t)s->nblocks;
@@ -349,7 +351,8 @@ size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan) {
   int64_t slot = buff > 0 ? buff / (int64_t)plan->slot_div : 0;
   slot &= ~(int64_t)15;
   if (slot < 64) slot = 64;
-  return 2 * (size_t)plan->nslots * (size_t)slot;
+  size_t phases = (plan->flags & BRD_IR_PLAN_F_ONE_PHASE) ? 1 : 2;
+  return phases * (size_t)plan->nslots * (size_t)slot;
 }
 
 /* See plan.h. */
@@ -366,9 +369,12 @@ ncclResult_t brd_plan_layout_init(const brd_ir_plan_t *plan, size_t count,
   l.count = count;
   l.align = 16 / l.esize;
   l.nchunks = plan->nchunks;
+  l.fixed = (plan->flags & BRD_IR_PLAN_F_FIXED) != 0;
   if (plan->nslots > 0) {
-    l.half_bytes = scratch_bytes / 2;
-    l.slot_bytes = (l.half_bytes / plan->nslots) & ~(size_t)15;
+    int one_phase = (plan->flags & BRD_IR_PLAN_F_ONE_PHASE) != 0;
+    size_t area = one_phase ? scratch_bytes : scratch_bytes / 2;
+    l.half_bytes = one_phase ? 0 : area;
+    l.slot_bytes = (area / plan->nslots) & ~(size_t)15;
     size_t data = plan->proto == BRD_IR_PROTO_LL ? l.slot_bytes / 2 : l.slot_bytes;
     data &= ~(size_t)15;
     if (data < 16) {

@@ -38,6 +38,8 @@ typedef struct brd_plan_shape {
   uint8_t proto;          /* BRD_IR_PROTO_* */
   uint8_t algo;           /* BRD_IR_ALGO_* */
   uint8_t coll;           /* BRD_IR_COLL_* */
+  uint8_t flags;          /* BRD_IR_PLAN_F_* */
+  uint16_t root;          /* rooted collectives */
 } brd_plan_shape_t;
 
 typedef struct brd_plan_builder brd_plan_builder_t;
@@ -125,11 +127,12 @@ void brd_plan_destroy(brd_ir_plan_t *plan);
 ncclResult_t brd_plan_clone(const brd_ir_plan_t *plan,
                             brd_ir_plan_t **plan_out);
 
-/* Scratch bytes one rank needs for this plan, both phases included: each
- * slot is NCCL_BUFFSIZE / slot_div bytes (NCCL_LL_BUFFSIZE for LL plans),
- * rounded down to 16 and at least 64, so every slot_div slots share one
- * buffer of NCCL's size. 0 for a plan without slots. Reads the parameters
- * through brd_param_int; any thread. */
+/* Scratch bytes one rank needs for this plan, both phases included (one
+ * area for BRD_IR_PLAN_F_ONE_PHASE plans): each slot is NCCL_BUFFSIZE /
+ * slot_div bytes (NCCL_LL_BUFFSIZE for LL plans), rounded down to 16 and at
+ * least 64, so every slot_div slots share one buffer of NCCL's size. 0 for
+ * a plan without slots. Reads the parameters through brd_param_int; any
+ * thread. */
 size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan);
 
 /* How one launch of a plan maps onto memory. */
@@ -142,29 +145,41 @@ typedef struct brd_plan_layout {
   uint64_t niter;    /* iterations; 0 when count is 0 */
   uint32_t nchunks;
   size_t slot_bytes; /* bytes per scratch slot (LL: packets) */
-  size_t half_bytes; /* bytes per scratch phase */
+  size_t half_bytes; /* offset of scratch phase 1: bytes per phase, or 0
+                      * for a one-phase plan (the phase is then ignored) */
+  int fixed;         /* BRD_IR_PLAN_F_FIXED: chunks never spread */
 } brd_plan_layout_t;
 
 /* Resolves the plan for count elements of dtype with a scratch buffer of
- * scratch_bytes per rank (both phases). Every window but the last holds
- * chunk_max elements per chunk (a 16-byte multiple that fits one slot);
- * the last window spreads what is left evenly over the chunks, 16-byte
- * aligned where the count allows, so trailing chunks may be short or
- * empty. ncclInvalidArgument for a bad dtype; ncclInternalError when the
- * scratch is too small for 16 bytes of data per slot. Pure; any thread. */
+ * scratch_bytes per rank (both phases, or the one area of a one-phase
+ * plan). Every window but the last holds chunk_max elements per chunk (a
+ * 16-byte multiple that fits one slot); the last window spreads what is
+ * left evenly over the chunks, 16-byte aligned where the count allows, so
+ * trailing chunks may be short or empty. A BRD_IR_PLAN_F_FIXED plan never
+ * spreads: chunk c of a window always starts at c * chunk_max, so the
+ * chunks of a buffer do not depend on its count (both ends of a
+ * point-to-point transfer agree without sharing their plans). For a
+ * buffer of several segments, count is one segment's. ncclInvalidArgument
+ * for a bad dtype; ncclInternalError when the scratch is too small for 16
+ * bytes of data per slot. Pure; any thread. */
 ncclResult_t brd_plan_layout_init(const brd_ir_plan_t *plan, size_t count,
                                   int dtype, size_t scratch_bytes,
                                   brd_plan_layout_t *layout_out);
 
 /* Element range [*start_out, *start_out + *n_out) of chunk `chunk` in
- * iteration `iter`. */
-static inline void brd_plan_layout_chunk(const brd_plan_layout_t *l,
-                                         uint64_t iter, uint32_t chunk,
-                                         size_t *start_out, size_t *n_out) {
+ * iteration `iter` of a segment of seg_count elements, relative to the
+ * segment's start: the layout's rule applied to seg_count instead of the
+ * launch's count (they are equal except for point-to-point segments, which
+ * may be shorter and then have empty chunks and iterations). */
+static inline void brd_plan_layout_seg_chunk(const brd_plan_layout_t *l,
+                                             size_t seg_count, uint64_t iter,
+                                             uint32_t chunk, size_t *start_out,
+                                             size_t *n_out) {
   size_t wstart = (size_t)iter * l->window;
-  size_t w = l->count - wstart < l->window ? l->count - wstart : l->window;
+  size_t left = seg_count > wstart ? seg_count - wstart : 0;
+  size_t w = left < l->window ? left : l->window;
   size_t q = l->chunk_max;
-  if (w < l->window) {
+  if (w < l->window && !l->fixed) {
     q = (w + l->nchunks - 1) / l->nchunks;
     q = (q + l->align - 1) / l->align * l->align;
   }
@@ -173,6 +188,14 @@ static inline void brd_plan_layout_chunk(const brd_plan_layout_t *l,
   if (hi > w) hi = w;
   *start_out = wstart + lo;
   *n_out = hi - lo;
+}
+
+/* Element range of chunk `chunk` in iteration `iter` of a buffer (or of
+ * each segment) of the launch's count. */
+static inline void brd_plan_layout_chunk(const brd_plan_layout_t *l,
+                                         uint64_t iter, uint32_t chunk,
+                                         size_t *start_out, size_t *n_out) {
+  brd_plan_layout_seg_chunk(l, l->count, iter, chunk, start_out, n_out);
 }
 
 /* Sequence numbers one launch uses: niter * seq_per_iter. */

@@ -1,10 +1,11 @@
 /*
  * Braid plan verifier. See verify.h for what it proves and reports.
  *
- * State: one symbolic location per (rank, iteration, chunk) of the output
- * and per (rank, slot) of the scratch; input chunks are implicit (they hold
- * the rank's own contribution) unless the launch is in place, where input
- * and output share the output locations. Each location keeps its value,
+ * State: one symbolic location per (rank, iteration, output segment,
+ * chunk) of the output and per (rank, slot) of the scratch; input chunks
+ * are implicit (they hold the rank's own contribution to their segment)
+ * unless the launch is in place, where the input segment the collective
+ * aliases shares the output segment's locations. Each location keeps its value,
  * its last two writers (thread, clock, op) and the reads of its value, so
  * every read can be checked against the write it observes (read after
  * write) and every write against the reads and the write it replaces.
@@ -33,6 +34,8 @@ typedef struct vread {
 
 typedef struct vloc {
   int32_t iter, chunk;     /* identity of the value */
+  int32_t seg;             /* input segment the value was taken from */
+  int32_t wrank;           /* one-phase plans: the rank that writes it */
   uint16_t post;           /* post-ops applied */
   uint8_t ll;              /* written as LL packets */
   int32_t ll_k;            /* packet flag offset of the last write */
@@ -71,8 +74,13 @@ typedef struct vstate {
   const brd_ir_plan_t *p;
   int n, B, T, niter, inplace;
   int64_t S;
+  int coll, root, one_phase;
+  int nout_max;            /* output segments allocated per rank */
+  int *nin, *nout;         /* [n]: input / output segments of each rank */
+  const brd_verify_p2p_t *p2p; /* borrowed: SENDRECV pairing */
   size_t per_rank;         /* locations per rank */
   uint32_t *vc;            /* [T][T] */
+  uint32_t *vc0;           /* [T][T]: each thread's clock after iteration 0 */
   vthr_t *thr;             /* [T] */
   vloc_t *locs;            /* [n * per_rank] */
   uint8_t *contrib;        /* [n * per_rank][n] */
@@ -192,25 +200,61 @@ static int ref_owner(const vstate_t *v, int rank, const brd_ir_ref_t *ref) {
   return ref->chan == BRD_IR_CHAN_LOCAL ? rank : chan_of(v, rank, ref->chan)->peer;
 }
 
-static size_t loc_out(const vstate_t *v, int rank, int iter, uint32_t chunk) {
-  return (size_t)rank * v->per_rank + (size_t)iter * v->p->nchunks + chunk;
+static size_t loc_out(const vstate_t *v, int rank, int iter, int seg,
+                      uint32_t chunk) {
+  return (size_t)rank * v->per_rank +
+         ((size_t)iter * v->nout_max + (size_t)seg) * v->p->nchunks + chunk;
 }
 
 static size_t loc_scratch(const vstate_t *v, int rank, uint32_t slot) {
-  return (size_t)rank * v->per_rank + (size_t)v->niter * v->p->nchunks + slot;
+  return (size_t)rank * v->per_rank +
+         (size_t)v->niter * v->nout_max * v->p->nchunks + slot;
+}
+
+/* Segment and chunk an INPUT/OUTPUT index names. */
+static int ref_seg(const vstate_t *v, uint32_t index) {
+  return (int)(index / v->p->nchunks);
+}
+
+static uint32_t ref_chunk(const vstate_t *v, uint32_t index) {
+  return index % v->p->nchunks;
+}
+
+/* The output segment that input segment `seg` of `rank` shares in an
+ * in-place launch, or -1. */
+static int alias_out(const vstate_t *v, int rank, int seg) {
+  if (!v->inplace) return -1;
+  int root = rank == v->root;
+  switch (v->coll) {
+  case BRD_IR_COLL_ALLREDUCE: return seg == 0 ? 0 : -1;
+  case BRD_IR_COLL_ALLGATHER: return seg == 0 ? rank : -1;
+  case BRD_IR_COLL_REDUCESCATTER: return seg == rank ? 0 : -1;
+  case BRD_IR_COLL_BROADCAST:
+  case BRD_IR_COLL_REDUCE: return root && seg == 0 ? 0 : -1;
+  case BRD_IR_COLL_GATHER: return root && seg == 0 ? v->root : -1;
+  case BRD_IR_COLL_SCATTER: return root && seg == v->root ? 0 : -1;
+  default: return -1;
+  }
 }
 
 static uint8_t *contrib_of(vstate_t *v, size_t li) {
   return v->contrib + li * (size_t)v->n;
 }
 
-/* Location a data ref names for chunk t of the op; INPUT only in place. */
+/* Location a data ref names for chunk t of the op; INPUT only when it is
+ * aliased to an output segment (in place). */
 static size_t ref_loc(const vstate_t *v, int rank, int iter,
                       const brd_ir_ref_t *ref, uint32_t t) {
   int owner = ref_owner(v, rank, ref);
-  if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH)
-    return loc_scratch(v, owner, ref->index + t);
-  return loc_out(v, owner, iter, ref->index + t);
+  uint32_t index = ref->index + t;
+  switch (ref->buf & BRD_IR_BUF_MASK) {
+  case BRD_IR_BUF_SCRATCH: return loc_scratch(v, owner, index);
+  case BRD_IR_BUF_INPUT:
+    return loc_out(v, owner, iter, alias_out(v, owner, ref_seg(v, index)),
+                   ref_chunk(v, index));
+  default:
+    return loc_out(v, owner, iter, ref_seg(v, index), ref_chunk(v, index));
+  }
 }
 
 static void describe_writer(const vstate_t *v, int w, int op, char *out,
@@ -223,6 +267,37 @@ static void describe_writer(const vstate_t *v, int w, int op, char *out,
 }
 
 /* ---- structure ------------------------------------------------------------ */
+
+/* An INPUT/OUTPUT ref must name a segment the collective gives its owner
+ * and, for point-to-point segments, chunks that hold data. */
+static int check_segment(vstate_t *v, int r, int b, int i,
+                         const brd_ir_op_t *op, const brd_ir_ref_t *ref) {
+  int owner = ref_owner(v, r, ref);
+  int seg = ref_seg(v, ref->index);
+  int input = (ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT;
+  int have = input ? v->nin[owner] : v->nout[owner];
+  if (seg >= have) {
+    if (have == 0)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, owner,
+                   "rank %d block %d op %d: %s rank %d's %s, which this "
+                   "collective does not give it (it may not even exist)", r,
+                   b, i, input ? "reads" : "writes", owner,
+                   input ? "input" : "output");
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, owner,
+                 "rank %d block %d op %d: %s segment %d of rank %d, which "
+                 "has %d", r, b, i, buf_name(ref->buf), seg, owner, have);
+  }
+  if (v->p2p == NULL) return STEP_OK;
+  uint32_t data = input ? v->p2p[owner].in_chunks[seg]
+                        : v->p2p[owner].out[seg].nchunks;
+  if ((uint32_t)op->chunk + op->nchunks > data)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, owner,
+                 "rank %d block %d op %d: %s %d of rank %d holds %u chunks; "
+                 "the op touches chunks %u..%u", r, b, i,
+                 input ? "send" : "receive", seg, owner, data, op->chunk,
+                 op->chunk + op->nchunks - 1);
+  return STEP_OK;
+}
 
 static int check_ref(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op,
                      int ri) {
@@ -254,11 +329,14 @@ static int check_ref(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op,
                    "rank %d block %d op %d: scratch slots %u..%u beyond the "
                    "plan's %u", r, b, i, ref->index,
                    ref->index + op->nchunks - 1, v->p->nslots);
-  } else if (ref->index != op->chunk) {
+  } else if (ref_chunk(v, ref->index) != op->chunk) {
     return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
-                 "rank %d block %d op %d: %s %u differs from the op's chunk "
-                 "%u, whose size it must have", r, b, i, buf_name(ref->buf),
-                 ref->index, op->chunk);
+                 "rank %d block %d op %d: %s %u (segment %d, chunk %u) "
+                 "differs from the op's chunk %u, whose size it must have",
+                 r, b, i, buf_name(ref->buf), ref->index,
+                 ref_seg(v, ref->index), ref_chunk(v, ref->index), op->chunk);
+  } else {
+    return check_segment(v, r, b, i, op, ref);
   }
   return STEP_OK;
 }
@@ -474,6 +552,42 @@ static int check_header(vstate_t *v, const brd_ir_plan_t *p) {
   return STEP_OK;
 }
 
+/* The collective, root, flags and (point-to-point) pairing table. */
+static int check_kind(vstate_t *v) {
+  const brd_ir_plan_t *p = v->p;
+  if (p->coll >= BRD_IR_COLL_COUNT ||
+      (p->flags & ~(BRD_IR_PLAN_F_FIXED | BRD_IR_PLAN_F_ONE_PHASE)) != 0 ||
+      p->root >= p->nranks)
+    return vfail(v, BRD_VERIFY_MALFORMED, -1, -1, -1, -1,
+                 "bad header: collective %u, flags 0x%x, root %u of %u ranks",
+                 p->coll, p->flags, p->root, p->nranks);
+  if (v->coll != BRD_IR_COLL_SENDRECV) return STEP_OK;
+  if (v->p2p == NULL)
+    return vfail(v, BRD_VERIFY_MALFORMED, -1, -1, -1, -1,
+                 "a point-to-point plan is verified with its pairing "
+                 "(brd_plan_verify_p2p)");
+  for (int r = 0; r < v->n; r++) {
+    const brd_verify_p2p_t *t = &v->p2p[r];
+    if (t->nin < 0 || t->nout < 0 || (t->nin > 0 && t->in_chunks == NULL) ||
+        (t->nout > 0 && t->out == NULL))
+      return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, -1,
+                   "pairing of rank %d: %d sends, %d receives", r, t->nin,
+                   t->nout);
+    for (int j = 0; j < t->nout; j++) {
+      const brd_verify_p2p_seg_t *o = &t->out[j];
+      if (o->src_rank < 0 || o->src_rank >= v->n || o->src_seg < 0 ||
+          o->src_seg >= v->p2p[o->src_rank].nin ||
+          o->nchunks > p->nchunks ||
+          o->nchunks != v->p2p[o->src_rank].in_chunks[o->src_seg])
+        return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, o->src_rank,
+                     "pairing of rank %d: receive %d names send %d of rank "
+                     "%d with %u chunks, which does not exist or differs",
+                     r, j, o->src_seg, o->src_rank, o->nchunks);
+    }
+  }
+  return STEP_OK;
+}
+
 /* ---- execution ------------------------------------------------------------ */
 
 static int record_read(vstate_t *v, vloc_t *l, int th, uint32_t clk, int op) {
@@ -596,11 +710,22 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
   for (uint32_t c = 0; c < op->nchunks; c++) {
     uint32_t chunk = op->chunk + c;
     uint16_t post = 0;
+    int32_t vseg = -1; /* input segment of the value being combined */
     memset(v->acc, 0, (size_t)v->n);
     for (int s = 0; s < op->nsrc; s++) {
       const brd_ir_ref_t *ref = &op->ref[s];
       uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
-      if (kind == BRD_IR_BUF_INPUT && !v->inplace) {
+      if (kind == BRD_IR_BUF_INPUT &&
+          alias_out(v, r, ref_seg(v, ref->index + c)) < 0) {
+        int32_t seg = ref_seg(v, ref->index + c);
+        if (vseg >= 0 && seg != vseg) {
+          vfail(v, BRD_VERIFY_MISMATCH, r, b, opi, -1,
+                "rank %d block %d op %d (iteration %d, chunk %u) combines "
+                "input segment %d with data of segment %d", r, b, opi,
+                t->iter, chunk, seg, vseg);
+          return vfail_chunk(v, (int)chunk);
+        }
+        vseg = seg;
         if (v->acc[r] < 255) v->acc[r]++;
         continue;
       }
@@ -628,14 +753,17 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
           return vfail_chunk(v, (int)index);
       }
       if (record_read(v, l, th, clk, opi) != STEP_OK) return STEP_FAIL;
-      if (l->iter != t->iter || (uint32_t)l->chunk != chunk) {
+      if (l->iter != t->iter || (uint32_t)l->chunk != chunk ||
+          (vseg >= 0 && l->seg != vseg)) {
         vfail(v, BRD_VERIFY_MISMATCH, r, b, opi,
               l->w_thr >= 0 ? thr_rank(v, l->w_thr) : owner,
-              "rank %d block %d op %d (iteration %d, chunk %u) reads %s %u of "
-              "rank %d holding chunk %d of iteration %d", r, b, opi, t->iter,
-              chunk, buf_name(ref->buf), index, owner, l->chunk, l->iter);
+              "rank %d block %d op %d (iteration %d, chunk %u%s) reads %s %u "
+              "of rank %d holding chunk %d of iteration %d, segment %d", r,
+              b, opi, t->iter, chunk, vseg >= 0 ? ", after other sources" : "",
+              buf_name(ref->buf), index, owner, l->chunk, l->iter, l->seg);
         return vfail_chunk(v, (int)chunk);
       }
+      vseg = l->seg;
       if (op->nsrc > 1 && l->post > 0) {
         vfail(v, BRD_VERIFY_POSTOP, r, b, opi, owner,
               "rank %d block %d op %d reduces %s %u of rank %d, which already "
@@ -674,6 +802,16 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
       }
       if (check_overwrite(v, th, opi, l, owner, ref, index) != STEP_OK)
         return vfail_chunk(v, (int)index);
+      if (v->one_phase && kind == BRD_IR_BUF_SCRATCH) {
+        if (l->wrank >= 0 && l->wrank != r) {
+          vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
+                "rank %d block %d op %d writes scratch slot %u of rank %d, "
+                "which rank %d writes too: a one-phase plan needs one writer "
+                "rank per slot", r, b, opi, index, owner, l->wrank);
+          return vfail_chunk(v, (int)index);
+        }
+        l->wrank = r;
+      }
       int ll = (ref->buf & BRD_IR_REF_LL) != 0;
       if (ll && l->ll && l->w_thr >= 0 &&
           (int64_t)t->iter * v->S + op->k <= (int64_t)l->w_iter * v->S + l->ll_k) {
@@ -694,6 +832,7 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
       l->w_iter = t->iter;
       l->iter = t->iter;
       l->chunk = (int32_t)chunk;
+      l->seg = vseg;
       l->post = post;
       l->ll = (uint8_t)ll;
       l->ll_k = op->k;
@@ -833,6 +972,8 @@ static int run_thread(vstate_t *v, int th, int *progress) {
     *progress = 1;
     if (++t->pc == nops) {
       t->pc = 0;
+      if (t->iter == 0)
+        memcpy(v->vc0 + (size_t)th * v->T, vc_of(v, th), (size_t)v->T * sizeof(uint32_t));
       if (++t->iter == v->niter) t->done = 1;
     }
   }
@@ -890,60 +1031,151 @@ static void rank_end_clock(vstate_t *v, int r, uint32_t *out) {
   for (int b = 0; b < v->B; b++) vc_join(out, vc_of(v, r * v->B + b), v->T);
 }
 
-/* Outputs: every chunk of every rank and iteration holds exactly one
- * contribution of each rank with the post-op applied once, written before
- * its rank can finish. Because each contribution reaches an output through
- * reads ordered after their writes, this also makes every rank's end
- * depend on an op of every other rank in the launch, which is what lets
- * scratch phases alternate: no rank gets two launches ahead of another. */
+/* What output segment `seg` of rank r must hold. */
+typedef struct expect {
+  int seg;      /* input segment of the value */
+  int one;      /* the one contributing rank, -1 for all */
+  int post;     /* post-ops applied */
+  uint32_t nchunks; /* chunks holding data */
+} expect_t;
+
+static expect_t expect_of(const vstate_t *v, int r, int seg) {
+  expect_t e = {0, -1, 1, v->p->nchunks};
+  switch (v->coll) {
+  case BRD_IR_COLL_ALLREDUCE: break;
+  case BRD_IR_COLL_ALLGATHER: e.one = seg; e.post = 0; break;
+  case BRD_IR_COLL_REDUCESCATTER: e.seg = r; break;
+  case BRD_IR_COLL_BROADCAST: e.one = v->root; e.post = 0; break;
+  case BRD_IR_COLL_REDUCE: break;
+  case BRD_IR_COLL_ALLTOALL: e.seg = r; e.one = seg; e.post = 0; break;
+  case BRD_IR_COLL_GATHER: e.one = seg; e.post = 0; break;
+  case BRD_IR_COLL_SCATTER: e.seg = r; e.one = v->root; e.post = 0; break;
+  default: /* SENDRECV */
+    e.seg = v->p2p[r].out[seg].src_seg;
+    e.one = v->p2p[r].out[seg].src_rank;
+    e.post = 0;
+    e.nchunks = v->p2p[r].out[seg].nchunks;
+    break;
+  }
+  return e;
+}
+
+/* Does the clock `c` (a rank's end) cover any op of rank q? */
+static int clock_knows(const vstate_t *v, const uint32_t *c, int q) {
+  for (int b = 0; b < v->B; b++)
+    if (c[q * v->B + b] > 0) return 1;
+  return 0;
+}
+
+/* Outputs: every chunk of every output segment, rank and iteration holds
+ * what the collective defines, written before its rank can finish. */
 static int check_outputs(vstate_t *v) {
   uint32_t *end = v->bar_acc; /* free after the run; T entries */
   for (int r = 0; r < v->n; r++) {
     rank_end_clock(v, r, end);
-    for (int it = 0; it < v->niter; it++) {
-      for (uint32_t c = 0; c < v->p->nchunks; c++) {
-        size_t li = loc_out(v, r, it, c);
-        const vloc_t *l = &v->locs[li];
-        int wb = l->w_thr >= 0 ? thr_block(v, l->w_thr) : -1;
-        int wr = l->w_thr >= 0 ? thr_rank(v, l->w_thr) : r;
-        if (l->w_thr == W_NONE || (v->inplace && l->w_thr == W_INIT)) {
-          vfail(v, BRD_VERIFY_MISSING, r, -1, -1, -1,
-                "output chunk %u of rank %d (iteration %d) is never written",
-                c, r, it);
-          return vfail_chunk(v, (int)c);
+    for (int seg = 0; seg < v->nout[r]; seg++) {
+      expect_t e = expect_of(v, r, seg);
+      for (int it = 0; it < v->niter; it++) {
+        for (uint32_t c = 0; c < e.nchunks; c++) {
+          size_t li = loc_out(v, r, it, seg, c);
+          const vloc_t *l = &v->locs[li];
+          int wb = l->w_thr >= 0 ? thr_block(v, l->w_thr) : -1;
+          int wr = l->w_thr >= 0 ? thr_rank(v, l->w_thr) : r;
+          /* An all-reduce always writes its output; a collective whose
+           * in-place input already is the answer (all-gather's own
+           * segment) may leave it. */
+          if (l->w_thr == W_NONE ||
+              (v->inplace && l->w_thr == W_INIT &&
+               v->coll == BRD_IR_COLL_ALLREDUCE)) {
+            vfail(v, BRD_VERIFY_MISSING, r, -1, -1, -1,
+                  "output chunk %u of rank %d (segment %d, iteration %d) is "
+                  "never written", c, r, seg, it);
+            return vfail_chunk(v, (int)c);
+          }
+          if (l->iter != it || (uint32_t)l->chunk != c || l->seg != e.seg) {
+            vfail(v, BRD_VERIFY_MISMATCH, wr, wb, l->w_op, -1,
+                  "output chunk %u of rank %d (segment %d, iteration %d) "
+                  "holds chunk %d of iteration %d of input segment %d, not "
+                  "of segment %d, written by rank %d block %d op %d", c, r,
+                  seg, it, l->chunk, l->iter, l->seg, e.seg, wr, wb, l->w_op);
+            return vfail_chunk(v, (int)c);
+          }
+          const uint8_t *got = contrib_of(v, li);
+          for (int q = 0; q < v->n; q++) {
+            int want = e.one < 0 || e.one == q ? 1 : 0;
+            if (got[q] == want) continue;
+            vfail(v, got[q] > want ? BRD_VERIFY_DUPLICATE : BRD_VERIFY_MISSING,
+                  wr, wb, l->w_op, q,
+                  "output chunk %u of rank %d (segment %d, iteration %d) has "
+                  "rank %d's contribution %d times, expected %d (last "
+                  "written by rank %d block %d op %d)", c, r, seg, it, q,
+                  got[q], want, wr, wb, l->w_op);
+            return vfail_chunk(v, (int)c);
+          }
+          if (l->post != e.post) {
+            vfail(v, BRD_VERIFY_POSTOP, wr, wb, l->w_op, -1,
+                  "output chunk %u of rank %d (segment %d, iteration %d) had "
+                  "the post-op applied %u times, expected %d (last written by "
+                  "rank %d block %d op %d)", c, r, seg, it, l->post, e.post,
+                  wr, wb, l->w_op);
+            return vfail_chunk(v, (int)c);
+          }
+          /* The launch on rank r may only end once its output is final. */
+          if (l->w_thr >= 0 && end[l->w_thr] < l->w_clk) {
+            vfail(v, BRD_VERIFY_RACE, wr, wb, l->w_op, r,
+                  "rank %d can finish the launch before rank %d block %d op "
+                  "%d writes its output chunk %u (segment %d, iteration %d): "
+                  "no wait orders that write before rank %d's last op", r,
+                  wr, wb, l->w_op, c, seg, it, r);
+            return vfail_chunk(v, (int)c);
+          }
         }
-        if (l->iter != it || (uint32_t)l->chunk != c) {
-          vfail(v, BRD_VERIFY_MISMATCH, wr, wb, l->w_op, -1,
-                "output chunk %u of rank %d (iteration %d) holds chunk %d of "
-                "iteration %d, written by rank %d block %d op %d", c, r, it,
-                l->chunk, l->iter, wr, wb, l->w_op);
-          return vfail_chunk(v, (int)c);
-        }
-        const uint8_t *got = contrib_of(v, li);
-        for (int q = 0; q < v->n; q++) {
-          if (got[q] == 1) continue;
-          vfail(v, got[q] ? BRD_VERIFY_DUPLICATE : BRD_VERIFY_MISSING, wr, wb,
-                l->w_op, q,
-                "output chunk %u of rank %d (iteration %d) has rank %d's "
-                "contribution %d times (last written by rank %d block %d op "
-                "%d)", c, r, it, q, got[q], wr, wb, l->w_op);
-          return vfail_chunk(v, (int)c);
-        }
-        if (l->post != 1) {
-          vfail(v, BRD_VERIFY_POSTOP, wr, wb, l->w_op, -1,
-                "output chunk %u of rank %d (iteration %d) had the post-op "
-                "applied %u times (last written by rank %d block %d op %d)",
-                c, r, it, l->post, wr, wb, l->w_op);
-          return vfail_chunk(v, (int)c);
-        }
-        /* The launch on rank r may only end once its output is final. */
-        if (end[l->w_thr] < l->w_clk) {
-          vfail(v, BRD_VERIFY_RACE, wr, wb, l->w_op, r,
+      }
+    }
+  }
+  return STEP_OK;
+}
+
+/* Across launches. With scratch phases, a rank writes a peer's half of
+ * phase X in launch L assuming the peer finished launch L-2; that holds
+ * when no rank finished L-1 before every rank had started it, so every
+ * rank's end must follow an op of every other rank, even in a launch of a
+ * single iteration: checked on the clocks at the end of iteration 0 (later
+ * iterations may learn of a rank only through an earlier one's waits). A
+ * one-phase plan instead reuses its slots in the next launch at once, so
+ * every write to another rank's scratch must have been read before the
+ * writer finishes. */
+static int check_launch_end(vstate_t *v) {
+  uint32_t *end = v->bar_acc;
+  for (int r = 0; r < v->n; r++) {
+    if (!v->one_phase) {
+      memset(end, 0, (size_t)v->T * sizeof(*end));
+      for (int b = 0; b < v->B; b++)
+        vc_join(end, v->vc0 + (size_t)(r * v->B + b) * v->T, v->T);
+      for (int q = 0; q < v->n; q++) {
+        if (q == r || clock_knows(v, end, q)) continue;
+        return vfail(v, BRD_VERIFY_LAUNCH_ORDER, r, -1, -1, q,
+                     "rank %d can finish the launch before rank %d has run "
+                     "any op of it: the next launch could then write scratch "
+                     "rank %d still uses (add an acknowledgement from rank "
+                     "%d)", r, q, q, q);
+      }
+      continue;
+    }
+    rank_end_clock(v, r, end);
+    for (int q = 0; q < v->n; q++) {
+      for (uint32_t slot = 0; slot < v->p->nslots; slot++) {
+        const vloc_t *l = &v->locs[loc_scratch(v, q, slot)];
+        if (l->w_thr < 0 || thr_rank(v, l->w_thr) != r || q == r) continue;
+        for (uint32_t i = 0; i < l->nrd; i++) {
+          if (end[l->rd[i].thr] >= l->rd[i].clk) continue;
+          vfail(v, BRD_VERIFY_REUSE, r, thr_block(v, l->w_thr), l->w_op, q,
                 "rank %d can finish the launch before rank %d block %d op %d "
-                "writes its output chunk %u (iteration %d): no wait orders "
-                "that write before rank %d's last op", r, wr, wb, l->w_op, c,
-                it, r);
-          return vfail_chunk(v, (int)c);
+                "reads what rank %d block %d op %d wrote in its scratch slot "
+                "%u: the next launch would overwrite it (wait for an "
+                "acknowledgement)", r, q, thr_block(v, l->rd[i].thr),
+                l->rd[i].op, r, thr_block(v, l->w_thr), l->w_op, slot);
+          return vfail_chunk(v, (int)slot);
         }
       }
     }
@@ -969,6 +1201,7 @@ static void vstate_free(vstate_t *v) {
     }
   }
   free(v->vc);
+  free(v->vc0);
   free(v->thr);
   free(v->locs);
   free(v->contrib);
@@ -981,6 +1214,34 @@ static void vstate_free(vstate_t *v) {
   free(v->bar_count);
   free(v->bar_acc);
   free(v->acc);
+  free(v->nin);
+  free(v->nout);
+}
+
+/* Segments per rank (the collective's), before anything is sized. */
+static int vstate_segments(vstate_t *v) {
+  v->nin = calloc((size_t)v->n, sizeof(*v->nin));
+  v->nout = calloc((size_t)v->n, sizeof(*v->nout));
+  if (v->nin == NULL || v->nout == NULL) return -1;
+  v->nout_max = 1;
+  for (int r = 0; r < v->n; r++) {
+    int root = r == v->root, ni = 1, no = 1;
+    switch (v->coll) {
+    case BRD_IR_COLL_ALLGATHER: no = v->n; break;
+    case BRD_IR_COLL_REDUCESCATTER: ni = v->n; break;
+    case BRD_IR_COLL_BROADCAST: ni = root; break;
+    case BRD_IR_COLL_REDUCE: no = root; break;
+    case BRD_IR_COLL_ALLTOALL: ni = no = v->n; break;
+    case BRD_IR_COLL_GATHER: no = root ? v->n : 0; break;
+    case BRD_IR_COLL_SCATTER: ni = root ? v->n : 0; break;
+    case BRD_IR_COLL_SENDRECV: ni = v->p2p[r].nin; no = v->p2p[r].nout; break;
+    default: break;
+    }
+    v->nin[r] = ni;
+    v->nout[r] = no;
+    if (no > v->nout_max) v->nout_max = no;
+  }
+  return 0;
 }
 
 static int vstate_alloc(vstate_t *v) {
@@ -994,6 +1255,7 @@ static int vstate_alloc(vstate_t *v) {
                          (size_t)brd_ir_plan_rank(p, r)->nchans * p->nsems;
   size_t nsems = v->sem_base[n];
   v->vc = calloc(T * T, sizeof(*v->vc));
+  v->vc0 = calloc(T * T, sizeof(*v->vc0));
   v->thr = calloc(T, sizeof(*v->thr));
   v->locs = calloc(nlocs, sizeof(*v->locs));
   v->contrib = calloc(nlocs * n, 1);
@@ -1005,7 +1267,7 @@ static int vstate_alloc(vstate_t *v) {
   v->bar_count = calloc(n * 2, sizeof(*v->bar_count));
   v->bar_acc = calloc(n * 2 * T, sizeof(*v->bar_acc));
   v->acc = calloc(n, 1);
-  if (!v->vc || !v->thr || !v->locs || !v->contrib || !v->sems ||
+  if (!v->vc || !v->vc0 || !v->thr || !v->locs || !v->contrib || !v->sems ||
       !v->rev_chan || !v->sig_blk || !v->sig_k || !v->bar_gen ||
       !v->bar_count || !v->bar_acc || !v->acc)
     return -1;
@@ -1016,16 +1278,22 @@ static int vstate_alloc(vstate_t *v) {
     v->locs[i].pw_thr = W_NONE;
     v->locs[i].iter = -1;
     v->locs[i].chunk = -1;
+    v->locs[i].seg = -1;
+    v->locs[i].wrank = -1;
   }
-  if (v->inplace) {
-    /* Output chunks start as the rank's own input. */
-    for (int r = 0; r < v->n; r++) {
+  /* In place, the aliased output segment starts as the rank's own input
+   * segment. */
+  for (int r = 0; r < v->n; r++) {
+    for (int seg = 0; seg < v->nin[r]; seg++) {
+      int out = alias_out(v, r, seg);
+      if (out < 0 || out >= v->nout[r]) continue;
       for (int it = 0; it < v->niter; it++) {
         for (uint32_t c = 0; c < p->nchunks; c++) {
-          size_t li = loc_out(v, r, it, c);
+          size_t li = loc_out(v, r, it, out, c);
           v->locs[li].w_thr = W_INIT;
           v->locs[li].iter = it;
           v->locs[li].chunk = (int32_t)c;
+          v->locs[li].seg = seg;
           contrib_of(v, li)[r] = 1;
         }
       }
@@ -1034,10 +1302,10 @@ static int vstate_alloc(vstate_t *v) {
   return 0;
 }
 
-/* See verify.h. */
-ncclResult_t brd_plan_verify(const brd_ir_plan_t *plan,
-                             const brd_verify_opts_t *opts,
-                             brd_verify_report_t *report_out) {
+static ncclResult_t verify(const brd_ir_plan_t *plan,
+                           const brd_verify_opts_t *opts,
+                           const brd_verify_p2p_t *p2p,
+                           brd_verify_report_t *report_out) {
   ncclResult_t res = ncclSuccess;
   brd_verify_report_t rep;
   vstate_t v;
@@ -1052,9 +1320,20 @@ ncclResult_t brd_plan_verify(const brd_ir_plan_t *plan,
   v.B = plan->nblocks;
   v.T = v.n * v.B;
   v.S = plan->seq_per_iter;
+  v.coll = plan->coll;
+  v.root = plan->root;
+  v.one_phase = (plan->flags & BRD_IR_PLAN_F_ONE_PHASE) != 0;
   v.niter = opts && opts->niter > 0 ? opts->niter : 2;
   v.inplace = opts ? opts->in_place : 0;
-  v.per_rank = (size_t)v.niter * plan->nchunks + plan->nslots;
+  if (v.coll == BRD_IR_COLL_SENDRECV) {
+    /* A point-to-point plan is made per launch for one window. */
+    v.niter = 1;
+    v.inplace = 0;
+    v.p2p = p2p;
+  }
+  if (check_kind(&v) != STEP_OK) goto fail_report;
+  if (vstate_segments(&v) != 0) goto fail_oom;
+  v.per_rank = (size_t)v.niter * v.nout_max * plan->nchunks + plan->nslots;
   if (vstate_alloc(&v) != 0) goto fail_oom;
   if (check_structure(&v) != STEP_OK) goto fail_report;
   if (run_all(&v) != STEP_OK) {
@@ -1062,6 +1341,7 @@ ncclResult_t brd_plan_verify(const brd_ir_plan_t *plan,
     goto fail_report;
   }
   if (check_outputs(&v) != STEP_OK) goto fail_report;
+  if (check_launch_end(&v) != STEP_OK) goto fail_report;
   goto done;
 
 fail_oom:
@@ -1075,4 +1355,18 @@ done:
   vstate_free(&v);
   if (report_out != NULL) *report_out = rep;
   return res;
+}
+
+/* See verify.h. */
+ncclResult_t brd_plan_verify(const brd_ir_plan_t *plan,
+                             const brd_verify_opts_t *opts,
+                             brd_verify_report_t *report_out) {
+  return verify(plan, opts, NULL, report_out);
+}
+
+/* See verify.h. */
+ncclResult_t brd_plan_verify_p2p(const brd_ir_plan_t *plan,
+                                 const brd_verify_p2p_t *p2p,
+                                 brd_verify_report_t *report_out) {
+  return verify(plan, NULL, p2p, report_out);
 }

@@ -1,11 +1,17 @@
 /*
  * Braid plan verifier: executes a plan symbolically for every rank and
- * block at once and proves, at chunk granularity, that it computes an
- * all-reduce without races or deadlocks.
+ * block at once and proves, at chunk granularity, that it computes its
+ * collective (the plan's `coll` and `root`) without races or deadlocks.
  *
  * Each chunk value is a vector of contribution counts (one per rank) plus
- * the window iteration and chunk it belongs to and how many times the
- * post-op was applied. Blocks run as symbolic threads in program order,
+ * the window iteration, chunk and input segment it belongs to and how many
+ * times the post-op was applied. Every output chunk must end up holding
+ * what the collective defines (device/ir.h lists them): for a reduction,
+ * one contribution of every rank with the post-op applied once; for data
+ * movement, exactly the one rank's input segment it names, untouched.
+ * Inputs a collective does not give a rank (Broadcast and Scatter off the
+ * root) must not be read, outputs it does not give (Reduce and Gather off
+ * the root) must not be written. Blocks run as symbolic threads in program order,
  * each op repeated for `niter` loop iterations; WAIT, LL packet reads and
  * BARRIER block until satisfiable. Vector clocks (one per block, advanced
  * per op, joined at every acquire: a wait on a signal, a packet read, a
@@ -28,12 +34,22 @@
  *                        rewritten before its packets were read;
  *   DEADLOCK             waits that can never be satisfied;
  *   LAUNCH_ORDER         a peer's output written (or its in-place input
- *                        read) before that peer joined the launch;
+ *                        read) before that peer joined the launch; or, in
+ *                        a plan with scratch phases, a rank that can finish
+ *                        before some other rank joined (the next launch
+ *                        could then write a scratch half still in use);
+ *   REUSE                also: in a one-phase plan, a rank that can finish
+ *                        before its peer read what it wrote in the peer's
+ *                        scratch (the next launch would overwrite it);
  *   MALFORMED            a structural error: bad index, channel, opcode,
- *                        sequence number, or semaphore with two writers.
+ *                        sequence number, semaphore with two writers, a
+ *                        segment the collective does not have, an input it
+ *                        does not give or an output it does not have.
  */
 #ifndef BRD_PLAN_VERIFY_H
 #define BRD_PLAN_VERIFY_H
+
+#include <stdint.h>
 
 #include "nccl.h"
 #include "device/ir.h"
@@ -62,19 +78,45 @@ typedef struct brd_verify_report {
   char msg[512];
 } brd_verify_report_t;
 
+/* Where one output segment of a point-to-point plan gets its data. */
+typedef struct brd_verify_p2p_seg {
+  int src_rank;      /* the sending rank (may be the receiver itself) */
+  int src_seg;       /* the sender's input segment */
+  uint32_t nchunks;  /* chunks of data; later chunks are never touched */
+} brd_verify_p2p_seg_t;
+
+/* What one rank of a point-to-point plan sends and receives. */
+typedef struct brd_verify_p2p {
+  int nin;                         /* input segments (sends) */
+  const uint32_t *in_chunks;       /* [nin] chunks of data in each */
+  int nout;                        /* output segments (receives) */
+  const brd_verify_p2p_seg_t *out; /* [nout] */
+} brd_verify_p2p_t;
+
 typedef struct brd_verify_opts {
-  int in_place; /* input and output are the same buffer */
+  int in_place; /* input and output are the same buffer, in the layout the
+                 * collective defines for in-place calls (on the root for
+                 * Broadcast, Reduce, Gather, Scatter; none for AlltoAll) */
   int niter;    /* loop iterations to execute; 0 means 2 */
 } brd_verify_opts_t;
 
 /* Verifies plan (opts may be NULL: out of place, 2 iterations). Returns
  * ncclSuccess, ncclInternalError for a faulty plan (WARN with the report's
  * text), or ncclSystemError when out of memory. Fills *report_out (may be
- * NULL) in every case; kind is BRD_VERIFY_OK on success. Any thread; the
+ * NULL) in every case; kind is BRD_VERIFY_OK on success. A SENDRECV plan
+ * needs brd_plan_verify_p2p and fails here as MALFORMED. Any thread; the
  * plan is only read. */
 ncclResult_t brd_plan_verify(const brd_ir_plan_t *plan,
                              const brd_verify_opts_t *opts,
                              brd_verify_report_t *report_out);
+
+/* Verifies a point-to-point plan (BRD_IR_COLL_SENDRECV) against the
+ * pairing it must implement: p2p[r] for every rank r (borrowed). A
+ * point-to-point plan covers one window, so it runs one iteration, out of
+ * place. Results as brd_plan_verify. */
+ncclResult_t brd_plan_verify_p2p(const brd_ir_plan_t *plan,
+                                 const brd_verify_p2p_t *p2p,
+                                 brd_verify_report_t *report_out);
 
 /* Name of a fault kind ("deadlock", ...), for messages and tests. */
 const char *brd_plan_verify_kind_name(brd_verify_kind_t kind);

@@ -137,9 +137,15 @@ void ref_poison(ncclDataType_t dt, void *buf, size_t n) {
 
 void ref_reduce_expect(ncclDataType_t dt, ncclRedOp_t op, int nranks,
                        double scalar, void *expect, size_t n) {
+  ref_reduce_expect_range(dt, op, nranks, scalar, expect, 0, n);
+}
+
+void ref_reduce_expect_range(ncclDataType_t dt, ncclRedOp_t op, int nranks,
+                             double scalar, void *out, size_t first,
+                             size_t n) {
   int is_int = !ref_dtype_is_float(dt);
   size_t es = ref_dtype_size(dt);
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = first; i < first + n; i++) {
     /* Integers wrap modulo 2^bits in any order, so reduce in uint64. */
     uint64_t iacc = 0;
     double acc = 0;
@@ -170,16 +176,16 @@ void ref_reduce_expect(ncclDataType_t dt, ncclRedOp_t op, int nranks,
         if (is_signed) {
           int64_t sv = es == 8 ? (int64_t)s
                                : (int64_t)(s << (64 - 8 * es)) >> (64 - 8 * es);
-          ref_store(dt, expect, i, (double)(sv / nranks));
+          ref_store(dt, out, i - first, (double)(sv / nranks));
         } else {
-          ref_store(dt, expect, i, (double)(s / (uint64_t)nranks));
+          ref_store(dt, out, i - first, (double)(s / (uint64_t)nranks));
         }
       } else {
-        memcpy((char *)expect + i * es, &iacc, es); /* little-endian truncation */
+        memcpy((char *)out + (i - first) * es, &iacc, es); /* little-endian truncation */
       }
     } else {
       if (op == ncclAvg) acc /= nranks;
-      ref_store(dt, expect, i, acc);
+      ref_store(dt, out, i - first, acc);
     }
   }
 }
@@ -220,4 +226,51 @@ size_t ref_compare(ncclDataType_t dt, int tolerant, const void *got,
     }
   }
   return wrong;
+}
+
+double ref_move_value(ncclDataType_t dt, int rank, int seg, size_t i) {
+  size_t h = (i + 1) * 2654435761u ^ ((size_t)rank * 97u + (size_t)seg * 13u);
+  switch (dt) {
+  case ncclFloat8e4m3: case ncclFloat8e5m2:
+    /* Small integers both fp8 formats hold exactly (up to 16). */
+    return (double)(1 + (rank * 5 + seg * 3 + (int)(i % 11) + (int)(h % 3)) % 16);
+  case ncclInt8: case ncclUint8:
+    return (double)(1 + (rank * 37 + seg * 11 + (int)(i % 97) + (int)(h % 5)) % 120);
+  case ncclFloat16: case ncclBfloat16:
+    /* Integers up to 256 are exact in both. */
+    return (double)(1 + (rank * 41 + seg * 7 + (int)(i % 101) + (int)(h % 7)) % 250);
+  default:
+    return (double)(1 + (size_t)rank * 100003u + (size_t)seg * 1009u + i % 100000u);
+  }
+}
+
+void ref_fill_move(ncclDataType_t dt, int rank, int seg, void *buf, size_t n) {
+  for (size_t i = 0; i < n; i++) ref_store(dt, buf, i, ref_move_value(dt, rank, seg, i));
+}
+
+size_t ref_check_move(ncclDataType_t dt, int rank, int seg, const void *buf,
+                      size_t n, char *msg, size_t msglen) {
+  size_t es = ref_dtype_size(dt), wrong = 0;
+  unsigned char want[8];
+  for (size_t i = 0; i < n; i++) {
+    ref_store(dt, want, 0, ref_move_value(dt, rank, seg, i));
+    if (memcmp((const char *)buf + i * es, want, es) == 0) continue;
+    if (wrong == 0 && msg != NULL)
+      snprintf(msg, msglen, "element %zu of rank %d's segment %d: got %g, "
+               "expected %g", i, rank, seg, ref_load(dt, buf, i),
+               ref_move_value(dt, rank, seg, i));
+    wrong++;
+  }
+  return wrong;
+}
+
+size_t ref_count_poison(ncclDataType_t dt, const void *buf, size_t n) {
+  size_t es = ref_dtype_size(dt), count = 0;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char *b = (const unsigned char *)buf + i * es;
+    size_t k = 0;
+    while (k < es && b[k] == 0xA5) k++;
+    count += k == es;
+  }
+  return count;
 }

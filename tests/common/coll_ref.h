@@ -41,6 +41,31 @@ void ref_poison(ncclDataType_t dt, void *buf, size_t n);
 void ref_reduce_expect(ncclDataType_t dt, ncclRedOp_t op, int nranks,
                        double scalar, void *expect, size_t n);
 
+/* Expected reduction over nranks of elements first .. first+n-1 of the
+ * ranks' inputs (ref_fill_input over the whole send buffer), written to
+ * expect[0 .. n): a reduce-scatter's output is the range of its segment. */
+void ref_reduce_expect_range(ncclDataType_t dt, ncclRedOp_t op, int nranks,
+                             double scalar, void *expect, size_t first,
+                             size_t n);
+
+/* Value of element i of segment seg of rank r's buffer for data movement
+ * (all-gather, all-to-all, broadcast, gather, scatter, send/recv): exact in
+ * the type and different for neighbouring ranks, segments and elements, so
+ * a shifted or swapped piece shows. */
+double ref_move_value(ncclDataType_t dt, int rank, int seg, size_t i);
+
+/* Fills n elements of buf with ref_move_value(dt, rank, seg, 0 .. n-1). */
+void ref_fill_move(ncclDataType_t dt, int rank, int seg, void *buf, size_t n);
+
+/* Counts elements of buf that differ from ref_move_value(dt, rank, seg,
+ * i); reports the first into msg (may be NULL). */
+size_t ref_check_move(ncclDataType_t dt, int rank, int seg, const void *buf,
+                      size_t n, char *msg, size_t msglen);
+
+/* Counts elements of buf (n bytes' worth of dt) still holding the poison
+ * pattern of ref_poison. */
+size_t ref_count_poison(ncclDataType_t dt, const void *buf, size_t n);
+
 /* Counts elements of got that differ from expect: bit-exact, except float
  * avg/premulsum which allow `ulps` units in the last place. Reports the
  * first mismatch into msg (may be NULL). */

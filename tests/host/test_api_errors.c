@@ -165,6 +165,38 @@ static void test_error_strings(void **state) {
   assert_int_equal(v, 22809);
 }
 
+/* ncclGroupSimulateEnd returns the cost model's estimate and runs nothing. */
+static float simulate(ncclComm_t *comms, int n, size_t count, float *buf) {
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  assert_int_equal(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; r++)
+    assert_int_equal(ncclAllReduce(buf + r * count, buf + (n + r) * count, count,
+                                   ncclFloat32, ncclSum, comms[r], NULL),
+                     ncclSuccess);
+  assert_int_equal(ncclGroupSimulateEnd(&sim), ncclSuccess);
+  return sim.estimatedTime;
+}
+
+static void test_group_simulate(void **state) {
+  (void)state;
+  enum { N = 4, BIG = 1 << 16 };
+  ncclComm_t comms[N];
+  assert_int_equal(ncclCommInitAll(comms, N, NULL), ncclSuccess);
+  float *buf = malloc(sizeof(float) * 2 * N * BIG);
+  assert_non_null(buf);
+  for (size_t i = 0; i < 2 * N * (size_t)BIG; i++) buf[i] = -7.0f;
+  float small = simulate(comms, N, 8, buf);
+  float big = simulate(comms, N, BIG, buf);
+  assert_true(small > 0.0f);
+  assert_true(big > small);
+  /* Nothing ran: the outputs still hold the poison. */
+  for (size_t i = 0; i < 2 * N * (size_t)BIG; i++) assert_true(buf[i] == -7.0f);
+  /* The group is consumed: another end has no start. */
+  assert_int_equal(ncclGroupEnd(), ncclInvalidUsage);
+  for (int r = 0; r < N; r++) assert_int_equal(ncclCommDestroy(comms[r]), ncclSuccess);
+  free(buf);
+}
+
 int main(void) {
   setenv("BRAID_DEVICE", "host", 0);
   const struct CMUnitTest tests[] = {
@@ -174,6 +206,7 @@ int main(void) {
       cmocka_unit_test(test_bad_config_magic),
       cmocka_unit_test(test_group_misuse),
       cmocka_unit_test(test_collective_arguments),
+      cmocka_unit_test(test_group_simulate),
   };
   return cmocka_run_group_tests_name("api_errors", tests, NULL, NULL);
 }

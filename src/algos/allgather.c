@@ -1,0 +1,201 @@
+/*
+ * All-gather: ring (large messages) and direct (small), Simple and LL.
+ * The output holds nranks segments; segment q receives rank q's input.
+ *
+ * Ring. Algorithm: each block owns one chunk of every window. Around the
+ * ring, a rank copies its own input into its segment and passes it on;
+ * each of the next n-1 steps stores the segment that arrived from the
+ * predecessor and forwards it, until every segment has gone n-1 hops.
+ * Memory ordering and slot reuse are the ring all-reduce's (data
+ * semaphore or LL flags forward, credits back, RING_DEPTH slots per
+ * block). Every rank's output holds every rank's data, so no rank finishes
+ * before all have joined. Blocks split the message: more blocks, more
+ * transfers in flight.
+ *
+ * Direct. Algorithm: every rank pushes its chunk into one slot of every
+ * peer's scratch and copies the n-1 slots it received into their segments:
+ * one step, n-1 times the data per rank, for latency-bound sizes. Memory
+ * ordering: Simple signals each peer's data semaphore after the push, LL
+ * carries flags; a credit back after each copy lets the sender reuse the
+ * slot one iteration later. Blocks split the message; n-1 slots per block
+ * share one buffer.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "algos/algos.h"
+
+#define RING_DEPTH 4
+
+typedef struct ag_ring {
+  brd_plan_builder_t *b;
+  const brd_algos_args_t *a;
+  int n, depth, steps, ll;
+  uint32_t nchunks;
+} ag_ring_t;
+
+static ncclResult_t ag_ring_block(const ag_ring_t *c, int p, int blk) {
+  const brd_algos_args_t *a = c->a;
+  int T = c->steps;
+  int rank = brd_algos_rank_at(a, p);
+  int next = brd_algos_rank_at(a, p + 1), prev = brd_algos_rank_at(a, p - 1);
+  uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
+  uint32_t chunk = (uint32_t)blk;
+  uint8_t llf = c->ll ? BRD_IR_REF_LL : 0;
+
+  for (int j = 0; j <= T; j++) {
+    /* Step j stores (and, before the last, forwards) the segment of
+     * position p - j: step 0 the own input, later ones what came in. */
+    int owner = brd_algos_rank_at(a, p - j);
+    uint32_t in_slot = (uint32_t)(blk * c->depth + (j + c->depth - 1) % c->depth);
+    uint32_t out_slot = (uint32_t)(blk * c->depth + j % c->depth);
+    brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
+                                      brd_algos_seg(c->nchunks, owner, chunk));
+    brd_plan_ref_t fwd = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, next, out_slot);
+
+    if (j >= 1 && !c->ll)
+      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_WAIT, prev, data_sem, j));
+    if (j < T)
+      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_WAIT, next, credit_sem,
+                             brd_algos_ring_credit_k(c->depth, T, j)));
+    if (j == 0) {
+      brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
+      CHECK(brd_algos_move(c->b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1,
+                           &in, 1, &out));
+      CHECK(brd_algos_move(c->b, rank, blk, c->ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT,
+                           0, chunk, 1, 0, 1, &in, 1, &fwd));
+    } else {
+      brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1, in_slot);
+      brd_plan_ref_t dst[2] = {out, fwd};
+      uint8_t code = c->ll ? BRD_IR_OP_PKT_REDUCE
+                           : j < T ? BRD_IR_OP_REDUCE : BRD_IR_OP_COPY;
+      CHECK(brd_algos_move(c->b, rank, blk, code, 0, chunk, j + 1, j, 1, &src,
+                           j < T ? 2 : 1, dst));
+      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_SIGNAL, prev, credit_sem, j));
+    }
+    if (j < T && !c->ll)
+      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_SIGNAL, next, data_sem, j + 1));
+  }
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_ring_allgather(const brd_algos_args_t *args,
+                                      brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(brd_algos_check(args, -1, "ring all-gather"));
+  if (args->nranks == 1)
+    return brd_algos_single(args, BRD_IR_COLL_ALLGATHER, BRD_IR_ALGO_RING, 0,
+                            plan_out);
+  ag_ring_t c;
+  c.a = args;
+  c.n = args->nranks;
+  c.steps = c.n - 1;
+  c.depth = c.steps < RING_DEPTH ? c.steps : RING_DEPTH;
+  c.ll = args->proto == BRD_IR_PROTO_LL;
+  c.nchunks = (uint32_t)args->nblocks;
+  if ((size_t)c.nchunks * c.n > 65536 || (size_t)args->nblocks * c.depth > 65535) {
+    WARN("ring all-gather: %d blocks x %d ranks exceed the IR's 16-bit "
+         "chunk and slot indices", args->nblocks, c.n);
+    return ncclInvalidArgument;
+  }
+  brd_plan_shape_t shape = {
+      .nranks = c.n, .nblocks = args->nblocks, .nchunks = c.nchunks,
+      .nslots = (uint32_t)args->nblocks * (uint32_t)c.depth,
+      .slot_div = (uint32_t)c.depth, .nsems = 2u * (uint32_t)args->nblocks,
+      .seq_per_iter = (uint32_t)c.steps, .proto = (uint8_t)args->proto,
+      .algo = BRD_IR_ALGO_RING, .coll = BRD_IR_COLL_ALLGATHER};
+  CHECK(brd_plan_builder_create(&shape, &c.b));
+  for (int p = 0; p < c.n; p++)
+    for (int blk = 0; blk < args->nblocks; blk++)
+      CHECK_GOTO(ag_ring_block(&c, p, blk), res, fail_destroy_builder);
+  res = brd_plan_builder_finish(c.b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(c.b);
+  return res;
+}
+
+/* Slot at the receiver (position pr) for data from the sender (ps). */
+static uint32_t direct_slot(int n, int blk, int ps, int pr) {
+  int rel = ((ps - pr - 1) % n + n) % n;
+  return (uint32_t)(blk * (n - 1) + rel);
+}
+
+static ncclResult_t ag_direct_block(brd_plan_builder_t *b,
+                                    const brd_algos_args_t *a, int p, int blk,
+                                    brd_plan_ref_t *refs) {
+  int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
+  int rank = brd_algos_rank_at(a, p);
+  uint32_t nchunks = (uint32_t)a->nblocks, chunk = (uint32_t)blk;
+  uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
+  uint8_t llf = ll ? BRD_IR_REF_LL : 0;
+
+  for (int i = 1; i < n; i++)
+    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
+                           credit_sem, 0));
+  brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
+  for (int i = 1; i < n; i++)
+    refs[i - 1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, brd_algos_rank_at(a, p + i),
+                               direct_slot(n, blk, p, p + i));
+  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
+                       chunk, 1, 0, 1, &in, n - 1, refs));
+  if (!ll) {
+    for (int i = 1; i < n; i++)
+      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL,
+                             brd_algos_rank_at(a, p + i), data_sem, 1));
+  }
+  brd_plan_ref_t own = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
+                                    brd_algos_seg(nchunks, rank, chunk));
+  CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &in, 1, &own));
+  for (int i = 1; i < n; i++) {
+    int from = brd_algos_rank_at(a, p - i);
+    brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
+                                      direct_slot(n, blk, p - i, p));
+    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
+                                      brd_algos_seg(nchunks, from, chunk));
+    if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, from, data_sem, 1));
+    CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_COPY,
+                         0, chunk, 0, 1, 1, &src, 1, &dst));
+    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, from, credit_sem, 1));
+  }
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_direct_allgather(const brd_algos_args_t *args,
+                                        brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_plan_builder_t *b = NULL;
+  CHECK(brd_algos_check(args, -1, "direct all-gather"));
+  if (args->nranks == 1)
+    return brd_algos_single(args, BRD_IR_COLL_ALLGATHER, BRD_IR_ALGO_ONESHOT, 0,
+                            plan_out);
+  int n = args->nranks;
+  CHECK(brd_algos_check_direct(n, "direct all-gather"));
+  if ((size_t)args->nblocks * n > 65536 || (size_t)args->nblocks * (n - 1) > 65535) {
+    WARN("direct all-gather: %d blocks x %d ranks exceed the IR's 16-bit "
+         "chunk and slot indices", args->nblocks, n);
+    return ncclInvalidArgument;
+  }
+  brd_plan_shape_t shape = {
+      .nranks = n, .nblocks = args->nblocks, .nchunks = (uint32_t)args->nblocks,
+      .nslots = (uint32_t)args->nblocks * (uint32_t)(n - 1),
+      .slot_div = (uint32_t)(n - 1), .nsems = 2u * (uint32_t)args->nblocks,
+      .seq_per_iter = 1, .proto = (uint8_t)args->proto,
+      .algo = BRD_IR_ALGO_ONESHOT, .coll = BRD_IR_COLL_ALLGATHER};
+  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
+  if (refs == NULL) {
+    WARN("out of host memory generating a direct all-gather for %d ranks", n);
+    return ncclSystemError;
+  }
+  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
+  for (int p = 0; p < n; p++)
+    for (int blk = 0; blk < args->nblocks; blk++)
+      CHECK_GOTO(ag_direct_block(b, args, p, blk, refs), res, fail_destroy_builder);
+  res = brd_plan_builder_finish(b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(b);
+fail_free_refs:
+  free(refs);
+  return res;
+}

@@ -1,0 +1,156 @@
+/*
+ * Plan generation by (collective, algorithm): the table of generators the
+ * runtime and the tests draw from, and the helpers the generators of the
+ * collectives other than all-reduce share (argument checks, rank
+ * positions, the one-rank plan).
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "algos/algos.h"
+
+/* See algos.h. */
+int brd_algos_pos_of(const brd_algos_args_t *args, int rank) {
+  if (args->order == NULL) return rank;
+  for (int p = 0; p < args->nranks; p++)
+    if (args->order[p] == rank) return p;
+  return -1;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_check(const brd_algos_args_t *args, int root,
+                             const char *what) {
+  ncclResult_t res = ncclSuccess;
+  if (args->nranks < 1 || args->nranks > 65535 || args->nblocks < 1 ||
+      args->nblocks > 65535) {
+    WARN("%s: %d ranks and %d blocks per rank are out of range (1 to 65535 "
+         "each)", what, args->nranks, args->nblocks);
+    return ncclInvalidArgument;
+  }
+  if (args->proto != BRD_IR_PROTO_SIMPLE && args->proto != BRD_IR_PROTO_LL) {
+    WARN("%s: protocol %d is not generated (Simple or LL)", what, args->proto);
+    return ncclInvalidArgument;
+  }
+  if (root != -1 && (root < 0 || root >= args->nranks)) {
+    WARN("%s: root %d is not a rank of %d", what, root, args->nranks);
+    return ncclInvalidArgument;
+  }
+  if (args->order == NULL) return ncclSuccess;
+  char *seen = calloc((size_t)args->nranks, 1);
+  if (seen == NULL) {
+    WARN("out of host memory checking a rank order of %d", args->nranks);
+    return ncclSystemError;
+  }
+  for (int p = 0; p < args->nranks; p++) {
+    int r = args->order[p];
+    if (r < 0 || r >= args->nranks || seen[r]) {
+      WARN("%s: rank order is not a permutation of 0..%d (position %d holds "
+           "%d)", what, args->nranks - 1, p, r);
+      res = ncclInvalidArgument;
+      goto free_seen;
+    }
+    seen[r] = 1;
+  }
+free_seen:
+  free(seen);
+  return res;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_check_direct(int nranks, const char *what) {
+  if (nranks - 1 <= (int)BRD_IR_CHAN_LOCAL - 1) return ncclSuccess;
+  WARN("%s: %d ranks need %d channels per rank; a plan holds at most %d",
+       what, nranks, nranks - 1, (int)BRD_IR_CHAN_LOCAL - 1);
+  return ncclInvalidArgument;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_single(const brd_algos_args_t *args, uint8_t coll,
+                              uint8_t algo, int root, brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_plan_builder_t *b = NULL;
+  int reduction = coll == BRD_IR_COLL_ALLREDUCE ||
+                  coll == BRD_IR_COLL_REDUCESCATTER || coll == BRD_IR_COLL_REDUCE;
+  brd_plan_shape_t shape = {
+      .nranks = 1, .nblocks = args->nblocks, .nchunks = (uint32_t)args->nblocks,
+      .nslots = 0, .slot_div = 1, .nsems = 0, .seq_per_iter = 1,
+      .proto = (uint8_t)args->proto, .algo = algo, .coll = coll,
+      .root = (uint16_t)(root > 0 ? root : 0)};
+  CHECK(brd_plan_builder_create(&shape, &b));
+  for (int blk = 0; blk < args->nblocks; blk++) {
+    brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_INPUT, -1, (uint32_t)blk);
+    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, (uint32_t)blk);
+    CHECK_GOTO(brd_algos_move(b, 0, blk, BRD_IR_OP_COPY,
+                              reduction ? BRD_IR_F_POSTOP : 0, (uint32_t)blk, 0,
+                              0, 1, &src, 1, &dst),
+               res, fail_destroy_builder);
+  }
+  res = brd_plan_builder_finish(b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(b);
+  return res;
+}
+
+/* See algos.h. */
+int brd_algos_available(int coll, int algo, int deterministic) {
+  switch (coll) {
+  case BRD_IR_COLL_ALLREDUCE:
+    if (algo == BRD_IR_ALGO_ONESHOT || algo == BRD_IR_ALGO_TWOSHOT) return 1;
+    return !deterministic && (algo == BRD_IR_ALGO_RING || algo == BRD_IR_ALGO_TREE);
+  case BRD_IR_COLL_REDUCESCATTER:
+  case BRD_IR_COLL_REDUCE:
+    if (algo == BRD_IR_ALGO_ONESHOT) return 1;
+    return !deterministic && algo == BRD_IR_ALGO_RING;
+  case BRD_IR_COLL_ALLGATHER:
+  case BRD_IR_COLL_BROADCAST:
+    return algo == BRD_IR_ALGO_RING || algo == BRD_IR_ALGO_ONESHOT;
+  case BRD_IR_COLL_ALLTOALL:
+  case BRD_IR_COLL_GATHER:
+  case BRD_IR_COLL_SCATTER:
+    return algo == BRD_IR_ALGO_ONESHOT;
+  default:
+    return 0;
+  }
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_generate(int coll, int algo, const brd_algos_args_t *args,
+                                int root, int deterministic,
+                                brd_ir_plan_t **plan_out) {
+  int ring = algo == BRD_IR_ALGO_RING, direct = algo == BRD_IR_ALGO_ONESHOT;
+  if (!brd_algos_available(coll, algo, deterministic)) {
+    WARN("no %splan generator for collective %d with algorithm %d",
+         deterministic ? "rank-ordered " : "", coll, algo);
+    return ncclInvalidArgument;
+  }
+  switch (coll) {
+  case BRD_IR_COLL_ALLREDUCE:
+    if (deterministic)
+      return direct ? brd_algos_ordered_oneshot_allreduce(args, plan_out)
+                    : brd_algos_ordered_twoshot_allreduce(args, plan_out);
+    switch (algo) {
+    case BRD_IR_ALGO_RING: return brd_algos_ring_allreduce(args, plan_out);
+    case BRD_IR_ALGO_TREE: return brd_algos_tree_allreduce(args, plan_out);
+    case BRD_IR_ALGO_ONESHOT: return brd_algos_oneshot_allreduce(args, plan_out);
+    default: return brd_algos_twoshot_allreduce(args, plan_out);
+    }
+  case BRD_IR_COLL_ALLGATHER:
+    return ring ? brd_algos_ring_allgather(args, plan_out)
+                : brd_algos_direct_allgather(args, plan_out);
+  case BRD_IR_COLL_REDUCESCATTER:
+    return ring ? brd_algos_ring_reducescatter(args, plan_out)
+                : brd_algos_direct_reducescatter(args, deterministic, plan_out);
+  case BRD_IR_COLL_BROADCAST:
+    return ring ? brd_algos_chain_broadcast(args, root, plan_out)
+                : brd_algos_direct_broadcast(args, root, plan_out);
+  case BRD_IR_COLL_REDUCE:
+    return ring ? brd_algos_chain_reduce(args, root, plan_out)
+                : brd_algos_direct_reduce(args, root, deterministic, plan_out);
+  case BRD_IR_COLL_ALLTOALL:
+    return brd_algos_pairwise_alltoall(args, plan_out);
+  case BRD_IR_COLL_GATHER:
+    return brd_algos_direct_gather(args, root, plan_out);
+  default:
+    return brd_algos_direct_scatter(args, root, plan_out);
+  }
+}

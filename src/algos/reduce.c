@@ -1,0 +1,192 @@
+/*
+ * Reduce: pipelined chain (large messages) and direct (small), Simple and
+ * LL. The root's output receives the reduction of every rank's input;
+ * other ranks' outputs are never written.
+ *
+ * Chain. Algorithm: the ranks in ring order ending at the root form a
+ * chain; each block owns CHAIN_CHUNKS chunks of every window. The first
+ * rank sends its input chunk to the next, each rank adds its input to what
+ * arrived and passes it on, and the root adds its own and applies the
+ * post-op into its output; the chunks of a window are in flight along the
+ * chain at once. Memory ordering: partials go into the successor's scratch
+ * (one slot per chunk) with a data semaphore signal (Simple) or as LL
+ * packets. At the end of its window the root acknowledges back up the
+ * chain, each rank passing it on, so no rank finishes a window before
+ * every rank joined it: slots may be rewritten in the next window and
+ * scratch phases alternate between launches. Blocks are independent
+ * chains over their own chunks.
+ *
+ * Direct. Algorithm: every other rank pushes its chunk into its own slot
+ * of the root's scratch; the root reduces them with its input in one step
+ * (in rank order 0..n-1 with `deterministic`) and then tells every rank it
+ * is done. Memory ordering: Simple signals a data semaphore after the
+ * push, LL carries flags; the done signal also releases the slots for the
+ * next window. Blocks split the message; n-1 slots per block share one
+ * buffer.
+ */
+#include <stdlib.h>
+
+#include "check.h"
+#include "algos/algos.h"
+
+#define CHAIN_CHUNKS 4 /* chunks (and slots) per block and window */
+
+static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                int proot, int p, int blk) {
+  int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
+  int d = ((proot - p) % n + n) % n; /* hops to the root */
+  int rank = brd_algos_rank_at(a, p);
+  int next = brd_algos_rank_at(a, p + 1), prev = brd_algos_rank_at(a, p - 1);
+  uint32_t data_sem = 2u * (uint32_t)blk, ack_sem = data_sem + 1;
+  uint8_t llf = ll ? BRD_IR_REF_LL : 0;
+  int first = d == n - 1;
+
+  for (int c = 0; c < CHAIN_CHUNKS; c++) {
+    uint32_t chunk = (uint32_t)(blk * CHAIN_CHUNKS + c);
+    brd_plan_ref_t src[2];
+    src[0] = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
+    src[1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1, chunk);
+    brd_plan_ref_t dst = d == 0 ? brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk)
+                                : brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, next, chunk);
+    uint8_t code;
+    if (first) code = ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT;
+    else code = ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE;
+    if (!first && !ll)
+      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, prev, data_sem, c + 1));
+    CHECK(brd_algos_move(b, rank, blk, code, d == 0 ? BRD_IR_F_POSTOP : 0, chunk,
+                         c + 1, c + 1, first ? 1 : 2, src, 1, &dst));
+    if (d != 0 && !ll)
+      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, next, data_sem, c + 1));
+  }
+  /* Acknowledgements ripple from the root back to the start of the chain. */
+  if (d != 0) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, next, ack_sem, 1));
+  if (!first) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, prev, ack_sem, 1));
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_chain_reduce(const brd_algos_args_t *args, int root,
+                                    brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_plan_builder_t *b = NULL;
+  CHECK(brd_algos_check(args, root, "chain reduce"));
+  if (args->nranks == 1)
+    return brd_algos_single(args, BRD_IR_COLL_REDUCE, BRD_IR_ALGO_RING, root,
+                            plan_out);
+  int n = args->nranks;
+  if ((size_t)args->nblocks * CHAIN_CHUNKS > 65535) {
+    WARN("chain reduce: %d blocks exceed the IR's 16-bit chunk indices",
+         args->nblocks);
+    return ncclInvalidArgument;
+  }
+  brd_plan_shape_t shape = {
+      .nranks = n, .nblocks = args->nblocks,
+      .nchunks = (uint32_t)args->nblocks * CHAIN_CHUNKS,
+      .nslots = (uint32_t)args->nblocks * CHAIN_CHUNKS, .slot_div = CHAIN_CHUNKS,
+      .nsems = 2u * (uint32_t)args->nblocks, .seq_per_iter = CHAIN_CHUNKS,
+      .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_RING,
+      .coll = BRD_IR_COLL_REDUCE, .root = (uint16_t)root};
+  int proot = brd_algos_pos_of(args, root);
+  CHECK(brd_plan_builder_create(&shape, &b));
+  for (int p = 0; p < n; p++)
+    for (int blk = 0; blk < args->nblocks; blk++)
+      CHECK_GOTO(chain_block(b, args, proot, p, blk), res, fail_destroy_builder);
+  res = brd_plan_builder_finish(b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(b);
+  return res;
+}
+
+/* Slot at the root (position pr) for data from the sender (ps). */
+static uint32_t root_slot(int n, int blk, int ps, int pr) {
+  int rel = ((ps - pr - 1) % n + n) % n;
+  return (uint32_t)(blk * (n - 1) + rel);
+}
+
+static ncclResult_t direct_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                 int root, int det, int p, int blk,
+                                 brd_plan_ref_t *refs) {
+  int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
+  int rank = brd_algos_rank_at(a, p), proot = brd_algos_pos_of(a, root);
+  uint32_t chunk = (uint32_t)blk;
+  uint32_t data_sem = 2u * (uint32_t)blk, done_sem = data_sem + 1;
+  uint8_t llf = ll ? BRD_IR_REF_LL : 0;
+  brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
+
+  if (rank != root) {
+    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, root,
+                                      root_slot(n, blk, p, proot));
+    CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
+                         chunk, 1, 0, 1, &in, 1, &dst));
+    if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, data_sem, 1));
+    return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
+  }
+  for (int i = 1; i < n && !ll; i++)
+    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
+                           data_sem, 1));
+  /* In rank order with many ranks, the own input is read from a copy (see
+   * BRD_ALGOS_ORDERED_OWN_SLOT_MIN). */
+  brd_plan_ref_t own = in;
+  if (det && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN) {
+    own = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, (uint32_t)(a->nblocks * (n - 1) + blk));
+    CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &in, 1, &own));
+  }
+  for (int i = 0; i < n; i++) {
+    int q = det ? i : brd_algos_rank_at(a, p + i);
+    int pq = det ? brd_algos_pos_of(a, q) : p + i;
+    refs[i] = q == rank ? own
+                        : brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
+                                       root_slot(n, blk, pq, p));
+  }
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
+  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE,
+                       BRD_IR_F_POSTOP, chunk, 0, 1, n, refs, 1, &out));
+  for (int i = 1; i < n; i++)
+    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
+                           done_sem, 1));
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_direct_reduce(const brd_algos_args_t *args, int root,
+                                     int deterministic,
+                                     brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_plan_builder_t *b = NULL;
+  CHECK(brd_algos_check(args, root, "direct reduce"));
+  if (args->nranks == 1)
+    return brd_algos_single(args, BRD_IR_COLL_REDUCE, BRD_IR_ALGO_ONESHOT, root,
+                            plan_out);
+  int n = args->nranks;
+  CHECK(brd_algos_check_direct(n, "direct reduce"));
+  if ((size_t)args->nblocks * n > 65535) {
+    WARN("direct reduce: %d blocks x %d ranks exceed the IR's 16-bit slot "
+         "indices", args->nblocks, n);
+    return ncclInvalidArgument;
+  }
+  brd_plan_shape_t shape = {
+      .nranks = n, .nblocks = args->nblocks, .nchunks = (uint32_t)args->nblocks,
+      .nslots = (uint32_t)args->nblocks * (uint32_t)(n - 1) +
+                (deterministic && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN
+                     ? (uint32_t)args->nblocks : 0u),
+      .slot_div = (uint32_t)(n - 1), .nsems = 2u * (uint32_t)args->nblocks,
+      .seq_per_iter = 1, .proto = (uint8_t)args->proto,
+      .algo = BRD_IR_ALGO_ONESHOT, .coll = BRD_IR_COLL_REDUCE,
+      .root = (uint16_t)root};
+  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
+  if (refs == NULL) {
+    WARN("out of host memory generating a direct reduce for %d ranks", n);
+    return ncclSystemError;
+  }
+  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
+  for (int p = 0; p < n; p++)
+    for (int blk = 0; blk < args->nblocks; blk++)
+      CHECK_GOTO(direct_block(b, args, root, deterministic, p, blk, refs), res,
+                 fail_destroy_builder);
+  res = brd_plan_builder_finish(b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(b);
+fail_free_refs:
+  free(refs);
+  return res;
+}
