@@ -43,6 +43,19 @@
 #include "report.h"
 #include "world.h"
 
+#ifdef BRAID_MPI
+/* 1 when an MPI launcher (Open MPI, MPICH/Hydra, PMIx, MVAPICH) started
+ * this process. */
+static int launched_by_mpi(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                     "PMIX_RANK", "MV2_COMM_WORLD_SIZE",
+                                     "MPI_LOCALNRANKS"};
+  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+    if (getenv(vars[i]) != NULL) return 1;
+  return 0;
+}
+#endif
+
 /* nccl-tests' exit statuses. */
 #define EXIT_CUDA 2
 #define EXIT_NCCL 3
@@ -1564,16 +1577,21 @@ int brd_perf_main(const brd_perf_coll_t *coll, int argc, char **argv) {
   if (parse_options(argc, argv, r->prog, &r->o, &status)) return status;
   const opts_t *o = &r->o;
 #ifdef BRAID_MPI
-  int provided;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  int mpi_size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
-  if (mpi_size > 1 && o->nprocs > 1) {
-    fprintf(stderr, "invalid options: -P cannot be combined with an MPI launch\n");
-    MPI_Finalize();
-    return EXIT_USAGE;
+  /* MPI only under an MPI launcher: a plain run (and -P, which forks) never
+   * starts MPI, whose singleton mode does not survive fork. */
+  int use_mpi = launched_by_mpi();
+  if (use_mpi) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    int mpi_size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
+    if (mpi_size > 1 && o->nprocs > 1) {
+      fprintf(stderr, "invalid options: -P cannot be combined with an MPI launch\n");
+      MPI_Finalize();
+      return EXIT_USAGE;
+    }
+    r->o.mpi = mpi_size > 1;
   }
-  r->o.mpi = mpi_size > 1;
 #endif
   time_t now = time(NULL);
   struct tm tm;
@@ -1581,9 +1599,11 @@ int brd_perf_main(const brd_perf_coll_t *coll, int argc, char **argv) {
            localtime_r(&now, &tm));
   int first_proc = 1;
 #ifdef BRAID_MPI
-  int mpi_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
-  first_proc = mpi_rank == 0;
+  if (use_mpi) {
+    int mpi_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+    first_proc = mpi_rank == 0;
+  }
 #endif
   if (o->json != NULL) {
     if (first_proc) claim_json(r);
@@ -1617,7 +1637,7 @@ int brd_perf_main(const brd_perf_coll_t *coll, int argc, char **argv) {
   free(r->ranks);
   free(r->rows);
 #ifdef BRAID_MPI
-  MPI_Finalize();
+  if (use_mpi) MPI_Finalize();
 #endif
   return code;
 }
