@@ -334,14 +334,18 @@ int main(int argc, char **argv) {
   setenv("BRAID_TIMEOUT", "60", 0);
   if (getenv("BRAID_TEST_CHILD")) return run_child();
 
-  static const char *algos[] = {"Ring", "Tree", "OneShot", "TwoShot", NULL};
+  static const char *algos[] = {"Ring", "Tree", "OneShot", "TwoShot", NULL, NULL};
   static const char *protos[] = {"LL", "Simple"};
   int failed = 0;
-  for (int a = 0; a < 5; a++) {
-    for (int p = 0; p < (algos[a] ? 2 : 1); p++) {
+  /* The last configuration is the tuner's choice with every plan verified
+   * before its first use (BRAID_VERIFY_PLANS=1): a plan the verifier
+   * rejects fails the call. */
+  for (int a = 0; a < 6; a++) {
+    for (int p = 0; p < (a < 4 ? 2 : 1); p++) {
       pid_t pid = fork();
       if (pid == 0) {
         setenv("BRAID_TEST_CHILD", "1", 1);
+        if (a == 5) setenv("BRAID_VERIFY_PLANS", "1", 1);
         if (algos[a]) {
           setenv("NCCL_ALGO", algos[a], 1);
           setenv("NCCL_PROTO", protos[p], 1);
