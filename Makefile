@@ -101,8 +101,9 @@ TOOLCOMMON_SRC := $(sort $(wildcard tools/common/*.c))
 TOOLCOMMON_OBJ := $(TOOLCOMMON_SRC:%.c=$(BUILD)/obj/tools-obj/%.o)
 
 # Benchmarks use MPI (for the unique id, barriers and results only) when
-# built with MPI=1, or when mpicc is found and MPI is not set to 0.
-MPI ?= $(if $(shell command -v mpicc 2>/dev/null),1,0)
+# built with MPI=1 (mpicc must be on PATH); at run time they start MPI only
+# under an MPI launcher.
+MPI ?= 0
 TOOL_CC := $(if $(filter 1,$(MPI)),mpicc,$(CC))
 TOOL_CPPFLAGS := $(if $(filter 1,$(MPI)),-DBRAID_MPI=1)
 $(BUILD)/obj/tools-obj/%.o: %.c | $(DEPS_STAMP)
