@@ -1581,6 +1581,10 @@ int brd_perf_main(const brd_perf_coll_t *coll, int argc, char **argv) {
    * starts MPI, whose singleton mode does not survive fork. */
   int use_mpi = launched_by_mpi();
   if (use_mpi) {
+    /* MPI launchers forward stdout through a pipe they may make
+     * non-blocking; one large flush at exit can then fail (EAGAIN) and lose
+     * the report, so write it line by line. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     int mpi_size = 1;
