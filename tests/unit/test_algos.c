@@ -25,45 +25,7 @@
 #include "param.h"
 #include "plan/plan.h"
 
-/* ---- allocation failure injection (see test_verify.c) --------------------- */
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void __libc_free(void *);
-
-static int armed;
-static long alloc_calls, fail_at = -1, live;
-
-static int should_fail(void) {
-  if (!armed) return 0;
-  return alloc_calls++ == fail_at;
-}
-
-void *malloc(size_t n) {
-  if (should_fail()) return NULL;
-  void *p = __libc_malloc(n);
-  if (armed && p) live++;
-  return p;
-}
-
-void *calloc(size_t n, size_t m) {
-  if (should_fail()) return NULL;
-  void *p = __libc_calloc(n, m);
-  if (armed && p) live++;
-  return p;
-}
-
-void *realloc(void *old, size_t n) {
-  if (should_fail()) return NULL;
-  void *p = __libc_realloc(old, n);
-  if (armed && p && old == NULL) live++;
-  return p;
-}
-
-void free(void *p) {
-  if (armed && p) live--;
-  __libc_free(p);
-}
+#include "failalloc.h"
 
 typedef ncclResult_t (*gen_fn)(const brd_algos_args_t *, brd_ir_plan_t **);
 static const gen_fn gens[4] = {brd_algos_ring_allreduce, brd_algos_tree_allreduce,

@@ -32,45 +32,7 @@
 #include "plan/plan.h"
 #include "plan/verify.h"
 
-/* ---- allocation failure injection (see test_verify.c) --------------------- */
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void __libc_free(void *);
-
-static int armed;
-static long alloc_calls, fail_at = -1, live;
-
-static int should_fail(void) {
-  if (!armed) return 0;
-  return alloc_calls++ == fail_at;
-}
-
-void *malloc(size_t n) {
-  if (should_fail()) return NULL;
-  void *p = __libc_malloc(n);
-  if (armed && p) live++;
-  return p;
-}
-
-void *calloc(size_t n, size_t m) {
-  if (should_fail()) return NULL;
-  void *p = __libc_calloc(n, m);
-  if (armed && p) live++;
-  return p;
-}
-
-void *realloc(void *old, size_t n) {
-  if (should_fail()) return NULL;
-  void *p = __libc_realloc(old, n);
-  if (armed && p && old == NULL) live++;
-  return p;
-}
-
-void free(void *p) {
-  if (armed && p) live--;
-  __libc_free(p);
-}
+#include "failalloc.h"
 
 /* ---- the generators under test ---------------------------------------------- */
 
