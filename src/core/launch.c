@@ -70,7 +70,7 @@
 #include "plan/verify.h"
 #include "transport/transport.h"
 
-#define RT_NBLOCK_OPTS 2      /* plans with 1 and 2 blocks per rank */
+#define RT_NB_MAX_OPTS 4      /* block counts a runtime may use */
 #define RT_ALGOS 4            /* ring, tree, one-shot, two-shot */
 #define RT_PROTOS 2           /* LL, Simple */
 #define P2P_ROUND_CHUNKS 16   /* pieces of one transfer per round */
@@ -95,6 +95,7 @@ typedef struct {
   uint64_t stage_off;
   uint64_t stage_bytes; /* one half */
   uint64_t deterministic;
+  uint64_t nb_max;      /* most blocks per rank of any plan */
 } rt_window_t;
 
 /* A cached plan and what it was made for. */
@@ -113,9 +114,15 @@ struct brd_rt {
                                  * may come from another thread) */
   _Atomic uint64_t launches;    /* brd_launch_count */
   int ready;                    /* window made and exchanged */
-  const brd_transport_ops_t *ops;
-  brd_seg_t self;               /* owned: this rank's window */
-  brd_seg_t *peer;              /* owned: [nranks] imported windows */
+  int cuda;                     /* 1: CUDA backend (launch_cuda.c), which
+                                 * owns the windows */
+  const brd_transport_ops_t *ops; /* host mode */
+  brd_seg_t self;               /* owned (host mode): this rank's window */
+  brd_seg_t *peer;              /* owned (host mode): [nranks] imported windows */
+  char **base;                  /* owned: [nranks] every window's address
+                                 * (device addresses in CUDA mode) */
+  int nb_opts[RT_NB_MAX_OPTS];  /* block counts of the plans, ascending */
+  int nb_count;
   rt_window_t *win;             /* owned: [nranks] every rank's record */
   rt_plan_t *plans;             /* owned: generated plans */
   int nplans, cap_plans;
@@ -230,6 +237,8 @@ static void rt_disconnect(struct brd_rt *rt) {
   if (rt->peer != NULL && rt->ops != NULL)
     for (int r = 0; r < rt->nranks; r++) rt->ops->seg_close(&rt->peer[r]);
   if (rt->ops != NULL) rt->ops->seg_close(&rt->self);
+  free(rt->base);
+  rt->base = NULL;
   free(rt->peer);
   free(rt->win);
   free(rt->p2p_cursor);
@@ -280,20 +289,44 @@ static ncclResult_t rt_get(struct ncclComm *comm, struct brd_rt **rt_out) {
   return ncclSuccess;
 }
 
-static void topo_init(const struct ncclComm *comm, brd_tune_topo_t *t) {
+/* Ranks on the GPU used by the most ranks of the communicator. */
+static int ranks_per_device(const struct ncclComm *comm) {
+  int most = 1;
+  if (comm->peers == NULL) return 1;
+  for (int r = 0; r < comm->nranks; r++) {
+    int k = 0;
+    for (int q = 0; q < comm->nranks; q++)
+      k += comm->peers[q].host_hash == comm->peers[r].host_hash &&
+           comm->peers[q].bus_id == comm->peers[r].bus_id;
+    if (k > most) most = k;
+  }
+  return most;
+}
+
+/* p2p: CUDA mode with GPU peer-to-peer (else through host memory). */
+static void topo_init(const struct ncclComm *comm, int p2p, brd_tune_topo_t *t) {
   memset(t, 0, sizeof(*t));
   t->nranks = comm->nranks;
   t->nnodes = comm->n_nodes > 0 ? comm->n_nodes : 1;
   t->local_nranks = comm->local_nranks > 0 ? comm->local_nranks : 1;
-  t->ranks_per_device = 1;
   t->host_mode = comm->host_mode;
-  t->ll128_ok = 0;
-  /* Host mode moves data through memory: a few GB/s per rank pair, a
-   * microsecond or so per synchronisation. */
-  t->intra_bw = 4.0f;
-  t->intra_lat = 2.0f;
-  t->inter_bw = 4.0f;
-  t->inter_lat = 2.0f;
+  t->ll128_ok = 0; /* no LL128 generator */
+  if (comm->host_mode) {
+    /* Host mode moves data through memory: a few GB/s per rank pair, a
+     * microsecond or so per synchronisation. */
+    t->ranks_per_device = 1;
+    t->intra_bw = 4.0f;
+    t->intra_lat = 2.0f;
+  } else {
+    /* Rough link figures: GPU peer access (NVLink or PCIe) against host
+     * memory across PCIe. Every rank sees the same numbers, which is all
+     * the tuner needs to agree across ranks. */
+    t->ranks_per_device = ranks_per_device(comm);
+    t->intra_bw = p2p ? 100.0f : 8.0f;
+    t->intra_lat = p2p ? 1.0f : 3.0f;
+  }
+  t->inter_bw = t->intra_bw;
+  t->inter_lat = t->intra_lat;
 }
 
 static int all_in_this_process(const struct ncclComm *comm) {
@@ -314,9 +347,10 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out,
         uint8_t algo = ir_algo(rt_algos[a]);
         if (!brd_algos_available(coll, algo, det)) continue;
         for (int p = 0; p < RT_PROTOS; p++) {
-          for (int b = 1; b <= RT_NBLOCK_OPTS; b++) {
+          for (int bi = 0; bi < rt->nb_count; bi++) {
             const brd_ir_plan_t *plan;
-            CHECK(plan_get(rt, coll, algo, ir_proto(rt_protos[p]), b, 0, det, &plan));
+            CHECK(plan_get(rt, coll, algo, ir_proto(rt_protos[p]), rt->nb_opts[bi], 0,
+                           det, &plan));
             size_t s = brd_plan_scratch_bytes(plan);
             if (s > scratch) scratch = s;
             if (plan->nsems > nsems) nsems = plan->nsems;
@@ -354,91 +388,158 @@ fail_free_ranks:
   return res;
 }
 
+/* Step 1 of the connection: what every rank can do, agreed on by all.
+ * Host mode: plans of 1 and 2 blocks, BRAID_HOST_STAGING. CUDA mode: the
+ * backend's report (P2P, blocks that fit the GPU, BRAID_CUDA_STAGING). */
+static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
+                               brd_launch_caps_t *caps_out) {
+  ncclResult_t res = ncclSuccess;
+  int n = comm->nranks, me = comm->rank, blocker = -1;
+  char why[512] = "";
+  brd_launch_caps_t *all = calloc((size_t)n, sizeof(*all));
+  if (all == NULL) {
+    WARN("out of host memory for the capabilities of %d ranks", n);
+    return ncclSystemError;
+  }
+  if (rt->cuda) {
+    CHECK_GOTO(brd_launch_cuda_caps(comm, &all[me], why, sizeof(why)), res, out);
+  } else {
+    int64_t stage = brd_param_int(BRD_P_BRAID_HOST_STAGING);
+    if (stage < 4096) stage = 4096;
+    all[me].p2p_ok = 0;
+    all[me].nb_max = 2;
+    all[me].stage_bytes = ((uint64_t)stage + 4095) & ~(uint64_t)4095;
+  }
+  if (n > 1) CHECK_GOTO(brd_boot_allgather(comm->boot, all, sizeof(*all)), res, out);
+  brd_launch_caps_t c = all[me];
+  for (int r = 0; r < n; r++) {
+    if (!all[r].p2p_ok && c.p2p_ok) {
+      c.p2p_ok = 0;
+      blocker = r;
+    }
+    if (all[r].nb_max < c.nb_max) c.nb_max = all[r].nb_max;
+    if (all[r].stage_bytes < c.stage_bytes) c.stage_bytes = all[r].stage_bytes;
+  }
+  if (rt->cuda && !c.p2p_ok) {
+    if (blocker == me)
+      WARN("rank %d: GPU peer-to-peer is not usable with %s; every rank of the "
+           "communicator exchanges data through host memory instead, which is "
+           "much slower", me, why);
+    else
+      INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_P2P, "rank %d: rank %d cannot use GPU "
+           "peer-to-peer with every peer; channels go through host memory", me,
+           blocker);
+  }
+  *caps_out = c;
+out:
+  free(all);
+  return res;
+}
+
 /* Makes this rank's window, exchanges the records and maps the peers'.
  * Collective over the communicator. On failure the runtime is left
  * without a window (ready 0). */
 static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
   ncclResult_t res = ncclSuccess;
-  int n = comm->nranks;
+  int n = comm->nranks, me = comm->rank;
   size_t scratch, nsems, p2p_bytes;
+  brd_launch_caps_t caps;
+  rt->cuda = !comm->host_mode;
   CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO),
                        &rt->mask));
-  topo_init(comm, &rt->topo);
   rt->deterministic = brd_param_int(BRD_P_BRAID_DETERMINISTIC) != 0;
+  CHECK(caps_agree(comm, rt, &caps));
+  topo_init(comm, caps.p2p_ok, &rt->topo);
+  rt->nb_count = 0;
+  for (int b = 1; b <= caps.nb_max && rt->nb_count < RT_NB_MAX_OPTS; b *= 2)
+    rt->nb_opts[rt->nb_count++] = b;
   CHECK(plans_size(rt, &scratch, &nsems));
-  CHECK(p2p_size(n, comm->rank, &p2p_bytes, &rt->p2p_piece));
+  CHECK(p2p_size(n, me, &p2p_bytes, &rt->p2p_piece));
 
   rt->peer = calloc((size_t)n, sizeof(*rt->peer));
   rt->win = calloc((size_t)n, sizeof(*rt->win));
+  rt->base = calloc((size_t)n, sizeof(*rt->base));
   rt->p2p_cursor = calloc((size_t)n, sizeof(*rt->p2p_cursor));
-  if (rt->peer == NULL || rt->win == NULL || rt->p2p_cursor == NULL) {
-    WARN("out of host memory for the channel tables of rank %d (%d ranks)",
-         comm->rank, n);
+  if (rt->peer == NULL || rt->win == NULL || rt->base == NULL || rt->p2p_cursor == NULL) {
+    WARN("out of host memory for the channel tables of rank %d (%d ranks)", me, n);
     res = ncclSystemError;
     goto fail;
   }
 
-  rt_window_t *me = &rt->win[comm->rank];
-  me->nsems = nsems;
-  me->sem_off = 0;
-  me->p2p_sem_off = (uint64_t)n * nsems * sizeof(uint64_t);
-  me->scratch_off = (me->p2p_sem_off + (uint64_t)n * 2 * sizeof(uint64_t) + 4095) &
+  rt_window_t *mw = &rt->win[me];
+  mw->nsems = nsems;
+  mw->sem_off = 0;
+  mw->p2p_sem_off = (uint64_t)n * nsems * sizeof(uint64_t);
+  mw->scratch_off = (mw->p2p_sem_off + (uint64_t)n * 2 * sizeof(uint64_t) + 4095) &
                     ~(uint64_t)4095;
-  me->scratch_bytes = (scratch + 4095) & ~(size_t)4095;
-  me->p2p_off = me->scratch_off + me->scratch_bytes;
-  me->p2p_bytes = (p2p_bytes + 4095) & ~(size_t)4095;
-  me->stage_off = me->p2p_off + me->p2p_bytes;
-  int64_t stage = brd_param_int(BRD_P_BRAID_HOST_STAGING);
-  if (stage < 4096) stage = 4096;
-  me->stage_bytes = ((size_t)stage + 4095) & ~(size_t)4095;
-  me->deterministic = (uint64_t)rt->deterministic;
-  size_t total = me->stage_off + 2 * me->stage_bytes;
+  mw->scratch_bytes = (scratch + 4095) & ~(size_t)4095;
+  mw->p2p_off = mw->scratch_off + mw->scratch_bytes;
+  mw->p2p_bytes = (p2p_bytes + 4095) & ~(size_t)4095;
+  mw->stage_off = mw->p2p_off + mw->p2p_bytes;
+  mw->stage_bytes = caps.stage_bytes;
+  mw->deterministic = (uint64_t)rt->deterministic;
+  mw->nb_max = (uint64_t)caps.nb_max;
+  size_t total = mw->stage_off + 2 * mw->stage_bytes;
 
-  rt->ops = all_in_this_process(comm) ? &brd_transport_host : &brd_transport_shm;
-  CHECK_GOTO(rt->ops->seg_create(total, "win", &rt->self), res, fail);
-  me->handle = rt->self.handle;
+  if (rt->cuda) {
+    CHECK_GOTO(brd_launch_cuda_create(comm, caps.p2p_ok, total, &mw->handle, &rt->base[me]),
+               res, fail);
+  } else {
+    rt->ops = all_in_this_process(comm) ? &brd_transport_host : &brd_transport_shm;
+    CHECK_GOTO(rt->ops->seg_create(total, "win", &rt->self), res, fail);
+    mw->handle = rt->self.handle;
+    rt->base[me] = rt->self.ptr;
+  }
   INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_SHM,
        "rank %d: %s window of %zu bytes (scratch %zu, point-to-point %zu, "
-       "staging 2x%zu, %zu semaphores per peer)", comm->rank, rt->ops->name,
-       total, (size_t)me->scratch_bytes, (size_t)me->p2p_bytes,
-       (size_t)me->stage_bytes, nsems);
+       "staging 2x%zu, %zu semaphores per peer, up to %d blocks per rank)", me,
+       rt->cuda ? (caps.p2p_ok ? "CUDA P2P" : "CUDA host-memory") : rt->ops->name,
+       total, (size_t)mw->scratch_bytes, (size_t)mw->p2p_bytes,
+       (size_t)mw->stage_bytes, nsems, caps.nb_max);
 
   if (n > 1) {
-    CHECK_GOTO(brd_boot_allgather(comm->boot, rt->win, sizeof(rt_window_t)),
-               res, fail);
+    CHECK_GOTO(brd_boot_allgather(comm->boot, rt->win, sizeof(rt_window_t)), res, fail);
     for (int r = 0; r < n; r++) {
-      if (r == comm->rank) continue;
+      if (r == me) continue;
       const rt_window_t *w = &rt->win[r];
-      if (w->nsems != me->nsems || w->stage_bytes != me->stage_bytes ||
-          w->scratch_bytes != me->scratch_bytes || w->p2p_bytes != me->p2p_bytes ||
-          w->deterministic != me->deterministic) {
+      if (w->nsems != mw->nsems || w->stage_bytes != mw->stage_bytes ||
+          w->scratch_bytes != mw->scratch_bytes || w->p2p_bytes != mw->p2p_bytes ||
+          w->deterministic != mw->deterministic || w->nb_max != mw->nb_max) {
         WARN("rank %d and rank %d disagree on channel sizes (semaphores %zu "
              "vs %zu, scratch %zu vs %zu, staging %zu vs %zu, deterministic "
              "%d vs %d); give every rank the same NCCL_BUFFSIZE, "
-             "NCCL_LL_BUFFSIZE, BRAID_HOST_STAGING and BRAID_DETERMINISTIC",
-             comm->rank, r, (size_t)me->nsems, (size_t)w->nsems,
-             (size_t)me->scratch_bytes, (size_t)w->scratch_bytes,
-             (size_t)me->stage_bytes, (size_t)w->stage_bytes,
-             (int)me->deterministic, (int)w->deterministic);
+             "NCCL_LL_BUFFSIZE, BRAID_HOST_STAGING, BRAID_CUDA_STAGING and "
+             "BRAID_DETERMINISTIC", me, r, (size_t)mw->nsems, (size_t)w->nsems,
+             (size_t)mw->scratch_bytes, (size_t)w->scratch_bytes,
+             (size_t)mw->stage_bytes, (size_t)w->stage_bytes,
+             (int)mw->deterministic, (int)w->deterministic);
         res = ncclInvalidUsage;
         goto fail;
       }
-      CHECK_GOTO(rt->ops->seg_import(&w->handle, &rt->peer[r]), res, fail);
+      if (rt->cuda) {
+        CHECK_GOTO(brd_launch_cuda_import(comm, r, &w->handle, &rt->base[r]), res, fail);
+      } else {
+        CHECK_GOTO(rt->ops->seg_import(&w->handle, &rt->peer[r]), res, fail);
+        rt->base[r] = rt->peer[r].ptr;
+      }
     }
     /* Every rank has mapped every window: names may go. */
     CHECK_GOTO(brd_boot_barrier(comm->boot), res, fail);
   }
-  rt->ops->seg_seal(&rt->self);
+  if (rt->cuda)
+    brd_launch_cuda_seal(comm);
+  else
+    rt->ops->seg_seal(&rt->self);
   rt->ready = 1;
   return ncclSuccess;
 
 fail:
   rt_disconnect(rt);
+  if (rt->cuda && comm->rt_cuda != NULL) {
+    brd_launch_cuda_destroy(comm->rt_cuda);
+    __atomic_store_n(&comm->rt_cuda, NULL, __ATOMIC_RELEASE);
+  }
   return res;
-}
-
-static char *win_ptr(const struct brd_rt *rt, int me, int r) {
-  return r == me ? (char *)rt->self.ptr : (char *)rt->peer[r].ptr;
 }
 
 /* See launch.h. */
@@ -461,6 +562,9 @@ typedef struct work {
   brd_exec_seg_t *segs;       /* owned: point-to-point only, sends then receives */
   brd_ir_plan_t *plan_owned;  /* owned: point-to-point only */
   const brd_call_t *call;     /* borrowed: the call to copy out, or NULL */
+  const void *scalar_dev;     /* CUDA mode: a PreMulSum scalar in device
+                               * memory (ncclScalarDevice), else NULL */
+  int p2p;                    /* a point-to-point work */
   size_t off, n;              /* elements of each output segment */
   int nout;                   /* output segments to copy out */
 } work_t;
@@ -470,6 +574,8 @@ typedef struct works {
   int n, cap;
   char **snaps;               /* owned: snapshots of overlapping send buffers */
   int nsnaps;
+  struct ncclComm *comm;      /* borrowed */
+  brd_launch_cuda_ctx_t *cuda; /* borrowed: CUDA mode's launch, else NULL */
 } works_t;
 
 static void works_free(works_t *ws) {
@@ -553,13 +659,13 @@ static void coll_chans(const struct ncclComm *comm, const struct brd_rt *rt,
   const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
   for (uint32_t ch = 0; ch < pr->nchans; ch++) {
     int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
-    char *pw = win_ptr(rt, me, p);
+    char *pw = rt->base[p];
     const rt_window_t *pwr = &rt->win[p];
     w->chans[ch].peer_scratch = pw + pwr->scratch_off;
     w->chans[ch].peer_output = pw + pwr->stage_off + phase * pwr->stage_bytes;
     w->chans[ch].peer_sems =
         (_Atomic uint64_t *)(pw + pwr->sem_off) + (size_t)me * pwr->nsems;
-    w->chans[ch].sems = (_Atomic uint64_t *)((char *)rt->self.ptr + mw->sem_off) +
+    w->chans[ch].sems = (_Atomic uint64_t *)(rt->base[me] + mw->sem_off) +
                         (size_t)p * mw->nsems;
   }
 }
@@ -574,7 +680,15 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
   brd_tune_choice_t choice;
   CHECK(choose(rt, c, coll, &choice));
   size_t bytes = c->count * esize;
-  int nb = bytes >= ((size_t)256 << 10) ? 2 : 1;
+  /* Blocks grow with the message; the same sizes give the same choice on
+   * every rank, as the plans must be the same everywhere. GPU blocks are
+   * cheap to add, host threads are not. */
+  int want = !rt->cuda ? (bytes >= ((size_t)256 << 10) ? 2 : 1)
+           : bytes < ((size_t)64 << 10) ? 1 : bytes < ((size_t)1 << 20) ? 2
+           : bytes < ((size_t)16 << 20) ? 4 : 8;
+  int nb = rt->nb_opts[0];
+  for (int i = 0; i < rt->nb_count; i++)
+    if (rt->nb_opts[i] <= want) nb = rt->nb_opts[i];
   const brd_ir_plan_t *plan;
   CHECK(plan_get(rt, coll, ir_algo(choice.algo), ir_proto(choice.proto), nb, root,
                  rt->deterministic, &plan));
@@ -585,11 +699,18 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
   }
 
   int redop = is_reduction(coll) ? (int)c->op : ncclSum;
-  const void *scalar = NULL;
+  const void *scalar = NULL, *scalar_dev = NULL;
   if (is_reduction(coll) && c->premul) {
     redop = BRD_REDOP_PREMULSUM;
-    /* Host-immediate scalars travel inside the call (premul_scalar NULL). */
-    scalar = c->premul_scalar != NULL ? c->premul_scalar : c->premul_value;
+    /* Host-immediate scalars travel inside the call (premul_scalar NULL);
+     * a device-resident one is read where it is (host memory in host
+     * mode, by the kernel in CUDA mode). */
+    if (c->premul_scalar == NULL)
+      scalar = c->premul_value;
+    else if (rt->cuda)
+      scalar_dev = c->premul_scalar;
+    else
+      scalar = c->premul_scalar;
   }
   int uses_input = !((coll == BRD_IR_COLL_BROADCAST || coll == BRD_IR_COLL_SCATTER) &&
                      me != root);
@@ -606,7 +727,9 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
     work_t *w;
     CHECK(brd_plan_layout_init(plan, cnt, c->dtype, mw->scratch_bytes, &layout));
     CHECK(work_add(ws, plan, me, &w));
-    uint32_t phase = rt->phase;
+    /* CUDA mode: the kernels alternate phases on the device; the pointers
+     * are the bases of both halves. */
+    uint32_t phase = rt->cuda ? 0 : rt->phase;
     rt->phase ^= 1u;
     coll_chans(comm, rt, plan, phase, w);
     brd_exec_args_t *a = &w->args;
@@ -614,8 +737,8 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
     a->rank = me;
     a->input = uses_input ? (const char *)c->sendbuff + off * esize : NULL;
     a->in_stride = multi_in ? c->count : 0;
-    a->output = (char *)rt->self.ptr + mw->stage_off + phase * mw->stage_bytes;
-    a->scratch = (char *)rt->self.ptr + mw->scratch_off;
+    a->output = rt->base[me] + mw->stage_off + phase * mw->stage_bytes;
+    a->scratch = rt->base[me] + mw->scratch_off;
     a->scratch_bytes = mw->scratch_bytes;
     a->chans = w->chans;
     a->count = cnt;
@@ -627,6 +750,7 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
     a->phase = phase;
     a->abort_flag = &comm->abort_flag;
     w->call = c;
+    w->scalar_dev = scalar_dev;
     w->off = off;
     w->n = cnt;
     w->nout = nout;
@@ -688,6 +812,13 @@ static ncclResult_t p2p_overlaps(p2p_xfer_t *s, int ns, const p2p_xfer_t *r,
   }
   for (int i = 0; i < ns; i++) {
     if (!spans_hit(sp, nr, (uintptr_t)s[i].buf, (uintptr_t)s[i].buf + s[i].bytes)) continue;
+    if (ws->cuda != NULL) {
+      void *dev_copy;
+      CHECK_GOTO(brd_launch_cuda_snapshot(ws->comm, ws->cuda, s[i].buf, s[i].bytes,
+                                          &dev_copy), res, out);
+      s[i].buf = dev_copy;
+      continue;
+    }
     char **grown = realloc(ws->snaps, ((size_t)ws->nsnaps + 1) * sizeof(*grown));
     if (grown == NULL) goto out_oom;
     ws->snaps = grown;
@@ -751,6 +882,7 @@ static ncclResult_t add_p2p_round(struct ncclComm *comm, struct brd_rt *rt,
     return res;
   }
   w->plan_owned = plan;
+  w->p2p = 1;
   uint32_t nch = brd_ir_plan_rank(plan, me)->nchans;
   w->chan_epoch = calloc(nch ? nch : 1, sizeof(*w->chan_epoch));
   w->segs = calloc((size_t)ns + (size_t)nr + 1, sizeof(*w->segs));
@@ -765,7 +897,7 @@ static ncclResult_t add_p2p_round(struct ncclComm *comm, struct brd_rt *rt,
   }
   for (uint32_t ch = 0; ch < nch; ch++) {
     int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
-    char *pw = win_ptr(rt, me, p);
+    char *pw = rt->base[p];
     const rt_window_t *pwr = &rt->win[p];
     uint64_t to = 0, from = 0;
     for (int i = 0; i < ns; i++) if (s[i].peer == p) to += ops[i].nchunks;
@@ -773,13 +905,13 @@ static ncclResult_t add_p2p_round(struct ncclComm *comm, struct brd_rt *rt,
     w->chan_epoch[ch] = brd_plan_epoch_reserve(&rt->p2p_cursor[p], to > from ? to : from);
     w->chans[ch].peer_scratch = pw + pwr->p2p_off;
     w->chans[ch].peer_sems = (_Atomic uint64_t *)(pw + pwr->p2p_sem_off) + (size_t)me * 2;
-    w->chans[ch].sems = (_Atomic uint64_t *)((char *)rt->self.ptr + mw->p2p_sem_off) +
+    w->chans[ch].sems = (_Atomic uint64_t *)(rt->base[me] + mw->p2p_sem_off) +
                         (size_t)p * 2;
   }
   brd_exec_args_t *a = &w->args;
   a->plan = plan;
   a->rank = me;
-  a->scratch = (char *)rt->self.ptr + mw->p2p_off;
+  a->scratch = rt->base[me] + mw->p2p_off;
   a->scratch_bytes = mw->p2p_bytes;
   a->chans = w->chans;
   a->count = count;
@@ -1044,7 +1176,7 @@ ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
   brd_tune_topo_t topo;
   CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO),
                        &mask));
-  topo_init(comm, &topo);
+  topo_init(comm, 1, &topo);
   uint8_t coll = ir_coll(c->coll);
   size_t bytes = c->count * brd_dtype_size(c->dtype);
   uint32_t avail = 0;
@@ -1064,19 +1196,46 @@ ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
   return ncclSuccess;
 }
 
+/* CUDA mode: enqueues every work in order on the launch's stream. */
+static ncclResult_t run_works_cuda(struct ncclComm *comm, const struct brd_rt *rt,
+                                   brd_launch_cuda_ctx_t *ctx, const works_t *ws) {
+  size_t half = rt->win[comm->rank].stage_bytes;
+  for (int i = 0; i < ws->n; i++) {
+    const work_t *w = &ws->w[i];
+    brd_launch_copy_t cp;
+    memset(&cp, 0, sizeof(cp));
+    if (w->call != NULL && w->nout > 0) {
+      size_t esize = brd_dtype_size(w->call->dtype);
+      cp.dst = (char *)w->call->recvbuff + w->off * esize;
+      cp.nseg = (uint32_t)w->nout;
+      cp.seg_bytes = w->n * esize;
+      cp.dst_stride = w->call->count * esize;
+    }
+    CHECK(brd_launch_cuda_work(comm, ctx, &w->args, w->p2p, half, w->scalar_dev, &cp));
+  }
+  return ncclSuccess;
+}
+
 /* See launch.h. */
 ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
                             int ncalls) {
   ncclResult_t res = ncclSuccess;
   struct brd_rt *rt;
   works_t ws;
+  brd_launch_cuda_ctx_t cctx;
+  int began = 0;
   memset(&ws, 0, sizeof(ws));
-  if (!comm->host_mode) return brd_launch_cuda_run(comm, calls, ncalls);
+  ws.comm = comm;
   CHECK_GOTO(rt_get(comm, &rt), res, fail);
   /* Held until the last touch of comm, so an abort from another thread
    * frees nothing under this launch. */
   atomic_fetch_add(&rt->busy, 1);
   if (!rt->ready) CHECK_GOTO(rt_connect(comm, rt), res, leave);
+  if (rt->cuda) {
+    began = 1;
+    ws.cuda = &cctx;
+    CHECK_GOTO(brd_launch_cuda_begin(comm, calls, ncalls, &cctx), res, leave_free_works);
+  }
   for (int i = 0; i < ncalls; i++) {
     const brd_call_t *c = &calls[i];
     if (c->count == 0 || c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV) continue;
@@ -1087,10 +1246,11 @@ ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
     atomic_fetch_add(&rt->launches, 1);
     INFO(BRD_SUBSYS_COLL, "rank %d: launch %llu runs %d calls as %d works",
          comm->rank, (unsigned long long)atomic_load(&rt->launches), ncalls, ws.n);
-    res = run_works(comm, &ws);
+    res = rt->cuda ? run_works_cuda(comm, rt, &cctx, &ws) : run_works(comm, &ws);
   }
 leave_free_works:
   works_free(&ws);
+  if (began) res = brd_launch_cuda_end(comm, &cctx, res);
 leave:
   record_error(comm, res);
   atomic_fetch_sub(&rt->busy, 1);

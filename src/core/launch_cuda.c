@@ -1,41 +1,25 @@
 /*
- * Braid: the collective runtime of a communicator, CUDA mode (see
- * launch_cuda.h). The layout mirrors launch.c's host path:
+ * Braid: the CUDA backend of the collective runtime; see launch_cuda.h for
+ * the contract and launch.c for the works it runs.
  *
- *   [ inbound semaphores: nranks x nsems x 8 bytes ]
- *   [ scratch: the largest any uploaded plan needs, both phases ]
- *   [ staging output: two halves of stage_bytes ]
- *
- * Peers write a rank's semaphores, scratch and staging through its window.
- * User buffers are not shared, so a plan's output is the staging half of
- * the launch's phase; the rank copies it to the user's buffer with
- * cudaMemcpyAsync on the same stream, right after its kernel. Messages
- * larger than a half run as several launches (all-reduce is element-wise).
- * Halves alternate with the scratch phase, so a peer one launch ahead never
- * writes the half still being read.
- *
- * Creation, collective over the communicator:
- *   1. every rank checks P2P against every peer (brd_p2p_usable) and how
- *      many blocks its GPU can run for every rank sharing it at once;
- *      allgather; all agree on P2P only if every pair can, and on the
- *      smallest block limit, so every rank keeps the same plans;
- *   2. plans with up to that many blocks are uploaded (executor), the
- *      window is created (P2P, or host memory registered with CUDA),
- *      allgather of the window records, every peer's window imported;
- *   3. per plan and phase, the channel table (peer pointers) goes to
- *      device memory once, so a launch only picks a pointer.
- *
- * A call then: tunes (the same inputs on every rank, so the same choice),
- * reserves sequence numbers exactly as launch.c does (same spans, same
- * order on every rank), enqueues the kernel and the copy-out, and records
- * an event. A call on another stream than the previous one first waits on
- * that event, so the launches sharing the rank's status block stay ordered
- * as the executor requires. Nothing on this path allocates or synchronises.
+ * Per rank it keeps: the window (P2P segment, or host memory registered
+ * with CUDA) and the peers' imported windows; two executor statuses, one
+ * for collective works (device epochs) and one for point-to-point works
+ * (host epochs), since a status serves one kind for its whole life; the
+ * device copies of every plan it has launched (collective plans by
+ * address: launch.c's cache keeps them; point-to-point plans, built per
+ * launch, by content); an event marking the end of the rank's last
+ * launch, so a launch on another stream first waits for it (launches
+ * sharing a status must be ordered); and a device buffer for snapshots of
+ * send buffers that overlap a receive of their group.
  *
  * Several ranks on one GPU (threads of one process): each rank's kernel
  * must run at the same time as the others', so every rank gets at most
  * SMs / ranks-per-GPU blocks (the executor's kernels hold one SM per
- * block), and the user must give each rank its own stream.
+ * block), and the user must give each rank its own stream. Ranks of
+ * different processes on one GPU are correct but slow without MPS: their
+ * kernels time-slice, so a kernel waiting for a peer spins until the GPU
+ * switches to the peer's context.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -49,7 +33,6 @@
 #endif
 
 #include "api.h"
-#include "bootstrap.h"
 #include "check.h"
 #include "comm.h"
 #include "device.h"
@@ -57,21 +40,11 @@
 #include "param.h"
 
 #if BRAID_CUDA
-#include "algos/algos.h"
 #include "device/exec_cuda.h"
-#include "device/reduce.h"
 #include "plan/plan.h"
-#include "plan/tune.h"
-#include "transport/transport.h"
 
-#define RTC_ALGOS 4   /* ring, tree, one-shot, two-shot */
-#define RTC_PROTOS 2  /* LL, Simple */
-#define RTC_NB_OPTS 4 /* plans with 1, 2, 4 and 8 blocks per rank */
-
-static const brd_algo_t rtc_algos[RTC_ALGOS] = {BRD_ALGO_RING, BRD_ALGO_TREE,
-                                                BRD_ALGO_ONESHOT, BRD_ALGO_TWOSHOT};
-static const brd_proto_t rtc_protos[RTC_PROTOS] = {BRD_PROTO_LL, BRD_PROTO_SIMPLE};
-static const int rtc_nblocks[RTC_NB_OPTS] = {1, 2, 4, 8};
+#define NB_LIMIT 8          /* most blocks per rank */
+#define P2P_PLANS_MAX 256   /* point-to-point plans kept on the device */
 
 #define CUDA_GOTO(call, what, res, label)                                     \
   do {                                                                        \
@@ -84,25 +57,15 @@ static const int rtc_nblocks[RTC_NB_OPTS] = {1, 2, 4, 8};
     }                                                                         \
   } while (0)
 
-/* What each rank reports before anything is allocated. */
-typedef struct {
-  int32_t p2p_ok;                   /* 1: P2P usable with every peer */
-  int32_t nb_max;                   /* most blocks per rank (0: none fit) */
-  uint64_t stage_bytes;             /* BRAID_CUDA_STAGING, rounded */
-  uint64_t scratch[RTC_NB_OPTS];    /* scratch the plans up to each size need */
-  uint64_t nsems[RTC_NB_OPTS];      /* semaphores the same plans need */
-} rtc_caps_t;
-
-/* What a rank publishes about its window. */
-typedef struct {
-  brd_seg_handle_t handle;
-  uint64_t sem_off;
-  uint64_t nsems;       /* inbound semaphores per peer */
-  uint64_t scratch_off;
-  uint64_t scratch_bytes;
-  uint64_t stage_off;
-  uint64_t stage_bytes; /* one half */
-} rtc_window_t;
+/* A plan on the device, and what identifies it. */
+typedef struct dplan {
+  const brd_ir_plan_t *key;     /* borrowed: launch.c's cached plan; NULL
+                                   for a point-to-point plan */
+  uint64_t hash;                /* point-to-point: hash of the blob */
+  brd_ir_plan_t *copy;          /* owned: point-to-point: the blob */
+  brd_exec_cuda_plan_t *dev;    /* owned */
+  uint64_t used;                /* launch counter at last use (eviction) */
+} dplan_t;
 
 struct brd_rt_cuda {
   int nranks;
@@ -112,56 +75,28 @@ struct brd_rt_cuda {
   int host_memory;                 /* 1: windows in host memory */
   brd_seg_t self;                  /* owned: this rank's window */
   brd_seg_t *peer;                 /* owned: [nranks] imported windows */
-  unsigned char *registered;       /* owned: [nranks] 1 where this runtime
+  unsigned char *registered;       /* owned: [nranks] 1 where this backend
                                       holds a host_reg reference */
-  char **base;                     /* owned: [nranks] device address of each
-                                      window (borrowed memory) */
-  rtc_window_t *win;               /* owned: [nranks] every rank's record */
-  int nb_count;                    /* plan sizes uploaded: rtc_nblocks[0..) */
-  brd_ir_plan_t *plans[RTC_ALGOS][RTC_PROTOS][RTC_NB_OPTS];       /* owned */
-  brd_exec_cuda_plan_t *dplans[RTC_ALGOS][RTC_PROTOS][RTC_NB_OPTS]; /* owned */
-  brd_exec_cuda_chan_t *dchans[RTC_ALGOS][RTC_PROTOS][RTC_NB_OPTS][2]; /* owned */
-  brd_exec_cuda_status_t *status;  /* owned: the rank's executor status */
-  cudaEvent_t done;                /* owned: end of the last call's work */
-  int event_made;
+  brd_exec_cuda_status_t *st_coll; /* owned: collective works */
+  brd_exec_cuda_status_t *st_p2p;  /* owned: point-to-point works */
+  cudaEvent_t done;                /* owned: end of the last launch */
+  cudaEvent_t join;                /* owned: joins a group's other streams */
+  int events_made;
   int done_valid;                  /* done has been recorded */
+  cudaStream_t last_stream;        /* stream of the last launch */
   pthread_mutex_t poll_lock;       /* brd_exec_cuda_poll is not reentrant */
-  ncclResult_t failed;             /* a launch failed: later calls refuse */
-  brd_tune_mask_t mask;
-  brd_tune_topo_t topo;
-  uint64_t epoch_cursor;           /* same on every rank */
-  uint32_t phase;                  /* alternates per launch */
+  ncclResult_t failed;             /* enqueueing failed: ranks disagree */
+  dplan_t *plans;                  /* owned */
+  int nplans, cap_plans, np2p;
+  uint64_t nlaunch;
+  char *snap;                      /* owned: cudaMalloc, snapshots */
+  size_t snap_cap;
 };
 
 static int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int algo_index(brd_algo_t a) {
-  for (int i = 0; i < RTC_ALGOS; i++)
-    if (rtc_algos[i] == a) return i;
-  return -1;
-}
-
-static int proto_index(brd_proto_t p) {
-  for (int i = 0; i < RTC_PROTOS; i++)
-    if (rtc_protos[i] == p) return i;
-  return -1;
-}
-
-static ncclResult_t generate(brd_algo_t algo, const brd_algos_args_t *a,
-                             brd_ir_plan_t **plan_out) {
-  switch (algo) {
-  case BRD_ALGO_RING: return brd_algos_ring_allreduce(a, plan_out);
-  case BRD_ALGO_TREE: return brd_algos_tree_allreduce(a, plan_out);
-  case BRD_ALGO_ONESHOT: return brd_algos_oneshot_allreduce(a, plan_out);
-  case BRD_ALGO_TWOSHOT: return brd_algos_twoshot_allreduce(a, plan_out);
-  default: break;
-  }
-  WARN("no all-reduce generator for algorithm %s", brd_algo_name(algo));
-  return ncclInternalError;
 }
 
 /* Host-memory windows are registered with CUDA once per process and
@@ -230,8 +165,8 @@ static void host_reg_release(void *ptr) {
   }
 }
 
-/* Waits (polling, with a deadline) until the rank's last call has left the
- * device. 1 when idle, 0 when kernels still run after the abort. */
+/* Waits (polling, with a deadline) until the rank's last launch has left
+ * the device. 1 when idle, 0 when kernels still run after the abort. */
 static int wait_idle(struct brd_rt_cuda *rt) {
   if (!rt->done_valid) return 1;
   int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
@@ -246,7 +181,8 @@ static int wait_idle(struct brd_rt_cuda *rt) {
     }
     if (now_ns() >= deadline) {
       if (aborted) return 0;
-      brd_exec_cuda_status_abort(rt->status);
+      brd_exec_cuda_status_abort(rt->st_coll);
+      brd_exec_cuda_status_abort(rt->st_p2p);
       aborted = 1;
       deadline = now_ns() + 2000000000LL;
     }
@@ -255,20 +191,20 @@ static int wait_idle(struct brd_rt_cuda *rt) {
   }
 }
 
-/* Frees what the runtime holds, assuming no kernel uses it any more. */
+/* Frees what the backend holds, assuming no kernel uses it any more. */
 static void rt_free(struct brd_rt_cuda *rt) {
-  for (int a = 0; a < RTC_ALGOS; a++) {
-    for (int p = 0; p < RTC_PROTOS; p++) {
-      for (int b = 0; b < RTC_NB_OPTS; b++) {
-        brd_exec_cuda_chans_destroy(rt->dchans[a][p][b][0]);
-        brd_exec_cuda_chans_destroy(rt->dchans[a][p][b][1]);
-        brd_exec_cuda_plan_destroy(rt->dplans[a][p][b]);
-        brd_plan_destroy(rt->plans[a][p][b]);
-      }
-    }
+  for (int i = 0; i < rt->nplans; i++) {
+    brd_exec_cuda_plan_destroy(rt->plans[i].dev);
+    brd_plan_destroy(rt->plans[i].copy);
   }
-  brd_exec_cuda_status_destroy(rt->status);
-  if (rt->event_made) cudaEventDestroy(rt->done);
+  free(rt->plans);
+  if (rt->snap != NULL) cudaFree(rt->snap);
+  brd_exec_cuda_status_destroy(rt->st_coll);
+  brd_exec_cuda_status_destroy(rt->st_p2p);
+  if (rt->events_made) {
+    cudaEventDestroy(rt->done);
+    cudaEventDestroy(rt->join);
+  }
   if (rt->peer != NULL && rt->ops != NULL) {
     for (int r = 0; r < rt->nranks; r++) {
       if (rt->registered != NULL && rt->registered[r]) host_reg_release(rt->peer[r].ptr);
@@ -281,9 +217,7 @@ static void rt_free(struct brd_rt_cuda *rt) {
   }
   (void)cudaGetLastError();
   pthread_mutex_destroy(&rt->poll_lock);
-  free(rt->base);
   free(rt->registered);
-  free(rt->win);
   free(rt->peer);
   free(rt);
 }
@@ -323,79 +257,129 @@ static int all_in_this_process(const struct ncclComm *comm) {
   return 1;
 }
 
-/* Step 1 of the file comment: this rank's capabilities. Generates every
- * plan (host copies) on the way. */
-static ncclResult_t caps_local(struct ncclComm *comm, struct brd_rt_cuda *rt,
-                               rtc_caps_t *caps, char *why, size_t nwhy) {
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_caps(struct ncclComm *comm, brd_launch_caps_t *caps_out,
+                                  char *why, size_t nwhy) {
   ncclResult_t res = ncclSuccess;
   int me = comm->rank, nsm = 0;
-  memset(caps, 0, sizeof(*caps));
-  caps->p2p_ok = 1;
+  brd_launch_caps_t caps = {1, 0, 0};
   why[0] = '\0';
-  for (int r = 0; r < comm->nranks && caps->p2p_ok; r++) {
+  for (int r = 0; r < comm->nranks; r++) {
+    if (comm->peers[r].host_hash != comm->peers[me].host_hash)
+      return brd_api_not_implemented("collectives across hosts in CUDA mode (no "
+                                     "network transport yet)");
+  }
+  for (int r = 0; r < comm->nranks && caps.p2p_ok; r++) {
     char w[384];
     if (r == me) continue;
     if (!brd_p2p_usable(&comm->peers[me], &comm->peers[r], w, sizeof(w))) {
-      caps->p2p_ok = 0;
+      caps.p2p_ok = 0;
       snprintf(why, nwhy, "rank %d: %s", r, w);
     }
   }
-  CUDA_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, rt->dev),
+  CUDA_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, comm->cuda_dev),
             "cudaDeviceGetAttribute(multiProcessorCount)", res, out);
-  int nb = nsm / ranks_per_device(comm);
-  if (nb > rtc_nblocks[RTC_NB_OPTS - 1]) nb = rtc_nblocks[RTC_NB_OPTS - 1];
+  int share = ranks_per_device(comm);
+  int nb = nsm / share;
+  if (nb < 1) {
+    WARN("rank %d: its GPU has %d SMs and %d ranks of the communicator share it: "
+         "every rank's kernel needs at least one SM at the same time; use fewer "
+         "ranks per GPU", me, nsm, share);
+    res = ncclInvalidUsage;
+    goto out;
+  }
+  if (nb > NB_LIMIT) nb = NB_LIMIT;
   if (comm->config.maxCTAs > 0 && nb > comm->config.maxCTAs) nb = comm->config.maxCTAs;
-  caps->nb_max = nb;
+  caps.nb_max = nb;
   int64_t stage = brd_param_int(BRD_P_BRAID_CUDA_STAGING);
   if (stage < 65536) stage = 65536;
-  caps->stage_bytes = ((uint64_t)stage + 4095) & ~(uint64_t)4095;
-
-  uint64_t scratch = 0, nsems = 1;
-  for (int b = 0; b < RTC_NB_OPTS; b++) {
-    for (int a = 0; a < RTC_ALGOS; a++) {
-      for (int p = 0; p < RTC_PROTOS; p++) {
-        brd_algos_args_t args = {
-            .nranks = comm->nranks, .order = NULL, .nblocks = rtc_nblocks[b],
-            .proto = rtc_protos[p] == BRD_PROTO_LL ? BRD_IR_PROTO_LL : BRD_IR_PROTO_SIMPLE,
-        };
-        CHECK_GOTO(generate(rtc_algos[a], &args, &rt->plans[a][p][b]), res, out);
-        uint64_t s = brd_plan_scratch_bytes(rt->plans[a][p][b]);
-        if (s > scratch) scratch = s;
-        if (rt->plans[a][p][b]->nsems > nsems) nsems = rt->plans[a][p][b]->nsems;
-      }
-    }
-    caps->scratch[b] = (scratch + 4095) & ~(uint64_t)4095;
-    caps->nsems[b] = nsems;
-  }
+  caps.stage_bytes = ((uint64_t)stage + 4095) & ~(uint64_t)4095;
+  *caps_out = caps;
 out:
   return res;
 }
 
-/* Makes this rank's window and its device address. */
-static ncclResult_t window_create(struct brd_rt_cuda *rt, rtc_window_t *me) {
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_bytes,
+                                    brd_seg_handle_t *handle_out, char **base_out) {
   ncclResult_t res = ncclSuccess;
-  size_t total = me->stage_off + 2 * me->stage_bytes;
-  CHECK(rt->ops->seg_create(total, "cuda-win", &rt->self));
-  me->handle = rt->self.handle;
-  if (!rt->host_memory) {
-    rt->base[rt->rank] = rt->self.ptr;
-    return ncclSuccess;
+  int n = comm->nranks, me = comm->rank;
+  char *base = NULL;
+  int saved = -1;
+  struct brd_rt_cuda *rt;
+  if (cudaGetDevice(&saved) != cudaSuccess) {
+    (void)cudaGetLastError();
+    saved = -1;
   }
-  /* Peers of this process find it registered once the allgather is over. */
-  CHECK_GOTO(host_reg_acquire(rt->self.ptr, total, "the rank's channel window"), res, out);
-  rt->registered[rt->rank] = 1;
-  CUDA_GOTO(cudaHostGetDevicePointer((void **)&rt->base[rt->rank], rt->self.ptr, 0),
-            "cudaHostGetDevicePointer of the rank's channel window", res, out);
+  BRD_CALLOC(rt, 1, "the CUDA collective backend");
+  rt->nranks = n;
+  rt->rank = me;
+  rt->dev = comm->cuda_dev;
+  rt->failed = ncclSuccess;
+  PTHREAD_CHECK_GOTO(pthread_mutex_init(&rt->poll_lock, NULL), "pthread_mutex_init",
+                     res, fail_free);
+  rt->peer = calloc((size_t)n, sizeof(*rt->peer));
+  rt->registered = calloc((size_t)n, sizeof(*rt->registered));
+  if (rt->peer == NULL || rt->registered == NULL) {
+    WARN("out of host memory for the window tables of rank %d (%d ranks)", me, n);
+    res = ncclSystemError;
+    goto fail;
+  }
+  CUDA_GOTO(cudaSetDevice(rt->dev), "cudaSetDevice to the communicator's GPU", res, fail);
+  CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_coll), res, fail);
+  CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_p2p), res, fail);
+  CUDA_GOTO(cudaEventCreateWithFlags(&rt->done, cudaEventDisableTiming),
+            "cudaEventCreateWithFlags", res, fail);
+  if (cudaEventCreateWithFlags(&rt->join, cudaEventDisableTiming) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaEventDestroy(rt->done);
+    WARN("CUDA: cudaEventCreateWithFlags failed for rank %d", me);
+    res = ncclUnhandledCudaError;
+    goto fail;
+  }
+  rt->events_made = 1;
+
+  rt->host_memory = !p2p;
+  rt->ops = p2p ? &brd_transport_p2p
+                : all_in_this_process(comm) ? &brd_transport_host : &brd_transport_shm;
+  CHECK_GOTO(rt->ops->seg_create(win_bytes, "cuda-win", &rt->self), res, fail);
+  if (rt->host_memory) {
+    /* Peers of this process find it registered once the allgather is over. */
+    CHECK_GOTO(host_reg_acquire(rt->self.ptr, win_bytes, "the rank's channel window"),
+               res, fail);
+    rt->registered[me] = 1;
+    CUDA_GOTO(cudaHostGetDevicePointer((void **)&base, rt->self.ptr, 0),
+              "cudaHostGetDevicePointer of the rank's channel window", res, fail);
+  } else {
+    base = rt->self.ptr;
+  }
+  INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_P2P, "rank %d: %s window of %zu bytes on device %d",
+       me, rt->ops->name, win_bytes, rt->dev);
+  __atomic_store_n(&comm->rt_cuda, rt, __ATOMIC_RELEASE);
+  *handle_out = rt->self.handle;
+  *base_out = base;
+  goto out;
+
+fail:
+  rt_free(rt);
+  goto out;
+fail_free:
+  free(rt);
 out:
+  if (saved >= 0 && saved != comm->cuda_dev && cudaSetDevice(saved) != cudaSuccess)
+    (void)cudaGetLastError();
   return res;
 }
 
-/* Imports peer r's window and finds its device address. */
-static ncclResult_t window_import(struct brd_rt_cuda *rt, int r) {
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_import(struct ncclComm *comm, int r,
+                                    const brd_seg_handle_t *handle, char **base_out) {
   ncclResult_t res = ncclSuccess;
-  CHECK(rt->ops->seg_import(&rt->win[r].handle, &rt->peer[r]));
+  struct brd_rt_cuda *rt = comm->rt_cuda;
+  char *base = NULL;
+  CHECK(rt->ops->seg_import(handle, &rt->peer[r]));
   if (!rt->host_memory) {
-    rt->base[r] = rt->peer[r].ptr;
+    *base_out = rt->peer[r].ptr;
     return ncclSuccess;
   }
   /* A window of this process is the creator's memory, registered before
@@ -404,305 +388,26 @@ static ncclResult_t window_import(struct brd_rt_cuda *rt, int r) {
   CHECK_GOTO(host_reg_acquire(rt->peer[r].ptr, rt->peer[r].size,
                               "a peer's channel window"), res, out);
   rt->registered[r] = 1;
-  CUDA_GOTO(cudaHostGetDevicePointer((void **)&rt->base[r], rt->peer[r].ptr, 0),
+  CUDA_GOTO(cudaHostGetDevicePointer((void **)&base, rt->peer[r].ptr, 0),
             "cudaHostGetDevicePointer of a peer's channel window", res, out);
+  *base_out = base;
 out:
   return res;
 }
 
-/* Step 3: the channel tables of every uploaded plan, both phases. */
-static ncclResult_t chans_build(struct brd_rt_cuda *rt) {
-  ncclResult_t res = ncclSuccess;
-  int me = rt->rank;
-  const rtc_window_t *mw = &rt->win[me];
-  brd_exec_cuda_chan_t *host = calloc((size_t)rt->nranks, sizeof(*host));
-  if (host == NULL) {
-    WARN("out of host memory for the channel tables of rank %d", me);
-    return ncclSystemError;
-  }
-  for (int a = 0; a < RTC_ALGOS; a++) {
-    for (int p = 0; p < RTC_PROTOS; p++) {
-      for (int b = 0; b < rt->nb_count; b++) {
-        const brd_ir_plan_t *plan = rt->plans[a][p][b];
-        uint32_t nchans = brd_ir_plan_rank(plan, me)->nchans;
-        for (uint32_t phase = 0; phase < 2; phase++) {
-          for (uint32_t ch = 0; ch < nchans; ch++) {
-            int peer = brd_ir_plan_chan(plan, me, (int)ch)->peer;
-            const rtc_window_t *w = &rt->win[peer];
-            char *pw = rt->base[peer];
-            host[ch].peer_scratch = pw + w->scratch_off;
-            host[ch].peer_output = pw + w->stage_off + phase * w->stage_bytes;
-            host[ch].peer_sems = (uint64_t *)(pw + w->sem_off) + (size_t)me * w->nsems;
-            host[ch].sems = (uint64_t *)(rt->base[me] + mw->sem_off) + (size_t)peer * mw->nsems;
-          }
-          CHECK_GOTO(brd_exec_cuda_chans_create(host, nchans, &rt->dchans[a][p][b][phase]),
-                     res, out);
-        }
-      }
-    }
-  }
-out:
-  free(host);
-  return res;
+/* See launch_cuda.h. */
+void brd_launch_cuda_seal(struct ncclComm *comm) {
+  struct brd_rt_cuda *rt = comm->rt_cuda;
+  if (rt != NULL) rt->ops->seg_seal(&rt->self);
 }
 
-static void topo_init(const struct ncclComm *comm, int p2p, brd_tune_topo_t *t) {
-  memset(t, 0, sizeof(*t));
-  t->nranks = comm->nranks;
-  t->nnodes = 1;
-  t->local_nranks = comm->local_nranks > 0 ? comm->local_nranks : comm->nranks;
-  t->ranks_per_device = ranks_per_device(comm);
-  t->host_mode = 0;
-  t->ll128_ok = 0; /* no LL128 generator */
-  /* Rough link figures: GPU peer access (NVLink or PCIe) against host
-   * memory across PCIe. Both sides of the choice see the same numbers,
-   * which is all the tuner needs to agree across ranks. */
-  t->intra_bw = p2p ? 100.0f : 8.0f;
-  t->intra_lat = p2p ? 1.0f : 3.0f;
-  t->inter_bw = t->intra_bw;
-  t->inter_lat = t->intra_lat;
-}
-
-/* Creates the runtime; collective over the communicator. */
-static ncclResult_t rt_create(struct ncclComm *comm, struct brd_rt_cuda **rt_out) {
-  ncclResult_t res = ncclSuccess;
-  int n = comm->nranks, me = comm->rank;
-  char why[512];
-  rtc_caps_t *caps = NULL;
-  struct brd_rt_cuda *rt;
-  BRD_CALLOC(rt, 1, "the CUDA collective runtime");
-  rt->nranks = n;
-  rt->rank = me;
-  rt->dev = comm->cuda_dev;
-  rt->failed = ncclSuccess;
-  PTHREAD_CHECK_GOTO(pthread_mutex_init(&rt->poll_lock, NULL), "pthread_mutex_init",
-                     res, fail_free);
-
-  for (int r = 0; r < n; r++) {
-    if (comm->peers[r].host_hash != comm->peers[me].host_hash) {
-      res = brd_api_not_implemented("collectives across hosts in CUDA mode (no "
-                                    "network transport yet)");
-      goto fail;
-    }
-  }
-  CHECK_GOTO(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO),
-                            &rt->mask), res, fail);
-  rt->peer = calloc((size_t)n, sizeof(*rt->peer));
-  rt->win = calloc((size_t)n, sizeof(*rt->win));
-  rt->registered = calloc((size_t)n, sizeof(*rt->registered));
-  rt->base = calloc((size_t)n, sizeof(*rt->base));
-  caps = calloc((size_t)n, sizeof(*caps));
-  if (rt->peer == NULL || rt->win == NULL || rt->registered == NULL ||
-      rt->base == NULL || caps == NULL) {
-    WARN("out of host memory for the channel tables of rank %d (%d ranks)", me, n);
-    res = ncclSystemError;
-    goto fail;
-  }
-
-  /* 1. Agree on P2P, block limit, staging and scratch. */
-  CHECK_GOTO(caps_local(comm, rt, &caps[me], why, sizeof(why)), res, fail);
-  if (n > 1)
-    CHECK_GOTO(brd_boot_allgather(comm->boot, caps, sizeof(*caps)), res, fail);
-  int p2p = 1, nb_max = caps[me].nb_max, blocker = -1;
-  uint64_t stage = caps[me].stage_bytes;
-  for (int r = 0; r < n; r++) {
-    if (!caps[r].p2p_ok && p2p) {
-      p2p = 0;
-      blocker = r;
-    }
-    if (caps[r].nb_max < nb_max) nb_max = caps[r].nb_max;
-    if (caps[r].stage_bytes < stage) stage = caps[r].stage_bytes;
-  }
-  if (nb_max < 1) {
-    WARN("rank %d: a GPU of this communicator has fewer SMs than ranks sharing "
-         "it (%d ranks on one GPU): every rank's kernel needs at least one SM at "
-         "the same time; use fewer ranks per GPU", me, ranks_per_device(comm));
-    res = ncclInvalidUsage;
-    goto fail;
-  }
-  for (int b = 0; b < RTC_NB_OPTS && rtc_nblocks[b] <= nb_max; b++) rt->nb_count = b + 1;
-  uint64_t scratch = 0, nsems = 1;
-  for (int r = 0; r < n; r++) {
-    if (caps[r].scratch[rt->nb_count - 1] > scratch) scratch = caps[r].scratch[rt->nb_count - 1];
-    if (caps[r].nsems[rt->nb_count - 1] > nsems) nsems = caps[r].nsems[rt->nb_count - 1];
-  }
-  if (!p2p) {
-    if (blocker == me)
-      WARN("rank %d: GPU peer-to-peer is not usable with %s; every rank of the "
-           "communicator exchanges data through host memory instead, which is "
-           "much slower", me, why);
-    else
-      INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_P2P, "rank %d: rank %d cannot use GPU "
-           "peer-to-peer with every peer; channels go through host memory", me,
-           blocker);
-  }
-  rt->host_memory = !p2p;
-  rt->ops = p2p ? &brd_transport_p2p
-                : all_in_this_process(comm) ? &brd_transport_host : &brd_transport_shm;
-  topo_init(comm, p2p, &rt->topo);
-
-  /* 2. Local device resources, then the window exchange. */
-  for (int a = 0; a < RTC_ALGOS; a++)
-    for (int p = 0; p < RTC_PROTOS; p++)
-      for (int b = 0; b < rt->nb_count; b++)
-        CHECK_GOTO(brd_exec_cuda_plan_create(rt->plans[a][p][b], &rt->dplans[a][p][b]),
-                   res, fail);
-  CHECK_GOTO(brd_exec_cuda_status_create(&rt->status), res, fail);
-  CUDA_GOTO(cudaEventCreateWithFlags(&rt->done, cudaEventDisableTiming),
-            "cudaEventCreateWithFlags", res, fail);
-  rt->event_made = 1;
-
-  rtc_window_t *mw = &rt->win[me];
-  mw->nsems = nsems;
-  mw->sem_off = 0;
-  mw->scratch_off = ((uint64_t)n * nsems * sizeof(uint64_t) + 4095) & ~(uint64_t)4095;
-  mw->scratch_bytes = scratch;
-  mw->stage_off = mw->scratch_off + mw->scratch_bytes;
-  mw->stage_bytes = stage;
-  CHECK_GOTO(window_create(rt, mw), res, fail);
-  INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_P2P,
-       "rank %d: %s window of %zu bytes on device %d (scratch %zu, staging 2x%zu, "
-       "%zu semaphores per peer), up to %d blocks per rank", me, rt->ops->name,
-       (size_t)(mw->stage_off + 2 * mw->stage_bytes), rt->dev,
-       (size_t)mw->scratch_bytes, (size_t)mw->stage_bytes, (size_t)nsems,
-       rtc_nblocks[rt->nb_count - 1]);
-  if (n > 1) {
-    CHECK_GOTO(brd_boot_allgather(comm->boot, rt->win, sizeof(rtc_window_t)), res, fail);
-    for (int r = 0; r < n; r++)
-      if (r != me) CHECK_GOTO(window_import(rt, r), res, fail);
-  }
-
-  /* 3. Channel tables; then every window is mapped everywhere and the
-   * descriptor servers may stop. */
-  CHECK_GOTO(chans_build(rt), res, fail);
-  if (n > 1) CHECK_GOTO(brd_boot_barrier(comm->boot), res, fail);
-  rt->ops->seg_seal(&rt->self);
-  free(caps);
-  *rt_out = rt;
-  return ncclSuccess;
-
-fail:
-  free(caps);
-  rt_free(rt);
-  return res;
-fail_free:
-  free(rt);
-  return res;
-}
-
-/* One launch of plan (a, p, b) over [off, off + n) of an all-reduce. */
-static ncclResult_t run_piece(struct brd_rt_cuda *rt, int a, int p, int b,
-                              const brd_call_t *c, int redop, const void *scalar,
-                              const void *scalar_dev, size_t off, size_t n) {
-  ncclResult_t res = ncclSuccess;
-  int me = rt->rank;
-  size_t esize = brd_reduce_dtype_size(c->dtype);
-  const rtc_window_t *mw = &rt->win[me];
-  brd_plan_layout_t layout;
-  CHECK(brd_plan_layout_init(rt->plans[a][p][b], n, c->dtype, mw->scratch_bytes, &layout));
-  uint64_t epoch = brd_plan_epoch_reserve(
-      &rt->epoch_cursor, brd_plan_epoch_span(rt->plans[a][p][b], &layout));
-  uint32_t phase = rt->phase;
-  rt->phase ^= 1u;
-
-  char *stage = rt->base[me] + mw->stage_off + phase * mw->stage_bytes;
-  brd_exec_cuda_args_t args;
-  memset(&args, 0, sizeof(args));
-  args.plan = rt->dplans[a][p][b];
-  args.rank = me;
-  args.input = (const char *)c->sendbuff + off * esize;
-  args.output = stage;
-  args.scratch = rt->base[me] + mw->scratch_off;
-  args.scratch_bytes = mw->scratch_bytes;
-  args.chans = NULL;
-  args.chans_dev = rt->dchans[a][p][b][phase];
-  args.count = n;
-  args.dtype = (int)c->dtype;
-  args.redop = redop;
-  args.scalar = scalar;
-  args.scalar_dev = scalar_dev;
-  args.device_epoch = 0;
-  args.epoch = epoch;
-  args.phase = phase;
-  args.status = rt->status;
-  args.timeout_s = 0;
-  CHECK(brd_exec_cuda_launch(&args, c->stream));
-  CUDA_GOTO(cudaMemcpyAsync((char *)c->recvbuff + off * esize, stage, n * esize,
-                            cudaMemcpyDefault, c->stream),
-            "cudaMemcpyAsync of the all-reduce result", res, out);
-out:
-  return res;
-}
-
-static ncclResult_t run_allreduce(struct brd_rt_cuda *rt, const brd_call_t *c) {
-  ncclResult_t res = ncclSuccess;
-  size_t esize = brd_reduce_dtype_size(c->dtype);
-  size_t bytes = c->count * esize;
-  brd_tune_choice_t choice;
-  uint32_t avail = 0;
-  for (int a = 0; a < RTC_ALGOS; a++) avail |= BRD_ALGO_BIT(rtc_algos[a]);
-  CHECK(brd_tune_select(&rt->topo, BRD_COLL_ALLREDUCE, bytes, avail, &rt->mask, &choice));
-  int ai = algo_index(choice.algo), pi = proto_index(choice.proto);
-  if (ai < 0 || pi < 0) {
-    WARN("AllReduce: %s/%s is not available in CUDA mode yet; choose Ring, Tree, "
-         "OneShot or TwoShot with LL or Simple (NCCL_ALGO/NCCL_PROTO)",
-         brd_algo_name(choice.algo), brd_proto_name(choice.proto));
-    return ncclInvalidUsage;
-  }
-  /* Blocks grow with the message; the same sizes give the same choice on
-   * every rank, as the plans must be the same everywhere. */
-  int want = bytes < ((size_t)64 << 10) ? 1 : bytes < ((size_t)1 << 20) ? 2
-           : bytes < ((size_t)16 << 20) ? 4 : 8;
-  int bi = 0;
-  for (int b = 0; b < rt->nb_count; b++)
-    if (rtc_nblocks[b] <= want) bi = b;
-
-  int redop = (int)c->op;
-  const void *scalar = NULL, *scalar_dev = NULL;
-  if (c->premul) {
-    redop = BRD_REDOP_PREMULSUM;
-    /* premul_scalar is NULL for a host-immediate scalar (copied into the
-     * call), else the user's device pointer, read by the kernel. */
-    if (c->premul_scalar != NULL)
-      scalar_dev = c->premul_scalar;
-    else
-      scalar = c->premul_value;
-  }
-
-  if (rt->done_valid)
-    CUDA_GOTO(cudaStreamWaitEvent(c->stream, rt->done, 0),
-              "cudaStreamWaitEvent on the rank's previous call", res, out);
-  size_t piece = rt->win[rt->rank].stage_bytes / esize;
-  for (size_t off = 0; off < c->count; off += piece) {
-    size_t n = c->count - off < piece ? c->count - off : piece;
-    res = run_piece(rt, ai, pi, bi, c, redop, scalar, scalar_dev, off, n);
-    if (res != ncclSuccess) {
-      /* Sequence numbers moved on this rank only: it can no longer agree
-       * with its peers. */
-      rt->failed = res;
-      goto out;
-    }
-  }
-  CUDA_GOTO(cudaEventRecord(rt->done, c->stream), "cudaEventRecord after a call", res,
-            out);
-  rt->done_valid = 1;
-out:
-  return res;
-}
-
-static const char *coll_name(brd_coll_t coll) {
-  static const char *const names[BRD_COLL_COUNT] = {
-      "ncclAllReduce", "ncclAllGather", "ncclReduceScatter", "ncclBroadcast",
-      "ncclReduce", "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclSend",
-      "ncclRecv"};
-  return coll < BRD_COLL_COUNT ? names[coll] : "collective";
-}
-
-/* Reads the status block; records a failure in comm->async_error. */
+/* Reads both statuses; records a failure in comm->async_error. */
 static ncclResult_t poll_status(struct ncclComm *comm, struct brd_rt_cuda *rt) {
   pthread_mutex_lock(&rt->poll_lock);
-  ncclResult_t r = brd_exec_cuda_poll(rt->status, NULL);
+  ncclResult_t r = brd_exec_cuda_poll(rt->st_coll, NULL);
+  ncclResult_t r2 = brd_exec_cuda_poll(rt->st_p2p, NULL);
   pthread_mutex_unlock(&rt->poll_lock);
+  if (r == ncclSuccess) r = r2;
   if (r != ncclSuccess) {
     int expected = ncclSuccess;
     atomic_compare_exchange_strong(&comm->async_error, &expected, (int)r);
@@ -710,68 +415,264 @@ static ncclResult_t poll_status(struct ncclComm *comm, struct brd_rt_cuda *rt) {
   return r;
 }
 
-/* Refuses streams being captured: a captured launch would replay the
- * sequence numbers and staging half it was captured with. */
-static ncclResult_t check_not_capturing(const brd_call_t *c) {
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *calls,
+                                   int ncalls, brd_launch_cuda_ctx_t *ctx) {
   ncclResult_t res = ncclSuccess;
+  struct brd_rt_cuda *rt = comm->rt_cuda;
+  memset(ctx, 0, sizeof(*ctx));
+  ctx->saved_dev = -1;
+  ctx->calls = calls;
+  ctx->ncalls = ncalls;
+  ctx->stream = ncalls > 0 ? calls[0].stream : NULL;
+  CUDA_GOTO(cudaGetDevice(&ctx->saved_dev), "cudaGetDevice", res, out);
+  if (ctx->saved_dev != comm->cuda_dev)
+    CUDA_GOTO(cudaSetDevice(comm->cuda_dev), "cudaSetDevice to the communicator's GPU",
+              res, out);
+  if (rt->failed != ncclSuccess) return rt->failed;
+  CHECK(poll_status(comm, rt));
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  CUDA_GOTO(cudaStreamIsCapturing(c->stream, &cs), "cudaStreamIsCapturing", res, out);
-  if (cs != cudaStreamCaptureStatusNone) {
-    WARN("%s: capturing CUDA-mode collectives into a CUDA graph is not supported "
-         "yet (a replay would reuse the captured sequence numbers); run the "
-         "collective outside the capture", c->fn);
-    res = ncclInvalidUsage;
+  CUDA_GOTO(cudaStreamIsCapturing(ctx->stream, &cs), "cudaStreamIsCapturing", res, out);
+  if (cs == cudaStreamCaptureStatusInvalidated) {
+    WARN("%s : the stream's CUDA graph capture has been invalidated by an earlier "
+         "error; end the capture and start again", calls[0].fn);
+    return ncclInvalidUsage;
+  }
+  ctx->capturing = cs == cudaStreamCaptureStatusActive;
+  /* A capture is ordered by the graph's launches, which the user makes on
+   * one stream; outside a capture, launches sharing the statuses must
+   * follow each other whatever streams they use. */
+  if (!ctx->capturing && rt->done_valid && rt->last_stream != ctx->stream)
+    CUDA_GOTO(cudaStreamWaitEvent(ctx->stream, rt->done, 0),
+              "cudaStreamWaitEvent on the rank's previous launch", res, out);
+  for (int i = 1; i < ncalls; i++) {
+    cudaStream_t s = calls[i].stream;
+    int seen = s == ctx->stream;
+    for (int j = 1; j < i && !seen; j++) seen = calls[j].stream == s;
+    if (seen) continue;
+    /* The event is captured at the wait, so it can be recorded again. */
+    CUDA_GOTO(cudaEventRecord(rt->join, s), "cudaEventRecord on a group stream", res, out);
+    CUDA_GOTO(cudaStreamWaitEvent(ctx->stream, rt->join, 0),
+              "cudaStreamWaitEvent on a group stream", res, out);
   }
 out:
   return res;
 }
 
 /* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_run(struct ncclComm *comm, const brd_call_t *calls,
-                                 int ncalls) {
+ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
+                                      const void *src, size_t bytes, void **copy_out) {
   ncclResult_t res = ncclSuccess;
-  int saved = -1;
-  CUDA_GOTO(cudaGetDevice(&saved), "cudaGetDevice", res, fail);
-  if (saved != comm->cuda_dev)
-    CUDA_GOTO(cudaSetDevice(comm->cuda_dev), "cudaSetDevice to the communicator's GPU",
-              res, fail);
-  /* Before anything else: creating the runtime must not happen inside a
-   * capture either. */
-  for (int i = 0; i < ncalls; i++)
-    if (calls[i].count > 0) CHECK_GOTO(check_not_capturing(&calls[i]), res, out);
-  struct brd_rt_cuda *rt = __atomic_load_n(&comm->rt_cuda, __ATOMIC_ACQUIRE);
-  if (rt == NULL) {
-    CHECK_GOTO(rt_create(comm, &rt), res, fail);
-    __atomic_store_n(&comm->rt_cuda, rt, __ATOMIC_RELEASE);
+  struct brd_rt_cuda *rt = comm->rt_cuda;
+  size_t at = (ctx->snap_used + 255) & ~(size_t)255;
+  if (ctx->capturing) {
+    WARN("ncclSend : a send buffer that overlaps a receive of its group cannot be "
+         "captured into a CUDA graph in braid yet; use separate buffers");
+    return ncclInvalidUsage;
   }
-  if (rt->failed != ncclSuccess) {
-    res = rt->failed;
-    goto out;
+  if (at + bytes > rt->snap_cap) {
+    /* Earlier launches may still read the old buffer: wait for them. */
+    size_t cap = (at + bytes) * 2;
+    char *grown = NULL;
+    if (rt->done_valid)
+      CUDA_GOTO(cudaEventSynchronize(rt->done), "cudaEventSynchronize", res, out);
+    if (ctx->snap_used > 0) {
+      WARN("rank %d: a group with several send buffers overlapping receives needs "
+           "more snapshot memory than it reserved; split the group", rt->rank);
+      return ncclInternalError;
+    }
+    CUDA_GOTO(cudaMalloc((void **)&grown, cap), "cudaMalloc for send snapshots", res, out);
+    if (rt->snap != NULL) cudaFree(rt->snap);
+    rt->snap = grown;
+    rt->snap_cap = cap;
   }
-  CHECK_GOTO(poll_status(comm, rt), res, fail);
-  for (int i = 0; i < ncalls; i++) {
-    const brd_call_t *c = &calls[i];
-    if (c->count == 0) continue;
-    switch (c->coll) {
-    case BRD_COLL_ALLREDUCE:
-      CHECK_GOTO(run_allreduce(rt, c), res, fail);
-      break;
-    default:
-      res = brd_api_not_implemented(coll_name(c->coll));
-      goto out;
+  CUDA_GOTO(cudaMemcpyAsync(rt->snap + at, src, bytes, cudaMemcpyDefault, ctx->stream),
+            "cudaMemcpyAsync of a send snapshot", res, out);
+  ctx->snap_used = at + bytes;
+  *copy_out = rt->snap + at;
+out:
+  return res;
+}
+
+static uint64_t blob_hash(const brd_ir_plan_t *p) {
+  const unsigned char *b = (const unsigned char *)p;
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < p->total_bytes; i++) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
+/* The device copy of plan, uploaded at its first use. The upload
+ * allocates and copies on a private stream; inside a capture that must not
+ * join the graph, so the thread's capture mode is relaxed meanwhile. */
+static ncclResult_t dplan_get(struct brd_rt_cuda *rt, const brd_ir_plan_t *plan, int p2p,
+                              int capturing, const brd_exec_cuda_plan_t **out) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t h = p2p ? blob_hash(plan) : 0;
+  for (int i = 0; i < rt->nplans; i++) {
+    dplan_t *d = &rt->plans[i];
+    if (p2p ? (d->key == NULL && d->hash == h && d->copy->total_bytes == plan->total_bytes &&
+               memcmp(d->copy, plan, plan->total_bytes) == 0)
+            : d->key == plan) {
+      d->used = rt->nlaunch;
+      *out = d->dev;
+      return ncclSuccess;
     }
   }
-  goto out;
-
+  if (p2p && rt->np2p >= P2P_PLANS_MAX) {
+    /* Evict the least recently used; cudaFree waits for kernels using it. */
+    int lru = -1;
+    for (int i = 0; i < rt->nplans; i++)
+      if (rt->plans[i].key == NULL && (lru < 0 || rt->plans[i].used < rt->plans[lru].used))
+        lru = i;
+    if (capturing) {
+      WARN("rank %d: more than %d different point-to-point patterns; cannot make "
+           "room while capturing", rt->rank, P2P_PLANS_MAX);
+      return ncclInvalidUsage;
+    }
+    brd_exec_cuda_plan_destroy(rt->plans[lru].dev);
+    brd_plan_destroy(rt->plans[lru].copy);
+    rt->plans[lru] = rt->plans[--rt->nplans];
+    rt->np2p--;
+  }
+  if (rt->nplans == rt->cap_plans) {
+    int cap = rt->cap_plans ? 2 * rt->cap_plans : 64;
+    dplan_t *p = realloc(rt->plans, (size_t)cap * sizeof(*p));
+    if (p == NULL) {
+      WARN("out of host memory growing the device plan table to %d plans", cap);
+      return ncclSystemError;
+    }
+    rt->plans = p;
+    rt->cap_plans = cap;
+  }
+  dplan_t d;
+  memset(&d, 0, sizeof(d));
+  d.key = p2p ? NULL : plan;
+  d.hash = h;
+  d.used = rt->nlaunch;
+  if (p2p) {
+    d.copy = malloc(plan->total_bytes);
+    if (d.copy == NULL) {
+      WARN("out of host memory copying a %zu-byte plan", (size_t)plan->total_bytes);
+      return ncclSystemError;
+    }
+    memcpy(d.copy, plan, plan->total_bytes);
+  }
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (capturing) CUDA_GOTO(cudaThreadExchangeStreamCaptureMode(&mode),
+                           "cudaThreadExchangeStreamCaptureMode", res, fail);
+  res = brd_exec_cuda_plan_create(plan, &d.dev);
+  if (capturing && cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess)
+    (void)cudaGetLastError();
+  if (res != ncclSuccess) goto fail;
+  rt->plans[rt->nplans++] = d;
+  if (p2p) rt->np2p++;
+  *out = d.dev;
+  return ncclSuccess;
 fail:
-  if (res != ncclInvalidUsage && res != ncclInvalidArgument) {
-    int expected = ncclSuccess;
-    atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res);
+  brd_plan_destroy(d.copy);
+  return res;
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
+                                  const brd_exec_args_t *a, int p2p,
+                                  size_t stage_half, const void *scalar_dev,
+                                  const brd_launch_copy_t *copy) {
+  ncclResult_t res = ncclSuccess;
+  struct brd_rt_cuda *rt = comm->rt_cuda;
+  const brd_exec_cuda_plan_t *dp;
+  uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
+  brd_exec_cuda_chan_t chans[BRD_EXEC_CUDA_INLINE_CHANS];
+  if (p2p && ctx->capturing) {
+    WARN("ncclSend/ncclRecv : capturing point-to-point operations into a CUDA graph "
+         "is not supported by braid yet (they count sequence numbers per pair of "
+         "ranks on the host); run them outside the capture");
+    return ncclInvalidUsage;
+  }
+  if (nch > BRD_EXEC_CUDA_INLINE_CHANS) {
+    WARN("rank %d: a plan with %u channels; CUDA mode carries at most %d per launch "
+         "(communicators of up to %d ranks for direct plans)", a->rank, nch,
+         BRD_EXEC_CUDA_INLINE_CHANS, BRD_EXEC_CUDA_INLINE_CHANS + 1);
+    return ncclInvalidUsage;
+  }
+  if (p2p && (a->n_in_segs > BRD_EXEC_CUDA_INLINE_SEGS ||
+              a->n_out_segs > BRD_EXEC_CUDA_INLINE_SEGS)) {
+    WARN("ncclGroupEnd : rank %d has %u sends and %u receives in one group; CUDA mode "
+         "runs at most %d of each per group and communicator: split the group",
+         a->rank, a->n_in_segs, a->n_out_segs, BRD_EXEC_CUDA_INLINE_SEGS);
+    return ncclInvalidUsage;
+  }
+  CHECK(dplan_get(rt, a->plan, p2p, ctx->capturing, &dp));
+  for (uint32_t c = 0; c < nch; c++) {
+    chans[c].peer_scratch = a->chans[c].peer_scratch;
+    chans[c].peer_output = a->chans[c].peer_output;
+    chans[c].peer_sems = (uint64_t *)a->chans[c].peer_sems;
+    chans[c].sems = (uint64_t *)a->chans[c].sems;
+  }
+  brd_exec_cuda_args_t ca;
+  memset(&ca, 0, sizeof(ca));
+  ca.plan = dp;
+  ca.rank = a->rank;
+  ca.input = a->input;
+  ca.output = a->output;
+  ca.scratch = a->scratch;
+  ca.scratch_bytes = a->scratch_bytes;
+  ca.chans = nch > 0 ? chans : NULL;
+  ca.count = a->count;
+  ca.dtype = a->dtype;
+  ca.redop = a->redop;
+  ca.in_stride = a->in_stride;
+  ca.out_stride = a->out_stride;
+  ca.status = p2p ? rt->st_p2p : rt->st_coll;
+  ca.scalar = a->scalar;
+  ca.scalar_dev = scalar_dev; /* wins: the kernel reads it */
+  if (p2p) {
+    ca.epoch = a->epoch;
+    ca.phase = 0;
+    ca.chan_epoch = a->chan_epoch;
+    ca.in_segs = (const brd_exec_cuda_seg_t *)a->in_segs;
+    ca.out_segs = (const brd_exec_cuda_seg_t *)a->out_segs;
+    ca.n_in_segs = a->n_in_segs;
+    ca.n_out_segs = a->n_out_segs;
+  } else {
+    ca.device_epoch = 1;
+    ca.out_half_bytes = stage_half;
+  }
+  res = brd_exec_cuda_launch(&ca, ctx->stream);
+  if (res == ncclSuccess && !p2p && copy != NULL && copy->nseg > 0) {
+    brd_exec_cuda_copyout_t co = {rt->st_coll, a->output, stage_half, copy->dst,
+                                  copy->nseg, copy->seg_bytes, copy->seg_bytes,
+                                  copy->dst_stride};
+    res = brd_exec_cuda_copyout(&co, ctx->stream);
+  }
+  if (res != ncclSuccess && res != ncclInvalidArgument)
+    rt->failed = res; /* sequence numbers moved here only: ranks disagree now */
+  return res;
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
+                                 ncclResult_t res) {
+  struct brd_rt_cuda *rt = comm->rt_cuda;
+  ncclResult_t r = ncclSuccess;
+  if (rt != NULL && res == ncclSuccess) {
+    rt->nlaunch++;
+    if (!ctx->capturing) {
+      CUDA_GOTO(cudaEventRecord(rt->done, ctx->stream), "cudaEventRecord after a launch",
+                r, out);
+      rt->done_valid = 1;
+      rt->last_stream = ctx->stream;
+    }
+    for (int i = 1; i < ctx->ncalls && !ctx->capturing; i++)
+      if (ctx->calls[i].stream != ctx->stream)
+        CUDA_GOTO(cudaStreamWaitEvent(ctx->calls[i].stream, rt->done, 0),
+                  "cudaStreamWaitEvent of a group stream", r, out);
   }
 out:
-  if (saved >= 0 && saved != comm->cuda_dev && cudaSetDevice(saved) != cudaSuccess)
+  if (ctx->saved_dev >= 0 && ctx->saved_dev != comm->cuda_dev &&
+      cudaSetDevice(ctx->saved_dev) != cudaSuccess)
     (void)cudaGetLastError();
-  return res;
+  return res != ncclSuccess ? res : r;
 }
 
 /* See launch_cuda.h. */
@@ -784,19 +685,71 @@ ncclResult_t brd_launch_cuda_poll(struct ncclComm *comm) {
 /* See launch_cuda.h. */
 void brd_launch_cuda_abort(struct ncclComm *comm) {
   struct brd_rt_cuda *rt = __atomic_load_n(&comm->rt_cuda, __ATOMIC_ACQUIRE);
-  if (rt != NULL) brd_exec_cuda_status_abort(rt->status);
+  if (rt == NULL) return;
+  brd_exec_cuda_status_abort(rt->st_coll);
+  brd_exec_cuda_status_abort(rt->st_p2p);
 }
 
 #else /* !BRAID_CUDA */
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_run(struct ncclComm *comm, const brd_call_t *calls,
-                                 int ncalls) {
-  (void)comm;
-  (void)calls;
-  (void)ncalls;
+static ncclResult_t no_cuda(void) {
   WARN("a CUDA-mode collective in a library built with CUDA=0; set BRAID_DEVICE=host");
   return ncclInvalidUsage;
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_caps(struct ncclComm *comm, brd_launch_caps_t *caps_out,
+                                  char *why, size_t nwhy) {
+  (void)comm, (void)caps_out, (void)why, (void)nwhy;
+  return no_cuda();
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_bytes,
+                                    brd_seg_handle_t *handle_out, char **base_out) {
+  (void)comm, (void)p2p, (void)win_bytes, (void)handle_out, (void)base_out;
+  return no_cuda();
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_import(struct ncclComm *comm, int r,
+                                    const brd_seg_handle_t *handle, char **base_out) {
+  (void)comm, (void)r, (void)handle, (void)base_out;
+  return no_cuda();
+}
+
+/* See launch_cuda.h. */
+void brd_launch_cuda_seal(struct ncclComm *comm) { (void)comm; }
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *calls,
+                                   int ncalls, brd_launch_cuda_ctx_t *ctx) {
+  (void)comm, (void)calls, (void)ncalls, (void)ctx;
+  return no_cuda();
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
+                                      const void *src, size_t bytes, void **copy_out) {
+  (void)comm, (void)ctx, (void)src, (void)bytes, (void)copy_out;
+  return no_cuda();
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
+                                  const brd_exec_args_t *a, int p2p,
+                                  size_t stage_half, const void *scalar_dev,
+                                  const brd_launch_copy_t *copy) {
+  (void)comm, (void)ctx, (void)a, (void)p2p, (void)stage_half, (void)scalar_dev;
+  (void)copy;
+  return no_cuda();
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
+                                 ncclResult_t res) {
+  (void)comm, (void)ctx;
+  return res;
 }
 
 /* See launch_cuda.h. */

@@ -1,67 +1,147 @@
 /*
- * Braid: the collective runtime of a communicator in CUDA mode, the twin of
- * launch.c's host path. Calls become executor kernels enqueued on the
- * user's stream; the host never waits for them.
+ * Braid: the CUDA backend of the collective runtime (launch.c). launch.c
+ * builds the same works in both modes (plans, pieces, sequence numbers,
+ * channel pointers into every rank's window); in CUDA mode this file
+ * provides the window memory and turns each work into an executor kernel
+ * enqueued on the user's stream. The host never waits for the kernels.
  *
- * Every rank owns one window of channel memory (semaphores, scratch, two
- * output staging halves), created at the rank's first CUDA launch through
- * the P2P transport, or in host memory registered with CUDA when some pair
- * of ranks cannot use P2P. Windows are exchanged over the bootstrap
- * network, so every rank must reach its first launch (all do, at the same
- * call of the same sequence).
+ * Windows. At the rank's first launch each rank reports its capabilities
+ * (brd_launch_cuda_caps: P2P with every peer, the blocks its GPU can run
+ * for every rank sharing it at once); all agree, then every rank creates
+ * its window through the P2P transport (device memory), or in host memory
+ * registered with CUDA when some pair cannot use P2P, and imports its
+ * peers' windows. This backend owns the windows; launch.c only holds their
+ * device addresses.
+ *
+ * Sequence numbers. Collective works take their epoch and their scratch
+ * and staging phase from a cursor the kernels keep on the device (the
+ * executor's device epochs), so a collective captured into a CUDA graph
+ * gets fresh ones at every replay; their output goes to the window's
+ * staging half of that phase and a copy-out kernel, reading the same
+ * phase, moves it to the user's buffer. Point-to-point works keep the
+ * host's per-pair epochs on a second executor status, so they cannot be
+ * captured (ncclInvalidUsage).
  *
  * Asynchronous errors. A kernel that waits BRAID_TIMEOUT seconds without
- * progress, or that the abort flag stops, records the failure in the rank's
- * executor status block (mapped host memory). brd_launch_cuda_poll reads it
- * without synchronising and stores the failure in comm->async_error, so
- * ncclCommGetAsyncError reports it once it calls brd_launch_cuda_poll
- * first; every later brd_launch_cuda_run polls too and returns the failure.
+ * progress, or that the abort flag stops, records the failure in the
+ * rank's executor status (mapped host memory). brd_launch_cuda_poll reads
+ * it without synchronising and stores it in comm->async_error, so
+ * ncclCommGetAsyncError reports it; every later launch polls too and
+ * returns the failure.
  */
 #ifndef BRD_CORE_LAUNCH_CUDA_H
 #define BRD_CORE_LAUNCH_CUDA_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "nccl.h"
 #include "enqueue.h"
+#include "device/exec_host.h"
+#include "transport/transport.h"
 
 struct ncclComm;
 struct brd_rt_cuda;
 
-/* Runs ncalls checked calls of comm (CUDA mode), in order, on each call's
- * stream: AllReduce only for now (others: ncclInvalidUsage, "not
- * implemented"). Creates the runtime at the first call, which is collective
- * and blocks on every rank's first call; afterwards it enqueues work and
- * returns without waiting, allocating or synchronising, so successive calls
- * on one stream keep stream order. Switches the calling thread to
- * comm->cuda_dev for the call and restores its device.
- * Errors: ncclInvalidUsage for a stream being captured into a CUDA graph
- * (not supported yet), for ranks on several hosts (no network transport
- * yet), or for more ranks on one GPU than it has SMs;
- * ncclUnhandledCudaError when CUDA fails; ncclRemoteError / ncclSystemError
- * when an earlier launch timed out / was aborted. Failures other than
- * argument errors also set comm->async_error. The caller's thread, or a
- * group worker thread; not concurrent with other calls on comm. */
-ncclResult_t brd_launch_cuda_run(struct ncclComm *comm, const brd_call_t *calls,
-                                 int ncalls);
+/* What a rank reports before any window exists; all ranks agree on the
+ * weakest (launch.c). */
+typedef struct brd_launch_caps {
+  int32_t p2p_ok;       /* 1: GPU peer-to-peer with every peer */
+  int32_t nb_max;       /* most blocks per rank a plan may use (>= 1) */
+  uint64_t stage_bytes; /* one staging half */
+} brd_launch_caps_t;
 
-/* Reads the executor status of comm's runtime: ncclSuccess when no launch
- * has failed (or no runtime exists yet), else the failure (ncclRemoteError
- * for a timed-out wait, with its WARN naming rank, block, op and peer, once;
- * ncclSystemError after an abort), which is also stored in
- * comm->async_error if that still holds ncclSuccess. Never blocks; any
+/* One launch (brd_launch_run) in CUDA mode; the caller's memory. */
+typedef struct brd_launch_cuda_ctx {
+  int saved_dev;        /* the calling thread's device, restored at end */
+  cudaStream_t stream;  /* the first call's stream: every work goes here */
+  int capturing;        /* stream is being captured into a CUDA graph */
+  const brd_call_t *calls;
+  int ncalls;
+  size_t snap_used;     /* bytes of the snapshot buffer given out */
+} brd_launch_cuda_ctx_t;
+
+/* A copy-out of a collective work: nseg segments of seg_bytes from the
+ * staging half of the work's phase (seg_bytes apart) to dst (dst_stride
+ * apart). nseg 0: nothing to copy. */
+typedef struct brd_launch_copy {
+  void *dst;
+  uint32_t nseg;
+  size_t seg_bytes;
+  size_t dst_stride;
+} brd_launch_copy_t;
+
+/* This rank's capabilities (step 1 above). ncclInvalidUsage for ranks on
+ * several hosts (no network transport yet) and for more ranks on one GPU
+ * than it has SMs; ncclUnhandledCudaError when CUDA fails. why_out
+ * receives the reason P2P is not usable, if it is not. Calling thread. */
+ncclResult_t brd_launch_cuda_caps(struct ncclComm *comm, brd_launch_caps_t *caps_out,
+                                  char *why_out, size_t nwhy);
+
+/* Creates comm->rt_cuda with this rank's window of win_bytes (zeroed), in
+ * device memory (p2p) or registered host memory, and returns its handle
+ * for the peers and its device address. Local; the calling thread's
+ * device is restored. */
+ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_bytes,
+                                    brd_seg_handle_t *handle_out, char **base_out);
+
+/* Imports rank r's window; returns its device address. Local. */
+ncclResult_t brd_launch_cuda_import(struct ncclComm *comm, int r,
+                                    const brd_seg_handle_t *handle, char **base_out);
+
+/* Every peer has imported this rank's window: stops new imports. */
+void brd_launch_cuda_seal(struct ncclComm *comm);
+
+/* Starts a launch of ncalls calls: switches to comm->cuda_dev, returns an
+ * earlier launch's failure, learns whether the first call's stream is
+ * being captured, and orders the launch after the rank's previous one and
+ * after the other streams of the group. The calling thread. */
+ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *calls,
+                                   int ncalls, brd_launch_cuda_ctx_t *ctx);
+
+/* A device copy of bytes at src, enqueued now on the launch's stream, for
+ * a send whose buffer overlaps a receive of its group; valid until the
+ * launch's kernels have run. May allocate (and then waits for the rank's
+ * earlier launches); ncclInvalidUsage while capturing. */
+ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
+                                      const void *src, size_t bytes, void **copy_out);
+
+/* Enqueues one work: a (pointers into the windows, from launch.c; its
+ * epoch and phase are ignored for a collective work, which uses device
+ * epochs), then its copy-out. p2p: a point-to-point work (host epochs;
+ * ncclInvalidUsage while capturing). scalar_dev: a PreMulSum scalar the
+ * kernel reads from device memory (ncclScalarDevice), else NULL and the
+ * scalar is a->scalar. Uploads the plan to the device at its first use.
+ * Never synchronises otherwise. */
+ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
+                                  const brd_exec_args_t *a, int p2p,
+                                  size_t stage_half, const void *scalar_dev,
+                                  const brd_launch_copy_t *copy);
+
+/* Ends a launch: records its completion (not while capturing), makes the
+ * group's other streams wait for it, restores the thread's device. Returns
+ * res, or a CUDA failure if res was ncclSuccess. */
+ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
+                                 ncclResult_t res);
+
+/* Reads the executor statuses of comm's backend: ncclSuccess when no
+ * launch has failed (or no backend exists yet), else the failure
+ * (ncclRemoteError for a timed-out wait, with its WARN naming rank, block,
+ * op and peer, once; ncclSystemError after an abort), which is also stored
+ * in comm->async_error if that still holds ncclSuccess. Never blocks; any
  * thread (ncclCommGetAsyncError's). */
 ncclResult_t brd_launch_cuda_poll(struct ncclComm *comm);
 
-/* Raises the executor's abort flag for comm's runtime: running and later
+/* Raises the executor's abort flags for comm's backend: running and later
  * kernels of this rank leave at their next wait. Never blocks; any thread
- * (ncclCommAbort's, before brd_launch_cuda_destroy). No-op without a
- * runtime. */
+ * (ncclCommAbort's, before brd_launch_cuda_destroy). No-op without one. */
 void brd_launch_cuda_abort(struct ncclComm *comm);
 
-/* Frees a runtime (comm teardown). First waits for the rank's last call to
- * finish on the device: up to BRAID_TIMEOUT + 5 seconds, then it raises the
- * abort flag and waits 2 more; if the kernels still run it leaks the
- * runtime (WARN) rather than free memory they use. Never waits on peers
- * otherwise. NULL is a no-op. The thread destroying the communicator. */
+/* Frees a backend (comm teardown). First waits for the rank's last launch
+ * to finish on the device: up to BRAID_TIMEOUT + 5 seconds, then it raises
+ * the abort flags and waits 2 more; if the kernels still run it leaks the
+ * backend (WARN) rather than free memory they use. NULL is a no-op. The
+ * thread destroying the communicator. */
 void brd_launch_cuda_destroy(struct brd_rt_cuda *rt);
 
 #endif /* BRD_CORE_LAUNCH_CUDA_H */

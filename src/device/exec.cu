@@ -130,6 +130,7 @@ struct kargs_t {
   unsigned long long window;
   unsigned long long slot_bytes;
   unsigned long long half_bytes;
+  unsigned long long out_half;           /* device epochs: output halves */
   unsigned long long timeout_ns;
   unsigned long long in_stride;          /* elements between segments */
   unsigned long long out_stride;
@@ -217,6 +218,7 @@ struct ctx_t {
   const uint64_t *chan_epoch;          /* NULL: `epoch` for every channel */
   uint64_t epoch;
   uint64_t phase_off;    /* phase * half_bytes, into any rank's scratch */
+  uint64_t out_off;      /* phase * out_half, into any rank's output */
   uint64_t arg;          /* the reduction's scalar or divisor */
   uint32_t seq_per_iter;
 };
@@ -717,7 +719,7 @@ __device__ __forceinline__ char *seg_base(const ctx_t &c, const brd_ir_ref_t &re
     return (char *)table[seg].ptr;
   }
   char *base = input ? (char *)a.input
-               : local ? a.output : (char *)c.chans[ref.chan].peer_output;
+               : (local ? a.output : (char *)c.chans[ref.chan].peer_output) + c.out_off;
   *count = a.count;
   return base + (uint64_t)seg * (input ? a.in_stride : a.out_stride) * a.esize;
 }
@@ -839,6 +841,7 @@ exec_kernel(const __grid_constant__ kargs_t a) {
     s_ctx.chan_epoch = a.chan_epoch_dev != NULL ? a.chan_epoch_dev
                        : a.has_chan_epoch ? a.chan_epoch : NULL;
     s_ctx.phase_off = (uint64_t)(launches & 1u) * a.half_bytes;
+    s_ctx.out_off = a.device_epoch ? (uint64_t)(launches & 1u) * a.out_half : 0;
     s_ctx.arg = arg;
     s_ctx.seq_per_iter = a.plan->seq_per_iter;
   }
@@ -1412,6 +1415,7 @@ extern "C" ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
   ka.window = l.window;
   ka.slot_bytes = l.slot_bytes;
   ka.half_bytes = l.half_bytes;
+  ka.out_half = args->device_epoch ? args->out_half_bytes : 0;
   double timeout_s = args->timeout_s > 0 ? args->timeout_s
                                          : (double)brd_param_int(BRD_P_BRAID_TIMEOUT);
   ka.timeout_ns = (unsigned long long)(timeout_s * 1e9);
@@ -1445,6 +1449,76 @@ extern "C" ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
   if (e != cudaSuccess) {
     WARN("CUDA executor: launching rank %d's kernel (%u blocks) failed: %s "
          "(CUDA error %d)", args->rank, p->nblocks, cudaGetErrorString(e), (int)e);
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+/* ---- copy out of a staging half ------------------------------------------ */
+
+namespace {
+
+/* Copies nseg segments out of the half of src the last device-epoch launch
+ * used. W is the width of one move (16, 8, 4 or 1 bytes), which divides
+ * every pointer, size and stride. Grid-stride over every W-unit of every
+ * segment; the phase is read once per thread (it does not change while
+ * this kernel runs: the launch that set it has finished on this stream). */
+template <typename W>
+__global__ void copyout_kernel(const state_t *st, const char *src,
+                               unsigned long long half, char *dst,
+                               unsigned long long units, unsigned int nseg,
+                               unsigned long long src_stride,
+                               unsigned long long dst_stride) {
+  unsigned int launches = *(volatile const unsigned int *)&st->launches;
+  const char *s = src + (unsigned long long)((launches - 1u) & 1u) * half;
+  unsigned long long total = units * nseg;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+       i < total; i += (unsigned long long)gridDim.x * blockDim.x) {
+    unsigned long long seg = i / units, u = i % units;
+    *(W *)(dst + seg * dst_stride + u * sizeof(W)) =
+        *(const W *)(s + seg * src_stride + u * sizeof(W));
+  }
+}
+
+} /* namespace */
+
+/* See exec_cuda.h. */
+extern "C" ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
+                                              cudaStream_t stream) {
+  if (c->nseg == 0 || c->seg_bytes == 0) return ncclSuccess;
+  if (c->status == NULL || c->src == NULL || c->dst == NULL) {
+    WARN("CUDA executor: copy-out without a %s",
+         c->status == NULL ? "status block" : c->src == NULL ? "source" : "destination");
+    return ncclInvalidArgument;
+  }
+  if ((c->nseg - 1) * c->src_stride + c->seg_bytes > c->half_bytes) {
+    WARN("CUDA executor: copy-out of %u segments of %zu bytes %zu apart leaves a "
+         "staging half of %zu bytes", c->nseg, c->seg_bytes, c->src_stride,
+         c->half_bytes);
+    return ncclInvalidArgument;
+  }
+  uintptr_t any = (uintptr_t)c->src | (uintptr_t)c->dst | c->seg_bytes | c->half_bytes |
+                  c->src_stride | c->dst_stride;
+  int w = any % 16 == 0 ? 16 : any % 8 == 0 ? 8 : any % 4 == 0 ? 4 : 1;
+  unsigned long long units = c->seg_bytes / (size_t)w;
+  unsigned long long total = units * c->nseg;
+  unsigned long long want = (total + BRD_EXEC_CUDA_NTHREADS - 1) / BRD_EXEC_CUDA_NTHREADS;
+  unsigned int blocks = want < 256 ? (unsigned int)want : 256u;
+  const state_t *st = c->status->state;
+  const char *src = (const char *)c->src;
+  char *dst = (char *)c->dst;
+  unsigned long long half = c->half_bytes, ss = c->src_stride, ds = c->dst_stride;
+  unsigned int nseg = c->nseg;
+  const void *fn = w == 16  ? (const void *)copyout_kernel<uint4>
+                   : w == 8 ? (const void *)copyout_kernel<unsigned long long>
+                   : w == 4 ? (const void *)copyout_kernel<unsigned int>
+                            : (const void *)copyout_kernel<unsigned char>;
+  void *params[8] = {&st, &src, &half, &dst, &units, &nseg, &ss, &ds};
+  cudaError_t e = cudaLaunchKernel(fn, dim3(blocks), dim3(BRD_EXEC_CUDA_NTHREADS),
+                                   params, 0, stream);
+  if (e != cudaSuccess) {
+    WARN("CUDA executor: launching a copy-out of %u x %zu bytes failed: %s (CUDA "
+         "error %d)", c->nseg, c->seg_bytes, cudaGetErrorString(e), (int)e);
     return ncclUnhandledCudaError;
   }
   return ncclSuccess;

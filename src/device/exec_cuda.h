@@ -156,7 +156,28 @@ typedef struct brd_exec_cuda_args {
    * always count from `epoch`. */
   const uint64_t *chan_epoch;
   const uint64_t *chan_epoch_dev;
+  /* With device_epoch, optional: output and every channel's peer_output
+   * are the bases of two halves of out_half_bytes each, and a launch uses
+   * the half of its device phase (the one its scratch phase uses), so a
+   * captured graph alternates staging halves at every replay. 0: the
+   * pointers as given. */
+  size_t out_half_bytes;
 } brd_exec_cuda_args_t;
+
+/* A copy out of a staging buffer of two halves (brd_exec_cuda_copyout):
+ * nseg segments of seg_bytes, at src + h * half_bytes + s * src_stride,
+ * to dst + s * dst_stride, where h is the phase of the last device-epoch
+ * launch on status. All device pointers, borrowed. */
+typedef struct brd_exec_cuda_copyout {
+  brd_exec_cuda_status_t *status;
+  const void *src;
+  size_t half_bytes;
+  void *dst;
+  uint32_t nseg;
+  size_t seg_bytes;
+  size_t src_stride;
+  size_t dst_stride;
+} brd_exec_cuda_copyout_t;
 
 #if BRAID_CUDA
 /* Copies plan (a blob from brd_plan_builder_finish) to device memory on
@@ -225,6 +246,16 @@ void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev);
  * peers' kernels, which must be launched too for it to finish. */
 ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
                                   cudaStream_t stream);
+
+/* Enqueues the copy described by c on stream, after the device-epoch
+ * launch whose output it copies (same status, same stream): the kernel
+ * reads the phase that launch used from the status block, so a captured
+ * graph copies the right half at every replay. nseg 0 or seg_bytes 0
+ * enqueues nothing. ncclInvalidArgument for NULL pointers or segments
+ * that leave a half; ncclUnhandledCudaError (WARN) when the launch fails.
+ * Never allocates or synchronises (capturable). */
+ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
+                                   cudaStream_t stream);
 #endif /* BRAID_CUDA */
 
 #ifdef __cplusplus

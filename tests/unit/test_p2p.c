@@ -45,6 +45,7 @@
 #include "debug.h"
 #include "device.h"
 #include "enqueue.h"
+#include "launch.h"
 #include "launch_cuda.h"
 #include "param.h"
 #include "transport/transport.h"
@@ -288,7 +289,10 @@ static void test_driver_table(void **state) {
   brd_seg_t seg;
   assert_int_equal(brd_transport_p2p.seg_create(4096, "t", &seg), ncclInvalidUsage);
   assert_non_null(strstr(brd_log_last_error(), "CUDA=0"));
-  assert_int_equal(brd_launch_cuda_run(NULL, NULL, 0), ncclInvalidUsage);
+  brd_launch_caps_t caps;
+  char why[64];
+  assert_int_equal(brd_launch_cuda_caps(NULL, &caps, why, sizeof(why)), ncclInvalidUsage);
+  assert_non_null(strstr(brd_log_last_error(), "CUDA=0"));
 #endif
 }
 
@@ -544,7 +548,7 @@ static ncclResult_t ar_one(ar_rank_t *me, cudaStream_t s, ncclDataType_t dt, ncc
   c.op = op;
   c.comm = me->comm;
   c.stream = s;
-  res = brd_launch_cuda_run(me->comm, &c, 1);
+  res = brd_launch_run(me->comm, &c, 1);
   if (res == ncclSuccess && cudaStreamSynchronize(s) != cudaSuccess) res = ncclUnhandledCudaError;
   if (res == ncclSuccess && check) {
     if (cudaMemcpy(host, rb, count * es, cudaMemcpyDeviceToHost) != cudaSuccess) {
