@@ -1230,12 +1230,13 @@ ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
   /* Held until the last touch of comm, so an abort from another thread
    * frees nothing under this launch. */
   atomic_fetch_add(&rt->busy, 1);
-  if (!rt->ready) CHECK_GOTO(rt_connect(comm, rt), res, leave);
-  if (rt->cuda) {
+  if (!comm->host_mode) {
     began = 1;
     ws.cuda = &cctx;
     CHECK_GOTO(brd_launch_cuda_begin(comm, calls, ncalls, &cctx), res, leave_free_works);
   }
+  if (!rt->ready) CHECK_GOTO(rt_connect(comm, rt), res, leave_free_works);
+  if (rt->cuda) CHECK_GOTO(brd_launch_cuda_order(comm, &cctx), res, leave_free_works);
   for (int i = 0; i < ncalls; i++) {
     const brd_call_t *c = &calls[i];
     if (c->count == 0 || c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV) continue;
@@ -1251,7 +1252,6 @@ ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
 leave_free_works:
   works_free(&ws);
   if (began) res = brd_launch_cuda_end(comm, &cctx, res);
-leave:
   record_error(comm, res);
   atomic_fetch_sub(&rt->busy, 1);
   return res;

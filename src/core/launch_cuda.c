@@ -429,8 +429,14 @@ ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *call
   if (ctx->saved_dev != comm->cuda_dev)
     CUDA_GOTO(cudaSetDevice(comm->cuda_dev), "cudaSetDevice to the communicator's GPU",
               res, out);
-  if (rt->failed != ncclSuccess) return rt->failed;
-  CHECK(poll_status(comm, rt));
+  /* Allocations and blocking copies of this launch (the first one's
+   * windows, a plan's upload) must not join, nor be refused by, a capture
+   * in progress on this or another thread. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  CUDA_GOTO(cudaThreadExchangeStreamCaptureMode(&mode),
+            "cudaThreadExchangeStreamCaptureMode", res, out);
+  ctx->saved_mode = (int)mode;
+  ctx->mode_set = 1;
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   CUDA_GOTO(cudaStreamIsCapturing(ctx->stream, &cs), "cudaStreamIsCapturing", res, out);
   if (cs == cudaStreamCaptureStatusInvalidated) {
@@ -439,16 +445,28 @@ ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *call
     return ncclInvalidUsage;
   }
   ctx->capturing = cs == cudaStreamCaptureStatusActive;
+  if (rt != NULL) {
+    if (rt->failed != ncclSuccess) return rt->failed;
+    CHECK(poll_status(comm, rt));
+  }
+out:
+  return res;
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx) {
+  ncclResult_t res = ncclSuccess;
+  struct brd_rt_cuda *rt = comm->rt_cuda;
   /* A capture is ordered by the graph's launches, which the user makes on
    * one stream; outside a capture, launches sharing the statuses must
    * follow each other whatever streams they use. */
   if (!ctx->capturing && rt->done_valid && rt->last_stream != ctx->stream)
     CUDA_GOTO(cudaStreamWaitEvent(ctx->stream, rt->done, 0),
               "cudaStreamWaitEvent on the rank's previous launch", res, out);
-  for (int i = 1; i < ncalls; i++) {
-    cudaStream_t s = calls[i].stream;
+  for (int i = 1; i < ctx->ncalls; i++) {
+    cudaStream_t s = ctx->calls[i].stream;
     int seen = s == ctx->stream;
-    for (int j = 1; j < i && !seen; j++) seen = calls[j].stream == s;
+    for (int j = 1; j < i && !seen; j++) seen = ctx->calls[j].stream == s;
     if (seen) continue;
     /* The event is captured at the wait, so it can be recorded again. */
     CUDA_GOTO(cudaEventRecord(rt->join, s), "cudaEventRecord on a group stream", res, out);
@@ -557,13 +575,8 @@ static ncclResult_t dplan_get(struct brd_rt_cuda *rt, const brd_ir_plan_t *plan,
     }
     memcpy(d.copy, plan, plan->total_bytes);
   }
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  if (capturing) CUDA_GOTO(cudaThreadExchangeStreamCaptureMode(&mode),
-                           "cudaThreadExchangeStreamCaptureMode", res, fail);
-  res = brd_exec_cuda_plan_create(plan, &d.dev);
-  if (capturing && cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess)
-    (void)cudaGetLastError();
-  if (res != ncclSuccess) goto fail;
+  /* The thread's capture mode is relaxed (brd_launch_cuda_begin). */
+  CHECK_GOTO(brd_exec_cuda_plan_create(plan, &d.dev), res, fail);
   rt->plans[rt->nplans++] = d;
   if (p2p) rt->np2p++;
   *out = d.dev;
@@ -655,6 +668,11 @@ ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, brd_launch_cuda_ctx_t *c
                                  ncclResult_t res) {
   struct brd_rt_cuda *rt = comm->rt_cuda;
   ncclResult_t r = ncclSuccess;
+  if (ctx->mode_set) {
+    enum cudaStreamCaptureMode mode = (enum cudaStreamCaptureMode)ctx->saved_mode;
+    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+    ctx->mode_set = 0;
+  }
   if (rt != NULL && res == ncclSuccess) {
     rt->nlaunch++;
     if (!ctx->capturing) {
@@ -725,6 +743,12 @@ void brd_launch_cuda_seal(struct ncclComm *comm) { (void)comm; }
 ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *calls,
                                    int ncalls, brd_launch_cuda_ctx_t *ctx) {
   (void)comm, (void)calls, (void)ncalls, (void)ctx;
+  return no_cuda();
+}
+
+/* See launch_cuda.h. */
+ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx) {
+  (void)comm, (void)ctx;
   return no_cuda();
 }
 

@@ -59,6 +59,8 @@ typedef struct brd_launch_cuda_ctx {
   const brd_call_t *calls;
   int ncalls;
   size_t snap_used;     /* bytes of the snapshot buffer given out */
+  int saved_mode;       /* the thread's capture mode, restored at end */
+  int mode_set;
 } brd_launch_cuda_ctx_t;
 
 /* A copy-out of a collective work: nseg segments of seg_bytes from the
@@ -92,12 +94,18 @@ ncclResult_t brd_launch_cuda_import(struct ncclComm *comm, int r,
 /* Every peer has imported this rank's window: stops new imports. */
 void brd_launch_cuda_seal(struct ncclComm *comm);
 
-/* Starts a launch of ncalls calls: switches to comm->cuda_dev, returns an
- * earlier launch's failure, learns whether the first call's stream is
- * being captured, and orders the launch after the rank's previous one and
- * after the other streams of the group. The calling thread. */
+/* Starts a launch of ncalls calls: switches to comm->cuda_dev, relaxes
+ * the thread's stream-capture mode (the launch may allocate: the first
+ * one's windows, a plan's first upload), learns whether the first call's
+ * stream is being captured and, once a backend exists, returns an earlier
+ * launch's failure. Before the first launch's connection. The calling
+ * thread; brd_launch_cuda_end undoes it whatever this returns. */
 ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *calls,
                                    int ncalls, brd_launch_cuda_ctx_t *ctx);
+
+/* Orders the launch after the rank's previous one (when it used another
+ * stream) and after the group's other streams. After the connection. */
+ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx);
 
 /* A device copy of bytes at src, enqueued now on the launch's stream, for
  * a send whose buffer overlaps a receive of its group; valid until the
@@ -119,7 +127,8 @@ ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *
                                   const brd_launch_copy_t *copy);
 
 /* Ends a launch: records its completion (not while capturing), makes the
- * group's other streams wait for it, restores the thread's device. Returns
+ * group's other streams wait for it, restores the thread's capture mode
+ * and device. Returns
  * res, or a CUDA failure if res was ncclSuccess. */
 ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
                                  ncclResult_t res);
