@@ -1205,6 +1205,90 @@ static void test_graph_replay(void **state) {
   }
 }
 
+/* Device epochs with staging halves, as the CUDA runtime runs collectives:
+ * each rank's plan writes the half of its phase (out_half_bytes, also in
+ * the peers' channel pointers) and brd_exec_cuda_copyout, reading the same
+ * phase, copies it to the user's buffer; both captured in one graph per
+ * rank. Each replay gets inputs scaled by its number (uploaded between
+ * replays), so every replay's output differs, and the halves must hold
+ * this replay's result (in the half of its parity) and the previous one's. */
+static void test_staged_graph(void **state) {
+  (void)state;
+  NEED_GPU();
+  const size_t count = 40009;
+  const int n = 3, replays = 6;
+  for (int algo = 0; algo < 4; algo++) {
+    world_t *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    world_init(w, algo, algo == 2 ? BRD_IR_PROTO_LL : BRD_IR_PROTO_SIMPLE, n, 2, count, 1, 0);
+    size_t half = (count * 4 + 255) & ~(size_t)255;
+    char *stage[MAXR];
+    for (int r = 0; r < n; r++) {
+      CU(cudaMalloc((void **)&stage[r], 2 * half));
+      CU(cudaMemset(stage[r], 0, 2 * half));
+    }
+    cudaGraph_t graph[MAXR];
+    cudaGraphExec_t exec[MAXR];
+    for (int r = 0; r < n; r++) {
+      brd_exec_cuda_args_t a;
+      rank_args(w, r, count, ncclInt32, ncclSum, NULL, 0, 0, 0, 30.0, &a);
+      uint32_t nch = brd_ir_plan_rank(w->plan, r)->nchans;
+      for (uint32_t c = 0; c < nch; c++)
+        w->chans[r][c].peer_output = stage[brd_ir_plan_chan(w->plan, r, (int)c)->peer];
+      a.chans = w->chans[r];
+      a.output = stage[r];
+      a.out_half_bytes = half;
+      brd_exec_cuda_copyout_t co = {w->st[r], stage[r], half, rank_out(w, r, 0, 0, 4),
+                                    1, count * 4, count * 4, count * 4};
+      CU(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal));
+      ncclResult_t res = brd_exec_cuda_launch(&a, streams[r]);
+      ncclResult_t res2 = brd_exec_cuda_copyout(&co, streams[r]);
+      CU(cudaStreamEndCapture(streams[r], &graph[r]));
+      assert_int_equal(res, ncclSuccess);
+      assert_int_equal(res2, ncclSuccess);
+      CU(cudaGraphInstantiate(&exec[r], graph[r], 0));
+    }
+    uint32_t *in = malloc(count * 4), *want = malloc(count * 4), *prev = calloc(count, 4);
+    uint32_t *got = malloc(2 * half);
+    assert_true(in != NULL && want != NULL && prev != NULL && got != NULL);
+    for (int it = 1; it <= replays; it++) {
+      for (size_t i = 0; i < count; i++) want[i] = 0;
+      for (int r = 0; r < n; r++) {
+        for (size_t i = 0; i < count; i++) {
+          in[i] = (uint32_t)it * (uint32_t)(int32_t)ref_input_value(ncclInt32, ncclSum, r, i);
+          want[i] += in[i];
+        }
+        CU(cudaMemcpy(rank_in(w, r, 0, 4), in, count * 4, cudaMemcpyHostToDevice));
+      }
+      device_idle();
+      for (int r = 0; r < n; r++) CU(cudaGraphLaunch(exec[r], streams[r]));
+      for (int r = 0; r < n; r++) CU(cudaStreamSynchronize(streams[r]));
+      for (int r = 0; r < n; r++) {
+        assert_int_equal(brd_exec_cuda_poll(w->st[r], NULL), ncclSuccess);
+        CU(cudaMemcpy(got, rank_out(w, r, 0, 0, 4), count * 4, cudaMemcpyDeviceToHost));
+        assert_memory_equal(got, want, count * 4);
+        /* Replay it ran in phase (it - 1) & 1. */
+        CU(cudaMemcpy(got, stage[r], 2 * half, cudaMemcpyDeviceToHost));
+        int h = (it - 1) & 1;
+        assert_memory_equal((char *)got + (size_t)h * half, want, count * 4);
+        if (it > 1) assert_memory_equal((char *)got + (size_t)(1 - h) * half, prev, count * 4);
+      }
+      memcpy(prev, want, count * 4);
+    }
+    for (int r = 0; r < n; r++) {
+      CU(cudaGraphExecDestroy(exec[r]));
+      CU(cudaGraphDestroy(graph[r]));
+      CU(cudaFree(stage[r]));
+    }
+    free(in);
+    free(want);
+    free(prev);
+    free(got);
+    world_fini(w);
+    free(w);
+  }
+}
+
 /* ---- argument and plan checks ---------------------------------------------- */
 
 static void test_bad_args(void **state) {
@@ -1325,6 +1409,7 @@ int main(void) {
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_barrier),
       cmocka_unit_test(test_graph_replay),
+      cmocka_unit_test(test_staged_graph),
       cmocka_unit_test(test_bad_args),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
