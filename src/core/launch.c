@@ -810,12 +810,16 @@ static ncclResult_t p2p_overlaps(p2p_xfer_t *s, int ns, const p2p_xfer_t *r,
     res = ncclInvalidArgument;
     goto out;
   }
+  size_t snap_total = 0;
+  for (int i = 0; i < ns; i++)
+    if (spans_hit(sp, nr, (uintptr_t)s[i].buf, (uintptr_t)s[i].buf + s[i].bytes))
+      snap_total += (s[i].bytes + 255) & ~(size_t)255;
   for (int i = 0; i < ns; i++) {
     if (!spans_hit(sp, nr, (uintptr_t)s[i].buf, (uintptr_t)s[i].buf + s[i].bytes)) continue;
     if (ws->cuda != NULL) {
       void *dev_copy;
       CHECK_GOTO(brd_launch_cuda_snapshot(ws->comm, ws->cuda, s[i].buf, s[i].bytes,
-                                          &dev_copy), res, out);
+                                          snap_total, &dev_copy), res, out);
       s[i].buf = dev_copy;
       continue;
     }

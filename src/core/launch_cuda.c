@@ -479,7 +479,8 @@ out:
 
 /* See launch_cuda.h. */
 ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
-                                      const void *src, size_t bytes, void **copy_out) {
+                                      const void *src, size_t bytes, size_t total,
+                                      void **copy_out) {
   ncclResult_t res = ncclSuccess;
   struct brd_rt_cuda *rt = comm->rt_cuda;
   size_t at = (ctx->snap_used + 255) & ~(size_t)255;
@@ -488,21 +489,21 @@ ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx
          "captured into a CUDA graph in braid yet; use separate buffers");
     return ncclInvalidUsage;
   }
-  if (at + bytes > rt->snap_cap) {
+  if (at == 0 && total > rt->snap_cap) {
     /* Earlier launches may still read the old buffer: wait for them. */
-    size_t cap = (at + bytes) * 2;
     char *grown = NULL;
     if (rt->done_valid)
       CUDA_GOTO(cudaEventSynchronize(rt->done), "cudaEventSynchronize", res, out);
-    if (ctx->snap_used > 0) {
-      WARN("rank %d: a group with several send buffers overlapping receives needs "
-           "more snapshot memory than it reserved; split the group", rt->rank);
-      return ncclInternalError;
-    }
-    CUDA_GOTO(cudaMalloc((void **)&grown, cap), "cudaMalloc for send snapshots", res, out);
+    CUDA_GOTO(cudaMalloc((void **)&grown, total), "cudaMalloc for send snapshots", res,
+              out);
     if (rt->snap != NULL) cudaFree(rt->snap);
     rt->snap = grown;
-    rt->snap_cap = cap;
+    rt->snap_cap = total;
+  }
+  if (at + bytes > rt->snap_cap) {
+    WARN("rank %d: send snapshots need more than the %zu bytes reserved for them",
+         rt->rank, rt->snap_cap);
+    return ncclInternalError;
   }
   CUDA_GOTO(cudaMemcpyAsync(rt->snap + at, src, bytes, cudaMemcpyDefault, ctx->stream),
             "cudaMemcpyAsync of a send snapshot", res, out);
@@ -754,8 +755,9 @@ ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t 
 
 /* See launch_cuda.h. */
 ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
-                                      const void *src, size_t bytes, void **copy_out) {
-  (void)comm, (void)ctx, (void)src, (void)bytes, (void)copy_out;
+                                      const void *src, size_t bytes, size_t total,
+                                      void **copy_out) {
+  (void)comm, (void)ctx, (void)src, (void)bytes, (void)total, (void)copy_out;
   return no_cuda();
 }
 

@@ -109,10 +109,13 @@ ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t 
 
 /* A device copy of bytes at src, enqueued now on the launch's stream, for
  * a send whose buffer overlaps a receive of its group; valid until the
- * launch's kernels have run. May allocate (and then waits for the rank's
- * earlier launches); ncclInvalidUsage while capturing. */
+ * launch's kernels have run. total: the bytes all of the launch's
+ * snapshots take, each rounded up to 256 (the first call may allocate
+ * that much, after waiting for the rank's earlier launches).
+ * ncclInvalidUsage while capturing. */
 ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
-                                      const void *src, size_t bytes, void **copy_out);
+                                      const void *src, size_t bytes, size_t total,
+                                      void **copy_out);
 
 /* Enqueues one work: a (pointers into the windows, from launch.c; its
  * epoch and phase are ignored for a collective work, which uses device
