@@ -230,3 +230,15 @@ clean:
 	rm -rf build build-* bench-results
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- nccl-compare (tools/compare/): one-rank figures of NCCL-ABI libraries ----
+# It loads each library with dlopen, so it links no libnccl; CUDA builds only.
+# Used by scripts/bench-gpu; see docs/perf/gpu.md.
+ifeq ($(CUDA),1)
+NCCL_COMPARE := $(BUILD)/bin/nccl-compare
+tools: $(NCCL_COMPARE)
+$(NCCL_COMPARE): tools/compare/nccl_compare.c include/nccl.h
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ -L$(CUDA_LIBDIR) -lcudart_static -ldl -lpthread -lrt -lm
+endif
