@@ -1,6 +1,6 @@
 /*
  * Every collective other than all-reduce, and send/recv, end to end in
- * host mode, public API only: ncclAllGather, ncclReduceScatter,
+ * host mode or on a GPU, public API only: ncclAllGather, ncclReduceScatter,
  * ncclBroadcast (and ncclBcast), ncclReduce, ncclAlltoAll, ncclGather,
  * ncclScatter, ncclSend/ncclRecv.
  *
@@ -12,7 +12,7 @@
  * an independent CPU reference (tests/common/coll_ref.c):
  *   - every dtype, every op of the reductions, nranks {1,2,3,4,5,8}, counts
  *     {0,1,7,1023}, every root, in place and out of place, as one group
- *     per count driven by one thread (ncclCommInitAll); buffers the call
+ *     per count driven by one thread (comms_init); buffers the call
  *     must ignore (non-root inputs of broadcast and scatter, outputs of
  *     reduce and gather) are passed poisoned or NULL and must stay so;
  *   - 1Mi+3 elements for a subset;
@@ -23,6 +23,13 @@
  * In deterministic mode: fp32 sums of random floats (not exact in every
  * order, checked here) equal the sequential rank-order sum bit for bit at
  * every size and block count, for AllReduce, ReduceScatter and Reduce.
+ *
+ * The mode follows BRAID_DEVICE (host when unset; tests/common/tdev.h):
+ * in CUDA mode buffers are managed memory, every rank has its own stream,
+ * results are read after the streams are synchronised, and threads and
+ * processes run 1, 2, 4 and 8 ranks (processes first, before this process
+ * touches CUDA). BRAID_TEST_QUICK=1 shrinks the matrix (3 dtypes, 3 ops,
+ * nranks {1,2,3,4}, 3 configurations) for slow targets.
  */
 #include <math.h>
 #include <pthread.h>
@@ -40,6 +47,7 @@
 
 #include "coll_ref.h"
 #include "nccl.h"
+#include "tdev.h"
 
 #define NCCL_OK(call)                                                         \
   do {                                                                        \
@@ -49,8 +57,30 @@
                ncclGetLastError(NULL));                                       \
   } while (0)
 
+#define SYNC_OK(stream)                                                       \
+  do {                                                                        \
+    if (tdev_stream_sync((stream), SYNC_TIMEOUT_S) != 0)                      \
+      fail_msg("waiting for a rank's stream: %s (%s)", tdev_last_error(),     \
+               ncclGetLastError(NULL));                                       \
+  } while (0)
+
+/* A stream's work must finish within this (the kernels' own BRAID_TIMEOUT
+ * is 60 s unless the caller set another). */
+#define SYNC_TIMEOUT_S 300.0
+
 static const int nranks_list[] = {1, 2, 3, 4, 5, 8};
+static const int nranks_list_quick[] = {1, 2, 3, 4};
 static const size_t counts[] = {0, 1, 7, 1023};
+
+/* With BRAID_TEST_QUICK: an integer, a float and a bfloat16 type, and
+ * sum, max and avg. */
+static int dtype_wanted(ncclDataType_t dt) {
+  return !tdev_quick() || dt == ncclInt8 || dt == ncclFloat32 || dt == ncclBfloat16;
+}
+
+static int op_wanted(ncclRedOp_t op) {
+  return !tdev_quick() || op == ncclSum || op == ncclMax || op == ncclAvg;
+}
 
 static const char *env_or(const char *name, const char *dflt) {
   const char *v = getenv(name);
@@ -88,6 +118,38 @@ static void *xmalloc(size_t n) {
   return p;
 }
 
+/* A buffer the library can use in this mode (tdev.h). */
+static void *xalloc(size_t n) {
+  void *p = tdev_alloc(n);
+  if (p == NULL) fail_msg("%s", tdev_last_error());
+  return p;
+}
+
+/* n communicators of one clique driven by this thread: ncclCommInitAll in
+ * host mode; in CUDA mode every rank on the current device (ncclCommInitAll
+ * would put rank r on device r), by ncclCommInitRank in one group. */
+static void comms_init(ncclComm_t *comms, int n) {
+  if (tdev_kind() == TDEV_HOST) {
+    NCCL_OK(ncclCommInitAll(comms, n, NULL));
+    return;
+  }
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < n; r++) NCCL_OK(ncclCommInitRank(&comms[r], n, id, r));
+  NCCL_OK(ncclGroupEnd());
+}
+
+/* One stream per rank: NULL in host mode. */
+static void streams_create(cudaStream_t *s, int n) {
+  for (int r = 0; r < n; r++)
+    if (tdev_stream_create(&s[r]) != 0) fail_msg("%s", tdev_last_error());
+}
+
+static void streams_destroy(cudaStream_t *s, int n) {
+  for (int r = 0; r < n; r++) tdev_stream_destroy(s[r]);
+}
+
 /* Sets up rank r's buffers for case t with per-call count c. */
 static void case_init(const tcase_t *t, int n, int r, size_t c, tbuf_t *b) {
   size_t es = ref_dtype_size(t->dt), nc = (size_t)n * c;
@@ -95,31 +157,31 @@ static void case_init(const tcase_t *t, int n, int r, size_t c, tbuf_t *b) {
   memset(b, 0, sizeof(*b));
   switch (t->kind) {
   case K_AG:
-    b->mem = xmalloc(nc * es);
+    b->mem = xalloc(nc * es);
     ref_poison(t->dt, b->mem, nc);
     b->recv = b->mem;
     if (t->inplace) {
       b->send = b->mem + (size_t)r * c * es;
     } else {
-      b->other = xmalloc(c * es);
+      b->other = xalloc(c * es);
       b->send = b->other;
     }
     ref_fill_move(t->dt, r, 0, (void *)b->send, c);
     break;
   case K_RS:
-    b->mem = xmalloc(nc * es);
+    b->mem = xalloc(nc * es);
     ref_fill_input(t->dt, t->op, r, b->mem, nc);
     b->send = b->mem;
     if (t->inplace) {
       b->recv = b->mem + (size_t)r * c * es;
     } else {
-      b->other = xmalloc(c * es);
+      b->other = xalloc(c * es);
       ref_poison(t->dt, b->other, c);
       b->recv = b->other;
     }
     break;
   case K_BC:
-    b->mem = xmalloc(c * es);
+    b->mem = xalloc(c * es);
     if (t->inplace) {
       /* ncclBcast style: one buffer everywhere, the root's holds the data. */
       if (root) ref_fill_move(t->dt, r, 0, b->mem, c);
@@ -129,7 +191,7 @@ static void case_init(const tcase_t *t, int n, int r, size_t c, tbuf_t *b) {
       ref_poison(t->dt, b->mem, c);
       b->recv = b->mem;
       if (root) {
-        b->other = xmalloc(c * es);
+        b->other = xalloc(c * es);
         ref_fill_move(t->dt, r, 0, b->other, c);
         b->send = b->other;
       }
@@ -137,21 +199,21 @@ static void case_init(const tcase_t *t, int n, int r, size_t c, tbuf_t *b) {
     }
     break;
   case K_RD:
-    b->mem = xmalloc(c * es);
+    b->mem = xalloc(c * es);
     ref_fill_input(t->dt, t->op, r, b->mem, c);
     b->send = b->mem;
     if (t->inplace) {
       b->recv = b->mem;
     } else {
       /* Off the root the receive buffer must stay untouched. */
-      b->other = xmalloc(c * es);
+      b->other = xalloc(c * es);
       ref_poison(t->dt, b->other, c);
       b->recv = b->other;
     }
     break;
   case K_A2A:
-    b->mem = xmalloc(nc * es);
-    b->other = xmalloc(nc * es);
+    b->mem = xalloc(nc * es);
+    b->other = xalloc(nc * es);
     for (int q = 0; q < n; q++) ref_fill_move(t->dt, r, q, b->mem + (size_t)q * c * es, c);
     ref_poison(t->dt, b->other, nc);
     b->send = b->mem;
@@ -159,20 +221,20 @@ static void case_init(const tcase_t *t, int n, int r, size_t c, tbuf_t *b) {
     break;
   case K_GA:
     if (root) {
-      b->mem = xmalloc(nc * es);
+      b->mem = xalloc(nc * es);
       ref_poison(t->dt, b->mem, nc);
       b->recv = b->mem;
       if (t->inplace) {
         b->send = b->mem + (size_t)r * c * es;
       } else {
-        b->other = xmalloc(c * es);
+        b->other = xalloc(c * es);
         b->send = b->other;
       }
     } else {
-      b->mem = xmalloc(c * es);
+      b->mem = xalloc(c * es);
       b->send = b->mem;
       /* Off the root: a poisoned receive buffer that must stay so. */
-      b->other = xmalloc(nc * es);
+      b->other = xalloc(nc * es);
       ref_poison(t->dt, b->other, nc);
       b->recv = b->other;
     }
@@ -180,18 +242,18 @@ static void case_init(const tcase_t *t, int n, int r, size_t c, tbuf_t *b) {
     break;
   case K_SC:
     if (root) {
-      b->mem = xmalloc(nc * es);
+      b->mem = xalloc(nc * es);
       for (int q = 0; q < n; q++) ref_fill_move(t->dt, r, q, b->mem + (size_t)q * c * es, c);
       b->send = b->mem;
       if (t->inplace) {
         b->recv = b->mem + (size_t)r * c * es;
       } else {
-        b->other = xmalloc(c * es);
+        b->other = xalloc(c * es);
         ref_poison(t->dt, b->other, c);
         b->recv = b->other;
       }
     } else {
-      b->mem = xmalloc(c * es);
+      b->mem = xalloc(c * es);
       ref_poison(t->dt, b->mem, c);
       b->recv = b->mem;
     }
@@ -202,17 +264,17 @@ static void case_init(const tcase_t *t, int n, int r, size_t c, tbuf_t *b) {
 }
 
 static ncclResult_t case_call(const tcase_t *t, const tbuf_t *b, size_t c,
-                              ncclComm_t comm) {
+                              ncclComm_t comm, cudaStream_t s) {
   switch (t->kind) {
-  case K_AG: return ncclAllGather(b->send, b->recv, c, t->dt, comm, NULL);
-  case K_RS: return ncclReduceScatter(b->send, b->recv, c, t->dt, t->op, comm, NULL);
+  case K_AG: return ncclAllGather(b->send, b->recv, c, t->dt, comm, s);
+  case K_RS: return ncclReduceScatter(b->send, b->recv, c, t->dt, t->op, comm, s);
   case K_BC:
-    if (t->inplace) return ncclBcast(b->recv, c, t->dt, t->root, comm, NULL);
-    return ncclBroadcast(b->send, b->recv, c, t->dt, t->root, comm, NULL);
-  case K_RD: return ncclReduce(b->send, b->recv, c, t->dt, t->op, t->root, comm, NULL);
-  case K_A2A: return ncclAlltoAll(b->send, b->recv, c, t->dt, comm, NULL);
-  case K_GA: return ncclGather(b->send, b->recv, c, t->dt, t->root, comm, NULL);
-  case K_SC: return ncclScatter(b->send, b->recv, c, t->dt, t->root, comm, NULL);
+    if (t->inplace) return ncclBcast(b->recv, c, t->dt, t->root, comm, s);
+    return ncclBroadcast(b->send, b->recv, c, t->dt, t->root, comm, s);
+  case K_RD: return ncclReduce(b->send, b->recv, c, t->dt, t->op, t->root, comm, s);
+  case K_A2A: return ncclAlltoAll(b->send, b->recv, c, t->dt, comm, s);
+  case K_GA: return ncclGather(b->send, b->recv, c, t->dt, t->root, comm, s);
+  case K_SC: return ncclScatter(b->send, b->recv, c, t->dt, t->root, comm, s);
   default: return ncclInternalError;
   }
 }
@@ -273,8 +335,8 @@ static size_t case_check(const tcase_t *t, const tbuf_t *b, int n, int r, size_t
 }
 
 static void case_free(tbuf_t *b) {
-  free(b->mem);
-  if (b->other != b->mem) free(b->other);
+  tdev_free(b->mem);
+  if (b->other != b->mem) tdev_free(b->other);
   memset(b, 0, sizeof(*b));
 }
 
@@ -288,9 +350,10 @@ static void case_fail(const tcase_t *t, int n, int r, size_t c, size_t wrong,
 }
 
 /* The cases for n ranks: every dtype (and op) for each kind, every root
- * with a rotating dtype, in place and out of place. */
+ * with a rotating dtype, in place and out of place. With BRAID_TEST_QUICK
+ * the per-dtype and per-op cases keep the quick dtypes and ops only. */
 static int make_cases(int n, tcase_t *out) {
-  int k = 0;
+  int k = 0, kept = 0;
   for (int d = 0; d < ncclNumTypes; d++)
     for (int ip = 0; ip < 2; ip++)
       out[k++] = (tcase_t){K_AG, (ncclDataType_t)d, ncclSum, 0, ip};
@@ -315,7 +378,12 @@ static int make_cases(int n, tcase_t *out) {
       out[k++] = (tcase_t){K_SC, dt, ncclSum, root, ip};
     }
   }
-  return k;
+  for (int i = 0; i < k; i++) {
+    int rooted_sweep = i >= k - 8 * n; /* every root: keep whatever dtype */
+    if (rooted_sweep || (dtype_wanted(out[i].dt) && op_wanted(out[i].op)))
+      out[kept++] = out[i];
+  }
+  return kept;
 }
 
 #define MAX_CASES 512
@@ -324,12 +392,18 @@ static int make_cases(int n, tcase_t *out) {
 static void test_one_thread_all_ranks(void **state) {
   (void)state;
   tcase_t *cases = xmalloc(MAX_CASES * sizeof(*cases));
-  for (size_t ni = 0; ni < sizeof(nranks_list) / sizeof(nranks_list[0]); ni++) {
-    int n = nranks_list[ni];
+  int quick = tdev_quick();
+  const int *ns = quick ? nranks_list_quick : nranks_list;
+  size_t nns = quick ? sizeof(nranks_list_quick) / sizeof(nranks_list_quick[0])
+                     : sizeof(nranks_list) / sizeof(nranks_list[0]);
+  for (size_t ni = 0; ni < nns; ni++) {
+    int n = ns[ni];
     int nc = make_cases(n, cases);
     assert_true(nc <= MAX_CASES);
     ncclComm_t comms[8];
-    NCCL_OK(ncclCommInitAll(comms, n, NULL));
+    cudaStream_t streams[8];
+    comms_init(comms, n);
+    streams_create(streams, n);
     for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
       size_t c = counts[ci];
       tbuf_t *b = xmalloc((size_t)nc * (size_t)n * sizeof(*b));
@@ -337,8 +411,10 @@ static void test_one_thread_all_ranks(void **state) {
         for (int r = 0; r < n; r++) case_init(&cases[k], n, r, c, &b[k * n + r]);
       NCCL_OK(ncclGroupStart());
       for (int k = 0; k < nc; k++)
-        for (int r = 0; r < n; r++) NCCL_OK(case_call(&cases[k], &b[k * n + r], c, comms[r]));
+        for (int r = 0; r < n; r++)
+          NCCL_OK(case_call(&cases[k], &b[k * n + r], c, comms[r], streams[r]));
       NCCL_OK(ncclGroupEnd());
+      for (int r = 0; r < n; r++) SYNC_OK(streams[r]);
       for (int k = 0; k < nc; k++) {
         for (int r = 0; r < n; r++) {
           char msg[200] = "";
@@ -350,6 +426,7 @@ static void test_one_thread_all_ranks(void **state) {
       free(b);
     }
     for (int r = 0; r < n; r++) NCCL_OK(ncclCommDestroy(comms[r]));
+    streams_destroy(streams, n);
   }
   free(cases);
 }
@@ -372,15 +449,21 @@ static void test_large(void **state) {
       {5, {K_SC, ncclUint8, ncclSum, 1, 0}},
       {2, {K_AG, ncclFloat16, ncclSum, 0, 1}},
   };
-  for (size_t k = 0; k < sizeof(big) / sizeof(big[0]); k++) {
+  /* Quick: the first three (all-gather, reduce-scatter, all-to-all). */
+  size_t nbig = tdev_quick() ? 3 : sizeof(big) / sizeof(big[0]);
+  for (size_t k = 0; k < nbig; k++) {
     int n = big[k].n;
     ncclComm_t comms[8];
+    cudaStream_t streams[8];
     tbuf_t b[8];
-    NCCL_OK(ncclCommInitAll(comms, n, NULL));
+    comms_init(comms, n);
+    streams_create(streams, n);
     for (int r = 0; r < n; r++) case_init(&big[k].t, n, r, count, &b[r]);
     NCCL_OK(ncclGroupStart());
-    for (int r = 0; r < n; r++) NCCL_OK(case_call(&big[k].t, &b[r], count, comms[r]));
+    for (int r = 0; r < n; r++)
+      NCCL_OK(case_call(&big[k].t, &b[r], count, comms[r], streams[r]));
     NCCL_OK(ncclGroupEnd());
+    for (int r = 0; r < n; r++) SYNC_OK(streams[r]);
     for (int r = 0; r < n; r++) {
       char msg[200] = "";
       size_t wrong = case_check(&big[k].t, &b[r], n, r, count, msg, sizeof(msg));
@@ -388,6 +471,7 @@ static void test_large(void **state) {
       case_free(&b[r]);
     }
     for (int r = 0; r < n; r++) NCCL_OK(ncclCommDestroy(comms[r]));
+    streams_destroy(streams, n);
   }
 }
 
@@ -404,7 +488,7 @@ static size_t p2p_count(int s, int d, int k, int big) {
 /* All pairs, both directions and self, two transfers per pair with
  * different counts and dtypes (int32 then float64), the receives posted
  * in an order different from the sends. */
-static void p2p_round(ncclComm_t *comms, int n, int big) {
+static void p2p_round(ncclComm_t *comms, cudaStream_t *streams, int n, int big) {
   enum { T = 2 };
   void *sbuf[8][8][T], *rbuf[8][8][T];
   static const ncclDataType_t dts[T] = {ncclInt32, ncclFloat64};
@@ -412,8 +496,8 @@ static void p2p_round(ncclComm_t *comms, int n, int big) {
     for (int d = 0; d < n; d++) {
       for (int k = 0; k < T; k++) {
         size_t c = p2p_count(s, d, k, big), es = ref_dtype_size(dts[k]);
-        sbuf[s][d][k] = xmalloc(c * es);
-        rbuf[d][s][k] = xmalloc(c * es);
+        sbuf[s][d][k] = xalloc(c * es);
+        rbuf[d][s][k] = xalloc(c * es);
         ref_fill_move(dts[k], s, d * T + k, sbuf[s][d][k], c);
         ref_poison(dts[k], rbuf[d][s][k], c);
       }
@@ -424,12 +508,15 @@ static void p2p_round(ncclComm_t *comms, int n, int big) {
     /* Receives first, from the highest peer down; sends from the lowest. */
     for (int p = n - 1; p >= 0; p--)
       for (int k = 0; k < T; k++)
-        NCCL_OK(ncclRecv(rbuf[r][p][k], p2p_count(p, r, k, big), dts[k], p, comms[r], NULL));
+        NCCL_OK(ncclRecv(rbuf[r][p][k], p2p_count(p, r, k, big), dts[k], p, comms[r],
+                         streams[r]));
     for (int p = 0; p < n; p++)
       for (int k = 0; k < T; k++)
-        NCCL_OK(ncclSend(sbuf[r][p][k], p2p_count(r, p, k, big), dts[k], p, comms[r], NULL));
+        NCCL_OK(ncclSend(sbuf[r][p][k], p2p_count(r, p, k, big), dts[k], p, comms[r],
+                         streams[r]));
   }
   NCCL_OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) SYNC_OK(streams[r]);
   for (int d = 0; d < n; d++) {
     for (int s = 0; s < n; s++) {
       for (int k = 0; k < T; k++) {
@@ -439,8 +526,8 @@ static void p2p_round(ncclComm_t *comms, int n, int big) {
         if (wrong)
           fail_msg("p2p n=%d %d -> %d transfer %d (%zu elements): %zu wrong, %s", n, s,
                    d, k, c, wrong, msg);
-        free(sbuf[s][d][k]);
-        free(rbuf[d][s][k]);
+        tdev_free(sbuf[s][d][k]);
+        tdev_free(rbuf[d][s][k]);
       }
     }
   }
@@ -449,13 +536,17 @@ static void p2p_round(ncclComm_t *comms, int n, int big) {
 static void test_p2p_all_pairs(void **state) {
   (void)state;
   static const int ns[] = {1, 2, 3, 5, 8};
-  for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+  size_t nns = tdev_quick() ? 3 : sizeof(ns) / sizeof(ns[0]);
+  for (size_t i = 0; i < nns; i++) {
     int n = ns[i];
     ncclComm_t comms[8];
-    NCCL_OK(ncclCommInitAll(comms, n, NULL));
-    p2p_round(comms, n, 0);
-    p2p_round(comms, n, n <= 3); /* again: sequence numbers carry on */
+    cudaStream_t streams[8];
+    comms_init(comms, n);
+    streams_create(streams, n);
+    p2p_round(comms, streams, n, 0);
+    p2p_round(comms, streams, n, n <= 3); /* again: sequence numbers carry on */
     for (int r = 0; r < n; r++) NCCL_OK(ncclCommDestroy(comms[r]));
+    streams_destroy(streams, n);
   }
 }
 
@@ -467,17 +558,19 @@ static void test_mixed_group(void **state) {
   const int n = 4;
   const size_t c = 777;
   ncclComm_t comms[4];
-  NCCL_OK(ncclCommInitAll(comms, n, NULL));
+  cudaStream_t streams[4];
+  comms_init(comms, n);
+  streams_create(streams, n);
   float *ar_in[4], *ar_out[4], *p_in[4], *p_out[4];
   tbuf_t ag[4], bc[4], rs[4];
   tcase_t t_ag = {K_AG, ncclFloat16, ncclSum, 0, 0};
   tcase_t t_bc = {K_BC, ncclInt64, ncclSum, 2, 0};
   tcase_t t_rs = {K_RS, ncclUint8, ncclMax, 0, 1};
   for (int r = 0; r < n; r++) {
-    ar_in[r] = xmalloc(c * 4);
-    ar_out[r] = xmalloc(c * 4);
-    p_in[r] = xmalloc(c * 4);
-    p_out[r] = xmalloc(c * 4);
+    ar_in[r] = xalloc(c * 4);
+    ar_out[r] = xalloc(c * 4);
+    p_in[r] = xalloc(c * 4);
+    p_out[r] = xalloc(c * 4);
     ref_fill_input(ncclFloat32, ncclSum, r, ar_in[r], c);
     ref_poison(ncclFloat32, ar_out[r], c);
     ref_fill_move(ncclFloat32, r, 9, p_in[r], c);
@@ -488,14 +581,16 @@ static void test_mixed_group(void **state) {
   }
   NCCL_OK(ncclGroupStart());
   for (int r = 0; r < n; r++) {
-    NCCL_OK(ncclAllReduce(ar_in[r], ar_out[r], c, ncclFloat32, ncclSum, comms[r], NULL));
-    NCCL_OK(case_call(&t_ag, &ag[r], c, comms[r]));
-    NCCL_OK(ncclSend(p_in[r], c, ncclFloat32, (r + 1) % n, comms[r], NULL));
-    NCCL_OK(case_call(&t_bc, &bc[r], c, comms[r]));
-    NCCL_OK(ncclRecv(p_out[r], c, ncclFloat32, (r + n - 1) % n, comms[r], NULL));
-    NCCL_OK(case_call(&t_rs, &rs[r], c, comms[r]));
+    NCCL_OK(ncclAllReduce(ar_in[r], ar_out[r], c, ncclFloat32, ncclSum, comms[r],
+                          streams[r]));
+    NCCL_OK(case_call(&t_ag, &ag[r], c, comms[r], streams[r]));
+    NCCL_OK(ncclSend(p_in[r], c, ncclFloat32, (r + 1) % n, comms[r], streams[r]));
+    NCCL_OK(case_call(&t_bc, &bc[r], c, comms[r], streams[r]));
+    NCCL_OK(ncclRecv(p_out[r], c, ncclFloat32, (r + n - 1) % n, comms[r], streams[r]));
+    NCCL_OK(case_call(&t_rs, &rs[r], c, comms[r], streams[r]));
   }
   NCCL_OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) SYNC_OK(streams[r]);
   float *expect = xmalloc(c * 4);
   ref_reduce_expect(ncclFloat32, ncclSum, n, 1.0, expect, c);
   for (int r = 0; r < n; r++) {
@@ -510,16 +605,17 @@ static void test_mixed_group(void **state) {
     if (wrong) case_fail(&t_bc, n, r, c, wrong, msg, "mixed group");
     wrong = case_check(&t_rs, &rs[r], n, r, c, msg, sizeof(msg));
     if (wrong) case_fail(&t_rs, n, r, c, wrong, msg, "mixed group");
-    free(ar_in[r]);
-    free(ar_out[r]);
-    free(p_in[r]);
-    free(p_out[r]);
+    tdev_free(ar_in[r]);
+    tdev_free(ar_out[r]);
+    tdev_free(p_in[r]);
+    tdev_free(p_out[r]);
     case_free(&ag[r]);
     case_free(&bc[r]);
     case_free(&rs[r]);
   }
   free(expect);
   for (int r = 0; r < n; r++) NCCL_OK(ncclCommDestroy(comms[r]));
+  streams_destroy(streams, n);
 }
 
 /* ---- one rank per thread or process ---------------------------------------- */
@@ -529,9 +625,15 @@ static void test_mixed_group(void **state) {
  * number of failures with the first in msg. */
 static int run_rank(ncclUniqueId id, int n, int rank, char *msg, size_t msglen) {
   ncclComm_t comm;
+  cudaStream_t stream;
+  if (tdev_stream_create(&stream) != 0) {
+    snprintf(msg, msglen, "rank %d: %s", rank, tdev_last_error());
+    return 1;
+  }
   ncclResult_t r = ncclCommInitRank(&comm, n, id, rank);
   if (r != ncclSuccess) {
     snprintf(msg, msglen, "rank %d init: %s", rank, ncclGetLastError(NULL));
+    tdev_stream_destroy(stream);
     return 1;
   }
   int failures = 0;
@@ -544,13 +646,17 @@ static int run_rank(ncclUniqueId id, int n, int rank, char *msg, size_t msglen) 
         if (t.kind == K_A2A) t.inplace = 0;
         tbuf_t b;
         case_init(&t, n, rank, cnts[ci], &b);
-        r = case_call(&t, &b, cnts[ci], comm);
+        r = case_call(&t, &b, cnts[ci], comm, stream);
         char m[200] = "";
+        if (r == ncclSuccess && tdev_stream_sync(stream, SYNC_TIMEOUT_S) != 0) {
+          snprintf(m, sizeof(m), "%s (%s)", tdev_last_error(), ncclGetLastError(NULL));
+          r = ncclSystemError;
+        }
         size_t wrong = r == ncclSuccess ? case_check(&t, &b, n, rank, cnts[ci], m, sizeof(m)) : 0;
         if (r != ncclSuccess || wrong) {
           snprintf(msg, msglen, "rank %d %s root %d count %zu: %s", rank,
                    kind_names[kind], root, cnts[ci],
-                   r != ncclSuccess ? ncclGetLastError(NULL) : m);
+                   m[0] != '\0' ? m : ncclGetLastError(NULL));
           failures++;
         }
         case_free(&b);
@@ -564,31 +670,38 @@ static int run_rank(ncclUniqueId id, int n, int rank, char *msg, size_t msglen) 
     int32_t *out[2], *in[2];
     int peer[2] = {(rank + 1) % n, (rank + n - 1) % n};
     for (int k = 0; k < 2; k++) {
-      in[k] = xmalloc(c * 4);
-      out[k] = xmalloc(c * 4);
+      in[k] = xalloc(c * 4);
+      out[k] = xalloc(c * 4);
       ref_fill_move(ncclInt32, rank, peer[k], in[k], c);
       ref_poison(ncclInt32, out[k], c);
     }
     ncclGroupStart();
     for (int k = 0; k < 2; k++) {
-      ncclSend(in[k], c, ncclInt32, peer[k], comm, NULL);
-      ncclRecv(out[k], c, ncclInt32, peer[k], comm, NULL);
+      ncclSend(in[k], c, ncclInt32, peer[k], comm, stream);
+      ncclRecv(out[k], c, ncclInt32, peer[k], comm, stream);
     }
     r = ncclGroupEnd();
+    char sync_msg[200] = "";
+    if (r == ncclSuccess && tdev_stream_sync(stream, SYNC_TIMEOUT_S) != 0) {
+      snprintf(sync_msg, sizeof(sync_msg), "%s (%s)", tdev_last_error(),
+               ncclGetLastError(NULL));
+      r = ncclSystemError;
+    }
     for (int k = 0; k < 2 && !failures; k++) {
       char m[200] = "";
       if (r != ncclSuccess || ref_check_move(ncclInt32, peer[k], rank, out[k], c, m, sizeof(m))) {
         snprintf(msg, msglen, "rank %d send/recv with %d: %s", rank, peer[k],
-                 r != ncclSuccess ? ncclGetLastError(NULL) : m);
+                 r != ncclSuccess ? (sync_msg[0] ? sync_msg : ncclGetLastError(NULL)) : m);
         failures++;
       }
     }
     for (int k = 0; k < 2; k++) {
-      free(in[k]);
-      free(out[k]);
+      tdev_free(in[k]);
+      tdev_free(out[k]);
     }
   }
   ncclCommDestroy(comm);
+  tdev_stream_destroy(stream);
   return failures;
 }
 
@@ -605,32 +718,54 @@ static void *thread_main(void *p) {
   return NULL;
 }
 
-static void test_threads_one_rank_each(void **state) {
-  (void)state;
-  const int n = 4;
-  ncclUniqueId id;
-  NCCL_OK(ncclGetUniqueId(&id));
-  pthread_t th[4];
-  thread_arg_t args[4];
-  for (int r = 0; r < n; r++) {
-    memset(&args[r], 0, sizeof(args[r]));
-    args[r].id = id;
-    args[r].n = n;
-    args[r].rank = r;
-    assert_int_equal(pthread_create(&th[r], NULL, thread_main, &args[r]), 0);
+/* Rank counts for one rank per thread or process: host mode keeps one
+ * count (host_n); CUDA mode shares the GPU among 1, 2, 4 and 8 ranks;
+ * BRAID_TEST_QUICK runs quick_n only. */
+static int rank_counts(int host_n, int quick_n, int *out) {
+  static const int gpu[] = {1, 2, 4, 8};
+  if (tdev_quick()) {
+    out[0] = quick_n;
+    return 1;
   }
-  for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-  for (int r = 0; r < n; r++)
-    if (args[r].failures) fail_msg("%s", args[r].msg);
+  if (tdev_kind() == TDEV_HOST) {
+    out[0] = host_n;
+    return 1;
+  }
+  memcpy(out, gpu, sizeof(gpu));
+  return 4;
 }
 
-static void test_processes(void **state) {
+static void test_threads_one_rank_each(void **state) {
   (void)state;
-  const int n = 3;
+  int ns[4];
+  int nn = rank_counts(4, 3, ns);
+  for (int ni = 0; ni < nn; ni++) {
+    int n = ns[ni];
+    ncclUniqueId id;
+    NCCL_OK(ncclGetUniqueId(&id));
+    pthread_t th[8];
+    thread_arg_t args[8];
+    for (int r = 0; r < n; r++) {
+      memset(&args[r], 0, sizeof(args[r]));
+      args[r].id = id;
+      args[r].n = n;
+      args[r].rank = r;
+      assert_int_equal(pthread_create(&th[r], NULL, thread_main, &args[r]), 0);
+    }
+    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+    for (int r = 0; r < n; r++)
+      if (args[r].failures) fail_msg("threads, %d ranks: %s", n, args[r].msg);
+  }
+}
+
+/* In CUDA mode this runs before anything else in this process touched
+ * CUDA: a forked child cannot use a CUDA its parent initialised. */
+static void run_processes(int n) {
   ncclUniqueId id;
   NCCL_OK(ncclGetUniqueId(&id));
-  int pipes[3][2];
-  pid_t pids[3];
+  int pipes[8][2];
+  pid_t pids[8];
+  fflush(NULL);
   for (int r = 0; r < n; r++) {
     assert_int_equal(pipe(pipes[r]), 0);
     pids[r] = fork();
@@ -650,8 +785,17 @@ static void test_processes(void **state) {
     close(pipes[r][0]);
     assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-      fail_msg("process rank %d failed (status %d): %s", r, st, msg);
+      fail_msg("process rank %d of %d failed (status %d): %s", r, n, st, msg);
   }
+}
+
+static void test_processes(void **state) {
+  (void)state;
+  if (tdev_kind() == TDEV_CUDA && tdev_cuda_touched())
+    fail_msg("this process used CUDA before forking ranks that use it");
+  int ns[4];
+  int nn = rank_counts(3, 2, ns);
+  for (int ni = 0; ni < nn; ni++) run_processes(ns[ni]);
 }
 
 /* ---- deterministic mode --------------------------------------------------- */
@@ -688,7 +832,9 @@ static void test_deterministic(void **state) {
   assert_true(differ > 100);
 
   ncclComm_t comms[5];
-  NCCL_OK(ncclCommInitAll(comms, n, NULL));
+  cudaStream_t streams[5];
+  comms_init(comms, n);
+  streams_create(streams, n);
   /* Sizes chosen for one block and two, one piece and several, direct
    * and two-step plans. */
   static const size_t sizes[] = {1, 7, 1023, 70001, 300001};
@@ -696,11 +842,11 @@ static void test_deterministic(void **state) {
     size_t c = sizes[si];
     float *in[5], *ar[5], *rs_in[5], *rs[5], *rd[5];
     for (int r = 0; r < n; r++) {
-      in[r] = xmalloc(c * 4);
-      ar[r] = xmalloc(c * 4);
-      rd[r] = xmalloc(c * 4);
-      rs_in[r] = xmalloc((size_t)n * c * 4);
-      rs[r] = xmalloc(c * 4);
+      in[r] = xalloc(c * 4);
+      ar[r] = xalloc(c * 4);
+      rd[r] = xalloc(c * 4);
+      rs_in[r] = xalloc((size_t)n * c * 4);
+      rs[r] = xalloc(c * 4);
       for (size_t i = 0; i < c; i++) in[r][i] = det_value(r, i);
       for (size_t i = 0; i < (size_t)n * c; i++) rs_in[r][i] = det_value(r, i);
       ref_poison(ncclFloat32, ar[r], c);
@@ -709,11 +855,13 @@ static void test_deterministic(void **state) {
     }
     NCCL_OK(ncclGroupStart());
     for (int r = 0; r < n; r++) {
-      NCCL_OK(ncclAllReduce(in[r], ar[r], c, ncclFloat32, ncclSum, comms[r], NULL));
-      NCCL_OK(ncclReduceScatter(rs_in[r], rs[r], c, ncclFloat32, ncclSum, comms[r], NULL));
-      NCCL_OK(ncclReduce(in[r], rd[r], c, ncclFloat32, ncclSum, 3, comms[r], NULL));
+      NCCL_OK(ncclAllReduce(in[r], ar[r], c, ncclFloat32, ncclSum, comms[r], streams[r]));
+      NCCL_OK(ncclReduceScatter(rs_in[r], rs[r], c, ncclFloat32, ncclSum, comms[r],
+                                streams[r]));
+      NCCL_OK(ncclReduce(in[r], rd[r], c, ncclFloat32, ncclSum, 3, comms[r], streams[r]));
     }
     NCCL_OK(ncclGroupEnd());
+    for (int r = 0; r < n; r++) SYNC_OK(streams[r]);
     for (int r = 0; r < n; r++) {
       for (size_t i = 0; i < c; i++) {
         float want = det_sum(n, i), want_rs = det_sum(n, (size_t)r * c + i);
@@ -727,14 +875,15 @@ static void test_deterministic(void **state) {
           fail_msg("deterministic reduce count %zu element %zu: %a, rank-order sum %a",
                    c, i, (double)rd[r][i], (double)want);
       }
-      free(in[r]);
-      free(ar[r]);
-      free(rd[r]);
-      free(rs_in[r]);
-      free(rs[r]);
+      tdev_free(in[r]);
+      tdev_free(ar[r]);
+      tdev_free(rd[r]);
+      tdev_free(rs_in[r]);
+      tdev_free(rs[r]);
     }
   }
   for (int r = 0; r < n; r++) NCCL_OK(ncclCommDestroy(comms[r]));
+  streams_destroy(streams, n);
 }
 
 /* Deterministic mode with only ring allowed for all-reduce: refused with
@@ -742,28 +891,42 @@ static void test_deterministic(void **state) {
 static void test_deterministic_refuses_ring(void **state) {
   (void)state;
   ncclComm_t comms[2];
-  NCCL_OK(ncclCommInitAll(comms, 2, NULL));
-  float a[4] = {1, 2, 3, 4}, b[2][4];
+  cudaStream_t streams[2];
+  comms_init(comms, 2);
+  streams_create(streams, 2);
+  float *a = xalloc(4 * sizeof(float)), *b = xalloc(2 * 4 * sizeof(float));
+  for (int i = 0; i < 4; i++) a[i] = (float)(i + 1);
   NCCL_OK(ncclGroupStart());
-  for (int r = 0; r < 2; r++) ncclAllReduce(a, b[r], 4, ncclFloat32, ncclSum, comms[r], NULL);
+  for (int r = 0; r < 2; r++)
+    ncclAllReduce(a, b + 4 * r, 4, ncclFloat32, ncclSum, comms[r], streams[r]);
   ncclResult_t res = ncclGroupEnd();
   assert_int_equal(res, ncclInvalidUsage);
   assert_non_null(strstr(ncclGetLastError(NULL), "BRAID_DETERMINISTIC"));
   /* Not a broken communicator: other collectives still run. */
-  int32_t x[2] = {1, 2}, y[2][4];
+  int32_t *x = xalloc(2 * sizeof(int32_t)), *y = xalloc(2 * 4 * sizeof(int32_t));
+  x[0] = 1;
+  x[1] = 2;
   NCCL_OK(ncclGroupStart());
-  for (int r = 0; r < 2; r++) NCCL_OK(ncclAllGather(&x[r], y[r], 1, ncclInt32, comms[r], NULL));
+  for (int r = 0; r < 2; r++)
+    NCCL_OK(ncclAllGather(&x[r], y + 4 * r, 1, ncclInt32, comms[r], streams[r]));
   NCCL_OK(ncclGroupEnd());
-  assert_int_equal(y[1][0], 1);
-  assert_int_equal(y[0][1], 2);
+  for (int r = 0; r < 2; r++) SYNC_OK(streams[r]);
+  assert_int_equal(y[4 * 1 + 0], 1);
+  assert_int_equal(y[4 * 0 + 1], 2);
+  tdev_free(a);
+  tdev_free(b);
+  tdev_free(x);
+  tdev_free(y);
   for (int r = 0; r < 2; r++) NCCL_OK(ncclCommDestroy(comms[r]));
+  streams_destroy(streams, 2);
 }
 
 /* ---- driver ------------------------------------------------------------------ */
 
 static int run_child(const char *what) {
-  char name[160];
-  snprintf(name, sizeof(name), "collectives %s NCCL_ALGO=%s NCCL_PROTO=%s", what,
+  char name[192];
+  snprintf(name, sizeof(name), "collectives %s (%s%s) NCCL_ALGO=%s NCCL_PROTO=%s", what,
+           tdev_kind_name(), tdev_quick() ? ", quick" : "",
            env_or("NCCL_ALGO", "auto"), env_or("NCCL_PROTO", "auto"));
   if (strcmp(what, "deterministic") == 0) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_deterministic)};
@@ -774,13 +937,15 @@ static int run_child(const char *what) {
     return cmocka_run_group_tests_name(name, tests, NULL, NULL);
   }
   if (strcmp(what, "full") == 0) {
+    /* Processes first: they fork, which CUDA mode allows only before this
+     * process touched CUDA. */
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_processes),
         cmocka_unit_test(test_one_thread_all_ranks),
         cmocka_unit_test(test_large),
         cmocka_unit_test(test_p2p_all_pairs),
         cmocka_unit_test(test_mixed_group),
         cmocka_unit_test(test_threads_one_rank_each),
-        cmocka_unit_test(test_processes),
     };
     return cmocka_run_group_tests_name(name, tests, NULL, NULL);
   }
@@ -799,9 +964,16 @@ typedef struct {
 
 int main(int argc, char **argv) {
   (void)argc;
-  setenv("BRAID_DEVICE", "host", 1);
+  /* Host mode unless the caller chose (BRAID_DEVICE=cuda for a GPU). */
+  setenv("BRAID_DEVICE", "host", 0);
   setenv("BRAID_TIMEOUT", "60", 0);
   if (getenv("BRAID_TEST_CHILD")) return run_child(getenv("BRAID_TEST_CHILD"));
+
+  char why[256];
+  if (!tdev_usable(why, sizeof(why))) {
+    printf("SKIP: collectives with BRAID_DEVICE=%s: %s\n", getenv("BRAID_DEVICE"), why);
+    return TDEV_EXIT_SKIP;
+  }
 
 #define FORCE(a) "NCCL_ALGO=allgather:" a ";reducescatter:" a ";broadcast:" a ";reduce:" a
   static const config_t configs[] = {
@@ -818,8 +990,16 @@ int main(int argc, char **argv) {
                          "NCCL_PROTO=LL", NULL}},
       {"deterministic-ring", {"BRAID_DETERMINISTIC=1", "NCCL_ALGO=allreduce:ring", NULL}},
   };
+  /* Quick: the full set once with the tuner's choice, ring LL, and the
+   * deterministic all-reduce. */
+  static const int quick_configs[] = {0, 2, 6};
+  int quick = tdev_quick();
+  size_t nconfigs = quick ? sizeof(quick_configs) / sizeof(quick_configs[0])
+                          : sizeof(configs) / sizeof(configs[0]);
   int failed = 0;
-  for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {
+  for (size_t j = 0; j < nconfigs; j++) {
+    size_t i = quick ? (size_t)quick_configs[j] : j;
+    fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
       setenv("BRAID_TEST_CHILD", configs[i].what, 1);

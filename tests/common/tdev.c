@@ -1,0 +1,268 @@
+/*
+ * Test helper: host or CUDA buffers and streams for end-to-end tests (see
+ * tdev.h). Every CUDA call is behind #if BRAID_CUDA: CUDA=0 builds have no
+ * CUDA header, and this file is linked into every test program.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#if BRAID_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "tdev.h"
+
+#ifndef BRAID_CUDA
+#define BRAID_CUDA 0
+#endif
+
+static _Thread_local char err_text[256];
+static _Atomic int cuda_touched;
+
+#if BRAID_CUDA
+/* CUDA mode caches freed buffers instead of calling cudaFree, which
+ * synchronises the whole device: with ranks as threads sharing a GPU, a
+ * rank freeing a buffer while a peer's kernel already waits for this
+ * rank's next launch would deadlock until BRAID_TIMEOUT. (Applications
+ * avoid it the same way, with a caching allocator.) Sizes are rounded up
+ * to a power of two so blocks are reused by exact size. */
+typedef struct block {
+  void *p;
+  size_t size;
+  struct block *next;
+} block_t;
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static block_t *pool_live;   /* handed out */
+static block_t *pool_cached; /* freed, ready for reuse */
+
+static size_t size_class(size_t bytes) {
+  size_t c = 256;
+  while (c < bytes) c <<= 1;
+  return c;
+}
+#endif
+
+static void set_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  (void)vsnprintf(err_text, sizeof(err_text), fmt, ap);
+  va_end(ap);
+}
+
+/* See tdev.h. */
+tdev_kind_t tdev_kind(void) {
+  const char *mode = getenv("BRAID_DEVICE");
+  if (mode != NULL && strcmp(mode, "host") == 0) return TDEV_HOST;
+  return BRAID_CUDA ? TDEV_CUDA : TDEV_HOST;
+}
+
+/* See tdev.h. */
+const char *tdev_kind_name(void) { return tdev_kind() == TDEV_CUDA ? "cuda" : "host"; }
+
+/* See tdev.h. */
+int tdev_quick(void) {
+  const char *q = getenv("BRAID_TEST_QUICK");
+  return q != NULL && q[0] != '\0' && strcmp(q, "0") != 0;
+}
+
+/* See tdev.h. */
+int tdev_usable(char *why, size_t whylen) {
+  const char *mode = getenv("BRAID_DEVICE");
+  if (!BRAID_CUDA && mode != NULL && strcmp(mode, "cuda") == 0) {
+    snprintf(why, whylen, "BRAID_DEVICE=cuda but this build has no CUDA (CUDA=0)");
+    return 0;
+  }
+  if (tdev_kind() == TDEV_HOST) return 1;
+#if BRAID_CUDA
+  /* Ask a child: a process that initialised CUDA cannot fork ranks that
+   * use it, and the caller may want to. */
+  int fds[2];
+  if (pipe(fds) != 0) {
+    snprintf(why, whylen, "pipe for the CUDA probe failed");
+    return 0;
+  }
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    snprintf(why, whylen, "fork for the CUDA probe failed");
+    return 0;
+  }
+  if (pid == 0) {
+    char msg[200] = "";
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+      snprintf(msg, sizeof(msg), "no CUDA device is visible (cudaGetDeviceCount: %s)",
+               cudaGetErrorString(e));
+    else if (n == 0)
+      snprintf(msg, sizeof(msg), "no CUDA device is visible (cudaGetDeviceCount: 0 devices)");
+    (void)!write(fds[1], msg, strlen(msg) + 1);
+    _exit(msg[0] == '\0' ? 0 : 1);
+  }
+  close(fds[1]);
+  char msg[200] = "";
+  ssize_t got = read(fds[0], msg, sizeof(msg) - 1);
+  close(fds[0]);
+  int st = 0;
+  (void)waitpid(pid, &st, 0);
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 1;
+  if (got > 0 && msg[0] != '\0')
+    snprintf(why, whylen, "%s", msg);
+  else
+    snprintf(why, whylen, "the CUDA probe process died (status %d)", st);
+  return 0;
+#else
+  snprintf(why, whylen, "this build has no CUDA");
+  return 0;
+#endif
+}
+
+/* See tdev.h. */
+void *tdev_alloc(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (tdev_kind() == TDEV_HOST) {
+    void *p = malloc(bytes);
+    if (p == NULL) set_error("out of host memory allocating %zu bytes", bytes);
+    return p;
+  }
+#if BRAID_CUDA
+  atomic_store(&cuda_touched, 1);
+  size_t size = size_class(bytes);
+  block_t *b = NULL;
+  pthread_mutex_lock(&pool_lock);
+  for (block_t **at = &pool_cached; *at != NULL; at = &(*at)->next) {
+    if ((*at)->size == size) {
+      b = *at;
+      *at = b->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&pool_lock);
+  if (b == NULL) {
+    b = malloc(sizeof(*b));
+    if (b == NULL) {
+      set_error("out of host memory");
+      return NULL;
+    }
+    b->size = size;
+    b->p = NULL;
+    cudaError_t e = cudaMallocManaged(&b->p, size, cudaMemAttachGlobal);
+    if (e != cudaSuccess) {
+      set_error("cudaMallocManaged of %zu bytes failed: %s", size, cudaGetErrorString(e));
+      (void)cudaGetLastError();
+      free(b);
+      return NULL;
+    }
+  }
+  pthread_mutex_lock(&pool_lock);
+  b->next = pool_live;
+  pool_live = b;
+  pthread_mutex_unlock(&pool_lock);
+  return b->p;
+#else
+  return NULL;
+#endif
+}
+
+/* See tdev.h. */
+void tdev_free(void *p) {
+  if (p == NULL) return;
+  if (tdev_kind() == TDEV_HOST) {
+    free(p);
+    return;
+  }
+#if BRAID_CUDA
+  pthread_mutex_lock(&pool_lock);
+  for (block_t **at = &pool_live; *at != NULL; at = &(*at)->next) {
+    if ((*at)->p == p) {
+      block_t *b = *at;
+      *at = b->next;
+      b->next = pool_cached;
+      pool_cached = b;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&pool_lock);
+#endif
+}
+
+/* See tdev.h. */
+int tdev_stream_create(cudaStream_t *stream_out) {
+  if (tdev_kind() == TDEV_HOST) {
+    *stream_out = NULL;
+    return 0;
+  }
+#if BRAID_CUDA
+  atomic_store(&cuda_touched, 1);
+  cudaStream_t s = NULL;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    set_error("cudaStreamCreateWithFlags failed: %s", cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return -1;
+  }
+  *stream_out = s;
+  return 0;
+#else
+  return -1;
+#endif
+}
+
+/* See tdev.h. */
+void tdev_stream_destroy(cudaStream_t stream) {
+  if (stream == NULL || tdev_kind() == TDEV_HOST) return;
+#if BRAID_CUDA
+  (void)cudaStreamDestroy(stream);
+#endif
+}
+
+#if BRAID_CUDA
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+#endif
+
+/* See tdev.h. */
+int tdev_stream_sync(cudaStream_t stream, double timeout_s) {
+  if (tdev_kind() == TDEV_HOST) return 0;
+#if BRAID_CUDA
+  atomic_store(&cuda_touched, 1);
+  double deadline = now_s() + timeout_s;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return 0;
+    if (e != cudaErrorNotReady) {
+      set_error("stream %p failed: %s", (void *)stream, cudaGetErrorString(e));
+      (void)cudaGetLastError();
+      return -1;
+    }
+    if (now_s() > deadline) {
+      set_error("stream %p did not finish within %.0f s", (void *)stream, timeout_s);
+      return -1;
+    }
+    struct timespec nap = {0, 200000};
+    nanosleep(&nap, NULL);
+  }
+#else
+  (void)stream;
+  (void)timeout_s;
+  return 0;
+#endif
+}
+
+/* See tdev.h. */
+const char *tdev_last_error(void) { return err_text; }
+
+/* See tdev.h. */
+int tdev_cuda_touched(void) { return atomic_load(&cuda_touched); }

@@ -1,0 +1,79 @@
+/*
+ * Test helper: the memory and streams an end-to-end test gives the library,
+ * chosen at run time between host mode and CUDA the way the library
+ * chooses its backend (src/core/device.c):
+ *   BRAID_DEVICE=host            host mode: malloc'd buffers, NULL streams;
+ *   anything else, CUDA build    CUDA: managed memory (the test reads and
+ *                                writes it directly), one non-blocking
+ *                                stream per rank;
+ *   anything else, CUDA=0 build  host mode (BRAID_DEVICE=cuda is refused by
+ *                                tdev_usable, as the library refuses it).
+ * The decision reads the environment only (a BRAID_DEVICE given in an
+ * nccl.conf file is not seen). No function here touches CUDA
+ * except tdev_alloc, tdev_stream_* and the probe's child, so a test may
+ * still fork ranks that use CUDA themselves until it calls one of those
+ * (tdev_cuda_touched tells).
+ * Programs that skip exit with TDEV_EXIT_SKIP after printing "SKIP: why";
+ * scripts/run-tests reports that as a skip, never as a pass.
+ */
+#ifndef BRD_TESTS_TDEV_H
+#define BRD_TESTS_TDEV_H
+
+#include <stddef.h>
+
+#include "nccl.h" /* cudaStream_t, with or without the CUDA headers */
+
+#define TDEV_EXIT_SKIP 77
+
+typedef enum { TDEV_HOST = 0, TDEV_CUDA = 1 } tdev_kind_t;
+
+/* The mode for this process, from BRAID_DEVICE and the build. Any thread;
+ * never blocks; touches no CUDA. */
+tdev_kind_t tdev_kind(void);
+
+/* "host" or "cuda". */
+const char *tdev_kind_name(void);
+
+/* Returns 1 when tests can run in tdev_kind()'s mode, else 0 with the
+ * reason (for a SKIP line) in why. In CUDA mode it asks a forked child for
+ * the device count, so this process has still not touched CUDA. Call it
+ * from a single-threaded process (it forks); blocks until the child ends. */
+int tdev_usable(char *why, size_t whylen);
+
+/* 1 when BRAID_TEST_QUICK is set to something other than 0: tests then run
+ * a reduced matrix (for slow targets such as a simulator). */
+int tdev_quick(void);
+
+/* A buffer of `bytes` (at least 1) the test reads and writes directly and
+ * the library may use in either mode: malloc, or cudaMallocManaged. NULL
+ * on failure, with the reason in tdev_last_error(). Any thread. */
+void *tdev_alloc(size_t bytes);
+
+/* Frees a tdev_alloc buffer; NULL is a no-op. In CUDA mode the memory is
+ * kept for later tdev_alloc calls rather than given to cudaFree, which
+ * would synchronise the whole device (see tdev.c); it is released when
+ * the process exits. */
+void tdev_free(void *p);
+
+/* Creates a rank's stream: non-blocking in CUDA mode, NULL in host mode.
+ * Returns 0, or -1 with the reason in tdev_last_error(). */
+int tdev_stream_create(cudaStream_t *stream_out);
+
+/* Destroys a stream from tdev_stream_create; NULL is a no-op. */
+void tdev_stream_destroy(cudaStream_t stream);
+
+/* Waits until everything queued on `stream` has finished, polling with a
+ * deadline of timeout_s seconds. Returns 0; -1 on a CUDA error or when the
+ * deadline passed, with the reason in tdev_last_error(). A no-op returning
+ * 0 in host mode, where the library completes blocking work before the
+ * call returns. */
+int tdev_stream_sync(cudaStream_t stream, double timeout_s);
+
+/* The reason for the calling thread's last failure in this helper. */
+const char *tdev_last_error(void);
+
+/* 1 when this process has made a CUDA call through this helper (tdev_alloc
+ * or a stream in CUDA mode): forking ranks that use CUDA is then unsafe. */
+int tdev_cuda_touched(void);
+
+#endif
