@@ -513,7 +513,12 @@ typedef struct {
   ncclResult_t async_after;  /* rank 0: ncclCommGetAsyncError after its lone call */
   ncclComm_t comm;
   pthread_barrier_t *bar;
+  char *sb, *rb;             /* device buffers of AR_MAX elements */
 } ar_rank_t;
+
+/* Allocated once per rank: cudaFree synchronises the whole device, which
+ * would wait for a peer's kernel that waits for this rank. */
+#define AR_MAX ((1u << 20) + 3)
 
 /* Input element i of rank r: small integers and quarters, exact in float
  * sums in any order. */
@@ -523,16 +528,14 @@ static int32_t in_i(int r, size_t i) { return (int32_t)((uint32_t)(i * 265443576
 static ncclResult_t ar_one(ar_rank_t *me, cudaStream_t s, ncclDataType_t dt, ncclRedOp_t op,
                            size_t count, int in_place, int check) {
   size_t es = 4;
-  char *host = malloc(count * es), *sb = NULL, *rb = NULL;
+  char *host = malloc(count * es), *sb = me->sb, *rb = me->rb;
   ncclResult_t res = ncclSuccess;
   if (host == NULL) return ncclSystemError;
   for (size_t i = 0; i < count; i++) {
     if (dt == ncclFloat32) ((float *)host)[i] = in_f(me->rank, i);
     else ((int32_t *)host)[i] = in_i(me->rank, i);
   }
-  if (cudaMalloc((void **)&sb, count * es) != cudaSuccess ||
-      (!in_place && cudaMalloc((void **)&rb, count * es) != cudaSuccess) ||
-      cudaMemcpy(sb, host, count * es, cudaMemcpyHostToDevice) != cudaSuccess) {
+  if (cudaMemcpy(sb, host, count * es, cudaMemcpyHostToDevice) != cudaSuccess) {
     res = ncclUnhandledCudaError;
     goto out;
   }
@@ -569,8 +572,6 @@ static ncclResult_t ar_one(ar_rank_t *me, cudaStream_t s, ncclDataType_t dt, ncc
     }
   }
 out:
-  cudaFree(sb);
-  if (!in_place) cudaFree(rb);
   free(host);
   return res;
 }
@@ -582,6 +583,9 @@ static void *ar_main(void *arg) {
   cudaSetDevice(0);
   me->res = ncclCommInitRank(&me->comm, AR_RANKS, me->id, me->rank);
   if (me->res == ncclSuccess && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    me->res = ncclUnhandledCudaError;
+  if (me->res == ncclSuccess && (cudaMalloc((void **)&me->sb, (size_t)AR_MAX * 4) != cudaSuccess ||
+                                 cudaMalloc((void **)&me->rb, (size_t)AR_MAX * 4) != cudaSuccess))
     me->res = ncclUnhandledCudaError;
   for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]) && me->res == ncclSuccess; k++) {
     me->res = ar_one(me, s, ncclFloat32, ncclSum, counts[k], (int)(k & 1), 1);
@@ -602,6 +606,8 @@ static void *ar_main(void *arg) {
     ncclCommDestroy(me->comm);
   }
   if (s != NULL) cudaStreamDestroy(s);
+  cudaFree(me->sb);
+  cudaFree(me->rb);
   return NULL;
 }
 #endif
