@@ -242,3 +242,50 @@ $(NCCL_COMPARE): tools/compare/nccl_compare.c include/nccl.h
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ -L$(CUDA_LIBDIR) -lcudart_static -ldl -lpthread -lrt -lm
 endif
+
+# ---- CUDA simulator (tests/cudasim/): CUDA-mode host code on CPU threads ----
+# libnccl_cudasim.a = the library's C objects + a C CUDA runtime and CUDA
+# executor (no exec.cu, no cudart); test programs link it statically, so
+# anything the simulator lacks fails the link. CUDA builds only.
+# `make cudasim` builds them; see tests/cudasim/README.md.
+ifeq ($(CUDA),1)
+SIM_DIR      := $(BUILD)/cudasim
+SIM_SRC      := tests/cudasim/runtime.c tests/cudasim/exec_sim.c
+SIM_OBJ      := $(SIM_SRC:%.c=$(BUILD)/obj/%.o)
+SIM_LIB      := $(SIM_DIR)/libnccl_cudasim.a
+SIM_LDLIBS   := -lhwloc -lpthread -ldl -lrt -lm
+SIM_OWN_SRC  := $(filter-out $(SIM_SRC),$(sort $(wildcard tests/cudasim/*.c)))
+SIM_UNIT_SRC := tests/unit/test_exec_cuda.c tests/unit/test_p2p.c
+SIM_TESTS    := $(patsubst %.c,$(SIM_DIR)/tests/%,$(notdir \
+                  $(HOST_SRC) $(GPU_SRC) $(SIM_OWN_SRC) $(SIM_UNIT_SRC)))
+SIM_LINK      = $(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common -Itests/cudasim $< \
+                  $(TESTCOMMON_OBJ) -o $@ $(SIM_LIB) -lcmocka $(SIM_LDLIBS)
+
+.PHONY: cudasim
+cudasim: $(SIM_TESTS)
+
+$(SIM_LIB): $(LIB_C:%.c=$(BUILD)/obj/%.o) $(SIM_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(HOST_SRC:tests/host/%.c=$(SIM_DIR)/tests/%): $(SIM_DIR)/tests/%: tests/host/%.c $(SIM_LIB) $(TESTCOMMON_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(SIM_LINK)
+$(GPU_SRC:tests/gpu/%.c=$(SIM_DIR)/tests/%): $(SIM_DIR)/tests/%: tests/gpu/%.c $(SIM_LIB) $(TESTCOMMON_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(SIM_LINK)
+$(SIM_OWN_SRC:tests/cudasim/%.c=$(SIM_DIR)/tests/%): $(SIM_DIR)/tests/%: tests/cudasim/%.c $(SIM_LIB) $(TESTCOMMON_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(SIM_LINK)
+$(SIM_UNIT_SRC:tests/unit/%.c=$(SIM_DIR)/tests/%): $(SIM_DIR)/tests/%: tests/unit/%.c $(SIM_LIB) $(TESTCOMMON_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(SIM_LINK)
+else
+.PHONY: cudasim
+cudasim:
+	@echo "cudasim: needs a CUDA build (CUDA=1 and the CUDA headers in $(CUDA_HOME))"; exit 1
+endif

@@ -1,0 +1,649 @@
+/*
+ * Tests of the CUDA simulator's runtime itself (tests/cudasim/runtime.c):
+ * what the library's CUDA-mode code relies on, checked against facts set
+ * up by hand, not against the simulator.
+ *
+ *   - devices: count, attributes, bus ids both ways, peer access, no driver
+ *     entry points (BRAID_CUDASIM_DEVICES=2 is set here);
+ *   - memory: the allocation table (attributes, frees of unknown or freed
+ *     pointers refused), registration, the device side of copies;
+ *   - stream order: ops of one stream run in order even when an early one
+ *     is slow; a blocked stream does not block another;
+ *   - events: NotReady until the recorded work ran, timing, cross-stream
+ *     waits, the legacy stream's implicit ordering with blocking streams;
+ *   - CUDA IPC across fork: the parent allocates and writes, the child
+ *     opens the handle, checks and overwrites; a same-process open and a
+ *     handle of freed memory are refused;
+ *   - graph capture: a fork/join capture over two streams with kernels
+ *     (arguments by value), copies and host functions; nothing runs while
+ *     capturing; three replays, each seeing the state the previous left;
+ *   - capture errors as CUDA gives them: synchronising a capturing stream,
+ *     cudaMalloc in global mode (allowed after switching to relaxed),
+ *     waiting on an event recorded outside the capture, an unjoined fork,
+ *     the legacy stream while a blocking stream captures, querying an
+ *     event recorded in a capture, ending from another thread;
+ *   - a synchronise that would wait forever returns an error at the
+ *     deadline (BRAID_CUDASIM_TIMEOUT=2 here);
+ *   - the executor faults (cudaErrorIllegalAddress, sticky) when a kernel
+ *     is given host memory the GPU could not reach (in a child process).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <cuda_runtime_api.h>
+
+#include "algos/algos.h"
+#include "cudasim.h"
+#include "device/exec_cuda.h"
+#include "plan/plan.h"
+
+#define CU(call) assert_int_equal((call), cudaSuccess)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* ---- host functions used as ops ---------------------------------------------- */
+
+/* A log of op numbers, appended by host functions in the order they run. */
+static _Atomic int log_buf[64];
+static _Atomic int log_len;
+
+typedef struct {
+  int id;
+  int sleep_ms;
+} log_arg_t;
+
+static void CUDART_CB log_op(void *p) {
+  const log_arg_t *a = p;
+  if (a->sleep_ms > 0) sleep_ms(a->sleep_ms);
+  log_buf[atomic_fetch_add(&log_len, 1)] = a->id;
+}
+
+/* A gate: ops behind it wait until the test opens it. */
+static _Atomic int gate_open;
+static void CUDART_CB gate_wait(void *p) {
+  (void)p;
+  while (!atomic_load(&gate_open)) sleep_ms(1);
+}
+
+static void log_reset(void) {
+  atomic_store(&log_len, 0);
+  atomic_store(&gate_open, 0);
+}
+
+/* A "kernel" (brd_cudasim_launch): adds its by-value increment to *target. */
+typedef struct {
+  int64_t *target;
+  int64_t add;
+} add_kernel_t;
+static void add_kernel(void *p) {
+  add_kernel_t *a = p;
+  *a->target += a->add;
+}
+
+/* ---- devices ------------------------------------------------------------------- */
+
+static void test_devices(void **state) {
+  (void)state;
+  int n = 0, v = 0, can = -1;
+  CU(cudaGetDeviceCount(&n));
+  assert_int_equal(n, 2);
+  CU(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 1));
+  assert_int_equal(v, 132);
+  CU(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, 0));
+  assert_int_equal(v, 9);
+  assert_int_equal(cudaSetDevice(2), cudaErrorInvalidDevice);
+  assert_int_equal(cudaGetLastError(), cudaErrorInvalidDevice);
+  assert_int_equal(cudaGetLastError(), cudaSuccess); /* read clears it */
+  char bus[32];
+  CU(cudaDeviceGetPCIBusId(bus, sizeof(bus), 1));
+  assert_string_equal(bus, "0000:02:00.0");
+  int d = -1;
+  CU(cudaDeviceGetByPCIBusId(&d, "0000:02:00.0"));
+  assert_int_equal(d, 1);
+  CU(cudaDeviceGetByPCIBusId(&d, "01:00.0"));
+  assert_int_equal(d, 0);
+  assert_int_equal(cudaDeviceGetByPCIBusId(&d, "0000:07:00.0"), cudaErrorInvalidDevice);
+  CU(cudaDeviceCanAccessPeer(&can, 0, 1));
+  assert_int_equal(can, 1);
+  CU(cudaDeviceCanAccessPeer(&can, 1, 1));
+  assert_int_equal(can, 0);
+  CU(cudaSetDevice(0));
+  CU(cudaDeviceEnablePeerAccess(1, 0));
+  assert_int_equal(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled);
+  assert_int_equal(cudaDeviceEnablePeerAccess(0, 0), cudaErrorInvalidDevice);
+  (void)cudaGetLastError();
+  void *fn = (void *)&d;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSuccess;
+  assert_int_not_equal(cudaGetDriverEntryPointByVersion("cuMemCreate", &fn, 12000, 0, &q),
+                       cudaSuccess);
+  assert_int_equal(q, cudaDriverEntryPointSymbolNotFound);
+  assert_null(fn);
+  (void)cudaGetLastError();
+}
+
+/* ---- memory ------------------------------------------------------------------- */
+
+static void test_memory(void **state) {
+  (void)state;
+  char *d = NULL, *h = NULL;
+  CU(cudaMalloc((void **)&d, 1000));
+  struct cudaPointerAttributes at;
+  CU(cudaPointerGetAttributes(&at, d + 999));
+  assert_int_equal(at.type, cudaMemoryTypeDevice);
+  assert_int_equal(at.device, 0);
+  CU(cudaMallocHost((void **)&h, 1000));
+  CU(cudaPointerGetAttributes(&at, h));
+  assert_int_equal(at.type, cudaMemoryTypeHost);
+  char stack[16];
+  CU(cudaPointerGetAttributes(&at, stack));
+  assert_int_equal(at.type, cudaMemoryTypeUnregistered);
+
+  /* Frees: not the base, host memory, twice. */
+  assert_int_equal(cudaFree(d + 1), cudaErrorInvalidValue);
+  assert_int_equal(cudaFree(h), cudaErrorInvalidValue);
+  assert_int_equal(cudaFreeHost(d), cudaErrorInvalidValue);
+  /* A device-side pointer of a copy must be device memory. */
+  assert_int_equal(cudaMemcpy(stack, stack + 8, 8, cudaMemcpyDeviceToHost),
+                   cudaErrorInvalidValue);
+  assert_int_equal(cudaMemset(stack, 0, 8), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  for (int i = 0; i < 1000; i++) h[i] = (char)(i * 7 + 3);
+  CU(cudaMemcpy(d, h, 1000, cudaMemcpyHostToDevice));
+  CU(cudaMemset(d + 10, 0x5a, 20));
+  char back[1000];
+  CU(cudaMemcpy(back, d, 1000, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 1000; i++)
+    assert_int_equal(back[i], i >= 10 && i < 30 ? 0x5a : (char)(i * 7 + 3));
+  /* 2D: 3 rows of 5 bytes from a pitch of 7 to a pitch of 16, the device
+   * buffer ending right after the last row. */
+  char src2d[21], *d2;
+  for (int i = 0; i < 21; i++) src2d[i] = (char)(i + 1);
+  CU(cudaMalloc((void **)&d2, 2 * 16 + 5));
+  CU(cudaMemset(d2, 0, 2 * 16 + 5));
+  CU(cudaMemcpy2DAsync(d2, 16, src2d, 7, 5, 3, cudaMemcpyHostToDevice, 0));
+  char back2d[37];
+  CU(cudaMemcpy(back2d, d2, sizeof(back2d), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 37; i++)
+    assert_int_equal(back2d[i], i % 16 < 5 ? (char)((i / 16) * 7 + i % 16 + 1) : 0);
+  assert_int_equal(cudaMemcpy2DAsync(d2, 4, src2d, 7, 5, 3, cudaMemcpyHostToDevice, 0),
+                   cudaErrorInvalidPitchValue);
+  (void)cudaGetLastError();
+  CU(cudaFree(d2));
+  CU(cudaFree(d));
+  assert_int_equal(cudaFree(d), cudaErrorInvalidValue);
+  CU(cudaFreeHost(h));
+  CU(cudaFree(NULL));
+  (void)cudaGetLastError();
+
+  /* Registered memory is device-accessible, at the same address. */
+  static char page[8192] __attribute__((aligned(4096)));
+  void *dp = NULL;
+  assert_int_equal(cudaHostGetDevicePointer(&dp, page, 0), cudaErrorInvalidValue);
+  CU(cudaHostRegister(page, sizeof(page), cudaHostRegisterMapped));
+  assert_int_equal(cudaHostRegister(page + 4096, 10, 0), cudaErrorHostMemoryAlreadyRegistered);
+  CU(cudaHostGetDevicePointer(&dp, page + 5, 0));
+  assert_ptr_equal(dp, page + 5);
+  CU(cudaHostUnregister(page));
+  assert_int_equal(cudaHostUnregister(page), cudaErrorHostMemoryNotRegistered);
+  (void)cudaGetLastError();
+}
+
+/* ---- streams and events -------------------------------------------------------- */
+
+static void test_stream_order(void **state) {
+  (void)state;
+  log_reset();
+  cudaStream_t a, b;
+  CU(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CU(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  /* The first op of a is slow; the later ones must still come after it. */
+  log_arg_t ops[5] = {{0, 50}, {1, 0}, {2, 20}, {3, 0}, {4, 0}};
+  for (int i = 0; i < 5; i++) CU(cudaLaunchHostFunc(a, log_op, &ops[i]));
+  /* b is independent: its op finishes while a's first is still asleep. */
+  log_arg_t other = {100, 0};
+  CU(cudaLaunchHostFunc(b, log_op, &other));
+  CU(cudaStreamSynchronize(a));
+  CU(cudaStreamSynchronize(b));
+  assert_int_equal(atomic_load(&log_len), 6);
+  assert_int_equal(log_buf[0], 100);
+  for (int i = 0; i < 5; i++) assert_int_equal(log_buf[i + 1], i);
+
+  /* Copies and memsets interleave with host functions in order. */
+  int64_t *d;
+  CU(cudaMalloc((void **)&d, sizeof(*d)));
+  int64_t one = 1, got = 0;
+  CU(cudaMemsetAsync(d, 0, sizeof(*d), a));
+  add_kernel_t k = {d, 5};
+  CU(brd_cudasim_launch(a, add_kernel, &k, sizeof(k)));
+  k.add = 1000; /* by value: the queued launch keeps 5 */
+  CU(cudaMemcpyAsync(&got, d, sizeof(got), cudaMemcpyDeviceToHost, a));
+  CU(brd_cudasim_launch(a, add_kernel, &(add_kernel_t){d, one}, sizeof(add_kernel_t)));
+  CU(cudaStreamSynchronize(a));
+  assert_int_equal(got, 5);
+  CU(cudaMemcpy(&got, d, sizeof(got), cudaMemcpyDeviceToHost));
+  assert_int_equal(got, 6);
+  CU(cudaFree(d));
+  CU(cudaStreamDestroy(a));
+  CU(cudaStreamDestroy(b));
+}
+
+static void test_events(void **state) {
+  (void)state;
+  log_reset();
+  cudaStream_t a, b;
+  cudaEvent_t e0, e1, quiet;
+  CU(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CU(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  CU(cudaEventCreate(&e0));
+  CU(cudaEventCreate(&e1));
+  CU(cudaEventCreateWithFlags(&quiet, cudaEventDisableTiming));
+  /* Never recorded: complete. */
+  CU(cudaEventQuery(e1));
+
+  CU(cudaEventRecord(e0, a));
+  CU(cudaLaunchHostFunc(a, gate_wait, NULL));
+  log_arg_t first = {1, 30};
+  CU(cudaLaunchHostFunc(a, log_op, &first));
+  CU(cudaEventRecord(e1, a));
+  CU(cudaEventRecord(quiet, a));
+  /* b's op may only run after a's, through the event. */
+  CU(cudaStreamWaitEvent(b, e1, 0));
+  log_arg_t second = {2, 0};
+  CU(cudaLaunchHostFunc(b, log_op, &second));
+  sleep_ms(50);
+  assert_int_equal(cudaEventQuery(e1), cudaErrorNotReady);
+  assert_int_equal(cudaStreamQuery(b), cudaErrorNotReady);
+  assert_int_equal(cudaGetLastError(), cudaSuccess); /* NotReady is not an error */
+  assert_int_equal(atomic_load(&log_len), 0);
+  /* Re-recording e1 later does not change what b already waits for. */
+  atomic_store(&gate_open, 1);
+  CU(cudaEventSynchronize(e1));
+  CU(cudaStreamSynchronize(b));
+  assert_int_equal(atomic_load(&log_len), 2);
+  assert_int_equal(log_buf[0], 1);
+  assert_int_equal(log_buf[1], 2);
+  float ms = 0;
+  CU(cudaEventElapsedTime(&ms, e0, e1));
+  assert_true(ms >= 25.0f && ms < 10000.0f); /* includes the 30 ms op */
+  assert_int_equal(cudaEventElapsedTime(&ms, e0, quiet), cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+
+  /* The legacy stream waits for blocking streams and they wait for it;
+   * non-blocking streams do not. */
+  log_reset();
+  cudaStream_t blk;
+  CU(cudaStreamCreate(&blk));
+  CU(cudaLaunchHostFunc(a, gate_wait, NULL));     /* a: non-blocking, stuck */
+  log_arg_t l1 = {1, 30}, l2 = {2, 0}, l3 = {3, 0};
+  CU(cudaLaunchHostFunc(blk, log_op, &l1));
+  CU(cudaLaunchHostFunc(0, log_op, &l2));        /* after blk's op */
+  CU(cudaLaunchHostFunc(blk, log_op, &l3));      /* after the legacy op */
+  CU(cudaStreamSynchronize(blk));                /* not waiting for a */
+  assert_int_equal(atomic_load(&log_len), 3);
+  for (int i = 0; i < 3; i++) assert_int_equal(log_buf[i], i + 1);
+  atomic_store(&gate_open, 1);
+  CU(cudaDeviceSynchronize());
+
+  CU(cudaEventDestroy(e0));
+  CU(cudaEventDestroy(e1));
+  CU(cudaEventDestroy(quiet));
+  CU(cudaStreamDestroy(a));
+  CU(cudaStreamDestroy(b));
+  CU(cudaStreamDestroy(blk));
+}
+
+/* A wait that can never end returns an error at the deadline. */
+static void test_sync_deadline(void **state) {
+  (void)state;
+  log_reset();
+  cudaStream_t a;
+  CU(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  CU(cudaLaunchHostFunc(a, gate_wait, NULL));
+  double t0 = now_s();
+  assert_int_equal(cudaStreamSynchronize(a), cudaErrorLaunchTimeout);
+  double took = now_s() - t0;
+  assert_true(took >= 1.9 && took < 10.0);
+  (void)cudaGetLastError();
+  atomic_store(&gate_open, 1);
+  CU(cudaStreamSynchronize(a));
+  CU(cudaStreamDestroy(a));
+}
+
+/* ---- CUDA IPC across fork -------------------------------------------------------- */
+
+#define IPC_WORDS 300007u /* odd, more than a MiB */
+
+static uint32_t pattern(uint32_t i) { return i * 2654435761u ^ 0x5bd1e995u; }
+
+static void test_ipc_fork(void **state) {
+  (void)state;
+  uint32_t *d, *h = malloc(IPC_WORDS * 4);
+  assert_non_null(h);
+  CU(cudaMalloc((void **)&d, IPC_WORDS * 4));
+  for (uint32_t i = 0; i < IPC_WORDS; i++) h[i] = pattern(i);
+  CU(cudaMemcpy(d, h, IPC_WORDS * 4, cudaMemcpyHostToDevice));
+  cudaIpcMemHandle_t handle;
+  CU(cudaIpcGetMemHandle(&handle, d + 100)); /* names the whole allocation */
+  void *self = NULL;
+  assert_int_not_equal(cudaIpcOpenMemHandle(&self, handle, cudaIpcMemLazyEnablePeerAccess),
+                       cudaSuccess);
+  (void)cudaGetLastError();
+
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    uint32_t *p = NULL;
+    if (cudaIpcOpenMemHandle((void **)&p, handle, cudaIpcMemLazyEnablePeerAccess) != cudaSuccess)
+      _exit(10);
+    if (p == d) _exit(11); /* a new mapping, not the parent's address */
+    uint32_t *c = malloc(IPC_WORDS * 4);
+    if (c == NULL || cudaMemcpy(c, p, IPC_WORDS * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+      _exit(12);
+    for (uint32_t i = 0; i < IPC_WORDS; i++)
+      if (c[i] != pattern(i)) _exit(13);
+    for (uint32_t i = 0; i < IPC_WORDS; i++) c[i] = ~c[i];
+    if (cudaMemcpy(p, c, IPC_WORDS * 4, cudaMemcpyHostToDevice) != cudaSuccess) _exit(14);
+    if (cudaIpcCloseMemHandle(p) != cudaSuccess) _exit(15);
+    if (cudaIpcCloseMemHandle(p) == cudaSuccess) _exit(16);
+    _exit(0);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(child, &st, 0), child);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  CU(cudaMemcpy(h, d, IPC_WORDS * 4, cudaMemcpyDeviceToHost));
+  for (uint32_t i = 0; i < IPC_WORDS; i++) assert_int_equal(h[i], ~pattern(i));
+
+  /* Freed memory: the handle no longer opens. */
+  CU(cudaFree(d));
+  child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    void *p = NULL;
+    _exit(cudaIpcOpenMemHandle(&p, handle, 0) == cudaSuccess ? 1 : 0);
+  }
+  assert_int_equal(waitpid(child, &st, 0), child);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  free(h);
+}
+
+/* ---- graph capture ------------------------------------------------------------------ */
+
+/* Capture on s (fork to t and join back): memset, kernel, copy, host
+ * function on s; a kernel on t. Nothing runs while capturing; each replay
+ * adds 3 on s's side and 40 on t's, and copies the running total out. */
+static void test_graph_replays(void **state) {
+  (void)state;
+  log_reset();
+  cudaStream_t s, t;
+  cudaEvent_t fork_ev, join_ev;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CU(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+  CU(cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming));
+  CU(cudaEventCreateWithFlags(&join_ev, cudaEventDisableTiming));
+  int64_t *d, *snap;
+  CU(cudaMalloc((void **)&d, 2 * sizeof(int64_t)));
+  CU(cudaMallocHost((void **)&snap, sizeof(int64_t)));
+  CU(cudaMemset(d, 0, 2 * sizeof(int64_t)));
+  CU(cudaDeviceSynchronize());
+  *snap = -1;
+
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  enum cudaStreamCaptureStatus cs;
+  CU(cudaStreamIsCapturing(s, &cs));
+  assert_int_equal(cs, cudaStreamCaptureStatusActive);
+  add_kernel_t k = {d, 3};
+  CU(brd_cudasim_launch(s, add_kernel, &k, sizeof(k)));
+  k.add = 1000000; /* the captured node keeps 3 */
+  CU(cudaEventRecord(fork_ev, s));
+  CU(cudaStreamWaitEvent(t, fork_ev, 0)); /* t joins the capture */
+  CU(cudaStreamIsCapturing(t, &cs));
+  assert_int_equal(cs, cudaStreamCaptureStatusActive);
+  add_kernel_t kt = {d + 1, 40};
+  CU(brd_cudasim_launch(t, add_kernel, &kt, sizeof(kt)));
+  CU(cudaEventRecord(join_ev, t));
+  CU(cudaStreamWaitEvent(s, join_ev, 0));
+  CU(brd_cudasim_launch(s, add_kernel, &(add_kernel_t){d, 0}, sizeof(add_kernel_t)));
+  CU(cudaMemcpyAsync(snap, d + 1, sizeof(int64_t), cudaMemcpyDeviceToHost, s));
+  log_arg_t mark = {7, 0};
+  CU(cudaLaunchHostFunc(s, log_op, &mark));
+  cudaGraph_t g;
+  CU(cudaStreamEndCapture(s, &g));
+  CU(cudaStreamIsCapturing(t, &cs));
+  assert_int_equal(cs, cudaStreamCaptureStatusNone);
+  sleep_ms(20);
+  int64_t got[2];
+  CU(cudaMemcpy(got, d, sizeof(got), cudaMemcpyDeviceToHost));
+  assert_int_equal(got[0], 0); /* nothing ran while capturing */
+  assert_int_equal(got[1], 0);
+  assert_int_equal(atomic_load(&log_len), 0);
+
+  cudaGraphExec_t ge;
+  CU(cudaGraphInstantiate(&ge, g, 0));
+  for (int r = 1; r <= 3; r++) {
+    CU(cudaGraphLaunch(ge, s));
+    CU(cudaStreamSynchronize(s));
+    CU(cudaMemcpy(got, d, sizeof(got), cudaMemcpyDeviceToHost));
+    assert_int_equal(got[0], 3 * r);
+    assert_int_equal(got[1], 40 * r);
+    assert_int_equal(*snap, 40 * r); /* the copy ran after t's kernel joined */
+    assert_int_equal(atomic_load(&log_len), r);
+  }
+  /* Replays queued back to back, graph destroyed while they run. */
+  for (int r = 0; r < 3; r++) CU(cudaGraphLaunch(ge, s));
+  CU(cudaGraphExecDestroy(ge));
+  CU(cudaGraphDestroy(g));
+  CU(cudaStreamSynchronize(s));
+  CU(cudaMemcpy(got, d, sizeof(got), cudaMemcpyDeviceToHost));
+  assert_int_equal(got[0], 18);
+  assert_int_equal(got[1], 240);
+  CU(cudaFree(d));
+  CU(cudaFreeHost(snap));
+  CU(cudaEventDestroy(fork_ev));
+  CU(cudaEventDestroy(join_ev));
+  CU(cudaStreamDestroy(s));
+  CU(cudaStreamDestroy(t));
+}
+
+/* Ends a capture that must have been invalidated. */
+static void expect_invalidated(cudaStream_t s) {
+  enum cudaStreamCaptureStatus cs;
+  CU(cudaStreamIsCapturing(s, &cs));
+  assert_int_equal(cs, cudaStreamCaptureStatusInvalidated);
+  cudaGraph_t g = (cudaGraph_t)(uintptr_t)1;
+  assert_int_equal(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureInvalidated);
+  assert_null(g);
+  (void)cudaGetLastError();
+}
+
+typedef struct {
+  cudaStream_t s;
+  cudaError_t malloc_res, end_res;
+} other_thread_t;
+
+static void *other_malloc(void *p) {
+  other_thread_t *o = p;
+  void *m = NULL;
+  o->malloc_res = cudaMalloc(&m, 64);
+  if (m != NULL) cudaFree(m);
+  cudaGraph_t g;
+  o->end_res = o->s != NULL ? cudaStreamEndCapture(o->s, &g) : cudaSuccess;
+  return NULL;
+}
+
+static void test_capture_errors(void **state) {
+  (void)state;
+  cudaStream_t s, t, blk;
+  cudaEvent_t ev;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CU(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+  CU(cudaStreamCreate(&blk));
+  CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  void *m = NULL;
+
+  /* Synchronising the capturing stream. */
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  assert_int_equal(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  expect_invalidated(s);
+
+  /* cudaMalloc while capturing in global mode; allowed when relaxed. */
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  CU(cudaThreadExchangeStreamCaptureMode(&mode));
+  assert_int_equal(mode, cudaStreamCaptureModeGlobal);
+  CU(cudaMalloc(&m, 64));
+  CU(cudaThreadExchangeStreamCaptureMode(&mode));
+  cudaGraph_t g;
+  CU(cudaStreamEndCapture(s, &g));
+  CU(cudaGraphDestroy(g));
+  CU(cudaFree(m));
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  assert_int_equal(cudaMalloc(&m, 64), cudaErrorStreamCaptureUnsupported);
+  expect_invalidated(s);
+
+  /* Another thread: refused against a global capture, not a thread-local
+   * one; ending a global capture from another thread is refused. */
+  other_thread_t o = {s, cudaSuccess, cudaSuccess};
+  pthread_t th;
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  assert_int_equal(pthread_create(&th, NULL, other_malloc, &o), 0);
+  pthread_join(th, NULL);
+  assert_int_equal(o.malloc_res, cudaErrorStreamCaptureUnsupported);
+  assert_int_equal(o.end_res, cudaErrorStreamCaptureWrongThread);
+  expect_invalidated(s);
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  o.s = NULL;
+  assert_int_equal(pthread_create(&th, NULL, other_malloc, &o), 0);
+  pthread_join(th, NULL);
+  assert_int_equal(o.malloc_res, cudaSuccess);
+  CU(cudaStreamEndCapture(s, &g));
+  CU(cudaGraphDestroy(g));
+
+  /* Waiting on work recorded outside the capture. */
+  CU(cudaEventRecord(ev, t));
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  assert_int_equal(cudaStreamWaitEvent(s, ev, 0), cudaErrorStreamCaptureIsolation);
+  expect_invalidated(s);
+
+  /* A forked stream that never rejoins. */
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CU(cudaEventRecord(ev, s));
+  CU(cudaStreamWaitEvent(t, ev, 0));
+  CU(cudaLaunchHostFunc(t, gate_wait, NULL));
+  /* An event last recorded in a capture cannot be queried. */
+  assert_int_equal(cudaEventQuery(ev), cudaErrorCapturedEvent);
+  (void)cudaGetLastError();
+  g = (cudaGraph_t)(uintptr_t)1;
+  assert_int_not_equal(cudaStreamEndCapture(s, &g), cudaSuccess);
+  assert_null(g);
+  (void)cudaGetLastError();
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  CU(cudaEventRecord(ev, s));
+  CU(cudaStreamWaitEvent(t, ev, 0));
+  CU(cudaLaunchHostFunc(t, gate_wait, NULL));
+  assert_int_equal(cudaStreamEndCapture(s, &g), cudaErrorStreamCaptureUnjoined);
+  (void)cudaGetLastError();
+
+  /* The legacy stream while a blocking stream captures. */
+  CU(cudaStreamBeginCapture(blk, cudaStreamCaptureModeRelaxed));
+  int64_t x = 0, *d;
+  mode = cudaStreamCaptureModeRelaxed;
+  CU(cudaThreadExchangeStreamCaptureMode(&mode));
+  CU(cudaMalloc((void **)&d, 8));
+  assert_int_equal(cudaMemcpy(d, &x, 8, cudaMemcpyHostToDevice), cudaErrorStreamCaptureImplicit);
+  CU(cudaThreadExchangeStreamCaptureMode(&mode));
+  expect_invalidated(blk);
+  CU(cudaMemcpy(d, &x, 8, cudaMemcpyHostToDevice)); /* fine again */
+  CU(cudaFree(d));
+  /* Nothing captured ran: t is idle. */
+  CU(cudaStreamQuery(t));
+
+  CU(cudaEventDestroy(ev));
+  CU(cudaStreamDestroy(s));
+  CU(cudaStreamDestroy(t));
+  CU(cudaStreamDestroy(blk));
+}
+
+/* ---- the executor faults on host memory ----------------------------------------- */
+
+static void test_kernel_fault(void **state) {
+  (void)state;
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    brd_algos_args_t args = {1, NULL, 1, BRD_IR_PROTO_SIMPLE};
+    brd_ir_plan_t *plan;
+    brd_exec_cuda_plan_t *cp;
+    brd_exec_cuda_status_t *st;
+    if (brd_algos_oneshot_allreduce(&args, &plan) != ncclSuccess ||
+        brd_exec_cuda_plan_create(plan, &cp) != ncclSuccess ||
+        brd_exec_cuda_status_create(&st) != ncclSuccess)
+      _exit(10);
+    size_t sb = brd_plan_scratch_bytes(plan);
+    float *in = NULL, *out = malloc(64 * sizeof(float)); /* out: not device memory */
+    void *scratch = NULL;
+    if (cudaMalloc((void **)&in, 64 * sizeof(float)) != cudaSuccess ||
+        (sb > 0 && cudaMalloc(&scratch, sb) != cudaSuccess))
+      _exit(11);
+    brd_exec_cuda_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.plan = cp;
+    a.input = in;
+    a.output = out;
+    a.scratch = scratch;
+    a.scratch_bytes = sb;
+    a.count = 64;
+    a.dtype = ncclFloat32;
+    a.redop = ncclSum;
+    a.status = st;
+    a.timeout_s = 5;
+    if (brd_exec_cuda_launch(&a, cudaStreamPerThread) != ncclSuccess) _exit(12);
+    if (cudaStreamSynchronize(cudaStreamPerThread) != cudaErrorIllegalAddress) _exit(13);
+    /* Sticky: every later synchronisation says so too. */
+    if (cudaDeviceSynchronize() != cudaErrorIllegalAddress) _exit(14);
+    _exit(0);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(child, &st, 0), child);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+int main(void) {
+  setenv("BRAID_CUDASIM_DEVICES", "2", 1);
+  setenv("BRAID_CUDASIM_TIMEOUT", "2", 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_devices),
+      cmocka_unit_test(test_memory),
+      cmocka_unit_test(test_stream_order),
+      cmocka_unit_test(test_events),
+      cmocka_unit_test(test_sync_deadline),
+      cmocka_unit_test(test_ipc_fork),
+      cmocka_unit_test(test_graph_replays),
+      cmocka_unit_test(test_capture_errors),
+      cmocka_unit_test(test_kernel_fault),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
