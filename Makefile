@@ -202,9 +202,10 @@ $(BUILD)/plugins/%.so: plugins/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Iplugins $(CFLAGS) -shared -o $@ $<
 
-test: all
+# CUDA builds also run the CUDA-mode host code on the simulator (cudasim).
+test: all $(if $(filter 1,$(CUDA)),cudasim)
 	@BUILD=$(BUILD) CUDA=$(CUDA) NCCL_REF_HEADER="$(NCCL_REF)" CUDA_HOME=$(CUDA_HOME) \
-	  scripts/run-tests unit abi host
+	  scripts/run-tests unit abi host $(if $(filter 1,$(CUDA)),cudasim)
 
 test-unit: all
 	@BUILD=$(BUILD) scripts/run-tests unit
@@ -261,8 +262,18 @@ SIM_TESTS    := $(patsubst %.c,$(SIM_DIR)/tests/%,$(notdir \
 SIM_LINK      = $(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common -Itests/cudasim $< \
                   $(TESTCOMMON_OBJ) -o $@ $(SIM_LIB) -lcmocka $(SIM_LDLIBS)
 
+# The benchmarks too, so their CUDA paths (device buffers, streams, event
+# timing, -G graphs, ranks sharing a GPU) run without a GPU.
+SIM_TOOLS    := $(patsubst tools/%.c,$(SIM_DIR)/bin/%,$(filter %_perf.c,$(TOOL_SRC)))
+
 .PHONY: cudasim
-cudasim: $(SIM_TESTS)
+cudasim: $(SIM_TESTS) $(SIM_TOOLS)
+
+$(SIM_TOOLS): $(SIM_DIR)/bin/%: tools/%.c $(SIM_LIB) $(TOOLCOMMON_OBJ)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(TOOL_CC) $(CPPFLAGS) $(TOOL_CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) \
+	  -o $@ $(SIM_LIB) $(SIM_LDLIBS)
 
 $(SIM_LIB): $(LIB_C:%.c=$(BUILD)/obj/%.o) $(SIM_OBJ)
 	@mkdir -p $(@D)

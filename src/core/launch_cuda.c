@@ -44,7 +44,7 @@
 #include "plan/plan.h"
 
 #define NB_LIMIT 8          /* most blocks per rank */
-#define P2P_PLANS_MAX 256   /* point-to-point plans kept on the device */
+#define P2P_PLANS_WARN 4096 /* point-to-point plans kept before a WARN */
 
 #define CUDA_GOTO(call, what, res, label)                                     \
   do {                                                                        \
@@ -64,7 +64,6 @@ typedef struct dplan {
   uint64_t hash;                /* point-to-point: hash of the blob */
   brd_ir_plan_t *copy;          /* owned: point-to-point: the blob */
   brd_exec_cuda_plan_t *dev;    /* owned */
-  uint64_t used;                /* launch counter at last use (eviction) */
 } dplan_t;
 
 struct brd_rt_cuda {
@@ -91,6 +90,11 @@ struct brd_rt_cuda {
   uint64_t nlaunch;
   char *snap;                      /* owned: cudaMalloc, snapshots */
   size_t snap_cap;
+  char **retired;                  /* owned: [nretired] outgrown snapshot
+                                      buffers, freed at teardown: cudaFree
+                                      waits for the whole device, including
+                                      peers' kernels that wait for this rank */
+  int nretired;
 };
 
 static int64_t now_ns(void) {
@@ -199,6 +203,8 @@ static void rt_free(struct brd_rt_cuda *rt) {
   }
   free(rt->plans);
   if (rt->snap != NULL) cudaFree(rt->snap);
+  for (int i = 0; i < rt->nretired; i++) cudaFree(rt->retired[i]);
+  free(rt->retired);
   brd_exec_cuda_status_destroy(rt->st_coll);
   brd_exec_cuda_status_destroy(rt->st_p2p);
   if (rt->events_made) {
@@ -490,15 +496,21 @@ ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx
     return ncclInvalidUsage;
   }
   if (at == 0 && total > rt->snap_cap) {
-    /* Earlier launches may still read the old buffer: wait for them. */
-    char *grown = NULL;
-    if (rt->done_valid)
-      CUDA_GOTO(cudaEventSynchronize(rt->done), "cudaEventSynchronize", res, out);
-    CUDA_GOTO(cudaMalloc((void **)&grown, total), "cudaMalloc for send snapshots", res,
-              out);
-    if (rt->snap != NULL) cudaFree(rt->snap);
+    /* Earlier launches may still read the old buffer: it is retired, not
+     * freed (see `retired`); growth doubles, so they take at most as much
+     * again. */
+    char *grown = NULL, **list;
+    size_t cap = total > 2 * rt->snap_cap ? total : 2 * rt->snap_cap;
+    list = realloc(rt->retired, ((size_t)rt->nretired + 1) * sizeof(*list));
+    if (list == NULL) {
+      WARN("out of host memory growing the send snapshot buffer of rank %d", rt->rank);
+      return ncclSystemError;
+    }
+    rt->retired = list;
+    CUDA_GOTO(cudaMalloc((void **)&grown, cap), "cudaMalloc for send snapshots", res, out);
+    if (rt->snap != NULL) rt->retired[rt->nretired++] = rt->snap;
     rt->snap = grown;
-    rt->snap_cap = total;
+    rt->snap_cap = cap;
   }
   if (at + bytes > rt->snap_cap) {
     WARN("rank %d: send snapshots need more than the %zu bytes reserved for them",
@@ -532,27 +544,18 @@ static ncclResult_t dplan_get(struct brd_rt_cuda *rt, const brd_ir_plan_t *plan,
     if (p2p ? (d->key == NULL && d->hash == h && d->copy->total_bytes == plan->total_bytes &&
                memcmp(d->copy, plan, plan->total_bytes) == 0)
             : d->key == plan) {
-      d->used = rt->nlaunch;
       *out = d->dev;
       return ncclSuccess;
     }
   }
-  if (p2p && rt->np2p >= P2P_PLANS_MAX) {
-    /* Evict the least recently used; cudaFree waits for kernels using it. */
-    int lru = -1;
-    for (int i = 0; i < rt->nplans; i++)
-      if (rt->plans[i].key == NULL && (lru < 0 || rt->plans[i].used < rt->plans[lru].used))
-        lru = i;
-    if (capturing) {
-      WARN("rank %d: more than %d different point-to-point patterns; cannot make "
-           "room while capturing", rt->rank, P2P_PLANS_MAX);
-      return ncclInvalidUsage;
-    }
-    brd_exec_cuda_plan_destroy(rt->plans[lru].dev);
-    brd_plan_destroy(rt->plans[lru].copy);
-    rt->plans[lru] = rt->plans[--rt->nplans];
-    rt->np2p--;
-  }
+  /* Point-to-point plans are never evicted: freeing device memory waits
+   * for the whole device, including peers' kernels waiting for this rank.
+   * They are small (a few KiB); a program with that many patterns is told. */
+  if (p2p && rt->np2p == P2P_PLANS_WARN)
+    WARN("rank %d: %d different point-to-point patterns (peers and sizes per "
+         "group) have been uploaded to the GPU; each stays until the "
+         "communicator is destroyed", rt->rank, P2P_PLANS_WARN);
+  (void)capturing;
   if (rt->nplans == rt->cap_plans) {
     int cap = rt->cap_plans ? 2 * rt->cap_plans : 64;
     dplan_t *p = realloc(rt->plans, (size_t)cap * sizeof(*p));
@@ -567,7 +570,6 @@ static ncclResult_t dplan_get(struct brd_rt_cuda *rt, const brd_ir_plan_t *plan,
   memset(&d, 0, sizeof(d));
   d.key = p2p ? NULL : plan;
   d.hash = h;
-  d.used = rt->nlaunch;
   if (p2p) {
     d.copy = malloc(plan->total_bytes);
     if (d.copy == NULL) {

@@ -1751,6 +1751,11 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
   return ret(cudaSuccess);
 }
 
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                          unsigned long long flags) {
+  return cudaGraphInstantiate(pGraphExec, graph, flags);
+}
+
 /* Queues one replay: lane 0 on s, lane l on ge->lanes[l] after the work
  * queued on s so far; the captured records and waits become fresh marks;
  * s then waits for every lane. */

@@ -682,8 +682,11 @@ static ncclResult_t alloc_buffers(thr_t *t) {
     CUDA_GOTO(r, cudaMalloc((void **)&t->recv[i], bytes), res, out);
     CUDA_GOTO(r, cudaMemset(t->send[i], 0, bytes), res, out);
     CUDA_GOTO(r, cudaMemset(t->recv[i], 0, bytes), res, out);
-    /* The streams are non-blocking: let the clears land before any call. */
-    CUDA_GOTO(r, cudaDeviceSynchronize(), res, out);
+    /* The streams are non-blocking: let the clears land before any call.
+     * Only the legacy stream: a device-wide synchronisation would wait for
+     * the kernels of other ranks sharing this GPU, which wait for this
+     * thread's ranks. */
+    CUDA_GOTO(r, cudaStreamSynchronize(cudaStreamLegacy), res, out);
 #endif
   }
   if (!r->host_mode) {
@@ -896,8 +899,9 @@ static ncclResult_t fill(thr_t *t, const cfg_t *c, int in_place, uint64_t seed) 
       if (has_input && c->send_bytes > 0)
         CUDA_GOTO(r, cudaMemcpy(dst, t->stage, c->send_bytes, cudaMemcpyHostToDevice),
                   res, out);
-      /* The streams are non-blocking: finish the copies before any call. */
-      CUDA_GOTO(r, cudaDeviceSynchronize(), res, out);
+      /* The streams are non-blocking: finish the copies before any call
+       * (the legacy stream only; see above). */
+      CUDA_GOTO(r, cudaStreamSynchronize(cudaStreamLegacy), res, out);
     }
   out:
 #endif
