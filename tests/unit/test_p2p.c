@@ -10,7 +10,7 @@
  * "SKIP: built without CUDA" in a CUDA=0 build): a P2P segment imported by
  * a fresh child process (this program, re-executed) through cuMem and
  * through CUDA IPC, checked with cudaMemcpy on both sides; ncclMemAlloc;
- * and all-reduce through brd_launch_cuda_run with three ranks sharing
+ * and all-reduce through brd_launch_run with three ranks sharing
  * device 0, against a CPU reduction, plus the timeout of a rank whose peers
  * never launch surfacing through ncclCommGetAsyncError.
  */
