@@ -1220,6 +1220,50 @@ static ncclResult_t run_works_cuda(struct ncclComm *comm, const struct brd_rt *r
   return ncclSuccess;
 }
 
+/* A one-rank communicator in CUDA mode: every collective without a
+ * PreMulSum (sum, product, min, max and average of one input are the
+ * input) is a copy of count elements from the send to the receive buffer,
+ * and a send to itself is a copy into the matching receive (the i-th send
+ * and the i-th receive), as the pairing rule of point-to-point plans says.
+ * No runtime, no window: 1 when the calls were all handled so, 0 when
+ * the launch must take the general path. */
+static int single_rank_eligible(const struct ncclComm *comm, const brd_call_t *calls,
+                                int ncalls) {
+  if (comm->host_mode || comm->nranks != 1) return 0;
+  size_t sends = 0, recvs = 0;
+  for (int i = 0; i < ncalls; i++) {
+    if (calls[i].premul) return 0;
+    if (calls[i].count == 0) continue;
+    sends += calls[i].coll == BRD_COLL_SEND;
+    recvs += calls[i].coll == BRD_COLL_RECV;
+  }
+  return sends == recvs;
+}
+
+static ncclResult_t run_single_cuda(brd_launch_cuda_ctx_t *ctx, const brd_call_t *calls,
+                                    int ncalls) {
+  int next_recv = 0;
+  for (int i = 0; i < ncalls; i++) {
+    const brd_call_t *c = &calls[i];
+    size_t bytes = c->count * brd_dtype_size(c->dtype);
+    if (c->count == 0 || c->coll == BRD_COLL_RECV) continue;
+    if (c->coll != BRD_COLL_SEND) {
+      CHECK(brd_launch_cuda_copy(ctx, c->recvbuff, c->sendbuff, bytes));
+      continue;
+    }
+    while (calls[next_recv].coll != BRD_COLL_RECV || calls[next_recv].count == 0) next_recv++;
+    const brd_call_t *r = &calls[next_recv++];
+    if (r->count * brd_dtype_size(r->dtype) != bytes) {
+      WARN("ncclSend/ncclRecv : rank 0 sends %zu bytes to itself and receives %zu; "
+           "a send and its receive must have the same size", bytes,
+           r->count * brd_dtype_size(r->dtype));
+      return ncclInvalidArgument;
+    }
+    CHECK(brd_launch_cuda_copy(ctx, r->recvbuff, c->sendbuff, bytes));
+  }
+  return ncclSuccess;
+}
+
 /* See launch.h. */
 ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
                             int ncalls) {
@@ -1238,6 +1282,10 @@ ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
     began = 1;
     ws.cuda = &cctx;
     CHECK_GOTO(brd_launch_cuda_begin(comm, calls, ncalls, &cctx), res, leave_free_works);
+  }
+  if (single_rank_eligible(comm, calls, ncalls)) {
+    res = run_single_cuda(&cctx, calls, ncalls);
+    goto leave_free_works;
   }
   if (!rt->ready) CHECK_GOTO(rt_connect(comm, rt), res, leave_free_works);
   if (rt->cuda) CHECK_GOTO(brd_launch_cuda_order(comm, &cctx), res, leave_free_works);

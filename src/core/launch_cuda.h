@@ -107,6 +107,11 @@ ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *call
  * stream) and after the group's other streams. After the connection. */
 ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx);
 
+/* Enqueues a copy of bytes from src to dst on the launch's stream (a
+ * one-rank communicator's collective); nothing when dst == src. */
+ncclResult_t brd_launch_cuda_copy(brd_launch_cuda_ctx_t *ctx, void *dst, const void *src,
+                                  size_t bytes);
+
 /* A device copy of bytes at src, enqueued now on the launch's stream, for
  * a send whose buffer overlaps a receive of its group; valid until the
  * launch's kernels have run. total: the bytes all of the launch's
