@@ -614,7 +614,9 @@ static void *ar_main(void *arg) {
   if (me->comm != NULL) {
     brd_launch_cuda_destroy(me->comm->rt_cuda);
     me->comm->rt_cuda = NULL;
-    ncclCommDestroy(me->comm);
+    /* A rank left in error by the timeout is freed with ncclCommAbort, as
+     * NCCL requires. */
+    if (ncclCommDestroy(me->comm) != ncclSuccess) ncclCommAbort(me->comm);
   }
   if (s != NULL) cudaStreamDestroy(s);
   cudaFree(me->sb);
