@@ -179,6 +179,23 @@ typedef struct brd_exec_cuda_copyout {
   size_t dst_stride;
 } brd_exec_cuda_copyout_t;
 
+/* Host-side checks (exec_cuda_check.c), shared by every implementation of
+ * this interface; they WARN and return the codes listed.
+ * brd_exec_cuda_plan_check: ncclInternalError unless every op of plan is
+ * one this executor runs and every index stays inside the blob, the
+ * channel table, the chunks, slots and semaphores.
+ * brd_exec_cuda_args_check: the checks of brd_exec_cuda_launch on args for
+ * the host copy p of its plan and the rank's nchans channels (NULL
+ * buffers, segment tables, channel tables, epochs, scratch alignment:
+ * ncclInvalidArgument); count > 0.
+ * brd_exec_cuda_epochs_check: ncclInternalError when the launch's epoch or
+ * a host channel epoch plus span crosses a multiple of 2^32. */
+ncclResult_t brd_exec_cuda_plan_check(const brd_ir_plan_t *plan);
+ncclResult_t brd_exec_cuda_args_check(const brd_exec_cuda_args_t *args,
+                                      const brd_ir_plan_t *p, uint32_t nchans);
+ncclResult_t brd_exec_cuda_epochs_check(const brd_exec_cuda_args_t *args, uint32_t nchans,
+                                        uint64_t span);
+
 #if BRAID_CUDA
 /* Copies plan (a blob from brd_plan_builder_finish) to device memory on
  * the current device after checking that every op is one this executor
