@@ -266,3 +266,70 @@ const char *tdev_last_error(void) { return err_text; }
 
 /* See tdev.h. */
 int tdev_cuda_touched(void) { return atomic_load(&cuda_touched); }
+
+/* See tdev.h. */
+int tdev_rank_counts(int host_n, int quick_n, int out[4]) {
+  static const int gpu[] = {1, 2, 4, 8};
+  if (tdev_quick()) {
+    out[0] = quick_n;
+    return 1;
+  }
+  if (tdev_kind() == TDEV_HOST) {
+    out[0] = host_n;
+    return 1;
+  }
+  memcpy(out, gpu, sizeof(gpu));
+  return 4;
+}
+
+typedef struct {
+  tdev_rank_fn fn;
+  ncclUniqueId id;
+  int n, rank;
+  int failures;
+  char msg[256];
+} rank_thread_t;
+
+static void *rank_thread_main(void *p) {
+  rank_thread_t *a = p;
+  a->failures = a->fn(a->id, a->n, a->rank, a->msg, sizeof(a->msg));
+  return NULL;
+}
+
+/* See tdev.h. */
+int tdev_run_threads(int n, tdev_rank_fn fn, char *msg, size_t msglen) {
+  pthread_t th[8];
+  rank_thread_t args[8];
+  ncclUniqueId id;
+  int started = 0, failures = 0;
+  msg[0] = '\0';
+  if (n < 1 || n > 8) {
+    snprintf(msg, msglen, "tdev_run_threads: %d ranks (1 to 8)", n);
+    return 1;
+  }
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) {
+    snprintf(msg, msglen, "ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+    return 1;
+  }
+  for (; started < n; started++) {
+    rank_thread_t *a = &args[started];
+    memset(a, 0, sizeof(*a));
+    a->fn = fn;
+    a->id = id;
+    a->n = n;
+    a->rank = started;
+    if (pthread_create(&th[started], NULL, rank_thread_main, a) != 0) {
+      snprintf(msg, msglen, "cannot start the thread of rank %d", started);
+      failures++;
+      break;
+    }
+  }
+  for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+  for (int k = 0; k < started; k++) {
+    if (args[k].failures == 0) continue;
+    if (failures == 0 || msg[0] == '\0') snprintf(msg, msglen, "%s", args[k].msg);
+    failures += args[k].failures;
+  }
+  return failures;
+}

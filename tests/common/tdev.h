@@ -76,4 +76,18 @@ const char *tdev_last_error(void);
  * or a stream in CUDA mode): forking ranks that use CUDA is then unsafe. */
 int tdev_cuda_touched(void);
 
+/* Rank counts for the one-rank-per-thread and one-rank-per-process tests:
+ * host mode runs host_n ranks; CUDA mode shares the GPU among 1, 2, 4 and 8
+ * ranks; BRAID_TEST_QUICK runs quick_n only. Fills out (4 entries) and
+ * returns how many. Touches no CUDA. */
+int tdev_rank_counts(int host_n, int quick_n, int out[4]);
+
+/* One rank's work: returns its failure count and, if any, a message. */
+typedef int (*tdev_rank_fn)(ncclUniqueId id, int n, int rank, char *msg, size_t msglen);
+
+/* Runs fn for ranks 0..n-1 (n <= 8) of a fresh unique id, one thread each,
+ * and waits for them. Returns the total failure count; msg gets the first
+ * failing rank's message (or why the threads could not start). */
+int tdev_run_threads(int n, tdev_rank_fn fn, char *msg, size_t msglen);
+
 #endif

@@ -284,14 +284,7 @@ static void test_premulsum(void **state) {
   streams_destroy(streams, n);
 }
 
-/* Threads with one rank each, through ncclGetUniqueId / ncclCommInitRank. */
-typedef struct {
-  ncclUniqueId id;
-  int n, rank;
-  int failures;
-  char msg[256];
-} thread_arg_t;
-
+/* One rank of a clique, through ncclCommInitRank (a thread or a process). */
 static int run_rank(ncclUniqueId id, int n, int rank, char *msg, size_t msglen) {
   ncclComm_t comm;
   cudaStream_t stream;
@@ -356,49 +349,14 @@ static int run_rank(ncclUniqueId id, int n, int rank, char *msg, size_t msglen) 
   return failures;
 }
 
-static void *thread_main(void *p) {
-  thread_arg_t *a = p;
-  a->failures = run_rank(a->id, a->n, a->rank, a->msg, sizeof(a->msg));
-  return NULL;
-}
-
-/* Rank counts for one rank per thread or process: host mode keeps one
- * count (host_n); CUDA mode shares the GPU among 1, 2, 4 and 8 ranks;
- * BRAID_TEST_QUICK runs quick_n only. */
-static int rank_counts(int host_n, int quick_n, int *out) {
-  static const int gpu[] = {1, 2, 4, 8};
-  if (tdev_quick()) {
-    out[0] = quick_n;
-    return 1;
-  }
-  if (tdev_kind() == TDEV_HOST) {
-    out[0] = host_n;
-    return 1;
-  }
-  memcpy(out, gpu, sizeof(gpu));
-  return 4;
-}
-
 static void test_threads_one_rank_each(void **state) {
   (void)state;
   int ns[4];
-  int nn = rank_counts(4, 3, ns);
+  int nn = tdev_rank_counts(4, 3, ns);
   for (int ni = 0; ni < nn; ni++) {
-    int n = ns[ni];
-    ncclUniqueId id;
-    NCCL_OK(ncclGetUniqueId(&id));
-    pthread_t th[8];
-    thread_arg_t args[8];
-    for (int r = 0; r < n; r++) {
-      memset(&args[r], 0, sizeof(args[r]));
-      args[r].id = id;
-      args[r].n = n;
-      args[r].rank = r;
-      assert_int_equal(pthread_create(&th[r], NULL, thread_main, &args[r]), 0);
-    }
-    for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-    for (int r = 0; r < n; r++)
-      if (args[r].failures) fail_msg("threads, %d ranks: %s", n, args[r].msg);
+    char msg[256];
+    if (tdev_run_threads(ns[ni], run_rank, msg, sizeof(msg)) != 0)
+      fail_msg("threads, %d ranks: %s", ns[ni], msg);
   }
 }
 
@@ -453,7 +411,7 @@ static void test_processes(void **state) {
   if (tdev_kind() == TDEV_CUDA && tdev_cuda_touched())
     fail_msg("this process used CUDA before forking ranks that use it");
   int ns[4];
-  int nn = rank_counts(3, 2, ns);
+  int nn = tdev_rank_counts(3, 2, ns);
   for (int ni = 0; ni < nn; ni++) run_processes(ns[ni]);
 }
 
