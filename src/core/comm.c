@@ -59,3 +59,25 @@ void brd_comm_destroy(struct ncclComm *comm) {
   brd_config_fini(&comm->config);
   free(comm);
 }
+
+/* See comm.h. */
+int brd_comm_ranks_per_device(const struct ncclComm *comm) {
+  int most = 1;
+  if (comm->peers == NULL) return 1;
+  for (int r = 0; r < comm->nranks; r++) {
+    int k = 0;
+    for (int q = 0; q < comm->nranks; q++)
+      k += comm->peers[q].host_hash == comm->peers[r].host_hash &&
+           comm->peers[q].bus_id == comm->peers[r].bus_id;
+    if (k > most) most = k;
+  }
+  return most;
+}
+
+/* See comm.h. */
+int brd_comm_all_in_process(const struct ncclComm *comm) {
+  if (comm->peers == NULL) return comm->nranks == 1;
+  for (int r = 0; r < comm->nranks; r++)
+    if (comm->peers[r].pid_hash != comm->peers[comm->rank].pid_hash) return 0;
+  return 1;
+}

@@ -83,6 +83,14 @@ ncclResult_t brd_comm_check(const struct ncclComm *comm, const char *fn);
  * async_error ncclInProgress, everything else zero. Caller's thread. */
 ncclResult_t brd_comm_create(struct ncclComm **comm_out);
 
+/* Ranks of comm on the GPU the most of them share (same host and bus id
+ * in the peer table); 1 without a peer table. Any thread. */
+int brd_comm_ranks_per_device(const struct ncclComm *comm);
+
+/* 1 when every rank of comm is a thread of this process (a one-rank comm
+ * without a peer table counts). Any thread. */
+int brd_comm_all_in_process(const struct ncclComm *comm);
+
 /* Frees a communicator and what it owns (bootstrap, peer table, config
  * strings); clears magic first. Local: never waits on a peer. The caller
  * must have stopped every thread using comm. NULL is a no-op. */

@@ -289,20 +289,6 @@ static ncclResult_t rt_get(struct ncclComm *comm, struct brd_rt **rt_out) {
   return ncclSuccess;
 }
 
-/* Ranks on the GPU used by the most ranks of the communicator. */
-static int ranks_per_device(const struct ncclComm *comm) {
-  int most = 1;
-  if (comm->peers == NULL) return 1;
-  for (int r = 0; r < comm->nranks; r++) {
-    int k = 0;
-    for (int q = 0; q < comm->nranks; q++)
-      k += comm->peers[q].host_hash == comm->peers[r].host_hash &&
-           comm->peers[q].bus_id == comm->peers[r].bus_id;
-    if (k > most) most = k;
-  }
-  return most;
-}
-
 /* p2p: CUDA mode with GPU peer-to-peer (else through host memory). */
 static void topo_init(const struct ncclComm *comm, int p2p, brd_tune_topo_t *t) {
   memset(t, 0, sizeof(*t));
@@ -321,19 +307,12 @@ static void topo_init(const struct ncclComm *comm, int p2p, brd_tune_topo_t *t) 
     /* Rough link figures: GPU peer access (NVLink or PCIe) against host
      * memory across PCIe. Every rank sees the same numbers, which is all
      * the tuner needs to agree across ranks. */
-    t->ranks_per_device = ranks_per_device(comm);
+    t->ranks_per_device = brd_comm_ranks_per_device(comm);
     t->intra_bw = p2p ? 100.0f : 8.0f;
     t->intra_lat = p2p ? 1.0f : 3.0f;
   }
   t->inter_bw = t->intra_bw;
   t->inter_lat = t->intra_lat;
-}
-
-static int all_in_this_process(const struct ncclComm *comm) {
-  if (comm->peers == NULL) return comm->nranks == 1;
-  for (int r = 0; r < comm->nranks; r++)
-    if (comm->peers[r].pid_hash != comm->peers[comm->rank].pid_hash) return 0;
-  return 1;
 }
 
 /* Generates the plans every call may need (root 0; other roots have the
@@ -485,7 +464,7 @@ static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
     CHECK_GOTO(brd_launch_cuda_create(comm, caps.p2p_ok, total, &mw->handle, &rt->base[me]),
                res, fail);
   } else {
-    rt->ops = all_in_this_process(comm) ? &brd_transport_host : &brd_transport_shm;
+    rt->ops = brd_comm_all_in_process(comm) ? &brd_transport_host : &brd_transport_shm;
     CHECK_GOTO(rt->ops->seg_create(total, "win", &rt->self), res, fail);
     mw->handle = rt->self.handle;
     rt->base[me] = rt->self.ptr;

@@ -244,25 +244,6 @@ void brd_launch_cuda_destroy(struct brd_rt_cuda *rt) {
   if (saved >= 0 && cudaSetDevice(saved) != cudaSuccess) (void)cudaGetLastError();
 }
 
-/* Ranks on the GPU that is used by the most ranks of the communicator. */
-static int ranks_per_device(const struct ncclComm *comm) {
-  int most = 1;
-  for (int r = 0; r < comm->nranks; r++) {
-    int k = 0;
-    for (int q = 0; q < comm->nranks; q++)
-      k += comm->peers[q].host_hash == comm->peers[r].host_hash &&
-           comm->peers[q].bus_id == comm->peers[r].bus_id;
-    if (k > most) most = k;
-  }
-  return most;
-}
-
-static int all_in_this_process(const struct ncclComm *comm) {
-  for (int r = 0; r < comm->nranks; r++)
-    if (comm->peers[r].pid_hash != comm->peers[comm->rank].pid_hash) return 0;
-  return 1;
-}
-
 /* See launch_cuda.h. */
 ncclResult_t brd_launch_cuda_caps(struct ncclComm *comm, brd_launch_caps_t *caps_out,
                                   char *why, size_t nwhy) {
@@ -285,7 +266,7 @@ ncclResult_t brd_launch_cuda_caps(struct ncclComm *comm, brd_launch_caps_t *caps
   }
   CUDA_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, comm->cuda_dev),
             "cudaDeviceGetAttribute(multiProcessorCount)", res, out);
-  int share = ranks_per_device(comm);
+  int share = brd_comm_ranks_per_device(comm);
   int nb = nsm / share;
   if (nb < 1) {
     WARN("rank %d: its GPU has %d SMs and %d ranks of the communicator share it: "
@@ -347,7 +328,7 @@ ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_b
 
   rt->host_memory = !p2p;
   rt->ops = p2p ? &brd_transport_p2p
-                : all_in_this_process(comm) ? &brd_transport_host : &brd_transport_shm;
+                : brd_comm_all_in_process(comm) ? &brd_transport_host : &brd_transport_shm;
   CHECK_GOTO(rt->ops->seg_create(win_bytes, "cuda-win", &rt->self), res, fail);
   if (rt->host_memory) {
     /* Peers of this process find it registered once the allgather is over. */
