@@ -92,4 +92,19 @@
     }                                                                         \
   } while (0)
 
+/* A failing CUDA runtime call: WARN with CUDA's text, clear CUDA's last
+ * error, res = ncclUnhandledCudaError, go to label. It expands to CUDA
+ * runtime calls, so only files that include the CUDA headers use it. */
+#define CUDA_CHECK_GOTO(call, what, res, label)                               \
+  do {                                                                        \
+    cudaError_t cuda_err_ = (call);                                           \
+    if (cuda_err_ != cudaSuccess) {                                           \
+      WARN("CUDA: %s failed: %s (CUDA error %d)", (what),                     \
+           cudaGetErrorString(cuda_err_), (int)cuda_err_);                    \
+      (void)cudaGetLastError();                                               \
+      (res) = ncclUnhandledCudaError;                                         \
+      goto label;                                                             \
+    }                                                                         \
+  } while (0)
+
 #endif /* BRD_CORE_CHECK_H */

@@ -46,17 +46,6 @@
 #define NB_LIMIT 8          /* most blocks per rank */
 #define P2P_PLANS_WARN 4096 /* point-to-point plans kept before a WARN */
 
-#define CUDA_GOTO(call, what, res, label)                                     \
-  do {                                                                        \
-    cudaError_t e_ = (call);                                                  \
-    if (e_ != cudaSuccess) {                                                  \
-      WARN("CUDA: %s failed: %s (%d)", (what), cudaGetErrorString(e_), (int)e_); \
-      (void)cudaGetLastError();                                               \
-      (res) = ncclUnhandledCudaError;                                         \
-      goto label;                                                             \
-    }                                                                         \
-  } while (0)
-
 /* A plan on the device, and what identifies it. */
 typedef struct dplan {
   const brd_ir_plan_t *key;     /* borrowed: launch.c's cached plan; NULL
@@ -264,7 +253,7 @@ ncclResult_t brd_launch_cuda_caps(struct ncclComm *comm, brd_launch_caps_t *caps
       snprintf(why, nwhy, "rank %d: %s", r, w);
     }
   }
-  CUDA_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, comm->cuda_dev),
+  CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, comm->cuda_dev),
             "cudaDeviceGetAttribute(multiProcessorCount)", res, out);
   int share = brd_comm_ranks_per_device(comm);
   int nb = nsm / share;
@@ -312,10 +301,10 @@ ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_b
     res = ncclSystemError;
     goto fail;
   }
-  CUDA_GOTO(cudaSetDevice(rt->dev), "cudaSetDevice to the communicator's GPU", res, fail);
+  CUDA_CHECK_GOTO(cudaSetDevice(rt->dev), "cudaSetDevice to the communicator's GPU", res, fail);
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_coll), res, fail);
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_p2p), res, fail);
-  CUDA_GOTO(cudaEventCreateWithFlags(&rt->done, cudaEventDisableTiming),
+  CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&rt->done, cudaEventDisableTiming),
             "cudaEventCreateWithFlags", res, fail);
   if (cudaEventCreateWithFlags(&rt->join, cudaEventDisableTiming) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -335,7 +324,7 @@ ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_b
     CHECK_GOTO(host_reg_acquire(rt->self.ptr, win_bytes, "the rank's channel window"),
                res, fail);
     rt->registered[me] = 1;
-    CUDA_GOTO(cudaHostGetDevicePointer((void **)&base, rt->self.ptr, 0),
+    CUDA_CHECK_GOTO(cudaHostGetDevicePointer((void **)&base, rt->self.ptr, 0),
               "cudaHostGetDevicePointer of the rank's channel window", res, fail);
   } else {
     base = rt->self.ptr;
@@ -375,7 +364,7 @@ ncclResult_t brd_launch_cuda_import(struct ncclComm *comm, int r,
   CHECK_GOTO(host_reg_acquire(rt->peer[r].ptr, rt->peer[r].size,
                               "a peer's channel window"), res, out);
   rt->registered[r] = 1;
-  CUDA_GOTO(cudaHostGetDevicePointer((void **)&base, rt->peer[r].ptr, 0),
+  CUDA_CHECK_GOTO(cudaHostGetDevicePointer((void **)&base, rt->peer[r].ptr, 0),
             "cudaHostGetDevicePointer of a peer's channel window", res, out);
   *base_out = base;
 out:
@@ -412,20 +401,20 @@ ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *call
   ctx->calls = calls;
   ctx->ncalls = ncalls;
   ctx->stream = ncalls > 0 ? calls[0].stream : NULL;
-  CUDA_GOTO(cudaGetDevice(&ctx->saved_dev), "cudaGetDevice", res, out);
+  CUDA_CHECK_GOTO(cudaGetDevice(&ctx->saved_dev), "cudaGetDevice", res, out);
   if (ctx->saved_dev != comm->cuda_dev)
-    CUDA_GOTO(cudaSetDevice(comm->cuda_dev), "cudaSetDevice to the communicator's GPU",
+    CUDA_CHECK_GOTO(cudaSetDevice(comm->cuda_dev), "cudaSetDevice to the communicator's GPU",
               res, out);
   /* Allocations and blocking copies of this launch (the first one's
    * windows, a plan's upload) must not join, nor be refused by, a capture
    * in progress on this or another thread. */
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  CUDA_GOTO(cudaThreadExchangeStreamCaptureMode(&mode),
+  CUDA_CHECK_GOTO(cudaThreadExchangeStreamCaptureMode(&mode),
             "cudaThreadExchangeStreamCaptureMode", res, out);
   ctx->saved_mode = (int)mode;
   ctx->mode_set = 1;
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  CUDA_GOTO(cudaStreamIsCapturing(ctx->stream, &cs), "cudaStreamIsCapturing", res, out);
+  CUDA_CHECK_GOTO(cudaStreamIsCapturing(ctx->stream, &cs), "cudaStreamIsCapturing", res, out);
   if (cs == cudaStreamCaptureStatusInvalidated) {
     WARN("%s : the stream's CUDA graph capture has been invalidated by an earlier "
          "error; end the capture and start again", calls[0].fn);
@@ -448,7 +437,7 @@ ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t 
    * one stream; outside a capture, launches sharing the statuses must
    * follow each other whatever streams they use. */
   if (!ctx->capturing && rt->done_valid && rt->last_stream != ctx->stream)
-    CUDA_GOTO(cudaStreamWaitEvent(ctx->stream, rt->done, 0),
+    CUDA_CHECK_GOTO(cudaStreamWaitEvent(ctx->stream, rt->done, 0),
               "cudaStreamWaitEvent on the rank's previous launch", res, out);
   for (int i = 1; i < ctx->ncalls; i++) {
     cudaStream_t s = ctx->calls[i].stream;
@@ -456,8 +445,8 @@ ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t 
     for (int j = 1; j < i && !seen; j++) seen = ctx->calls[j].stream == s;
     if (seen) continue;
     /* The event is captured at the wait, so it can be recorded again. */
-    CUDA_GOTO(cudaEventRecord(rt->join, s), "cudaEventRecord on a group stream", res, out);
-    CUDA_GOTO(cudaStreamWaitEvent(ctx->stream, rt->join, 0),
+    CUDA_CHECK_GOTO(cudaEventRecord(rt->join, s), "cudaEventRecord on a group stream", res, out);
+    CUDA_CHECK_GOTO(cudaStreamWaitEvent(ctx->stream, rt->join, 0),
               "cudaStreamWaitEvent on a group stream", res, out);
   }
 out:
@@ -488,7 +477,7 @@ ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx
       return ncclSystemError;
     }
     rt->retired = list;
-    CUDA_GOTO(cudaMalloc((void **)&grown, cap), "cudaMalloc for send snapshots", res, out);
+    CUDA_CHECK_GOTO(cudaMalloc((void **)&grown, cap), "cudaMalloc for send snapshots", res, out);
     if (rt->snap != NULL) rt->retired[rt->nretired++] = rt->snap;
     rt->snap = grown;
     rt->snap_cap = cap;
@@ -498,7 +487,7 @@ ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx
          rt->rank, rt->snap_cap);
     return ncclInternalError;
   }
-  CUDA_GOTO(cudaMemcpyAsync(rt->snap + at, src, bytes, cudaMemcpyDefault, ctx->stream),
+  CUDA_CHECK_GOTO(cudaMemcpyAsync(rt->snap + at, src, bytes, cudaMemcpyDefault, ctx->stream),
             "cudaMemcpyAsync of a send snapshot", res, out);
   ctx->snap_used = at + bytes;
   *copy_out = rt->snap + at;
@@ -511,7 +500,7 @@ ncclResult_t brd_launch_cuda_copy(brd_launch_cuda_ctx_t *ctx, void *dst, const v
                                   size_t bytes) {
   ncclResult_t res = ncclSuccess;
   if (bytes == 0 || dst == src) return ncclSuccess;
-  CUDA_GOTO(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx->stream),
+  CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx->stream),
             "cudaMemcpyAsync of a one-rank collective", res, out);
 out:
   return res;
@@ -671,14 +660,14 @@ ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, brd_launch_cuda_ctx_t *c
   if (rt != NULL && res == ncclSuccess) {
     rt->nlaunch++;
     if (!ctx->capturing) {
-      CUDA_GOTO(cudaEventRecord(rt->done, ctx->stream), "cudaEventRecord after a launch",
+      CUDA_CHECK_GOTO(cudaEventRecord(rt->done, ctx->stream), "cudaEventRecord after a launch",
                 r, out);
       rt->done_valid = 1;
       rt->last_stream = ctx->stream;
     }
     for (int i = 1; i < ctx->ncalls && !ctx->capturing; i++)
       if (ctx->calls[i].stream != ctx->stream)
-        CUDA_GOTO(cudaStreamWaitEvent(ctx->calls[i].stream, rt->done, 0),
+        CUDA_CHECK_GOTO(cudaStreamWaitEvent(ctx->calls[i].stream, rt->done, 0),
                   "cudaStreamWaitEvent of a group stream", r, out);
   }
 out:

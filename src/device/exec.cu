@@ -59,18 +59,6 @@ extern "C" {
 #include "plan/plan.h"
 }
 
-/* A failing CUDA runtime call: WARN with CUDA's text, then go to label. */
-#define CUDA_CHECK_GOTO(call, what, res, label)                               \
-  do {                                                                        \
-    cudaError_t cuda_err_ = (call);                                           \
-    if (cuda_err_ != cudaSuccess) {                                           \
-      WARN("CUDA executor: %s failed: %s (CUDA error %d)", (what),            \
-           cudaGetErrorString(cuda_err_), (int)cuda_err_);                    \
-      (res) = ncclUnhandledCudaError;                                         \
-      goto label;                                                             \
-    }                                                                         \
-  } while (0)
-
 namespace {
 
 /* Polls of a wait between two checks of the abort flag, the stop flag and

@@ -594,17 +594,6 @@ int brd_p2p_usable(const struct brd_peer_info *a, const struct brd_peer_info *b,
 /* ---- the rest needs CUDA ------------------------------------------------- */
 #if BRAID_CUDA
 
-#define CUDA_GOTO(call, what, res, label)                                     \
-  do {                                                                        \
-    cudaError_t e_ = (call);                                                  \
-    if (e_ != cudaSuccess) {                                                  \
-      WARN("CUDA: %s failed: %s (%d)", (what), cudaGetErrorString(e_), (int)e_); \
-      (void)cudaGetLastError();                                               \
-      (res) = ncclUnhandledCudaError;                                         \
-      goto label;                                                             \
-    }                                                                         \
-  } while (0)
-
 /* Driver entry points, resolved once. */
 typedef struct {
   CUresult (*get_error_string)(CUresult, const char **);
@@ -828,7 +817,7 @@ static ncclResult_t vmm_grant(CUdeviceptr va, size_t size, int dev, int all_peer
   desc[nd].location.id = dev;
   desc[nd++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   if (all_peers) {
-    CUDA_GOTO(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount", res, out);
+    CUDA_CHECK_GOTO(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount", res, out);
     for (int d = 0; d < ndev && nd < P2P_MAX_DEVS; d++) {
       int can = 0;
       if (d == dev) continue;
@@ -892,11 +881,11 @@ out:
 static ncclResult_t zero_device(void *ptr, size_t size) {
   ncclResult_t res = ncclSuccess;
   cudaStream_t s;
-  CUDA_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+  CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags", res, out);
-  CUDA_GOTO(cudaMemsetAsync(ptr, 0, size, s), "cudaMemsetAsync (zeroing a segment)",
+  CUDA_CHECK_GOTO(cudaMemsetAsync(ptr, 0, size, s), "cudaMemsetAsync (zeroing a segment)",
             res, fail_destroy);
-  CUDA_GOTO(cudaStreamSynchronize(s), "cudaStreamSynchronize (zeroing a segment)",
+  CUDA_CHECK_GOTO(cudaStreamSynchronize(s), "cudaStreamSynchronize (zeroing a segment)",
             res, fail_destroy);
 fail_destroy:
   cudaStreamDestroy(s);
@@ -909,8 +898,8 @@ out:
 static ncclResult_t current_device(int *dev_out) {
   ncclResult_t res = ncclSuccess;
   int dev = 0;
-  CUDA_GOTO(cudaGetDevice(&dev), "cudaGetDevice", res, out);
-  CUDA_GOTO(cudaSetDevice(dev), "cudaSetDevice", res, out);
+  CUDA_CHECK_GOTO(cudaGetDevice(&dev), "cudaGetDevice", res, out);
+  CUDA_CHECK_GOTO(cudaSetDevice(dev), "cudaSetDevice", res, out);
   *dev_out = dev;
 out:
   return res;
@@ -941,8 +930,8 @@ static ncclResult_t p2p_create(size_t size, const char *tag, brd_seg_t *seg_out)
     m->mode = MODE_IPC;
     m->dev = dev;
     m->alloc_size = size;
-    CUDA_GOTO(cudaMalloc(&m->ptr, size), "cudaMalloc for a P2P segment", res, fail_free);
-    CUDA_GOTO(cudaIpcGetMemHandle(&ih, m->ptr), "cudaIpcGetMemHandle", res, fail_unmap);
+    CUDA_CHECK_GOTO(cudaMalloc(&m->ptr, size), "cudaMalloc for a P2P segment", res, fail_free);
+    CUDA_CHECK_GOTO(cudaIpcGetMemHandle(&ih, m->ptr), "cudaIpcGetMemHandle", res, fail_unmap);
     memcpy(nm.u.ipc, &ih, sizeof(nm.u.ipc));
   }
   CHECK_GOTO(zero_device(m->ptr, m->alloc_size), res, fail_stop);
@@ -1081,7 +1070,7 @@ static ncclResult_t p2p_import(const brd_seg_handle_t *h, brd_seg_t *seg_out) {
     memcpy(&ih, nm.u.ipc, sizeof(ih));
     m->mode = MODE_IPC;
     m->alloc_size = m->size;
-    CUDA_GOTO(cudaIpcOpenMemHandle(&m->ptr, ih, cudaIpcMemLazyEnablePeerAccess),
+    CUDA_CHECK_GOTO(cudaIpcOpenMemHandle(&m->ptr, ih, cudaIpcMemLazyEnablePeerAccess),
               "cudaIpcOpenMemHandle (peer memory)", res, fail_free);
   }
   m->refs = 1;
@@ -1138,7 +1127,7 @@ ncclResult_t brd_p2p_mem_alloc(size_t size, void **ptr_out) {
   CHECK(current_device(&dev));
   if (!vmm_supported(dev)) {
     void *p = NULL;
-    CUDA_GOTO(cudaMalloc(&p, size), "ncclMemAlloc : cudaMalloc", res, out);
+    CUDA_CHECK_GOTO(cudaMalloc(&p, size), "ncclMemAlloc : cudaMalloc", res, out);
     *ptr_out = p;
     return ncclSuccess;
   }

@@ -37,18 +37,6 @@
 
 #include "cudasim.h"
 
-/* A failing CUDA runtime call: WARN with CUDA's text, then go to label. */
-#define CUDA_CHECK_GOTO(call, what, res, label)                               \
-  do {                                                                        \
-    cudaError_t cuda_err_ = (call);                                           \
-    if (cuda_err_ != cudaSuccess) {                                           \
-      WARN("CUDA executor: %s failed: %s (CUDA error %d)", (what),            \
-           cudaGetErrorString(cuda_err_), (int)cuda_err_);                    \
-      (res) = ncclUnhandledCudaError;                                         \
-      goto label;                                                             \
-    }                                                                         \
-  } while (0)
-
 /* How a launch failed (report_t.failed). */
 enum { FAIL_NONE = 0, FAIL_HANG = 1, FAIL_ABORT = 2 };
 
