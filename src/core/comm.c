@@ -51,7 +51,7 @@ void brd_comm_destroy(struct ncclComm *comm) {
   brd_rt_destroy(comm->rt);
   brd_launch_cuda_destroy(comm->rt_cuda);
   comm->magic = 0;
-  brd_mem_regs_destroy(comm->regs);
+  brd_mem_regs_destroy(comm);
   free(comm->redops);
   brd_boot_destroy(comm->boot);
   comm->boot = NULL;

@@ -71,9 +71,29 @@ struct ncclComm {
 
 struct brd_regs;
 
-/* Frees a communicator's registration records (mem.c; comm teardown). NULL
- * is a no-op. */
-void brd_mem_regs_destroy(struct brd_regs *regs);
+/* Frees a communicator's registration records and unmaps the peers'
+ * ranges they mapped (mem.c; comm teardown). No records is a no-op. */
+void brd_mem_regs_destroy(struct ncclComm *comm);
+
+/* Direct use of a registered buffer by a collective (mem.c). When
+ * [buf, buf + bytes) lies in a range this rank registered with
+ * ncclCommRegister (or in a window registered with
+ * NCCL_WIN_COLL_SYMMETRIC), every rank's range is mapped here and the
+ * buffer fits every rank's range at the same offset, sets *ok_out to 1 and
+ * peer_out[p] (nranks entries) to rank p's buffer as this process
+ * addresses it; otherwise *ok_out is 0. The first use of an ncclCommRegister
+ * range exchanges it with every rank (bootstrap allgather): NCCL's rule that
+ * every rank passes registered buffers to the same call, at the same offset
+ * from the start of its registration, is what makes every rank reach that
+ * exchange at the same call; a rank that breaks it leaves the others waiting
+ * until BRAID_BOOTSTRAP_TIMEOUT, then fails with a message saying so.
+ * shareable is 0 when the ranks' memory cannot be mapped by each other at
+ * all (host mode across processes, CUDA without P2P): then nothing is
+ * exchanged. The answer is the same on every rank. Off with
+ * NCCL_LOCAL_REGISTER=0. fn names the caller for messages. Blocks only in
+ * an exchange; the communicator's launching thread. */
+ncclResult_t brd_reg_direct(struct ncclComm *comm, const void *buf, size_t bytes,
+                            int shareable, const char *fn, char **peer_out, int *ok_out);
 
 /* Validates a communicator argument for entry point fn: NULL or a destroyed
  * communicator gets ncclInvalidArgument and a WARN naming fn. Any thread. */

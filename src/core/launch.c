@@ -133,6 +133,9 @@ struct brd_rt {
   uint32_t phase;               /* alternates per collective work */
   uint64_t *p2p_cursor;         /* owned: [nranks] per-pair sequence numbers */
   size_t p2p_piece;             /* bytes per point-to-point piece (slot) */
+  int reg_shareable;            /* ranks can map each other's registered
+                                 * buffers (threads of one process in host
+                                 * mode, P2P in CUDA mode) */
 };
 
 /* ---- plans ----------------------------------------------------------------- */
@@ -429,6 +432,7 @@ static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
   rt->deterministic = brd_param_int(BRD_P_BRAID_DETERMINISTIC) != 0;
   CHECK(caps_agree(comm, rt, &caps));
   topo_init(comm, caps.p2p_ok, &rt->topo);
+  rt->reg_shareable = rt->cuda ? caps.p2p_ok : brd_comm_all_in_process(comm);
   rt->nb_count = 0;
   for (int b = 1; b <= caps.nb_max && rt->nb_count < RT_NB_MAX_OPTS; b *= 2)
     rt->nb_opts[rt->nb_count++] = b;
@@ -541,6 +545,8 @@ typedef struct work {
   brd_exec_seg_t *segs;       /* owned: point-to-point only, sends then receives */
   brd_ir_plan_t *plan_owned;  /* owned: point-to-point only */
   const brd_call_t *call;     /* borrowed: the call to copy out, or NULL */
+  int direct;                 /* the output is the user's registered buffer:
+                               * nothing to copy out */
   const void *scalar_dev;     /* CUDA mode: a PreMulSum scalar in device
                                * memory (ncclScalarDevice), else NULL */
   int p2p;                    /* a point-to-point work */
@@ -630,9 +636,11 @@ static ncclResult_t choose(struct brd_rt *rt, const brd_call_t *c, uint8_t coll,
 }
 
 /* Fills the channels of a collective work: peers' scratch, staging half of
- * `phase` and semaphores, from the window records. */
+ * `phase` (or, with peer_out, their registered output buffers) and
+ * semaphores, from the window records. */
 static void coll_chans(const struct ncclComm *comm, const struct brd_rt *rt,
-                       const brd_ir_plan_t *plan, uint32_t phase, work_t *w) {
+                       const brd_ir_plan_t *plan, uint32_t phase, char **peer_out,
+                       work_t *w) {
   int me = comm->rank;
   const rt_window_t *mw = &rt->win[me];
   const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
@@ -641,12 +649,43 @@ static void coll_chans(const struct ncclComm *comm, const struct brd_rt *rt,
     char *pw = rt->base[p];
     const rt_window_t *pwr = &rt->win[p];
     w->chans[ch].peer_scratch = pw + pwr->scratch_off;
-    w->chans[ch].peer_output = pw + pwr->stage_off + phase * pwr->stage_bytes;
+    w->chans[ch].peer_output = peer_out != NULL ? peer_out[p]
+                               : pw + pwr->stage_off + phase * pwr->stage_bytes;
     w->chans[ch].peer_sems =
         (_Atomic uint64_t *)(pw + pwr->sem_off) + (size_t)me * pwr->nsems;
     w->chans[ch].sems = (_Atomic uint64_t *)(rt->base[me] + mw->sem_off) +
                         (size_t)p * mw->nsems;
   }
+}
+
+/* Whether call c writes its registered output buffer in place on every
+ * rank: *peer_out_out gets every rank's buffer as mapped here (owned by
+ * the caller), or stays NULL for the staged path. Only collectives where
+ * every rank has an output qualify (the works must be the same on every
+ * rank, and a rank without an output cannot tell what the others do). */
+static ncclResult_t direct_output(struct ncclComm *comm, const struct brd_rt *rt,
+                                  const brd_call_t *c, uint8_t coll, char ***peer_out_out) {
+  int n = comm->nranks, ok = 0;
+  *peer_out_out = NULL;
+  if (n == 1 || comm->regs == NULL || coll == BRD_IR_COLL_REDUCE ||
+      coll == BRD_IR_COLL_GATHER)
+    return ncclSuccess;
+  size_t bytes = c->count * brd_dtype_size(c->dtype) * (is_multi_out(coll) ? (size_t)n : 1);
+  char **peer = calloc((size_t)n, sizeof(*peer));
+  if (peer == NULL) {
+    WARN("%s : out of host memory", c->fn);
+    return ncclSystemError;
+  }
+  ncclResult_t res = brd_reg_direct(comm, c->recvbuff, bytes, rt->reg_shareable, c->fn,
+                                    peer, &ok);
+  if (res != ncclSuccess || !ok) {
+    free(peer);
+    return res;
+  }
+  INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: output %p written in place "
+       "(registered on every rank)", c->fn, comm->rank, c->recvbuff);
+  *peer_out_out = peer;
+  return ncclSuccess;
 }
 
 /* The works of one collective call: one per piece. */
@@ -699,24 +738,36 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
   if ((coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_REDUCE) && me != root) nout = 0;
   const rt_window_t *mw = &rt->win[me];
   size_t piece = mw->stage_bytes / ((is_multi_out(coll) ? (size_t)n : 1) * esize);
+  /* Registered output buffers on every rank: one piece written in place. */
+  char **peer_out = NULL;
+  ncclResult_t res = direct_output(comm, rt, c, coll, &peer_out);
+  if (res != ncclSuccess) return res;
+  if (peer_out != NULL) piece = c->count;
 
   for (size_t off = 0; off < c->count; off += piece) {
     size_t cnt = c->count - off < piece ? c->count - off : piece;
     brd_plan_layout_t layout;
     work_t *w;
-    CHECK(brd_plan_layout_init(plan, cnt, c->dtype, mw->scratch_bytes, &layout));
-    CHECK(work_add(ws, plan, me, &w));
+    CHECK_GOTO(brd_plan_layout_init(plan, cnt, c->dtype, mw->scratch_bytes, &layout),
+               res, out);
+    CHECK_GOTO(work_add(ws, plan, me, &w), res, out);
     /* CUDA mode: the kernels alternate phases on the device; the pointers
      * are the bases of both halves. */
     uint32_t phase = rt->cuda ? 0 : rt->phase;
     rt->phase ^= 1u;
-    coll_chans(comm, rt, plan, phase, w);
+    coll_chans(comm, rt, plan, phase, peer_out, w);
     brd_exec_args_t *a = &w->args;
     a->plan = plan;
     a->rank = me;
     a->input = uses_input ? (const char *)c->sendbuff + off * esize : NULL;
     a->in_stride = multi_in ? c->count : 0;
-    a->output = rt->base[me] + mw->stage_off + phase * mw->stage_bytes;
+    if (peer_out != NULL) {
+      a->output = peer_out[me];
+      a->out_stride = is_multi_out(coll) ? c->count : 0;
+      w->direct = 1;
+    } else {
+      a->output = rt->base[me] + mw->stage_off + phase * mw->stage_bytes;
+    }
     a->scratch = rt->base[me] + mw->scratch_off;
     a->scratch_bytes = mw->scratch_bytes;
     a->chans = w->chans;
@@ -734,7 +785,9 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
     w->n = cnt;
     w->nout = nout;
   }
-  return ncclSuccess;
+out:
+  free(peer_out);
+  return res;
 }
 
 /* One send or receive of the launch. */
@@ -1031,7 +1084,7 @@ static int runner_meet(runner_t *r) {
 
 /* Copies a finished collective work's staging into the user's buffer. */
 static void copy_out(const work_t *w) {
-  if (w->call == NULL) return;
+  if (w->call == NULL || w->direct) return;
   size_t esize = brd_dtype_size(w->call->dtype);
   const char *stage = w->args.output;
   for (int s = 0; s < w->nout; s++)
@@ -1187,14 +1240,15 @@ static ncclResult_t run_works_cuda(struct ncclComm *comm, const struct brd_rt *r
     const work_t *w = &ws->w[i];
     brd_launch_copy_t cp;
     memset(&cp, 0, sizeof(cp));
-    if (w->call != NULL && w->nout > 0) {
+    if (w->call != NULL && w->nout > 0 && !w->direct) {
       size_t esize = brd_dtype_size(w->call->dtype);
       cp.dst = (char *)w->call->recvbuff + w->off * esize;
       cp.nseg = (uint32_t)w->nout;
       cp.seg_bytes = w->n * esize;
       cp.dst_stride = w->call->count * esize;
     }
-    CHECK(brd_launch_cuda_work(comm, ctx, &w->args, w->p2p, half, w->scalar_dev, &cp));
+    CHECK(brd_launch_cuda_work(comm, ctx, &w->args, w->p2p, w->direct ? 0 : half,
+                               w->scalar_dev, &cp));
   }
   return ncclSuccess;
 }

@@ -24,7 +24,9 @@
 #include "api.h"
 #include "check.h"
 #include "comm.h"
+#include "bootstrap.h"
 #include "enqueue.h"
+#include "group.h"
 #include "launch.h"
 #include "param.h"
 #include "transport/transport.h"
@@ -96,8 +98,25 @@ ncclResult_t pncclMemFree(void *ptr) {
 /* One registered range; its address is the handle the user holds. */
 struct brd_reg {
   uintptr_t beg, end;       /* page-aligned [beg, end) */
-  int refs;                 /* ncclCommRegister calls not yet deregistered */
+  char *ptr;                /* what the first registration gave */
+  size_t size;
+  int refs;                 /* registrations not yet deregistered */
+  int window;               /* from ncclCommWindowRegister (never shared) */
+  int symmetric;            /* usable by collectives directly: a buffer
+                             * registered with ncclCommRegister, or a window
+                             * with NCCL_WIN_COLL_SYMMETRIC */
+  int state;                /* REG_LOCAL, REG_DIRECT or REG_STAGED */
+  char **peer_base;         /* owned: [nranks] where each rank's ptr is
+                             * mapped here (REG_DIRECT) */
+  uint64_t *peer_size;      /* owned: [nranks] each rank's registered bytes */
+  brd_seg_t *imports;       /* owned: [nranks] CUDA mode's mappings */
   struct brd_reg *next;     /* ordered by beg */
+};
+
+enum {
+  REG_LOCAL = 0,  /* not exchanged with the other ranks yet */
+  REG_DIRECT = 1, /* every rank's range is mapped here */
+  REG_STAGED = 2, /* exchanged; some rank's memory cannot be shared */
 };
 
 struct brd_regs {
@@ -105,76 +124,238 @@ struct brd_regs {
   struct brd_reg *list;     /* owned */
 };
 
+/* Unmaps what an exchange mapped and frees the record. */
+static void reg_free(const struct ncclComm *comm, struct brd_reg *r) {
+  if (r->imports != NULL)
+    for (int p = 0; p < comm->nranks; p++)
+      if (p != comm->rank && r->imports[p].ptr != NULL)
+        brd_transport_p2p.seg_close(&r->imports[p]);
+  free(r->imports);
+  free(r->peer_base);
+  free(r->peer_size);
+  free(r);
+}
+
 /* See comm.h. */
-void brd_mem_regs_destroy(struct brd_regs *regs) {
+void brd_mem_regs_destroy(struct ncclComm *comm) {
+  struct brd_regs *regs = comm->regs;
   if (regs == NULL) return;
   while (regs->list != NULL) {
     struct brd_reg *r = regs->list;
     regs->list = r->next;
-    free(r);
+    reg_free(comm, r);
   }
   pthread_mutex_destroy(&regs->lock);
   free(regs);
+  comm->regs = NULL;
 }
 
-BRD_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff,
-        size_t size, void **handle)
-ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
-                               void **handle) {
-  CHECK(brd_comm_check(comm, "ncclCommRegister"));
-  ARG_NOT_NULL(buff, "ncclCommRegister");
-  ARG_NOT_NULL(handle, "ncclCommRegister");
+static ncclResult_t regs_get(ncclComm_t comm, const char *fn, struct brd_regs **out) {
   if (comm->regs == NULL) {
     struct brd_regs *regs;
     BRD_CALLOC(regs, 1, "the registration table");
     int err = pthread_mutex_init(&regs->lock, NULL);
     if (err != 0) {
       free(regs);
-      WARN("ncclCommRegister : pthread_mutex_init failed: %s", strerror(err));
+      WARN("%s : pthread_mutex_init failed: %s", fn, strerror(err));
       return ncclSystemError;
     }
     comm->regs = regs;
   }
+  *out = comm->regs;
+  return ncclSuccess;
+}
+
+/* Adds a range, or a reference to the registered range holding it (as
+ * NCCL does); windows always get a record of their own. Under the lock. */
+static ncclResult_t reg_add(struct brd_regs *regs, void *buff, size_t size, int window,
+                            const char *fn, struct brd_reg **out) {
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   uintptr_t beg = (uintptr_t)buff & ~(page - 1);
   uintptr_t end = ((uintptr_t)buff + size + page - 1) & ~(page - 1);
-  struct brd_regs *regs = comm->regs;
-  ncclResult_t res = ncclSuccess;
-  pthread_mutex_lock(&regs->lock);
   struct brd_reg **pp = &regs->list;
   for (; *pp != NULL && (*pp)->beg <= beg; pp = &(*pp)->next) {
-    if ((*pp)->end >= end) {
-      /* Inside a registered range: share its record, as NCCL does. */
+    if (!window && !(*pp)->window && (*pp)->end >= end) {
       (*pp)->refs++;
-      *handle = *pp;
-      goto out;
+      *out = *pp;
+      return ncclSuccess;
     }
   }
   struct brd_reg *r = calloc(1, sizeof(*r));
   if (r == NULL) {
-    WARN("ncclCommRegister : out of host memory registering %zu bytes", size);
-    res = ncclSystemError;
-    goto out;
+    WARN("%s : out of host memory registering %zu bytes", fn, size);
+    return ncclSystemError;
   }
   r->beg = beg;
   r->end = end;
+  r->ptr = buff;
+  r->size = size;
   r->refs = 1;
+  r->window = window;
+  r->symmetric = !window;
   r->next = *pp;
   *pp = r;
-  *handle = r;
+  *out = r;
+  return ncclSuccess;
+}
+
+/* What a rank publishes about one range when the ranks exchange it. */
+typedef struct {
+  uint32_t ok;             /* 1: peers may map it */
+  uint32_t pad;
+  uint64_t size;           /* registered bytes */
+  uint64_t offset;         /* the registered pointer within the handle's map */
+  brd_seg_handle_t handle;
+  char why[160];           /* when not ok */
+} reg_pub_t;
+
+/* Exchanges r with every rank (collective: every rank exchanges its own
+ * range at the same point) and maps theirs. `fn` names the caller for
+ * messages. A range some rank cannot share ends REG_STAGED on every rank;
+ * only failures to talk to the peers are errors. Under the lock. */
+static ncclResult_t reg_exchange(struct ncclComm *comm, struct brd_reg *r, int shareable,
+                                 const char *fn) {
+  ncclResult_t res = ncclSuccess;
+  int n = comm->nranks, me = comm->rank;
+  brd_p2p_export_t ex;
+  reg_pub_t *pub = calloc((size_t)n, sizeof(*pub));
+  int *mapped = calloc((size_t)n, sizeof(*mapped));
+  memset(&ex, 0, sizeof(ex));
+  r->peer_base = calloc((size_t)n, sizeof(*r->peer_base));
+  r->peer_size = calloc((size_t)n, sizeof(*r->peer_size));
+  r->imports = calloc((size_t)n, sizeof(*r->imports));
+  if (pub == NULL || mapped == NULL || r->peer_base == NULL || r->peer_size == NULL ||
+      r->imports == NULL) {
+    WARN("%s : out of host memory exchanging a registered buffer", fn);
+    res = ncclSystemError;
+    goto out;
+  }
+  reg_pub_t *mine = &pub[me];
+  mine->size = r->size;
+  if (!shareable) {
+    snprintf(mine->why, sizeof(mine->why), "%s", comm->host_mode
+             ? "ranks in separate processes cannot map each other's host memory"
+             : "the ranks' GPUs cannot use P2P with each other");
+  } else if (comm->host_mode) {
+    mine->ok = 1; /* every rank is a thread of this process */
+    mine->handle.local_addr = (uint64_t)(uintptr_t)r->ptr;
+  } else {
+    ncclResult_t e = brd_p2p_export(r->ptr, r->size, &ex, mine->why, sizeof(mine->why));
+    if (e == ncclSuccess) {
+      mine->ok = 1;
+      mine->handle = ex.handle;
+      mine->offset = ex.offset;
+    } else if (e != ncclInvalidArgument) {
+      /* Still take part, so the peers do not wait for this rank. */
+      snprintf(mine->why, sizeof(mine->why), "exporting it failed (see the WARN above)");
+    }
+  }
+  CHECK_GOTO(brd_boot_allgather(comm->boot, pub, sizeof(*pub)), res, fail_exchange);
+  int all_ok = 1, culprit = -1;
+  for (int p = 0; p < n; p++)
+    if (!pub[p].ok && all_ok) {
+      all_ok = 0;
+      culprit = p;
+    }
+  mapped[me] = all_ok;
+  for (int p = 0; p < n && all_ok; p++) {
+    r->peer_size[p] = pub[p].size;
+    if (p == me) {
+      r->peer_base[p] = r->ptr;
+    } else if (comm->host_mode) {
+      r->peer_base[p] = (char *)(uintptr_t)pub[p].handle.local_addr;
+    } else {
+      res = brd_p2p_import_user(&pub[p].handle, &r->imports[p]);
+      if (res != ncclSuccess) {
+        mapped[me] = 0;
+        res = ncclSuccess;
+        break;
+      }
+      r->peer_base[p] = (char *)r->imports[p].ptr + pub[p].offset;
+    }
+  }
+  /* Every rank learns whether every rank mapped everything; the exporters
+   * stop serving only then. */
+  CHECK_GOTO(brd_boot_allgather(comm->boot, mapped, sizeof(*mapped)), res, fail_exchange);
+  int all_mapped = all_ok;
+  for (int p = 0; p < n; p++) all_mapped &= mapped[p];
+  r->state = all_mapped ? REG_DIRECT : REG_STAGED;
+  if (!all_ok)
+    INFO(BRD_SUBSYS_REG, "%s : rank %d: registered buffer %p stays behind staging: rank "
+         "%d cannot share its range: %s", fn, me, (void *)r->ptr, culprit, pub[culprit].why);
+  else if (!all_mapped)
+    INFO(BRD_SUBSYS_REG, "%s : rank %d: registered buffer %p stays behind staging: a "
+         "rank could not map every peer's range", fn, me, (void *)r->ptr);
+  else
+    INFO(BRD_SUBSYS_REG, "%s : rank %d: registered buffer %p (%zu bytes) mapped from "
+         "every rank", fn, me, (void *)r->ptr, r->size);
+  if (!all_mapped)
+    for (int p = 0; p < n; p++)
+      if (r->imports[p].ptr != NULL) brd_transport_p2p.seg_close(&r->imports[p]);
+  goto out;
+
+fail_exchange:
+  WARN("%s : rank %d could not exchange its registered buffer %p with the other ranks. "
+       "A buffer registered with ncclCommRegister is used directly only when every "
+       "rank passes registered buffers to the same call, at the same offset from the "
+       "start of its registration (NCCL's rule); register on every rank, or set "
+       "NCCL_LOCAL_REGISTER=0", fn, me, (void *)r->ptr);
 out:
-  pthread_mutex_unlock(&regs->lock);
-  if (res == ncclSuccess)
-    INFO(BRD_SUBSYS_REG, "register comm %p buffer %p size %zu handle %p",
-         (void *)comm, buff, size, *handle);
+  brd_p2p_export_seal(&ex);
+  free(pub);
+  free(mapped);
   return res;
 }
 
-BRD_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle)
-ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle) {
-  CHECK(brd_comm_check(comm, "ncclCommDeregister"));
-  /* NCCL accepts the NULL handle a skipped registration returns. */
-  if (handle == NULL) return ncclSuccess;
+/* See comm.h. */
+ncclResult_t brd_reg_direct(struct ncclComm *comm, const void *buf, size_t bytes,
+                            int shareable, const char *fn, char **peer_out, int *ok_out) {
+  ncclResult_t res = ncclSuccess;
+  struct brd_regs *regs = comm->regs;
+  *ok_out = 0;
+  if (regs == NULL || buf == NULL || brd_param_int(BRD_P_LOCAL_REGISTER) == 0)
+    return ncclSuccess;
+  const char *b = buf;
+  pthread_mutex_lock(&regs->lock);
+  struct brd_reg *r = regs->list;
+  for (; r != NULL; r = r->next)
+    if (r->symmetric && b >= r->ptr && b + bytes <= r->ptr + r->size) break;
+  if (r == NULL) goto out;
+  if (r->state == REG_LOCAL) CHECK_GOTO(reg_exchange(comm, r, shareable, fn), res, out);
+  if (r->state != REG_DIRECT) goto out;
+  size_t off = (size_t)(b - r->ptr);
+  for (int p = 0; p < comm->nranks; p++)
+    if (off + bytes > r->peer_size[p]) goto out; /* same answer on every rank */
+  for (int p = 0; p < comm->nranks; p++) peer_out[p] = r->peer_base[p] + off;
+  *ok_out = 1;
+out:
+  pthread_mutex_unlock(&regs->lock);
+  return res;
+}
+
+BRD_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff,
+        size_t size, void **handle)
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
+                               void **handle) {
+  struct brd_regs *regs;
+  struct brd_reg *r = NULL;
+  CHECK(brd_comm_check(comm, "ncclCommRegister"));
+  ARG_NOT_NULL(buff, "ncclCommRegister");
+  ARG_NOT_NULL(handle, "ncclCommRegister");
+  CHECK(regs_get(comm, "ncclCommRegister", &regs));
+  pthread_mutex_lock(&regs->lock);
+  ncclResult_t res = reg_add(regs, buff, size, 0, "ncclCommRegister", &r);
+  pthread_mutex_unlock(&regs->lock);
+  if (res != ncclSuccess) return res;
+  *handle = r;
+  INFO(BRD_SUBSYS_REG, "register comm %p buffer %p size %zu handle %p",
+       (void *)comm, buff, size, *handle);
+  return ncclSuccess;
+}
+
+/* Drops one reference to record `handle` of the given kind; frees it at
+ * the last. ncclInvalidUsage (WARN) for an unknown handle. */
+static ncclResult_t reg_release(ncclComm_t comm, void *handle, int window, const char *fn) {
   struct brd_regs *regs = comm->regs;
   struct brd_reg *gone = NULL;
   int found = 0;
@@ -182,7 +363,7 @@ ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle) {
     pthread_mutex_lock(&regs->lock);
     /* The handle is compared, never dereferenced, until it is found. */
     for (struct brd_reg **pp = &regs->list; *pp != NULL; pp = &(*pp)->next) {
-      if (*pp != handle) continue;
+      if (*pp != handle || (*pp)->window != window) continue;
       found = 1;
       if (--(*pp)->refs == 0) {
         gone = *pp;
@@ -193,25 +374,74 @@ ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle) {
     pthread_mutex_unlock(&regs->lock);
   }
   if (!found) {
-    WARN("ncclCommDeregister : handle %p is not registered with this "
-         "communicator (deregistered already, or from ncclCommRegister on "
-         "another communicator)", handle);
+    WARN("%s : handle %p is not registered with this communicator (deregistered "
+         "already, or from %s on another communicator)", fn, handle,
+         window ? "ncclCommWindowRegister" : "ncclCommRegister");
     return ncclInvalidUsage;
   }
-  free(gone);
+  if (gone != NULL) reg_free(comm, gone);
   return ncclSuccess;
+}
+
+BRD_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle)
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle) {
+  CHECK(brd_comm_check(comm, "ncclCommDeregister"));
+  /* NCCL accepts the NULL handle a skipped registration returns. */
+  if (handle == NULL) return ncclSuccess;
+  return reg_release(comm, handle, 0, "ncclCommDeregister");
 }
 
 BRD_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff,
         size_t size, ncclWindow_t *win, int winFlags)
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
                                      ncclWindow_t *win, int winFlags) {
-  CHECK(brd_comm_check(comm, "ncclCommWindowRegister"));
-  ARG_NOT_NULL(buff, "ncclCommWindowRegister");
-  ARG_NOT_NULL(win, "ncclCommWindowRegister");
-  (void)size;
-  (void)winFlags;
-  return brd_api_not_implemented("ncclCommWindowRegister");
+  static const char fn[] = "ncclCommWindowRegister";
+  struct brd_regs *regs;
+  struct brd_reg *r = NULL;
+  CHECK(brd_comm_check(comm, fn));
+  ARG_NOT_NULL(buff, fn);
+  ARG_NOT_NULL(win, fn);
+  if (size == 0) {
+    WARN("%s : size is 0; a window holds at least one byte", fn);
+    return ncclInvalidArgument;
+  }
+  if ((uintptr_t)buff % NCCL_WIN_REQUIRED_ALIGNMENT != 0) {
+    WARN("%s : buffer %p is not aligned to NCCL_WIN_REQUIRED_ALIGNMENT (%d bytes); "
+         "allocate it with ncclMemAlloc", fn, buff, NCCL_WIN_REQUIRED_ALIGNMENT);
+    return ncclInvalidArgument;
+  }
+  if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
+    WARN("%s : unknown window flags 0x%x (known: NCCL_WIN_COLL_SYMMETRIC)", fn,
+         (unsigned)winFlags);
+    return ncclInvalidArgument;
+  }
+  if (brd_group_depth() > 0) {
+    WARN("%s : called inside ncclGroupStart/ncclGroupEnd; braid registers windows "
+         "at once (every rank exchanges its buffer), so call it outside a group, "
+         "from one thread per rank", fn);
+    return ncclInvalidUsage;
+  }
+  *win = NULL;
+  CHECK(regs_get(comm, fn, &regs));
+  pthread_mutex_lock(&regs->lock);
+  ncclResult_t res = reg_add(regs, buff, size, 1, fn, &r);
+  if (res == ncclSuccess) {
+    r->symmetric = (winFlags & NCCL_WIN_COLL_SYMMETRIC) != 0;
+    int shareable = comm->host_mode ? brd_comm_all_in_process(comm) : 1;
+    if (comm->nranks == 1)
+      r->state = REG_STAGED;
+    else
+      res = reg_exchange(comm, r, shareable, fn);
+  }
+  pthread_mutex_unlock(&regs->lock);
+  if (res != ncclSuccess) {
+    if (r != NULL) (void)reg_release(comm, r, 1, fn);
+    return res;
+  }
+  *win = (ncclWindow_t)r;
+  INFO(BRD_SUBSYS_REG, "%s : comm %p buffer %p size %zu window %p%s", fn, (void *)comm,
+       buff, size, (void *)r, r->symmetric ? " (symmetric)" : "");
+  return ncclSuccess;
 }
 
 BRD_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm,
@@ -219,7 +449,7 @@ BRD_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm,
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   CHECK(brd_comm_check(comm, "ncclCommWindowDeregister"));
   ARG_NOT_NULL(win, "ncclCommWindowDeregister");
-  return brd_api_not_implemented("ncclCommWindowDeregister");
+  return reg_release(comm, win, 1, "ncclCommWindowDeregister");
 }
 
 BRD_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar,

@@ -45,6 +45,7 @@ BRD_PARAM(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", BRD_PARAM_STR, NULL, "AF_INET or 
 BRD_PARAM(P2P_DISABLE, "NCCL_P2P_DISABLE", BRD_PARAM_INT, "0", "disable GPU peer-to-peer memory channels")
 BRD_PARAM(P2P_LEVEL, "NCCL_P2P_LEVEL", BRD_PARAM_STR, NULL, "deepest topology distance for P2P: LOC, NVL, PIX, PXB, PHB, SYS")
 BRD_PARAM(CUMEM_ENABLE, "NCCL_CUMEM_ENABLE", BRD_PARAM_INT, "1", "allocate shared GPU memory (P2P segments, ncclMemAlloc) with cuMem where the driver supports it; 0: cudaMalloc and CUDA IPC")
+BRD_PARAM(LOCAL_REGISTER, "NCCL_LOCAL_REGISTER", BRD_PARAM_INT, "1", "let collectives read and write buffers registered with ncclCommRegister (and symmetric windows) directly in every rank, instead of through the output staging; 0: always stage")
 BRD_PARAM(HOSTID, "NCCL_HOSTID", BRD_PARAM_STR, NULL, "host identity string replacing hostname + boot id (BRAID_HOSTID wins)")
 BRD_PARAM(SHM_DISABLE, "NCCL_SHM_DISABLE", BRD_PARAM_INT, "0", "disable the shared-memory transport")
 

@@ -733,6 +733,7 @@ typedef struct p2p_mem {
   int refs;               /* holders in this process */
   CUmemGenericAllocationHandle cu; /* VMM: this process's handle */
   brd_p2p_fdsrv_t *srv;   /* owned: VMM creator, until sealed */
+  brd_seg_handle_t key;   /* imported: the handle it was mapped from */
   struct p2p_mem *next;
 } p2p_mem_t;
 
@@ -1041,6 +1042,26 @@ fail_close:
   return res;
 }
 
+/* Another process's memory this process has mapped already (CUDA IPC
+ * refuses to open a handle twice, and one mapping is enough): 1 with a
+ * new reference in seg_out, else 0. */
+static int import_again(const brd_seg_handle_t *h, int dev, brd_seg_t *seg_out) {
+  int found = 0;
+  pthread_mutex_lock(&mems_lock);
+  for (p2p_mem_t *m = mems; m != NULL; m = m->next) {
+    if (!m->imported || m->dev != dev || memcmp(&m->key, h, sizeof(*h)) != 0) continue;
+    m->refs++;
+    memset(seg_out, 0, sizeof(*seg_out));
+    seg_out->ptr = m->ptr;
+    seg_out->size = m->size;
+    seg_out->handle = *h;
+    found = 1;
+    break;
+  }
+  pthread_mutex_unlock(&mems_lock);
+  return found;
+}
+
 static ncclResult_t p2p_import(const brd_seg_handle_t *h, brd_seg_t *seg_out) {
   ncclResult_t res = ncclSuccess;
   p2p_name_t nm;
@@ -1058,6 +1079,7 @@ static ncclResult_t p2p_import(const brd_seg_handle_t *h, brd_seg_t *seg_out) {
   }
   CHECK(current_device(&dev));
   if (h->pid == (uint32_t)getpid()) return import_local(h, dev, seg_out);
+  if (import_again(h, dev, seg_out)) return ncclSuccess;
 
   BRD_CALLOC(m, 1, "a P2P import record");
   m->imported = 1;
@@ -1074,6 +1096,7 @@ static ncclResult_t p2p_import(const brd_seg_handle_t *h, brd_seg_t *seg_out) {
               "cudaIpcOpenMemHandle (peer memory)", res, fail_free);
   }
   m->refs = 1;
+  m->key = *h;
   mem_insert(m);
   memset(seg_out, 0, sizeof(*seg_out));
   seg_out->ptr = m->ptr;
@@ -1176,6 +1199,145 @@ ncclResult_t brd_p2p_mem_free(void *ptr) {
   return res;
 }
 
+
+/* ---- registered user memory ------------------------------------------------ */
+
+typedef CUresult (*addr_range_fn_t)(CUdeviceptr *, size_t *, CUdeviceptr);
+static addr_range_fn_t addr_range; /* cuMemGetAddressRange, or NULL */
+static pthread_once_t addr_once = PTHREAD_ONCE_INIT;
+
+/* cuMemGetAddressRange on its own: CUDA IPC needs an allocation's base even
+ * where the rest of the cuMem table is missing. */
+static void addr_load(void) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, DRV_ABI_VERSION,
+                                       cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    fn = NULL;
+  }
+  memcpy(&addr_range, &fn, sizeof(fn));
+}
+
+/* See transport.h. */
+ncclResult_t brd_p2p_export(const void *ptr, size_t size, brd_p2p_export_t *ex_out,
+                            char *why, size_t n) {
+  ncclResult_t res = ncclSuccess;
+  struct cudaPointerAttributes attr;
+  p2p_name_t nm;
+  memset(ex_out, 0, sizeof(*ex_out));
+  memset(&nm, 0, sizeof(nm));
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess ||
+      attr.type != cudaMemoryTypeDevice) {
+    (void)cudaGetLastError();
+    say(why, n, "%p is not device memory (host, managed or unknown memory cannot be "
+        "mapped by peers); allocate it with ncclMemAlloc", ptr);
+    return ncclInvalidArgument;
+  }
+  nm.dev = (int16_t)attr.device;
+  uint64_t base = 0, span = 0;
+  int fd = -1;
+  pthread_mutex_lock(&mems_lock);
+  for (p2p_mem_t *m = mems; m != NULL; m = m->next) {
+    if (!m->memalloc || (const char *)ptr < (char *)m->ptr ||
+        (const char *)ptr >= (char *)m->ptr + m->alloc_size)
+      continue;
+    base = (uint64_t)(uintptr_t)m->ptr;
+    span = m->alloc_size;
+    if (m->mode == MODE_VMM &&
+        drv.mem_export(&fd, m->cu, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) !=
+            CUDA_SUCCESS)
+      fd = -2;
+    break;
+  }
+  pthread_mutex_unlock(&mems_lock);
+  if (fd == -2) {
+    say(why, n, "cuMemExportToShareableHandle refused the ncclMemAlloc block at %p",
+        (void *)(uintptr_t)base);
+    return ncclInvalidArgument;
+  }
+  if (fd >= 0) {
+    res = brd_p2p_fdsrv_create(fd, &ex_out->srv);
+    close(fd);
+    if (res != ncclSuccess) return res;
+    nm.mode = MODE_VMM;
+    nm.serial = brd_p2p_fdsrv_serial(ex_out->srv);
+    nm.u.vmm.alloc_size = span;
+  } else {
+    cudaIpcMemHandle_t ih;
+    CUdeviceptr b = 0;
+    size_t sz = 0;
+    pthread_once(&addr_once, addr_load);
+    if (base == 0) {
+      if (addr_range == NULL ||
+          addr_range(&b, &sz, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) {
+        say(why, n, "the allocation holding %p is unknown to the CUDA driver "
+            "(cuMemGetAddressRange)", ptr);
+        return ncclInvalidArgument;
+      }
+      base = (uint64_t)b;
+      span = sz;
+    }
+    if (cudaIpcGetMemHandle(&ih, (void *)(uintptr_t)base) != cudaSuccess) {
+      (void)cudaGetLastError();
+      say(why, n, "CUDA IPC cannot export the allocation at %p (memory from cuMem "
+          "without ncclMemAlloc, or a driver without IPC)", (void *)(uintptr_t)base);
+      return ncclInvalidArgument;
+    }
+    nm.mode = MODE_IPC;
+    memcpy(nm.u.ipc, &ih, sizeof(nm.u.ipc));
+  }
+  if ((uint64_t)(uintptr_t)ptr + size > base + span) {
+    brd_p2p_fdsrv_destroy(ex_out->srv);
+    ex_out->srv = NULL;
+    say(why, n, "[%p, +%zu) runs past the end of its allocation", ptr, size);
+    return ncclInvalidArgument;
+  }
+  ex_out->handle.transport = BRD_TRANSPORT_P2P;
+  ex_out->handle.pid = (uint32_t)getpid();
+  ex_out->handle.size = span;
+  ex_out->handle.local_addr = base;
+  memcpy(ex_out->handle.name, &nm, sizeof(nm));
+  ex_out->offset = (uint64_t)(uintptr_t)ptr - base;
+  return ncclSuccess;
+}
+
+/* See transport.h. */
+void brd_p2p_export_seal(brd_p2p_export_t *ex) {
+  if (ex == NULL) return;
+  brd_p2p_fdsrv_destroy(ex->srv);
+  ex->srv = NULL;
+}
+
+/* See transport.h. */
+ncclResult_t brd_p2p_import_user(const brd_seg_handle_t *h, brd_seg_t *seg_out) {
+  p2p_name_t nm;
+  int dev;
+  if (h->transport != BRD_TRANSPORT_P2P || h->pid != (uint32_t)getpid())
+    return p2p_import(h, seg_out);
+  /* This process's own memory: the exporter's address, reachable once the
+   * importing device has access (ncclMemAlloc blocks grant every peer). */
+  memcpy(&nm, h->name, sizeof(nm));
+  CHECK(current_device(&dev));
+  if (dev != nm.dev && nm.mode == MODE_IPC) {
+    cudaError_t e = cudaDeviceEnablePeerAccess(nm.dev, 0);
+    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+      WARN("CUDA: cudaDeviceEnablePeerAccess from device %d to device %d failed: %s; "
+           "set NCCL_LOCAL_REGISTER=0 to stop using registered buffers directly",
+           dev, nm.dev, cudaGetErrorString(e));
+      (void)cudaGetLastError();
+      return ncclUnhandledCudaError;
+    }
+    (void)cudaGetLastError();
+  }
+  memset(seg_out, 0, sizeof(*seg_out));
+  seg_out->ptr = (void *)(uintptr_t)h->local_addr;
+  seg_out->size = (size_t)h->size;
+  seg_out->handle = *h;
+  return ncclSuccess;
+}
+
 #else /* !BRAID_CUDA: the ops exist so the table links; each one refuses. */
 
 static ncclResult_t no_cuda(const char *what) {
@@ -1217,6 +1379,26 @@ ncclResult_t brd_p2p_mem_alloc(size_t size, void **ptr_out) {
 ncclResult_t brd_p2p_mem_free(void *ptr) {
   (void)ptr;
   return no_cuda("device memory (ncclMemFree)");
+}
+
+/* See transport.h. */
+ncclResult_t brd_p2p_export(const void *ptr, size_t size, brd_p2p_export_t *ex_out,
+                            char *why, size_t n) {
+  (void)ptr;
+  (void)size;
+  memset(ex_out, 0, sizeof(*ex_out));
+  say(why, n, "this library was built without CUDA (CUDA=0)");
+  return ncclInvalidArgument;
+}
+
+/* See transport.h. */
+void brd_p2p_export_seal(brd_p2p_export_t *ex) { (void)ex; }
+
+/* See transport.h. */
+ncclResult_t brd_p2p_import_user(const brd_seg_handle_t *h, brd_seg_t *seg_out) {
+  (void)h;
+  (void)seg_out;
+  return no_cuda("importing registered GPU memory");
 }
 #endif /* BRAID_CUDA */
 

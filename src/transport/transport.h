@@ -143,4 +143,33 @@ ncclResult_t brd_p2p_mem_alloc(size_t size, void **ptr_out);
  * thread. */
 ncclResult_t brd_p2p_mem_free(void *ptr);
 
+
+/* Registered user memory (ncclCommRegister, windows): device memory the
+ * user allocated, exported so peers on this host can map it. */
+typedef struct brd_p2p_export {
+  brd_seg_handle_t handle; /* what peers import (brd_p2p_import_user) */
+  uint64_t offset;         /* the exported pointer minus what the handle maps */
+  brd_p2p_fdsrv_t *srv;    /* owned: cuMem descriptor server, until sealed */
+} brd_p2p_export_t;
+
+/* Exports the allocation holding [ptr, ptr + size): an ncclMemAlloc block
+ * through its cuMem descriptor, other device memory (cudaMalloc) through
+ * CUDA IPC from the allocation's base (cuMemGetAddressRange).
+ * ncclInvalidArgument, without a WARN and with the reason in why (n
+ * bytes), for memory peers cannot map (host or managed memory, cuMem
+ * memory not from ncclMemAlloc, a CUDA=0 build); ncclSystemError (WARN)
+ * when the descriptor server cannot start. Any thread. */
+ncclResult_t brd_p2p_export(const void *ptr, size_t size, brd_p2p_export_t *ex_out,
+                            char *why, size_t n);
+
+/* Stops serving the descriptor (every peer has imported). NULL-safe. */
+void brd_p2p_export_seal(brd_p2p_export_t *ex);
+
+/* Maps what a peer exported with brd_p2p_export: the allocation starts at
+ * seg_out->ptr (add the exporter's offset). Another process's memory is
+ * mapped once per process and reference counted; this process's own is
+ * its address. Close with brd_transport_p2p.seg_close. Errors as
+ * seg_import. Blocks (descriptor fetch); any thread. */
+ncclResult_t brd_p2p_import_user(const brd_seg_handle_t *h, brd_seg_t *seg_out);
+
 #endif /* BRD_TRANSPORT_TRANSPORT_H */

@@ -333,3 +333,28 @@ int tdev_run_threads(int n, tdev_rank_fn fn, char *msg, size_t msglen) {
   }
   return failures;
 }
+
+/* See tdev.h. */
+int tdev_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream,
+              double timeout_s) {
+  if (bytes == 0) return 0;
+  if (tdev_kind() == TDEV_HOST) {
+    memcpy(dst, src, bytes);
+    return 0;
+  }
+#if BRAID_CUDA
+  atomic_store(&cuda_touched, 1);
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream);
+  if (e != cudaSuccess) {
+    set_error("cudaMemcpyAsync of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return tdev_stream_sync(stream, timeout_s);
+#else
+  (void)stream;
+  (void)timeout_s;
+  set_error("this build has no CUDA");
+  return -1;
+#endif
+}

@@ -69,6 +69,13 @@ void tdev_stream_destroy(cudaStream_t stream);
  * call returns. */
 int tdev_stream_sync(cudaStream_t stream, double timeout_s);
 
+/* Copies bytes between any two buffers the library may be given (host,
+ * managed or device memory, such as ncclMemAlloc's): memcpy in host mode;
+ * in CUDA mode an asynchronous copy on `stream`, waited for (timeout_s).
+ * Returns 0, or -1 with the reason in tdev_last_error(). */
+int tdev_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream,
+              double timeout_s);
+
 /* The reason for the calling thread's last failure in this helper. */
 const char *tdev_last_error(void);
 

@@ -41,6 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cuda.h>
+
 #include "cudasim.h"
 
 #define STREAM_MAGIC 0x5354524du /* "STRM" */
@@ -943,7 +945,10 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr) {
   if (handle == NULL) return ret(cudaErrorInvalidValue);
   lock();
   alloc_t *a = alloc_find(devPtr);
-  cudaError_t e = a != NULL && a->kind == MEM_DEVICE ? cudaSuccess : cudaErrorInvalidValue;
+  /* Strict: the base of a device allocation (callers find it with
+   * cuMemGetAddressRange). */
+  cudaError_t e = a != NULL && a->kind == MEM_DEVICE && a->base == (char *)devPtr
+                      ? cudaSuccess : cudaErrorInvalidValue;
   if (e == cudaSuccess) {
     ipc_handle_t h;
     memset(&h, 0, sizeof(h));
@@ -1203,6 +1208,20 @@ cudaError_t cudaRuntimeGetVersion(int *runtimeVersion) {
 
 /* No driver API in the simulator: every entry point is "not found", so the
  * library never takes its cuMem path. */
+/* cuMemGetAddressRange (v2): the device allocation holding dptr. */
+static CUresult sim_mem_get_address_range(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+  lock();
+  alloc_t *a = alloc_find((const void *)(uintptr_t)dptr);
+  CUresult r = a != NULL && (a->kind == MEM_DEVICE || a->kind == MEM_MANAGED || a->kind == MEM_IPC)
+                   ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+  if (r == CUDA_SUCCESS) {
+    if (pbase != NULL) *pbase = (CUdeviceptr)(uintptr_t)a->base;
+    if (psize != NULL) *psize = a->size;
+  }
+  unlock();
+  return r;
+}
+
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
                                              unsigned int cudaVersion,
                                              unsigned long long flags,
@@ -1211,6 +1230,14 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
   (void)flags;
   if (symbol == NULL || funcPtr == NULL) return ret(cudaErrorInvalidValue);
   *funcPtr = NULL;
+  /* The one driver function modelled: no cuMem, so the library takes its
+   * CUDA IPC paths. */
+  if (strcmp(symbol, "cuMemGetAddressRange") == 0) {
+    CUresult (*fn)(CUdeviceptr *, size_t *, CUdeviceptr) = sim_mem_get_address_range;
+    memcpy(funcPtr, &fn, sizeof(fn));
+    if (driverStatus != NULL) *driverStatus = cudaDriverEntryPointSuccess;
+    return cudaSuccess;
+  }
   if (driverStatus != NULL) *driverStatus = cudaDriverEntryPointSymbolNotFound;
   return ret(cudaErrorSymbolNotFound);
 }

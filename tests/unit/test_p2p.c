@@ -308,6 +308,8 @@ static void test_register_bookkeeping(void **state) {
   (void)state;
   struct ncclComm *comm = NULL;
   assert_int_equal(brd_comm_create(&comm), ncclSuccess);
+  comm->nranks = 1; /* a one-rank communicator: windows need no exchange */
+  comm->rank = 0;
   size_t pg = (size_t)sysconf(_SC_PAGESIZE);
   char *buf = aligned_alloc(pg, 3 * pg);
   assert_non_null(buf);
@@ -336,9 +338,30 @@ static void test_register_bookkeeping(void **state) {
   assert_non_null(h4);
   assert_int_equal(ncclCommRegister(NULL, buf, 1, &h4), ncclInvalidArgument);
 
-  /* h4 is left registered: teardown frees it. */
-  brd_mem_regs_destroy(comm->regs);
-  comm->regs = NULL;
+  /* Windows: NCCL's alignment and flags; each has a record of its own,
+   * released only by ncclCommWindowDeregister. */
+  ncclWindow_t w1 = NULL, w2 = NULL;
+  assert_int_equal(ncclCommWindowRegister(comm, buf + 1, pg, &w1, 0), ncclInvalidArgument);
+  assert_non_null(strstr(brd_log_last_error(), "NCCL_WIN_REQUIRED_ALIGNMENT"));
+  assert_int_equal(ncclCommWindowRegister(comm, buf, 0, &w1, 0), ncclInvalidArgument);
+  assert_int_equal(ncclCommWindowRegister(comm, buf, pg, &w1, 0x10), ncclInvalidArgument);
+  assert_non_null(strstr(brd_log_last_error(), "flags"));
+  assert_int_equal(ncclCommWindowRegister(comm, buf, pg, &w1, NCCL_WIN_COLL_SYMMETRIC),
+                   ncclSuccess);
+  assert_int_equal(ncclCommWindowRegister(comm, buf, pg, &w2, NCCL_WIN_DEFAULT),
+                   ncclSuccess);
+  assert_non_null(w1);
+  assert_ptr_not_equal(w1, w2);
+  assert_ptr_not_equal((void *)w1, h4);
+  assert_int_equal(ncclCommDeregister(comm, (void *)w1), ncclInvalidUsage);
+  assert_int_equal(ncclCommWindowDeregister(comm, (ncclWindow_t)h4), ncclInvalidUsage);
+  assert_non_null(strstr(brd_log_last_error(), "ncclCommWindowRegister"));
+  assert_int_equal(ncclCommWindowDeregister(comm, w1), ncclSuccess);
+  assert_int_equal(ncclCommWindowDeregister(comm, w1), ncclInvalidUsage);
+
+  /* h4 and w2 are left registered: teardown frees them. */
+  brd_mem_regs_destroy(comm);
+  assert_null(comm->regs);
   brd_comm_destroy(comm);
   free(buf);
 }

@@ -1,0 +1,471 @@
+/*
+ * Registered buffers end to end, public API only: ncclMemAlloc'd send and
+ * receive buffers registered with ncclCommRegister or as symmetric windows
+ * (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), then AllReduce,
+ * AllGather, ReduceScatter, Broadcast and AlltoAll (which write registered
+ * outputs in place on every rank) and Reduce (always staged), in place and
+ * out of place, at 1, 1000 and 3 Mi+ elements (more than the output
+ * staging, so the staged path would run in pieces), each result checked
+ * against the CPU reference of tests/common/coll_ref.c.
+ *
+ * Which path ran is read from the library's REG log (NCCL_DEBUG=INFO,
+ * NCCL_DEBUG_SUBSYS=REG, NCCL_DEBUG_FILE): every rank logs "written in
+ * place" for each collective that wrote its registered output directly.
+ * The parent runs this program again, in a fresh process, per case:
+ *   threads   ranks as threads: every eligible call must be direct;
+ *   procs     ranks as processes: direct in CUDA mode (P2P on one GPU),
+ *             staged in host mode (process memory cannot be mapped);
+ *   off       NCCL_LOCAL_REGISTER=0: never direct, still correct;
+ *   mismatch  only rank 0 registers (breaking NCCL's rule that every rank
+ *             does): both ranks must fail within the deadlines, rank 0
+ *             with a message naming the rule.
+ * The mode follows BRAID_DEVICE (tests/common/tdev.h).
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll_ref.h"
+#include "nccl.h"
+#include "tdev.h"
+
+#define DT ncclInt32
+#define ESZ 4
+#define BIG ((size_t)3 << 18 | 5) /* 786437 elements: 3 MiB and more */
+#define SYNC_S 120.0
+
+static const char *g_case;     /* the case this process runs */
+static int g_window;           /* register as symmetric windows */
+
+static int fail(char *msg, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, len, fmt, ap);
+  va_end(ap);
+  return 1;
+}
+
+typedef struct {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  int n, rank;
+  char *send, *recv;         /* ncclMemAlloc, n * BIG elements each */
+  void *hsend, *hrecv, *hexp; /* host copies */
+  int direct_calls;          /* calls that may write in place */
+} rank_t;
+
+/* Runs one call after loading its input; NCCL_OK-style failure text. */
+#define TRY(call)                                                              \
+  do {                                                                         \
+    ncclResult_t r_ = (call);                                                  \
+    if (r_ != ncclSuccess)                                                     \
+      return fail(msg, len, "rank %d: %s: %s (%s)", R->rank, #call,            \
+                  ncclGetErrorString(r_), ncclGetLastError(R->comm));          \
+  } while (0)
+
+#define COPY(dst, src, bytes)                                                  \
+  do {                                                                         \
+    if (tdev_copy((dst), (src), (bytes), R->stream, SYNC_S) != 0)              \
+      return fail(msg, len, "rank %d: copy: %s", R->rank, tdev_last_error());  \
+  } while (0)
+
+#define SYNC()                                                                 \
+  do {                                                                         \
+    if (tdev_stream_sync(R->stream, SYNC_S) != 0)                              \
+      return fail(msg, len, "rank %d: sync: %s", R->rank, tdev_last_error());  \
+  } while (0)
+
+/* Poisons the receive buffer (n * count elements). */
+static int poison(rank_t *R, size_t elems, char *msg, size_t len) {
+  ref_poison(DT, R->hrecv, elems);
+  COPY(R->recv, R->hrecv, elems * ESZ);
+  return 0;
+}
+
+static int check_reduce(rank_t *R, size_t count, size_t first, const char *what,
+                        char *msg, size_t len) {
+  char m[256];
+  ref_reduce_expect_range(DT, ncclSum, R->n, 1.0, R->hexp, first, count);
+  if (ref_compare(DT, 0, R->hrecv, R->hexp, count, m, sizeof(m)) != 0)
+    return fail(msg, len, "rank %d: %s count %zu: %s", R->rank, what, count, m);
+  return 0;
+}
+
+static int run_colls(rank_t *R, size_t count, int inplace, char *msg, size_t len) {
+  int n = R->n, me = R->rank;
+  size_t bytes = count * ESZ;
+  char m[256];
+
+  /* AllReduce */
+  if (poison(R, count, msg, len)) return 1;
+  ref_fill_input(DT, ncclSum, me, R->hsend, count);
+  COPY(inplace ? R->recv : R->send, R->hsend, bytes);
+  TRY(ncclAllReduce(inplace ? R->recv : R->send, R->recv, count, DT, ncclSum, R->comm,
+                    R->stream));
+  SYNC();
+  COPY(R->hrecv, R->recv, bytes);
+  if (check_reduce(R, count, 0, inplace ? "AllReduce in place" : "AllReduce", msg, len))
+    return 1;
+
+  /* AllGather: in place, the input is segment `me` of the output. */
+  if (poison(R, count * n, msg, len)) return 1;
+  ref_fill_move(DT, me, 0, R->hsend, count);
+  char *ag_in = inplace ? R->recv + (size_t)me * bytes : R->send;
+  COPY(ag_in, R->hsend, bytes);
+  TRY(ncclAllGather(ag_in, R->recv, count, DT, R->comm, R->stream));
+  SYNC();
+  COPY(R->hrecv, R->recv, bytes * n);
+  for (int q = 0; q < n; q++)
+    if (ref_check_move(DT, q, 0, (char *)R->hrecv + (size_t)q * bytes, count, m,
+                       sizeof(m)) != 0)
+      return fail(msg, len, "rank %d: AllGather%s count %zu segment %d: %s", me,
+                  inplace ? " in place" : "", count, q, m);
+
+  /* ReduceScatter: in place, the output is segment `me` of the input. */
+  if (poison(R, count * n, msg, len)) return 1;
+  ref_fill_input(DT, ncclSum, me, R->hsend, count * n);
+  COPY(inplace ? R->recv : R->send, R->hsend, bytes * n);
+  char *rs_out = inplace ? R->recv + (size_t)me * bytes : R->recv;
+  TRY(ncclReduceScatter(inplace ? R->recv : R->send, rs_out, count, DT, ncclSum, R->comm,
+                        R->stream));
+  SYNC();
+  COPY(R->hrecv, rs_out, bytes);
+  if (check_reduce(R, count, (size_t)me * count,
+                   inplace ? "ReduceScatter in place" : "ReduceScatter", msg, len))
+    return 1;
+
+  /* Broadcast from the last rank. */
+  int root = n - 1;
+  if (poison(R, count, msg, len)) return 1;
+  if (me == root) {
+    ref_fill_move(DT, root, 0, R->hsend, count);
+    COPY(inplace ? R->recv : R->send, R->hsend, bytes);
+  }
+  TRY(ncclBroadcast(inplace ? R->recv : R->send, R->recv, count, DT, root, R->comm,
+                    R->stream));
+  SYNC();
+  COPY(R->hrecv, R->recv, bytes);
+  if (ref_check_move(DT, root, 0, R->hrecv, count, m, sizeof(m)) != 0)
+    return fail(msg, len, "rank %d: Broadcast count %zu: %s", me, count, m);
+
+  /* Reduce to rank 0: registered buffers, staged path. */
+  if (poison(R, count, msg, len)) return 1;
+  ref_fill_input(DT, ncclSum, me, R->hsend, count);
+  COPY(inplace ? R->recv : R->send, R->hsend, bytes);
+  TRY(ncclReduce(inplace ? R->recv : R->send, R->recv, count, DT, ncclSum, 0, R->comm,
+                 R->stream));
+  SYNC();
+  if (me == 0) {
+    COPY(R->hrecv, R->recv, bytes);
+    if (check_reduce(R, count, 0, "Reduce", msg, len)) return 1;
+  }
+  R->direct_calls += 4;
+
+  /* AlltoAll has no in-place form. */
+  if (!inplace) {
+    if (poison(R, count * n, msg, len)) return 1;
+    for (int q = 0; q < n; q++)
+      ref_fill_move(DT, me, q, (char *)R->hsend + (size_t)q * bytes, count);
+    COPY(R->send, R->hsend, bytes * n);
+    TRY(ncclAlltoAll(R->send, R->recv, count, DT, R->comm, R->stream));
+    SYNC();
+    COPY(R->hrecv, R->recv, bytes * n);
+    for (int q = 0; q < n; q++)
+      if (ref_check_move(DT, q, me, (char *)R->hrecv + (size_t)q * bytes, count, m,
+                         sizeof(m)) != 0)
+        return fail(msg, len, "rank %d: AlltoAll count %zu from rank %d: %s", me, count,
+                    q, m);
+    R->direct_calls += 1;
+  }
+  return 0;
+}
+
+static int rank_body(rank_t *R, char *msg, size_t len) {
+  size_t bytes = (size_t)R->n * BIG * ESZ;
+  void *hs = NULL, *hr = NULL;
+  ncclWindow_t ws = NULL, wr = NULL;
+  TRY(ncclMemAlloc((void **)&R->send, bytes));
+  TRY(ncclMemAlloc((void **)&R->recv, bytes));
+  R->hsend = malloc(bytes);
+  R->hrecv = malloc(bytes);
+  R->hexp = malloc(bytes);
+  if (R->hsend == NULL || R->hrecv == NULL || R->hexp == NULL)
+    return fail(msg, len, "out of host memory");
+  if (g_window) {
+    TRY(ncclCommWindowRegister(R->comm, R->send, bytes, &ws, NCCL_WIN_COLL_SYMMETRIC));
+    TRY(ncclCommWindowRegister(R->comm, R->recv, bytes, &wr, NCCL_WIN_COLL_SYMMETRIC));
+  } else {
+    TRY(ncclCommRegister(R->comm, R->send, bytes, &hs));
+    TRY(ncclCommRegister(R->comm, R->recv, bytes, &hr));
+  }
+  static const size_t counts[] = {1, 1000, BIG};
+  int quick = tdev_quick();
+  for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+    for (int inplace = 0; inplace < 2; inplace++) {
+      if (quick && c == 0 && inplace) continue;
+      if (run_colls(R, counts[c], inplace, msg, len)) return 1;
+    }
+  if (g_window) {
+    TRY(ncclCommWindowDeregister(R->comm, ws));
+    TRY(ncclCommWindowDeregister(R->comm, wr));
+  } else {
+    TRY(ncclCommDeregister(R->comm, hs));
+    TRY(ncclCommDeregister(R->comm, hr));
+  }
+  /* Deregistered: the next calls are staged (not counted) and correct. */
+  int direct = R->direct_calls;
+  if (run_colls(R, 1000, 0, msg, len)) return 1;
+  R->direct_calls = direct;
+  return 0;
+}
+
+/* Writes how many calls per rank could be direct, for the parent. */
+static void write_expect(int calls) {
+  const char *dir = getenv("REG_TEST_DIR");
+  char path[512];
+  if (dir == NULL) return;
+  snprintf(path, sizeof(path), "%s/expect", dir);
+  FILE *f = fopen(path, "w");
+  if (f != NULL) {
+    fprintf(f, "%d\n", calls);
+    fclose(f);
+  }
+}
+
+static int rank_main(ncclUniqueId id, int n, int rank, char *msg, size_t len) {
+  rank_t RR, *R = &RR;
+  memset(R, 0, sizeof(*R));
+  R->n = n;
+  R->rank = rank;
+  if (tdev_stream_create(&R->stream) != 0)
+    return fail(msg, len, "rank %d: stream: %s", rank, tdev_last_error());
+  TRY(ncclCommInitRank(&R->comm, n, id, rank));
+  int bad = rank_body(R, msg, len);
+  if (!bad && rank == 0) write_expect(R->direct_calls);
+  if (bad) {
+    fprintf(stderr, "%s\n", msg); /* every failing rank, not only the first */
+    ncclCommAbort(R->comm);
+  }
+  else if (ncclCommDestroy(R->comm) != ncclSuccess)
+    bad = fail(msg, len, "rank %d: ncclCommDestroy failed", rank);
+  ncclMemFree(R->send);
+  ncclMemFree(R->recv);
+  free(R->hsend);
+  free(R->hrecv);
+  free(R->hexp);
+  tdev_stream_destroy(R->stream);
+  return bad;
+}
+
+/* Only rank 0 registers: both must fail, within the deadlines. */
+static int rank_mismatch(ncclUniqueId id, int n, int rank, char *msg, size_t len) {
+  rank_t RR, *R = &RR;
+  void *h = NULL;
+  memset(R, 0, sizeof(*R));
+  R->n = n;
+  R->rank = rank;
+  if (tdev_stream_create(&R->stream) != 0)
+    return fail(msg, len, "rank %d: stream: %s", rank, tdev_last_error());
+  TRY(ncclCommInitRank(&R->comm, n, id, rank));
+  TRY(ncclMemAlloc((void **)&R->recv, 4096 * ESZ));
+  if (rank == 0) TRY(ncclCommRegister(R->comm, R->recv, 4096 * ESZ, &h));
+  ncclResult_t r = ncclAllReduce(R->recv, R->recv, 4096, DT, ncclSum, R->comm, R->stream);
+  char last[1024];
+  snprintf(last, sizeof(last), "%s", ncclGetLastError(R->comm));
+  for (int i = 0; r == ncclSuccess && i < 600; i++) {
+    /* CUDA mode: a kernel waiting for the peer fails asynchronously. */
+    ncclResult_t a = ncclSuccess;
+    ncclCommGetAsyncError(R->comm, &a);
+    if (a != ncclSuccess && a != ncclInProgress) r = a;
+    struct timespec nap = {0, 100000000};
+    nanosleep(&nap, NULL);
+  }
+  int bad = 0;
+  if (r == ncclSuccess)
+    bad = fail(msg, len, "rank %d: an all-reduce with a buffer registered on rank 0 "
+               "only succeeded", rank);
+  else if (rank == 0 && strstr(last, "every rank passes registered buffers") == NULL)
+    bad = fail(msg, len, "rank 0: the error does not name the registration rule: %s",
+               last);
+  ncclCommAbort(R->comm);
+  ncclMemFree(R->recv);
+  tdev_stream_destroy(R->stream);
+  return bad;
+}
+
+/* Runs n ranks as processes; returns failures. */
+static int run_procs(int n, tdev_rank_fn fn, char *msg, size_t len) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return fail(msg, len, "ncclGetUniqueId failed");
+  pid_t pids[8];
+  for (int r = 0; r < n; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      char m[1024] = "";
+      int bad = fn(id, n, r, m, sizeof(m));
+      if (bad) fprintf(stderr, "%s\n", m);
+      _exit(bad ? 1 : 0);
+    }
+  }
+  int bad = 0;
+  for (int r = 0; r < n; r++) {
+    int st = 0;
+    waitpid(pids[r], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      if (!bad) fail(msg, len, "rank %d (process) failed (status %d)", r, st);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+static int child_main(void) {
+  char msg[1024] = "";
+  int bad;
+  int n = 2;
+  if (strcmp(g_case, "procs") == 0)
+    bad = run_procs(n, rank_main, msg, sizeof(msg));
+  else if (strcmp(g_case, "mismatch") == 0)
+    bad = tdev_run_threads(n, rank_mismatch, msg, sizeof(msg));
+  else
+    bad = tdev_run_threads(strcmp(g_case, "threads") == 0 ? 3 : n, rank_main, msg,
+                           sizeof(msg));
+  if (bad) fprintf(stderr, "FAIL %s%s: %s\n", g_case, g_window ? " (windows)" : "", msg);
+  return bad ? 1 : 0;
+}
+
+/* ---- the parent ---------------------------------------------------------------- */
+
+/* Lines of the case's logs that say a call wrote its output in place. */
+static long count_direct(const char *dir) {
+  long lines = 0;
+  DIR *d = opendir(dir);
+  if (d == NULL) return -1;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, "reg.", 4) != 0) continue;
+    char path[1024], line[2048];
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    while (fgets(line, sizeof(line), f) != NULL)
+      if (strstr(line, "written in place") != NULL) lines++;
+    fclose(f);
+  }
+  closedir(d);
+  return lines;
+}
+
+static int read_expect(const char *dir) {
+  char path[1024];
+  int v = -1;
+  snprintf(path, sizeof(path), "%s/expect", dir);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return -1;
+  if (fscanf(f, "%d", &v) != 1) v = -1;
+  fclose(f);
+  return v;
+}
+
+/* Runs one case in a fresh process; returns 0 when it passed. */
+static int run_case(const char *exe, const char *root, const char *name, int window,
+                    int nranks, int want_direct, const char *algo) {
+  char dir[512], logs[600];
+  snprintf(dir, sizeof(dir), "%s/%s%s%s%s", root, name, window ? "-win" : "",
+           algo != NULL ? "-" : "", algo != NULL ? algo : "");
+  mkdir(dir, 0700);
+  snprintf(logs, sizeof(logs), "%s/reg.%%p.log", dir);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("REG_TEST_DIR", dir, 1);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "REG", 1);
+    setenv("NCCL_DEBUG_FILE", logs, 1);
+    /* A rank that fails a check leaves its peers waiting: not for long. */
+    setenv("BRAID_TIMEOUT", "60", 1);
+    if (algo != NULL) {
+      setenv("NCCL_ALGO", algo, 1);
+      setenv("NCCL_PROTO", "Simple", 1);
+    }
+    if (strcmp(name, "off") == 0) setenv("NCCL_LOCAL_REGISTER", "0", 1);
+    if (strcmp(name, "mismatch") == 0) {
+      setenv("BRAID_BOOTSTRAP_TIMEOUT", "3", 1);
+      setenv("BRAID_TIMEOUT", "3", 1);
+    }
+    execl(exe, exe, "--case", name, window ? "win" : "reg", (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  time_t deadline = time(NULL) + 600;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (time(NULL) > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      printf("FAIL %s: no result within 600 s\n", dir);
+      return 1;
+    }
+    struct timespec nap = {0, 50000000};
+    nanosleep(&nap, NULL);
+  }
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    printf("FAIL %s: exit status %d\n", dir, st);
+    return 1;
+  }
+  if (strcmp(name, "mismatch") != 0) {
+    long got = count_direct(dir);
+    int calls = read_expect(dir);
+    long want = want_direct ? (long)calls * nranks : 0;
+    if (calls <= 0 || got != want) {
+      printf("FAIL %s: %ld calls wrote their registered output in place, expected %ld "
+             "(%d eligible calls per rank, %d ranks)\n", dir, got, want, calls, nranks);
+      return 1;
+    }
+  }
+  printf("ok %s\n", dir);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 4 && strcmp(argv[1], "--case") == 0) {
+    g_case = argv[2];
+    g_window = strcmp(argv[3], "win") == 0;
+    return child_main();
+  }
+  char why[256];
+  if (!tdev_usable(why, sizeof(why))) {
+    printf("SKIP: %s\n", why);
+    return TDEV_EXIT_SKIP;
+  }
+  char root[] = "/tmp/braid-test-register.XXXXXX";
+  if (mkdtemp(root) == NULL) {
+    perror("mkdtemp");
+    return 1;
+  }
+  int cuda = tdev_kind() == TDEV_CUDA;
+  int bad = 0;
+  for (int window = 0; window < 2; window++) {
+    bad += run_case("/proc/self/exe", root, "threads", window, 3, 1, NULL);
+    bad += run_case("/proc/self/exe", root, "procs", window, 2, cuda, NULL);
+  }
+  /* Plans that write peers' outputs (two-shot's all-gather half, the
+   * tree's broadcast) reach the other ranks' registered buffers. */
+  bad += run_case("/proc/self/exe", root, "threads", 0, 3, 1, "allreduce:twoshot");
+  bad += run_case("/proc/self/exe", root, "threads", 1, 3, 1, "allreduce:tree");
+  bad += run_case("/proc/self/exe", root, "off", 0, 2, 0, NULL);
+  bad += run_case("/proc/self/exe", root, "mismatch", 0, 2, 0, NULL);
+  if (!bad) {
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+  }
+  printf("%s: %d case(s) failed\n", bad ? "FAIL" : "PASS", bad);
+  return bad ? 1 : 0;
+}
