@@ -77,8 +77,9 @@ void brd_mem_regs_destroy(struct ncclComm *comm);
 
 /* Direct use of a registered buffer by a collective (mem.c). When
  * [buf, buf + bytes) lies in a range this rank registered with
- * ncclCommRegister (or in a window registered with
- * NCCL_WIN_COLL_SYMMETRIC), every rank's range is mapped here and the
+ * ncclCommRegister (with BRAID_REGISTER_SYMMETRIC=1, the user's promise
+ * of NCCL's symmetric rule below), or in a window registered with
+ * NCCL_WIN_COLL_SYMMETRIC, every rank's range is mapped here and the
  * buffer fits every rank's range at the same offset, sets *ok_out to 1 and
  * peer_out[p] (nranks entries) to rank p's buffer as this process
  * addresses it; otherwise *ok_out is 0. The first use of an ncclCommRegister

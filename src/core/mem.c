@@ -7,12 +7,13 @@
  * the P2P transport: cuMem memory that can be shared with peers where the
  * driver supports it, cudaMalloc otherwise.
  *
- * Registration (ncclCommRegister) is bookkeeping for now, in both modes:
- * each communicator keeps the page-aligned ranges it was given, with
- * NCCL's reference counting (registering a range inside a registered one
- * returns that one's handle). Plans do not read peers' registered buffers
- * directly yet; they go through the channel windows whatever is
- * registered.
+ * Registration: each communicator keeps the page-aligned ranges it was
+ * given, with NCCL's reference counting (registering a range inside a
+ * registered one returns that one's handle); windows get a record each.
+ * A record the ranks have exchanged (every rank maps every other rank's
+ * range) lets collectives write their output in place, in the user's
+ * buffers of every rank, instead of through the staging
+ * (docs/architecture.md, "Registered buffers"; brd_reg_direct in comm.h).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -103,8 +104,10 @@ struct brd_reg {
   int refs;                 /* registrations not yet deregistered */
   int window;               /* from ncclCommWindowRegister (never shared) */
   int symmetric;            /* usable by collectives directly: a buffer
-                             * registered with ncclCommRegister, or a window
-                             * with NCCL_WIN_COLL_SYMMETRIC */
+                             * registered with ncclCommRegister (when
+                             * BRAID_REGISTER_SYMMETRIC promises NCCL's
+                             * rule), or a window with
+                             * NCCL_WIN_COLL_SYMMETRIC */
   int state;                /* REG_LOCAL, REG_DIRECT or REG_STAGED */
   char **peer_base;         /* owned: [nranks] where each rank's ptr is
                              * mapped here (REG_DIRECT) */
@@ -298,8 +301,8 @@ fail_exchange:
   WARN("%s : rank %d could not exchange its registered buffer %p with the other ranks. "
        "A buffer registered with ncclCommRegister is used directly only when every "
        "rank passes registered buffers to the same call, at the same offset from the "
-       "start of its registration (NCCL's rule); register on every rank, or set "
-       "NCCL_LOCAL_REGISTER=0", fn, me, (void *)r->ptr);
+       "start of its registration (NCCL's rule, promised by BRAID_REGISTER_SYMMETRIC=1); "
+       "register on every rank, or unset BRAID_REGISTER_SYMMETRIC", fn, me, (void *)r->ptr);
 out:
   brd_p2p_export_seal(&ex);
   free(pub);
@@ -318,8 +321,11 @@ ncclResult_t brd_reg_direct(struct ncclComm *comm, const void *buf, size_t bytes
   const char *b = buf;
   pthread_mutex_lock(&regs->lock);
   struct brd_reg *r = regs->list;
+  int reg_symmetric = brd_param_int(BRD_P_BRAID_REGISTER_SYMMETRIC) != 0;
   for (; r != NULL; r = r->next)
-    if (r->symmetric && b >= r->ptr && b + bytes <= r->ptr + r->size) break;
+    if (r->symmetric && (r->window || reg_symmetric) && b >= r->ptr &&
+        b + bytes <= r->ptr + r->size)
+      break;
   if (r == NULL) goto out;
   if (r->state == REG_LOCAL) CHECK_GOTO(reg_exchange(comm, r, shareable, fn), res, out);
   if (r->state != REG_DIRECT) goto out;

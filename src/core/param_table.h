@@ -45,7 +45,7 @@ BRD_PARAM(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", BRD_PARAM_STR, NULL, "AF_INET or 
 BRD_PARAM(P2P_DISABLE, "NCCL_P2P_DISABLE", BRD_PARAM_INT, "0", "disable GPU peer-to-peer memory channels")
 BRD_PARAM(P2P_LEVEL, "NCCL_P2P_LEVEL", BRD_PARAM_STR, NULL, "deepest topology distance for P2P: LOC, NVL, PIX, PXB, PHB, SYS")
 BRD_PARAM(CUMEM_ENABLE, "NCCL_CUMEM_ENABLE", BRD_PARAM_INT, "1", "allocate shared GPU memory (P2P segments, ncclMemAlloc) with cuMem where the driver supports it; 0: cudaMalloc and CUDA IPC")
-BRD_PARAM(LOCAL_REGISTER, "NCCL_LOCAL_REGISTER", BRD_PARAM_INT, "1", "let collectives read and write buffers registered with ncclCommRegister (and symmetric windows) directly in every rank, instead of through the output staging; 0: always stage")
+BRD_PARAM(LOCAL_REGISTER, "NCCL_LOCAL_REGISTER", BRD_PARAM_INT, "1", "let collectives write registered output buffers in place on every rank (symmetric windows; ncclCommRegister buffers with BRAID_REGISTER_SYMMETRIC=1) instead of through the output staging; 0: always stage")
 BRD_PARAM(HOSTID, "NCCL_HOSTID", BRD_PARAM_STR, NULL, "host identity string replacing hostname + boot id (BRAID_HOSTID wins)")
 BRD_PARAM(SHM_DISABLE, "NCCL_SHM_DISABLE", BRD_PARAM_INT, "0", "disable the shared-memory transport")
 
@@ -58,4 +58,5 @@ BRD_PARAM(BRAID_DETERMINISTIC, "BRAID_DETERMINISTIC", BRD_PARAM_INT, "0", "fix t
 BRD_PARAM(BRAID_IBVERBS_LIB, "BRAID_IBVERBS_LIB", BRD_PARAM_STR, "libibverbs.so.1", "verbs library opened at run time (dlopen)")
 BRD_PARAM(BRAID_HOST_STAGING, "BRAID_HOST_STAGING", BRD_PARAM_INT, "1048576", "host mode: bytes of output staging per rank and phase; larger messages run in pieces")
 BRD_PARAM(BRAID_CUDA_STAGING, "BRAID_CUDA_STAGING", BRD_PARAM_INT, "16777216", "CUDA mode: bytes of output staging per rank and phase in the channel window; larger messages run in pieces")
+BRD_PARAM(BRAID_REGISTER_SYMMETRIC, "BRAID_REGISTER_SYMMETRIC", BRD_PARAM_INT, "0", "1: buffers registered with ncclCommRegister follow NCCL's symmetric rule (every rank registers, and passes buffers at the same offset from the start of its registration to the same call), so collectives write them in place; 0: only windows registered with NCCL_WIN_COLL_SYMMETRIC are; set it on every rank")
 BRD_PARAM(BRAID_VERIFY_PLANS, "BRAID_VERIFY_PLANS", BRD_PARAM_INT, "0", "verify every plan before first use (always on in debug builds)")

@@ -945,10 +945,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr) {
   if (handle == NULL) return ret(cudaErrorInvalidValue);
   lock();
   alloc_t *a = alloc_find(devPtr);
-  /* Strict: the base of a device allocation (callers find it with
-   * cuMemGetAddressRange). */
-  cudaError_t e = a != NULL && a->kind == MEM_DEVICE && a->base == (char *)devPtr
-                      ? cudaSuccess : cudaErrorInvalidValue;
+  cudaError_t e = a != NULL && a->kind == MEM_DEVICE ? cudaSuccess : cudaErrorInvalidValue;
   if (e == cudaSuccess) {
     ipc_handle_t h;
     memset(&h, 0, sizeof(h));

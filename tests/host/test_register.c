@@ -2,8 +2,9 @@
  * Registered buffers end to end, public API only: ncclMemAlloc'd send and
  * receive buffers registered with ncclCommRegister or as symmetric windows
  * (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), then AllReduce,
- * AllGather, ReduceScatter, Broadcast and AlltoAll (which write registered
- * outputs in place on every rank) and Reduce (always staged), in place and
+ * AllGather, ReduceScatter, Broadcast, Scatter and AlltoAll (which write
+ * registered outputs in place on every rank) and Reduce (always staged),
+ * in place and
  * out of place, at 1, 1000 and 3 Mi+ elements (more than the output
  * staging, so the staged path would run in pieces), each result checked
  * against the CPU reference of tests/common/coll_ref.c.
@@ -12,9 +13,14 @@
  * NCCL_DEBUG_SUBSYS=REG, NCCL_DEBUG_FILE): every rank logs "written in
  * place" for each collective that wrote its registered output directly.
  * The parent runs this program again, in a fresh process, per case:
- *   threads   ranks as threads: every eligible call must be direct;
+ *   threads   ranks as threads: every eligible call must be direct; also
+ *             with all-reduce forced to two-shot and to tree (Simple), whose
+ *             plans write the peers' registered outputs;
  *   procs     ranks as processes: direct in CUDA mode (P2P on one GPU),
  *             staged in host mode (process memory cannot be mapped);
+ *   unpromised  without BRAID_REGISTER_SYMMETRIC=1 (which every other
+ *             case sets): ncclCommRegister buffers are staged, symmetric
+ *             windows still direct;
  *   off       NCCL_LOCAL_REGISTER=0: never direct, still correct;
  *   mismatch  only rank 0 registers (breaking NCCL's rule that every rank
  *             does): both ranks must fail within the deadlines, rank 0
@@ -168,6 +174,21 @@ static int run_colls(rank_t *R, size_t count, int inplace, char *msg, size_t len
     if (check_reduce(R, count, 0, "Reduce", msg, len)) return 1;
   }
   R->direct_calls += 4;
+
+  /* Scatter from rank 0: in place, the root's output is its segment 0. */
+  if (poison(R, count * n, msg, len)) return 1;
+  if (me == 0) {
+    for (int q = 0; q < n; q++)
+      ref_fill_move(DT, 0, q, (char *)R->hsend + (size_t)q * bytes, count);
+    COPY(inplace ? R->recv : R->send, R->hsend, bytes * n);
+  }
+  TRY(ncclScatter(inplace ? R->recv : R->send, R->recv, count, DT, 0, R->comm, R->stream));
+  SYNC();
+  COPY(R->hrecv, R->recv, bytes);
+  if (ref_check_move(DT, 0, me, R->hrecv, count, m, sizeof(m)) != 0)
+    return fail(msg, len, "rank %d: Scatter%s count %zu: %s", me, inplace ? " in place" : "",
+                count, m);
+  R->direct_calls += 1;
 
   /* AlltoAll has no in-place form. */
   if (!inplace) {
@@ -395,6 +416,8 @@ static int run_case(const char *exe, const char *root, const char *name, int win
       setenv("NCCL_ALGO", algo, 1);
       setenv("NCCL_PROTO", "Simple", 1);
     }
+    /* ncclCommRegister buffers are used in place only on this promise. */
+    if (strcmp(name, "unpromised") != 0) setenv("BRAID_REGISTER_SYMMETRIC", "1", 1);
     if (strcmp(name, "off") == 0) setenv("NCCL_LOCAL_REGISTER", "0", 1);
     if (strcmp(name, "mismatch") == 0) {
       setenv("BRAID_BOOTSTRAP_TIMEOUT", "3", 1);
@@ -459,6 +482,8 @@ int main(int argc, char **argv) {
    * tree's broadcast) reach the other ranks' registered buffers. */
   bad += run_case("/proc/self/exe", root, "threads", 0, 3, 1, "allreduce:twoshot");
   bad += run_case("/proc/self/exe", root, "threads", 1, 3, 1, "allreduce:tree");
+  bad += run_case("/proc/self/exe", root, "unpromised", 0, 2, 0, NULL);
+  bad += run_case("/proc/self/exe", root, "unpromised", 1, 2, 1, NULL);
   bad += run_case("/proc/self/exe", root, "off", 0, 2, 0, NULL);
   bad += run_case("/proc/self/exe", root, "mismatch", 0, 2, 0, NULL);
   if (!bad) {
