@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The host-mode correctness matrix on the GPU: tests/host/test_allreduce and
-# tests/host/test_collectives with BRAID_DEVICE=cuda. Each program runs every
+# The host-mode correctness matrix on the GPU: tests/host/test_allreduce,
+# tests/host/test_collectives and tests/host/test_register (registered
+# buffers written in place: ncclMemAlloc's cuMem blocks exported to the
+# other ranks) with BRAID_DEVICE=cuda. The first two run every
 # one of its configurations (algorithm x protocol, tuner, tiny buffers,
 # deterministic mode), with ranks as threads driven by one thread, as
 # threads with one rank each and as processes, 1, 2, 4 and 8 ranks sharing
@@ -8,7 +10,7 @@
 # of tests/common/coll_ref.c.
 #
 #   BUILD=build tests/gpu/matrix.sh
-# Environment: BUILD (build dir), MATRIX_BIN_DIR (where the two programs
+# Environment: BUILD (build dir), MATRIX_BIN_DIR (where the programs
 # are; default $BUILD/tests/host), MATRIX_TIMEOUT (seconds per program,
 # default 1500), BRAID_TEST_QUICK=1 (the reduced matrix).
 # Exits 77 after "SKIP: ..." when no GPU or no CUDA build is there; a skip
@@ -27,7 +29,7 @@ fi
 failed=0
 skipped=0
 ran=0
-for prog in test_allreduce test_collectives; do
+for prog in test_allreduce test_collectives test_register; do
   bin=$BIN_DIR/$prog
   if [[ ! -x $bin ]]; then
     echo "FAIL: matrix: $bin is missing; build it first (make BUILD=$BUILD tests)"
