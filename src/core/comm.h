@@ -88,11 +88,11 @@ void brd_mem_regs_destroy(struct ncclComm *comm);
  * from the start of its registration, is what makes every rank reach that
  * exchange at the same call; a rank that breaks it leaves the others waiting
  * until BRAID_BOOTSTRAP_TIMEOUT, then fails with a message saying so.
- * shareable is 0 when the ranks' memory cannot be mapped by each other at
- * all (host mode across processes, CUDA without P2P): then nothing is
- * exchanged. The answer is the same on every rank. Off with
- * NCCL_LOCAL_REGISTER=0. fn names the caller for messages. Blocks only in
- * an exchange; the communicator's launching thread. */
+ * shareable is 0 when the ranks cannot map each other's memory at all
+ * (CUDA without P2P): then nothing is exchanged. The answer is the same on
+ * every rank. Off with NCCL_LOCAL_REGISTER=0. fn names the caller for
+ * messages. Blocks only in an exchange; the communicator's launching
+ * thread. */
 ncclResult_t brd_reg_direct(struct ncclComm *comm, const void *buf, size_t bytes,
                             int shareable, const char *fn, char **peer_out, int *ok_out);
 

@@ -133,9 +133,9 @@ struct brd_rt {
   uint32_t phase;               /* alternates per collective work */
   uint64_t *p2p_cursor;         /* owned: [nranks] per-pair sequence numbers */
   size_t p2p_piece;             /* bytes per point-to-point piece (slot) */
-  int reg_shareable;            /* ranks can map each other's registered
-                                 * buffers (threads of one process in host
-                                 * mode, P2P in CUDA mode) */
+  int reg_shareable;            /* ranks may map each other's registered
+                                 * buffers (host mode: always, the exchange
+                                 * decides per buffer; CUDA mode: with P2P) */
 };
 
 /* ---- plans ----------------------------------------------------------------- */
@@ -432,7 +432,7 @@ static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
   rt->deterministic = brd_param_int(BRD_P_BRAID_DETERMINISTIC) != 0;
   CHECK(caps_agree(comm, rt, &caps));
   topo_init(comm, caps.p2p_ok, &rt->topo);
-  rt->reg_shareable = rt->cuda ? caps.p2p_ok : brd_comm_all_in_process(comm);
+  rt->reg_shareable = rt->cuda ? caps.p2p_ok : 1;
   rt->nb_count = 0;
   for (int b = 1; b <= caps.nb_max && rt->nb_count < RT_NB_MAX_OPTS; b *= 2)
     rt->nb_opts[rt->nb_count++] = b;

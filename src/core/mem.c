@@ -19,7 +19,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <stdio.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "api.h"
@@ -34,6 +37,8 @@
 
 struct host_block {
   void *ptr;
+  size_t size;     /* bytes mapped */
+  int fd;          /* the memfd behind it: other processes may map it */
   struct host_block *next;
 };
 
@@ -57,14 +62,24 @@ ncclResult_t pncclMemAlloc(void **ptr, size_t size) {
     return ncclInvalidArgument;
   }
   if (!host_memory()) return brd_p2p_mem_alloc(size, ptr);
+  /* Shared memory of its own (a memfd), so ranks in other processes can
+   * map it when it is registered. */
   struct host_block *b = malloc(sizeof(*b));
-  void *p = NULL;
-  if (b == NULL || posix_memalign(&p, 4096, size) != 0) {
+  int fd = b != NULL ? memfd_create("braid-memalloc", MFD_CLOEXEC) : -1;
+  void *p = MAP_FAILED;
+  if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    if (fd >= 0) close(fd);
     free(b);
-    WARN("ncclMemAlloc : out of host memory allocating %zu bytes", size);
+    WARN("ncclMemAlloc : cannot allocate %zu bytes of shared host memory: %s", size,
+         strerror(err));
     return ncclSystemError;
   }
   b->ptr = p;
+  b->size = size;
+  b->fd = fd;
   pthread_mutex_lock(&host_blocks_lock);
   b->next = host_blocks;
   host_blocks = b;
@@ -87,7 +102,8 @@ ncclResult_t pncclMemFree(void *ptr) {
   }
   pthread_mutex_unlock(&host_blocks_lock);
   if (found != NULL) {
-    free(found->ptr);
+    munmap(found->ptr, found->size);
+    close(found->fd);
     free(found);
     return ncclSuccess;
   }
@@ -127,12 +143,23 @@ struct brd_regs {
   struct brd_reg *list;     /* owned */
 };
 
+/* Unmaps the peers' ranges an exchange mapped. */
+static void imports_close(const struct ncclComm *comm, struct brd_reg *r) {
+  if (r->imports == NULL) return;
+  for (int p = 0; p < comm->nranks; p++) {
+    brd_seg_t *imp = &r->imports[p];
+    if (imp->ptr == NULL) continue;
+    if (imp->handle.transport == BRD_TRANSPORT_SHM)
+      munmap(imp->ptr, imp->size);
+    else
+      brd_transport_p2p.seg_close(imp);
+    memset(imp, 0, sizeof(*imp));
+  }
+}
+
 /* Unmaps what an exchange mapped and frees the record. */
 static void reg_free(const struct ncclComm *comm, struct brd_reg *r) {
-  if (r->imports != NULL)
-    for (int p = 0; p < comm->nranks; p++)
-      if (p != comm->rank && r->imports[p].ptr != NULL)
-        brd_transport_p2p.seg_close(&r->imports[p]);
+  imports_close(comm, r);
   free(r->imports);
   free(r->peer_base);
   free(r->peer_size);
@@ -212,6 +239,62 @@ typedef struct {
   char why[160];           /* when not ok */
 } reg_pub_t;
 
+/* Host mode: serves the memfd of the ncclMemAlloc block holding
+ * [ptr, ptr + size) to the other processes. 0 with the reason in why when
+ * the memory is not such a block. */
+static int host_export(const char *ptr, size_t size, reg_pub_t *pub, brd_p2p_export_t *ex) {
+  int fd = -1;
+  pthread_mutex_lock(&host_blocks_lock);
+  for (struct host_block *b = host_blocks; b != NULL; b = b->next) {
+    if (ptr < (char *)b->ptr || ptr + size > (char *)b->ptr + b->size) continue;
+    fd = b->fd;
+    pub->handle.local_addr = (uint64_t)(uintptr_t)b->ptr;
+    pub->handle.size = b->size;
+    pub->offset = (uint64_t)(ptr - (char *)b->ptr);
+    break;
+  }
+  /* The server duplicates fd before the lock goes, so a concurrent
+   * ncclMemFree cannot close it under us. */
+  ncclResult_t res = fd >= 0 ? brd_p2p_fdsrv_create(fd, &ex->srv) : ncclInvalidArgument;
+  pthread_mutex_unlock(&host_blocks_lock);
+  if (fd < 0) {
+    snprintf(pub->why, sizeof(pub->why), "%p is process-private host memory; allocate "
+             "it with ncclMemAlloc so other processes can map it", (void *)ptr);
+    return 0;
+  }
+  if (res != ncclSuccess) {
+    snprintf(pub->why, sizeof(pub->why), "serving its memory failed (see the WARN above)");
+    return 0;
+  }
+  uint32_t serial = brd_p2p_fdsrv_serial(ex->srv);
+  pub->handle.pid = (uint32_t)getpid();
+  memcpy(pub->handle.name, &serial, sizeof(serial));
+  return 1;
+}
+
+/* Host mode: maps another process's ncclMemAlloc block into imp. */
+static ncclResult_t host_import(struct ncclComm *comm, const reg_pub_t *pub, brd_seg_t *imp) {
+  uint32_t serial;
+  int fd = -1;
+  memcpy(&serial, pub->handle.name, sizeof(serial));
+  double timeout = (double)brd_param_int(BRD_P_BRAID_BOOTSTRAP_TIMEOUT);
+  CHECK(brd_p2p_fd_fetch(pub->handle.pid, serial, timeout > 0 ? timeout : 300.0,
+                         &comm->abort_flag, &fd));
+  void *p = mmap(NULL, (size_t)pub->handle.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    WARN("ncclCommRegister : mapping %llu bytes of process %u's registered buffer "
+         "failed: %s", (unsigned long long)pub->handle.size, pub->handle.pid, strerror(err));
+    return ncclSystemError;
+  }
+  memset(imp, 0, sizeof(*imp));
+  imp->ptr = p;
+  imp->size = (size_t)pub->handle.size;
+  imp->handle.transport = BRD_TRANSPORT_SHM; /* reg_free: munmap */
+  return ncclSuccess;
+}
+
 /* Exchanges r with every rank (collective: every rank exchanges its own
  * range at the same point) and maps theirs. `fn` names the caller for
  * messages. A range some rank cannot share ends REG_STAGED on every rank;
@@ -236,12 +319,12 @@ static ncclResult_t reg_exchange(struct ncclComm *comm, struct brd_reg *r, int s
   reg_pub_t *mine = &pub[me];
   mine->size = r->size;
   if (!shareable) {
-    snprintf(mine->why, sizeof(mine->why), "%s", comm->host_mode
-             ? "ranks in separate processes cannot map each other's host memory"
-             : "the ranks' GPUs cannot use P2P with each other");
-  } else if (comm->host_mode) {
+    snprintf(mine->why, sizeof(mine->why), "the ranks' GPUs cannot use P2P with each other");
+  } else if (comm->host_mode && brd_comm_all_in_process(comm)) {
     mine->ok = 1; /* every rank is a thread of this process */
     mine->handle.local_addr = (uint64_t)(uintptr_t)r->ptr;
+  } else if (comm->host_mode) {
+    mine->ok = (uint32_t)host_export(r->ptr, r->size, mine, &ex);
   } else {
     ncclResult_t e = brd_p2p_export(r->ptr, r->size, &ex, mine->why, sizeof(mine->why));
     if (e == ncclSuccess) {
@@ -265,10 +348,11 @@ static ncclResult_t reg_exchange(struct ncclComm *comm, struct brd_reg *r, int s
     r->peer_size[p] = pub[p].size;
     if (p == me) {
       r->peer_base[p] = r->ptr;
-    } else if (comm->host_mode) {
+    } else if (comm->host_mode && pub[p].handle.pid == 0) {
       r->peer_base[p] = (char *)(uintptr_t)pub[p].handle.local_addr;
     } else {
-      res = brd_p2p_import_user(&pub[p].handle, &r->imports[p]);
+      res = comm->host_mode ? host_import(comm, &pub[p], &r->imports[p])
+                            : brd_p2p_import_user(&pub[p].handle, &r->imports[p]);
       if (res != ncclSuccess) {
         mapped[me] = 0;
         res = ncclSuccess;
@@ -292,9 +376,7 @@ static ncclResult_t reg_exchange(struct ncclComm *comm, struct brd_reg *r, int s
   else
     INFO(BRD_SUBSYS_REG, "%s : rank %d: registered buffer %p (%zu bytes) mapped from "
          "every rank", fn, me, (void *)r->ptr, r->size);
-  if (!all_mapped)
-    for (int p = 0; p < n; p++)
-      if (r->imports[p].ptr != NULL) brd_transport_p2p.seg_close(&r->imports[p]);
+  if (!all_mapped) imports_close(comm, r);
   goto out;
 
 fail_exchange:
@@ -433,11 +515,10 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
   ncclResult_t res = reg_add(regs, buff, size, 1, fn, &r);
   if (res == ncclSuccess) {
     r->symmetric = (winFlags & NCCL_WIN_COLL_SYMMETRIC) != 0;
-    int shareable = comm->host_mode ? brd_comm_all_in_process(comm) : 1;
     if (comm->nranks == 1)
       r->state = REG_STAGED;
     else
-      res = reg_exchange(comm, r, shareable, fn);
+      res = reg_exchange(comm, r, 1, fn);
   }
   pthread_mutex_unlock(&regs->lock);
   if (res != ncclSuccess) {
