@@ -2,8 +2,9 @@
  * Braid: ncclMemAlloc/ncclMemFree, buffer and window registration, and
  * user-defined reduction operators.
  *
- * Host mode allocates page-aligned host memory and remembers each block so
- * ncclMemFree can tell it from device memory. CUDA mode allocates through
+ * Host mode allocates shared memory (a memfd, so ranks in other processes
+ * can map a registered block) and remembers each block so ncclMemFree can
+ * tell it from device memory. CUDA mode allocates through
  * the P2P transport: cuMem memory that can be shared with peers where the
  * driver supports it, cudaMalloc otherwise.
  *
