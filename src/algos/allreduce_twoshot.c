@@ -138,3 +138,82 @@ fail_free_refs:
   free(refs);
   return res;
 }
+
+/* ---- zero-copy two-shot: peers' registered buffers read and written ------
+ *
+ * With every rank's send and receive buffers registered and mapped by its
+ * peers (BRD_IR_PLAN_F_PEER_INPUT), the owner of shard s reads shard s of
+ * every rank's input in place, reduces it into its own output and writes
+ * the result into every peer's output: no scratch, each rank moving
+ * 2(n-1)/n of the message over the links. Every rank first tells every
+ * peer it has joined (its input is ready, its output free) and waits for
+ * theirs; at the end it tells every peer it is done with their buffers and
+ * waits for theirs, so no rank returns while a peer still reads its input
+ * or writes its output. In place is safe: shard s of rank q's buffer is
+ * read and then written by the owner of s alone. */
+static ncclResult_t peer_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                               int p, int blk, brd_plan_ref_t *refs) {
+  int n = a->nranks;
+  int rank = brd_algos_rank_at(a, p);
+  uint32_t own = (uint32_t)(blk * n + p);
+  uint32_t join_sem = 2u * (uint32_t)blk, done_sem = join_sem + 1;
+  for (int i = 1; i < n; i++)
+    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
+                           join_sem, 1));
+  for (int i = 1; i < n; i++)
+    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p - i),
+                           join_sem, 1));
+  refs[0] = brd_plan_ref(BRD_IR_BUF_INPUT, -1, own);
+  for (int i = 1; i < n; i++)
+    refs[i] = brd_plan_ref(BRD_IR_BUF_INPUT, brd_algos_rank_at(a, p + i), own);
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, own);
+  CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_REDUCE, BRD_IR_F_POSTOP, own, 0, 1, n,
+                       refs, 1, &out));
+  for (int i = 1; i < n; i++)
+    refs[i - 1] = brd_plan_ref(BRD_IR_BUF_OUTPUT, brd_algos_rank_at(a, p + i), own);
+  CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_PUT, 0, own, 1, 0, 1, &out, n - 1, refs));
+  for (int i = 1; i < n; i++)
+    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
+                           done_sem, 1));
+  for (int i = 1; i < n; i++)
+    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p - i),
+                           done_sem, 1));
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_twoshot_peer_allreduce(const brd_algos_args_t *args,
+                                              brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_plan_builder_t *b = NULL;
+  CHECK(brd_algos_args_check(args, "zero-copy two-shot"));
+  if (args->nranks == 1)
+    return brd_algos_single_allreduce(args, BRD_IR_ALGO_TWOSHOT, plan_out);
+  int n = args->nranks;
+  if (args->proto != BRD_IR_PROTO_SIMPLE || (size_t)args->nblocks * n > 65535) {
+    WARN("zero-copy two-shot all-reduce: Simple protocol only, and at most 65535 "
+         "chunks (%d blocks x %d ranks)", args->nblocks, n);
+    return ncclInvalidArgument;
+  }
+  brd_plan_shape_t shape = {
+      .nranks = n, .nblocks = args->nblocks,
+      .nchunks = (uint32_t)args->nblocks * (uint32_t)n,
+      .nslots = 0, .slot_div = 1, .nsems = 2u * (uint32_t)args->nblocks,
+      .seq_per_iter = 1, .proto = BRD_IR_PROTO_SIMPLE, .algo = BRD_IR_ALGO_TWOSHOT,
+      .coll = BRD_IR_COLL_ALLREDUCE, .flags = BRD_IR_PLAN_F_PEER_INPUT};
+  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
+  if (refs == NULL) {
+    WARN("out of host memory generating a zero-copy two-shot plan for %d ranks", n);
+    return ncclSystemError;
+  }
+  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
+  for (int p = 0; p < n; p++)
+    for (int blk = 0; blk < args->nblocks; blk++)
+      CHECK_GOTO(peer_block(b, args, p, blk, refs), res, fail_destroy_builder);
+  res = brd_plan_builder_finish(b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(b);
+fail_free_refs:
+  free(refs);
+  return res;
+}

@@ -75,6 +75,8 @@
 #define RT_PROTOS 2           /* LL, Simple */
 #define P2P_ROUND_CHUNKS 16   /* pieces of one transfer per round */
 #define P2P_MAX_OPS (65536 / P2P_ROUND_CHUNKS) /* sends (or receives) per launch */
+#define RT_ALGO_PEER 0x40     /* plan cache: the zero-copy variant of an algorithm */
+#define RT_PEER_MIN_BYTES ((size_t)64 << 10) /* zero-copy all-reduce from here */
 
 static const brd_algo_t rt_algos[RT_ALGOS] = {BRD_ALGO_RING, BRD_ALGO_TREE,
                                               BRD_ALGO_ONESHOT,
@@ -216,7 +218,10 @@ static ncclResult_t plan_get(struct brd_rt *rt, uint8_t coll, uint8_t algo,
   }
   brd_algos_args_t args = {rt->nranks, NULL, nblocks, proto};
   brd_ir_plan_t *plan;
-  CHECK(brd_algos_generate(coll, algo, &args, root, det, &plan));
+  if (algo == (BRD_IR_ALGO_TWOSHOT | RT_ALGO_PEER) && coll == BRD_IR_COLL_ALLREDUCE)
+    CHECK(brd_algos_twoshot_peer_allreduce(&args, &plan));
+  else
+    CHECK(brd_algos_generate(coll, algo, &args, root, det, &plan));
   ncclResult_t res = plan_check(plan);
   if (res != ncclSuccess) {
     brd_plan_destroy(plan);
@@ -688,6 +693,41 @@ static ncclResult_t direct_output(struct ncclComm *comm, const struct brd_rt *rt
   return ncclSuccess;
 }
 
+/* Whether all-reduce call c, whose output is written in place, also reads
+ * every rank's registered input in place (the zero-copy two-shot plan):
+ * *peer_in_out gets every rank's send buffer as mapped here (owned by the
+ * caller), or stays NULL. From RT_PEER_MIN_BYTES up (below, the one-shot
+ * LL plans' single round of packets wins), when NCCL_ALGO and NCCL_PROTO
+ * allow two-shot Simple, and not for PreMulSum (each rank scales only its
+ * own input) or deterministic mode (the plan adds in owner order). The
+ * same answer on every rank. */
+static ncclResult_t peer_input(struct ncclComm *comm, const struct brd_rt *rt,
+                               const brd_call_t *c, uint8_t coll, size_t bytes,
+                               char ***peer_in_out) {
+  int ok = 0;
+  *peer_in_out = NULL;
+  if (coll != BRD_IR_COLL_ALLREDUCE || c->premul || rt->deterministic ||
+      bytes < RT_PEER_MIN_BYTES ||
+      !(rt->mask.algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_TWOSHOT)) ||
+      !(rt->mask.protos[c->coll] & BRD_PROTO_BIT(BRD_PROTO_SIMPLE)))
+    return ncclSuccess;
+  char **peer = calloc((size_t)comm->nranks, sizeof(*peer));
+  if (peer == NULL) {
+    WARN("%s : out of host memory", c->fn);
+    return ncclSystemError;
+  }
+  ncclResult_t res = brd_reg_direct(comm, c->sendbuff, bytes, rt->reg_shareable, c->fn,
+                                    peer, &ok);
+  if (res != ncclSuccess || !ok) {
+    free(peer);
+    return res;
+  }
+  INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: input %p read in place by "
+       "every rank (zero-copy two-shot)", c->fn, comm->rank, c->sendbuff);
+  *peer_in_out = peer;
+  return ncclSuccess;
+}
+
 /* The works of one collective call: one per piece. */
 static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
                                    const brd_call_t *c, works_t *ws) {
@@ -739,10 +779,17 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
   const rt_window_t *mw = &rt->win[me];
   size_t piece = mw->stage_bytes / ((is_multi_out(coll) ? (size_t)n : 1) * esize);
   /* Registered output buffers on every rank: one piece written in place. */
-  char **peer_out = NULL;
+  char **peer_out = NULL, **peer_in = NULL;
   ncclResult_t res = direct_output(comm, rt, c, coll, &peer_out);
   if (res != ncclSuccess) return res;
   if (peer_out != NULL) piece = c->count;
+  /* Registered inputs too: the zero-copy all-reduce reads them in place. */
+  if (peer_out != NULL) {
+    CHECK_GOTO(peer_input(comm, rt, c, coll, bytes, &peer_in), res, out);
+    if (peer_in != NULL)
+      CHECK_GOTO(plan_get(rt, coll, BRD_IR_ALGO_TWOSHOT | RT_ALGO_PEER,
+                          BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res, out);
+  }
 
   for (size_t off = 0; off < c->count; off += piece) {
     size_t cnt = c->count - off < piece ? c->count - off : piece;
@@ -756,6 +803,11 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
     uint32_t phase = rt->cuda ? 0 : rt->phase;
     rt->phase ^= 1u;
     coll_chans(comm, rt, plan, phase, peer_out, w);
+    if (peer_in != NULL) {
+      const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
+      for (uint32_t ch = 0; ch < pr->nchans; ch++)
+        w->chans[ch].peer_input = peer_in[brd_ir_plan_chan(plan, me, (int)ch)->peer];
+    }
     brd_exec_args_t *a = &w->args;
     a->plan = plan;
     a->rank = me;
@@ -787,6 +839,7 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
   }
 out:
   free(peer_out);
+  free(peer_in);
   return res;
 }
 

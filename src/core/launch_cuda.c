@@ -603,6 +603,7 @@ ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *
   for (uint32_t c = 0; c < nch; c++) {
     chans[c].peer_scratch = a->chans[c].peer_scratch;
     chans[c].peer_output = a->chans[c].peer_output;
+    chans[c].peer_input = a->chans[c].peer_input;
     chans[c].peer_sems = (uint64_t *)a->chans[c].peer_sems;
     chans[c].sems = (uint64_t *)a->chans[c].sems;
   }

@@ -706,7 +706,7 @@ __device__ __forceinline__ char *seg_base(const ctx_t &c, const brd_ir_ref_t &re
     *count = table[seg].count;
     return (char *)table[seg].ptr;
   }
-  char *base = input ? (char *)a.input
+  char *base = input ? (local ? (char *)a.input : (char *)c.chans[ref.chan].peer_input)
                : (local ? a.output : (char *)c.chans[ref.chan].peer_output) + c.out_off;
   *count = a.count;
   return base + (uint64_t)seg * (input ? a.in_stride : a.out_stride) * a.esize;

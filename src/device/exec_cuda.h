@@ -100,6 +100,7 @@ typedef struct brd_exec_cuda_chan {
   void *peer_output;    /* peer's output buffer of this launch */
   uint64_t *peer_sems;  /* peer's inbound semaphores from this rank */
   uint64_t *sems;       /* this rank's inbound semaphores from the peer */
+  const void *peer_input; /* peer's input (BRD_IR_PLAN_F_PEER_INPUT plans) */
 } brd_exec_cuda_chan_t;
 
 /* The executor's objects; see the file comment. Opaque. */

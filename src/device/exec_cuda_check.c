@@ -36,7 +36,8 @@ static const char *ref_problem(const brd_ir_plan_t *p, const brd_ir_op_t *op,
   if (kind > BRD_IR_BUF_SEM) return "unknown buffer kind";
   if ((ref->buf & BRD_IR_REF_LL) && kind != BRD_IR_BUF_SCRATCH)
     return "LL flag on a buffer that is not scratch";
-  if (kind == BRD_IR_BUF_INPUT && !local) return "another rank's input";
+  if (kind == BRD_IR_BUF_INPUT && !local && !(p->flags & BRD_IR_PLAN_F_PEER_INPUT))
+    return "another rank's input in a plan not flagged to read peers' inputs";
   /* Input and output indices also name segments, whose number only the
    * launch knows (the verifier proves the plan stays inside them). */
   if (kind == BRD_IR_BUF_SCRATCH && (uint64_t)ref->index + op->nchunks > p->nslots)
@@ -55,7 +56,7 @@ ncclResult_t brd_exec_cuda_plan_check(const brd_ir_plan_t *p) {
   if (p->nranks == 0 || p->nblocks == 0 || p->seq_per_iter == 0 ||
       p->nchunks == 0 || total < sizeof(*p) || p->root >= p->nranks ||
       p->coll >= BRD_IR_COLL_COUNT ||
-      (p->flags & ~(BRD_IR_PLAN_F_FIXED | BRD_IR_PLAN_F_ONE_PHASE)) != 0 ||
+      (p->flags & ~BRD_IR_PLAN_F_ALL) != 0 ||
       (p->rank_off | p->block_off | p->chan_off | p->op_off) % 4 != 0 ||
       p->rank_off + (uint64_t)p->nranks * sizeof(brd_ir_rank_t) > total ||
       p->block_off + nrb * sizeof(brd_ir_block_t) > total ||
@@ -161,6 +162,15 @@ ncclResult_t brd_exec_cuda_args_check(const brd_exec_cuda_args_t *args,
     WARN("CUDA executor: rank %d has no channel pointers for a plan with %u "
          "channels", args->rank, nchans);
     return ncclInvalidArgument;
+  }
+  if (args->chans != NULL && args->chans_dev == NULL && nchans <= BRD_EXEC_CUDA_INLINE_CHANS &&
+      (p->flags & BRD_IR_PLAN_F_PEER_INPUT)) {
+    for (uint32_t c = 0; c < nchans; c++) {
+      if (args->chans[c].peer_input != NULL) continue;
+      WARN("CUDA executor: rank %d runs a plan reading peers' inputs, but channel %u "
+           "has no input pointer", args->rank, c);
+      return ncclInvalidArgument;
+    }
   }
   int host_epochs = args->chan_epoch != NULL && args->chan_epoch_dev == NULL;
   if ((args->chans_dev == NULL || host_epochs) && nchans > BRD_EXEC_CUDA_INLINE_CHANS) {

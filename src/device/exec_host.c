@@ -206,7 +206,7 @@ static char *seg_base(const brd_exec_launch_t *l, const brd_ir_ref_t *ref,
     return (char *)table[seg].ptr;
   }
   size_t stride = input ? a->in_stride : a->out_stride;
-  char *base = input ? (char *)a->input
+  char *base = input ? (local ? (char *)a->input : (char *)a->chans[ref->chan].peer_input)
                : local ? (char *)a->output
                        : (char *)a->chans[ref->chan].peer_output;
   *count_out = a->count;
@@ -424,6 +424,14 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
     if (p->nslots > 0 && args->scratch == NULL) {
       WARN("host executor: rank %d has no scratch buffer", args->rank);
       return ncclInvalidArgument;
+    }
+    if (p->flags & BRD_IR_PLAN_F_PEER_INPUT) {
+      for (uint32_t c = 0; c < brd_ir_plan_rank(p, args->rank)->nchans; c++) {
+        if (args->chans[c].peer_input != NULL) continue;
+        WARN("host executor: rank %d runs a plan reading peers' inputs, but channel "
+             "%u has no input pointer", args->rank, c);
+        return ncclInvalidArgument;
+      }
     }
     CHECK(brd_plan_layout_init(p, args->count, args->dtype, args->scratch_bytes,
                                &l->layout));

@@ -69,6 +69,8 @@ typedef struct brd_exec_chan {
   void *peer_output;            /* peer's output buffer of this launch */
   _Atomic uint64_t *peer_sems;  /* peer's inbound semaphores from us */
   _Atomic uint64_t *sems;       /* our inbound semaphores from the peer */
+  const void *peer_input;       /* peer's input buffer of this launch
+                                 * (BRD_IR_PLAN_F_PEER_INPUT plans only) */
 } brd_exec_chan_t;
 
 /* One segment of a point-to-point buffer table. Borrowed. */

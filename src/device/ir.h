@@ -25,8 +25,11 @@
  *   SCRATCH a rank's scratch, slot `index` (one slot holds one chunk);
  *   SEM     a semaphore (SIGNAL and WAIT only), index `index`.
  * `chan` is BRD_IR_CHAN_LOCAL for this rank's own buffer, or an index into
- * the rank's channel table for the peer at the other end. Only OUTPUT,
- * SCRATCH and SEM are reachable through a channel; INPUT is always local.
+ * the rank's channel table for the peer at the other end. OUTPUT,
+ * SCRATCH and SEM are reachable through a channel; INPUT only in plans
+ * flagged BRD_IR_PLAN_F_PEER_INPUT, and only as a source (a peer's send
+ * buffer, read in place: the runtime runs such plans only where every
+ * rank's send buffer is registered and mapped by its peers).
  *
  * Segments. A send or receive buffer may hold several segments of `count`
  * elements each (all-gather output, reduce-scatter input, all-to-all, the
@@ -130,6 +133,8 @@ enum {
 /* Plan flags (brd_ir_plan_t.flags). */
 #define BRD_IR_PLAN_F_FIXED 0x01u     /* chunks never spread: see brd_plan_layout_chunk */
 #define BRD_IR_PLAN_F_ONE_PHASE 0x02u /* scratch has one area; phase ignored */
+#define BRD_IR_PLAN_F_PEER_INPUT 0x04u /* reads peers' inputs through channels */
+#define BRD_IR_PLAN_F_ALL 0x07u
 
 /* Operations. Every data op processes chunks chunk .. chunk+nchunks-1; for
  * chunk t of that range each scratch ref addresses slot index+t and each

@@ -93,9 +93,17 @@ typedef struct vstate {
   uint32_t *bar_count;     /* [n][2] */
   uint32_t *bar_acc;       /* [n][2][T] */
   uint8_t *acc;            /* [n] */
+  struct vinrd *inrd;      /* reads of peers' inputs, for the end check */
+  size_t ninrd, capinrd;
   brd_verify_report_t *rep;
   int failed, oom;
 } vstate_t;
+
+/* One read of another rank's input (a PEER_INPUT plan). */
+typedef struct vinrd {
+  int owner, thr, op;
+  uint32_t clk, index;
+} vinrd_t;
 
 /* See verify.h. */
 const char *brd_plan_verify_kind_name(brd_verify_kind_t kind) {
@@ -314,10 +322,13 @@ static int check_ref(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op,
     return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
                  "rank %d block %d op %d: reference %d uses channel %u of %u",
                  r, b, i, ri, ref->chan, nch);
-  if (kind == BRD_IR_BUF_INPUT && (!is_src || ref->chan != BRD_IR_CHAN_LOCAL))
+  if (kind == BRD_IR_BUF_INPUT &&
+      (!is_src || (ref->chan != BRD_IR_CHAN_LOCAL &&
+                   !(v->p->flags & BRD_IR_PLAN_F_PEER_INPUT))))
     return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
-                 "rank %d block %d op %d: the input buffer is only a local "
-                 "source", r, b, i);
+                 "rank %d block %d op %d: the input buffer is only a source, "
+                 "and a peer's only in a plan flagged to read peers' inputs",
+                 r, b, i);
   if ((ref->buf & BRD_IR_REF_LL) &&
       (kind != BRD_IR_BUF_SCRATCH || (is_src && ref->chan != BRD_IR_CHAN_LOCAL)))
     return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
@@ -556,7 +567,7 @@ static int check_header(vstate_t *v, const brd_ir_plan_t *p) {
 static int check_kind(vstate_t *v) {
   const brd_ir_plan_t *p = v->p;
   if (p->coll >= BRD_IR_COLL_COUNT ||
-      (p->flags & ~(BRD_IR_PLAN_F_FIXED | BRD_IR_PLAN_F_ONE_PHASE)) != 0 ||
+      (p->flags & ~BRD_IR_PLAN_F_ALL) != 0 ||
       p->root >= p->nranks)
     return vfail(v, BRD_VERIFY_MALFORMED, -1, -1, -1, -1,
                  "bad header: collective %u, flags 0x%x, root %u of %u ranks",
@@ -699,6 +710,37 @@ static int packets_ready(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
   return STEP_OK;
 }
 
+/* A read of another rank's input: that rank must have joined the launch
+ * (its input may still be in use before), and it must not finish before
+ * the read (the caller may reuse the buffer then; checked at the end). */
+static int note_input_read(vstate_t *v, int th, uint32_t clk, int opi,
+                           const brd_ir_ref_t *ref, uint32_t c) {
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  int owner = ref_owner(v, r, ref);
+  if (!knows_rank(v, th, owner))
+    return vfail(v, BRD_VERIFY_LAUNCH_ORDER, r, b, opi, owner,
+                 "rank %d block %d op %d reads input chunk %u of rank %d "
+                 "before synchronising with rank %d in this launch", r, b, opi,
+                 ref->index + c, owner, owner);
+  if (v->ninrd == v->capinrd) {
+    size_t cap = v->capinrd ? 2 * v->capinrd : 64;
+    vinrd_t *p = realloc(v->inrd, cap * sizeof(*p));
+    if (p == NULL) {
+      v->oom = 1;
+      return STEP_FAIL;
+    }
+    v->inrd = p;
+    v->capinrd = cap;
+  }
+  vinrd_t *rd = &v->inrd[v->ninrd++];
+  rd->owner = owner;
+  rd->thr = th;
+  rd->op = opi;
+  rd->clk = clk;
+  rd->index = ref->index + c;
+  return STEP_OK;
+}
+
 static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
   vthr_t *t = &v->thr[th];
   int r = thr_rank(v, th), b = thr_block(v, th);
@@ -715,8 +757,11 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
     for (int s = 0; s < op->nsrc; s++) {
       const brd_ir_ref_t *ref = &op->ref[s];
       uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
+      if (kind == BRD_IR_BUF_INPUT && ref->chan != BRD_IR_CHAN_LOCAL &&
+          note_input_read(v, th, clk, opi, ref, c) != STEP_OK)
+        return vfail_chunk(v, (int)(ref->index + c));
       if (kind == BRD_IR_BUF_INPUT &&
-          alias_out(v, r, ref_seg(v, ref->index + c)) < 0) {
+          alias_out(v, ref_owner(v, r, ref), ref_seg(v, ref->index + c)) < 0) {
         int32_t seg = ref_seg(v, ref->index + c);
         if (vseg >= 0 && seg != vseg) {
           vfail(v, BRD_VERIFY_MISMATCH, r, b, opi, -1,
@@ -726,7 +771,8 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
           return vfail_chunk(v, (int)chunk);
         }
         vseg = seg;
-        if (v->acc[r] < 255) v->acc[r]++;
+        int owner = ref_owner(v, r, ref);
+        if (v->acc[owner] < 255) v->acc[owner]++;
         continue;
       }
       int owner = ref_owner(v, r, ref);
@@ -1183,9 +1229,32 @@ static int check_launch_end(vstate_t *v) {
   return STEP_OK;
 }
 
+/* Reads of a peer's input end before that peer can finish the launch. */
+static int check_input_reads(vstate_t *v) {
+  uint32_t *end = v->bar_acc;
+  for (int q = 0; q < v->n; q++) {
+    int have = 0;
+    for (size_t i = 0; i < v->ninrd && !have; i++) have = v->inrd[i].owner == q;
+    if (!have) continue;
+    rank_end_clock(v, q, end);
+    for (size_t i = 0; i < v->ninrd; i++) {
+      const vinrd_t *rd = &v->inrd[i];
+      if (rd->owner != q || end[rd->thr] >= rd->clk) continue;
+      int r = thr_rank(v, rd->thr), b = thr_block(v, rd->thr);
+      return vfail(v, BRD_VERIFY_RACE, r, b, rd->op, q,
+                   "rank %d can finish the launch before rank %d block %d op "
+                   "%d reads its input chunk %u: no wait orders that read "
+                   "before rank %d's last op (its caller may reuse the buffer)",
+                   q, r, b, rd->op, rd->index, q);
+    }
+  }
+  return STEP_OK;
+}
+
 /* ---- setup ---------------------------------------------------------------- */
 
 static void vstate_free(vstate_t *v) {
+  free(v->inrd);
   size_t nlocs = (size_t)v->n * v->per_rank;
   if (v->locs != NULL) {
     for (size_t i = 0; i < nlocs; i++) {
@@ -1342,6 +1411,7 @@ static ncclResult_t verify(const brd_ir_plan_t *plan,
   }
   if (check_outputs(&v) != STEP_OK) goto fail_report;
   if (check_launch_end(&v) != STEP_OK) goto fail_report;
+  if (check_input_reads(&v) != STEP_OK) goto fail_report;
   goto done;
 
 fail_oom:

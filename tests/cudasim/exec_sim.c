@@ -150,6 +150,8 @@ static int kernel_reaches(const kargs_t *a, const brd_exec_cuda_chan_t *chans,
   for (uint32_t c = 0; ok && c < a->nchans; c++)
     ok = reach(chans[c].peer_scratch, "a peer's scratch", a->rank, why, n) &&
          reach(chans[c].peer_output, "a peer's output", a->rank, why, n) &&
+         (!(a->plan->flags & BRD_IR_PLAN_F_PEER_INPUT) ||
+          reach(chans[c].peer_input, "a peer's input", a->rank, why, n)) &&
          reach(chans[c].peer_sems, "a peer's semaphores", a->rank, why, n) &&
          reach(chans[c].sems, "its semaphores", a->rank, why, n);
   const brd_exec_cuda_seg_t *in = a->in_segs_dev ? a->in_segs_dev : a->inline_in_segs ? a->in_segs : NULL;
@@ -238,6 +240,9 @@ static void exec_kernel(void *p) {
       chans[c].peer_scratch = src[c].peer_scratch;
       chans[c].peer_output = src[c].peer_output != NULL
                                  ? (char *)src[c].peer_output + out_off : NULL;
+      /* Meaningful (and set) only for plans reading peers' inputs. */
+      chans[c].peer_input = (a->plan->flags & BRD_IR_PLAN_F_PEER_INPUT) ? src[c].peer_input
+                                                                          : NULL;
       chans[c].peer_sems = (_Atomic uint64_t *)src[c].peer_sems;
       chans[c].sems = (_Atomic uint64_t *)src[c].sems;
     }

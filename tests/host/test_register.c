@@ -66,6 +66,7 @@ typedef struct {
   char *send, *recv;         /* ncclMemAlloc, n * BIG elements each */
   void *hsend, *hrecv, *hexp; /* host copies */
   int direct_calls;          /* calls that may write in place */
+  int peer_calls;            /* all-reduces that may read inputs in place */
 } rank_t;
 
 /* Runs one call after loading its input; NCCL_OK-style failure text. */
@@ -120,6 +121,7 @@ static int run_colls(rank_t *R, size_t count, int inplace, char *msg, size_t len
   COPY(R->hrecv, R->recv, bytes);
   if (check_reduce(R, count, 0, inplace ? "AllReduce in place" : "AllReduce", msg, len))
     return 1;
+  if (bytes >= ((size_t)64 << 10)) R->peer_calls++; /* the zero-copy plan's range */
 
   /* AllGather: in place, the input is segment `me` of the output. */
   if (poison(R, count * n, msg, len)) return 1;
@@ -227,7 +229,7 @@ static int rank_body(rank_t *R, char *msg, size_t len) {
     TRY(ncclCommRegister(R->comm, R->send, bytes, &hs));
     TRY(ncclCommRegister(R->comm, R->recv, bytes, &hr));
   }
-  static const size_t counts[] = {1, 1000, BIG};
+  static const size_t counts[] = {1, 1000, 20000, BIG};
   int quick = tdev_quick();
   for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
     for (int inplace = 0; inplace < 2; inplace++) {
@@ -242,21 +244,22 @@ static int rank_body(rank_t *R, char *msg, size_t len) {
     TRY(ncclCommDeregister(R->comm, hr));
   }
   /* Deregistered: the next calls are staged (not counted) and correct. */
-  int direct = R->direct_calls;
-  if (run_colls(R, 1000, 0, msg, len)) return 1;
+  int direct = R->direct_calls, peer = R->peer_calls;
+  if (run_colls(R, 20000, 0, msg, len)) return 1;
   R->direct_calls = direct;
+  R->peer_calls = peer;
   return 0;
 }
 
 /* Writes how many calls per rank could be direct, for the parent. */
-static void write_expect(int calls) {
+static void write_expect(int calls, int peer_calls) {
   const char *dir = getenv("REG_TEST_DIR");
   char path[512];
   if (dir == NULL) return;
   snprintf(path, sizeof(path), "%s/expect", dir);
   FILE *f = fopen(path, "w");
   if (f != NULL) {
-    fprintf(f, "%d\n", calls);
+    fprintf(f, "%d %d\n", calls, peer_calls);
     fclose(f);
   }
 }
@@ -270,7 +273,7 @@ static int rank_main(ncclUniqueId id, int n, int rank, char *msg, size_t len) {
     return fail(msg, len, "rank %d: stream: %s", rank, tdev_last_error());
   TRY(ncclCommInitRank(&R->comm, n, id, rank));
   int bad = rank_body(R, msg, len);
-  if (!bad && rank == 0) write_expect(R->direct_calls);
+  if (!bad && rank == 0) write_expect(R->direct_calls, R->peer_calls);
   if (bad) {
     fprintf(stderr, "%s\n", msg); /* every failing rank, not only the first */
     ncclCommAbort(R->comm);
@@ -365,8 +368,8 @@ static int child_main(void) {
 
 /* ---- the parent ---------------------------------------------------------------- */
 
-/* Lines of the case's logs that say a call wrote its output in place. */
-static long count_direct(const char *dir) {
+/* Lines of the case's logs that contain `what`. */
+static long count_lines(const char *dir, const char *what) {
   long lines = 0;
   DIR *d = opendir(dir);
   if (d == NULL) return -1;
@@ -378,20 +381,21 @@ static long count_direct(const char *dir) {
     FILE *f = fopen(path, "r");
     if (f == NULL) continue;
     while (fgets(line, sizeof(line), f) != NULL)
-      if (strstr(line, "written in place") != NULL) lines++;
+      if (strstr(line, what) != NULL) lines++;
     fclose(f);
   }
   closedir(d);
   return lines;
 }
 
-static int read_expect(const char *dir) {
+static int read_expect(const char *dir, int *peer_calls) {
   char path[1024];
   int v = -1;
+  *peer_calls = -1;
   snprintf(path, sizeof(path), "%s/expect", dir);
   FILE *f = fopen(path, "r");
   if (f == NULL) return -1;
-  if (fscanf(f, "%d", &v) != 1) v = -1;
+  if (fscanf(f, "%d %d", &v, peer_calls) != 2) v = -1;
   fclose(f);
   return v;
 }
@@ -443,12 +447,22 @@ static int run_case(const char *exe, const char *root, const char *name, int win
     return 1;
   }
   if (strcmp(name, "mismatch") != 0) {
-    long got = count_direct(dir);
-    int calls = read_expect(dir);
+    int peer_calls;
+    int calls = read_expect(dir, &peer_calls);
+    long got = count_lines(dir, "written in place");
     long want = want_direct ? (long)calls * nranks : 0;
     if (calls <= 0 || got != want) {
       printf("FAIL %s: %ld calls wrote their registered output in place, expected %ld "
              "(%d eligible calls per rank, %d ranks)\n", dir, got, want, calls, nranks);
+      return 1;
+    }
+    /* Zero-copy two-shot: unless NCCL_ALGO leaves two-shot out. */
+    int peer_ok = want_direct && (algo == NULL || strstr(algo, "twoshot") != NULL);
+    got = count_lines(dir, "read in place by every rank");
+    want = peer_ok ? (long)peer_calls * nranks : 0;
+    if (peer_calls <= 0 || got != want) {
+      printf("FAIL %s: %ld all-reduces read their registered inputs in place, expected "
+             "%ld (%d eligible per rank, %d ranks)\n", dir, got, want, peer_calls, nranks);
       return 1;
     }
   }

@@ -374,6 +374,78 @@ static void test_output_after_rank_end(void **state) {
   expect_n(b, 0, 1, BRD_VERIFY_RACE, 1, 0, 1, 0);
 }
 
+/* ---- plans reading peers' inputs (registered buffers) --------------------- */
+
+enum { PI_OK, PI_NO_JOIN, PI_NO_DONE, PI_NO_FLAG };
+
+/* Two ranks: join, reduce the own input with the peer's input read in
+ * place, then tell the peer its input is no longer needed and wait for the
+ * same from it. */
+static brd_plan_builder_t *peer_input_plan(int variant) {
+  brd_plan_shape_t shape = {
+      .nranks = 2, .nblocks = 1, .nchunks = 1, .nslots = 0, .slot_div = 1, .nsems = 2,
+      .seq_per_iter = 1, .proto = BRD_IR_PROTO_SIMPLE, .algo = BRD_IR_ALGO_COPY,
+      .coll = BRD_IR_COLL_ALLREDUCE,
+      .flags = variant == PI_NO_FLAG ? 0 : BRD_IR_PLAN_F_PEER_INPUT};
+  brd_plan_builder_t *b;
+  assert_int_equal(brd_plan_builder_create(&shape, &b), ncclSuccess);
+  for (int r = 0; r < 2; r++) {
+    int q = 1 - r;
+    sync_op(b, r, BRD_IR_OP_SIGNAL, q, 0, 1);
+    if (variant != PI_NO_JOIN) sync_op(b, r, BRD_IR_OP_WAIT, q, 0, 1);
+    mv(b, r, BRD_IR_OP_REDUCE, BRD_IR_F_POSTOP, 0, 0, 0, 2,
+       (brd_plan_ref_t[]){IN(0), REF(BRD_IR_BUF_INPUT, q, 0)}, 1,
+       (brd_plan_ref_t[]){OUT(-1, 0)});
+    sync_op(b, r, BRD_IR_OP_SIGNAL, q, 1, 1);
+    if (variant != PI_NO_DONE) sync_op(b, r, BRD_IR_OP_WAIT, q, 1, 1);
+  }
+  return b;
+}
+
+static void test_peer_input(void **state) {
+  (void)state;
+  expect(peer_input_plan(PI_OK), 0, BRD_VERIFY_OK, -1, -1, -1, -1);
+  /* In place each rank overwrites the input its peer is still reading. */
+  brd_plan_builder_t *b = peer_input_plan(PI_OK);
+  brd_ir_plan_t *plan;
+  brd_verify_report_t rep;
+  brd_verify_opts_t in_place = {1, 2};
+  assert_int_equal(brd_plan_builder_finish(b, &plan), ncclSuccess);
+  brd_plan_builder_destroy(b);
+  assert_int_equal(brd_plan_verify(plan, &in_place, &rep), ncclInternalError);
+  assert_true(rep.kind == BRD_VERIFY_REUSE || rep.kind == BRD_VERIFY_RACE);
+  brd_plan_destroy(plan);
+  /* Reading the peer's input before it joined the launch. */
+  expect(peer_input_plan(PI_NO_JOIN), 0, BRD_VERIFY_LAUNCH_ORDER, -2, 0, 1, -2);
+  /* Finishing while the peer may still read this rank's input. */
+  expect(peer_input_plan(PI_NO_DONE), 0, BRD_VERIFY_RACE, -2, 0, -2, -2);
+  /* A peer's input in a plan not flagged for it. */
+  expect(peer_input_plan(PI_NO_FLAG), 0, BRD_VERIFY_MALFORMED, 0, 0, 2, -1);
+
+  /* The zero-copy two-shot generator, in place and out of place. */
+  static const int ns[] = {2, 3, 5, 8, 12, 17};
+  for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+    for (int nb = 1; nb <= 3; nb++) {
+      brd_algos_args_t args = {.nranks = ns[i], .nblocks = nb,
+                               .proto = BRD_IR_PROTO_SIMPLE};
+      assert_int_equal(brd_algos_twoshot_peer_allreduce(&args, &plan), ncclSuccess);
+      assert_true(plan->flags & BRD_IR_PLAN_F_PEER_INPUT);
+      assert_int_equal(plan->nslots, 0);
+      for (int ip = 0; ip < 2; ip++) {
+        brd_verify_opts_t opts = {ip, 2};
+        ncclResult_t res = brd_plan_verify(plan, &opts, &rep);
+        if (res != ncclSuccess)
+          print_error("zero-copy two-shot n=%d nb=%d %s: %s\n", ns[i], nb,
+                      ip ? "in place" : "out of place", rep.msg);
+        assert_int_equal(res, ncclSuccess);
+      }
+      brd_plan_destroy(plan);
+    }
+  }
+  brd_algos_args_t ll = {.nranks = 4, .nblocks = 1, .proto = BRD_IR_PROTO_LL};
+  assert_int_equal(brd_algos_twoshot_peer_allreduce(&ll, &plan), ncclInvalidArgument);
+}
+
 static void test_in_place_hazard(void **state) {
   (void)state;
   /* Staging the peer's data in the output before reading the input is
@@ -474,6 +546,7 @@ int main(void) {
       cmocka_unit_test(test_peer_output_before_join),
       cmocka_unit_test(test_output_after_rank_end),
       cmocka_unit_test(test_in_place_hazard),
+      cmocka_unit_test(test_peer_input),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_verify_alloc_failures),
   };
