@@ -27,6 +27,14 @@ static _Thread_local int queue_len, queue_cap;
 static _Thread_local ncclResult_t group_err;  /* first failed call */
 static _Thread_local int group_blocking = -1; /* -1 until the first call */
 
+typedef struct group_job {
+  struct ncclComm *comm;
+  brd_group_job_fn fn;
+  void *arg;                 /* owned */
+} group_job_t;
+static _Thread_local group_job_t *jobs;      /* owned: brd_group_add_job */
+static _Thread_local int njobs, cap_jobs;
+
 /* See group.h. */
 int brd_group_depth(void) { return group_depth; }
 
@@ -67,8 +75,100 @@ ncclResult_t brd_group_add(const brd_call_t *call) {
   return ncclSuccess;
 }
 
+/* See group.h. */
+ncclResult_t brd_group_add_job(struct ncclComm *comm, brd_group_job_fn fn, void *arg) {
+  if (njobs == cap_jobs) {
+    int cap = cap_jobs ? 2 * cap_jobs : 8;
+    group_job_t *j = realloc(jobs, (size_t)cap * sizeof(*j));
+    if (j == NULL) {
+      free(arg);
+      WARN("ncclGroupEnd : out of host memory queueing work of a group");
+      return ncclSystemError;
+    }
+    jobs = j;
+    cap_jobs = cap;
+  }
+  jobs[njobs].comm = comm;
+  jobs[njobs].fn = fn;
+  jobs[njobs].arg = arg;
+  njobs++;
+  return ncclSuccess;
+}
+
+/* One communicator's jobs, on a thread of its own. */
+typedef struct {
+  struct ncclComm *comm;
+  const group_job_t *list;   /* borrowed: the calling thread's jobs */
+  int n;
+  ncclResult_t res;
+  pthread_t thread;
+  int started;
+} job_run_t;
+
+static void *jobs_main(void *arg) {
+  job_run_t *jr = arg;
+  for (int i = 0; i < jr->n; i++)
+    if (jr->list[i].comm == jr->comm && jr->res == ncclSuccess)
+      jr->res = jr->list[i].fn(jr->comm, jr->list[i].arg);
+  return NULL;
+}
+
+/* Runs the group's jobs: each communicator's in order, communicators
+ * concurrently. Returns the first failure. */
+static ncclResult_t jobs_run(void) {
+  ncclResult_t res = ncclSuccess;
+  if (njobs == 0) return ncclSuccess;
+  job_run_t *runs = calloc((size_t)njobs, sizeof(*runs));
+  if (runs == NULL) {
+    WARN("ncclGroupEnd : out of host memory running the group's work");
+    return ncclSystemError;
+  }
+  int nr = 0;
+  for (int i = 0; i < njobs; i++) {
+    int j = 0;
+    while (j < nr && runs[j].comm != jobs[i].comm) j++;
+    if (j == nr) {
+      runs[nr].comm = jobs[i].comm;
+      runs[nr].list = jobs;
+      runs[nr].n = njobs;
+      nr++;
+    }
+  }
+  if (nr == 1) {
+    jobs_main(&runs[0]);
+    res = runs[0].res;
+  } else {
+    for (int i = 0; i < nr; i++) {
+      int err = pthread_create(&runs[i].thread, NULL, jobs_main, &runs[i]);
+      if (err != 0) {
+        WARN("ncclGroupEnd : creating a thread failed: %s; aborting the "
+             "communicators already started", strerror(err));
+        for (int k = 0; k < i; k++) atomic_store(&runs[k].comm->abort_flag, 1);
+        res = ncclSystemError;
+        break;
+      }
+      runs[i].started = 1;
+    }
+    for (int i = 0; i < nr; i++) {
+      if (!runs[i].started) continue;
+      pthread_join(runs[i].thread, NULL);
+      if (res == ncclSuccess) res = runs[i].res;
+    }
+  }
+  free(runs);
+  return res;
+}
+
+static void jobs_reset(void) {
+  for (int i = 0; i < njobs; i++) free(jobs[i].arg);
+  free(jobs);
+  jobs = NULL;
+  njobs = cap_jobs = 0;
+}
+
 /* Forgets the group: queue, error and mode. */
 static void group_reset(void) {
+  jobs_reset();
   free(queue);
   queue = NULL;
   queue_len = queue_cap = 0;
@@ -248,6 +348,10 @@ ncclResult_t brd_group_end(void) {
   }
   if (--group_depth > 0) return ncclSuccess;
   ncclResult_t init_res = brd_init_group_wait();
+  if (group_err == ncclSuccess && (init_res == ncclSuccess || init_res == ncclInProgress)) {
+    ncclResult_t jr = jobs_run();
+    if (jr != ncclSuccess) group_err = jr;
+  }
   ncclResult_t res = run_queue();
   group_reset();
   if (init_res != ncclSuccess && init_res != ncclInProgress) return init_res;

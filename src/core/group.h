@@ -34,6 +34,16 @@ ncclResult_t brd_group_end(void);
  * ncclSystemError when out of memory. Calling thread. */
 ncclResult_t brd_group_add(const brd_call_t *call);
 
+/* Work a communicator does at the outermost group end, before the group's
+ * calls run (ncclCommWindowRegister inside a group, which every rank of the
+ * communicator must reach together): fn(comm, arg), then free(arg). Jobs
+ * of one communicator run in the order added; those of different
+ * communicators concurrently, one thread each, like launches. A failed job
+ * fails the group (its calls are dropped). ncclSystemError when out of
+ * memory (arg is then freed). Calling thread, inside a group. */
+typedef ncclResult_t (*brd_group_job_fn)(struct ncclComm *comm, void *arg);
+ncclResult_t brd_group_add_job(struct ncclComm *comm, brd_group_job_fn fn, void *arg);
+
 /* Records a failed call in the calling thread's open group, which then
  * fails as a whole (ncclInProgress and ncclSuccess are not failures).
  * Returns res. */

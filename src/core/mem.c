@@ -480,13 +480,27 @@ ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle) {
   return reg_release(comm, handle, 0, "ncclCommDeregister");
 }
 
+/* A window registration waiting for its group's end. */
+typedef struct {
+  void *buff;
+  size_t size;
+  int flags;
+  ncclWindow_t *win;         /* the caller's: filled at the group's end */
+} window_job_t;
+
+static ncclResult_t window_register(ncclComm_t comm, void *buff, size_t size,
+                                    ncclWindow_t *win, int winFlags);
+
+static ncclResult_t window_job(struct ncclComm *comm, void *arg) {
+  window_job_t *j = arg;
+  return window_register(comm, j->buff, j->size, j->win, j->flags);
+}
+
 BRD_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff,
         size_t size, ncclWindow_t *win, int winFlags)
 ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
                                      ncclWindow_t *win, int winFlags) {
   static const char fn[] = "ncclCommWindowRegister";
-  struct brd_regs *regs;
-  struct brd_reg *r = NULL;
   CHECK(brd_comm_check(comm, fn));
   ARG_NOT_NULL(buff, fn);
   ARG_NOT_NULL(win, fn);
@@ -504,13 +518,31 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
          (unsigned)winFlags);
     return ncclInvalidArgument;
   }
-  if (brd_group_depth() > 0) {
-    WARN("%s : called inside ncclGroupStart/ncclGroupEnd; braid registers windows "
-         "at once (every rank exchanges its buffer), so call it outside a group, "
-         "from one thread per rank", fn);
-    return ncclInvalidUsage;
-  }
   *win = NULL;
+  if (brd_group_depth() > 0) {
+    /* Every rank exchanges its buffer: in a group (one thread may drive
+     * every rank) that happens at the group's end, as NCCL fills the
+     * handle there. */
+    window_job_t *job = malloc(sizeof(*job));
+    if (job == NULL) {
+      WARN("%s : out of host memory", fn);
+      return ncclSystemError;
+    }
+    job->buff = buff;
+    job->size = size;
+    job->flags = winFlags;
+    job->win = win;
+    return brd_group_add_job(comm, window_job, job);
+  }
+  return window_register(comm, buff, size, win, winFlags);
+}
+
+/* Registers a checked window now (collective). */
+static ncclResult_t window_register(ncclComm_t comm, void *buff, size_t size,
+                                    ncclWindow_t *win, int winFlags) {
+  static const char fn[] = "ncclCommWindowRegister";
+  struct brd_regs *regs;
+  struct brd_reg *r = NULL;
   CHECK(regs_get(comm, fn, &regs));
   pthread_mutex_lock(&regs->lock);
   ncclResult_t res = reg_add(regs, buff, size, 1, fn, &r);

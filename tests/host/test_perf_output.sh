@@ -240,6 +240,11 @@ else
 fi
 run "all_reduce -t 2" 2 8 $((256 * K)) 4 "" all_reduce -b 8 -e 256K -f 4 -t 2 -n 5
 run "all_reduce -g 3" 3 8 $((256 * K)) 4 "" all_reduce -b 8 -e 256K -f 4 -g 3 -n 5
+# Registered buffers (-R): symmetric windows registered inside a group by
+# one thread for every rank, and ncclCommRegister with the symmetric
+# promise; the results are checked (-c 1) on the in-place path.
+run "all_reduce -g 2 -R 2" 2 8 $((4 * M)) 8 "" all_reduce -b 8 -e 4M -f 8 -g 2 -R 2 -n 3
+BRAID_REGISTER_SYMMETRIC=1 run "all_reduce -P 2 -R 1" 2 8 $((4 * M)) 8 "" all_reduce -b 8 -e 4M -f 8 -P 2 -R 1 -n 3
 # Every type and op, 3 ranks on one thread: 12 types x 6 ops, one size.
 run "all_reduce -d all -o all" 3 1000 1000 2 72 all_reduce -b 1000 -e 1000 -d all -o all -g 3 -n 1 -w 1
 

@@ -223,8 +223,16 @@ static int rank_body(rank_t *R, char *msg, size_t len) {
   if (R->hsend == NULL || R->hrecv == NULL || R->hexp == NULL)
     return fail(msg, len, "out of host memory");
   if (g_window) {
+    /* In a group, as nccl-tests does: the handles are filled at its end. */
+    TRY(ncclGroupStart());
     TRY(ncclCommWindowRegister(R->comm, R->send, bytes, &ws, NCCL_WIN_COLL_SYMMETRIC));
     TRY(ncclCommWindowRegister(R->comm, R->recv, bytes, &wr, NCCL_WIN_COLL_SYMMETRIC));
+    if (ws != NULL || wr != NULL)
+      return fail(msg, len, "rank %d: a window handle was set before ncclGroupEnd",
+                  R->rank);
+    TRY(ncclGroupEnd());
+    if (ws == NULL || wr == NULL)
+      return fail(msg, len, "rank %d: ncclGroupEnd left a window handle NULL", R->rank);
   } else {
     TRY(ncclCommRegister(R->comm, R->send, bytes, &hs));
     TRY(ncclCommRegister(R->comm, R->recv, bytes, &hr));
