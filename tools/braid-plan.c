@@ -48,7 +48,8 @@ static void usage(FILE *f) {
           "[-o out.svg]\n"
           "  coll: allreduce allgather reducescatter broadcast reduce "
           "alltoall gather scatter\n"
-          "  algo: ring tree oneshot twoshot (allreduce); ring oneshot "
+          "  algo: ring tree oneshot twoshot zerocopy (allreduce; zerocopy reads\n"
+          "        and writes registered buffers in place, Simple only); ring oneshot "
           "(direct) for the others\n"
           "  -d deterministic (rank-ordered) variant, -V verify the plan\n");
 }
@@ -224,6 +225,8 @@ int main(int argc, char **argv) {
   }
   int coll = lookup(coll_s, coll_names, 8);
   int algo = lookup(algo_s, algo_names, 6);
+  int zerocopy = strcasecmp(algo_s, "zerocopy") == 0;
+  if (zerocopy) algo = BRD_IR_ALGO_TWOSHOT;
   if (algo < 0 && strcasecmp(algo_s, "direct") == 0) algo = BRD_IR_ALGO_ONESHOT;
   if (algo < 0 && strcasecmp(algo_s, "chain") == 0) algo = BRD_IR_ALGO_RING;
   if (algo < 0 && strcasecmp(algo_s, "pairwise") == 0) algo = BRD_IR_ALGO_ONESHOT;
@@ -240,7 +243,10 @@ int main(int argc, char **argv) {
   brd_algos_args_t args = {.nranks = nranks, .order = NULL, .nblocks = nblocks,
                            .proto = proto};
   brd_ir_plan_t *plan = NULL;
-  ncclResult_t res = brd_algos_generate(coll, algo, &args, root, det, &plan);
+  ncclResult_t res = zerocopy && coll == BRD_IR_COLL_ALLREDUCE && !det
+                         ? brd_algos_twoshot_peer_allreduce(&args, &plan)
+                     : zerocopy ? ncclInvalidArgument
+                                : brd_algos_generate(coll, algo, &args, root, det, &plan);
   if (res != ncclSuccess) {
     fprintf(stderr, "braid-plan: no plan for %s/%s/%s with %d ranks: %s\n",
             coll_s, algo_s, proto_s, nranks, ncclGetErrorString(res));

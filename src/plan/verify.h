@@ -27,14 +27,16 @@
  *                        finished value reduced again;
  *   UNWRITTEN            a read of scratch (or output) nothing wrote;
  *   RACE                 a read not ordered after the write it observes,
- *                        two unordered writes, or an output written after
- *                        its rank may have finished the launch;
+ *                        two unordered writes, an output written after
+ *                        its rank may have finished the launch, or a
+ *                        peer's input (BRD_IR_PLAN_F_PEER_INPUT plans)
+ *                        read after that peer may have finished it;
  *   REUSE                a write over data a reader has not consumed yet
  *                        (scratch reuse race), including an LL slot
  *                        rewritten before its packets were read;
  *   DEADLOCK             waits that can never be satisfied;
- *   LAUNCH_ORDER         a peer's output written (or its in-place input
- *                        read) before that peer joined the launch; or, in
+ *   LAUNCH_ORDER         a peer's output written (or its input read)
+ *                        before that peer joined the launch; or, in
  *                        a plan with scratch phases, a rank that can finish
  *                        before some other rank joined (the next launch
  *                        could then write a scratch half still in use);
