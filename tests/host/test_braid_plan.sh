@@ -49,6 +49,11 @@ for p in LL Simple; do
   done
 done
 check allreduce ring Simple 1 1
+check allreduce zerocopy Simple 5 2
+# The zero-copy plan exists in Simple only.
+if "$tool" -c allreduce -a zerocopy -p LL -n 4 >/dev/null 2>&1; then
+  echo "FAIL zerocopy with LL accepted"; fail=1
+fi
 # A bad request fails with usage.
 if "$tool" -c nosuch >/dev/null 2>&1; then echo "FAIL unknown collective accepted"; fail=1; fi
 exit $fail
