@@ -228,7 +228,12 @@ if s["targets_met"] != 8:
 runs = {r["run"]: r["pass"] for r in s["runs"]}
 want_runs = {"ar-1": True, "ar-2": True, "ar-4": True, "ar-8": True, "ar-8-graph": True,
              "check-1": True, "check-2": False, "check-4": None, "check-8": False,
-             "ar-1-nvidia": True}
+             "reg-2": None, "reg-4": True, "reg-8": None, "ar-1-nvidia": True}
+# reg-4: 268435456 B in 1073.74 us = 250.0 GB/s against 3000/8 = 375.
+reg = {r["ranks"]: r for r in s.get("registered", [])}
+if set(reg) != {2, 4, 8} or not near(reg[4]["algbw"], 250.0) or \
+   not near(reg[4]["fraction"], 250.0 / 375.0, 1e-4) or reg[2]["algbw"] is not None:
+    problems.append(f"registered rows {s.get('registered')}")
 for k, v in want_runs.items():
     if runs.get(k, "absent") is not v:
         problems.append(f"run {k}: {runs.get(k, 'absent')}, expected {v}")
@@ -248,7 +253,10 @@ PY
     '| 4 ranks sharing the GPU, algbw at 256 MiB | 150.0 GB/s | - | >= 50% of B/(2N) = 187.5 GB/s | **FAIL** |' \
     '| check-2 | **FAIL** | exit 7, 2 sizes, 4 results checked, 3 wrong values, library 2.28.9+braid0.1.0 |' \
     '8 of 13 targets met; runs that failed: check-2, check-8.' \
-    '| 256 MiB | 190.00 | 188.00 | 671.09 | 1789.57 | 2684.35 |  |'; do
+    '| 256 MiB | 190.00 | 188.00 | 671.09 | 1789.57 | 2684.35 |  |' \
+    '| 4 | 1073.74 | 250.0 | 375.0 | 66.7% | 0 |' \
+    '| 8 | n/a | n/a | 187.5 | n/a | not run |' \
+    '| reg-4 | PASS | exit 0, 1 sizes, 2 results checked, 0 wrong values, library 2.28.9+braid0.1.0 |'; do
     if grep -qxF -- "$line" "$report"; then
       pass "report.md has: $line"
     else
@@ -284,19 +292,20 @@ else
   # NVIDIA's, which the report must notice.
   cp "$BUILD/lib/libnccl.so.2" "$WORK/stand-in-libnccl.so.2"
   PATH=$WORK/fakegpu:$PATH BUILD=$BUILD BRAID_DEVICE=host CUDA_VISIBLE_DEVICES='' \
-    expect "bench-gpu --quick in host mode" 0 "\[11/11\] all_reduce_perf, 1 rank, NVIDIA's NCCL: exit 0" -- \
+    expect "bench-gpu --quick in host mode" 0 "\[11/14\] all_reduce_perf, 1 rank, NVIDIA's NCCL: exit 0" -- \
     scripts/bench-gpu --quick --sizes "-b 8 -e 4K -f 8" --out "$WORK/run" \
     --nccl "$WORK/stand-in-libnccl.so.2"
   missing=
   for f in meta.txt nvidia-smi.txt compare-log.txt compare.json ar-1.txt ar-2.txt ar-4.txt \
            ar-8.txt ar-8-graph.txt check-1.txt check-2.txt check-4.txt check-8.txt \
-           ar-1-nvidia.txt report.md summary.json; do
+           reg-2.txt reg-4.txt reg-8.txt ar-1-nvidia.txt report.md summary.json; do
     [[ -s $WORK/run/$f ]] || missing+=" $f"
   done
   if [[ -z $missing ]]; then pass "bench-gpu wrote every raw output"; else fail "bench-gpu did not write:$missing"; fi
   for line in \
     '| check-8 | PASS | exit 0, 4 sizes, 8 results checked, 0 wrong values, library 2.28.9+braid0.1.0 |' \
-    '| ar-1-nvidia | **FAIL** | exit 0, 4 sizes, values not checked (timing only), library 2.28.9+braid0.1.0 (LD_PRELOAD did not take: this run used Braid) |'; do
+    '| ar-1-nvidia | **FAIL** | exit 0, 4 sizes, values not checked (timing only), library 2.28.9+braid0.1.0 (LD_PRELOAD did not take: this run used Braid) |' \
+    '| reg-8 | PASS | exit 0, 4 sizes, 8 results checked, 0 wrong values, library 2.28.9+braid0.1.0 |'; do
     if grep -qxF -- "$line" "$WORK/run/report.md" 2>/dev/null; then
       pass "host-mode report.md has: ${line:0:40}..."
     else

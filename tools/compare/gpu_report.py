@@ -9,6 +9,8 @@ DIR holds what scripts/bench-gpu saved:
   ar-<N>.txt        all_reduce_perf, N ranks (N > 1: sharing the one GPU)
   ar-8-graph.txt    all_reduce_perf, 8 ranks sharing the GPU, small sizes, -G
   check-<N>.txt     all_reduce_perf, N ranks, values checked (-c 1)
+  reg-<N>.txt       all_reduce_perf, N ranks sharing the GPU, symmetric windows
+                    (-R 2), 256 MiB, values checked
   ar-1-nvidia.txt   all_reduce_perf, one rank, against NVIDIA's library
 Each ar-*.txt ends with the line "# bench-gpu: exit RC after S s: COMMAND".
 A missing file becomes "not measured" in the report, never an error.
@@ -147,6 +149,8 @@ def main(argv):
     graph = parse_perf(os.path.join(d, "ar-8-graph.txt"))
     nv_sweep = parse_perf(os.path.join(d, "ar-1-nvidia.txt"))
     check_runs = {n: parse_perf(os.path.join(d, f"check-{n}.txt")) for n in SWEEP_RANKS}
+    # Registered buffers (-R 2, symmetric windows): the zero-copy all-reduce.
+    reg_runs = {n: parse_perf(os.path.join(d, f"reg-{n}.txt")) for n in SHARED_RANKS}
 
     # nccl-compare: Braid is the library whose path meta names, else the first.
     libs = (cmp_ or {}).get("libraries", [])
@@ -226,6 +230,7 @@ def main(argv):
     for label, run in ([(f"ar-{n}", runs[n]) for n in SWEEP_RANKS] +
                        [("ar-8-graph", graph)] +
                        [(f"check-{n}", check_runs[n]) for n in SWEEP_RANKS] +
+                       [(f"reg-{n}", reg_runs[n]) for n in SHARED_RANKS] +
                        [("ar-1-nvidia", nv_sweep)]):
         if run is None:
             checks.append((label, None, "not run"))
@@ -310,6 +315,27 @@ def main(argv):
         w(f"| {n} | {fmt(t)} | {fmt(alg, 1)} | {fmt(bus, 1)} | {fmt(bound, 1)} | "
           f"{fmt(frac * 100 if frac is not None else None, 1, '%')} |")
     w("")
+    w("## Registered buffers (-R 2): the zero-copy all-reduce at 256 MiB")
+    w("")
+    w("Symmetric windows: every rank reads its shard of every input and writes it "
+      "into every output in place, without scratch (docs/architecture.md).")
+    w("")
+    w("| ranks | time (us) | algbw (GB/s) | bound B/(2N) (GB/s) | algbw / bound | "
+      "wrong values |")
+    w("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    reg_rows = []
+    for n in SHARED_RANKS:
+        run = reg_runs[n]
+        row = run["rows"].get(MIB256) if run else None
+        alg = row["oop"]["algbw"] if row else None
+        bound = B / (2 * n) if B else None
+        frac = alg / bound if alg is not None and bound else None
+        wrong = row["oop"]["wrong"] if row else None
+        reg_rows.append({"ranks": n, "algbw": alg, "bound": bound, "fraction": frac})
+        w(f"| {n} | {fmt(row['oop']['time_us'] if row else None)} | {fmt(alg, 1)} | "
+          f"{fmt(bound, 1)} | {fmt(frac * 100 if frac is not None else None, 1, '%')} | "
+          f"{'not run' if run is None else fmt(wrong, 0)} |")
+    w("")
     w("## Sweep: time per all-reduce (us), float sum, out of place")
     w("")
     cols = [(f"{n} rank{'s' if n > 1 else ''}", runs[n]) for n in SWEEP_RANKS]
@@ -352,7 +378,8 @@ def main(argv):
     summary = {"B_gbps": B, "targets_met": met, "targets": targets,
                "runs": [{"run": l, "pass": ok, "detail": why} for l, ok, why in checks],
                "bound": [{"ranks": n, "algbw": alg, "bound": bound, "fraction": frac}
-                         for n, _, alg, bound, frac in bound_rows]}
+                         for n, _, alg, bound, frac in bound_rows],
+               "registered": reg_rows}
     with open(os.path.join(d, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1)
         f.write("\n")
