@@ -9,7 +9,8 @@
  * window are resolved to element ranges for that message size. -V runs the
  * plan verifier. -o writes an SVG: one lane per (rank, block), ops in
  * program order left to right, and an arrow for every op that writes into
- * or signals a peer, from the op to the peer's lane.
+ * or signals a peer, from the op to the peer's lane, and for every op that
+ * reads a peer's memory, from the peer's lane to the op.
  *
  * Linked against the static library: it reads the internal plan API.
  */
@@ -48,9 +49,9 @@ static void usage(FILE *f) {
           "[-o out.svg]\n"
           "  coll: allreduce allgather reducescatter broadcast reduce "
           "alltoall gather scatter\n"
-          "  algo: ring tree oneshot twoshot zerocopy (allreduce; zerocopy reads\n"
-          "        and writes registered buffers in place, Simple only); ring oneshot "
-          "(direct) for the others\n"
+          "  algo: ring tree oneshot twoshot (allreduce); ring oneshot (direct) for\n"
+          "        the others; zerocopy (allreduce, allgather, reducescatter: reads and\n"
+          "        writes registered buffers in place, Simple only)\n"
           "  -d deterministic (rank-ordered) variant, -V verify the plan\n");
 }
 
@@ -193,6 +194,18 @@ static int write_svg(const char *path, const brd_ir_plan_t *p) {
                   x + op_w / 2, y + lane_h / 2, x + op_w / 2 + 8, py,
                   op->code == BRD_IR_OP_SIGNAL ? "stroke-dasharray='3,2' " : "");
         }
+        /* Arrows from peers whose memory this op reads (peer inputs of
+         * zero-copy plans, peers' outputs and scratch). */
+        int data = op->code != BRD_IR_OP_SIGNAL && op->code != BRD_IR_OP_WAIT &&
+                   op->code != BRD_IR_OP_BARRIER;
+        for (int k = 0; data && k < op->nsrc; k++) {
+          int peer = ref_peer(p, r, op->ref[k]);
+          if (peer < 0) continue;
+          int py = top + (peer * p->nblocks + b) * lane_h + lane_h / 2;
+          fprintf(f, "<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='#2a7' "
+                     "stroke-width='0.8' marker-end='url(#a)'/>\n",
+                  x + op_w / 2 + 8, py, x + op_w / 2, y + lane_h / 2);
+        }
       }
     }
   }
@@ -243,10 +256,19 @@ int main(int argc, char **argv) {
   brd_algos_args_t args = {.nranks = nranks, .order = NULL, .nblocks = nblocks,
                            .proto = proto};
   brd_ir_plan_t *plan = NULL;
-  ncclResult_t res = zerocopy && coll == BRD_IR_COLL_ALLREDUCE && !det
-                         ? brd_algos_twoshot_peer_allreduce(&args, &plan)
-                     : zerocopy ? ncclInvalidArgument
-                                : brd_algos_generate(coll, algo, &args, root, det, &plan);
+  ncclResult_t res;
+  if (!zerocopy)
+    res = brd_algos_generate(coll, algo, &args, root, det, &plan);
+  else if (det)
+    res = ncclInvalidArgument;
+  else if (coll == BRD_IR_COLL_ALLREDUCE)
+    res = brd_algos_zerocopy_allreduce(&args, &plan);
+  else if (coll == BRD_IR_COLL_REDUCESCATTER)
+    res = brd_algos_zerocopy_reducescatter(&args, &plan);
+  else if (coll == BRD_IR_COLL_ALLGATHER)
+    res = brd_algos_zerocopy_allgather(&args, &plan);
+  else
+    res = ncclInvalidArgument;
   if (res != ncclSuccess) {
     fprintf(stderr, "braid-plan: no plan for %s/%s/%s with %d ranks: %s\n",
             coll_s, algo_s, proto_s, nranks, ncclGetErrorString(res));

@@ -33,11 +33,16 @@ ncclResult_t brd_algos_tree_allreduce(const brd_algos_args_t *args,
                                       brd_ir_plan_t **plan_out);
 ncclResult_t brd_algos_oneshot_allreduce(const brd_algos_args_t *args,
                                          brd_ir_plan_t **plan_out);
-/* Zero-copy two-shot (Simple): reads peers' inputs and writes their
- * outputs in place, no scratch (BRD_IR_PLAN_F_PEER_INPUT: only where every
- * rank's buffers are registered and mapped). */
-ncclResult_t brd_algos_twoshot_peer_allreduce(const brd_algos_args_t *args,
+/* Zero-copy plans (zerocopy.c, Simple only): they read peers' inputs and
+ * write their outputs in place, with no scratch (BRD_IR_PLAN_F_PEER_INPUT:
+ * only where every rank's buffers are registered and mapped). All-reduce
+ * is two-shot; reduce-scatter and all-gather read every rank directly. */
+ncclResult_t brd_algos_zerocopy_allreduce(const brd_algos_args_t *args,
+                                          brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_zerocopy_reducescatter(const brd_algos_args_t *args,
                                               brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_zerocopy_allgather(const brd_algos_args_t *args,
+                                          brd_ir_plan_t **plan_out);
 ncclResult_t brd_algos_twoshot_allreduce(const brd_algos_args_t *args,
                                          brd_ir_plan_t **plan_out);
 

@@ -218,10 +218,20 @@ static ncclResult_t plan_get(struct brd_rt *rt, uint8_t coll, uint8_t algo,
   }
   brd_algos_args_t args = {rt->nranks, NULL, nblocks, proto};
   brd_ir_plan_t *plan;
-  if (algo == (BRD_IR_ALGO_TWOSHOT | RT_ALGO_PEER) && coll == BRD_IR_COLL_ALLREDUCE)
-    CHECK(brd_algos_twoshot_peer_allreduce(&args, &plan));
-  else
+  if (algo & RT_ALGO_PEER) {
+    switch (coll) {
+    case BRD_IR_COLL_ALLREDUCE: CHECK(brd_algos_zerocopy_allreduce(&args, &plan)); break;
+    case BRD_IR_COLL_REDUCESCATTER:
+      CHECK(brd_algos_zerocopy_reducescatter(&args, &plan));
+      break;
+    case BRD_IR_COLL_ALLGATHER: CHECK(brd_algos_zerocopy_allgather(&args, &plan)); break;
+    default:
+      WARN("no zero-copy plan for collective %d", coll);
+      return ncclInternalError;
+    }
+  } else {
     CHECK(brd_algos_generate(coll, algo, &args, root, det, &plan));
+  }
   ncclResult_t res = plan_check(plan);
   if (res != ncclSuccess) {
     brd_plan_destroy(plan);
@@ -673,42 +683,68 @@ static ncclResult_t direct_output(struct ncclComm *comm, const struct brd_rt *rt
   int n = comm->nranks, ok = 0;
   *peer_out_out = NULL;
   if (n == 1 || comm->regs == NULL || coll == BRD_IR_COLL_REDUCE ||
-      coll == BRD_IR_COLL_GATHER)
+      coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_SCATTER)
     return ncclSuccess;
-  size_t bytes = c->count * brd_dtype_size(c->dtype) * (is_multi_out(coll) ? (size_t)n : 1);
+  size_t seg = c->count * brd_dtype_size(c->dtype);
+  size_t bytes = seg * (is_multi_out(coll) ? (size_t)n : 1);
+  /* An in-place reduce-scatter's output is segment `rank` of its input:
+   * every rank's output lies at its own offset, so find the inputs (all at
+   * one offset) and step to each rank's segment. Mixing in-place and
+   * out-of-place ranks breaks the symmetric rule. */
+  int rs_in_place = coll == BRD_IR_COLL_REDUCESCATTER &&
+                    (const char *)c->recvbuff == (const char *)c->sendbuff + comm->rank * seg;
   char **peer = calloc((size_t)n, sizeof(*peer));
   if (peer == NULL) {
     WARN("%s : out of host memory", c->fn);
     return ncclSystemError;
   }
-  ncclResult_t res = brd_reg_direct(comm, c->recvbuff, bytes, rt->reg_shareable, c->fn,
-                                    peer, &ok);
+  ncclResult_t res =
+      rs_in_place ? brd_reg_direct(comm, c->sendbuff, seg * (size_t)n, rt->reg_shareable,
+                                   c->fn, peer, &ok)
+                  : brd_reg_direct(comm, c->recvbuff, bytes, rt->reg_shareable, c->fn,
+                                   peer, &ok);
   if (res != ncclSuccess || !ok) {
     free(peer);
     return res;
   }
+  if (rs_in_place)
+    for (int q = 0; q < n; q++) peer[q] += (size_t)q * seg;
   INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: output %p written in place "
        "(registered on every rank)", c->fn, comm->rank, c->recvbuff);
   *peer_out_out = peer;
   return ncclSuccess;
 }
 
-/* Whether all-reduce call c, whose output is written in place, also reads
- * every rank's registered input in place (the zero-copy two-shot plan):
- * *peer_in_out gets every rank's send buffer as mapped here (owned by the
- * caller), or stays NULL. From RT_PEER_MIN_BYTES up (below, the one-shot
- * LL plans' single round of packets wins), when NCCL_ALGO and NCCL_PROTO
- * allow two-shot Simple, and not for PreMulSum (each rank scales only its
- * own input) or deterministic mode (the plan adds in owner order). The
- * same answer on every rank. */
+/* Whether call c, whose output is written in place, also reads every
+ * rank's registered input in place (a zero-copy plan: two-shot all-reduce,
+ * direct reduce-scatter and all-gather): *peer_in_out gets every rank's
+ * send buffer as mapped here (owned by the caller) and *algo_out the plan
+ * cache's code for that plan, or *peer_in_out stays NULL. From
+ * RT_PEER_MIN_BYTES moved per rank (below, the LL plans' single round of
+ * packets wins), when NCCL_ALGO and NCCL_PROTO allow the family (two-shot
+ * for all-reduce, one-shot for the others) with Simple, and for
+ * reductions not with PreMulSum (each rank scales only its own input) or
+ * in deterministic mode (the plans add in owner order). The same answer
+ * on every rank. */
 static ncclResult_t peer_input(struct ncclComm *comm, const struct brd_rt *rt,
-                               const brd_call_t *c, uint8_t coll, size_t bytes,
-                               char ***peer_in_out) {
-  int ok = 0;
+                               const brd_call_t *c, uint8_t coll, char *const *peer_out,
+                               char ***peer_in_out, uint8_t *algo_out) {
+  int ok = 0, n = comm->nranks;
+  size_t esize = brd_dtype_size(c->dtype);
+  /* What every rank reads of each input, and the NCCL_ALGO family the plan
+   * stands for. */
+  size_t bytes = c->count * esize, moved = bytes;
+  brd_algo_t family = BRD_ALGO_ONESHOT;
   *peer_in_out = NULL;
-  if (coll != BRD_IR_COLL_ALLREDUCE || c->premul || rt->deterministic ||
-      bytes < RT_PEER_MIN_BYTES ||
-      !(rt->mask.algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_TWOSHOT)) ||
+  switch (coll) {
+  case BRD_IR_COLL_ALLREDUCE: family = BRD_ALGO_TWOSHOT; break;
+  case BRD_IR_COLL_REDUCESCATTER: bytes *= (size_t)n; moved = bytes; break;
+  case BRD_IR_COLL_ALLGATHER: moved = bytes * (size_t)n; break;
+  default: return ncclSuccess;
+  }
+  if ((is_reduction(coll) && (c->premul || rt->deterministic)) ||
+      moved < RT_PEER_MIN_BYTES ||
+      !(rt->mask.algos[c->coll] & BRD_ALGO_BIT(family)) ||
       !(rt->mask.protos[c->coll] & BRD_PROTO_BIT(BRD_PROTO_SIMPLE)))
     return ncclSuccess;
   char **peer = calloc((size_t)comm->nranks, sizeof(*peer));
@@ -716,15 +752,26 @@ static ncclResult_t peer_input(struct ncclComm *comm, const struct brd_rt *rt,
     WARN("%s : out of host memory", c->fn);
     return ncclSystemError;
   }
-  ncclResult_t res = brd_reg_direct(comm, c->sendbuff, bytes, rt->reg_shareable, c->fn,
-                                    peer, &ok);
+  /* An in-place all-gather's input is segment `rank` of its output, at its
+   * own offset: step from each rank's output (all at one offset). */
+  int ag_in_place = coll == BRD_IR_COLL_ALLGATHER &&
+                    (const char *)c->sendbuff ==
+                        (const char *)c->recvbuff + (size_t)comm->rank * bytes;
+  ncclResult_t res = ncclSuccess;
+  if (ag_in_place) {
+    for (int q = 0; q < n; q++) peer[q] = peer_out[q] + (size_t)q * bytes;
+    ok = 1;
+  } else {
+    res = brd_reg_direct(comm, c->sendbuff, bytes, rt->reg_shareable, c->fn, peer, &ok);
+  }
   if (res != ncclSuccess || !ok) {
     free(peer);
     return res;
   }
   INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: input %p read in place by "
-       "every rank (zero-copy two-shot)", c->fn, comm->rank, c->sendbuff);
+       "every rank (zero-copy plan)", c->fn, comm->rank, c->sendbuff);
   *peer_in_out = peer;
+  *algo_out = (uint8_t)(ir_algo(family) | RT_ALGO_PEER);
   return ncclSuccess;
 }
 
@@ -785,10 +832,11 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
   if (peer_out != NULL) piece = c->count;
   /* Registered inputs too: the zero-copy all-reduce reads them in place. */
   if (peer_out != NULL) {
-    CHECK_GOTO(peer_input(comm, rt, c, coll, bytes, &peer_in), res, out);
+    uint8_t zc_algo = 0;
+    CHECK_GOTO(peer_input(comm, rt, c, coll, peer_out, &peer_in, &zc_algo), res, out);
     if (peer_in != NULL)
-      CHECK_GOTO(plan_get(rt, coll, BRD_IR_ALGO_TWOSHOT | RT_ALGO_PEER,
-                          BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res, out);
+      CHECK_GOTO(plan_get(rt, coll, zc_algo, BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res,
+                 out);
   }
 
   for (size_t off = 0; off < c->count; off += piece) {

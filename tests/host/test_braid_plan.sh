@@ -49,7 +49,7 @@ for p in LL Simple; do
   done
 done
 check allreduce ring Simple 1 1
-check allreduce zerocopy Simple 5 2
+for c in allreduce allgather reducescatter; do check $c zerocopy Simple 5 2; done
 # The zero-copy plan exists in Simple only.
 if "$tool" -c allreduce -a zerocopy -p LL -n 4 >/dev/null 2>&1; then
   echo "FAIL zerocopy with LL accepted"; fail=1

@@ -2,9 +2,10 @@
  * Registered buffers end to end, public API only: ncclMemAlloc'd send and
  * receive buffers registered with ncclCommRegister or as symmetric windows
  * (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC), then AllReduce,
- * AllGather, ReduceScatter, Broadcast, Scatter and AlltoAll (which write
- * registered outputs in place on every rank) and Reduce (always staged),
- * in place and
+ * AllGather, ReduceScatter, Broadcast and AlltoAll (which write registered
+ * outputs in place on every rank; from 64 KiB AllReduce, ReduceScatter and
+ * AllGather also read every rank's input in place, the zero-copy plans),
+ * Reduce and Scatter (always staged), in place and
  * out of place, at 1, 1000 and 3 Mi+ elements (more than the output
  * staging, so the staged path would run in pieces), each result checked
  * against the CPU reference of tests/common/coll_ref.c.
@@ -67,6 +68,7 @@ typedef struct {
   void *hsend, *hrecv, *hexp; /* host copies */
   int direct_calls;          /* calls that may write in place */
   int peer_calls;            /* all-reduces that may read inputs in place */
+  int peer_other;            /* reduce-scatters and all-gathers likewise */
 } rank_t;
 
 /* Runs one call after loading its input; NCCL_OK-style failure text. */
@@ -136,6 +138,7 @@ static int run_colls(rank_t *R, size_t count, int inplace, char *msg, size_t len
                        sizeof(m)) != 0)
       return fail(msg, len, "rank %d: AllGather%s count %zu segment %d: %s", me,
                   inplace ? " in place" : "", count, q, m);
+  if (bytes * n >= ((size_t)64 << 10)) R->peer_other++;
 
   /* ReduceScatter: in place, the output is segment `me` of the input. */
   if (poison(R, count * n, msg, len)) return 1;
@@ -149,6 +152,7 @@ static int run_colls(rank_t *R, size_t count, int inplace, char *msg, size_t len
   if (check_reduce(R, count, (size_t)me * count,
                    inplace ? "ReduceScatter in place" : "ReduceScatter", msg, len))
     return 1;
+  if (bytes * n >= ((size_t)64 << 10)) R->peer_other++;
 
   /* Broadcast from the last rank. */
   int root = n - 1;
@@ -177,20 +181,23 @@ static int run_colls(rank_t *R, size_t count, int inplace, char *msg, size_t len
   }
   R->direct_calls += 4;
 
-  /* Scatter from rank 0: in place, the root's output is its segment 0. */
+  /* Scatter from the last rank (staged: a non-root cannot tell where an
+   * in-place root's output is). In place, the root's output is its
+   * segment `root`. */
   if (poison(R, count * n, msg, len)) return 1;
-  if (me == 0) {
+  char *sc_out = inplace && me == root ? R->recv + (size_t)root * bytes : R->recv;
+  if (me == root) {
     for (int q = 0; q < n; q++)
-      ref_fill_move(DT, 0, q, (char *)R->hsend + (size_t)q * bytes, count);
+      ref_fill_move(DT, root, q, (char *)R->hsend + (size_t)q * bytes, count);
     COPY(inplace ? R->recv : R->send, R->hsend, bytes * n);
   }
-  TRY(ncclScatter(inplace ? R->recv : R->send, R->recv, count, DT, 0, R->comm, R->stream));
+  TRY(ncclScatter(inplace ? R->recv : R->send, sc_out, count, DT, root, R->comm,
+                  R->stream));
   SYNC();
-  COPY(R->hrecv, R->recv, bytes);
-  if (ref_check_move(DT, 0, me, R->hrecv, count, m, sizeof(m)) != 0)
+  COPY(R->hrecv, sc_out, bytes);
+  if (ref_check_move(DT, root, me, R->hrecv, count, m, sizeof(m)) != 0)
     return fail(msg, len, "rank %d: Scatter%s count %zu: %s", me, inplace ? " in place" : "",
                 count, m);
-  R->direct_calls += 1;
 
   /* AlltoAll has no in-place form. */
   if (!inplace) {
@@ -252,22 +259,23 @@ static int rank_body(rank_t *R, char *msg, size_t len) {
     TRY(ncclCommDeregister(R->comm, hr));
   }
   /* Deregistered: the next calls are staged (not counted) and correct. */
-  int direct = R->direct_calls, peer = R->peer_calls;
+  int direct = R->direct_calls, peer = R->peer_calls, other = R->peer_other;
   if (run_colls(R, 20000, 0, msg, len)) return 1;
   R->direct_calls = direct;
   R->peer_calls = peer;
+  R->peer_other = other;
   return 0;
 }
 
 /* Writes how many calls per rank could be direct, for the parent. */
-static void write_expect(int calls, int peer_calls) {
+static void write_expect(int calls, int peer_calls, int peer_other) {
   const char *dir = getenv("REG_TEST_DIR");
   char path[512];
   if (dir == NULL) return;
   snprintf(path, sizeof(path), "%s/expect", dir);
   FILE *f = fopen(path, "w");
   if (f != NULL) {
-    fprintf(f, "%d %d\n", calls, peer_calls);
+    fprintf(f, "%d %d %d\n", calls, peer_calls, peer_other);
     fclose(f);
   }
 }
@@ -281,7 +289,7 @@ static int rank_main(ncclUniqueId id, int n, int rank, char *msg, size_t len) {
     return fail(msg, len, "rank %d: stream: %s", rank, tdev_last_error());
   TRY(ncclCommInitRank(&R->comm, n, id, rank));
   int bad = rank_body(R, msg, len);
-  if (!bad && rank == 0) write_expect(R->direct_calls, R->peer_calls);
+  if (!bad && rank == 0) write_expect(R->direct_calls, R->peer_calls, R->peer_other);
   if (bad) {
     fprintf(stderr, "%s\n", msg); /* every failing rank, not only the first */
     ncclCommAbort(R->comm);
@@ -396,14 +404,14 @@ static long count_lines(const char *dir, const char *what) {
   return lines;
 }
 
-static int read_expect(const char *dir, int *peer_calls) {
+static int read_expect(const char *dir, int *peer_calls, int *peer_other) {
   char path[1024];
   int v = -1;
-  *peer_calls = -1;
+  *peer_calls = *peer_other = -1;
   snprintf(path, sizeof(path), "%s/expect", dir);
   FILE *f = fopen(path, "r");
   if (f == NULL) return -1;
-  if (fscanf(f, "%d %d", &v, peer_calls) != 2) v = -1;
+  if (fscanf(f, "%d %d %d", &v, peer_calls, peer_other) != 3) v = -1;
   fclose(f);
   return v;
 }
@@ -455,8 +463,8 @@ static int run_case(const char *exe, const char *root, const char *name, int win
     return 1;
   }
   if (strcmp(name, "mismatch") != 0) {
-    int peer_calls;
-    int calls = read_expect(dir, &peer_calls);
+    int peer_calls, peer_other;
+    int calls = read_expect(dir, &peer_calls, &peer_other);
     long got = count_lines(dir, "written in place");
     long want = want_direct ? (long)calls * nranks : 0;
     if (calls <= 0 || got != want) {
@@ -464,13 +472,15 @@ static int run_case(const char *exe, const char *root, const char *name, int win
              "(%d eligible calls per rank, %d ranks)\n", dir, got, want, calls, nranks);
       return 1;
     }
-    /* Zero-copy two-shot: unless NCCL_ALGO leaves two-shot out. */
-    int peer_ok = want_direct && (algo == NULL || strstr(algo, "twoshot") != NULL);
+    /* Zero-copy plans: all-reduce unless NCCL_ALGO leaves two-shot out
+     * (the forced algorithms name all-reduce only). */
+    int ar_ok = algo == NULL || strstr(algo, "twoshot") != NULL;
     got = count_lines(dir, "read in place by every rank");
-    want = peer_ok ? (long)peer_calls * nranks : 0;
-    if (peer_calls <= 0 || got != want) {
-      printf("FAIL %s: %ld all-reduces read their registered inputs in place, expected "
-             "%ld (%d eligible per rank, %d ranks)\n", dir, got, want, peer_calls, nranks);
+    want = want_direct ? (long)((ar_ok ? peer_calls : 0) + peer_other) * nranks : 0;
+    if (peer_calls <= 0 || peer_other <= 0 || got != want) {
+      printf("FAIL %s: %ld calls read their registered inputs in place, expected %ld "
+             "(%d all-reduces and %d others eligible per rank, %d ranks)\n", dir, got,
+             want, peer_calls, peer_other, nranks);
       return 1;
     }
   }

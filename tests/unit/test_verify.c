@@ -422,28 +422,35 @@ static void test_peer_input(void **state) {
   /* A peer's input in a plan not flagged for it. */
   expect(peer_input_plan(PI_NO_FLAG), 0, BRD_VERIFY_MALFORMED, 0, 0, 2, -1);
 
-  /* The zero-copy two-shot generator, in place and out of place. */
+  /* The zero-copy generators, in place and out of place. */
+  typedef ncclResult_t (*zc_fn)(const brd_algos_args_t *, brd_ir_plan_t **);
+  static const zc_fn zcs[3] = {brd_algos_zerocopy_allreduce,
+                               brd_algos_zerocopy_reducescatter,
+                               brd_algos_zerocopy_allgather};
+  static const char *zc_names[3] = {"all-reduce", "reduce-scatter", "all-gather"};
   static const int ns[] = {2, 3, 5, 8, 12, 17};
-  for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
-    for (int nb = 1; nb <= 3; nb++) {
-      brd_algos_args_t args = {.nranks = ns[i], .nblocks = nb,
-                               .proto = BRD_IR_PROTO_SIMPLE};
-      assert_int_equal(brd_algos_twoshot_peer_allreduce(&args, &plan), ncclSuccess);
-      assert_true(plan->flags & BRD_IR_PLAN_F_PEER_INPUT);
-      assert_int_equal(plan->nslots, 0);
-      for (int ip = 0; ip < 2; ip++) {
-        brd_verify_opts_t opts = {ip, 2};
-        ncclResult_t res = brd_plan_verify(plan, &opts, &rep);
-        if (res != ncclSuccess)
-          print_error("zero-copy two-shot n=%d nb=%d %s: %s\n", ns[i], nb,
-                      ip ? "in place" : "out of place", rep.msg);
-        assert_int_equal(res, ncclSuccess);
+  for (int g = 0; g < 3; g++) {
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+      for (int nb = 1; nb <= 3; nb++) {
+        brd_algos_args_t args = {.nranks = ns[i], .nblocks = nb,
+                                 .proto = BRD_IR_PROTO_SIMPLE};
+        assert_int_equal(zcs[g](&args, &plan), ncclSuccess);
+        assert_true(plan->flags & BRD_IR_PLAN_F_PEER_INPUT);
+        assert_int_equal(plan->nslots, 0);
+        for (int ip = 0; ip < 2; ip++) {
+          brd_verify_opts_t opts = {ip, 2};
+          ncclResult_t res = brd_plan_verify(plan, &opts, &rep);
+          if (res != ncclSuccess)
+            print_error("zero-copy %s n=%d nb=%d %s: %s\n", zc_names[g], ns[i], nb,
+                        ip ? "in place" : "out of place", rep.msg);
+          assert_int_equal(res, ncclSuccess);
+        }
+        brd_plan_destroy(plan);
       }
-      brd_plan_destroy(plan);
     }
+    brd_algos_args_t ll = {.nranks = 4, .nblocks = 1, .proto = BRD_IR_PROTO_LL};
+    assert_int_equal(zcs[g](&ll, &plan), ncclInvalidArgument);
   }
-  brd_algos_args_t ll = {.nranks = 4, .nblocks = 1, .proto = BRD_IR_PROTO_LL};
-  assert_int_equal(brd_algos_twoshot_peer_allreduce(&ll, &plan), ncclInvalidArgument);
 }
 
 static void test_in_place_hazard(void **state) {
