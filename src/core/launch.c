@@ -32,9 +32,10 @@
  * into overlapping memory are refused; a send whose buffer overlaps a
  * receive of the same group (nccl-tests' in-place sendrecv) sends a
  * snapshot taken when the launch starts, so it sends what the buffer held
- * then whatever the receive writes. Each pair of ranks counts its own sequence numbers
- * (p2p_cursor), so a rank needs to know nothing about the pairs it is not
- * part of. Transfers longer than P2P_ROUND_CHUNKS pieces run in rounds,
+ * then whatever the receive writes. Each pair of ranks counts its own
+ * sequence numbers (p2p_cursor here in host mode; in CUDA mode the kernels
+ * keep the cursors on the device and the works carry spans), so a rank
+ * needs to know nothing about the pairs it is not part of. Transfers longer than P2P_ROUND_CHUNKS pieces run in rounds,
  * each a work of its own; round k moves pieces [k * R, (k + 1) * R) of
  * every transfer, which both ends of a pair derive from the count alone.
  *
@@ -133,7 +134,9 @@ struct brd_rt {
   int deterministic;            /* BRAID_DETERMINISTIC, same on every rank */
   uint64_t epoch_cursor;        /* same on every rank */
   uint32_t phase;               /* alternates per collective work */
-  uint64_t *p2p_cursor;         /* owned: [nranks] per-pair sequence numbers */
+  uint64_t *p2p_cursor;         /* owned: [nranks] per-pair sequence numbers
+                                 * (host mode; CUDA mode keeps them on the
+                                 * device) */
   size_t p2p_piece;             /* bytes per point-to-point piece (slot) */
   int reg_shareable;            /* ranks may map each other's registered
                                  * buffers (host mode: always, the exchange
@@ -1039,7 +1042,10 @@ static ncclResult_t add_p2p_round(struct ncclComm *comm, struct brd_rt *rt,
     uint64_t to = 0, from = 0;
     for (int i = 0; i < ns; i++) if (s[i].peer == p) to += ops[i].nchunks;
     for (int j = 0; j < nr; j++) if (r[j].peer == p) from += ops[ns + j].nchunks;
-    w->chan_epoch[ch] = brd_plan_epoch_reserve(&rt->p2p_cursor[p], to > from ? to : from);
+    /* CUDA mode: the span, the kernel reserves from its device cursor. */
+    w->chan_epoch[ch] = rt->cuda ? (to > from ? to : from)
+                                 : brd_plan_epoch_reserve(&rt->p2p_cursor[p],
+                                                          to > from ? to : from);
     w->chans[ch].peer_scratch = pw + pwr->p2p_off;
     w->chans[ch].peer_sems = (_Atomic uint64_t *)(pw + pwr->p2p_sem_off) + (size_t)me * 2;
     w->chans[ch].sems = (_Atomic uint64_t *)(rt->base[me] + mw->p2p_sem_off) +

@@ -67,6 +67,8 @@ struct brd_rt_cuda {
                                       holds a host_reg reference */
   brd_exec_cuda_status_t *st_coll; /* owned: collective works */
   brd_exec_cuda_status_t *st_p2p;  /* owned: point-to-point works */
+  uint64_t *p2p_cursor;            /* owned: cudaMalloc, [nranks] per-pair
+                                      sequence numbers the p2p kernels keep */
   cudaEvent_t done;                /* owned: end of the last launch */
   cudaEvent_t join;                /* owned: joins a group's other streams */
   int events_made;
@@ -85,6 +87,32 @@ struct brd_rt_cuda {
                                       peers' kernels that wait for this rank */
   int nretired;
 };
+
+/* n zeroed per-pair cursors in device memory, zeroed on a private stream
+ * (no other work on the device is waited for). */
+static ncclResult_t cursors_create(int n, uint64_t **out) {
+  ncclResult_t res = ncclSuccess;
+  cudaStream_t s;
+  uint64_t *p = NULL;
+  CUDA_CHECK_GOTO(cudaMalloc((void **)&p, (size_t)n * sizeof(*p)),
+                  "cudaMalloc for the point-to-point cursors", res, out);
+  CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                  "cudaStreamCreateWithFlags", res, fail_free);
+  if (cudaMemsetAsync(p, 0, (size_t)n * sizeof(*p), s) != cudaSuccess ||
+      cudaStreamSynchronize(s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    WARN("CUDA: zeroing the point-to-point cursors failed");
+    res = ncclUnhandledCudaError;
+  }
+  cudaStreamDestroy(s);
+  if (res != ncclSuccess) goto fail_free;
+  *out = p;
+  return ncclSuccess;
+fail_free:
+  cudaFree(p);
+out:
+  return res;
+}
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -196,6 +224,7 @@ static void rt_free(struct brd_rt_cuda *rt) {
   free(rt->retired);
   brd_exec_cuda_status_destroy(rt->st_coll);
   brd_exec_cuda_status_destroy(rt->st_p2p);
+  if (rt->p2p_cursor != NULL) cudaFree(rt->p2p_cursor);
   if (rt->events_made) {
     cudaEventDestroy(rt->done);
     cudaEventDestroy(rt->join);
@@ -304,6 +333,7 @@ ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_b
   CUDA_CHECK_GOTO(cudaSetDevice(rt->dev), "cudaSetDevice to the communicator's GPU", res, fail);
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_coll), res, fail);
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_p2p), res, fail);
+  CHECK_GOTO(cursors_create(n, &rt->p2p_cursor), res, fail);
   CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&rt->done, cudaEventDisableTiming),
             "cudaEventCreateWithFlags", res, fail);
   if (cudaEventCreateWithFlags(&rt->join, cudaEventDisableTiming) != cudaSuccess) {
@@ -580,12 +610,6 @@ ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *
   const brd_exec_cuda_plan_t *dp;
   uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
   brd_exec_cuda_chan_t chans[BRD_EXEC_CUDA_INLINE_CHANS];
-  if (p2p && ctx->capturing) {
-    WARN("ncclSend/ncclRecv : capturing point-to-point operations into a CUDA graph "
-         "is not supported by braid yet (they count sequence numbers per pair of "
-         "ranks on the host); run them outside the capture");
-    return ncclInvalidUsage;
-  }
   if (nch > BRD_EXEC_CUDA_INLINE_CHANS) {
     WARN("rank %d: a plan with %u channels; CUDA mode carries at most %d per launch "
          "(communicators of up to %d ranks for direct plans)", a->rank, nch,
@@ -627,7 +651,10 @@ ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *
   if (p2p) {
     ca.epoch = a->epoch;
     ca.phase = 0;
+    /* Spans: the kernels keep each pair's sequence numbers on the device,
+     * so a captured send/recv gets fresh ones at every replay. */
     ca.chan_epoch = a->chan_epoch;
+    ca.chan_cursor_dev = rt->p2p_cursor;
     ca.in_segs = (const brd_exec_cuda_seg_t *)a->in_segs;
     ca.out_segs = (const brd_exec_cuda_seg_t *)a->out_segs;
     ca.n_in_segs = a->n_in_segs;

@@ -101,6 +101,7 @@ struct kargs_t {
   const brd_exec_cuda_seg_t *in_segs_dev;  /* NULL: in_segs below, if any */
   const brd_exec_cuda_seg_t *out_segs_dev;
   const uint64_t *chan_epoch_dev;        /* NULL: chan_epoch below, if any */
+  unsigned long long *chan_cursor;       /* per-pair cursors: chan_epoch holds spans */
   const char *input;
   char *output;
   char *scratch;                         /* base of both phases */
@@ -802,6 +803,7 @@ __global__ void __launch_bounds__(BRD_EXEC_CUDA_NTHREADS, 1)
 exec_kernel(const __grid_constant__ kargs_t a) {
   __shared__ ctx_t s_ctx;
   __shared__ unsigned int s_launches;
+  __shared__ uint64_t s_chan_ep[BRD_EXEC_CUDA_INLINE_CHANS];
   state_t *st = a.state;
   if (threadIdx.x == 0) {
     unsigned long long arg = a.arg;
@@ -828,6 +830,17 @@ exec_kernel(const __grid_constant__ kargs_t a) {
                      : a.n_out_segs > 0 ? a.out_segs : NULL;
     s_ctx.chan_epoch = a.chan_epoch_dev != NULL ? a.chan_epoch_dev
                        : a.has_chan_epoch ? a.chan_epoch : NULL;
+    if (a.chan_cursor != NULL) {
+      /* Stable for the launch, as the device epoch: only the last block
+       * out advances the cursors. */
+      uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
+      for (uint32_t ch = 0; ch < nch; ch++) {
+        int peer = brd_ir_plan_chan(a.plan, a.rank, (int)ch)->peer;
+        s_chan_ep[ch] = epoch_reserve(*(volatile unsigned long long *)&a.chan_cursor[peer],
+                                      a.chan_epoch[ch]);
+      }
+      s_ctx.chan_epoch = s_chan_ep;
+    }
     s_ctx.phase_off = (uint64_t)(launches & 1u) * a.half_bytes;
     s_ctx.out_off = a.device_epoch ? (uint64_t)(launches & 1u) * a.out_half : 0;
     s_ctx.arg = arg;
@@ -876,14 +889,22 @@ exec_kernel(const __grid_constant__ kargs_t a) {
     }
   }
 
-  if (a.device_epoch && threadIdx.x == 0) {
-    /* The last block out advances the cursor past this launch (failed or
-     * not, so every rank's cursor stays in step) and flips the phase. */
+  if ((a.device_epoch || a.chan_cursor != NULL) && threadIdx.x == 0) {
+    /* The last block out advances the cursors past this launch (failed or
+     * not, so every rank's cursors stay in step) and flips the phase. */
     __threadfence();
     if (atomicAdd(&st->done, 1u) + 1u == gridDim.x) {
       st->done = 0;
-      st->cursor = c.epoch + a.span;
-      st->launches = s_launches + 1u;
+      if (a.device_epoch) {
+        st->cursor = c.epoch + a.span;
+        st->launches = s_launches + 1u;
+      }
+      if (a.chan_cursor != NULL) {
+        uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
+        for (uint32_t ch = 0; ch < nch; ch++)
+          a.chan_cursor[brd_ir_plan_chan(a.plan, a.rank, (int)ch)->peer] =
+              s_chan_ep[ch] + a.chan_epoch[ch];
+      }
       __threadfence();
     }
   }
@@ -1183,7 +1204,8 @@ extern "C" ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
     return ncclInvalidArgument;
   }
   uint64_t span = brd_plan_epoch_span(p, &l);
-  if (!args->device_epoch) CHECK(brd_exec_cuda_epochs_check(args, nchans, span));
+  if (!args->device_epoch && args->chan_cursor_dev == NULL)
+    CHECK(brd_exec_cuda_epochs_check(args, nchans, span));
 
   kargs_t ka;
   memset(&ka, 0, sizeof(ka));
@@ -1192,6 +1214,7 @@ extern "C" ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
   ka.in_segs_dev = args->in_segs_dev;
   ka.out_segs_dev = args->out_segs_dev;
   ka.chan_epoch_dev = args->chan_epoch_dev;
+  ka.chan_cursor = (unsigned long long *)args->chan_cursor_dev;
   ka.input = (const char *)args->input;
   ka.output = (char *)args->output;
   ka.scratch = (char *)args->scratch;

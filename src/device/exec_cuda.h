@@ -157,6 +157,14 @@ typedef struct brd_exec_cuda_args {
    * always count from `epoch`. */
   const uint64_t *chan_epoch;
   const uint64_t *chan_epoch_dev;
+  /* Per-channel epochs kept on the device (point-to-point in a captured
+   * graph): an array indexed by peer rank, one cursor per pair of ranks,
+   * zero when allocated. With it, chan_epoch (host, inline) holds each
+   * channel's span instead of its epoch; the kernel reserves the epoch from
+   * the peer's cursor (as brd_plan_epoch_reserve) and advances it, so every
+   * replay gets fresh sequence numbers. Not with device_epoch or
+   * chan_epoch_dev. Each cursor must be used by one status only. */
+  uint64_t *chan_cursor_dev;
   /* With device_epoch, optional: output and every channel's peer_output
    * are the bases of two halves of out_half_bytes each, and a launch uses
    * the half of its device phase (the one its scratch phase uses), so a

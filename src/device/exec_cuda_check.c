@@ -179,6 +179,14 @@ ncclResult_t brd_exec_cuda_args_check(const brd_exec_cuda_args_t *args,
          "chan_epoch_dev)", args->rank, nchans, BRD_EXEC_CUDA_INLINE_CHANS);
     return ncclInvalidArgument;
   }
+  if (args->chan_cursor_dev != NULL &&
+      (args->device_epoch || args->chan_epoch_dev != NULL ||
+       (nchans > 0 && args->chan_epoch == NULL))) {
+    WARN("CUDA executor: rank %d: per-pair cursors on the device need the channels' "
+         "spans in chan_epoch (a host array), without device_epoch or chan_epoch_dev",
+         args->rank);
+    return ncclInvalidArgument;
+  }
   if (args->device_epoch && (args->chan_epoch != NULL || args->chan_epoch_dev != NULL)) {
     WARN("CUDA executor: rank %d: per-channel epochs come from the caller, "
          "device_epoch from the status block; pass one or the other", args->rank);

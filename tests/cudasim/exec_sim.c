@@ -65,6 +65,7 @@ typedef struct kargs {
   const brd_exec_cuda_chan_t *chans_dev;
   const brd_exec_cuda_seg_t *in_segs_dev, *out_segs_dev;
   const uint64_t *chan_epoch_dev;
+  uint64_t *chan_cursor;                 /* per-pair cursors: chan_epoch holds spans */
   const char *input;
   char *output;
   char *scratch;
@@ -146,7 +147,8 @@ static int kernel_reaches(const kargs_t *a, const brd_exec_cuda_chan_t *chans,
            reach(a->chans_dev, "the channel table", a->rank, why, n) &&
            reach(a->in_segs_dev, "the input segment table", a->rank, why, n) &&
            reach(a->out_segs_dev, "the output segment table", a->rank, why, n) &&
-           reach(a->chan_epoch_dev, "the channel epochs", a->rank, why, n);
+           reach(a->chan_epoch_dev, "the channel epochs", a->rank, why, n) &&
+           reach(a->chan_cursor, "the channel cursors", a->rank, why, n);
   for (uint32_t c = 0; ok && c < a->nchans; c++)
     ok = reach(chans[c].peer_scratch, "a peer's scratch", a->rank, why, n) &&
          reach(chans[c].peer_output, "a peer's output", a->rank, why, n) &&
@@ -209,6 +211,14 @@ static void exec_kernel(void *p) {
     launches = a->phase;
   }
   uint64_t out_off = a->device_epoch ? (uint64_t)(launches & 1u) * a->out_half : 0;
+  /* Per-pair cursors: each channel's epoch reserved from its peer's. */
+  uint64_t chan_ep[BRD_EXEC_CUDA_INLINE_CHANS];
+  if (a->chan_cursor != NULL)
+    for (uint32_t c = 0; c < a->nchans; c++)
+      chan_ep[c] = epoch_reserve(
+          __atomic_load_n(&a->chan_cursor[brd_ir_plan_chan(a->plan, a->rank, (int)c)->peer],
+                          __ATOMIC_ACQUIRE),
+          a->chan_epoch[c]);
   if (trace_level() > 0)
     fprintf(stderr, "cudasim: rank %d kernel: %s epoch %llu span %llu phase %u, %zu "
             "elements, %u blocks, status %p%s\n", a->rank,
@@ -271,7 +281,8 @@ static void exec_kernel(void *p) {
                                            : a->inline_out_segs ? a->out_segs : NULL);
     ea.n_in_segs = ea.in_segs != NULL ? a->n_in_segs : 0;
     ea.n_out_segs = ea.out_segs != NULL ? a->n_out_segs : 0;
-    ea.chan_epoch = a->chan_epoch_dev ? a->chan_epoch_dev
+    ea.chan_epoch = a->chan_cursor ? chan_ep
+                    : a->chan_epoch_dev ? a->chan_epoch_dev
                     : a->has_chan_epoch ? a->chan_epoch : NULL;
     if (brd_exec_host_launch_init(l, &ea) != ncclSuccess) {
       /* The checks at enqueue passed: only device tables read now can be
@@ -318,6 +329,10 @@ static void exec_kernel(void *p) {
     __atomic_store_n(&st->cursor, epoch + a->span, __ATOMIC_RELEASE);
     __atomic_store_n(&st->launches, launches + 1u, __ATOMIC_RELEASE);
   }
+  if (a->chan_cursor != NULL)
+    for (uint32_t c = 0; c < a->nchans; c++)
+      __atomic_store_n(&a->chan_cursor[brd_ir_plan_chan(a->plan, a->rank, (int)c)->peer],
+                       chan_ep[c] + a->chan_epoch[c], __ATOMIC_RELEASE);
 }
 
 typedef struct copyout_args {
@@ -573,7 +588,8 @@ ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args, cudaStream_t
     return ncclInvalidArgument;
   }
   uint64_t span = brd_plan_epoch_span(p, &l);
-  if (!args->device_epoch) CHECK(brd_exec_cuda_epochs_check(args, nchans, span));
+  if (!args->device_epoch && args->chan_cursor_dev == NULL)
+    CHECK(brd_exec_cuda_epochs_check(args, nchans, span));
 
   kargs_t *ka = calloc(1, sizeof(*ka));
   if (ka == NULL) {
@@ -585,6 +601,7 @@ ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args, cudaStream_t
   ka->in_segs_dev = args->in_segs_dev;
   ka->out_segs_dev = args->out_segs_dev;
   ka->chan_epoch_dev = args->chan_epoch_dev;
+  ka->chan_cursor = args->chan_cursor_dev;
   ka->input = args->input;
   ka->output = args->output;
   ka->scratch = args->scratch;

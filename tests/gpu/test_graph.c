@@ -9,7 +9,8 @@
  * PyTorch does):
  *   ncclAllReduce out of place (float sum), ncclAllReduce in place (int32
  *   sum), ncclAllGather (int32), ncclReduceScatter (float sum),
- *   ncclBroadcast from the last rank (int32),
+ *   ncclBroadcast from the last rank (int32), and a ring of ncclSend /
+ *   ncclRecv in a group (int32, each rank to the next),
  * and replays the graph BRAID_TEST_GRAPH_REPLAYS times (100). Before each
  * replay, outside the graph, the inputs are rewritten from the host with
  * values that depend on the replay number and the outputs are filled with
@@ -46,9 +47,10 @@
 #define SYNC_TIMEOUT_S 120.0
 #define MAX_RANKS 4
 
-enum { C_AR, C_ARIP, C_AG, C_RS, C_BC, NCALLS };
+enum { C_AR, C_ARIP, C_AG, C_RS, C_BC, C_SR, NCALLS };
 static const char *call_names[NCALLS] = {"allreduce out-of-place", "allreduce in-place",
-                                         "allgather", "reducescatter", "broadcast"};
+                                         "allgather", "reducescatter", "broadcast",
+                                         "send/recv ring"};
 
 /* Per-call element counts (per rank for all-gather and reduce-scatter):
  * odd, and large enough in full mode for several blocks and pieces. */
@@ -61,6 +63,7 @@ static void counts_init(void) {
   counts[C_AG] = quick ? 513 : 65537;
   counts[C_RS] = quick ? 257 : 100003;
   counts[C_BC] = quick ? 1001 : 262147;
+  counts[C_SR] = quick ? 3001 : 200003;
 }
 
 static int replays(void) {
@@ -150,6 +153,8 @@ static void fill_inputs(rank_bufs_t *b, int n, int r, int t) {
   for (size_t i = 0; i < (size_t)n * counts[C_RS]; i++) f[i] = (float)fval(r, i + 5, t);
   x = b->host_in[C_BC];
   for (size_t i = 0; i < counts[C_BC]; i++) x[i] = ival(r, i + 3, t);
+  x = b->host_in[C_SR];
+  for (size_t i = 0; i < counts[C_SR]; i++) x[i] = ival(r, i + 29, t);
 }
 
 /* Compares this rank's outputs (copied to host_out) with the CPU
@@ -194,6 +199,12 @@ static int check_outputs(rank_arg_t *a, rank_bufs_t *b, int t) {
     if (x[i] != ival(root, i + 3, t))
       return rank_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
                        call_names[C_BC], i, x[i], ival(root, i + 3, t));
+  int prev = (r + n - 1) % n;
+  x = b->host_out[C_SR];
+  for (size_t i = 0; i < counts[C_SR]; i++)
+    if (x[i] != ival(prev, i + 29, t))
+      return rank_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
+                       call_names[C_SR], i, x[i], ival(prev, i + 29, t));
   return 0;
 }
 
@@ -208,6 +219,13 @@ static int enqueue_calls(rank_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStr
                           ncclSum, comm, s));
   NC(a, ncclBroadcast(b->dev_in[C_BC], b->dev_out[C_BC], counts[C_BC], ncclInt32,
                       a->n - 1, comm, s));
+  /* Point-to-point: each pair counts its own sequence numbers, kept on
+   * the device, so replays get fresh ones. */
+  NC(a, ncclGroupStart());
+  NC(a, ncclSend(b->dev_in[C_SR], counts[C_SR], ncclInt32, (a->rank + 1) % a->n, comm, s));
+  NC(a, ncclRecv(b->dev_out[C_SR], counts[C_SR], ncclInt32, (a->rank + a->n - 1) % a->n,
+                 comm, s));
+  NC(a, ncclGroupEnd());
   return 0;
 }
 
