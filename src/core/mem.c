@@ -381,11 +381,19 @@ static ncclResult_t reg_exchange(struct ncclComm *comm, struct brd_reg *r, int s
   goto out;
 
 fail_exchange:
-  WARN("%s : rank %d could not exchange its registered buffer %p with the other ranks. "
-       "A buffer registered with ncclCommRegister is used directly only when every "
-       "rank passes registered buffers to the same call, at the same offset from the "
-       "start of its registration (NCCL's rule, promised by BRAID_REGISTER_SYMMETRIC=1); "
-       "register on every rank, or unset BRAID_REGISTER_SYMMETRIC", fn, me, (void *)r->ptr);
+  /* Not again at the next call: that would wait as long once more. */
+  r->state = REG_STAGED;
+  if (r->window)
+    WARN("%s : rank %d could not exchange its window %p with the other ranks: "
+         "ncclCommWindowRegister is collective, so every rank must call it, in the "
+         "same order", fn, me, (void *)r->ptr);
+  else
+    WARN("%s : rank %d could not exchange its registered buffer %p with the other "
+         "ranks. A buffer registered with ncclCommRegister is used directly only when "
+         "every rank passes registered buffers to the same call, at the same offset "
+         "from the start of its registration (NCCL's rule, promised by "
+         "BRAID_REGISTER_SYMMETRIC=1); register on every rank, or unset "
+         "BRAID_REGISTER_SYMMETRIC", fn, me, (void *)r->ptr);
 out:
   brd_p2p_export_seal(&ex);
   free(pub);
