@@ -219,6 +219,22 @@ static inline int brd_algos_rank_at(const brd_algos_args_t *args, int pos) {
   return args->order ? args->order[pos] : pos;
 }
 
+/* One (position, block) of a plan: appends that block's ops for the rank
+ * at position p. refs is scratch of args->nranks references the body may
+ * use freely; ctx is the generator's own (root, determinism, ...). */
+typedef ncclResult_t (*brd_algos_block_fn)(brd_plan_builder_t *b,
+                                           const brd_algos_args_t *a, int p, int blk,
+                                           brd_plan_ref_t *refs, const void *ctx);
+
+/* The frame every direct generator shares: a builder for shape, body for
+ * every position and block (positions outer), the finished plan in
+ * *plan_out. `what` names the plan in the out-of-memory WARN ("out of host
+ * memory generating <what> for <n> ranks"). ncclSystemError when out of
+ * memory; body's error otherwise. Any thread. */
+ncclResult_t brd_algos_build(const brd_plan_shape_t *shape, const brd_algos_args_t *args,
+                             brd_algos_block_fn body, const void *ctx, const char *what,
+                             brd_ir_plan_t **plan_out);
+
 /* Appends a data op of one chunk; see brd_plan_op_move. */
 static inline ncclResult_t brd_algos_move(brd_plan_builder_t *b, int rank,
                                           int block, uint8_t code,

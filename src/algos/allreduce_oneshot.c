@@ -30,7 +30,8 @@ static uint32_t oneshot_slot(int n, int blk, int ps, int pr) {
 
 static ncclResult_t oneshot_block(brd_plan_builder_t *b,
                                   const brd_algos_args_t *a, int p, int blk,
-                                  brd_plan_ref_t *refs) {
+                                  brd_plan_ref_t *refs, const void *ctx) {
+  (void)ctx;
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
   int rank = brd_algos_rank_at(a, p);
   uint32_t chunk = (uint32_t)blk;
@@ -70,8 +71,6 @@ static ncclResult_t oneshot_block(brd_plan_builder_t *b,
 /* See algos.h. */
 ncclResult_t brd_algos_oneshot_allreduce(const brd_algos_args_t *args,
                                          brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
   CHECK(brd_algos_args_check(args, "one-shot"));
   if (args->nranks == 1)
     return brd_algos_single_allreduce(args, BRD_IR_ALGO_ONESHOT, plan_out);
@@ -88,20 +87,5 @@ ncclResult_t brd_algos_oneshot_allreduce(const brd_algos_args_t *args,
       .nsems = (ll ? 1u : 2u) * (uint32_t)args->nblocks, .seq_per_iter = 1,
       .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_ONESHOT,
       .coll = BRD_IR_COLL_ALLREDUCE};
-  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
-  if (refs == NULL) {
-    WARN("out of host memory generating a one-shot plan for %d ranks", n);
-    return ncclSystemError;
-  }
-  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
-  for (int p = 0; p < n; p++) {
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(oneshot_block(b, args, p, blk, refs), res, fail_destroy_builder);
-  }
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-fail_free_refs:
-  free(refs);
-  return res;
+  return brd_algos_build(&shape, args, oneshot_block, NULL, "a one-shot plan", plan_out);
 }

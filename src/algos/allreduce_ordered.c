@@ -23,6 +23,7 @@
  * Blocks: one-shot gives each block one chunk of every window and n-1
  * slots; two-shot n chunks (one shard per rank) and n-1 slots per phase.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -61,7 +62,8 @@ static ncclResult_t ordered_sources(brd_plan_builder_t *b,
 
 static ncclResult_t oneshot_block(brd_plan_builder_t *b,
                                   const brd_algos_args_t *a, int p, int blk,
-                                  brd_plan_ref_t *refs) {
+                                  brd_plan_ref_t *refs, const void *ctx) {
+  (void)ctx;
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
   int rank = brd_algos_rank_at(a, p);
   uint32_t chunk = (uint32_t)blk;
@@ -98,7 +100,8 @@ static ncclResult_t oneshot_block(brd_plan_builder_t *b,
 
 static ncclResult_t twoshot_block(brd_plan_builder_t *b,
                                   const brd_algos_args_t *a, int p, int blk,
-                                  brd_plan_ref_t *refs) {
+                                  brd_plan_ref_t *refs, const void *ctx) {
+  (void)ctx;
   int n = a->nranks, nb = a->nblocks, ll = a->proto == BRD_IR_PROTO_LL;
   int rank = brd_algos_rank_at(a, p);
   uint32_t own = (uint32_t)(blk * n + p);
@@ -158,8 +161,6 @@ static ncclResult_t twoshot_block(brd_plan_builder_t *b,
 
 static ncclResult_t generate(const brd_algos_args_t *args, int two,
                              brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
   const char *what = two ? "rank-ordered two-shot all-reduce"
                          : "rank-ordered one-shot all-reduce";
   uint8_t algo = two ? BRD_IR_ALGO_TWOSHOT : BRD_IR_ALGO_ONESHOT;
@@ -183,24 +184,10 @@ static ncclResult_t generate(const brd_algos_args_t *args, int two,
       .nsems = 2u * (uint32_t)args->nblocks, .seq_per_iter = 1,
       .proto = (uint8_t)args->proto, .algo = algo,
       .coll = BRD_IR_COLL_ALLREDUCE};
-  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
-  if (refs == NULL) {
-    WARN("out of host memory generating a %s for %d ranks", what, n);
-    return ncclSystemError;
-  }
-  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
-  for (int p = 0; p < n; p++) {
-    for (int blk = 0; blk < args->nblocks; blk++) {
-      if (two) CHECK_GOTO(twoshot_block(b, args, p, blk, refs), res, fail_destroy_builder);
-      else CHECK_GOTO(oneshot_block(b, args, p, blk, refs), res, fail_destroy_builder);
-    }
-  }
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-fail_free_refs:
-  free(refs);
-  return res;
+  char name[128];
+  snprintf(name, sizeof(name), "a %s", what);
+  return brd_algos_build(&shape, args, two ? twoshot_block : oneshot_block, NULL, name,
+                         plan_out);
 }
 
 /* See algos.h. */

@@ -106,7 +106,8 @@ fail_destroy_builder:
 }
 
 static ncclResult_t direct_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
-                                 int root, int p, int blk, brd_plan_ref_t *refs) {
+                                 int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  int root = *(const int *)ctx;
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
   int rank = brd_algos_rank_at(a, p);
   uint32_t chunk = (uint32_t)blk;
@@ -144,8 +145,6 @@ static ncclResult_t direct_block(brd_plan_builder_t *b, const brd_algos_args_t *
 /* See algos.h. */
 ncclResult_t brd_algos_direct_broadcast(const brd_algos_args_t *args, int root,
                                         brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
   CHECK(brd_algos_check(args, root, "direct broadcast"));
   if (args->nranks == 1)
     return brd_algos_single(args, BRD_IR_COLL_BROADCAST, BRD_IR_ALGO_ONESHOT,
@@ -163,19 +162,5 @@ ncclResult_t brd_algos_direct_broadcast(const brd_algos_args_t *args, int root,
       .nsems = 3u * (uint32_t)args->nblocks, .seq_per_iter = 1,
       .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_ONESHOT,
       .coll = BRD_IR_COLL_BROADCAST, .root = (uint16_t)root};
-  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
-  if (refs == NULL) {
-    WARN("out of host memory generating a direct broadcast for %d ranks", n);
-    return ncclSystemError;
-  }
-  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
-  for (int p = 0; p < n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(direct_block(b, args, root, p, blk, refs), res, fail_destroy_builder);
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-fail_free_refs:
-  free(refs);
-  return res;
+  return brd_algos_build(&shape, args, direct_block, &root, "a direct broadcast", plan_out);
 }

@@ -10,6 +10,30 @@
 #include "algos/algos.h"
 
 /* See algos.h. */
+/* See algos.h. */
+ncclResult_t brd_algos_build(const brd_plan_shape_t *shape, const brd_algos_args_t *args,
+                             brd_algos_block_fn body, const void *ctx, const char *what,
+                             brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_plan_builder_t *b = NULL;
+  int n = args->nranks;
+  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
+  if (refs == NULL) {
+    WARN("out of host memory generating %s for %d ranks", what, n);
+    return ncclSystemError;
+  }
+  CHECK_GOTO(brd_plan_builder_create(shape, &b), res, fail_free_refs);
+  for (int p = 0; p < n; p++)
+    for (int blk = 0; blk < args->nblocks; blk++)
+      CHECK_GOTO(body(b, args, p, blk, refs, ctx), res, fail_destroy_builder);
+  res = brd_plan_builder_finish(b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(b);
+fail_free_refs:
+  free(refs);
+  return res;
+}
+
 int brd_algos_pos_of(const brd_algos_args_t *args, int rank) {
   if (args->order == NULL) return rank;
   for (int p = 0; p < args->nranks; p++)

@@ -122,8 +122,9 @@ static uint32_t direct_slot(int n, int blk, int ps, int pr) {
 }
 
 static ncclResult_t rs_direct_block(brd_plan_builder_t *b,
-                                    const brd_algos_args_t *a, int det, int p,
-                                    int blk, brd_plan_ref_t *refs) {
+                                    const brd_algos_args_t *a, int p, int blk,
+                                    brd_plan_ref_t *refs, const void *ctx) {
+  int det = *(const int *)ctx; /* rank-ordered reduction */
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
   int rank = brd_algos_rank_at(a, p);
   uint32_t nchunks = (uint32_t)a->nblocks, chunk = (uint32_t)blk;
@@ -176,8 +177,6 @@ static ncclResult_t rs_direct_block(brd_plan_builder_t *b,
 ncclResult_t brd_algos_direct_reducescatter(const brd_algos_args_t *args,
                                             int deterministic,
                                             brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
   CHECK(brd_algos_check(args, -1, "direct reduce-scatter"));
   if (args->nranks == 1)
     return brd_algos_single(args, BRD_IR_COLL_REDUCESCATTER, BRD_IR_ALGO_ONESHOT,
@@ -197,20 +196,6 @@ ncclResult_t brd_algos_direct_reducescatter(const brd_algos_args_t *args,
       .slot_div = (uint32_t)(n - 1), .nsems = 2u * (uint32_t)args->nblocks,
       .seq_per_iter = 1, .proto = (uint8_t)args->proto,
       .algo = BRD_IR_ALGO_ONESHOT, .coll = BRD_IR_COLL_REDUCESCATTER};
-  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
-  if (refs == NULL) {
-    WARN("out of host memory generating a direct reduce-scatter for %d ranks", n);
-    return ncclSystemError;
-  }
-  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
-  for (int p = 0; p < n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(rs_direct_block(b, args, deterministic, p, blk, refs), res,
-                 fail_destroy_builder);
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-fail_free_refs:
-  free(refs);
-  return res;
+  return brd_algos_build(&shape, args, rs_direct_block, &deterministic,
+                         "a direct reduce-scatter", plan_out);
 }

@@ -11,6 +11,7 @@
  * its buffers are still in use. The verifier checks both (peer inputs read
  * only between a peer's join and its end).
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -30,6 +31,26 @@ static ncclResult_t all_sync(brd_plan_builder_t *b, const brd_algos_args_t *a, i
   return ncclSuccess;
 }
 
+/* The zero-copy shape: no scratch, a join and a done semaphore per block,
+ * Simple only; body per (position, block). */
+static ncclResult_t zc_build(const brd_algos_args_t *args, uint8_t coll, uint8_t algo,
+                             size_t nchunks, const char *what, brd_algos_block_fn body,
+                             brd_ir_plan_t **plan_out) {
+  if (args->proto != BRD_IR_PROTO_SIMPLE || nchunks > 65535) {
+    WARN("%s: Simple protocol only, and at most 65535 chunks (%d blocks x %d ranks)",
+         what, args->nblocks, args->nranks);
+    return ncclInvalidArgument;
+  }
+  brd_plan_shape_t shape = {
+      .nranks = args->nranks, .nblocks = args->nblocks, .nchunks = (uint32_t)nchunks,
+      .nslots = 0, .slot_div = 1, .nsems = 2u * (uint32_t)args->nblocks,
+      .seq_per_iter = 1, .proto = BRD_IR_PROTO_SIMPLE, .algo = algo,
+      .coll = coll, .flags = BRD_IR_PLAN_F_PEER_INPUT};
+  char name[96];
+  snprintf(name, sizeof(name), "a %s plan", what);
+  return brd_algos_build(&shape, args, body, NULL, name, plan_out);
+}
+
 /* ---- all-reduce: two-shot ------------------------------------------------
  *
  * With every rank's send and receive buffers registered and mapped by its
@@ -43,7 +64,8 @@ static ncclResult_t all_sync(brd_plan_builder_t *b, const brd_algos_args_t *a, i
  * or writes its output. In place is safe: shard s of rank q's buffer is
  * read and then written by the owner of s alone. */
 static ncclResult_t peer_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
-                               int p, int blk, brd_plan_ref_t *refs) {
+                               int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  (void)ctx;
   int n = a->nranks;
   int rank = brd_algos_rank_at(a, p);
   uint32_t own = (uint32_t)(blk * n + p);
@@ -64,76 +86,13 @@ static ncclResult_t peer_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
 
 /* See algos.h. */
 ncclResult_t brd_algos_zerocopy_allreduce(const brd_algos_args_t *args,
-                                              brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
+                                          brd_ir_plan_t **plan_out) {
   CHECK(brd_algos_args_check(args, "zero-copy two-shot"));
   if (args->nranks == 1)
     return brd_algos_single_allreduce(args, BRD_IR_ALGO_TWOSHOT, plan_out);
-  int n = args->nranks;
-  if (args->proto != BRD_IR_PROTO_SIMPLE || (size_t)args->nblocks * n > 65535) {
-    WARN("zero-copy two-shot all-reduce: Simple protocol only, and at most 65535 "
-         "chunks (%d blocks x %d ranks)", args->nblocks, n);
-    return ncclInvalidArgument;
-  }
-  brd_plan_shape_t shape = {
-      .nranks = n, .nblocks = args->nblocks,
-      .nchunks = (uint32_t)args->nblocks * (uint32_t)n,
-      .nslots = 0, .slot_div = 1, .nsems = 2u * (uint32_t)args->nblocks,
-      .seq_per_iter = 1, .proto = BRD_IR_PROTO_SIMPLE, .algo = BRD_IR_ALGO_TWOSHOT,
-      .coll = BRD_IR_COLL_ALLREDUCE, .flags = BRD_IR_PLAN_F_PEER_INPUT};
-  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
-  if (refs == NULL) {
-    WARN("out of host memory generating a zero-copy two-shot plan for %d ranks", n);
-    return ncclSystemError;
-  }
-  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
-  for (int p = 0; p < n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(peer_block(b, args, p, blk, refs), res, fail_destroy_builder);
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-fail_free_refs:
-  free(refs);
-  return res;
-}
-
-/* The common frame: shape checks, the builder, one body per (position,
- * block). */
-typedef ncclResult_t (*zc_block_fn)(brd_plan_builder_t *b, const brd_algos_args_t *a,
-                                    int p, int blk, brd_plan_ref_t *refs);
-
-static ncclResult_t zc_build(const brd_algos_args_t *args, uint8_t coll, uint32_t nchunks,
-                             const char *what, zc_block_fn body, brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
-  int n = args->nranks;
-  if (args->proto != BRD_IR_PROTO_SIMPLE || nchunks > 65535) {
-    WARN("%s: Simple protocol only, and at most 65535 chunks (%d blocks x %d ranks)",
-         what, args->nblocks, n);
-    return ncclInvalidArgument;
-  }
-  brd_plan_shape_t shape = {
-      .nranks = n, .nblocks = args->nblocks, .nchunks = nchunks,
-      .nslots = 0, .slot_div = 1, .nsems = 2u * (uint32_t)args->nblocks,
-      .seq_per_iter = 1, .proto = BRD_IR_PROTO_SIMPLE, .algo = BRD_IR_ALGO_ONESHOT,
-      .coll = coll, .flags = BRD_IR_PLAN_F_PEER_INPUT};
-  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
-  if (refs == NULL) {
-    WARN("out of host memory generating a %s plan for %d ranks", what, n);
-    return ncclSystemError;
-  }
-  CHECK_GOTO(brd_plan_builder_create(&shape, &b), res, fail_free_refs);
-  for (int p = 0; p < n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(body(b, args, p, blk, refs), res, fail_destroy_builder);
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-fail_free_refs:
-  free(refs);
-  return res;
+  return zc_build(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_TWOSHOT,
+                  (size_t)args->nblocks * (size_t)args->nranks,
+                  "zero-copy two-shot all-reduce", peer_block, plan_out);
 }
 
 /* ---- reduce-scatter ------------------------------------------------------
@@ -141,8 +100,9 @@ fail_free_refs:
  * Rank r reduces segment r of every rank's input, read in place, straight
  * into its output. In place is safe: rank q's segment q (its output) is
  * read and written by q alone. */
-static ncclResult_t rs_block(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
-                             int blk, brd_plan_ref_t *refs) {
+static ncclResult_t rs_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                             int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  (void)ctx;
   int n = a->nranks, rank = brd_algos_rank_at(a, p);
   uint32_t nch = (uint32_t)a->nblocks, c = (uint32_t)blk;
   CHECK(all_sync(b, a, p, blk, 2u * (uint32_t)blk));
@@ -161,8 +121,8 @@ ncclResult_t brd_algos_zerocopy_reducescatter(const brd_algos_args_t *args,
                                               brd_ir_plan_t **plan_out) {
   CHECK(brd_algos_args_check(args, "zero-copy reduce-scatter"));
   CHECK(brd_algos_check_direct(args->nranks, "zero-copy reduce-scatter"));
-  return zc_build(args, BRD_IR_COLL_REDUCESCATTER, (uint32_t)args->nblocks,
-                  "zero-copy reduce-scatter", rs_block, plan_out);
+  return zc_build(args, BRD_IR_COLL_REDUCESCATTER, BRD_IR_ALGO_ONESHOT,
+                  (size_t)args->nblocks, "zero-copy reduce-scatter", rs_block, plan_out);
 }
 
 /* ---- all-gather ------------------------------------------------------------
@@ -170,8 +130,9 @@ ncclResult_t brd_algos_zerocopy_reducescatter(const brd_algos_args_t *args,
  * Rank r reads every peer's input in place into that peer's segment of its
  * output, and copies its own input into its own segment only after every
  * peer is done reading it: in place, that input is the segment itself. */
-static ncclResult_t ag_block(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
-                             int blk, brd_plan_ref_t *refs) {
+static ncclResult_t ag_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                             int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  (void)ctx;
   int n = a->nranks, rank = brd_algos_rank_at(a, p);
   uint32_t nch = (uint32_t)a->nblocks, c = (uint32_t)blk;
   (void)refs;
@@ -193,6 +154,6 @@ ncclResult_t brd_algos_zerocopy_allgather(const brd_algos_args_t *args,
                                           brd_ir_plan_t **plan_out) {
   CHECK(brd_algos_args_check(args, "zero-copy all-gather"));
   CHECK(brd_algos_check_direct(args->nranks, "zero-copy all-gather"));
-  return zc_build(args, BRD_IR_COLL_ALLGATHER, (uint32_t)args->nblocks,
-                  "zero-copy all-gather", ag_block, plan_out);
+  return zc_build(args, BRD_IR_COLL_ALLGATHER, BRD_IR_ALGO_ONESHOT,
+                  (size_t)args->nblocks, "zero-copy all-gather", ag_block, plan_out);
 }
