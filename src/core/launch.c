@@ -35,8 +35,8 @@
  * then whatever the receive writes. Each pair of ranks counts its own
  * sequence numbers (p2p_cursor here in host mode; in CUDA mode the kernels
  * keep the cursors on the device and the works carry spans), so a rank
- * needs to know nothing about the pairs it is not part of. Transfers longer than P2P_ROUND_CHUNKS pieces run in rounds,
- * each a work of its own; round k moves pieces [k * R, (k + 1) * R) of
+ * needs to know nothing about the pairs it is not part of. Transfers
+ * longer than P2P_ROUND_CHUNKS pieces run in rounds, each a work of its own; round k moves pieces [k * R, (k + 1) * R) of
  * every transfer, which both ends of a pair derive from the count alone.
  *
  * One launch: all the works of one brd_launch_run (every call a group put
@@ -77,7 +77,7 @@
 #define P2P_ROUND_CHUNKS 16   /* pieces of one transfer per round */
 #define P2P_MAX_OPS (65536 / P2P_ROUND_CHUNKS) /* sends (or receives) per launch */
 #define RT_ALGO_PEER 0x40     /* plan cache: the zero-copy variant of an algorithm */
-#define RT_PEER_MIN_BYTES ((size_t)64 << 10) /* zero-copy all-reduce from here */
+#define RT_PEER_MIN_BYTES ((size_t)64 << 10) /* zero-copy plans from here (per rank) */
 
 static const brd_algo_t rt_algos[RT_ALGOS] = {BRD_ALGO_RING, BRD_ALGO_TREE,
                                               BRD_ALGO_ONESHOT,
@@ -676,6 +676,28 @@ static void coll_chans(const struct ncclComm *comm, const struct brd_rt *rt,
   }
 }
 
+/* Every rank's copy of registered buffer [buf, buf + bytes) as mapped here
+ * (brd_reg_direct), in *peer_out (owned by the caller), or NULL when it is
+ * not usable in place. */
+static ncclResult_t reg_peers(struct ncclComm *comm, const struct brd_rt *rt,
+                              const brd_call_t *c, const void *buf, size_t bytes,
+                              char ***peer_out) {
+  int ok = 0;
+  *peer_out = NULL;
+  char **peer = calloc((size_t)comm->nranks, sizeof(*peer));
+  if (peer == NULL) {
+    WARN("%s : out of host memory", c->fn);
+    return ncclSystemError;
+  }
+  ncclResult_t res = brd_reg_direct(comm, buf, bytes, rt->reg_shareable, c->fn, peer, &ok);
+  if (res != ncclSuccess || !ok) {
+    free(peer);
+    return res;
+  }
+  *peer_out = peer;
+  return ncclSuccess;
+}
+
 /* Whether call c writes its registered output buffer in place on every
  * rank: *peer_out_out gets every rank's buffer as mapped here (owned by
  * the caller), or stays NULL for the staged path. Only collectives where
@@ -683,7 +705,7 @@ static void coll_chans(const struct ncclComm *comm, const struct brd_rt *rt,
  * rank, and a rank without an output cannot tell what the others do). */
 static ncclResult_t direct_output(struct ncclComm *comm, const struct brd_rt *rt,
                                   const brd_call_t *c, uint8_t coll, char ***peer_out_out) {
-  int n = comm->nranks, ok = 0;
+  int n = comm->nranks;
   *peer_out_out = NULL;
   if (n == 1 || comm->regs == NULL || coll == BRD_IR_COLL_REDUCE ||
       coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_SCATTER)
@@ -696,20 +718,10 @@ static ncclResult_t direct_output(struct ncclComm *comm, const struct brd_rt *rt
    * out-of-place ranks breaks the symmetric rule. */
   int rs_in_place = coll == BRD_IR_COLL_REDUCESCATTER &&
                     (const char *)c->recvbuff == (const char *)c->sendbuff + comm->rank * seg;
-  char **peer = calloc((size_t)n, sizeof(*peer));
-  if (peer == NULL) {
-    WARN("%s : out of host memory", c->fn);
-    return ncclSystemError;
-  }
-  ncclResult_t res =
-      rs_in_place ? brd_reg_direct(comm, c->sendbuff, seg * (size_t)n, rt->reg_shareable,
-                                   c->fn, peer, &ok)
-                  : brd_reg_direct(comm, c->recvbuff, bytes, rt->reg_shareable, c->fn,
-                                   peer, &ok);
-  if (res != ncclSuccess || !ok) {
-    free(peer);
-    return res;
-  }
+  char **peer;
+  CHECK(rs_in_place ? reg_peers(comm, rt, c, c->sendbuff, seg * (size_t)n, &peer)
+                    : reg_peers(comm, rt, c, c->recvbuff, bytes, &peer));
+  if (peer == NULL) return ncclSuccess;
   if (rs_in_place)
     for (int q = 0; q < n; q++) peer[q] += (size_t)q * seg;
   INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: output %p written in place "
@@ -732,7 +744,7 @@ static ncclResult_t direct_output(struct ncclComm *comm, const struct brd_rt *rt
 static ncclResult_t peer_input(struct ncclComm *comm, const struct brd_rt *rt,
                                const brd_call_t *c, uint8_t coll, char *const *peer_out,
                                char ***peer_in_out, uint8_t *algo_out) {
-  int ok = 0, n = comm->nranks;
+  int n = comm->nranks;
   size_t esize = brd_dtype_size(c->dtype);
   /* What every rank reads of each input, and the NCCL_ALGO family the plan
    * stands for. */
@@ -750,26 +762,22 @@ static ncclResult_t peer_input(struct ncclComm *comm, const struct brd_rt *rt,
       !(rt->mask.algos[c->coll] & BRD_ALGO_BIT(family)) ||
       !(rt->mask.protos[c->coll] & BRD_PROTO_BIT(BRD_PROTO_SIMPLE)))
     return ncclSuccess;
-  char **peer = calloc((size_t)comm->nranks, sizeof(*peer));
-  if (peer == NULL) {
-    WARN("%s : out of host memory", c->fn);
-    return ncclSystemError;
-  }
   /* An in-place all-gather's input is segment `rank` of its output, at its
    * own offset: step from each rank's output (all at one offset). */
   int ag_in_place = coll == BRD_IR_COLL_ALLGATHER &&
                     (const char *)c->sendbuff ==
                         (const char *)c->recvbuff + (size_t)comm->rank * bytes;
-  ncclResult_t res = ncclSuccess;
+  char **peer;
   if (ag_in_place) {
+    peer = calloc((size_t)n, sizeof(*peer));
+    if (peer == NULL) {
+      WARN("%s : out of host memory", c->fn);
+      return ncclSystemError;
+    }
     for (int q = 0; q < n; q++) peer[q] = peer_out[q] + (size_t)q * bytes;
-    ok = 1;
   } else {
-    res = brd_reg_direct(comm, c->sendbuff, bytes, rt->reg_shareable, c->fn, peer, &ok);
-  }
-  if (res != ncclSuccess || !ok) {
-    free(peer);
-    return res;
+    CHECK(reg_peers(comm, rt, c, c->sendbuff, bytes, &peer));
+    if (peer == NULL) return ncclSuccess;
   }
   INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: input %p read in place by "
        "every rank (zero-copy plan)", c->fn, comm->rank, c->sendbuff);
@@ -833,7 +841,7 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
   ncclResult_t res = direct_output(comm, rt, c, coll, &peer_out);
   if (res != ncclSuccess) return res;
   if (peer_out != NULL) piece = c->count;
-  /* Registered inputs too: the zero-copy all-reduce reads them in place. */
+  /* Registered inputs too: a zero-copy plan reads them in place. */
   if (peer_out != NULL) {
     uint8_t zc_algo = 0;
     CHECK_GOTO(peer_input(comm, rt, c, coll, peer_out, &peer_in, &zc_algo), res, out);
