@@ -95,28 +95,71 @@ ncclResult_t brd_group_add_job(struct ncclComm *comm, brd_group_job_fn fn, void 
   return ncclSuccess;
 }
 
-/* One communicator's jobs, on a thread of its own. */
-typedef struct {
+/* One communicator's share of the group's end, run on a thread of its own
+ * when there are several: the first member of comm_batch_t and job_run_t. */
+typedef struct comm_task {
   struct ncclComm *comm;
-  const group_job_t *list;   /* borrowed: the calling thread's jobs */
-  int n;
+  void (*run)(struct comm_task *t); /* does the work, sets res */
   ncclResult_t res;
   pthread_t thread;
   int started;
+} comm_task_t;
+
+static void *task_main(void *arg) {
+  comm_task_t *t = arg;
+  t->run(t);
+  return NULL;
+}
+
+/* Runs n tasks (each the first member of an element of `size` bytes at
+ * base), concurrently when there are several, since one thread may drive
+ * every rank of a clique and those ranks wait on each other. Returns the
+ * first failure; a task that could not start gets ncclSystemError and the
+ * communicators already started are aborted. Blocks until all are done. */
+static ncclResult_t tasks_run(void *base, int n, size_t size) {
+  ncclResult_t res = ncclSuccess;
+#define TASK(i) ((comm_task_t *)((char *)base + (size_t)(i) * size))
+  if (n == 1) {
+    TASK(0)->run(TASK(0));
+    return TASK(0)->res;
+  }
+  for (int i = 0; i < n; i++) {
+    int err = pthread_create(&TASK(i)->thread, NULL, task_main, TASK(i));
+    if (err != 0) {
+      WARN("ncclGroupEnd : creating a launch thread failed: %s; aborting "
+           "the communicators already launched", strerror(err));
+      for (int k = 0; k < i; k++) atomic_store(&TASK(k)->comm->abort_flag, 1);
+      for (int k = i; k < n; k++) TASK(k)->res = ncclSystemError;
+      res = ncclSystemError;
+      break;
+    }
+    TASK(i)->started = 1;
+  }
+  for (int i = 0; i < n; i++) {
+    if (!TASK(i)->started) continue;
+    pthread_join(TASK(i)->thread, NULL);
+    if (res == ncclSuccess) res = TASK(i)->res;
+  }
+#undef TASK
+  return res;
+}
+
+/* One communicator's jobs. */
+typedef struct {
+  comm_task_t t;
+  const group_job_t *list;   /* borrowed: the calling thread's jobs */
+  int n;
 } job_run_t;
 
-static void *jobs_main(void *arg) {
-  job_run_t *jr = arg;
-  for (int i = 0; i < jr->n; i++)
-    if (jr->list[i].comm == jr->comm && jr->res == ncclSuccess)
-      jr->res = jr->list[i].fn(jr->comm, jr->list[i].arg);
-  return NULL;
+static void jobs_main(comm_task_t *t) {
+  job_run_t *jr = (job_run_t *)t;
+  for (int i = 0; i < jr->n && t->res == ncclSuccess; i++)
+    if (jr->list[i].comm == t->comm) t->res = jr->list[i].fn(t->comm, jr->list[i].arg);
 }
 
 /* Runs the group's jobs: each communicator's in order, communicators
  * concurrently. Returns the first failure. */
 static ncclResult_t jobs_run(void) {
-  ncclResult_t res = ncclSuccess;
   if (njobs == 0) return ncclSuccess;
   job_run_t *runs = calloc((size_t)njobs, sizeof(*runs));
   if (runs == NULL) {
@@ -126,35 +169,16 @@ static ncclResult_t jobs_run(void) {
   int nr = 0;
   for (int i = 0; i < njobs; i++) {
     int j = 0;
-    while (j < nr && runs[j].comm != jobs[i].comm) j++;
+    while (j < nr && runs[j].t.comm != jobs[i].comm) j++;
     if (j == nr) {
-      runs[nr].comm = jobs[i].comm;
+      runs[nr].t.comm = jobs[i].comm;
+      runs[nr].t.run = jobs_main;
       runs[nr].list = jobs;
       runs[nr].n = njobs;
       nr++;
     }
   }
-  if (nr == 1) {
-    jobs_main(&runs[0]);
-    res = runs[0].res;
-  } else {
-    for (int i = 0; i < nr; i++) {
-      int err = pthread_create(&runs[i].thread, NULL, jobs_main, &runs[i]);
-      if (err != 0) {
-        WARN("ncclGroupEnd : creating a thread failed: %s; aborting the "
-             "communicators already started", strerror(err));
-        for (int k = 0; k < i; k++) atomic_store(&runs[k].comm->abort_flag, 1);
-        res = ncclSystemError;
-        break;
-      }
-      runs[i].started = 1;
-    }
-    for (int i = 0; i < nr; i++) {
-      if (!runs[i].started) continue;
-      pthread_join(runs[i].thread, NULL);
-      if (res == ncclSuccess) res = runs[i].res;
-    }
-  }
+  ncclResult_t res = tasks_run(runs, nr, sizeof(*runs));
   free(runs);
   return res;
 }
@@ -184,12 +208,9 @@ ncclResult_t pncclGroupStart(void) {
 
 /* One communicator's share of a group. */
 typedef struct {
-  struct ncclComm *comm;
+  comm_task_t t;
   brd_call_t *calls;      /* owned: this comm's calls, in call order */
   int ncalls;
-  ncclResult_t res;
-  pthread_t thread;
-  int started;
 } comm_batch_t;
 
 static void batches_free(comm_batch_t *bs, int nb) {
@@ -197,10 +218,9 @@ static void batches_free(comm_batch_t *bs, int nb) {
   free(bs);
 }
 
-static void *batch_main(void *arg) {
-  comm_batch_t *b = arg;
-  b->res = brd_launch_run(b->comm, b->calls, b->ncalls);
-  return NULL;
+static void batch_main(comm_task_t *t) {
+  comm_batch_t *b = (comm_batch_t *)t;
+  t->res = brd_launch_run(t->comm, b->calls, b->ncalls);
 }
 
 /* Takes the queue, split by communicator keeping call order. */
@@ -213,11 +233,12 @@ static ncclResult_t batches_make(comm_batch_t **out, int *nout) {
   int nb = 0;
   for (int i = 0; i < queue_len; i++) {
     int j = 0;
-    while (j < nb && bs[j].comm != queue[i].comm) j++;
+    while (j < nb && bs[j].t.comm != queue[i].comm) j++;
     if (j == nb) {
       int n = 0;
       for (int k = i; k < queue_len; k++) n += queue[k].comm == queue[i].comm;
-      bs[nb].comm = queue[i].comm;
+      bs[nb].t.comm = queue[i].comm;
+      bs[nb].t.run = batch_main;
       bs[nb].calls = calloc((size_t)n, sizeof(brd_call_t));
       if (bs[nb].calls == NULL) {
         batches_free(bs, nb);
@@ -236,29 +257,7 @@ static ncclResult_t batches_make(comm_batch_t **out, int *nout) {
 /* Runs every batch, concurrently when there are several, and returns the
  * first failure. Blocks until all are done. */
 static ncclResult_t batches_run(comm_batch_t *bs, int nb) {
-  ncclResult_t res = ncclSuccess;
-  if (nb == 1) {
-    bs[0].res = brd_launch_run(bs[0].comm, bs[0].calls, bs[0].ncalls);
-    return bs[0].res;
-  }
-  for (int i = 0; i < nb; i++) {
-    int err = pthread_create(&bs[i].thread, NULL, batch_main, &bs[i]);
-    if (err != 0) {
-      WARN("ncclGroupEnd : creating a launch thread failed: %s; aborting "
-           "the communicators already launched", strerror(err));
-      for (int k = 0; k < i; k++) atomic_store(&bs[k].comm->abort_flag, 1);
-      for (int k = i; k < nb; k++) bs[k].res = ncclSystemError;
-      res = ncclSystemError;
-      break;
-    }
-    bs[i].started = 1;
-  }
-  for (int i = 0; i < nb; i++) {
-    if (!bs[i].started) continue;
-    pthread_join(bs[i].thread, NULL);
-    if (res == ncclSuccess) res = bs[i].res;
-  }
-  return res;
+  return tasks_run(bs, nb, sizeof(*bs));
 }
 
 /* A nonblocking group on its helper thread. */
@@ -278,7 +277,7 @@ static void *async_main(void *arg) {
     bs[i].calls = NULL;
   }
   /* Each report is the last touch of that communicator. */
-  for (int i = 0; i < nb; i++) brd_launch_async_end(bs[i].comm, bs[i].res);
+  for (int i = 0; i < nb; i++) brd_launch_async_end(bs[i].t.comm, bs[i].t.res);
   free(bs);
   return NULL;
 }
@@ -298,7 +297,7 @@ static ncclResult_t async_start(comm_batch_t *bs, int nb) {
   }
   g->bs = bs;
   g->nb = nb;
-  for (; begun < nb; begun++) CHECK_GOTO(brd_launch_async_begin(bs[begun].comm), res, fail);
+  for (; begun < nb; begun++) CHECK_GOTO(brd_launch_async_begin(bs[begun].t.comm), res, fail);
   PTHREAD_CHECK_GOTO(pthread_attr_init(&attr), "pthread_attr_init", res, fail);
   PTHREAD_CHECK_GOTO(pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED),
                      "pthread_attr_setdetachstate", res, fail_attr);
@@ -312,8 +311,8 @@ fail_attr:
   pthread_attr_destroy(&attr);
 fail:
   free(g);
-  for (int i = 0; i < begun; i++) brd_launch_async_end(bs[i].comm, res);
-  for (int i = begun; i < nb; i++) atomic_store(&bs[i].comm->async_error, (int)res);
+  for (int i = 0; i < begun; i++) brd_launch_async_end(bs[i].t.comm, res);
+  for (int i = begun; i < nb; i++) atomic_store(&bs[i].t.comm->async_error, (int)res);
   batches_free(bs, nb);
   return res;
 }
