@@ -965,6 +965,20 @@ fail_free:
   return res;
 }
 
+/* Lets the current device (dev) reach peer_dev's cudaMalloc memory; `fix`
+ * ends the WARN when it cannot. */
+static ncclResult_t peer_access(int dev, int peer_dev, const char *fix) {
+  cudaError_t e = cudaDeviceEnablePeerAccess(peer_dev, 0);
+  if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+    WARN("CUDA: cudaDeviceEnablePeerAccess from device %d to device %d failed: %s; %s",
+         dev, peer_dev, cudaGetErrorString(e), fix);
+    (void)cudaGetLastError();
+    return ncclUnhandledCudaError;
+  }
+  (void)cudaGetLastError();
+  return ncclSuccess;
+}
+
 /* A segment of this process: alias the creator's memory, after granting
  * the importing device access to it. */
 static ncclResult_t import_local(const brd_seg_handle_t *h, int dev, brd_seg_t *seg_out) {
@@ -983,16 +997,8 @@ static ncclResult_t import_local(const brd_seg_handle_t *h, int dev, brd_seg_t *
       CHECK_GOTO(vmm_grant((CUdeviceptr)(uintptr_t)m->ptr, m->alloc_size, dev, 0), res,
                  out);
     } else {
-      cudaError_t e = cudaDeviceEnablePeerAccess(m->dev, 0);
-      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
-        WARN("CUDA: cudaDeviceEnablePeerAccess from device %d to device %d failed: "
-             "%s; set NCCL_P2P_DISABLE=1 to use host memory instead", dev, m->dev,
-             cudaGetErrorString(e));
-        (void)cudaGetLastError();
-        res = ncclUnhandledCudaError;
-        goto out;
-      }
-      (void)cudaGetLastError();
+      CHECK_GOTO(peer_access(dev, m->dev, "set NCCL_P2P_DISABLE=1 to use host memory instead"),
+                 res, out);
     }
   }
   m->refs++;
@@ -1320,17 +1326,9 @@ ncclResult_t brd_p2p_import_user(const brd_seg_handle_t *h, brd_seg_t *seg_out) 
    * importing device has access (ncclMemAlloc blocks grant every peer). */
   memcpy(&nm, h->name, sizeof(nm));
   CHECK(current_device(&dev));
-  if (dev != nm.dev && nm.mode == MODE_IPC) {
-    cudaError_t e = cudaDeviceEnablePeerAccess(nm.dev, 0);
-    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
-      WARN("CUDA: cudaDeviceEnablePeerAccess from device %d to device %d failed: %s; "
-           "set NCCL_LOCAL_REGISTER=0 to stop using registered buffers directly",
-           dev, nm.dev, cudaGetErrorString(e));
-      (void)cudaGetLastError();
-      return ncclUnhandledCudaError;
-    }
-    (void)cudaGetLastError();
-  }
+  if (dev != nm.dev && nm.mode == MODE_IPC)
+    CHECK(peer_access(dev, nm.dev,
+                      "set NCCL_LOCAL_REGISTER=0 to stop using registered buffers directly"));
   memset(seg_out, 0, sizeof(*seg_out));
   seg_out->ptr = (void *)(uintptr_t)h->local_addr;
   seg_out->size = (size_t)h->size;
