@@ -206,13 +206,17 @@ def main(argv):
     add("device memory per communicator (cudaMemGetInfo)", bm, nm, "<= NCCL / 4",
         None if bm is None or lim is None else bm <= lim, "MiB", lim)
 
-    bound_rows = []
-    for n in SWEEP_RANKS:
-        run = runs[n]
+    def at_bound(run, n):
+        # The 256 MiB row of a run, its algbw, the bound B/(2N) and their ratio.
         row = run["rows"].get(MIB256) if run else None
         alg = row["oop"]["algbw"] if row else None
         bound = B / (2 * n) if B else None
         frac = alg / bound if alg is not None and bound else None
+        return row, alg, bound, frac
+
+    bound_rows = []
+    for n in SWEEP_RANKS:
+        row, alg, bound, frac = at_bound(runs[n], n)
         bound_rows.append((n, row, alg, bound, frac))
         if n in SHARED_RANKS:
             lim = HBM_FRACTION * bound if bound else None
@@ -326,10 +330,7 @@ def main(argv):
     reg_rows = []
     for n in SHARED_RANKS:
         run = reg_runs[n]
-        row = run["rows"].get(MIB256) if run else None
-        alg = row["oop"]["algbw"] if row else None
-        bound = B / (2 * n) if B else None
-        frac = alg / bound if alg is not None and bound else None
+        row, alg, bound, frac = at_bound(run, n)
         wrong = row["oop"]["wrong"] if row else None
         reg_rows.append({"ranks": n, "algbw": alg, "bound": bound, "fraction": frac})
         w(f"| {n} | {fmt(row['oop']['time_us'] if row else None)} | {fmt(alg, 1)} | "
