@@ -280,21 +280,26 @@ static void write_expect(int calls, int peer_calls, int peer_other) {
   }
 }
 
-static int rank_main(ncclUniqueId id, int n, int rank, char *msg, size_t len) {
-  rank_t RR, *R = &RR;
+/* A rank's stream and communicator. */
+static int rank_open(rank_t *R, ncclUniqueId id, int n, int rank, char *msg, size_t len) {
   memset(R, 0, sizeof(*R));
   R->n = n;
   R->rank = rank;
   if (tdev_stream_create(&R->stream) != 0)
     return fail(msg, len, "rank %d: stream: %s", rank, tdev_last_error());
   TRY(ncclCommInitRank(&R->comm, n, id, rank));
+  return 0;
+}
+
+static int rank_main(ncclUniqueId id, int n, int rank, char *msg, size_t len) {
+  rank_t RR, *R = &RR;
+  if (rank_open(R, id, n, rank, msg, len)) return 1;
   int bad = rank_body(R, msg, len);
   if (!bad && rank == 0) write_expect(R->direct_calls, R->peer_calls, R->peer_other);
   if (bad) {
     fprintf(stderr, "%s\n", msg); /* every failing rank, not only the first */
     ncclCommAbort(R->comm);
-  }
-  else if (ncclCommDestroy(R->comm) != ncclSuccess)
+  } else if (ncclCommDestroy(R->comm) != ncclSuccess)
     bad = fail(msg, len, "rank %d: ncclCommDestroy failed", rank);
   ncclMemFree(R->send);
   ncclMemFree(R->recv);
@@ -309,12 +314,7 @@ static int rank_main(ncclUniqueId id, int n, int rank, char *msg, size_t len) {
 static int rank_mismatch(ncclUniqueId id, int n, int rank, char *msg, size_t len) {
   rank_t RR, *R = &RR;
   void *h = NULL;
-  memset(R, 0, sizeof(*R));
-  R->n = n;
-  R->rank = rank;
-  if (tdev_stream_create(&R->stream) != 0)
-    return fail(msg, len, "rank %d: stream: %s", rank, tdev_last_error());
-  TRY(ncclCommInitRank(&R->comm, n, id, rank));
+  if (rank_open(R, id, n, rank, msg, len)) return 1;
   TRY(ncclMemAlloc((void **)&R->recv, 4096 * ESZ));
   if (rank == 0) TRY(ncclCommRegister(R->comm, R->recv, 4096 * ESZ, &h));
   ncclResult_t r = ncclAllReduce(R->recv, R->recv, 4096, DT, ncclSum, R->comm, R->stream);
