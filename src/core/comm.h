@@ -96,6 +96,44 @@ void brd_mem_regs_destroy(struct ncclComm *comm);
 ncclResult_t brd_reg_direct(struct ncclComm *comm, const void *buf, size_t bytes,
                             int shareable, const char *fn, char **peer_out, int *ok_out);
 
+/* Where a rank's registration service listens (brd_reg_svc_create):
+ * pid 0 when there is none because every rank is in this process. */
+typedef struct brd_reg_peer {
+  uint32_t pid;
+  uint32_t serial;
+} brd_reg_peer_t;
+
+/* Answers of brd_reg_share. */
+enum {
+  BRD_REG_NONE = 0,   /* not in a registered range */
+  BRD_REG_LOCAL = 1,  /* registered, but some rank cannot map it */
+  BRD_REG_SHARED = 2, /* registered and mapped by every rank */
+};
+
+/* Starts comm's registration service: a thread that maps the ranges other
+ * ranks' brd_reg_share push to this rank, and unmaps them when asked or
+ * with the communicator. The caller owns it (brd_p2p_svc_destroy, before
+ * brd_mem_regs_destroy). ncclSystemError (WARN) when it cannot start.
+ * The communicator's launching thread. */
+struct brd_p2p_svc;
+ncclResult_t brd_reg_svc_create(struct ncclComm *comm, struct brd_p2p_svc **svc_out);
+
+/* For a buffer [buf, buf + bytes) of an ncclCommRegister range (without
+ * BRAID_REGISTER_SYMMETRIC; NCCL_LOCAL_REGISTER=0 turns it off): at its
+ * first use, pushes the range to every rank in another process through
+ * its service (svc, nranks entries) and remembers where each rank maps it.
+ * *state_out is BRD_REG_SHARED with remote_out[p] (nranks entries) the
+ * buffer as rank p addresses it, BRD_REG_LOCAL when some rank cannot map
+ * it (or shareable is 0: no P2P between the ranks' GPUs), BRD_REG_NONE
+ * when the buffer is not registered. Each rank answers for its own buffer:
+ * by NCCL's rule every rank passes registered buffers when one does, so
+ * every rank answers other than BRD_REG_NONE together. Errors only when a
+ * rank's service cannot be reached (WARN). Blocks on the services at the
+ * first use; the communicator's launching thread. */
+ncclResult_t brd_reg_share(struct ncclComm *comm, const void *buf, size_t bytes,
+                           const brd_reg_peer_t *svc, int shareable, const char *fn,
+                           uint64_t *remote_out, int *state_out);
+
 /* Validates a communicator argument for entry point fn: NULL or a destroyed
  * communicator gets ncclInvalidArgument and a WARN naming fn. Any thread. */
 ncclResult_t brd_comm_check(const struct ncclComm *comm, const char *fn);

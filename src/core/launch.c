@@ -54,6 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "check.h"
@@ -91,6 +92,9 @@ typedef struct {
   uint64_t sem_off;
   uint64_t nsems;       /* inbound semaphores per peer */
   uint64_t p2p_sem_off; /* 2 per peer */
+  uint64_t xchg_off;    /* output exchange slots, one per peer (device/ir.h) */
+  uint64_t svc_pid;     /* registration service (brd_reg_svc_create); 0: none */
+  uint64_t svc_serial;
   uint64_t scratch_off;
   uint64_t scratch_bytes;
   uint64_t p2p_off;
@@ -141,6 +145,9 @@ struct brd_rt {
   int reg_shareable;            /* ranks may map each other's registered
                                  * buffers (host mode: always, the exchange
                                  * decides per buffer; CUDA mode: with P2P) */
+  struct brd_p2p_svc *svc;      /* owned: registration service, when some
+                                 * rank is in another process */
+  brd_reg_peer_t *svc_peers;    /* owned: [nranks] every rank's service */
 };
 
 /* ---- plans ----------------------------------------------------------------- */
@@ -263,6 +270,11 @@ static void rt_disconnect(struct brd_rt *rt) {
   free(rt->peer);
   free(rt->win);
   free(rt->p2p_cursor);
+  /* Before the registrations go: the service maps into them. */
+  brd_p2p_svc_destroy(rt->svc);
+  rt->svc = NULL;
+  free(rt->svc_peers);
+  rt->svc_peers = NULL;
   rt->peer = NULL;
   rt->win = NULL;
   rt->p2p_cursor = NULL;
@@ -461,7 +473,9 @@ static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
   rt->win = calloc((size_t)n, sizeof(*rt->win));
   rt->base = calloc((size_t)n, sizeof(*rt->base));
   rt->p2p_cursor = calloc((size_t)n, sizeof(*rt->p2p_cursor));
-  if (rt->peer == NULL || rt->win == NULL || rt->base == NULL || rt->p2p_cursor == NULL) {
+  rt->svc_peers = calloc((size_t)n, sizeof(*rt->svc_peers));
+  if (rt->peer == NULL || rt->win == NULL || rt->base == NULL || rt->p2p_cursor == NULL ||
+      rt->svc_peers == NULL) {
     WARN("out of host memory for the channel tables of rank %d (%d ranks)", me, n);
     res = ncclSystemError;
     goto fail;
@@ -471,8 +485,9 @@ static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
   mw->nsems = nsems;
   mw->sem_off = 0;
   mw->p2p_sem_off = (uint64_t)n * nsems * sizeof(uint64_t);
-  mw->scratch_off = (mw->p2p_sem_off + (uint64_t)n * 2 * sizeof(uint64_t) + 4095) &
-                    ~(uint64_t)4095;
+  mw->xchg_off = mw->p2p_sem_off + (uint64_t)n * 2 * sizeof(uint64_t);
+  mw->scratch_off = (mw->xchg_off + (uint64_t)n * BRD_IR_XCHG_WORDS * sizeof(uint64_t) +
+                     4095) & ~(uint64_t)4095;
   mw->scratch_bytes = (scratch + 4095) & ~(size_t)4095;
   mw->p2p_off = mw->scratch_off + mw->scratch_bytes;
   mw->p2p_bytes = (p2p_bytes + 4095) & ~(size_t)4095;
@@ -498,8 +513,19 @@ static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
        total, (size_t)mw->scratch_bytes, (size_t)mw->p2p_bytes,
        (size_t)mw->stage_bytes, nsems, caps.nb_max);
 
+  if (n > 1 && !brd_comm_all_in_process(comm)) {
+    /* Ranks in other processes map this rank's registered buffers on its
+     * request (brd_reg_share), whichever thread of theirs is busy. */
+    CHECK_GOTO(brd_reg_svc_create(comm, &rt->svc), res, fail);
+    mw->svc_pid = (uint64_t)getpid();
+    mw->svc_serial = brd_p2p_svc_serial(rt->svc);
+  }
   if (n > 1) {
     CHECK_GOTO(brd_boot_allgather(comm->boot, rt->win, sizeof(rt_window_t)), res, fail);
+    for (int r = 0; r < n; r++) {
+      rt->svc_peers[r].pid = (uint32_t)rt->win[r].svc_pid;
+      rt->svc_peers[r].serial = (uint32_t)rt->win[r].svc_serial;
+    }
     for (int r = 0; r < n; r++) {
       if (r == me) continue;
       const rt_window_t *w = &rt->win[r];
@@ -786,6 +812,54 @@ static ncclResult_t peer_input(struct ncclComm *comm, const struct brd_rt *rt,
   return ncclSuccess;
 }
 
+/* Whether call c, whose output is not written in place through the
+ * symmetric path, exchanges outputs at run time (device/ir.h): when its
+ * output buffer is registered with ncclCommRegister (NCCL's rule: then
+ * every rank's is), *xchg_out is 1 and, when every rank maps this rank's
+ * buffer, *remote_out (owned by the caller) gets it as each rank
+ * addresses it: this rank's output is then written in place while the
+ * others may still be staged, each rank deciding for its own. Only where
+ * every rank has an output, and over few enough channels on every rank
+ * (the same answer everywhere). */
+static ncclResult_t exchange_output(struct ncclComm *comm, const struct brd_rt *rt,
+                                    const brd_call_t *c, uint8_t coll,
+                                    const brd_ir_plan_t *plan, uint64_t **remote_out,
+                                    int *xchg_out) {
+  int n = comm->nranks;
+  *remote_out = NULL;
+  *xchg_out = 0;
+  if (n == 1 || comm->regs == NULL || coll == BRD_IR_COLL_REDUCE ||
+      coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_SCATTER)
+    return ncclSuccess;
+  for (int r = 0; r < n; r++)
+    if (brd_ir_plan_rank(plan, r)->nchans > BRD_IR_XCHG_MAX_CHANS) return ncclSuccess;
+  size_t bytes = c->count * brd_dtype_size(c->dtype) * (is_multi_out(coll) ? (size_t)n : 1);
+  uint64_t *remote = calloc((size_t)n, sizeof(*remote));
+  if (remote == NULL) {
+    WARN("%s : out of host memory", c->fn);
+    return ncclSystemError;
+  }
+  int state;
+  ncclResult_t res = brd_reg_share(comm, c->recvbuff, bytes, rt->svc_peers,
+                                   rt->reg_shareable, c->fn, remote, &state);
+  if (res != ncclSuccess || state == BRD_REG_NONE) {
+    free(remote);
+    return res;
+  }
+  *xchg_out = 1;
+  if (state == BRD_REG_SHARED) {
+    *remote_out = remote;
+    INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: output %p written in place "
+         "(registered; exchanged per call)", c->fn, comm->rank, c->recvbuff);
+  } else {
+    free(remote);
+    INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: output %p staged (registered, "
+         "but not every rank can map it; exchanged per call)", c->fn, comm->rank,
+         c->recvbuff);
+  }
+  return ncclSuccess;
+}
+
 /* The works of one collective call: one per piece. */
 static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
                                    const brd_call_t *c, works_t *ws) {
@@ -841,6 +915,12 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
   ncclResult_t res = direct_output(comm, rt, c, coll, &peer_out);
   if (res != ncclSuccess) return res;
   if (peer_out != NULL) piece = c->count;
+  /* Registered without the symmetric promise: outputs exchanged per call,
+   * pieces as for the staging (a peer may be staged). */
+  uint64_t *remote = NULL;
+  int xchg = 0;
+  if (peer_out == NULL)
+    CHECK_GOTO(exchange_output(comm, rt, c, coll, plan, &remote, &xchg), res, out);
   /* Registered inputs too: a zero-copy plan reads them in place. */
   if (peer_out != NULL) {
     uint8_t zc_algo = 0;
@@ -862,6 +942,19 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
     uint32_t phase = rt->cuda ? 0 : rt->phase;
     rt->phase ^= 1u;
     coll_chans(comm, rt, plan, phase, peer_out, w);
+    if (xchg) {
+      const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
+      for (uint32_t ch = 0; ch < pr->nchans; ch++) {
+        int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
+        w->chans[ch].xchg_pub = (_Atomic uint64_t *)(rt->base[p] + rt->win[p].xchg_off) +
+                                (size_t)me * BRD_IR_XCHG_WORDS;
+        w->chans[ch].xchg_slot = (_Atomic uint64_t *)(rt->base[me] + mw->xchg_off) +
+                                 (size_t)p * BRD_IR_XCHG_WORDS;
+        w->chans[ch].xchg_output =
+            remote != NULL ? (char *)(uintptr_t)remote[p] + off * esize : NULL;
+      }
+      w->args.xchg = 1;
+    }
     if (peer_in != NULL) {
       const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
       for (uint32_t ch = 0; ch < pr->nchans; ch++)
@@ -874,6 +967,10 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
     a->in_stride = multi_in ? c->count : 0;
     if (peer_out != NULL) {
       a->output = peer_out[me];
+      a->out_stride = is_multi_out(coll) ? c->count : 0;
+      w->direct = 1;
+    } else if (remote != NULL) {
+      a->output = (char *)c->recvbuff + off * esize;
       a->out_stride = is_multi_out(coll) ? c->count : 0;
       w->direct = 1;
     } else {
@@ -897,6 +994,7 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
     w->nout = nout;
   }
 out:
+  free(remote);
   free(peer_out);
   free(peer_in);
   return res;
@@ -1362,7 +1460,10 @@ static ncclResult_t run_works_cuda(struct ncclComm *comm, const struct brd_rt *r
       cp.seg_bytes = w->n * esize;
       cp.dst_stride = w->call->count * esize;
     }
-    CHECK(brd_launch_cuda_work(comm, ctx, &w->args, w->p2p, w->direct ? 0 : half,
+    /* A rank writing its own buffer in place while exchanging outputs
+     * may still write peers' staging halves. */
+    CHECK(brd_launch_cuda_work(comm, ctx, &w->args, w->p2p,
+                               w->direct && !w->args.xchg ? 0 : half, w->direct,
                                w->scalar_dev, &cp));
   }
   return ncclSuccess;

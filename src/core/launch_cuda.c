@@ -603,7 +603,8 @@ fail:
 /* See launch_cuda.h. */
 ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
                                   const brd_exec_args_t *a, int p2p,
-                                  size_t stage_half, const void *scalar_dev,
+                                  size_t stage_half, int out_direct,
+                                  const void *scalar_dev,
                                   const brd_launch_copy_t *copy) {
   ncclResult_t res = ncclSuccess;
   struct brd_rt_cuda *rt = comm->rt_cuda;
@@ -614,6 +615,12 @@ ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *
     WARN("rank %d: a plan with %u channels; CUDA mode carries at most %d per launch "
          "(communicators of up to %d ranks for direct plans)", a->rank, nch,
          BRD_EXEC_CUDA_INLINE_CHANS, BRD_EXEC_CUDA_INLINE_CHANS + 1);
+    return ncclInvalidUsage;
+  }
+  if (a->xchg && nch > BRD_IR_XCHG_MAX_CHANS) {
+    /* launch.c exchanges only over plans this small. */
+    WARN("rank %d: an output exchange over %u channels; at most %u per launch",
+         a->rank, nch, BRD_IR_XCHG_MAX_CHANS);
     return ncclInvalidUsage;
   }
   if (p2p && (a->n_in_segs > BRD_EXEC_CUDA_INLINE_SEGS ||
@@ -630,6 +637,9 @@ ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *
     chans[c].peer_input = a->chans[c].peer_input;
     chans[c].peer_sems = (uint64_t *)a->chans[c].peer_sems;
     chans[c].sems = (uint64_t *)a->chans[c].sems;
+    chans[c].xchg_pub = (uint64_t *)a->chans[c].xchg_pub;
+    chans[c].xchg_slot = (uint64_t *)a->chans[c].xchg_slot;
+    chans[c].xchg_output = a->chans[c].xchg_output;
   }
   brd_exec_cuda_args_t ca;
   memset(&ca, 0, sizeof(ca));
@@ -662,7 +672,9 @@ ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *
   } else {
     ca.device_epoch = 1;
     ca.out_half_bytes = stage_half;
+    ca.out_direct = out_direct;
   }
+  ca.xchg = a->xchg;
   res = brd_exec_cuda_launch(&ca, ctx->stream);
   if (res == ncclSuccess && !p2p && copy != NULL && copy->nseg > 0) {
     brd_exec_cuda_copyout_t co = {rt->st_coll, a->output, stage_half, copy->dst,
@@ -782,10 +794,11 @@ ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx
 /* See launch_cuda.h. */
 ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
                                   const brd_exec_args_t *a, int p2p,
-                                  size_t stage_half, const void *scalar_dev,
+                                  size_t stage_half, int out_direct,
+                                  const void *scalar_dev,
                                   const brd_launch_copy_t *copy) {
-  (void)comm, (void)ctx, (void)a, (void)p2p, (void)stage_half, (void)scalar_dev;
-  (void)copy;
+  (void)comm, (void)ctx, (void)a, (void)p2p, (void)stage_half, (void)out_direct;
+  (void)scalar_dev, (void)copy;
   return no_cuda();
 }
 

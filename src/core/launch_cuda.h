@@ -125,13 +125,22 @@ ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx
 /* Enqueues one work: a (pointers into the windows, from launch.c; its
  * epoch and phase are ignored for a collective work, which uses device
  * epochs), then its copy-out. p2p: a point-to-point work (host epochs;
- * ncclInvalidUsage while capturing). scalar_dev: a PreMulSum scalar the
- * kernel reads from device memory (ncclScalarDevice), else NULL and the
- * scalar is a->scalar. Uploads the plan to the device at its first use.
- * Never synchronises otherwise. */
+ * ncclInvalidUsage while capturing). stage_half: a collective's output
+ * and its channels' peer outputs are staging of two halves of that many
+ * bytes, the launch using the half of its phase; 0: the pointers as
+ * given. out_direct: a->output is the user's buffer, so it gets no half
+ * offset even when stage_half is not 0 (the peers' staging does; with
+ * a->xchg a peer that publishes its own buffer gets none either).
+ * a->xchg: the kernel exchanges outputs with its channel peers first
+ * (a->chans' xchg fields; at most BRD_IR_XCHG_MAX_CHANS channels, else
+ * ncclInvalidUsage). scalar_dev: a PreMulSum scalar the kernel reads from
+ * device memory (ncclScalarDevice), else NULL and the scalar is
+ * a->scalar. Uploads the plan to the device at its first use. Never
+ * synchronises otherwise. */
 ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
                                   const brd_exec_args_t *a, int p2p,
-                                  size_t stage_half, const void *scalar_dev,
+                                  size_t stage_half, int out_direct,
+                                  const void *scalar_dev,
                                   const brd_launch_copy_t *copy);
 
 /* Ends a launch: records its completion (not while capturing), makes the

@@ -30,6 +30,7 @@
 #include "check.h"
 #include "comm.h"
 #include "bootstrap.h"
+#include "device.h"
 #include "enqueue.h"
 #include "group.h"
 #include "launch.h"
@@ -130,6 +131,13 @@ struct brd_reg {
                              * mapped here (REG_DIRECT) */
   uint64_t *peer_size;      /* owned: [nranks] each rank's registered bytes */
   brd_seg_t *imports;       /* owned: [nranks] CUDA mode's mappings */
+  /* Shared per call (ncclCommRegister without BRAID_REGISTER_SYMMETRIC):
+   * pushed to every rank at its first use, see brd_reg_share. */
+  uint64_t key;             /* names the range in the peers' import tables */
+  int share;                /* SHARE_NONE, SHARE_OK or SHARE_LOCAL */
+  uint64_t *remote;         /* owned: [nranks] ptr as each rank maps it */
+  brd_reg_peer_t *pushed;   /* owned: [nranks] the service of each rank
+                             * holding an import of it (pid 0: none) */
   struct brd_reg *next;     /* ordered by beg */
 };
 
@@ -139,29 +147,53 @@ enum {
   REG_STAGED = 2, /* exchanged; some rank's memory cannot be shared */
 };
 
+enum {
+  SHARE_NONE = 0,  /* not pushed to the other ranks yet */
+  SHARE_OK = 1,    /* every rank maps it (remote) */
+  SHARE_LOCAL = 2, /* some rank cannot map it: its calls stay staged */
+};
+
+/* A peer's range mapped here because the peer asked (brd_reg_share). */
+struct reg_import {
+  int owner;               /* the peer's rank */
+  uint64_t key;            /* the peer's name for the range */
+  brd_seg_t seg;           /* owned: the mapping */
+  uint64_t addr;           /* the peer's registered pointer, mapped here */
+  struct reg_import *next;
+};
+
 struct brd_regs {
   pthread_mutex_t lock;
   struct brd_reg *list;     /* owned */
+  uint64_t next_key;        /* under lock */
+  /* Separate from lock: a service thread answering a peer must never wait
+   * for this rank's own pushes (two ranks pushing to each other). */
+  pthread_mutex_t imports_lock;
+  struct reg_import *imports; /* owned */
 };
+
+/* Unmaps one peer's range (host_import or brd_p2p_import_user). */
+static void import_unmap(brd_seg_t *imp) {
+  if (imp->ptr == NULL) return;
+  if (imp->handle.transport == BRD_TRANSPORT_SHM)
+    munmap(imp->ptr, imp->size);
+  else
+    brd_transport_p2p.seg_close(imp);
+  memset(imp, 0, sizeof(*imp));
+}
 
 /* Unmaps the peers' ranges an exchange mapped. */
 static void imports_close(const struct ncclComm *comm, struct brd_reg *r) {
   if (r->imports == NULL) return;
-  for (int p = 0; p < comm->nranks; p++) {
-    brd_seg_t *imp = &r->imports[p];
-    if (imp->ptr == NULL) continue;
-    if (imp->handle.transport == BRD_TRANSPORT_SHM)
-      munmap(imp->ptr, imp->size);
-    else
-      brd_transport_p2p.seg_close(imp);
-    memset(imp, 0, sizeof(*imp));
-  }
+  for (int p = 0; p < comm->nranks; p++) import_unmap(&r->imports[p]);
 }
 
 /* Unmaps what an exchange mapped and frees the record. */
 static void reg_free(const struct ncclComm *comm, struct brd_reg *r) {
   imports_close(comm, r);
   free(r->imports);
+  free(r->remote);
+  free(r->pushed);
   free(r->peer_base);
   free(r->peer_size);
   free(r);
@@ -176,6 +208,14 @@ void brd_mem_regs_destroy(struct ncclComm *comm) {
     regs->list = r->next;
     reg_free(comm, r);
   }
+  /* The service answering the peers stopped with the runtime. */
+  while (regs->imports != NULL) {
+    struct reg_import *im = regs->imports;
+    regs->imports = im->next;
+    import_unmap(&im->seg);
+    free(im);
+  }
+  pthread_mutex_destroy(&regs->imports_lock);
   pthread_mutex_destroy(&regs->lock);
   free(regs);
   comm->regs = NULL;
@@ -186,6 +226,10 @@ static ncclResult_t regs_get(ncclComm_t comm, const char *fn, struct brd_regs **
     struct brd_regs *regs;
     BRD_CALLOC(regs, 1, "the registration table");
     int err = pthread_mutex_init(&regs->lock, NULL);
+    if (err == 0) {
+      err = pthread_mutex_init(&regs->imports_lock, NULL);
+      if (err != 0) pthread_mutex_destroy(&regs->lock);
+    }
     if (err != 0) {
       free(regs);
       WARN("%s : pthread_mutex_init failed: %s", fn, strerror(err));
@@ -224,6 +268,7 @@ static ncclResult_t reg_add(struct brd_regs *regs, void *buff, size_t size, int 
   r->refs = 1;
   r->window = window;
   r->symmetric = !window;
+  r->key = ++regs->next_key;
   r->next = *pp;
   *pp = r;
   *out = r;
@@ -401,6 +446,223 @@ out:
   return res;
 }
 
+/* ---- per-call sharing (ncclCommRegister without the symmetric promise) ---- */
+
+/* What a rank asks of another rank's registration service. */
+enum { REG_REQ_IMPORT = 1, REG_REQ_RELEASE = 2 };
+#define REG_REQ_MAGIC 0x42524547u
+
+typedef struct {
+  uint32_t magic;          /* REG_REQ_MAGIC */
+  uint32_t op;             /* REG_REQ_* */
+  uint32_t owner;          /* the asking rank */
+  uint32_t pad;
+  uint64_t key;            /* the asking rank's name for the range */
+  reg_pub_t pub;           /* REG_REQ_IMPORT: how to map it */
+} reg_req_t;
+
+typedef struct {
+  uint32_t ok;
+  uint32_t pad;
+  uint64_t addr;           /* the registered pointer, as the service's process
+                            * maps it */
+  char why[160];           /* when not ok */
+} reg_rep_t;
+
+/* comm's registration service (brd_p2p_svc_fn_t), on its thread: maps a
+ * peer's range on request, or drops the mapping. */
+static void reg_serve(void *ctx, const void *req, void *rep_out) {
+  struct ncclComm *comm = ctx;
+  const reg_req_t *q = req;
+  reg_rep_t *rep = rep_out;
+  struct brd_regs *regs = comm->regs;
+  if (q->magic != REG_REQ_MAGIC || q->owner >= (uint32_t)comm->nranks) {
+    snprintf(rep->why, sizeof(rep->why), "rank %d got a malformed request", comm->rank);
+    return;
+  }
+  pthread_mutex_lock(&regs->imports_lock);
+  struct reg_import **pp = &regs->imports;
+  while (*pp != NULL && !((*pp)->owner == (int)q->owner && (*pp)->key == q->key))
+    pp = &(*pp)->next;
+  if (q->op == REG_REQ_RELEASE) {
+    struct reg_import *im = *pp;
+    if (im != NULL) {
+      *pp = im->next;
+      import_unmap(&im->seg);
+      free(im);
+    }
+    rep->ok = 1;
+  } else if (*pp != NULL) {
+    rep->ok = 1;
+    rep->addr = (*pp)->addr;
+  } else {
+    struct reg_import *im = calloc(1, sizeof(*im));
+    ncclResult_t res = ncclSystemError;
+    if (im != NULL && comm->host_mode)
+      res = host_import(comm, &q->pub, &im->seg);
+    else if (im != NULL && (res = brd_device_set(comm->cuda_dev)) == ncclSuccess)
+      res = brd_p2p_import_user(&q->pub.handle, &im->seg);
+    if (res == ncclSuccess) {
+      im->owner = (int)q->owner;
+      im->key = q->key;
+      im->addr = (uint64_t)(uintptr_t)im->seg.ptr + q->pub.offset;
+      im->next = regs->imports;
+      regs->imports = im;
+      rep->ok = 1;
+      rep->addr = im->addr;
+    } else {
+      free(im);
+      snprintf(rep->why, sizeof(rep->why), "rank %d could not map it (see its WARN)",
+               comm->rank);
+    }
+  }
+  pthread_mutex_unlock(&regs->imports_lock);
+}
+
+/* See comm.h. */
+ncclResult_t brd_reg_svc_create(struct ncclComm *comm, brd_p2p_svc_t **svc_out) {
+  struct brd_regs *regs;
+  CHECK(regs_get(comm, "ncclCommRegister", &regs));
+  return brd_p2p_svc_create(sizeof(reg_req_t), sizeof(reg_rep_t), reg_serve, comm, svc_out);
+}
+
+/* Whether rank p's service is in this process (or absent: every rank is). */
+static int svc_local(const brd_reg_peer_t *svc, int p) {
+  return svc[p].pid == 0 || svc[p].pid == (uint32_t)getpid();
+}
+
+static double reg_timeout(void) {
+  double t = (double)brd_param_int(BRD_P_BRAID_BOOTSTRAP_TIMEOUT);
+  return t > 0 ? t : 300.0;
+}
+
+/* Asks every rank in another process to map r, through its service in
+ * svc: SHARE_OK with r->remote filled, or SHARE_LOCAL (INFO) when some
+ * rank cannot map it. Errors only for failures to reach a rank. Under
+ * the lock; blocks on the services. */
+static ncclResult_t reg_share(struct ncclComm *comm, struct brd_reg *r,
+                              const brd_reg_peer_t *svc, int shareable, const char *fn) {
+  ncclResult_t res = ncclSuccess;
+  int n = comm->nranks, me = comm->rank, exported = 0;
+  char why[200] = "";
+  brd_p2p_export_t ex;
+  reg_req_t req;
+  memset(&ex, 0, sizeof(ex));
+  memset(&req, 0, sizeof(req));
+  r->remote = calloc((size_t)n, sizeof(*r->remote));
+  r->pushed = calloc((size_t)n, sizeof(*r->pushed));
+  if (r->remote == NULL || r->pushed == NULL) {
+    WARN("%s : out of host memory sharing a registered buffer", fn);
+    return ncclSystemError;
+  }
+  r->share = SHARE_LOCAL;
+  if (!shareable) {
+    snprintf(why, sizeof(why), "the ranks' GPUs cannot use P2P with each other");
+    goto out;
+  }
+  if (comm->n_nodes > 1) {
+    snprintf(why, sizeof(why), "some ranks are on other hosts");
+    goto out;
+  }
+  for (int p = 0; p < n; p++) {
+    if (svc_local(svc, p)) {
+      r->remote[p] = (uint64_t)(uintptr_t)r->ptr; /* same address space */
+      continue;
+    }
+    if (!exported) {
+      req.magic = REG_REQ_MAGIC;
+      req.op = REG_REQ_IMPORT;
+      req.owner = (uint32_t)me;
+      req.key = r->key;
+      req.pub.size = r->size;
+      if (comm->host_mode) {
+        if (!host_export(r->ptr, r->size, &req.pub, &ex)) {
+          snprintf(why, sizeof(why), "%s", req.pub.why);
+          goto out;
+        }
+      } else {
+        ncclResult_t e = brd_p2p_export(r->ptr, r->size, &ex, why, sizeof(why));
+        if (e != ncclSuccess) {
+          if (e != ncclInvalidArgument) res = e;
+          goto out;
+        }
+        req.pub.handle = ex.handle;
+        req.pub.offset = ex.offset;
+      }
+      exported = 1;
+    }
+    reg_rep_t rep;
+    CHECK_GOTO(brd_p2p_svc_call(svc[p].pid, svc[p].serial, &req, sizeof(req), &rep,
+                                sizeof(rep), reg_timeout(), &comm->abort_flag), res, out);
+    if (!rep.ok) {
+      rep.why[sizeof(rep.why) - 1] = '\0';
+      snprintf(why, sizeof(why), "%s", rep.why);
+      goto out;
+    }
+    r->pushed[p] = svc[p];
+    r->remote[p] = rep.addr;
+  }
+  r->share = SHARE_OK;
+out:
+  brd_p2p_export_seal(&ex);
+  if (r->share == SHARE_OK)
+    INFO(BRD_SUBSYS_REG, "%s : rank %d: registered buffer %p (%zu bytes) shared with "
+         "every rank", fn, me, (void *)r->ptr, r->size);
+  else if (res == ncclSuccess)
+    INFO(BRD_SUBSYS_REG, "%s : rank %d: registered buffer %p stays behind staging: %s",
+         fn, me, (void *)r->ptr, why);
+  return res;
+}
+
+/* Asks the ranks that mapped r to drop it (at deregistration). A rank
+ * already gone has dropped it with its communicator. Blocks on the
+ * services. */
+static void reg_unshare(struct ncclComm *comm, struct brd_reg *r) {
+  if (r->pushed == NULL) return;
+  reg_req_t req;
+  memset(&req, 0, sizeof(req));
+  req.magic = REG_REQ_MAGIC;
+  req.op = REG_REQ_RELEASE;
+  req.owner = (uint32_t)comm->rank;
+  req.key = r->key;
+  for (int p = 0; p < comm->nranks; p++) {
+    if (r->pushed[p].pid == 0) continue;
+    reg_rep_t rep;
+    if (brd_p2p_svc_call(r->pushed[p].pid, r->pushed[p].serial, &req, sizeof(req), &rep,
+                         sizeof(rep), 10.0, &comm->abort_flag) != ncclSuccess)
+      INFO(BRD_SUBSYS_REG, "ncclCommDeregister : rank %d could not ask rank %d to unmap "
+           "buffer %p; it unmaps it when its communicator goes", comm->rank, p,
+           (void *)r->ptr);
+  }
+}
+
+/* See comm.h. */
+ncclResult_t brd_reg_share(struct ncclComm *comm, const void *buf, size_t bytes,
+                           const brd_reg_peer_t *svc, int shareable, const char *fn,
+                           uint64_t *remote_out, int *state_out) {
+  ncclResult_t res = ncclSuccess;
+  struct brd_regs *regs = comm->regs;
+  *state_out = BRD_REG_NONE;
+  if (regs == NULL || buf == NULL || brd_param_int(BRD_P_LOCAL_REGISTER) == 0 ||
+      brd_param_int(BRD_P_BRAID_REGISTER_SYMMETRIC) != 0)
+    return ncclSuccess;
+  const char *b = buf;
+  pthread_mutex_lock(&regs->lock);
+  struct brd_reg *r = regs->list;
+  for (; r != NULL; r = r->next)
+    if (!r->window && b >= r->ptr && b + bytes <= r->ptr + r->size) break;
+  if (r == NULL) goto out;
+  if (r->share == SHARE_NONE) CHECK_GOTO(reg_share(comm, r, svc, shareable, fn), res, out);
+  *state_out = BRD_REG_LOCAL;
+  if (r->share != SHARE_OK) goto out;
+  for (int p = 0; p < comm->nranks; p++)
+    remote_out[p] = r->remote[p] + (uint64_t)(b - r->ptr);
+  *state_out = BRD_REG_SHARED;
+out:
+  pthread_mutex_unlock(&regs->lock);
+  return res;
+}
+
 /* See comm.h. */
 ncclResult_t brd_reg_direct(struct ncclComm *comm, const void *buf, size_t bytes,
                             int shareable, const char *fn, char **peer_out, int *ok_out) {
@@ -476,7 +738,10 @@ static ncclResult_t reg_release(ncclComm_t comm, void *handle, int window, const
          window ? "ncclCommWindowRegister" : "ncclCommRegister");
     return ncclInvalidUsage;
   }
-  if (gone != NULL) reg_free(comm, gone);
+  if (gone != NULL) {
+    reg_unshare(comm, gone);
+    reg_free(comm, gone);
+  }
   return ncclSuccess;
 }
 

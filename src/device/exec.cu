@@ -4,10 +4,11 @@
  * executor (exec_host.c) is the reference reading this file follows.
  *
  * Algorithm: block b of the grid runs the op list of plan block b, once per
- * loop iteration, all its threads together. Data ops split each chunk into
- * 16-byte packs, pack j to thread j mod blockDim, several packs per thread
- * in flight (loads of every pack issued before any is used); SIGNAL, WAIT
- * and BARRIER are done by thread 0. Every op ends with __syncthreads_or,
+ * loop iteration, all its threads together (with an output exchange, thread
+ * 0 of every block first learns where each channel peer's output is). Data
+ * ops split each chunk into 16-byte packs, pack j to thread j mod blockDim,
+ * several packs per thread in flight (loads of every pack issued before any
+ * is used); SIGNAL, WAIT and BARRIER are done by thread 0. Every op ends with __syncthreads_or,
  * which orders the block's accesses between ops and tells every thread
  * whether some thread failed, so the block leaves together.
  *
@@ -20,7 +21,12 @@
  *           loaded with single volatile 64-bit accesses (v2.u64 moves two
  *           whole packets), so a reader that sees the flag sees the data;
  *   BARRIER __threadfence, atomicAdd on the rank's counter; the last block
- *           resets it and advances a generation that the others acquire.
+ *           resets it and advances a generation that the others acquire;
+ *   EXCHANGE block 0's thread 0, per channel, a seqlock in the peer's
+ *           window: tag 0, fence.sc.sys, the words, st.release.sys of the
+ *           tag; every block's thread 0 reads the peer's slot in its own
+ *           window with ld.acquire.sys of the tag, the words, fence.sc.sys,
+ *           the tag again.
  * Data loads bypass L1 (ld.global.cg): peers write this rank's buffers.
  *
  * Blocks and threads: one block per plan block (the plan already split the
@@ -131,6 +137,10 @@ struct kargs_t {
   int fixed;                             /* BRD_IR_PLAN_F_FIXED */
   uint32_t n_in_segs, n_out_segs;        /* inline tables; 0: none */
   int has_chan_epoch;                    /* chan_epoch below is valid */
+  /* Bytes, in the padding before `chans`: the parameters are exactly at
+   * the 4 KiB limit since the channels carry their exchange slots. */
+  uint8_t xchg;                          /* brd_exec_cuda_args_t's */
+  uint8_t out_direct;                    /* own output has no half offset */
   brd_exec_cuda_chan_t chans[BRD_EXEC_CUDA_INLINE_CHANS];
   uint64_t chan_epoch[BRD_EXEC_CUDA_INLINE_CHANS];
   brd_exec_cuda_seg_t in_segs[BRD_EXEC_CUDA_INLINE_SEGS];
@@ -210,6 +220,11 @@ struct ctx_t {
   uint64_t out_off;      /* phase * out_half, into any rank's output */
   uint64_t arg;          /* the reduction's scalar or divisor */
   uint32_t seq_per_iter;
+  /* Output exchange (a->xchg): each channel peer's output for this launch
+   * and the elements between its segments, as thread 0 resolved them
+   * (xchg_resolve) before the block's first op. */
+  char *xout[BRD_IR_XCHG_MAX_CHANS];
+  uint64_t xstride[BRD_IR_XCHG_MAX_CHANS];
 };
 
 /* Where a block is in its op list; passed by value to the slow paths so
@@ -373,6 +388,73 @@ __device__ __noinline__ bool run_barrier(const ctx_t &c, pos_t w, uint32_t seen)
     }
   }
   __threadfence();
+  return true;
+}
+
+/* ---- output exchange (thread 0 only; device/ir.h) ------------------------ */
+
+/* Block 0: this rank's output, as each channel peer should address it,
+ * into the peer's slot. A seqlock: the tag is 0 while the words change,
+ * so a reader never takes words of one launch under the tag of another.
+ * The stride is the launch's, already normalised (0 -> count) as the host
+ * executor publishes it. */
+__device__ __noinline__ void xchg_publish(const ctx_t &c) {
+  const kargs_t &a = *c.a;
+  uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
+  for (uint32_t ch = 0; ch < nch; ch++) {
+    uint64_t *s = c.chans[ch].xchg_pub;
+    st_volatile_u64(s, 0);
+    /* Every observer sees the cleared tag before any word changes. */
+    __threadfence_system();
+    st_volatile_u64(s + 1, (uint64_t)(uintptr_t)c.chans[ch].xchg_output);
+    st_volatile_u64(s + 2, a.out_stride);
+    st_release_sys(s, c.epoch + 1);
+  }
+}
+
+/* Every channel peer's output for this launch into c.xout / c.xstride,
+ * waiting for its slot (xchg_resolve of exec_host.c). A slot already past
+ * this launch means the peer finished it, so nothing writes its output any
+ * more: its staging (with this launch's half) stands in, as for a peer
+ * that publishes none. false: the wait timed out (reported) or was told to
+ * leave. */
+__device__ __noinline__ bool xchg_resolve(ctx_t &c) {
+  const kargs_t &a = *c.a;
+  uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
+  uint64_t want = c.epoch + 1;
+  for (uint32_t ch = 0; ch < nch; ch++) {
+    const uint64_t *s = c.chans[ch].xchg_slot;
+    c.xout[ch] = (char *)c.chans[ch].peer_output + c.out_off;
+    c.xstride[ch] = a.count;
+    spin_t sp = {0, 0};
+    for (;;) {
+      uint64_t t1 = ld_acquire_sys(s);
+      if (t1 == want) {
+        uint64_t out = ld_volatile_u64(s + 1);
+        uint64_t stride = ld_volatile_u64(s + 2);
+        /* The words are read before the tag is read again: an unchanged
+         * tag means they are the ones published under it. */
+        __threadfence_system();
+        if (ld_volatile_u64(s) == want && out != 0) {
+          c.xout[ch] = (char *)(uintptr_t)out;
+          c.xstride[ch] = stride;
+        }
+        break;
+      }
+      if (t1 > want) break;
+      int r = spin_step(c, sp);
+      if (r == SPIN_TIMEOUT) {
+        /* Before any op, as the host executor reports it. */
+        pos_t w;
+        w.iter = 0;
+        w.opi = 0;
+        int peer = brd_ir_plan_chan(a.plan, a.rank, (int)ch)->peer;
+        report_hang(c, w, BRD_EXEC_CUDA_WAIT_XCHG, peer, (int)ch, want, t1);
+        return false;
+      }
+      if (r == SPIN_LEAVE) return false;
+    }
+  }
   return true;
 }
 
@@ -707,10 +789,19 @@ __device__ __forceinline__ char *seg_base(const ctx_t &c, const brd_ir_ref_t &re
     *count = table[seg].count;
     return (char *)table[seg].ptr;
   }
-  char *base = input ? (local ? (char *)a.input : (char *)c.chans[ref.chan].peer_input)
-               : (local ? a.output : (char *)c.chans[ref.chan].peer_output) + c.out_off;
   *count = a.count;
-  return base + (uint64_t)seg * (input ? a.in_stride : a.out_stride) * a.esize;
+  if (input) {
+    const char *base = local ? a.input : (const char *)c.chans[ref.chan].peer_input;
+    return (char *)base + (uint64_t)seg * a.in_stride * a.esize;
+  }
+  /* A direct output is the user's buffer: one half only. */
+  if (local)
+    return a.output + (a.out_direct ? 0 : c.out_off) + (uint64_t)seg * a.out_stride * a.esize;
+  /* Exchanged: a published output has no half offset; a staged one got
+   * this launch's in xchg_resolve. */
+  if (a.xchg) return c.xout[ref.chan] + (uint64_t)seg * c.xstride[ref.chan] * a.esize;
+  return (char *)c.chans[ref.chan].peer_output + c.out_off +
+         (uint64_t)seg * a.out_stride * a.esize;
 }
 
 /* Address of chunk index+t (input/output, within its segment) or of slot
@@ -849,6 +940,17 @@ exec_kernel(const __grid_constant__ kargs_t a) {
   /* A launch after a failure leaves at once (brd_exec_cuda_status_reset). */
   bool leave = __syncthreads_or(threadIdx.x == 0 &&
                                 *(volatile unsigned int *)&st->stop != 0);
+  if (a.xchg && a.niter > 0 && !leave) {
+    /* Every rank publishes before it waits, so no rank waits on one that
+     * has not published; the other blocks need not wait for block 0 (all
+     * are resident). A failed resolve leaves like a failed op. */
+    bool ok = true;
+    if (threadIdx.x == 0) {
+      if (blockIdx.x == 0) xchg_publish(s_ctx);
+      ok = xchg_resolve(s_ctx);
+    }
+    leave = __syncthreads_or(!ok);
+  }
   const ctx_t &c = s_ctx;
   const brd_ir_block_t *blk = brd_ir_plan_block(a.plan, a.rank, (int)blockIdx.x);
   const brd_ir_op_t *ops = brd_ir_plan_ops(a.plan, a.rank, (int)blockIdx.x);
@@ -1129,6 +1231,15 @@ extern "C" ncclResult_t brd_exec_cuda_poll(brd_exec_cuda_status_t *st,
            "datatype and op, or raise BRAID_TIMEOUT",
            h.rank, h.block, h.op, (unsigned long long)h.iter, secs, h.index,
            (unsigned long long)h.expected, (unsigned long long)h.seen);
+    } else if (h.what == BRD_EXEC_CUDA_WAIT_XCHG) {
+      WARN("rank %d block %d: no word for %.3g s from rank %d on where its "
+           "output is (exchange slot of channel %d, tag %llu; it holds %llu). "
+           "This rank's output buffer is registered (ncclCommRegister): when "
+           "one rank passes registered buffers, every rank must (NCCL's "
+           "rule). Check that rank %d registered its buffers and called the "
+           "same collective, or raise BRAID_TIMEOUT",
+           h.rank, h.block, secs, h.peer, h.index, (unsigned long long)h.expected,
+           (unsigned long long)h.seen, h.peer);
     } else {
       WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
            "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
@@ -1244,6 +1355,8 @@ extern "C" ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
   ka.fn = op.fn;
   ka.device_epoch = args->device_epoch != 0;
   ka.fixed = l.fixed;
+  ka.xchg = args->xchg != 0;
+  ka.out_direct = args->out_direct != 0;
   if (args->chans_dev == NULL && nchans > 0)
     memcpy(ka.chans, args->chans, nchans * sizeof(ka.chans[0]));
   if (args->chan_epoch_dev == NULL && args->chan_epoch != NULL) {

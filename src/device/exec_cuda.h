@@ -77,6 +77,7 @@ extern "C" {
 #define BRD_EXEC_CUDA_WAIT_SEM 0
 #define BRD_EXEC_CUDA_WAIT_PACKET 1
 #define BRD_EXEC_CUDA_WAIT_BARRIER 2
+#define BRD_EXEC_CUDA_WAIT_XCHG 3    /* a peer's output exchange slot */
 
 /* The hang report, field for field brd_exec_hang_t (exec_host.h), which C++
  * cannot include (its launch state uses C11 _Atomic). C translation units
@@ -101,6 +102,13 @@ typedef struct brd_exec_cuda_chan {
   uint64_t *peer_sems;  /* peer's inbound semaphores from this rank */
   uint64_t *sems;       /* this rank's inbound semaphores from the peer */
   const void *peer_input; /* peer's input (BRD_IR_PLAN_F_PEER_INPUT plans) */
+  /* Output exchange (args xchg; device/ir.h): peer_output above is then
+   * the peer's staging, used unless the peer publishes its own buffer. */
+  uint64_t *xchg_pub;   /* this rank's slot in the peer's window */
+  uint64_t *xchg_slot;  /* the peer's slot in this rank's window */
+  void *xchg_output;    /* this rank's output as the peer maps it (only
+                         * published, never dereferenced here); NULL: its
+                         * staging (output, out_stride) */
 } brd_exec_cuda_chan_t;
 
 /* The executor's objects; see the file comment. Opaque. */
@@ -171,6 +179,19 @@ typedef struct brd_exec_cuda_args {
    * captured graph alternates staging halves at every replay. 0: the
    * pointers as given. */
   size_t out_half_bytes;
+  /* 1: exchange outputs with the channel peers before the ops (as
+   * brd_exec_args_t's xchg: collectives with inline chans, at most
+   * BRD_IR_XCHG_MAX_CHANS channels, every channel with both slots). A
+   * peer's outputs are then spaced as it publishes; a peer that publishes
+   * none (its staging) has them count elements apart, at peer_output plus
+   * the half offset of out_half_bytes. A published output has no half
+   * offset: it is the peer's own buffer. */
+  int xchg;
+  /* With device_epoch and out_half_bytes: 1 when output is the user's
+   * buffer rather than a staging of two halves, so this rank's own output
+   * gets no half offset (channel peers' staging still does). Ignored
+   * without device_epoch. */
+  int out_direct;
 } brd_exec_cuda_args_t;
 
 /* A copy out of a staging buffer of two halves (brd_exec_cuda_copyout):
@@ -195,8 +216,8 @@ typedef struct brd_exec_cuda_copyout {
  * channel table, the chunks, slots and semaphores.
  * brd_exec_cuda_args_check: the checks of brd_exec_cuda_launch on args for
  * the host copy p of its plan and the rank's nchans channels (NULL
- * buffers, segment tables, channel tables, epochs, scratch alignment:
- * ncclInvalidArgument); count > 0.
+ * buffers, segment tables, channel tables, epochs, output exchange,
+ * scratch alignment: ncclInvalidArgument); count > 0.
  * brd_exec_cuda_epochs_check: ncclInternalError when the launch's epoch or
  * a host channel epoch plus span crosses a multiple of 2^32. */
 ncclResult_t brd_exec_cuda_plan_check(const brd_ir_plan_t *plan);
@@ -265,7 +286,9 @@ void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev);
  * the collective uses with a non-zero count, a bad datatype, op or rank, a
  * misaligned scratch, too many inline channels or segments, a host segment
  * table with a NULL buffer or a count above `count`, per-channel epochs
- * with device_epoch; ncclInternalError for scratch smaller than the plan
+ * with device_epoch, an output exchange (xchg) that is not over inline
+ * channels, each with both slots, at most BRD_IR_XCHG_MAX_CHANS of them,
+ * with the launch's epoch; ncclInternalError for scratch smaller than the plan
  * needs or an epoch whose launch would cross a multiple of 2^32;
  * ncclUnhandledCudaError (WARN) when the launch itself fails. Never
  * allocates, copies or synchronises (capturable); the kernel blocks on
@@ -306,7 +329,8 @@ _Static_assert(sizeof(brd_exec_cuda_seg_t) == sizeof(brd_exec_seg_t) &&
                "brd_exec_cuda_seg_t mirrors brd_exec_seg_t");
 _Static_assert(BRD_EXEC_CUDA_WAIT_SEM == BRD_EXEC_WAIT_SEM &&
                    BRD_EXEC_CUDA_WAIT_PACKET == BRD_EXEC_WAIT_PACKET &&
-                   BRD_EXEC_CUDA_WAIT_BARRIER == BRD_EXEC_WAIT_BARRIER,
+                   BRD_EXEC_CUDA_WAIT_BARRIER == BRD_EXEC_WAIT_BARRIER &&
+                   BRD_EXEC_CUDA_WAIT_XCHG == BRD_EXEC_WAIT_XCHG,
                "wait kinds agree with the host executor");
 #endif
 

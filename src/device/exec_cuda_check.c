@@ -192,6 +192,29 @@ ncclResult_t brd_exec_cuda_args_check(const brd_exec_cuda_args_t *args,
          "device_epoch from the status block; pass one or the other", args->rank);
     return ncclInvalidArgument;
   }
+  if (args->xchg) {
+    /* The kernel resolves every channel into fixed per-block arrays and
+     * reads the slots from the inline table; point-to-point pairs keep
+     * their own epochs, which the exchange's tag (the launch's epoch)
+     * cannot follow. */
+    const char *why = NULL;
+    if (nchans > BRD_IR_XCHG_MAX_CHANS)
+      why = "more channels than an exchange covers";
+    else if (nchans > 0 && (args->chans == NULL || args->chans_dev != NULL))
+      why = "a device channel table (the exchange needs inline channels)";
+    else if (args->chan_cursor_dev != NULL || args->chan_epoch != NULL ||
+             args->chan_epoch_dev != NULL)
+      why = "per-channel epochs (point-to-point)";
+    for (uint32_t c = 0; why == NULL && c < nchans; c++)
+      if (args->chans[c].xchg_pub == NULL || args->chans[c].xchg_slot == NULL)
+        why = "a channel without both exchange slots";
+    if (why != NULL) {
+      WARN("CUDA executor: rank %d exchanges outputs over %u channels with %s; an "
+           "exchange needs at most %u inline channels, each with both slots, and the "
+           "launch's epoch", args->rank, nchans, why, BRD_IR_XCHG_MAX_CHANS);
+      return ncclInvalidArgument;
+    }
+  }
   if (p->nslots > 0 && (args->scratch == NULL || (uintptr_t)args->scratch % 16 != 0)) {
     WARN("CUDA executor: rank %d scratch %p: expected a 16-byte aligned buffer "
          "of brd_plan_scratch_bytes", args->rank, args->scratch);

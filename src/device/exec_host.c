@@ -31,6 +31,10 @@ typedef struct blk_ctx {
   int opi;           /* index of the op being run */
   uint64_t iter;
   uint32_t bar_seen; /* barriers this block has passed */
+  /* args.xchg: each channel peer's output and the elements between its
+   * segments, as the exchange resolved them for this block. */
+  char *xout[BRD_IR_XCHG_MAX_CHANS];
+  size_t xstride[BRD_IR_XCHG_MAX_CHANS];
 } blk_ctx_t;
 
 /* A wait in progress: spins, yields, then sleeps; gives up at its deadline. */
@@ -118,6 +122,15 @@ static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
            h->rank, h->block, h->op, (unsigned long long)h->iter,
            l->timeout_s, index, (unsigned long long)expected,
            (unsigned long long)seen);
+    } else if (what == BRD_EXEC_WAIT_XCHG) {
+      WARN("rank %d block %d: no word for %.0f s from rank %d on where its "
+           "output is (exchange slot of channel %d, tag %llu; it holds %llu). "
+           "This rank's output buffer is registered (ncclCommRegister): when "
+           "one rank passes registered buffers, every rank must (NCCL's "
+           "rule). Check that rank %d registered its buffers and called the "
+           "same collective, or raise BRAID_TIMEOUT",
+           h->rank, h->block, l->timeout_s, peer, index,
+           (unsigned long long)expected, (unsigned long long)seen, peer);
     } else {
       WARN("rank %d block %d op %d (iteration %llu): no progress for %.0f s "
            "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
@@ -195,8 +208,9 @@ static ncclResult_t run_barrier(blk_ctx_t *b) {
 
 /* Start of segment `seg` of an input or output (this rank's, or the peer's
  * output through a channel) and its element count. */
-static char *seg_base(const brd_exec_launch_t *l, const brd_ir_ref_t *ref,
+static char *seg_base(const blk_ctx_t *b, const brd_ir_ref_t *ref,
                       uint32_t seg, size_t *count_out) {
+  const brd_exec_launch_t *l = b->l;
   const brd_exec_args_t *a = &l->args;
   int input = (ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT;
   int local = ref->chan == BRD_IR_CHAN_LOCAL;
@@ -206,10 +220,12 @@ static char *seg_base(const brd_exec_launch_t *l, const brd_ir_ref_t *ref,
     return (char *)table[seg].ptr;
   }
   size_t stride = input ? a->in_stride : a->out_stride;
+  *count_out = a->count;
+  if (a->xchg && !input && !local)
+    return b->xout[ref->chan] + (size_t)seg * b->xstride[ref->chan] * l->layout.esize;
   char *base = input ? (local ? (char *)a->input : (char *)a->chans[ref->chan].peer_input)
                : local ? (char *)a->output
                        : (char *)a->chans[ref->chan].peer_output;
-  *count_out = a->count;
   return base + (size_t)seg * (stride ? stride : a->count) * l->layout.esize;
 }
 
@@ -227,7 +243,7 @@ static char *ref_addr(const blk_ctx_t *b, const brd_ir_ref_t *ref,
            (size_t)index * l->layout.slot_bytes;
   }
   size_t count, start, n;
-  char *base = seg_base(l, ref, index / a->plan->nchunks, &count);
+  char *base = seg_base(b, ref, index / a->plan->nchunks, &count);
   brd_plan_layout_seg_chunk(&l->layout, count, b->iter, index % a->plan->nchunks,
                             &start, &n);
   return base + start * l->layout.esize;
@@ -243,7 +259,7 @@ static size_t op_chunk_len(const blk_ctx_t *b, const brd_ir_op_t *op,
   for (int r = 0; r < op->nsrc + op->ndst; r++) {
     uint8_t kind = op->ref[r].buf & BRD_IR_BUF_MASK;
     if (kind != BRD_IR_BUF_INPUT && kind != BRD_IR_BUF_OUTPUT) continue;
-    seg_base(l, &op->ref[r], (op->ref[r].index + t) / l->args.plan->nchunks,
+    seg_base(b, &op->ref[r], (op->ref[r].index + t) / l->args.plan->nchunks,
              &count);
     break;
   }
@@ -425,6 +441,17 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
       WARN("host executor: rank %d has no scratch buffer", args->rank);
       return ncclInvalidArgument;
     }
+    if (args->xchg) {
+      uint32_t nch = brd_ir_plan_rank(p, args->rank)->nchans;
+      int bad = nch > BRD_IR_XCHG_MAX_CHANS;
+      for (uint32_t c = 0; c < nch && !bad; c++)
+        bad = args->chans[c].xchg_pub == NULL || args->chans[c].xchg_slot == NULL;
+      if (bad) {
+        WARN("host executor: rank %d exchanges outputs over %u channels (at most %u), "
+             "each with both slots", args->rank, nch, BRD_IR_XCHG_MAX_CHANS);
+        return ncclInvalidArgument;
+      }
+    }
     if (p->flags & BRD_IR_PLAN_F_PEER_INPUT) {
       for (uint32_t c = 0; c < brd_ir_plan_rank(p, args->rank)->nchans; c++) {
         if (args->chans[c].peer_input != NULL) continue;
@@ -457,12 +484,77 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
   return ncclSuccess;
 }
 
+/* Output exchange (device/ir.h): this rank's output, as each channel
+ * peer should address it, into the peer's slot. A seqlock: the tag is 0
+ * while the words change. */
+static void xchg_publish(const brd_exec_launch_t *l) {
+  const brd_exec_args_t *a = &l->args;
+  uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
+  uint64_t stride = a->out_stride ? a->out_stride : a->count;
+  for (uint32_t c = 0; c < nch; c++) {
+    _Atomic uint64_t *s = a->chans[c].xchg_pub;
+    atomic_store_explicit(&s[0], 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&s[1], (uint64_t)(uintptr_t)a->chans[c].xchg_output,
+                          memory_order_relaxed);
+    atomic_store_explicit(&s[2], stride, memory_order_relaxed);
+    atomic_store_explicit(&s[0], a->epoch + 1, memory_order_release);
+  }
+}
+
+/* Output exchange: every channel peer's output for this launch into
+ * b->xout and b->xstride, waiting for its slot. A slot already past this
+ * launch means the peer finished it, so nothing here writes its output
+ * any more: its staging stands in. */
+static ncclResult_t xchg_resolve(blk_ctx_t *b) {
+  const brd_exec_args_t *a = &b->l->args;
+  uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
+  uint64_t want = a->epoch + 1;
+  for (uint32_t c = 0; c < nch; c++) {
+    _Atomic uint64_t *s = a->chans[c].xchg_slot;
+    b->xout[c] = a->chans[c].peer_output;
+    b->xstride[c] = a->count;
+    spin_t spin = {0, 0};
+    for (;;) {
+      uint64_t t1 = atomic_load_explicit(&s[0], memory_order_acquire);
+      if (t1 == want) {
+        uint64_t out = atomic_load_explicit(&s[1], memory_order_relaxed);
+        uint64_t stride = atomic_load_explicit(&s[2], memory_order_relaxed);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&s[0], memory_order_relaxed) == want && out != 0) {
+          b->xout[c] = (char *)(uintptr_t)out;
+          b->xstride[c] = (size_t)stride;
+        }
+        break;
+      }
+      if (t1 > want) break;
+      ncclResult_t res = spin_step(b, &spin);
+      if (res == ncclInProgress)
+        return report_hang(b, BRD_EXEC_WAIT_XCHG,
+                           brd_ir_plan_chan(a->plan, a->rank, (int)c)->peer, (int)c,
+                           want, t1);
+      if (res != ncclSuccess) return res;
+    }
+  }
+  return ncclSuccess;
+}
+
 /* See exec_host.h. */
 ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block) {
   const brd_ir_plan_t *p = l->args.plan;
   const brd_ir_op_t *ops = brd_ir_plan_ops(p, l->args.rank, block);
   uint32_t nops = brd_ir_plan_block(p, l->args.rank, block)->nops;
-  blk_ctx_t b = {l, block, 0, 0, 0};
+  blk_ctx_t b = {l, block, 0, 0, 0, {NULL}, {0}};
+  if (l->args.xchg && l->layout.niter > 0) {
+    /* Every rank publishes before it waits: no rank waits on one that
+     * has not published. */
+    if (block == 0) xchg_publish(l);
+    ncclResult_t res = xchg_resolve(&b);
+    if (res != ncclSuccess) {
+      launch_fail(l, res);
+      return (ncclResult_t)atomic_load(&l->result);
+    }
+  }
   for (b.iter = 0; b.iter < l->layout.niter; b.iter++) {
     for (uint32_t i = 0; i < nops; i++) {
       b.opi = (int)i;

@@ -71,6 +71,12 @@ typedef struct brd_exec_chan {
   _Atomic uint64_t *sems;       /* our inbound semaphores from the peer */
   const void *peer_input;       /* peer's input buffer of this launch
                                  * (BRD_IR_PLAN_F_PEER_INPUT plans only) */
+  /* Output exchange (args.xchg; device/ir.h): peer_output above is then
+   * the peer's staging, used unless the peer publishes its own buffer. */
+  _Atomic uint64_t *xchg_pub;   /* this rank's slot in the peer's window */
+  _Atomic uint64_t *xchg_slot;  /* the peer's slot in this rank's window */
+  void *xchg_output;            /* this rank's output as the peer maps it;
+                                 * NULL: its staging (output, out_stride) */
 } brd_exec_chan_t;
 
 /* One segment of a point-to-point buffer table. Borrowed. */
@@ -104,6 +110,11 @@ typedef struct brd_exec_args {
   const uint64_t *chan_epoch;   /* borrowed [channels]; NULL: epoch for all.
                                  * Semaphores only: LL flags always count
                                  * from `epoch` */
+  int xchg;                     /* 1: exchange outputs with the channel
+                                 * peers first (collectives; at most
+                                 * BRD_IR_XCHG_MAX_CHANS channels); a peer's
+                                 * outputs are then spaced as it publishes,
+                                 * count elements apart for its staging */
 } brd_exec_args_t;
 
 /* What a timed-out wait was waiting for. */
@@ -111,6 +122,7 @@ enum {
   BRD_EXEC_WAIT_SEM = 0,    /* semaphore of a channel */
   BRD_EXEC_WAIT_PACKET = 1, /* LL flag in own scratch */
   BRD_EXEC_WAIT_BARRIER = 2,
+  BRD_EXEC_WAIT_XCHG = 3,   /* a peer's output exchange slot */
 };
 
 typedef struct brd_exec_hang {

@@ -136,6 +136,17 @@ enum {
 #define BRD_IR_PLAN_F_PEER_INPUT 0x04u /* reads peers' inputs through channels */
 #define BRD_IR_PLAN_F_ALL 0x07u
 
+/* Output exchange: before a launch's ops, a rank whose output may be the
+ * user's registered buffer publishes, in a slot of each channel peer's
+ * window, where that peer should write its output for this launch, and
+ * reads its peers' slots in its own window. A slot is BRD_IR_XCHG_WORDS
+ * 64-bit words: [0] the tag (the launch's epoch + 1; 0 while being
+ * written), [1] the output as the peer maps it (0: the staging, whose
+ * address the peer knows), [2] elements between its output segments.
+ * A launch exchanges over at most BRD_IR_XCHG_MAX_CHANS channels. */
+#define BRD_IR_XCHG_WORDS 4u
+#define BRD_IR_XCHG_MAX_CHANS 32u
+
 /* Operations. Every data op processes chunks chunk .. chunk+nchunks-1; for
  * chunk t of that range each scratch ref addresses slot index+t and each
  * input/output ref chunk index+t. The element count of chunk t is that of

@@ -174,6 +174,38 @@ static void *fdsrv_main(void *arg) {
   return NULL;
 }
 
+/* A listening abstract Unix socket under a fresh serial of this process,
+ * in *fd_out and *serial_out. ncclSystemError (WARN) on failure. */
+static ncclResult_t unix_listen(const char *what, int *fd_out, uint32_t *serial_out) {
+  ncclResult_t res = ncclSuccess;
+  uint32_t serial = 0;
+  int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    WARN("P2P: socket(AF_UNIX) for %s failed: %s", what, strerror(errno));
+    return ncclSystemError;
+  }
+  pthread_once(&serial_once, serial_seed_init);
+  for (int tries = 0;; tries++) {
+    struct sockaddr_un sa;
+    serial = serial_seed + atomic_fetch_add(&serial_next, 1u);
+    socklen_t len = sockaddr_fill(&sa, (uint32_t)getpid(), serial);
+    if (bind(s, (struct sockaddr *)&sa, len) == 0) break;
+    if (errno != EADDRINUSE || tries >= 16) {
+      WARN("P2P: binding the abstract Unix socket @%s for %s failed: %s", sa.sun_path + 1,
+           what, strerror(errno));
+      res = ncclSystemError;
+      goto fail_close;
+    }
+  }
+  SYS_CHECK_GOTO(listen(s, 128), "listen on a P2P Unix socket", res, fail_close);
+  *fd_out = s;
+  *serial_out = serial;
+  return ncclSuccess;
+fail_close:
+  close(s);
+  return res;
+}
+
 /* See transport.h. */
 ncclResult_t brd_p2p_fdsrv_create(int fd, brd_p2p_fdsrv_t **srv_out) {
   ncclResult_t res = ncclSuccess;
@@ -187,27 +219,7 @@ ncclResult_t brd_p2p_fdsrv_create(int fd, brd_p2p_fdsrv_t **srv_out) {
     res = ncclSystemError;
     goto fail_free;
   }
-  s->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s->listen_fd < 0) {
-    WARN("P2P: socket(AF_UNIX) failed: %s", strerror(errno));
-    res = ncclSystemError;
-    goto fail_close;
-  }
-  pthread_once(&serial_once, serial_seed_init);
-  for (int tries = 0;; tries++) {
-    struct sockaddr_un sa;
-    s->serial = serial_seed + atomic_fetch_add(&serial_next, 1u);
-    socklen_t len = sockaddr_fill(&sa, (uint32_t)getpid(), s->serial);
-    if (bind(s->listen_fd, (struct sockaddr *)&sa, len) == 0) break;
-    if (errno != EADDRINUSE || tries >= 16) {
-      WARN("P2P: binding the abstract Unix socket @%s failed: %s", sa.sun_path + 1,
-           strerror(errno));
-      res = ncclSystemError;
-      goto fail_close;
-    }
-  }
-  SYS_CHECK_GOTO(listen(s->listen_fd, 128), "listen on the P2P descriptor socket",
-                 res, fail_close);
+  CHECK_GOTO(unix_listen("a descriptor server", &s->listen_fd, &s->serial), res, fail_close);
   PTHREAD_CHECK_GOTO(pthread_create(&s->thread, NULL, fdsrv_main, s),
                      "pthread_create for the P2P descriptor server", res, fail_close);
   *srv_out = s;
@@ -276,13 +288,13 @@ static ncclResult_t fd_recv(int s, uint32_t pid, uint32_t serial, int *fd_out) {
   return ncclSuccess;
 }
 
-/* See transport.h. */
-ncclResult_t brd_p2p_fd_fetch(uint32_t pid, uint32_t serial, double timeout_s,
-                              _Atomic int *abort_flag, int *fd_out) {
-  ncclResult_t res = ncclSuccess;
+/* Connects to the server (pid, serial), `what` naming it for messages:
+ * the connected socket in *s_out. Retries while the server's backlog is
+ * full, until deadline (now_ns) or *abort_flag (ncclSystemError, no WARN). */
+static ncclResult_t unix_connect(uint32_t pid, uint32_t serial, int64_t deadline,
+                                 _Atomic int *abort_flag, const char *what, int *s_out) {
   struct sockaddr_un sa;
   socklen_t len = sockaddr_fill(&sa, pid, serial);
-  int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
   int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (s < 0) {
     WARN("P2P: socket(AF_UNIX) failed: %s", strerror(errno));
@@ -295,53 +307,218 @@ ncclResult_t brd_p2p_fd_fetch(uint32_t pid, uint32_t serial, double timeout_s,
     if (connect(s, (struct sockaddr *)&sa, len) == 0) break;
     int err = errno;
     if (err == EINTR) continue;
+    ncclResult_t res = ncclSuccess;
     if (err != EAGAIN) {
-      WARN("P2P: connecting to @%s (pid %u) for a GPU memory descriptor failed: "
-           "%s; the peer process may have exited or already sealed the segment",
-           sa.sun_path + 1, pid, strerror(err));
+      WARN("P2P: connecting to @%s (pid %u) for %s failed: %s; the peer process may "
+           "have exited or already sealed what it served", sa.sun_path + 1, pid, what,
+           strerror(err));
       res = err == ECONNREFUSED || err == ENOENT ? ncclRemoteError : ncclSystemError;
-      goto out;
-    }
-    if (abort_flag != NULL && atomic_load(abort_flag)) {
+    } else if (abort_flag != NULL && atomic_load(abort_flag)) {
       res = ncclSystemError;
-      goto out;
-    }
-    if (now_ns() >= deadline) {
-      WARN("P2P: the descriptor server @%s of pid %u stayed busy for %.1f s; "
-           "raise BRAID_BOOTSTRAP_TIMEOUT if the host is overloaded",
-           sa.sun_path + 1, pid, timeout_s);
+    } else if (now_ns() >= deadline) {
+      WARN("P2P: the server @%s of pid %u for %s stayed busy past its deadline; "
+           "raise BRAID_BOOTSTRAP_TIMEOUT if the host is overloaded", sa.sun_path + 1,
+           pid, what);
       res = ncclRemoteError;
-      goto out;
+    }
+    if (res != ncclSuccess) {
+      close(s);
+      return res;
     }
     struct timespec ts = {0, 1000000L};
     nanosleep(&ts, NULL);
   }
+  *s_out = s;
+  return ncclSuccess;
+}
+
+/* Waits until socket s (connected to pid for `what`) has something to
+ * read, until deadline or *abort_flag (ncclSystemError, no WARN). */
+static ncclResult_t unix_wait(int s, uint32_t pid, int64_t deadline, double timeout_s,
+                              _Atomic int *abort_flag, const char *what) {
   for (;;) {
-    if (abort_flag != NULL && atomic_load(abort_flag)) {
-      res = ncclSystemError;
-      goto out;
-    }
+    if (abort_flag != NULL && atomic_load(abort_flag)) return ncclSystemError;
     int64_t left = deadline - now_ns();
     if (left <= 0) {
-      WARN("P2P: no GPU memory descriptor from pid %u (@%s) within %.1f s; the "
-           "peer process is alive but does not serve it (stuck, or it sealed the "
-           "segment too early); raise BRAID_BOOTSTRAP_TIMEOUT if it is only slow",
-           pid, sa.sun_path + 1, timeout_s);
-      res = ncclRemoteError;
-      goto out;
+      WARN("P2P: no answer from pid %u for %s within %.1f s; the peer process is "
+           "alive but does not answer (stuck, or it sealed what it served too early); "
+           "raise BRAID_BOOTSTRAP_TIMEOUT if it is only slow", pid, what, timeout_s);
+      return ncclRemoteError;
     }
     int ms = left / 1000000 < FDSRV_POLL_MS ? (int)(left / 1000000) + 1 : FDSRV_POLL_MS;
     struct pollfd p = {.fd = s, .events = POLLIN, .revents = 0};
     int r = poll(&p, 1, ms);
     if (r < 0 && errno != EINTR) {
-      WARN("P2P: poll on the descriptor connection to pid %u failed: %s", pid,
+      WARN("P2P: poll on the connection to pid %u for %s failed: %s", pid, what,
            strerror(errno));
-      res = ncclSystemError;
+      return ncclSystemError;
+    }
+    if (r > 0) return ncclSuccess;
+  }
+}
+
+/* See transport.h. */
+ncclResult_t brd_p2p_fd_fetch(uint32_t pid, uint32_t serial, double timeout_s,
+                              _Atomic int *abort_flag, int *fd_out) {
+  const char *what = "a memory descriptor";
+  int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
+  int s;
+  CHECK(unix_connect(pid, serial, deadline, abort_flag, what, &s));
+  ncclResult_t res = unix_wait(s, pid, deadline, timeout_s, abort_flag, what);
+  if (res == ncclSuccess) res = fd_recv(s, pid, serial, fd_out);
+  close(s);
+  return res;
+}
+
+/* ---- request service ---------------------------------------------------- */
+
+struct brd_p2p_svc {
+  int listen_fd;            /* owned */
+  int wake[2];              /* owned: a pipe; a byte on it stops the thread */
+  uint32_t serial;
+  size_t req_len, rep_len;
+  brd_p2p_svc_fn_t fn;
+  void *ctx;                /* borrowed: fn's */
+  pthread_t thread;
+};
+
+/* Reads or writes exactly len bytes on a blocking socket with a timeout;
+ * 0 on success. */
+static int io_full(int s, void *buf, size_t len, int write_side) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t n = write_side ? send(s, p, len, MSG_NOSIGNAL) : recv(s, p, len, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* One connection: a request in, fn, the reply out. */
+static void svc_serve(brd_p2p_svc_t *v, int c) {
+  struct ucred cred;
+  socklen_t len = sizeof(cred);
+  if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != getuid()) {
+    INFO(BRD_SUBSYS_P2P, "P2P: refused a request on service %u from another user",
+         v->serial);
+    return;
+  }
+  /* A client that stops talking must not hold the service thread. */
+  struct timeval tv = {5, 0};
+  (void)setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  (void)setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  char *req = calloc(1, v->req_len), *rep = calloc(1, v->rep_len);
+  if (req != NULL && rep != NULL && io_full(c, req, v->req_len, 0) == 0) {
+    v->fn(v->ctx, req, rep);
+    if (io_full(c, rep, v->rep_len, 1) != 0)
+      INFO(BRD_SUBSYS_P2P, "P2P: service %u could not send its reply: %s", v->serial,
+           strerror(errno));
+  }
+  free(req);
+  free(rep);
+}
+
+static void *svc_main(void *arg) {
+  brd_p2p_svc_t *v = arg;
+  for (;;) {
+    struct pollfd p[2] = {{.fd = v->listen_fd, .events = POLLIN, .revents = 0},
+                          {.fd = v->wake[0], .events = POLLIN, .revents = 0}};
+    int r = poll(p, 2, -1);
+    if (r < 0 && errno != EINTR) {
+      INFO(BRD_SUBSYS_P2P, "P2P: service %u stops: poll failed: %s", v->serial,
+           strerror(errno));
+      break;
+    }
+    if (r <= 0) continue;
+    if (p[1].revents != 0) break;
+    int c = accept4(v->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (c < 0) continue; /* the client gave up, or EINTR: poll again */
+    svc_serve(v, c);
+    close(c);
+  }
+  return NULL;
+}
+
+/* See transport.h. */
+ncclResult_t brd_p2p_svc_create(size_t req_len, size_t rep_len, brd_p2p_svc_fn_t fn,
+                                void *ctx, brd_p2p_svc_t **svc_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_p2p_svc_t *v;
+  BRD_CALLOC(v, 1, "a P2P request service");
+  v->req_len = req_len;
+  v->rep_len = rep_len;
+  v->fn = fn;
+  v->ctx = ctx;
+  v->listen_fd = -1;
+  SYS_CHECK_GOTO(pipe2(v->wake, O_CLOEXEC), "pipe2 for the P2P request service", res,
+                 fail_free);
+  CHECK_GOTO(unix_listen("a request service", &v->listen_fd, &v->serial), res, fail_pipe);
+  PTHREAD_CHECK_GOTO(pthread_create(&v->thread, NULL, svc_main, v),
+                     "pthread_create for the P2P request service", res, fail_listen);
+  *svc_out = v;
+  return ncclSuccess;
+
+fail_listen:
+  close(v->listen_fd);
+fail_pipe:
+  close(v->wake[0]);
+  close(v->wake[1]);
+fail_free:
+  free(v);
+  return res;
+}
+
+/* See transport.h. */
+uint32_t brd_p2p_svc_serial(const brd_p2p_svc_t *svc) { return svc->serial; }
+
+/* See transport.h. */
+void brd_p2p_svc_destroy(brd_p2p_svc_t *svc) {
+  if (svc == NULL) return;
+  char byte = 1;
+  ssize_t n;
+  do {
+    n = write(svc->wake[1], &byte, 1);
+  } while (n < 0 && errno == EINTR);
+  pthread_join(svc->thread, NULL);
+  close(svc->listen_fd);
+  close(svc->wake[0]);
+  close(svc->wake[1]);
+  free(svc);
+}
+
+/* See transport.h. */
+ncclResult_t brd_p2p_svc_call(uint32_t pid, uint32_t serial, const void *req,
+                              size_t req_len, void *rep, size_t rep_len, double timeout_s,
+                              _Atomic int *abort_flag) {
+  const char *what = "a registration request";
+  int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
+  int s;
+  CHECK(unix_connect(pid, serial, deadline, abort_flag, what, &s));
+  ncclResult_t res = ncclSuccess;
+  /* The request is small: it fits the socket buffer, so a non-blocking
+   * send completes at once. */
+  if (io_full(s, (void *)req, req_len, 1) != 0) {
+    WARN("P2P: sending %s to pid %u failed: %s", what, pid, strerror(errno));
+    res = ncclRemoteError;
+    goto out;
+  }
+  char *p = rep;
+  size_t left = rep_len;
+  while (left > 0) {
+    CHECK_GOTO(unix_wait(s, pid, deadline, timeout_s, abort_flag, what), res, out);
+    ssize_t n = recv(s, p, left, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      WARN("P2P: pid %u closed the connection for %s without a full reply (%s); it "
+           "may have exited", pid, what, n < 0 ? strerror(errno) : "end of stream");
+      res = ncclRemoteError;
       goto out;
     }
-    if (r > 0) break;
+    p += n;
+    left -= (size_t)n;
   }
-  res = fd_recv(s, pid, serial, fd_out);
 out:
   close(s);
   return res;

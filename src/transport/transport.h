@@ -119,6 +119,36 @@ void brd_p2p_sockname_format(uint32_t pid, uint32_t serial, char *buf, size_t n)
 ncclResult_t brd_p2p_fd_fetch(uint32_t pid, uint32_t serial, double timeout_s,
                               _Atomic int *abort_flag, int *fd_out);
 
+/* A request service: a thread answering fixed-size requests on the
+ * abstract Unix socket "braid-p2p-<pid>-<serial>", one connection at a
+ * time, from processes of the same user. fn(ctx, req, rep) fills the reply
+ * (zeroed) for each request, on the service thread. */
+typedef struct brd_p2p_svc brd_p2p_svc_t;
+typedef void (*brd_p2p_svc_fn_t)(void *ctx, const void *req, void *rep);
+
+/* Starts a service for requests of req_len bytes and replies of rep_len.
+ * ncclSystemError (WARN) when the socket or the thread cannot be made.
+ * Any thread. */
+ncclResult_t brd_p2p_svc_create(size_t req_len, size_t rep_len, brd_p2p_svc_fn_t fn,
+                                void *ctx, brd_p2p_svc_t **svc_out);
+
+/* The serial naming the service's socket (with this process's pid). */
+uint32_t brd_p2p_svc_serial(const brd_p2p_svc_t *svc);
+
+/* Stops the thread at once (after the request it is answering), closes the
+ * socket. NULL is a no-op. Blocks until the thread has exited. */
+void brd_p2p_svc_destroy(brd_p2p_svc_t *svc);
+
+/* Sends req to the service (pid, serial) and receives its reply into rep.
+ * Waits at most timeout_s seconds; ncclSystemError without a WARN when
+ * *abort_flag (may be NULL) becomes non-zero; ncclRemoteError (WARN) when
+ * nothing listens under that name, the deadline passes or the connection
+ * closes early; ncclSystemError (WARN) for a local socket failure.
+ * Blocks; any thread. */
+ncclResult_t brd_p2p_svc_call(uint32_t pid, uint32_t serial, const void *req,
+                              size_t req_len, void *rep, size_t rep_len, double timeout_s,
+                              _Atomic int *abort_flag);
+
 /* Resolves, once per process, the CUDA driver entry points the transport
  * uses (through cudaGetDriverEntryPointByVersion; the library never links
  * libcuda). ncclSuccess when all resolved; ncclUnhandledCudaError with a

@@ -11,8 +11,10 @@
  * the by-value kernel arguments (inline channel, segment and epoch tables
  * copied at enqueue), device epochs (epoch_reserve on the cursor, phase =
  * launches & 1, cursor and launches advanced after every launch, failed or
- * not), out_half_bytes, a device scalar read when the kernel runs, the
- * report (first failure wins), stop-after-failure until
+ * not), out_half_bytes and out_direct, the output exchange (block 0
+ * publishes, every block resolves, before the ops; a published peer output
+ * has no half offset, a staged one does), a device scalar read when the
+ * kernel runs, the report (first failure wins), stop-after-failure until
  * brd_exec_cuda_status_reset, brd_exec_cuda_poll's messages, and the
  * copy-out kernel reading the phase of the last device-epoch launch.
  *
@@ -88,6 +90,8 @@ typedef struct kargs {
   uint32_t n_in_segs, n_out_segs;        /* as given */
   int inline_in_segs, inline_out_segs;
   int has_chan_epoch;
+  int xchg;                              /* output exchange */
+  int out_direct;                        /* own output has no half offset */
   brd_exec_cuda_chan_t chans[BRD_EXEC_CUDA_INLINE_CHANS];
   uint64_t chan_epoch[BRD_EXEC_CUDA_INLINE_CHANS];
   brd_exec_cuda_seg_t in_segs[BRD_EXEC_CUDA_INLINE_SEGS];
@@ -155,7 +159,10 @@ static int kernel_reaches(const kargs_t *a, const brd_exec_cuda_chan_t *chans,
          (!(a->plan->flags & BRD_IR_PLAN_F_PEER_INPUT) ||
           reach(chans[c].peer_input, "a peer's input", a->rank, why, n)) &&
          reach(chans[c].peer_sems, "a peer's semaphores", a->rank, why, n) &&
-         reach(chans[c].sems, "its semaphores", a->rank, why, n);
+         reach(chans[c].sems, "its semaphores", a->rank, why, n) &&
+         (!a->xchg ||
+          (reach(chans[c].xchg_pub, "a peer's exchange slot", a->rank, why, n) &&
+           reach(chans[c].xchg_slot, "its exchange slot", a->rank, why, n)));
   const brd_exec_cuda_seg_t *in = a->in_segs_dev ? a->in_segs_dev : a->inline_in_segs ? a->in_segs : NULL;
   const brd_exec_cuda_seg_t *out = a->out_segs_dev ? a->out_segs_dev : a->inline_out_segs ? a->out_segs : NULL;
   for (uint32_t i = 0; ok && in != NULL && i < a->n_in_segs; i++)
@@ -211,6 +218,9 @@ static void exec_kernel(void *p) {
     launches = a->phase;
   }
   uint64_t out_off = a->device_epoch ? (uint64_t)(launches & 1u) * a->out_half : 0;
+  /* A direct output is the user's buffer: one half only (peers' staging
+   * still has two). */
+  uint64_t own_off = a->out_direct ? 0 : out_off;
   /* Per-pair cursors: each channel's epoch reserved from its peer's. */
   uint64_t chan_ep[BRD_EXEC_CUDA_INLINE_CHANS];
   if (a->chan_cursor != NULL)
@@ -233,6 +243,10 @@ static void exec_kernel(void *p) {
               a->rank, c, brd_ir_plan_chan(a->plan, a->rank, (int)c)->peer,
               src[c].peer_scratch, src[c].peer_output, (void *)src[c].peer_sems,
               (void *)src[c].sems);
+    for (uint32_t c = 0; a->xchg && c < a->nchans; c++)
+      fprintf(stderr, "cudasim:   rank %d chan %u: exchange slots %p/%p, publishes %p\n",
+              a->rank, c, (void *)src[c].xchg_pub, (void *)src[c].xchg_slot,
+              src[c].xchg_output);
   }
 
   /* A launch after a failure leaves at once (brd_exec_cuda_status_reset). */
@@ -255,13 +269,19 @@ static void exec_kernel(void *p) {
                                                                           : NULL;
       chans[c].peer_sems = (_Atomic uint64_t *)src[c].peer_sems;
       chans[c].sems = (_Atomic uint64_t *)src[c].sems;
+      /* The host executor resolves the exchange as exec.cu does: a
+       * published output as given, else peer_output (this half's staging)
+       * count elements apart. */
+      chans[c].xchg_pub = (_Atomic uint64_t *)src[c].xchg_pub;
+      chans[c].xchg_slot = (_Atomic uint64_t *)src[c].xchg_slot;
+      chans[c].xchg_output = src[c].xchg_output;
     }
     brd_exec_args_t ea;
     memset(&ea, 0, sizeof(ea));
     ea.plan = a->plan;
     ea.rank = a->rank;
     ea.input = a->input;
-    ea.output = a->output != NULL ? a->output + out_off : NULL;
+    ea.output = a->output != NULL ? a->output + own_off : NULL;
     ea.scratch = a->scratch;
     ea.scratch_bytes = a->scratch_bytes;
     ea.chans = chans;
@@ -284,6 +304,7 @@ static void exec_kernel(void *p) {
     ea.chan_epoch = a->chan_cursor ? chan_ep
                     : a->chan_epoch_dev ? a->chan_epoch_dev
                     : a->has_chan_epoch ? a->chan_epoch : NULL;
+    ea.xchg = a->xchg;
     if (brd_exec_host_launch_init(l, &ea) != ncclSuccess) {
       /* The checks at enqueue passed: only device tables read now can be
        * wrong, which on a GPU is a fault. */
@@ -521,6 +542,15 @@ ncclResult_t brd_exec_cuda_poll(brd_exec_cuda_status_t *st, brd_exec_cuda_hang_t
            "datatype and op, or raise BRAID_TIMEOUT",
            h.rank, h.block, h.op, (unsigned long long)h.iter, secs, h.index,
            (unsigned long long)h.expected, (unsigned long long)h.seen);
+    } else if (h.what == BRD_EXEC_CUDA_WAIT_XCHG) {
+      WARN("rank %d block %d: no word for %.3g s from rank %d on where its "
+           "output is (exchange slot of channel %d, tag %llu; it holds %llu). "
+           "This rank's output buffer is registered (ncclCommRegister): when "
+           "one rank passes registered buffers, every rank must (NCCL's "
+           "rule). Check that rank %d registered its buffers and called the "
+           "same collective, or raise BRAID_TIMEOUT",
+           h.rank, h.block, secs, h.peer, h.index, (unsigned long long)h.expected,
+           (unsigned long long)h.seen, h.peer);
     } else {
       WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
            "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
@@ -629,6 +659,8 @@ ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args, cudaStream_t
   ka->nchans = nchans;
   ka->n_in_segs = args->n_in_segs;
   ka->n_out_segs = args->n_out_segs;
+  ka->xchg = args->xchg != 0;
+  ka->out_direct = args->out_direct != 0;
   if (args->chans_dev == NULL && nchans > 0)
     memcpy(ka->chans, args->chans, nchans * sizeof(ka->chans[0]));
   if (args->chan_epoch_dev == NULL && args->chan_epoch != NULL) {

@@ -19,13 +19,23 @@
  *             plans write the peers' registered outputs;
  *   procs     ranks as processes: direct too (host mode maps the other
  *             processes' ncclMemAlloc memfds, CUDA mode their GPU memory);
- *   unpromised  without BRAID_REGISTER_SYMMETRIC=1 (which every other
- *             case sets): ncclCommRegister buffers are staged, symmetric
- *             windows still direct;
+ *   percall   without BRAID_REGISTER_SYMMETRIC=1 (which the cases above
+ *             set): each rank passes its buffers at an offset of its own
+ *             (4 KiB + 4 bytes per rank) into its registration, and the
+ *             ranks exchange where their outputs are at every call: every
+ *             eligible call is still written in place, by threads and by
+ *             processes, but no zero-copy plan runs (it needs the promise);
+ *             symmetric windows stay direct and zero-copy;
+ *   percall-mixed  as percall, as processes, but rank 1's buffers are not
+ *             from ncclMemAlloc (malloc, or managed memory in CUDA mode),
+ *             so rank 0 cannot map them: rank 1 is staged at every call
+ *             while rank 0 is still written in place;
  *   off       NCCL_LOCAL_REGISTER=0: never direct, still correct;
  *   mismatch  only rank 0 registers (breaking NCCL's rule that every rank
  *             does): both ranks must fail within the deadlines, rank 0
- *             with a message naming the rule.
+ *             with a message naming the rule; with the promise (the
+ *             registration exchange waits) and without it, as
+ *             mismatch-percall (the per-call exchange waits).
  * The mode follows BRAID_DEVICE (tests/common/tdev.h).
  */
 #include <dirent.h>
@@ -52,6 +62,19 @@
 static const char *g_case;     /* the case this process runs */
 static int g_window;           /* register as symmetric windows */
 
+/* Elements each rank's buffers start past the start of their
+ * registration: rank-dependent in the per-call cases (offsets need not
+ * match without the promise), 0 otherwise. */
+static size_t rank_shift(int rank) {
+  if (g_window || strncmp(g_case, "percall", 7) != 0) return 0;
+  return (size_t)rank * 1025;
+}
+
+/* Whether this rank's buffers are memory the peers cannot map. */
+static int rank_private(int rank) {
+  return strcmp(g_case, "percall-mixed") == 0 && rank == 1;
+}
+
 static int fail(char *msg, size_t len, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -64,7 +87,9 @@ typedef struct {
   ncclComm_t comm;
   cudaStream_t stream;
   int n, rank;
-  char *send, *recv;         /* ncclMemAlloc, n * BIG elements each */
+  char *send, *recv;         /* n * BIG elements each, rank_shift into */
+  char *send_mem, *recv_mem; /* what was allocated (ncclMemAlloc, or
+                              * tdev_alloc for rank_private) */
   void *hsend, *hrecv, *hexp; /* host copies */
   int direct_calls;          /* calls that may write in place */
   int peer_calls;            /* all-reduces that may read inputs in place */
@@ -219,11 +244,21 @@ static int run_colls(rank_t *R, size_t count, int inplace, char *msg, size_t len
 }
 
 static int rank_body(rank_t *R, char *msg, size_t len) {
-  size_t bytes = (size_t)R->n * BIG * ESZ;
+  size_t shift = rank_shift(R->rank) * ESZ;
+  size_t bytes = (size_t)R->n * BIG * ESZ, alloc = bytes + shift;
   void *hs = NULL, *hr = NULL;
   ncclWindow_t ws = NULL, wr = NULL;
-  TRY(ncclMemAlloc((void **)&R->send, bytes));
-  TRY(ncclMemAlloc((void **)&R->recv, bytes));
+  if (rank_private(R->rank)) {
+    R->send_mem = tdev_alloc(alloc);
+    R->recv_mem = tdev_alloc(alloc);
+    if (R->send_mem == NULL || R->recv_mem == NULL)
+      return fail(msg, len, "rank %d: tdev_alloc: %s", R->rank, tdev_last_error());
+  } else {
+    TRY(ncclMemAlloc((void **)&R->send_mem, alloc));
+    TRY(ncclMemAlloc((void **)&R->recv_mem, alloc));
+  }
+  R->send = R->send_mem + shift;
+  R->recv = R->recv_mem + shift;
   R->hsend = malloc(bytes);
   R->hrecv = malloc(bytes);
   R->hexp = malloc(bytes);
@@ -241,8 +276,8 @@ static int rank_body(rank_t *R, char *msg, size_t len) {
     if (ws == NULL || wr == NULL)
       return fail(msg, len, "rank %d: ncclGroupEnd left a window handle NULL", R->rank);
   } else {
-    TRY(ncclCommRegister(R->comm, R->send, bytes, &hs));
-    TRY(ncclCommRegister(R->comm, R->recv, bytes, &hr));
+    TRY(ncclCommRegister(R->comm, R->send_mem, alloc, &hs));
+    TRY(ncclCommRegister(R->comm, R->recv_mem, alloc, &hr));
   }
   static const size_t counts[] = {1, 1000, 20000, BIG};
   int quick = tdev_quick();
@@ -301,8 +336,13 @@ static int rank_main(ncclUniqueId id, int n, int rank, char *msg, size_t len) {
     ncclCommAbort(R->comm);
   } else if (ncclCommDestroy(R->comm) != ncclSuccess)
     bad = fail(msg, len, "rank %d: ncclCommDestroy failed", rank);
-  ncclMemFree(R->send);
-  ncclMemFree(R->recv);
+  if (rank_private(rank)) {
+    tdev_free(R->send_mem);
+    tdev_free(R->recv_mem);
+  } else {
+    ncclMemFree(R->send_mem);
+    ncclMemFree(R->recv_mem);
+  }
   free(R->hsend);
   free(R->hrecv);
   free(R->hexp);
@@ -320,6 +360,12 @@ static int rank_mismatch(ncclUniqueId id, int n, int rank, char *msg, size_t len
   ncclResult_t r = ncclAllReduce(R->recv, R->recv, 4096, DT, ncclSum, R->comm, R->stream);
   char last[1024];
   snprintf(last, sizeof(last), "%s", ncclGetLastError(R->comm));
+  const char *rule = "every rank passes registered buffers";
+  if (strcmp(g_case, "mismatch-percall") == 0) {
+    /* The per-call exchange: the kernel (or host executor) waits for the
+     * peer's word, and the message comes with the hang report. */
+    rule = "when one rank passes registered buffers, every rank must";
+  }
   for (int i = 0; r == ncclSuccess && i < 600; i++) {
     /* CUDA mode: a kernel waiting for the peer fails asynchronously. */
     ncclResult_t a = ncclSuccess;
@@ -328,11 +374,12 @@ static int rank_mismatch(ncclUniqueId id, int n, int rank, char *msg, size_t len
     struct timespec nap = {0, 100000000};
     nanosleep(&nap, NULL);
   }
+  if (strstr(last, rule) == NULL) snprintf(last, sizeof(last), "%s", ncclGetLastError(R->comm));
   int bad = 0;
   if (r == ncclSuccess)
     bad = fail(msg, len, "rank %d: an all-reduce with a buffer registered on rank 0 "
                "only succeeded", rank);
-  else if (rank == 0 && strstr(last, "every rank passes registered buffers") == NULL)
+  else if (rank == 0 && strstr(last, rule) == NULL)
     bad = fail(msg, len, "rank 0: the error does not name the registration rule: %s",
                last);
   ncclCommAbort(R->comm);
@@ -371,13 +418,17 @@ static int child_main(void) {
   char msg[1024] = "";
   int bad;
   int n = 2;
-  if (strcmp(g_case, "procs") == 0)
+  /* mismatch-percall as processes: each rank's last error is its own
+   * (threads share one, and the peer's hang report may land last). */
+  if (strcmp(g_case, "procs") == 0 || strcmp(g_case, "percall-procs") == 0 ||
+      strcmp(g_case, "percall-mixed") == 0 || strcmp(g_case, "mismatch-percall") == 0)
     bad = run_procs(n, rank_main, msg, sizeof(msg));
-  else if (strcmp(g_case, "mismatch") == 0)
+  else if (strncmp(g_case, "mismatch", 8) == 0)
     bad = tdev_run_threads(n, rank_mismatch, msg, sizeof(msg));
   else
-    bad = tdev_run_threads(strcmp(g_case, "threads") == 0 ? 3 : n, rank_main, msg,
-                           sizeof(msg));
+    bad = tdev_run_threads(strcmp(g_case, "threads") == 0 ||
+                               strcmp(g_case, "percall") == 0 ? 3 : n,
+                           rank_main, msg, sizeof(msg));
   if (bad) fprintf(stderr, "FAIL %s%s: %s\n", g_case, g_window ? " (windows)" : "", msg);
   return bad ? 1 : 0;
 }
@@ -416,9 +467,12 @@ static int read_expect(const char *dir, int *peer_calls, int *peer_other) {
   return v;
 }
 
-/* Runs one case in a fresh process; returns 0 when it passed. */
+/* Runs one case in a fresh process; returns 0 when it passed: every
+ * eligible call written in place on direct_ranks ranks (the lowest),
+ * staged on the others, and the zero-copy plans run when zero_copy. */
 static int run_case(const char *exe, const char *root, const char *name, int window,
-                    int nranks, int want_direct, const char *algo) {
+                    int nranks, int direct_ranks, int zero_copy, const char *algo) {
+  int percall = strncmp(name, "percall", 7) == 0 || strcmp(name, "mismatch-percall") == 0;
   char dir[512], logs[600];
   snprintf(dir, sizeof(dir), "%s/%s%s%s%s", root, name, window ? "-win" : "",
            algo != NULL ? "-" : "", algo != NULL ? algo : "");
@@ -436,10 +490,11 @@ static int run_case(const char *exe, const char *root, const char *name, int win
       setenv("NCCL_ALGO", algo, 1);
       setenv("NCCL_PROTO", "Simple", 1);
     }
-    /* ncclCommRegister buffers are used in place only on this promise. */
-    if (strcmp(name, "unpromised") != 0) setenv("BRAID_REGISTER_SYMMETRIC", "1", 1);
+    /* The promise of NCCL's symmetric rule: ncclCommRegister buffers are
+     * exchanged once and read in place; without it, outputs per call. */
+    if (!percall) setenv("BRAID_REGISTER_SYMMETRIC", "1", 1);
     if (strcmp(name, "off") == 0) setenv("NCCL_LOCAL_REGISTER", "0", 1);
-    if (strcmp(name, "mismatch") == 0) {
+    if (strncmp(name, "mismatch", 8) == 0) {
       setenv("BRAID_BOOTSTRAP_TIMEOUT", "3", 1);
       setenv("BRAID_TIMEOUT", "3", 1);
     }
@@ -462,21 +517,30 @@ static int run_case(const char *exe, const char *root, const char *name, int win
     printf("FAIL %s: exit status %d\n", dir, st);
     return 1;
   }
-  if (strcmp(name, "mismatch") != 0) {
+  if (strncmp(name, "mismatch", 8) != 0) {
     int peer_calls, peer_other;
     int calls = read_expect(dir, &peer_calls, &peer_other);
     long got = count_lines(dir, "written in place");
-    long want = want_direct ? (long)calls * nranks : 0;
+    long want = (long)calls * direct_ranks;
     if (calls <= 0 || got != want) {
       printf("FAIL %s: %ld calls wrote their registered output in place, expected %ld "
-             "(%d eligible calls per rank, %d ranks)\n", dir, got, want, calls, nranks);
+             "(%d eligible calls per rank, %d ranks)\n", dir, got, want, calls,
+             direct_ranks);
+      return 1;
+    }
+    /* A rank whose buffers the others cannot map says so at every call. */
+    got = count_lines(dir, "staged (registered");
+    want = percall && !window ? (long)calls * (nranks - direct_ranks) : 0;
+    if (got != want) {
+      printf("FAIL %s: %ld calls staged a registered output, expected %ld\n", dir, got,
+             want);
       return 1;
     }
     /* Zero-copy plans: all-reduce unless NCCL_ALGO leaves two-shot out
      * (the forced algorithms name all-reduce only). */
     int ar_ok = algo == NULL || strstr(algo, "twoshot") != NULL;
     got = count_lines(dir, "read in place by every rank");
-    want = want_direct ? (long)((ar_ok ? peer_calls : 0) + peer_other) * nranks : 0;
+    want = zero_copy ? (long)((ar_ok ? peer_calls : 0) + peer_other) * nranks : 0;
     if (peer_calls <= 0 || peer_other <= 0 || got != want) {
       printf("FAIL %s: %ld calls read their registered inputs in place, expected %ld "
              "(%d all-reduces and %d others eligible per rank, %d ranks)\n", dir, got,
@@ -505,19 +569,25 @@ int main(int argc, char **argv) {
     return 1;
   }
   int bad = 0;
+  const char *me = "/proc/self/exe";
   for (int window = 0; window < 2; window++) {
-    bad += run_case("/proc/self/exe", root, "threads", window, 3, 1, NULL);
-    bad += run_case("/proc/self/exe", root, "procs", window, 2, 1, NULL);
+    bad += run_case(me, root, "threads", window, 3, 3, 1, NULL);
+    bad += run_case(me, root, "procs", window, 2, 2, 1, NULL);
   }
   /* Plans that write peers' outputs (two-shot's all-gather half, the
    * tree's broadcast) reach the other ranks' registered buffers. */
-  bad += run_case("/proc/self/exe", root, "threads", 0, 3, 1, "allreduce:twoshot");
-  bad += run_case("/proc/self/exe", root, "threads", 1, 3, 1, "allreduce:tree");
-  bad += run_case("/proc/self/exe", root, "procs", 0, 2, 1, "allreduce:twoshot");
-  bad += run_case("/proc/self/exe", root, "unpromised", 0, 2, 0, NULL);
-  bad += run_case("/proc/self/exe", root, "unpromised", 1, 2, 1, NULL);
-  bad += run_case("/proc/self/exe", root, "off", 0, 2, 0, NULL);
-  bad += run_case("/proc/self/exe", root, "mismatch", 0, 2, 0, NULL);
+  bad += run_case(me, root, "threads", 0, 3, 3, 1, "allreduce:twoshot");
+  bad += run_case(me, root, "threads", 1, 3, 3, 1, "allreduce:tree");
+  bad += run_case(me, root, "procs", 0, 2, 2, 1, "allreduce:twoshot");
+  /* Without the promise: outputs exchanged at every call. */
+  bad += run_case(me, root, "percall", 0, 3, 3, 0, NULL);
+  bad += run_case(me, root, "percall", 0, 3, 3, 0, "allreduce:tree");
+  bad += run_case(me, root, "percall-procs", 0, 2, 2, 0, NULL);
+  bad += run_case(me, root, "percall-mixed", 0, 2, 1, 0, NULL);
+  bad += run_case(me, root, "percall", 1, 3, 3, 1, NULL);
+  bad += run_case(me, root, "off", 0, 2, 0, 0, NULL);
+  bad += run_case(me, root, "mismatch", 0, 2, 0, 0, NULL);
+  bad += run_case(me, root, "mismatch-percall", 0, 2, 0, 0, NULL);
   if (!bad) {
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);

@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "check.h"
 #include "algos/algos.h"
 #include "device/exec_host.h"
 #include "param.h"
@@ -76,10 +77,45 @@ void free(void *p) {
 
 typedef ncclResult_t (*gen_fn)(const brd_algos_args_t *, brd_ir_plan_t **);
 
-static const gen_fn gens[4] = {brd_algos_ring_allreduce, brd_algos_tree_allreduce,
+/* A hand-made all-gather that writes its input into segment `rank` of
+ * every peer's output (no generator writes a peer's segments other than
+ * 0 yet): join, copy and put, done; one chunk per segment. */
+static ncclResult_t push_allgather(const brd_algos_args_t *args, brd_ir_plan_t **plan_out) {
+  int n = args->nranks;
+  brd_plan_shape_t shape = {
+      .nranks = n, .nblocks = 1, .nchunks = 1, .nslots = 0, .slot_div = 1, .nsems = 2,
+      .seq_per_iter = 1, .proto = BRD_IR_PROTO_SIMPLE, .algo = BRD_IR_ALGO_COPY,
+      .coll = BRD_IR_COLL_ALLGATHER};
+  brd_plan_builder_t *b;
+  CHECK(brd_plan_builder_create(&shape, &b));
+  for (int r = 0; r < n; r++) {
+    brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, 0), dst[MAXR];
+    for (int sem = 0; sem < 2; sem++) {
+      if (sem == 1) {
+        int nd = 0;
+        dst[nd++] = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, (uint32_t)r);
+        for (int q = 0; q < n; q++)
+          if (q != r) dst[nd++] = brd_plan_ref(BRD_IR_BUF_OUTPUT, q, (uint32_t)r);
+        CHECK(brd_algos_move(b, r, 0, BRD_IR_OP_PUT, 0, 0, 0, 0, 1, &in, nd, dst));
+      }
+      for (int q = 0; q < n; q++)
+        if (q != r) CHECK(brd_plan_op_sync(b, r, 0, BRD_IR_OP_SIGNAL, q, (uint32_t)sem, 1));
+      for (int q = 0; q < n; q++)
+        if (q != r) CHECK(brd_plan_op_sync(b, r, 0, BRD_IR_OP_WAIT, q, (uint32_t)sem, 1));
+    }
+  }
+  ncclResult_t res = brd_plan_builder_finish(b, plan_out);
+  brd_plan_builder_destroy(b);
+  return res;
+}
+
+/* The all-reduces under test, and (last) push_allgather for
+ * test_output_exchange. */
+#define GEN_PUSH_ALLGATHER 4
+static const gen_fn gens[5] = {brd_algos_ring_allreduce, brd_algos_tree_allreduce,
                                brd_algos_oneshot_allreduce,
-                               brd_algos_twoshot_allreduce};
-static const char *gen_names[4] = {"ring", "tree", "oneshot", "twoshot"};
+                               brd_algos_twoshot_allreduce, push_allgather};
+static const char *gen_names[5] = {"ring", "tree", "oneshot", "twoshot", "push-allgather"};
 static const int nranks_list[6] = {1, 2, 3, 4, 5, 8};
 
 /* The reductions under test: NCCL's five and a PreMulSum by 2. */
@@ -375,8 +411,41 @@ static void world_fini(world_t *w) {
   brd_plan_destroy(w->plan);
 }
 
-/* One launch on every active rank. Returns rank 0's... every rank's result
- * must match `expect`. */
+/* Rank r's arguments for a launch of count elements: its own input and
+ * output, the whole scratch, its channels; callers adjust the rest. */
+static void world_args(world_t *w, int r, size_t count, int dt, int redop, uint64_t epoch,
+                       double timeout, brd_exec_args_t *a) {
+  memset(a, 0, sizeof(*a));
+  a->plan = w->plan;
+  a->rank = r;
+  a->input = w->in[r];
+  a->output = w->out[r];
+  a->scratch = w->scratch[r];
+  a->scratch_bytes = w->scratch_bytes;
+  a->chans = w->chans[r];
+  a->count = count;
+  a->dtype = dt;
+  a->redop = redop;
+  a->epoch = epoch;
+  a->phase = w->phase;
+  a->timeout_s = timeout;
+}
+
+/* Runs the launches prepared on every active rank; every block's and
+ * every rank's result must match `expect`; rank 0's hang report goes to
+ * *hang_out (may be NULL). */
+static void world_run(world_t *w, ncclResult_t expect, brd_exec_hang_t *hang_out) {
+  pthread_barrier_wait(&w->start);
+  pthread_barrier_wait(&w->done);
+  for (int r = 0; r < w->active; r++) {
+    for (int b = 0; b < w->nblocks; b++) assert_int_equal(w->block_res[r][b], expect);
+    brd_exec_hang_t hang;
+    assert_int_equal(brd_exec_host_launch_fini(&w->launch[r], &hang), expect);
+    if (hang_out != NULL && r == 0) *hang_out = hang;
+  }
+}
+
+/* One launch on every active rank; see world_run. */
 static void world_launch(world_t *w, size_t count, int dt, int redop,
                          const void *scalar, int in_place, double timeout,
                          _Atomic int *abort_flag, ncclResult_t expect,
@@ -399,33 +468,15 @@ static void world_launch(world_t *w, size_t count, int dt, int redop,
   }
   for (int r = 0; r < w->active; r++) {
     brd_exec_args_t a;
-    memset(&a, 0, sizeof(a));
-    a.plan = w->plan;
-    a.rank = r;
-    a.input = w->in[r];
-    a.output = in_place ? w->in[r] : w->out[r];
-    a.scratch = w->scratch[r];
+    world_args(w, r, count, dt, redop, epoch, timeout, &a);
+    if (in_place) a.output = w->in[r];
     a.scratch_bytes = scratch_bytes;
-    a.chans = w->chans[r];
-    a.count = count;
-    a.dtype = dt;
-    a.redop = redop;
     a.scalar = scalar;
-    a.epoch = epoch;
-    a.phase = w->phase;
     a.abort_flag = abort_flag;
-    a.timeout_s = timeout;
     assert_int_equal(brd_exec_host_launch_init(&w->launch[r], &a), ncclSuccess);
   }
   w->phase ^= 1;
-  pthread_barrier_wait(&w->start);
-  pthread_barrier_wait(&w->done);
-  for (int r = 0; r < w->active; r++) {
-    for (int b = 0; b < w->nblocks; b++) assert_int_equal(w->block_res[r][b], expect);
-    brd_exec_hang_t hang;
-    assert_int_equal(brd_exec_host_launch_fini(&w->launch[r], &hang), expect);
-    if (hang_out != NULL && r == 0) *hang_out = hang;
-  }
+  world_run(w, expect, hang_out);
 }
 
 static int failures;
@@ -646,6 +697,88 @@ static void test_hang_report(void **state) {
   free(w);
 }
 
+/* Output exchange slots of a 3-rank world: [reader][writer]. */
+static _Atomic uint64_t xslots[3][3][BRD_IR_XCHG_WORDS];
+
+/* One push_allgather of `count` int32 elements with the output
+ * exchange: rank 0 publishes its own buffer `user0`, segments `stride`
+ * apart; the others publish nothing, so peers write their staging
+ * (out[r], count apart). Inputs carry the round. */
+static void xchg_launch(world_t *w, int32_t *user0, size_t count, size_t stride,
+                        int round, double timeout, ncclResult_t expect,
+                        brd_exec_hang_t *hang_out) {
+  brd_plan_layout_t layout;
+  assert_int_equal(brd_plan_layout_init(w->plan, count, ncclInt32, w->scratch_bytes,
+                                        &layout), ncclSuccess);
+  uint64_t epoch = brd_plan_epoch_reserve(&w->cursor, brd_plan_epoch_span(w->plan, &layout));
+  for (int r = 0; r < w->n; r++) {
+    for (size_t i = 0; i < count; i++) ((int32_t *)w->in[r])[i] = r * 100000 + (int)i + round;
+    memset(w->out[r], 0xff, count * (size_t)w->n * 4);
+    uint32_t nch = brd_ir_plan_rank(w->plan, r)->nchans;
+    for (uint32_t c = 0; c < nch; c++) {
+      int q = brd_ir_plan_chan(w->plan, r, (int)c)->peer;
+      w->chans[r][c].peer_output = w->out[q];
+      w->chans[r][c].xchg_pub = xslots[q][r];
+      w->chans[r][c].xchg_slot = xslots[r][q];
+      w->chans[r][c].xchg_output = r == 0 ? (void *)user0 : NULL;
+    }
+  }
+  memset(user0, 0xff, stride * (size_t)w->n * 4);
+  for (int r = 0; r < w->active; r++) {
+    brd_exec_args_t a;
+    world_args(w, r, count, ncclInt32, ncclSum, epoch, timeout, &a);
+    if (r == 0) {
+      a.output = user0;
+      a.out_stride = stride;
+    }
+    a.xchg = 1;
+    assert_int_equal(brd_exec_host_launch_init(&w->launch[r], &a), ncclSuccess);
+  }
+  world_run(w, expect, hang_out);
+}
+
+/* Output exchange (args.xchg): each segment lands where its owner said,
+ * a published buffer with its own spacing or the staging, call after
+ * call; a rank that never publishes gets a hang report naming it. */
+static void test_output_exchange(void **state) {
+  (void)state;
+  const size_t count = 1000, stride = count + 7;
+  world_t *w = calloc(1, sizeof(*w));
+  int32_t *user0 = calloc(stride * 3, 4);
+  assert_non_null(w);
+  assert_non_null(user0);
+  world_init(w, GEN_PUSH_ALLGATHER, BRD_IR_PROTO_SIMPLE, 3, 1, count * 3);
+  memset(xslots, 0, sizeof(xslots));
+  for (int round = 0; round < 3; round++) {
+    xchg_launch(w, user0, count, stride, round, 0, ncclSuccess, NULL);
+    for (int r = 0; r < 3; r++)
+      for (int s = 0; s < 3; s++)
+        for (size_t i = 0; i < count; i++) {
+          int32_t got = r == 0 ? user0[(size_t)s * stride + i]
+                               : ((int32_t *)w->out[r])[(size_t)s * count + i];
+          if (got != s * 100000 + (int)i + round)
+            fail_msg("round %d rank %d segment %d element %zu: got %d, want %d", round, r,
+                     s, i, got, s * 100000 + (int)i + round);
+        }
+    /* Nothing outside rank 0's segments was written. */
+    for (int s = 0; s < 3; s++)
+      for (size_t i = count; i < stride; i++) assert_int_equal(user0[(size_t)s * stride + i], -1);
+  }
+  w->active = 2; /* rank 2 never publishes */
+  brd_exec_hang_t hang;
+  memset(&hang, 0, sizeof(hang));
+  xchg_launch(w, user0, count, stride, 3, 0.2, ncclRemoteError, &hang);
+  assert_int_equal(hang.rank, 0);
+  assert_int_equal(hang.what, BRD_EXEC_WAIT_XCHG);
+  assert_int_equal(hang.peer, 2);
+  assert_int_equal(hang.expected, w->launch[0].args.epoch + 1);
+  assert_true(hang.seen < hang.expected);
+  w->active = 3;
+  world_fini(w);
+  free(user0);
+  free(w);
+}
+
 /* A raised abort flag ends the wait with ncclSystemError. */
 static void test_abort(void **state) {
   (void)state;
@@ -811,6 +944,7 @@ int main(void) {
       cmocka_unit_test(test_oneshot),
       cmocka_unit_test(test_twoshot),
       cmocka_unit_test(test_hang_report),
+      cmocka_unit_test(test_output_exchange),
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_run_spawns_blocks),
       cmocka_unit_test(test_run_alloc_failures),

@@ -144,6 +144,62 @@ static void test_usable_host_executor(void **state) {
 
 static uint32_t pattern(uint32_t i) { return i * 2654435761u ^ 0x5bd1e995u; }
 
+/* A request service that answers with the request's words reversed and
+ * summed, and counts its calls. */
+typedef struct {
+  uint64_t w[4];
+} svc_msg_t;
+static _Atomic int svc_calls;
+
+static void svc_answer(void *ctx, const void *req, void *rep) {
+  const svc_msg_t *q = req;
+  svc_msg_t *a = rep;
+  for (int i = 0; i < 4; i++) a->w[i] = q->w[3 - i] + (uint64_t)(uintptr_t)ctx;
+  atomic_fetch_add(&svc_calls, 1);
+}
+
+/* The request service answers this process and a child, request by
+ * request; once destroyed, callers get ncclRemoteError naming the cause. */
+static void test_request_service(void **state) {
+  (void)state;
+  brd_p2p_svc_t *svc = NULL;
+  atomic_store(&svc_calls, 0);
+  assert_int_equal(brd_p2p_svc_create(sizeof(svc_msg_t), sizeof(svc_msg_t), svc_answer,
+                                      (void *)(uintptr_t)1000, &svc), ncclSuccess);
+  uint32_t serial = brd_p2p_svc_serial(svc), pid = (uint32_t)getpid();
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    for (uint64_t k = 0; k < 3; k++) {
+      svc_msg_t q = {{k, 7, 9, 11}}, a;
+      memset(&a, 0, sizeof(a));
+      if (brd_p2p_svc_call(pid, serial, &q, sizeof(q), &a, sizeof(a), 5.0, NULL) !=
+          ncclSuccess)
+        _exit(2);
+      if (a.w[0] != 1011 || a.w[1] != 1009 || a.w[2] != 1007 || a.w[3] != 1000 + k)
+        _exit(3);
+    }
+    _exit(0);
+  }
+  svc_msg_t q = {{1, 2, 3, 4}}, a;
+  memset(&a, 0, sizeof(a));
+  assert_int_equal(brd_p2p_svc_call(pid, serial, &q, sizeof(q), &a, sizeof(a), 5.0, NULL),
+                   ncclSuccess);
+  assert_int_equal(a.w[0], 1004);
+  assert_int_equal(a.w[3], 1001);
+  int st = 0;
+  assert_int_equal(waitpid(child, &st, 0), child);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  assert_int_equal(atomic_load(&svc_calls), 4);
+  brd_p2p_svc_destroy(svc);
+  brd_p2p_svc_destroy(NULL);
+  assert_int_equal(brd_p2p_svc_call(pid, serial, &q, sizeof(q), &a, sizeof(a), 1.0, NULL),
+                   ncclRemoteError);
+  assert_non_null(strstr(brd_log_last_error(), "exited or already sealed"));
+  assert_int_equal(atomic_load(&svc_calls), 4);
+}
+
 static void test_fd_pass_memfd(void **state) {
   (void)state;
   size_t bytes = MEMFD_WORDS * sizeof(uint32_t);
@@ -690,6 +746,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_usable_same_gpu),
       cmocka_unit_test(test_usable_host_executor),
       cmocka_unit_test(test_fd_pass_memfd),
+      cmocka_unit_test(test_request_service),
       cmocka_unit_test(test_fd_fetch_deadline_and_abort),
       cmocka_unit_test(test_driver_table),
       cmocka_unit_test(test_register_bookkeeping),
