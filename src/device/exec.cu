@@ -1212,42 +1212,7 @@ extern "C" ncclResult_t brd_exec_cuda_poll(brd_exec_cuda_status_t *st,
   h.index = r->hang.index;
   h.expected = r->hang.expected;
   h.seen = r->hang.seen;
-  if (!st->reported) {
-    double secs = (double)r->timeout_ns * 1e-9;
-    if (h.what == BRD_EXEC_CUDA_WAIT_SEM) {
-      WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
-           "waiting for semaphore %d from rank %d to reach %llu; it holds "
-           "%llu. Rank %d stopped making progress: check that every rank "
-           "called the same collective with the same count, datatype and op, "
-           "or raise BRAID_TIMEOUT",
-           h.rank, h.block, h.op, (unsigned long long)h.iter, secs, h.index,
-           h.peer, (unsigned long long)h.expected, (unsigned long long)h.seen,
-           h.peer);
-    } else if (h.what == BRD_EXEC_CUDA_WAIT_PACKET) {
-      WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
-           "waiting for LL packets in scratch slot %d with flag %llu; the "
-           "slot holds flag %llu. A peer stopped making progress: check that "
-           "every rank called the same collective with the same count, "
-           "datatype and op, or raise BRAID_TIMEOUT",
-           h.rank, h.block, h.op, (unsigned long long)h.iter, secs, h.index,
-           (unsigned long long)h.expected, (unsigned long long)h.seen);
-    } else if (h.what == BRD_EXEC_CUDA_WAIT_XCHG) {
-      WARN("rank %d block %d: no word for %.3g s from rank %d on where its "
-           "output is (exchange slot of channel %d, tag %llu; it holds %llu). "
-           "This rank's output buffer is registered (ncclCommRegister): when "
-           "one rank passes registered buffers, every rank must (NCCL's "
-           "rule). Check that rank %d registered its buffers and called the "
-           "same collective, or raise BRAID_TIMEOUT",
-           h.rank, h.block, secs, h.peer, h.index, (unsigned long long)h.expected,
-           (unsigned long long)h.seen, h.peer);
-    } else {
-      WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
-           "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
-           "if the GPU is shared with other work",
-           h.rank, h.block, h.op, (unsigned long long)h.iter, secs, h.index,
-           (unsigned long long)h.seen, (unsigned long long)h.expected);
-    }
-  }
+  if (!st->reported) brd_exec_cuda_hang_warn(&h, (double)r->timeout_ns * 1e-9);
   st->reported = 1;
   if (hang_out != NULL) *hang_out = h;
   return ncclRemoteError;

@@ -226,6 +226,11 @@ ncclResult_t brd_exec_cuda_args_check(const brd_exec_cuda_args_t *args,
 ncclResult_t brd_exec_cuda_epochs_check(const brd_exec_cuda_args_t *args, uint32_t nchans,
                                         uint64_t span);
 
+/* WARNs the hang report h of a launch whose waits gave up after secs
+ * seconds, in words naming what it waited for and what to do; what
+ * brd_exec_cuda_poll says once per failure. Any thread. */
+void brd_exec_cuda_hang_warn(const brd_exec_cuda_hang_t *h, double secs);
+
 #if BRAID_CUDA
 /* Copies plan (a blob from brd_plan_builder_finish) to device memory on
  * the current device after checking that every op is one this executor
