@@ -617,12 +617,6 @@ ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *
          BRD_EXEC_CUDA_INLINE_CHANS, BRD_EXEC_CUDA_INLINE_CHANS + 1);
     return ncclInvalidUsage;
   }
-  if (a->xchg && nch > BRD_IR_XCHG_MAX_CHANS) {
-    /* launch.c exchanges only over plans this small. */
-    WARN("rank %d: an output exchange over %u channels; at most %u per launch",
-         a->rank, nch, BRD_IR_XCHG_MAX_CHANS);
-    return ncclInvalidUsage;
-  }
   if (p2p && (a->n_in_segs > BRD_EXEC_CUDA_INLINE_SEGS ||
               a->n_out_segs > BRD_EXEC_CUDA_INLINE_SEGS)) {
     WARN("ncclGroupEnd : rank %d has %u sends and %u receives in one group; CUDA mode "

@@ -341,6 +341,32 @@ static ncclResult_t host_import(struct ncclComm *comm, const reg_pub_t *pub, brd
   return ncclSuccess;
 }
 
+/* Exports r for ranks in other processes: pub->ok 1 with pub->handle and
+ * pub->offset, or 0 with the reason in pub->why when its memory cannot be
+ * shared; an error (WARN) only when exporting failed. */
+static ncclResult_t reg_export(const struct ncclComm *comm, const struct brd_reg *r,
+                               reg_pub_t *pub, brd_p2p_export_t *ex) {
+  if (comm->host_mode) {
+    pub->ok = (uint32_t)host_export(r->ptr, r->size, pub, ex);
+    return ncclSuccess;
+  }
+  ncclResult_t e = brd_p2p_export(r->ptr, r->size, ex, pub->why, sizeof(pub->why));
+  if (e == ncclSuccess) {
+    pub->ok = 1;
+    pub->handle = ex->handle;
+    pub->offset = ex->offset;
+  }
+  return e == ncclInvalidArgument ? ncclSuccess : e;
+}
+
+/* Maps a range another process exported (reg_export) into imp, on
+ * comm's device in CUDA mode; any thread. */
+static ncclResult_t reg_import(struct ncclComm *comm, const reg_pub_t *pub, brd_seg_t *imp) {
+  if (comm->host_mode) return host_import(comm, pub, imp);
+  CHECK(brd_device_set(comm->cuda_dev));
+  return brd_p2p_import_user(&pub->handle, imp);
+}
+
 /* Exchanges r with every rank (collective: every rank exchanges its own
  * range at the same point) and maps theirs. `fn` names the caller for
  * messages. A range some rank cannot share ends REG_STAGED on every rank;
@@ -369,18 +395,9 @@ static ncclResult_t reg_exchange(struct ncclComm *comm, struct brd_reg *r, int s
   } else if (comm->host_mode && brd_comm_all_in_process(comm)) {
     mine->ok = 1; /* every rank is a thread of this process */
     mine->handle.local_addr = (uint64_t)(uintptr_t)r->ptr;
-  } else if (comm->host_mode) {
-    mine->ok = (uint32_t)host_export(r->ptr, r->size, mine, &ex);
-  } else {
-    ncclResult_t e = brd_p2p_export(r->ptr, r->size, &ex, mine->why, sizeof(mine->why));
-    if (e == ncclSuccess) {
-      mine->ok = 1;
-      mine->handle = ex.handle;
-      mine->offset = ex.offset;
-    } else if (e != ncclInvalidArgument) {
-      /* Still take part, so the peers do not wait for this rank. */
-      snprintf(mine->why, sizeof(mine->why), "exporting it failed (see the WARN above)");
-    }
+  } else if (reg_export(comm, r, mine, &ex) != ncclSuccess) {
+    /* Still take part, so the peers do not wait for this rank. */
+    snprintf(mine->why, sizeof(mine->why), "exporting it failed (see the WARN above)");
   }
   CHECK_GOTO(brd_boot_allgather(comm->boot, pub, sizeof(*pub)), res, fail_exchange);
   int all_ok = 1, culprit = -1;
@@ -397,8 +414,7 @@ static ncclResult_t reg_exchange(struct ncclComm *comm, struct brd_reg *r, int s
     } else if (comm->host_mode && pub[p].handle.pid == 0) {
       r->peer_base[p] = (char *)(uintptr_t)pub[p].handle.local_addr;
     } else {
-      res = comm->host_mode ? host_import(comm, &pub[p], &r->imports[p])
-                            : brd_p2p_import_user(&pub[p].handle, &r->imports[p]);
+      res = reg_import(comm, &pub[p], &r->imports[p]);
       if (res != ncclSuccess) {
         mapped[me] = 0;
         res = ncclSuccess;
@@ -497,11 +513,7 @@ static void reg_serve(void *ctx, const void *req, void *rep_out) {
     rep->addr = (*pp)->addr;
   } else {
     struct reg_import *im = calloc(1, sizeof(*im));
-    ncclResult_t res = ncclSystemError;
-    if (im != NULL && comm->host_mode)
-      res = host_import(comm, &q->pub, &im->seg);
-    else if (im != NULL && (res = brd_device_set(comm->cuda_dev)) == ncclSuccess)
-      res = brd_p2p_import_user(&q->pub.handle, &im->seg);
+    ncclResult_t res = im != NULL ? reg_import(comm, &q->pub, &im->seg) : ncclSystemError;
     if (res == ncclSuccess) {
       im->owner = (int)q->owner;
       im->key = q->key;
@@ -575,19 +587,10 @@ static ncclResult_t reg_share(struct ncclComm *comm, struct brd_reg *r,
       req.owner = (uint32_t)me;
       req.key = r->key;
       req.pub.size = r->size;
-      if (comm->host_mode) {
-        if (!host_export(r->ptr, r->size, &req.pub, &ex)) {
-          snprintf(why, sizeof(why), "%s", req.pub.why);
-          goto out;
-        }
-      } else {
-        ncclResult_t e = brd_p2p_export(r->ptr, r->size, &ex, why, sizeof(why));
-        if (e != ncclSuccess) {
-          if (e != ncclInvalidArgument) res = e;
-          goto out;
-        }
-        req.pub.handle = ex.handle;
-        req.pub.offset = ex.offset;
+      CHECK_GOTO(reg_export(comm, r, &req.pub, &ex), res, out);
+      if (!req.pub.ok) {
+        snprintf(why, sizeof(why), "%s", req.pub.why);
+        goto out;
       }
       exported = 1;
     }
