@@ -3,9 +3,17 @@
  * shared memory (/dev/shm). A segment imported by the process that created
  * it maps to the creator's own address, so ranks that are threads of one
  * process share plain pointers.
+ *
+ * The creator's mapping is reference-counted like the host transport's
+ * segments: each same-process import holds a reference and the mapping goes
+ * when the last holder closes it. A rank that destroys its communicator
+ * while a peer thread of its process is still finishing the last launch
+ * thus never unmaps memory that thread still writes. The count lives in a
+ * header page before the segment; only the creator's process touches it.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -14,6 +22,13 @@
 
 #include "check.h"
 #include "transport.h"
+
+/* The header page before every segment; it holds the reference count. */
+#define SHM_HDR 4096
+
+static _Atomic int *refcount(void *seg_ptr) {
+  return (_Atomic int *)((char *)seg_ptr - SHM_HDR);
+}
 
 static ncclResult_t shm_create(size_t size, const char *tag, brd_seg_t *out) {
   static _Atomic unsigned serial;
@@ -31,7 +46,7 @@ static ncclResult_t shm_create(size_t size, const char *tag, brd_seg_t *out) {
   }
   /* posix_fallocate reserves the pages now, so a full /dev/shm fails here
    * with a clear message rather than with SIGBUS on first touch. */
-  int err = posix_fallocate(fd, 0, (off_t)size);
+  int err = posix_fallocate(fd, 0, (off_t)(size + SHM_HDR));
   if (err != 0) {
     if (err == ENOSPC) {
       WARN("/dev/shm is too small for %zu bytes of shared memory (%s); "
@@ -45,14 +60,16 @@ static ncclResult_t shm_create(size_t size, const char *tag, brd_seg_t *out) {
     res = ncclSystemError;
     goto fail_unlink;
   }
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
+  void *base = mmap(NULL, size + SHM_HDR, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
     WARN("mmap of %zu bytes of shared memory %s failed: %s", size,
          seg.handle.name, strerror(errno));
     res = ncclSystemError;
     goto fail_unlink;
   }
   close(fd);
+  void *p = (char *)base + SHM_HDR;
+  atomic_init(refcount(p), 1);
   seg.ptr = p;
   seg.size = size;
   seg.owner = 1;
@@ -81,6 +98,7 @@ static ncclResult_t shm_import(const brd_seg_handle_t *h, brd_seg_t *out) {
   }
   if (h->pid == (uint32_t)getpid()) {
     seg.ptr = (void *)(uintptr_t)h->local_addr;
+    atomic_fetch_add(refcount(seg.ptr), 1);
     *out = seg;
     return ncclSuccess;
   }
@@ -90,15 +108,15 @@ static ncclResult_t shm_import(const brd_seg_handle_t *h, brd_seg_t *out) {
          "have exited", h->name, h->pid, strerror(errno));
     return ncclRemoteError;
   }
-  void *p = mmap(NULL, seg.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *base = mmap(NULL, seg.size + SHM_HDR, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int map_errno = errno;
   close(fd);
-  if (p == MAP_FAILED) {
+  if (base == MAP_FAILED) {
     WARN("mmap of peer shared memory %s (%zu bytes) failed: %s", h->name,
          seg.size, strerror(map_errno));
     return ncclSystemError;
   }
-  seg.ptr = p;
+  seg.ptr = (char *)base + SHM_HDR;
   *out = seg;
   return ncclSuccess;
 }
@@ -113,7 +131,8 @@ static void shm_seal(brd_seg_t *seg) {
 static void shm_close(brd_seg_t *seg) {
   if (seg == NULL || seg->ptr == NULL) return;
   int same_process = seg->handle.pid == (uint32_t)getpid();
-  if (seg->owner || !same_process) munmap(seg->ptr, seg->size);
+  if (!same_process || atomic_fetch_sub(refcount(seg->ptr), 1) == 1)
+    munmap((char *)seg->ptr - SHM_HDR, seg->size + SHM_HDR);
   shm_seal(seg);
   memset(seg, 0, sizeof(*seg));
 }

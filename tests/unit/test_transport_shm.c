@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,15 +50,45 @@ static void test_cross_process(void **state) {
   assert_null(seg.ptr);
 }
 
+/* 1 when the page holding p is mapped in this process. */
+static int mapped(void *p) {
+  unsigned char vec;
+  void *page = (void *)((uintptr_t)p & ~(uintptr_t)4095);
+  return mincore(page, 4096, &vec) == 0;
+}
+
 static void test_same_process_alias(void **state) {
   (void)state;
   brd_seg_t seg, again;
   assert_int_equal(brd_transport_shm.seg_create(4096, "a", &seg), ncclSuccess);
   assert_int_equal(brd_transport_shm.seg_import(&seg.handle, &again), ncclSuccess);
   assert_ptr_equal(seg.ptr, again.ptr);
+  void *p = seg.ptr;
   brd_transport_shm.seg_close(&again);
-  ((volatile char *)seg.ptr)[10] = 7; /* still mapped after the alias closes */
+  assert_true(mapped(p)); /* the creator still holds it */
+  ((volatile char *)seg.ptr)[10] = 7;
   brd_transport_shm.seg_close(&seg);
+  assert_false(mapped(p));
+}
+
+/* The creator closing first (a rank destroying its communicator while a
+ * peer thread finishes) leaves the memory mapped for the importer. */
+static void test_alias_outlives_creator(void **state) {
+  (void)state;
+  brd_seg_t seg, a, b;
+  assert_int_equal(brd_transport_shm.seg_create(8192, "o", &seg), ncclSuccess);
+  assert_int_equal(brd_transport_shm.seg_import(&seg.handle, &a), ncclSuccess);
+  assert_int_equal(brd_transport_shm.seg_import(&seg.handle, &b), ncclSuccess);
+  volatile uint32_t *w = a.ptr;
+  brd_transport_shm.seg_close(&seg);
+  assert_true(mapped(a.ptr));
+  w[2047] = 0xabcdu;
+  assert_int_equal(((volatile uint32_t *)b.ptr)[2047], 0xabcdu);
+  void *p = a.ptr;
+  brd_transport_shm.seg_close(&a);
+  assert_true(mapped(b.ptr));
+  brd_transport_shm.seg_close(&b);
+  assert_false(mapped(p));
 }
 
 static void test_sealed_name_is_gone(void **state) {
@@ -113,6 +144,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cross_process),
       cmocka_unit_test(test_same_process_alias),
+      cmocka_unit_test(test_alias_outlives_creator),
       cmocka_unit_test(test_sealed_name_is_gone),
       cmocka_unit_test(test_full_dev_shm),
   };
