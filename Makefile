@@ -202,10 +202,11 @@ $(BUILD)/plugins/%.so: plugins/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) -Iplugins $(CFLAGS) -shared -o $@ $<
 
-# CUDA builds also run the CUDA-mode host code on the simulator (cudasim).
+# CUDA builds also run the CUDA-mode host code on the simulator, with both
+# executors (cudasim: exec_sim.c; cudasim-dev: exec.cu's own kernels).
 test: all $(if $(filter 1,$(CUDA)),cudasim)
 	@BUILD=$(BUILD) CUDA=$(CUDA) NCCL_REF_HEADER="$(NCCL_REF)" CUDA_HOME=$(CUDA_HOME) \
-	  scripts/run-tests unit abi host $(if $(filter 1,$(CUDA)),cudasim)
+	  scripts/run-tests unit abi host $(if $(filter 1,$(CUDA)),cudasim cudasim-dev)
 
 test-unit: all
 	@BUILD=$(BUILD) scripts/run-tests unit
@@ -245,56 +246,78 @@ $(NCCL_COMPARE): tools/compare/nccl_compare.c include/nccl.h
 endif
 
 # ---- CUDA simulator (tests/cudasim/): CUDA-mode host code on CPU threads ----
-# libnccl_cudasim.a = the library's C objects + a C CUDA runtime and CUDA
-# executor (no exec.cu, no cudart); test programs link it statically, so
-# anything the simulator lacks fails the link. CUDA builds only.
-# `make cudasim` builds them; see tests/cudasim/README.md.
+# Two flavours, each a static archive of the library's C objects + a C CUDA
+# runtime (no cudart) + a CUDA executor; test programs link it statically,
+# so anything the simulator lacks fails the link. CUDA builds only.
+#   cudasim/      executor = exec_sim.c (exec.cu mirrored in C, kernels over
+#                 the host executor)
+#   cudasim-dev/  executor = src/device/exec.cu itself, compiled for the CPU
+#                 with tests/cudasim/devemu.h (kernels on grid.c's fibers)
+# `make cudasim` builds both; see tests/cudasim/README.md.
 ifeq ($(CUDA),1)
-SIM_DIR      := $(BUILD)/cudasim
-SIM_SRC      := tests/cudasim/runtime.c tests/cudasim/exec_sim.c
-SIM_OBJ      := $(SIM_SRC:%.c=$(BUILD)/obj/%.o)
-SIM_LIB      := $(SIM_DIR)/libnccl_cudasim.a
+SIM_COMMON   := tests/cudasim/runtime.c tests/cudasim/grid.c
+SIM_SRC      := $(SIM_COMMON) tests/cudasim/exec_sim.c
 SIM_LDLIBS   := -lhwloc -lpthread -ldl -lrt -lm
 SIM_OWN_SRC  := $(filter-out $(SIM_SRC),$(sort $(wildcard tests/cudasim/*.c)))
 SIM_UNIT_SRC := tests/unit/test_exec_cuda.c tests/unit/test_p2p.c
-SIM_TESTS    := $(patsubst %.c,$(SIM_DIR)/tests/%,$(notdir \
-                  $(HOST_SRC) $(GPU_SRC) $(SIM_OWN_SRC) $(SIM_UNIT_SRC)))
-SIM_LINK      = $(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common -Itests/cudasim $< \
-                  $(TESTCOMMON_OBJ) -o $@ $(SIM_LIB) -lcmocka $(SIM_LDLIBS)
+SIM_TEST_SRC := $(HOST_SRC) $(GPU_SRC) $(SIM_OWN_SRC) $(SIM_UNIT_SRC)
+SIM_TOOL_SRC := $(filter %_perf.c,$(TOOL_SRC))
 
+SIM_DEV_OBJ  := $(BUILD)/obj/cudasim-dev/exec.o
+SIMCXXFLAGS  := -std=c++17 $(OPT) -g -pthread -Wall -Wextra -Werror -Wno-unknown-pragmas \
+                -fno-exceptions -fno-rtti -DBRD_CUDASIM_DEVICE -Itests/cudasim \
+                -include tests/cudasim/devemu.h $(SAN_FLAGS)
+$(SIM_DEV_OBJ): src/device/exec.cu tests/cudasim/devemu.h | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	@echo "  CXX     $< (for the CUDA simulator)"
+	$(Q)$(CXX) $(CPPFLAGS) $(SIMCXXFLAGS) -MMD -MP -x c++ -c $< -o $@
+-include $(SIM_DEV_OBJ:.o=.d)
+
+# $(call sim_flavour,dir,executor objects,extra libraries)
+define sim_flavour
+$(1)/libnccl_cudasim.a: $$(LIB_C:%.c=$$(BUILD)/obj/%.o) $$(SIM_COMMON:%.c=$$(BUILD)/obj/%.o) $(2)
+	@mkdir -p $$(@D)
+	rm -f $$@ && ar rcs $$@ $$^
+$(1)/tests/%: tests/host/%.c $(1)/libnccl_cudasim.a $$(TESTCOMMON_OBJ)
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(CPPFLAGS) $$(CFLAGS) -Itests/common -Itests/cudasim $$< $$(TESTCOMMON_OBJ) \
+	  -o $$@ $(1)/libnccl_cudasim.a -lcmocka $$(SIM_LDLIBS) $(3)
+$(1)/tests/%: tests/gpu/%.c $(1)/libnccl_cudasim.a $$(TESTCOMMON_OBJ)
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(CPPFLAGS) $$(CFLAGS) -Itests/common -Itests/cudasim $$< $$(TESTCOMMON_OBJ) \
+	  -o $$@ $(1)/libnccl_cudasim.a -lcmocka $$(SIM_LDLIBS) $(3)
+$(1)/tests/%: tests/cudasim/%.c $(1)/libnccl_cudasim.a $$(TESTCOMMON_OBJ)
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(CPPFLAGS) $$(CFLAGS) -Itests/common -Itests/cudasim $$< $$(TESTCOMMON_OBJ) \
+	  -o $$@ $(1)/libnccl_cudasim.a -lcmocka $$(SIM_LDLIBS) $(3)
+$(1)/tests/%: tests/unit/%.c $(1)/libnccl_cudasim.a $$(TESTCOMMON_OBJ)
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(CPPFLAGS) $$(CFLAGS) -Itests/common -Itests/cudasim $$< $$(TESTCOMMON_OBJ) \
+	  -o $$@ $(1)/libnccl_cudasim.a -lcmocka $$(SIM_LDLIBS) $(3)
 # The benchmarks too, so their CUDA paths (device buffers, streams, event
 # timing, -G graphs, ranks sharing a GPU) run without a GPU.
-SIM_TOOLS    := $(patsubst tools/%.c,$(SIM_DIR)/bin/%,$(filter %_perf.c,$(TOOL_SRC)))
+$(1)/bin/%: tools/%.c $(1)/libnccl_cudasim.a $$(TOOLCOMMON_OBJ)
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(TOOL_CC) $$(CPPFLAGS) $$(TOOL_CPPFLAGS) $$(CFLAGS) -Itools/common $$< \
+	  $$(TOOLCOMMON_OBJ) -o $$@ $(1)/libnccl_cudasim.a $$(SIM_LDLIBS) $(3)
+endef
+
+SIM_DIR      := $(BUILD)/cudasim
+SIM_DEV_DIR  := $(BUILD)/cudasim-dev
+$(eval $(call sim_flavour,$(SIM_DIR),$(BUILD)/obj/tests/cudasim/exec_sim.o,))
+$(eval $(call sim_flavour,$(SIM_DEV_DIR),$(SIM_DEV_OBJ),-lstdc++))
+SIM_TESTS    := $(patsubst %.c,$(SIM_DIR)/tests/%,$(notdir $(SIM_TEST_SRC))) \
+                $(patsubst %.c,$(SIM_DEV_DIR)/tests/%,$(notdir $(SIM_TEST_SRC)))
+SIM_TOOLS    := $(patsubst tools/%.c,$(SIM_DIR)/bin/%,$(SIM_TOOL_SRC)) \
+                $(patsubst tools/%.c,$(SIM_DEV_DIR)/bin/%,$(SIM_TOOL_SRC))
 
 .PHONY: cudasim
 cudasim: $(SIM_TESTS) $(SIM_TOOLS)
-
-$(SIM_TOOLS): $(SIM_DIR)/bin/%: tools/%.c $(SIM_LIB) $(TOOLCOMMON_OBJ)
-	@mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(TOOL_CC) $(CPPFLAGS) $(TOOL_CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) \
-	  -o $@ $(SIM_LIB) $(SIM_LDLIBS)
-
-$(SIM_LIB): $(LIB_C:%.c=$(BUILD)/obj/%.o) $(SIM_OBJ)
-	@mkdir -p $(@D)
-	rm -f $@ && ar rcs $@ $^
-
-$(HOST_SRC:tests/host/%.c=$(SIM_DIR)/tests/%): $(SIM_DIR)/tests/%: tests/host/%.c $(SIM_LIB) $(TESTCOMMON_OBJ)
-	@mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(SIM_LINK)
-$(GPU_SRC:tests/gpu/%.c=$(SIM_DIR)/tests/%): $(SIM_DIR)/tests/%: tests/gpu/%.c $(SIM_LIB) $(TESTCOMMON_OBJ)
-	@mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(SIM_LINK)
-$(SIM_OWN_SRC:tests/cudasim/%.c=$(SIM_DIR)/tests/%): $(SIM_DIR)/tests/%: tests/cudasim/%.c $(SIM_LIB) $(TESTCOMMON_OBJ)
-	@mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(SIM_LINK)
-$(SIM_UNIT_SRC:tests/unit/%.c=$(SIM_DIR)/tests/%): $(SIM_DIR)/tests/%: tests/unit/%.c $(SIM_LIB) $(TESTCOMMON_OBJ)
-	@mkdir -p $(@D)
-	@echo "  LD      $@"
-	$(Q)$(SIM_LINK)
 else
 .PHONY: cudasim
 cudasim:

@@ -65,6 +65,11 @@ extern "C" {
 #include "plan/plan.h"
 }
 
+/* A kernel's address for cudaLaunchKernel (the simulator's differs). */
+#ifndef BRD_KERNEL
+#define BRD_KERNEL(...) ((const void *)(__VA_ARGS__))
+#endif
+
 namespace {
 
 /* Polls of a wait between two checks of the abort flag, the stop flag and
@@ -152,6 +157,10 @@ static_assert(sizeof(kargs_t) <= 4096, "kernel arguments fit 4 KiB");
 
 /* ---- PTX helpers ------------------------------------------------------ */
 
+/* The CUDA simulator compiles this file for the CPU and supplies these
+ * under the same names (tests/cudasim/devemu.h). */
+#ifndef BRD_CUDASIM_DEVICE
+
 __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
   unsigned long long v;
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];"
@@ -204,6 +213,7 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+#endif /* BRD_CUDASIM_DEVICE */
 
 /* ---- per-block context ------------------------------------------------ */
 
@@ -1013,11 +1023,11 @@ exec_kernel(const __grid_constant__ kargs_t a) {
 }
 
 #define BRD_KERNELS_OF(DT)                                                    \
-  {(const void *)exec_kernel<DT, brd::FN_SUM>,                                \
-   (const void *)exec_kernel<DT, brd::FN_PROD>,                               \
-   (const void *)exec_kernel<DT, brd::FN_MIN>,                                \
-   (const void *)exec_kernel<DT, brd::FN_MAX>,                                \
-   (const void *)exec_kernel<DT, brd::FN_SUMX>}
+  {BRD_KERNEL(exec_kernel<DT, brd::FN_SUM>),                                  \
+   BRD_KERNEL(exec_kernel<DT, brd::FN_PROD>),                                 \
+   BRD_KERNEL(exec_kernel<DT, brd::FN_MIN>),                                  \
+   BRD_KERNEL(exec_kernel<DT, brd::FN_MAX>),                                  \
+   BRD_KERNEL(exec_kernel<DT, brd::FN_SUMX>)}
 
 /* [ncclDataType_t][FN_*] */
 const void *const kernels[ncclNumTypes][brd::FN_COUNT] = {
@@ -1404,10 +1414,10 @@ extern "C" ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
   char *dst = (char *)c->dst;
   unsigned long long half = c->half_bytes, ss = c->src_stride, ds = c->dst_stride;
   unsigned int nseg = c->nseg;
-  const void *fn = w == 16  ? (const void *)copyout_kernel<uint4>
-                   : w == 8 ? (const void *)copyout_kernel<unsigned long long>
-                   : w == 4 ? (const void *)copyout_kernel<unsigned int>
-                            : (const void *)copyout_kernel<unsigned char>;
+  const void *fn = w == 16  ? BRD_KERNEL(copyout_kernel<uint4>)
+                   : w == 8 ? BRD_KERNEL(copyout_kernel<unsigned long long>)
+                   : w == 4 ? BRD_KERNEL(copyout_kernel<unsigned int>)
+                            : BRD_KERNEL(copyout_kernel<unsigned char>);
   void *params[8] = {&st, &src, &half, &dst, &units, &nseg, &ss, &ds};
   cudaError_t e = cudaLaunchKernel(fn, dim3(blocks), dim3(BRD_EXEC_CUDA_NTHREADS),
                                    params, 0, stream);

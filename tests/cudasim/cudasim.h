@@ -3,16 +3,23 @@
  * library's CUDA-mode host code where there is no GPU (see README.md).
  *
  * runtime.c implements the CUDA runtime functions (the real headers'
- * prototypes, so the library's objects link against it unchanged);
- * exec_sim.c implements the executor of src/device/exec_cuda.h over the
- * host executor. This header is what the two share.
+ * prototypes, so the library's objects link against it unchanged). The
+ * executor of src/device/exec_cuda.h comes in two flavours: exec_sim.c
+ * implements it over the host executor; or src/device/exec.cu itself is
+ * compiled for the CPU (devemu.h) and its kernels run on grid.c's blocks
+ * of fibers. This header is what they share.
  */
 #ifndef BRD_CUDASIM_H
 #define BRD_CUDASIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* A "kernel": fn(args) runs on the stream's worker thread when the stream
  * reaches it. args (bytes long) is copied now, as kernel parameters are:
@@ -32,5 +39,41 @@ int brd_cudasim_accessible(const void *p, size_t bytes);
  * GPU): every later synchronising call returns err. `why` is printed once
  * on stderr. Any thread. */
 void brd_cudasim_fault(cudaError_t err, const char *why);
+
+/* Which executor this simulator links: "exec_sim.c" or "exec.cu". */
+const char *brd_cudasim_executor(void);
+
+/* ---- kernels compiled for the CPU (devemu.h, grid.c) ---------------------- */
+
+#define BRD_CUDASIM_KERNEL_MAGIC 0x6272646b65726e6cull /* "brdkernl" */
+
+/* What a CPU-compiled kernel's address is, for cudaLaunchKernel: its
+ * parameters' packed size, how to pack them from cudaLaunchKernel's args
+ * array (by value, as a launch copies them), and how to run one thread of
+ * it on a packed copy. */
+typedef struct brd_cudasim_kernel {
+  uint64_t magic;            /* BRD_CUDASIM_KERNEL_MAGIC */
+  size_t args_bytes;
+  void (*pack)(void **params, void *buf);
+  void (*call)(void *buf);
+} brd_cudasim_kernel_t;
+
+/* Runs every block of a grid of kernel k over the packed args, one CPU
+ * thread per block, the block's threads as fibers; returns when all have.
+ * The stream worker's thread. */
+void brd_cudasim_grid_run(const brd_cudasim_kernel_t *k, void *args, dim3 grid,
+                          dim3 block);
+
+/* The running kernel thread's built-in variables and barrier (grid.c; a
+ * fiber of a block of brd_cudasim_grid_run only). */
+const uint3 *brd_cudasim_thread_idx(void);
+const uint3 *brd_cudasim_block_idx(void);
+const dim3 *brd_cudasim_block_dim(void);
+const dim3 *brd_cudasim_grid_dim(void);
+int brd_cudasim_syncthreads_or(int pred);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* BRD_CUDASIM_H */

@@ -110,6 +110,8 @@ struct brd_exec_cuda_status {
   int reported;
 };
 
+const char *brd_cudasim_executor(void) { return "exec_sim.c"; }
+
 /* ---- the kernels ------------------------------------------------------------ */
 
 /* Same reservation as brd_plan_epoch_reserve, from the device cursor. */

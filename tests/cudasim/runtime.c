@@ -939,6 +939,43 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userD
   return submit(stream, run_host, &a, sizeof(a));
 }
 
+/* ---- kernels compiled for the CPU ----------------------------------------------------- */
+
+/* A launch as the stream queues it: the packed parameters follow. */
+typedef struct kernel_launch {
+  const brd_cudasim_kernel_t *kernel;
+  dim3 grid, block;
+  _Alignas(16) unsigned char args[];
+} kernel_launch_t;
+
+static void run_kernel(void *p) {
+  kernel_launch_t *l = p;
+  brd_cudasim_grid_run(l->kernel, l->args, l->grid, l->block);
+}
+
+/* Only kernels of the devemu.h flavour: their address is a
+ * brd_cudasim_kernel_t. Anything else is not a kernel of this "device". */
+cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void **args,
+                             size_t sharedMem, cudaStream_t stream) {
+  const brd_cudasim_kernel_t *k = func;
+  (void)sharedMem;
+  if (k == NULL || k->magic != BRD_CUDASIM_KERNEL_MAGIC)
+    return ret(cudaErrorInvalidDeviceFunction);
+  if (gridDim.x * gridDim.y * gridDim.z == 0 || blockDim.x * blockDim.y * blockDim.z == 0 ||
+      blockDim.x * blockDim.y * blockDim.z > 1024)
+    return ret(cudaErrorInvalidConfiguration);
+  size_t bytes = sizeof(kernel_launch_t) + k->args_bytes;
+  kernel_launch_t *l = calloc(1, bytes);
+  if (l == NULL) return ret(cudaErrorMemoryAllocation);
+  l->kernel = k;
+  l->grid = gridDim;
+  l->block = blockDim;
+  k->pack(args, l->args);
+  cudaError_t e = submit(stream, run_kernel, l, bytes);
+  free(l);
+  return e;
+}
+
 /* ---- CUDA IPC ---------------------------------------------------------------------- */
 
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr) {
@@ -1281,6 +1318,10 @@ static const struct {
     E(cudaErrorSymbolNotFound, "named symbol not found"),
     E(cudaErrorNotReady, "device not ready"),
     E(cudaErrorIllegalAddress, "an illegal memory access was encountered"),
+    E(cudaErrorMisalignedAddress, "misaligned address"),
+    E(cudaErrorInvalidDeviceFunction, "invalid device function"),
+    E(cudaErrorInvalidConfiguration, "invalid configuration argument"),
+    E(cudaErrorLaunchOutOfResources, "too many resources requested for launch"),
     E(cudaErrorLaunchTimeout, "the launch timed out and was terminated"),
     E(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled"),
     E(cudaErrorPeerAccessNotEnabled, "peer access has not been enabled"),

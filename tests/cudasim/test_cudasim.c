@@ -25,7 +25,13 @@
  *   - a synchronise that would wait forever returns an error at the
  *     deadline (BRAID_CUDASIM_TIMEOUT=2 here);
  *   - the executor faults (cudaErrorIllegalAddress, sticky) when a kernel
- *     is given host memory the GPU could not reach (in a child process).
+ *     is given host memory the GPU could not reach (in a child process);
+ *   - the grid of CPU-compiled kernels (grid.c): every block's threads see
+ *     their indices and the capped block size, __syncthreads_or hands each
+ *     thread the OR of its block's predicates (threads that returned count
+ *     as arrived), block-shared memory is per block, blocks spin on each
+ *     other, parameters are copied at launch, and cudaLaunchKernel refuses
+ *     anything that is not such a kernel.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -37,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -586,10 +593,96 @@ static void test_capture_errors(void **state) {
   CU(cudaStreamDestroy(blk));
 }
 
+/* ---- the grid of CPU-compiled kernels ------------------------------------------- */
+
+#define G_BLOCKS 3
+#define G_LAUNCH 64 /* threads asked for; the simulator runs 32 (its default) */
+#define G_RUN 32
+
+typedef struct {
+  int *out;            /* [G_BLOCKS][G_RUN][4] */
+  _Atomic int *flag;   /* block G_BLOCKS - 1 raises it; block 0 waits */
+  int tag;             /* a parameter, copied at launch */
+} g_args_t;
+
+/* Per block: grid.c runs a block's threads on one CPU thread. */
+static _Thread_local int g_shared;
+
+static void g_call(void *p) {
+  const g_args_t *a = p;
+  const uint3 t = *brd_cudasim_thread_idx(), b = *brd_cudasim_block_idx();
+  const dim3 bd = *brd_cudasim_block_dim(), gd = *brd_cudasim_grid_dim();
+  int *o = a->out + ((int)b.x * G_RUN + (int)t.x) * 4;
+  if (t.x == 0) g_shared = 1000 * ((int)b.x + 1);
+  /* Block 1: only thread 5 says yes. Block 2: thread 7 returns early. */
+  if (b.x == 2 && t.x == 7) {
+    o[0] = -1;
+    return;
+  }
+  int any = brd_cudasim_syncthreads_or(b.x == 1 && t.x == 5);
+  if (b.x == 0 && t.x == 0) {
+    /* Block 0 waits for the last block: both must be running at once. */
+    double end = now_s() + 10;
+    while (atomic_load(a->flag) == 0 && now_s() < end) sched_yield();
+  }
+  if (b.x == gd.x - 1 && t.x == 0) atomic_store(a->flag, 1);
+  int none = brd_cudasim_syncthreads_or(0);
+  o[0] = (int)(b.x * 100 + t.x) + a->tag;
+  o[1] = any * 10 + none;
+  o[2] = g_shared;
+  o[3] = (int)(bd.x * 1000 + gd.x);
+}
+
+static void g_pack(void **params, void *buf) { memcpy(buf, params[0], sizeof(g_args_t)); }
+
+static const brd_cudasim_kernel_t g_kernel = {BRD_CUDASIM_KERNEL_MAGIC, sizeof(g_args_t),
+                                              g_pack, g_call};
+
+static void test_grid(void **state) {
+  (void)state;
+  int *out = calloc(G_BLOCKS * G_RUN * 4, sizeof(int));
+  _Atomic int flag = 0;
+  assert_non_null(out);
+  g_args_t a = {out, &flag, 7};
+  void *params[1] = {&a};
+  cudaStream_t s;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CU(cudaLaunchKernel(&g_kernel, (dim3){G_BLOCKS, 1, 1}, (dim3){G_LAUNCH, 1, 1}, params, 0, s));
+  a.tag = 1000000; /* after the launch: the kernel keeps its copy */
+  CU(cudaStreamSynchronize(s));
+  assert_int_equal(atomic_load(&flag), 1);
+  for (int b = 0; b < G_BLOCKS; b++) {
+    for (int t = 0; t < G_RUN; t++) {
+      const int *o = out + (b * G_RUN + t) * 4;
+      if (b == 2 && t == 7) {
+        assert_int_equal(o[0], -1);
+        continue;
+      }
+      assert_int_equal(o[0], b * 100 + t + 7);
+      assert_int_equal(o[1], b == 1 ? 10 : 0);
+      assert_int_equal(o[2], 1000 * (b + 1));
+      assert_int_equal(o[3], G_RUN * 1000 + G_BLOCKS);
+    }
+  }
+  /* Not a CPU-compiled kernel: no device function. */
+  assert_int_equal(cudaLaunchKernel((const void *)g_call, (dim3){1, 1, 1}, (dim3){1, 1, 1},
+                                    params, 0, s),
+                   cudaErrorInvalidDeviceFunction);
+  (void)cudaGetLastError();
+  CU(cudaStreamDestroy(s));
+  free(out);
+}
+
 /* ---- the executor faults on host memory ----------------------------------------- */
 
 static void test_kernel_fault(void **state) {
   (void)state;
+  if (strcmp(brd_cudasim_executor(), "exec_sim.c") != 0) {
+    print_message("SKIP: only exec_sim.c checks kernel pointers against the memory "
+                  "table; %s's kernels dereference them as a GPU would\n",
+                  brd_cudasim_executor());
+    skip();
+  }
   pid_t child = fork();
   assert_true(child >= 0);
   if (child == 0) {
@@ -634,6 +727,7 @@ static void test_kernel_fault(void **state) {
 int main(void) {
   setenv("BRAID_CUDASIM_DEVICES", "2", 1);
   setenv("BRAID_CUDASIM_TIMEOUT", "2", 1);
+  setenv("BRAID_CUDASIM_THREADS", "32", 1); /* test_grid: G_RUN */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices),
       cmocka_unit_test(test_memory),
@@ -643,6 +737,7 @@ int main(void) {
       cmocka_unit_test(test_ipc_fork),
       cmocka_unit_test(test_graph_replays),
       cmocka_unit_test(test_capture_errors),
+      cmocka_unit_test(test_grid),
       cmocka_unit_test(test_kernel_fault),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

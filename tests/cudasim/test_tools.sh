@@ -3,10 +3,11 @@
 # stream per rank, event timing, -G graphs, several ranks sharing one GPU
 # as threads (-t) and as processes (-P). Each run must exit 0, check every
 # result (-c 1) with no wrong element, and report no out-of-bounds values.
-# Needs `make cudasim` (binaries in $BUILD/cudasim/bin).
+# Needs `make cudasim` (binaries in $BUILD/cudasim/bin, or the flavour
+# BRAID_CUDASIM_FLAVOUR names: cudasim-dev runs exec.cu's own kernels).
 set -uo pipefail
 BUILD=${BUILD:-build}
-bin=$BUILD/cudasim/bin
+bin=$BUILD/${BRAID_CUDASIM_FLAVOUR:-cudasim}/bin
 if [[ ! -x $bin/all_reduce_perf ]]; then
   echo "SKIP: $bin/all_reduce_perf is not built (make BUILD=$BUILD cudasim)"
   exit 77

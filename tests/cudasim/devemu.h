@@ -1,0 +1,225 @@
+/*
+ * Braid CUDA simulator: the device side of CUDA on the CPU, so that
+ * src/device/exec.cu itself (its kernels and its host side) compiles with
+ * the host C++ compiler and runs on the simulator (README.md, "exec.cu on
+ * the CPU"). Force-included (-include) before exec.cu, with
+ * BRD_CUDASIM_DEVICE defined; nothing else includes it.
+ *
+ * What it supplies:
+ *   - the qualifiers (__global__, __device__, __shared__ ...): kernels are
+ *     plain functions; __shared__ is thread-local storage of the block's
+ *     CPU thread, which all fibers of the block share (grid.c);
+ *   - threadIdx, blockIdx, blockDim, gridDim and __syncthreads_or (grid.c);
+ *   - atomics and fences as GCC __atomic builtins, sequentially consistent;
+ *   - exec.cu's PTX helpers under the same names (exec.cu leaves its own
+ *     out when BRD_CUDASIM_DEVICE is defined): acquire/release and
+ *     volatile accesses as __atomic loads and stores, %globaltimer as
+ *     CLOCK_MONOTONIC. Each load of a flag yields the CPU every few polls,
+ *     so spinning blocks on two cores leave room for the blocks they wait
+ *     for;
+ *   - every access of a PTX helper, __ldcg and __stcg checked for its
+ *     natural alignment: a misaligned one faults the device
+ *     (cudaErrorMisalignedAddress), as on a GPU, where the CPU would not
+ *     mind;
+ *   - __ldcg/__stcg as plain accesses, and the float intrinsics of
+ *     reduce.cuh (one IEEE rounding per operation, as SSE does);
+ *   - BRD_KERNEL(f), a kernel's address for cudaLaunchKernel: a
+ *     brd_cudasim_kernel_t that packs f's parameters and calls f.
+ */
+#ifndef BRD_CUDASIM_DEVEMU_H
+#define BRD_CUDASIM_DEVEMU_H
+
+#include <new>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <math.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "cudasim.h"
+
+/* ---- qualifiers ------------------------------------------------------------ */
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __grid_constant__
+#undef __launch_bounds__
+#undef __forceinline__
+#undef __noinline__
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static thread_local
+#define __grid_constant__
+#define __launch_bounds__(...)
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+
+/* ---- built-in variables and the block barrier --------------------------------- */
+
+#define threadIdx (*brd_cudasim_thread_idx())
+#define blockIdx (*brd_cudasim_block_idx())
+#define blockDim (*brd_cudasim_block_dim())
+#define gridDim (*brd_cudasim_grid_dim())
+
+static inline int __syncthreads_or(int pred) {
+  return brd_cudasim_syncthreads_or(pred != 0);
+}
+
+/* ---- atomics and fences -------------------------------------------------------- */
+
+static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_system(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+static inline unsigned int atomicAdd(unsigned int *p, unsigned int v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+static inline unsigned int atomicExch(unsigned int *p, unsigned int v) {
+  return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
+}
+static inline unsigned int atomicCAS(unsigned int *p, unsigned int cmp,
+                                     unsigned int v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+
+/* ---- exec.cu's PTX helpers ------------------------------------------------------ */
+
+/* A GPU faults on an access not aligned to its width. */
+static inline bool brd_emu_aligned(const void *p, size_t width) {
+  if (((uintptr_t)p & (width - 1)) == 0) return true;
+  char why[96];
+  snprintf(why, sizeof(why), "a %zu-byte access at %p is misaligned", width, p);
+  brd_cudasim_fault(cudaErrorMisalignedAddress, why);
+  return false;
+}
+
+/* Every few flag loads, give the CPU to another thread: the block (or the
+ * peer) being waited for may need this core. */
+static inline void brd_emu_poll_yield(void) {
+  static thread_local unsigned n;
+  if (++n % 16 == 0) sched_yield();
+}
+
+/* A faulted access reads zeros and writes nothing; the fault sticks to
+ * the next synchronising call. */
+static inline uint64_t ld_acquire_sys(const uint64_t *p) {
+  brd_emu_poll_yield();
+  return brd_emu_aligned(p, 8) ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0;
+}
+static inline void st_release_sys(uint64_t *p, uint64_t v) {
+  if (brd_emu_aligned(p, 8)) __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+static inline unsigned int ld_acquire_gpu(const unsigned int *p) {
+  brd_emu_poll_yield();
+  return brd_emu_aligned(p, 4) ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0;
+}
+static inline uint64_t ld_volatile_u64(const uint64_t *p) {
+  brd_emu_poll_yield();
+  return brd_emu_aligned(p, 8) ? __atomic_load_n(p, __ATOMIC_RELAXED) : 0;
+}
+static inline void ld_volatile_v2(const uint64_t *p, uint64_t &a, uint64_t &b) {
+  brd_emu_poll_yield();
+  a = b = 0;
+  if (!brd_emu_aligned(p, 16)) return;
+  a = __atomic_load_n(p, __ATOMIC_RELAXED);
+  b = __atomic_load_n(p + 1, __ATOMIC_RELAXED);
+}
+static inline void st_volatile_u64(uint64_t *p, uint64_t v) {
+  if (brd_emu_aligned(p, 8)) __atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+static inline void st_volatile_v2(uint64_t *p, uint64_t a, uint64_t b) {
+  if (!brd_emu_aligned(p, 16)) return;
+  __atomic_store_n(p, a, __ATOMIC_RELAXED);
+  __atomic_store_n(p + 1, b, __ATOMIC_RELAXED);
+}
+static inline uint64_t globaltimer_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- cache-hinted accesses --------------------------------------------------------- */
+
+template <typename T> static inline T __ldcg(const T *p) {
+  T v;
+  if (brd_emu_aligned(p, sizeof(T))) memcpy(&v, p, sizeof(v));
+  else memset(&v, 0, sizeof(v));
+  return v;
+}
+template <typename T> static inline void __stcg(T *p, T v) {
+  if (brd_emu_aligned(p, sizeof(T))) memcpy(p, &v, sizeof(v));
+}
+
+/* ---- float intrinsics of reduce.cuh ------------------------------------------------- */
+
+static inline float __uint_as_float(unsigned int x) {
+  float f;
+  memcpy(&f, &x, sizeof(f));
+  return f;
+}
+static inline unsigned int __float_as_uint(float f) {
+  unsigned int x;
+  memcpy(&x, &f, sizeof(x));
+  return x;
+}
+static inline double __longlong_as_double(long long x) {
+  double d;
+  memcpy(&d, &x, sizeof(d));
+  return d;
+}
+static inline long long __double_as_longlong(double d) {
+  long long x;
+  memcpy(&x, &d, sizeof(x));
+  return x;
+}
+/* Out of line, so no caller's multiply and add can be contracted. */
+__attribute__((noinline)) static float __fadd_rn(float a, float b) { return a + b; }
+__attribute__((noinline)) static float __fmul_rn(float a, float b) { return a * b; }
+__attribute__((noinline)) static double __dadd_rn(double a, double b) { return a + b; }
+__attribute__((noinline)) static double __dmul_rn(double a, double b) { return a * b; }
+
+/* ---- kernel addresses ------------------------------------------------------------- */
+
+template <auto F> struct brd_emu_kernel;
+
+template <typename... A, void (*F)(A...)> struct brd_emu_kernel<F> {
+  typedef std::tuple<typename std::decay<A>::type...> params_t;
+
+  template <size_t... I>
+  static void pack_at(void **params, void *buf, std::index_sequence<I...>) {
+    new (buf) params_t(*(const typename std::decay<A>::type *)params[I]...);
+  }
+  static void pack(void **params, void *buf) {
+    pack_at(params, buf, std::index_sequence_for<A...>{});
+  }
+  /* Each thread gets its own by-value copies, as kernel parameters. */
+  static void call(void *buf) { std::apply(F, *(const params_t *)buf); }
+
+  static const brd_cudasim_kernel_t desc;
+};
+
+template <typename... A, void (*F)(A...)>
+const brd_cudasim_kernel_t brd_emu_kernel<F>::desc = {
+    BRD_CUDASIM_KERNEL_MAGIC, sizeof(params_t), brd_emu_kernel<F>::pack,
+    brd_emu_kernel<F>::call};
+
+#define BRD_KERNEL(...) ((const void *)&brd_emu_kernel<__VA_ARGS__>::desc)
+
+/* Defined here because this header is part of exactly one translation
+ * unit, exec.cu's. */
+extern "C" const char *brd_cudasim_executor(void) { return "exec.cu"; }
+
+#endif /* BRD_CUDASIM_DEVEMU_H */
