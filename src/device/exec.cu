@@ -1366,7 +1366,8 @@ namespace {
 /* Copies nseg segments out of the half of src the last device-epoch launch
  * used. W is the width of one move (16, 8, 4 or 1 bytes), which divides
  * every pointer, size and stride. Grid-stride over every W-unit of every
- * segment; the phase is read once per thread (it does not change while
+ * segment, each unit read and written once (cache-global: nothing is
+ * reused). The phase is read once per thread (it does not change while
  * this kernel runs: the launch that set it has finished on this stream). */
 template <typename W>
 __global__ void copyout_kernel(const state_t *st, const char *src,
@@ -1380,8 +1381,8 @@ __global__ void copyout_kernel(const state_t *st, const char *src,
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
        i < total; i += (unsigned long long)gridDim.x * blockDim.x) {
     unsigned long long seg = i / units, u = i % units;
-    *(W *)(dst + seg * dst_stride + u * sizeof(W)) =
-        *(const W *)(s + seg * src_stride + u * sizeof(W));
+    __stcg((W *)(dst + seg * dst_stride + u * sizeof(W)),
+           __ldcg((const W *)(s + seg * src_stride + u * sizeof(W))));
   }
 }
 

@@ -35,6 +35,24 @@ cudaError_t brd_cudasim_launch(cudaStream_t stream, void (*fn)(void *args),
  * Any thread; takes the runtime's lock briefly. */
 int brd_cudasim_accessible(const void *p, size_t bytes);
 
+/* A range of memory a kernel may touch, as brd_cudasim_find reports it. */
+typedef struct brd_cudasim_range {
+  const char *base;
+  size_t size;
+  unsigned long gen; /* brd_cudasim_mem_gen when it was looked up */
+} brd_cudasim_range_t;
+
+/* Counts removals from the simulator's memory table (frees, unregisters,
+ * IPC closes): a range looked up under an older count may be gone. Read
+ * it with an acquire load. */
+extern unsigned long brd_cudasim_mem_gen;
+
+/* Whether [p, p + bytes) lies inside one allocation a kernel may touch
+ * (as brd_cudasim_accessible); fills *r with that allocation, or with
+ * the nearest one below p (base NULL if none) when it does not. Any
+ * thread; takes the runtime's lock briefly. */
+int brd_cudasim_find(const void *p, size_t bytes, brd_cudasim_range_t *r);
+
 /* Marks the device as having faulted (as an illegal address does on a
  * GPU): every later synchronising call returns err. `why` is printed once
  * on stderr. Any thread. */

@@ -18,9 +18,10 @@
  *     so spinning blocks on two cores leave room for the blocks they wait
  *     for;
  *   - every access of a PTX helper, __ldcg and __stcg checked for its
- *     natural alignment: a misaligned one faults the device
- *     (cudaErrorMisalignedAddress), as on a GPU, where the CPU would not
- *     mind;
+ *     natural alignment and against the runtime's memory table: a
+ *     misaligned one faults the device (cudaErrorMisalignedAddress), one
+ *     outside every allocation the kernel can reach faults it with
+ *     cudaErrorIllegalAddress, as on a GPU, where the CPU would not mind;
  *   - __ldcg/__stcg as plain accesses, and the float intrinsics of
  *     reduce.cuh (one IEEE rounding per operation, as SSE does);
  *   - BRD_KERNEL(f), a kernel's address for cudaLaunchKernel: a
@@ -97,12 +98,46 @@ static inline unsigned int atomicCAS(unsigned int *p, unsigned int cmp,
 
 /* ---- exec.cu's PTX helpers ------------------------------------------------------ */
 
-/* A GPU faults on an access not aligned to its width. */
-static inline bool brd_emu_aligned(const void *p, size_t width) {
-  if (((uintptr_t)p & (width - 1)) == 0) return true;
-  char why[96];
-  snprintf(why, sizeof(why), "a %zu-byte access at %p is misaligned", width, p);
-  brd_cudasim_fault(cudaErrorMisalignedAddress, why);
+/* A GPU faults on an access not aligned to its width, and on one outside
+ * every allocation it can reach (cudaErrorIllegalAddress). The CPU would
+ * mind neither when the address is in some mapping of the process: a host
+ * pointer, or a few bytes past the end of an allocation (mappings are
+ * page-sized). So every access is checked against the runtime's memory
+ * table, exactly to the allocation's end, as compute-sanitizer's memcheck
+ * does. Each block's thread keeps its last few ranges, dropped when
+ * memory leaves the table. */
+static inline bool brd_emu_access(const void *p, size_t width, const char *what) {
+  if (((uintptr_t)p & (width - 1)) != 0) {
+    char why[96];
+    snprintf(why, sizeof(why), "a %zu-byte %s at %p is misaligned", width, what, p);
+    brd_cudasim_fault(cudaErrorMisalignedAddress, why);
+    return false;
+  }
+  enum { WAYS = 4 };
+  static thread_local brd_cudasim_range_t seen[WAYS];
+  static thread_local unsigned next;
+  unsigned long gen = __atomic_load_n(&brd_cudasim_mem_gen, __ATOMIC_ACQUIRE);
+  const char *c = (const char *)p;
+  for (int i = 0; i < WAYS; i++)
+    if (seen[i].base != NULL && seen[i].gen == gen && c >= seen[i].base &&
+        c + width <= seen[i].base + seen[i].size)
+      return true;
+  brd_cudasim_range_t r;
+  if (brd_cudasim_find(p, width, &r)) {
+    seen[next++ % WAYS] = r;
+    return true;
+  }
+  char why[256];
+  if (r.base != NULL)
+    snprintf(why, sizeof(why), "a %zu-byte %s at %p is outside every allocation the "
+             "kernel can reach; the nearest below it is [%p, +%zu), and the access "
+             "%s %td bytes past its end", width, what, p, (const void *)r.base, r.size,
+             c < r.base + r.size ? "ends" : "starts",
+             c < r.base + r.size ? c + width - (r.base + r.size) : c - (r.base + r.size));
+  else
+    snprintf(why, sizeof(why), "a %zu-byte %s at %p is outside every allocation the "
+             "kernel can reach", width, what, p);
+  brd_cudasim_fault(cudaErrorIllegalAddress, why);
   return false;
 }
 
@@ -117,31 +152,31 @@ static inline void brd_emu_poll_yield(void) {
  * the next synchronising call. */
 static inline uint64_t ld_acquire_sys(const uint64_t *p) {
   brd_emu_poll_yield();
-  return brd_emu_aligned(p, 8) ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0;
+  return brd_emu_access(p, 8, "load") ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0;
 }
 static inline void st_release_sys(uint64_t *p, uint64_t v) {
-  if (brd_emu_aligned(p, 8)) __atomic_store_n(p, v, __ATOMIC_RELEASE);
+  if (brd_emu_access(p, 8, "store")) __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 static inline unsigned int ld_acquire_gpu(const unsigned int *p) {
   brd_emu_poll_yield();
-  return brd_emu_aligned(p, 4) ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0;
+  return brd_emu_access(p, 4, "load") ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0;
 }
 static inline uint64_t ld_volatile_u64(const uint64_t *p) {
   brd_emu_poll_yield();
-  return brd_emu_aligned(p, 8) ? __atomic_load_n(p, __ATOMIC_RELAXED) : 0;
+  return brd_emu_access(p, 8, "load") ? __atomic_load_n(p, __ATOMIC_RELAXED) : 0;
 }
 static inline void ld_volatile_v2(const uint64_t *p, uint64_t &a, uint64_t &b) {
   brd_emu_poll_yield();
   a = b = 0;
-  if (!brd_emu_aligned(p, 16)) return;
+  if (!brd_emu_access(p, 16, "load")) return;
   a = __atomic_load_n(p, __ATOMIC_RELAXED);
   b = __atomic_load_n(p + 1, __ATOMIC_RELAXED);
 }
 static inline void st_volatile_u64(uint64_t *p, uint64_t v) {
-  if (brd_emu_aligned(p, 8)) __atomic_store_n(p, v, __ATOMIC_RELAXED);
+  if (brd_emu_access(p, 8, "store")) __atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
 static inline void st_volatile_v2(uint64_t *p, uint64_t a, uint64_t b) {
-  if (!brd_emu_aligned(p, 16)) return;
+  if (!brd_emu_access(p, 16, "store")) return;
   __atomic_store_n(p, a, __ATOMIC_RELAXED);
   __atomic_store_n(p + 1, b, __ATOMIC_RELAXED);
 }
@@ -155,12 +190,12 @@ static inline uint64_t globaltimer_ns(void) {
 
 template <typename T> static inline T __ldcg(const T *p) {
   T v;
-  if (brd_emu_aligned(p, sizeof(T))) memcpy(&v, p, sizeof(v));
+  if (brd_emu_access(p, sizeof(T), "load")) memcpy(&v, p, sizeof(v));
   else memset(&v, 0, sizeof(v));
   return v;
 }
 template <typename T> static inline void __stcg(T *p, T v) {
-  if (brd_emu_aligned(p, sizeof(T))) memcpy(p, &v, sizeof(v));
+  if (brd_emu_access(p, sizeof(T), "store")) memcpy(p, &v, sizeof(v));
 }
 
 /* ---- float intrinsics of reduce.cuh ------------------------------------------------- */

@@ -710,10 +710,33 @@ fail:
   return cudaErrorMemoryAllocation;
 }
 
+/* Bumped whenever memory leaves the table, so kernels' cached ranges lapse. */
+unsigned long brd_cudasim_mem_gen;
+
 static void alloc_unlink(alloc_t *a) {
   alloc_t **pp = &S.allocs;
   while (*pp != a) pp = &(*pp)->next;
   *pp = a->next;
+  __atomic_add_fetch(&brd_cudasim_mem_gen, 1, __ATOMIC_RELEASE);
+}
+
+int brd_cudasim_find(const void *p, size_t bytes, brd_cudasim_range_t *r) {
+  const char *c = p;
+  memset(r, 0, sizeof(*r));
+  lock();
+  r->gen = __atomic_load_n(&brd_cudasim_mem_gen, __ATOMIC_ACQUIRE);
+  int found = 0;
+  for (alloc_t *a = S.allocs; a != NULL && !found; a = a->next) {
+    if (a->size == 0 || a->base > c) continue;
+    if (c < a->base + a->size) found = c + bytes <= a->base + a->size;
+    /* Otherwise keep the nearest allocation below p, for the message. */
+    if (found || r->base == NULL || a->base > r->base) {
+      r->base = a->base;
+      r->size = a->size;
+    }
+  }
+  unlock();
+  return found;
 }
 
 /* Waits (S.lock held) for the work queued on every stream of device d (all
