@@ -316,6 +316,16 @@ SIM_TESTS    := $(patsubst %.c,$(SIM_DIR)/tests/%,$(notdir $(SIM_TEST_SRC))) \
 SIM_TOOLS    := $(patsubst tools/%.c,$(SIM_DIR)/bin/%,$(SIM_TOOL_SRC)) \
                 $(patsubst tools/%.c,$(SIM_DEV_DIR)/bin/%,$(SIM_TOOL_SRC))
 
+# devemu.h on kernels of its own: compiled as exec.cu is for cudasim-dev.
+SIM_DEVEMU_TEST := $(SIM_DEV_DIR)/tests/test_devemu
+$(SIM_DEVEMU_TEST): tests/cudasim/test_devemu.cc tests/cudasim/devemu.h \
+                    $(SIM_DEV_DIR)/libnccl_cudasim.a
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CXX) $(CPPFLAGS) $(SIMCXXFLAGS) -DBRD_EMU_OWN_TEST $< -o $@ \
+	  $(SIM_DEV_DIR)/libnccl_cudasim.a $(SIM_LDLIBS)
+SIM_TESTS    += $(SIM_DEVEMU_TEST)
+
 .PHONY: cudasim
 cudasim: $(SIM_TESTS) $(SIM_TOOLS)
 else

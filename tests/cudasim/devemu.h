@@ -3,7 +3,8 @@
  * src/device/exec.cu itself (its kernels and its host side) compiles with
  * the host C++ compiler and runs on the simulator (README.md, "exec.cu on
  * the CPU"). Force-included (-include) before exec.cu, with
- * BRD_CUDASIM_DEVICE defined; nothing else includes it.
+ * BRD_CUDASIM_DEVICE defined; otherwise only test_devemu.cc, its test,
+ * includes it.
  *
  * What it supplies:
  *   - the qualifiers (__global__, __device__, __shared__ ...): kernels are
@@ -22,8 +23,10 @@
  *     misaligned one faults the device (cudaErrorMisalignedAddress), one
  *     outside every allocation the kernel can reach faults it with
  *     cudaErrorIllegalAddress, as on a GPU, where the CPU would not mind;
- *   - __ldcg/__stcg as plain accesses, and the float intrinsics of
- *     reduce.cuh (one IEEE rounding per operation, as SSE does);
+ *   - __ldcg/__stcg as plain accesses, __stcg's stores delayed until a
+ *     fence or release of the block (below, "delayed stores"), so a
+ *     missing fence shows; and the float intrinsics of reduce.cuh (one
+ *     IEEE rounding per operation, as SSE does);
  *   - BRD_KERNEL(f), a kernel's address for cudaLaunchKernel: a
  *     brd_cudasim_kernel_t that packs f's parameters and calls f.
  */
@@ -39,6 +42,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -68,6 +72,143 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 
+/* ---- delayed stores ------------------------------------------------------------ */
+
+/* On a GPU a plain store need not reach other blocks, or other GPUs, until
+ * the storing thread fences or releases; a CPU (x86 above all) shows it to
+ * everyone at once, so a missing fence would never show here. So plain
+ * stores (__stcg) wait in a table of the block (its CPU thread's) until
+ * their thread, or any thread of the block, fences (__threadfence*, a
+ * release store), or the kernel thread ends. Until then:
+ *   - the storing thread reads its own stores back;
+ *   - the block's other threads read them once the storing thread has
+ *     reached a __syncthreads (or when two threads stored to the same 16
+ *     bytes: seeing a store early is always allowed);
+ *   - other blocks and other ranks read the memory as it was.
+ * A fence writes out every waiting store of the block: on a GPU the
+ * fence of a thread that passed a barrier orders the stores it observed
+ * through it (cumulativity), so this over-approximates the GPU, as
+ * writing the table out when it fills or when a volatile or atomic access
+ * lands on a waiting store does. Volatile, acquire/release and atomic
+ * accesses go to memory at once (LL packets, flags, semaphores).
+ * BRAID_CUDASIM_DELAY_STORES=0 turns the table off. */
+struct brd_emu_pend_t {
+  uintptr_t gran; /* address / 16; 0: free */
+  uint32_t owner; /* the storing thread */
+  uint32_t bar;   /* the owner's barrier count when it stored */
+  uint32_t mask;  /* bytes of the 16 stored */
+  bool shared;    /* visible to the whole block already */
+  unsigned char bytes[16];
+};
+
+struct brd_emu_pend_tab_t {
+  enum { CAP = 8192, MAX = 4096 }; /* slots (a power of 2), entries before a write-out */
+  brd_emu_pend_t *slot = nullptr;
+  uint32_t *used = nullptr; /* indexes of the slots in use */
+  unsigned nused = 0;
+  uint32_t bars[1024] = {}; /* __syncthreads reached, per thread of the block */
+  ~brd_emu_pend_tab_t() {
+    free(slot);
+    free(used);
+  }
+};
+
+static thread_local brd_emu_pend_tab_t brd_emu_pend;
+
+static inline bool brd_emu_delay_on(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *v = getenv("BRAID_CUDASIM_DELAY_STORES");
+    on = v == NULL || atoi(v) != 0;
+  }
+  return on != 0;
+}
+
+static inline uint32_t brd_emu_thread_rank(void) {
+  const uint3 *t = brd_cudasim_thread_idx();
+  const dim3 *d = brd_cudasim_block_dim();
+  return t->x + d->x * (t->y + d->y * t->z);
+}
+
+static inline brd_emu_pend_t *brd_emu_pend_find(uintptr_t gran, bool *fresh) {
+  brd_emu_pend_tab_t &tb = brd_emu_pend;
+  uint32_t i = (uint32_t)((gran * 0x9e3779b97f4a7c15ull) >> 51) & (tb.CAP - 1);
+  while (tb.slot[i].gran != 0 && tb.slot[i].gran != gran) i = (i + 1) & (tb.CAP - 1);
+  if (fresh != NULL && tb.slot[i].gran == 0) {
+    *fresh = true;
+    tb.slot[i].gran = gran;
+    tb.used[tb.nused++] = i;
+  }
+  return tb.slot[i].gran == gran ? &tb.slot[i] : nullptr;
+}
+
+/* Every waiting store of the block to memory. */
+static inline void brd_emu_pend_flush(void) {
+  brd_emu_pend_tab_t &tb = brd_emu_pend;
+  for (unsigned k = 0; k < tb.nused; k++) {
+    brd_emu_pend_t &e = tb.slot[tb.used[k]];
+    unsigned char *m = (unsigned char *)(e.gran << 4);
+    if (e.mask == 0xffffu) memcpy(m, e.bytes, 16);
+    else
+      for (int b = 0; b < 16; b++)
+        if ((e.mask >> b) & 1u) m[b] = e.bytes[b];
+    memset(&e, 0, sizeof(e));
+  }
+  tb.nused = 0;
+}
+
+/* A plain store of w bytes (w <= 16, aligned to w) of v at p. */
+static inline void brd_emu_pend_store(void *p, const void *v, size_t w) {
+  brd_emu_pend_tab_t &tb = brd_emu_pend;
+  if (!brd_emu_delay_on()) {
+    memcpy(p, v, w);
+    return;
+  }
+  if (tb.slot == nullptr) {
+    tb.slot = (brd_emu_pend_t *)calloc(tb.CAP, sizeof(*tb.slot));
+    tb.used = (uint32_t *)calloc(tb.CAP, sizeof(*tb.used));
+    if (tb.slot == nullptr || tb.used == nullptr) {
+      brd_cudasim_fault(cudaErrorMemoryAllocation, "no host memory for delayed stores");
+      return;
+    }
+  }
+  if (tb.nused >= tb.MAX) brd_emu_pend_flush();
+  uint32_t me = brd_emu_thread_rank();
+  bool fresh = false;
+  brd_emu_pend_t *e = brd_emu_pend_find((uintptr_t)p >> 4, &fresh);
+  /* Once the block may see a slot it stays so; two threads' stores to
+   * one slot: both see both (early, which is allowed). */
+  if (!fresh && (e->owner != me || e->shared || e->bar != tb.bars[e->owner]))
+    e->shared = true;
+  e->owner = me;
+  e->bar = tb.bars[me];
+  unsigned off = (unsigned)((uintptr_t)p & 15u);
+  memcpy(e->bytes + off, v, w);
+  e->mask |= ((1u << w) - 1u) << off;
+}
+
+/* What this thread sees at p (w bytes, aligned to w) after reading v from
+ * memory: its own waiting stores, and the block's it may see. */
+static inline void brd_emu_pend_overlay(const void *p, void *v, size_t w) {
+  brd_emu_pend_tab_t &tb = brd_emu_pend;
+  if (tb.nused == 0) return;
+  brd_emu_pend_t *e = brd_emu_pend_find((uintptr_t)p >> 4, nullptr);
+  if (e == nullptr) return;
+  uint32_t me = brd_emu_thread_rank();
+  if (e->owner != me && !e->shared && e->bar == tb.bars[e->owner]) return;
+  unsigned off = (unsigned)((uintptr_t)p & 15u);
+  for (unsigned b = 0; b < w; b++)
+    if ((e->mask >> (off + b)) & 1u) ((unsigned char *)v)[b] = e->bytes[off + b];
+}
+
+/* Before a volatile or atomic access at p: a waiting plain store there
+ * goes out first, or writing it out later would undo this access. */
+static inline void brd_emu_pend_evict(const void *p) {
+  brd_emu_pend_tab_t &tb = brd_emu_pend;
+  if (tb.nused != 0 && brd_emu_pend_find((uintptr_t)p >> 4, nullptr) != nullptr)
+    brd_emu_pend_flush();
+}
+
 /* ---- built-in variables and the block barrier --------------------------------- */
 
 #define threadIdx (*brd_cudasim_thread_idx())
@@ -75,23 +216,35 @@
 #define blockDim (*brd_cudasim_block_dim())
 #define gridDim (*brd_cudasim_grid_dim())
 
+/* The thread's waiting stores become the block's (delayed stores). */
 static inline int __syncthreads_or(int pred) {
+  brd_emu_pend.bars[brd_emu_thread_rank()]++;
   return brd_cudasim_syncthreads_or(pred != 0);
 }
 
 /* ---- atomics and fences -------------------------------------------------------- */
 
-static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence_system(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence(void) {
+  brd_emu_pend_flush();
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+static inline void __threadfence_system(void) {
+  brd_emu_pend_flush();
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 
+/* Relaxed on a GPU: they order no waiting store. */
 static inline unsigned int atomicAdd(unsigned int *p, unsigned int v) {
+  brd_emu_pend_evict(p);
   return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
 static inline unsigned int atomicExch(unsigned int *p, unsigned int v) {
+  brd_emu_pend_evict(p);
   return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
 }
 static inline unsigned int atomicCAS(unsigned int *p, unsigned int cmp,
                                      unsigned int v) {
+  brd_emu_pend_evict(p);
   __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return cmp;
 }
@@ -152,31 +305,51 @@ static inline void brd_emu_poll_yield(void) {
  * the next synchronising call. */
 static inline uint64_t ld_acquire_sys(const uint64_t *p) {
   brd_emu_poll_yield();
-  return brd_emu_access(p, 8, "load") ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0;
+  if (!brd_emu_access(p, 8, "load")) return 0;
+  uint64_t v = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  brd_emu_pend_overlay(p, &v, 8);
+  return v;
 }
+/* A release orders every earlier store of the thread (and, over-
+ * approximated, of its block): the waiting ones go out first. */
 static inline void st_release_sys(uint64_t *p, uint64_t v) {
-  if (brd_emu_access(p, 8, "store")) __atomic_store_n(p, v, __ATOMIC_RELEASE);
+  if (!brd_emu_access(p, 8, "store")) return;
+  brd_emu_pend_flush();
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 static inline unsigned int ld_acquire_gpu(const unsigned int *p) {
   brd_emu_poll_yield();
-  return brd_emu_access(p, 4, "load") ? __atomic_load_n(p, __ATOMIC_ACQUIRE) : 0;
+  if (!brd_emu_access(p, 4, "load")) return 0;
+  unsigned int v = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  brd_emu_pend_overlay(p, &v, 4);
+  return v;
 }
 static inline uint64_t ld_volatile_u64(const uint64_t *p) {
   brd_emu_poll_yield();
-  return brd_emu_access(p, 8, "load") ? __atomic_load_n(p, __ATOMIC_RELAXED) : 0;
+  if (!brd_emu_access(p, 8, "load")) return 0;
+  uint64_t v = __atomic_load_n(p, __ATOMIC_RELAXED);
+  brd_emu_pend_overlay(p, &v, 8);
+  return v;
 }
 static inline void ld_volatile_v2(const uint64_t *p, uint64_t &a, uint64_t &b) {
   brd_emu_poll_yield();
-  a = b = 0;
-  if (!brd_emu_access(p, 16, "load")) return;
-  a = __atomic_load_n(p, __ATOMIC_RELAXED);
-  b = __atomic_load_n(p + 1, __ATOMIC_RELAXED);
+  uint64_t v[2] = {0, 0};
+  if (brd_emu_access(p, 16, "load")) {
+    v[0] = __atomic_load_n(p, __ATOMIC_RELAXED);
+    v[1] = __atomic_load_n(p + 1, __ATOMIC_RELAXED);
+    brd_emu_pend_overlay(p, v, 16);
+  }
+  a = v[0];
+  b = v[1];
 }
 static inline void st_volatile_u64(uint64_t *p, uint64_t v) {
-  if (brd_emu_access(p, 8, "store")) __atomic_store_n(p, v, __ATOMIC_RELAXED);
+  if (!brd_emu_access(p, 8, "store")) return;
+  brd_emu_pend_evict(p);
+  __atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
 static inline void st_volatile_v2(uint64_t *p, uint64_t a, uint64_t b) {
   if (!brd_emu_access(p, 16, "store")) return;
+  brd_emu_pend_evict(p);
   __atomic_store_n(p, a, __ATOMIC_RELAXED);
   __atomic_store_n(p + 1, b, __ATOMIC_RELAXED);
 }
@@ -190,12 +363,16 @@ static inline uint64_t globaltimer_ns(void) {
 
 template <typename T> static inline T __ldcg(const T *p) {
   T v;
-  if (brd_emu_access(p, sizeof(T), "load")) memcpy(&v, p, sizeof(v));
-  else memset(&v, 0, sizeof(v));
+  if (brd_emu_access(p, sizeof(T), "load")) {
+    memcpy(&v, p, sizeof(v));
+    brd_emu_pend_overlay(p, &v, sizeof(v));
+  } else {
+    memset(&v, 0, sizeof(v));
+  }
   return v;
 }
 template <typename T> static inline void __stcg(T *p, T v) {
-  if (brd_emu_access(p, sizeof(T), "store")) memcpy(p, &v, sizeof(v));
+  if (brd_emu_access(p, sizeof(T), "store")) brd_emu_pend_store(p, &v, sizeof(v));
 }
 
 /* ---- float intrinsics of reduce.cuh ------------------------------------------------- */
@@ -221,10 +398,10 @@ static inline long long __double_as_longlong(double d) {
   return x;
 }
 /* Out of line, so no caller's multiply and add can be contracted. */
-__attribute__((noinline)) static float __fadd_rn(float a, float b) { return a + b; }
-__attribute__((noinline)) static float __fmul_rn(float a, float b) { return a * b; }
-__attribute__((noinline)) static double __dadd_rn(double a, double b) { return a + b; }
-__attribute__((noinline)) static double __dmul_rn(double a, double b) { return a * b; }
+__attribute__((noinline, unused)) static float __fadd_rn(float a, float b) { return a + b; }
+__attribute__((noinline, unused)) static float __fmul_rn(float a, float b) { return a * b; }
+__attribute__((noinline, unused)) static double __dadd_rn(double a, double b) { return a + b; }
+__attribute__((noinline, unused)) static double __dmul_rn(double a, double b) { return a * b; }
 
 /* ---- kernel addresses ------------------------------------------------------------- */
 
@@ -241,7 +418,10 @@ template <typename... A, void (*F)(A...)> struct brd_emu_kernel<F> {
     pack_at(params, buf, std::index_sequence_for<A...>{});
   }
   /* Each thread gets its own by-value copies, as kernel parameters. */
-  static void call(void *buf) { std::apply(F, *(const params_t *)buf); }
+  static void call(void *buf) {
+    std::apply(F, *(const params_t *)buf);
+    brd_emu_pend_flush(); /* a kernel's stores are all out when it ends */
+  }
 
   static const brd_cudasim_kernel_t desc;
 };
@@ -254,7 +434,10 @@ const brd_cudasim_kernel_t brd_emu_kernel<F>::desc = {
 #define BRD_KERNEL(...) ((const void *)&brd_emu_kernel<__VA_ARGS__>::desc)
 
 /* Defined here because this header is part of exactly one translation
- * unit, exec.cu's. */
+ * unit of the library, exec.cu's (test_devemu.cc, which links no
+ * executor, defines BRD_EMU_OWN_TEST). */
+#ifndef BRD_EMU_OWN_TEST
 extern "C" const char *brd_cudasim_executor(void) { return "exec.cu"; }
+#endif
 
 #endif /* BRD_CUDASIM_DEVEMU_H */
