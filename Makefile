@@ -273,6 +273,10 @@ $(SIM_DEV_OBJ): src/device/exec.cu tests/cudasim/devemu.h | $(DEPS_STAMP)
 	$(Q)$(CXX) $(CPPFLAGS) $(SIMCXXFLAGS) -MMD -MP -x c++ -c $< -o $@
 -include $(SIM_DEV_OBJ:.o=.d)
 
+# $(call sim_link,flavour dir,extra libraries): links test program $< into $@.
+sim_link = $(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common -Itests/cudasim $< $(TESTCOMMON_OBJ) \
+  -o $@ $(1)/libnccl_cudasim.a -lcmocka $(SIM_LDLIBS) $(2)
+
 # $(call sim_flavour,dir,executor objects,extra libraries)
 define sim_flavour
 $(1)/libnccl_cudasim.a: $$(LIB_C:%.c=$$(BUILD)/obj/%.o) $$(SIM_COMMON:%.c=$$(BUILD)/obj/%.o) $(2)
@@ -281,23 +285,19 @@ $(1)/libnccl_cudasim.a: $$(LIB_C:%.c=$$(BUILD)/obj/%.o) $$(SIM_COMMON:%.c=$$(BUI
 $(1)/tests/%: tests/host/%.c $(1)/libnccl_cudasim.a $$(TESTCOMMON_OBJ)
 	@mkdir -p $$(@D)
 	@echo "  LD      $$@"
-	$$(Q)$$(CC) $$(CPPFLAGS) $$(CFLAGS) -Itests/common -Itests/cudasim $$< $$(TESTCOMMON_OBJ) \
-	  -o $$@ $(1)/libnccl_cudasim.a -lcmocka $$(SIM_LDLIBS) $(3)
+	$$(Q)$$(call sim_link,$(1),$(3))
 $(1)/tests/%: tests/gpu/%.c $(1)/libnccl_cudasim.a $$(TESTCOMMON_OBJ)
 	@mkdir -p $$(@D)
 	@echo "  LD      $$@"
-	$$(Q)$$(CC) $$(CPPFLAGS) $$(CFLAGS) -Itests/common -Itests/cudasim $$< $$(TESTCOMMON_OBJ) \
-	  -o $$@ $(1)/libnccl_cudasim.a -lcmocka $$(SIM_LDLIBS) $(3)
+	$$(Q)$$(call sim_link,$(1),$(3))
 $(1)/tests/%: tests/cudasim/%.c $(1)/libnccl_cudasim.a $$(TESTCOMMON_OBJ)
 	@mkdir -p $$(@D)
 	@echo "  LD      $$@"
-	$$(Q)$$(CC) $$(CPPFLAGS) $$(CFLAGS) -Itests/common -Itests/cudasim $$< $$(TESTCOMMON_OBJ) \
-	  -o $$@ $(1)/libnccl_cudasim.a -lcmocka $$(SIM_LDLIBS) $(3)
+	$$(Q)$$(call sim_link,$(1),$(3))
 $(1)/tests/%: tests/unit/%.c $(1)/libnccl_cudasim.a $$(TESTCOMMON_OBJ)
 	@mkdir -p $$(@D)
 	@echo "  LD      $$@"
-	$$(Q)$$(CC) $$(CPPFLAGS) $$(CFLAGS) -Itests/common -Itests/cudasim $$< $$(TESTCOMMON_OBJ) \
-	  -o $$@ $(1)/libnccl_cudasim.a -lcmocka $$(SIM_LDLIBS) $(3)
+	$$(Q)$$(call sim_link,$(1),$(3))
 # The benchmarks too, so their CUDA paths (device buffers, streams, event
 # timing, -G graphs, ranks sharing a GPU) run without a GPU.
 $(1)/bin/%: tools/%.c $(1)/libnccl_cudasim.a $$(TOOLCOMMON_OBJ)

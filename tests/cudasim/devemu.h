@@ -377,26 +377,17 @@ template <typename T> static inline void __stcg(T *p, T v) {
 
 /* ---- float intrinsics of reduce.cuh ------------------------------------------------- */
 
-static inline float __uint_as_float(unsigned int x) {
-  float f;
-  memcpy(&f, &x, sizeof(f));
-  return f;
+/* The bits of a value as another type of the same size. */
+template <typename To, typename From> static inline To brd_emu_bits(From v) {
+  static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+  To t;
+  memcpy(&t, &v, sizeof(t));
+  return t;
 }
-static inline unsigned int __float_as_uint(float f) {
-  unsigned int x;
-  memcpy(&x, &f, sizeof(x));
-  return x;
-}
-static inline double __longlong_as_double(long long x) {
-  double d;
-  memcpy(&d, &x, sizeof(d));
-  return d;
-}
-static inline long long __double_as_longlong(double d) {
-  long long x;
-  memcpy(&x, &d, sizeof(x));
-  return x;
-}
+static inline float __uint_as_float(unsigned int x) { return brd_emu_bits<float>(x); }
+static inline unsigned int __float_as_uint(float f) { return brd_emu_bits<unsigned int>(f); }
+static inline double __longlong_as_double(long long x) { return brd_emu_bits<double>(x); }
+static inline long long __double_as_longlong(double d) { return brd_emu_bits<long long>(d); }
 /* Out of line, so no caller's multiply and add can be contracted. */
 __attribute__((noinline, unused)) static float __fadd_rn(float a, float b) { return a + b; }
 __attribute__((noinline, unused)) static float __fmul_rn(float a, float b) { return a * b; }

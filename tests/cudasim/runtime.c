@@ -667,13 +667,6 @@ static alloc_t *alloc_find(const void *p) {
   return NULL;
 }
 
-int brd_cudasim_accessible(const void *p, size_t bytes) {
-  lock();
-  alloc_t *a = alloc_find(p);
-  int ok = a != NULL && (const char *)p + bytes <= a->base + a->size;
-  unlock();
-  return ok;
-}
 
 /* Maps size bytes of a fresh memfd (S.lock held). */
 static cudaError_t alloc_new(size_t size, int kind, void **out) {
@@ -737,6 +730,11 @@ int brd_cudasim_find(const void *p, size_t bytes, brd_cudasim_range_t *r) {
   }
   unlock();
   return found;
+}
+
+int brd_cudasim_accessible(const void *p, size_t bytes) {
+  brd_cudasim_range_t r;
+  return brd_cudasim_find(p, bytes, &r);
 }
 
 /* Waits (S.lock held) for the work queued on every stream of device d (all

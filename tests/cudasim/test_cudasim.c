@@ -25,7 +25,9 @@
  *   - a synchronise that would wait forever returns an error at the
  *     deadline (BRAID_CUDASIM_TIMEOUT=2 here);
  *   - the executor faults (cudaErrorIllegalAddress, sticky) when a kernel
- *     is given host memory the GPU could not reach (in a child process);
+ *     is given host memory the GPU could not reach, and (exec.cu's kernels
+ *     only) when one stores past the end of a device allocation (each in a
+ *     child process);
  *   - the grid of CPU-compiled kernels (grid.c): every block's threads see
  *     their indices and the capped block size, __syncthreads_or hands each
  *     thread the OR of its block's predicates (threads that returned count
