@@ -51,7 +51,7 @@ OPT := $(if $(filter 1,$(DEBUG)),-O0 -DBRAID_DEBUG=1,-O2)
 
 WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
             -Wmissing-prototypes -Wformat=2 -Wvla
-CPPFLAGS := -Iinclude -Isrc -Isrc/core -D_GNU_SOURCE \
+CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE \
             -DBRAID_VERSION=\"$(BRAID_VERSION)\" -DBRAID_CUDA=$(CUDA)
 CFLAGS   := -std=c11 $(OPT) -g -fPIC -fvisibility=hidden -pthread \
             $(WARNINGS) $(SAN_FLAGS) $(EXTRA_CFLAGS)
@@ -120,7 +120,7 @@ ifneq ($(shell scripts/install-deps --check >/dev/null 2>&1 || echo missing),)
 endif
 
 .PHONY: all lib tools tests test test-unit test-abi test-host test-gpu \
-        bench install clean deps
+        bench install clean deps check-layers
 .DEFAULT_GOAL := all
 
 all: lib tools tests
@@ -219,6 +219,10 @@ test-gpu: all
 
 bench: all
 	@BUILD=$(BUILD) scripts/bench
+
+# Includes point down the layers only: base < device, transport < plan < algos < core.
+check-layers:
+	@scripts/check-layers src
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include

@@ -22,7 +22,7 @@
  */
 #include <stdlib.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 
 #define RING_DEPTH 4

@@ -26,7 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 
 /* Slot at the receiver (position pr) for data from the sender (ps), in the

@@ -21,7 +21,7 @@
  * between the two trees, so either tree carries half the data whatever
  * the block count and a block pipelines its chunks through both trees.
  */
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 
 #define TREE_CHUNKS 4 /* chunks per block and window; even */

@@ -24,7 +24,7 @@
  */
 #include <stdlib.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 
 /* Slot at the receiver (position pr) for data from the sender (ps), in the

@@ -19,7 +19,7 @@
  * before all have joined. Scratch: one slot per sender at each receiver,
  * n-1 slots sharing one buffer.
  */
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 
 /* Slot at the receiver (position pr) for data from the sender (ps). */

@@ -25,7 +25,7 @@
  */
 #include <stdlib.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 
 #define CHAIN_CHUNKS 4 /* chunks (and slots) per block and window */

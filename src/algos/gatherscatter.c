@@ -23,7 +23,7 @@
  */
 #include <stdlib.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 
 /* Slot at the root (position pr) for data from the sender (ps). */

@@ -6,7 +6,7 @@
  */
 #include <stdlib.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 
 /* See algos.h. */

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 
 /* Per-rank view while generating: block of each peer, and the stream to

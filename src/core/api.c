@@ -8,9 +8,9 @@
 /* ncclResetDebugInit is declared deprecated for users; we define it. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
-#include "api.h"
-#include "check.h"
-#include "param.h"
+#include "core/api.h"
+#include "base/check.h"
+#include "base/param.h"
 
 ncclResult_t brd_api_not_implemented(const char *fn) {
   WARN("%s is not implemented in braid %s", fn, BRAID_VERSION);

@@ -18,9 +18,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
-#include "check.h"
-#include "param.h"
+#include "core/bootstrap.h"
+#include "base/check.h"
+#include "base/param.h"
 
 #define BOOT_PROTO 0x3154304f42445242ull /* "BRDBO0T1" */
 #define BOOT_MSG_LEN 1024
@@ -185,7 +185,7 @@ static void conn_who(const struct root_conn *c, char *buf, size_t len) {
 
 static void root_send_reply(struct root_run *run, struct root_conn *c,
                             const struct boot_reply *rep) {
-  brd_sock_ctl_t ctl = {brd_sock_now_ns() + 1000000000LL,
+  brd_sock_ctl_t ctl = {brd_time_now_ns() + 1000000000LL,
                         {&run->root->stop, NULL}, "a rank"};
   struct boot_reply copy = *rep;
   /* The rank may have died; it then learns nothing, and that is fine. */
@@ -395,7 +395,7 @@ static void root_loop(struct root_run *run) {
                 "process (a rank there aborted or failed its init)");
       return;
     }
-    if (run->deadline != 0 && brd_sock_now_ns() >= run->deadline) {
+    if (run->deadline != 0 && brd_time_now_ns() >= run->deadline) {
       if (!run->failed && run->have_params) {
         root_missing(run, msg, sizeof(msg));
         root_fail(run, ncclRemoteError, msg);
@@ -522,10 +522,10 @@ static void roots_release(struct boot_root *list, int stop) {
   while (list != NULL) {
     struct boot_root *next = list->next;
     if (stop) {
-      int64_t deadline = brd_sock_now_ns() + ROOT_STOP_WAIT_NS;
+      int64_t deadline = brd_time_now_ns() + ROOT_STOP_WAIT_NS;
       atomic_store_explicit(&list->stop, 1, memory_order_release);
       while (!atomic_load_explicit(&list->done, memory_order_acquire) &&
-             brd_sock_now_ns() < deadline) {
+             brd_time_now_ns() < deadline) {
         struct timespec ts = {0, 1000000L};
         nanosleep(&ts, NULL);
       }
@@ -629,7 +629,7 @@ fail_free:
  * it has told everyone it knows of. */
 static void root_linger(const brd_boot_handle_t *h, int64_t ns) {
   struct boot_root *r;
-  int64_t deadline = brd_sock_now_ns() + ns;
+  int64_t deadline = brd_time_now_ns() + ns;
   pthread_mutex_lock(&roots_lock);
   for (r = roots; r != NULL && !pick_handle(r, h); r = r->next) {
   }
@@ -637,7 +637,7 @@ static void root_linger(const brd_boot_handle_t *h, int64_t ns) {
   pthread_mutex_unlock(&roots_lock);
   if (r == NULL) return;
   while (!atomic_load_explicit(&r->done, memory_order_acquire) &&
-         brd_sock_now_ns() < deadline) {
+         brd_time_now_ns() < deadline) {
     struct timespec ts = {0, 1000000L};
     nanosleep(&ts, NULL);
   }
@@ -686,7 +686,7 @@ ncclResult_t brd_boot_get_unique_id(ncclUniqueId *id_out) {
   } else {
     CHECK(brd_sock_boot_iface(&h.addr, name));
     if (getrandom(&h.magic, sizeof(h.magic), 0) != (ssize_t)sizeof(h.magic))
-      h.magic = mix64((uint64_t)brd_sock_now_ns() ^ ((uint64_t)getpid() << 32));
+      h.magic = mix64((uint64_t)brd_time_now_ns() ^ ((uint64_t)getpid() << 32));
     CHECK(root_start(&h));
   }
   memset(id_out, 0, sizeof(*id_out));
@@ -779,7 +779,7 @@ void brd_boot_destroy(struct brd_boot *boot) {
 static ncclResult_t read_hdr(struct brd_boot *boot, struct brd_sock *s,
                              const brd_sock_ctl_t *ctl, struct conn_hdr *hdr,
                              int *valid_out) {
-  int64_t until = brd_sock_now_ns() + HDR_WAIT_NS;
+  int64_t until = brd_time_now_ns() + HDR_WAIT_NS;
   size_t got = 0;
   *valid_out = 0;
   while (got < sizeof(*hdr)) {
@@ -788,7 +788,7 @@ static ncclResult_t read_hdr(struct brd_boot *boot, struct brd_sock *s,
     if (brd_sock_try_recv(s, hdr, sizeof(*hdr), &got, &closed) != ncclSuccess || closed)
       return ncclSuccess;
     if (got == sizeof(*hdr)) break;
-    if (brd_sock_now_ns() >= until) return ncclSuccess;
+    if (brd_time_now_ns() >= until) return ncclSuccess;
     (void)brd_sock_wait_readable(s->fd, SLICE_MS);
   }
   *valid_out = hdr->magic == boot->magic && hdr->rank >= 0 && hdr->rank < boot->nranks;
@@ -802,7 +802,7 @@ static ncclResult_t accept_from(struct brd_boot *boot, int peer, int tag,
                                 const brd_sock_ctl_t *ctl, int probe,
                                 struct brd_sock *sock_out) {
   struct unexpected **pp = &boot->unexpected;
-  int64_t next_probe = brd_sock_now_ns() + PROBE_INTERVAL_NS;
+  int64_t next_probe = brd_time_now_ns() + PROBE_INTERVAL_NS;
   char line[BRD_SOCK_ADDR_STRLEN];
 
   for (; *pp != NULL; pp = &(*pp)->next) {
@@ -822,7 +822,7 @@ static ncclResult_t accept_from(struct brd_boot *boot, int peer, int tag,
            "waiting for rank %d", boot->rank, peer);
       return ncclInternalError;
     }
-    if (brd_sock_now_ns() >= ctl->deadline_ns) {
+    if (brd_time_now_ns() >= ctl->deadline_ns) {
       WARN("bootstrap: rank %d timed out after %lld s waiting for %s from rank "
            "%d%s%s; that rank may have died, be stuck, or not have made the "
            "matching call (raise BRAID_BOOTSTRAP_TIMEOUT if it is only slow)",
@@ -862,7 +862,7 @@ static ncclResult_t accept_from(struct brd_boot *boot, int peer, int tag,
       }
       continue;
     }
-    if (probe && brd_sock_now_ns() >= next_probe) {
+    if (probe && brd_time_now_ns() >= next_probe) {
       int refused = 0;
       brd_sock_probe(&boot->peer_addrs[peer], PROBE_TIMEOUT_MS, &refused);
       if (refused && !brd_sock_aborted(ctl)) {
@@ -872,7 +872,7 @@ static ncclResult_t accept_from(struct brd_boot *boot, int peer, int tag,
              brd_sock_addr_str(&boot->peer_addrs[peer], line));
         return ncclRemoteError;
       }
-      next_probe = brd_sock_now_ns() + PROBE_INTERVAL_NS;
+      next_probe = brd_time_now_ns() + PROBE_INTERVAL_NS;
     }
     if (brd_sock_wait_readable(boot->listen.fd, SLICE_MS) != 0) {
       WARN("bootstrap: poll failed: %s", strerror(errno));

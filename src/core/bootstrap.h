@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
-#include "socket.h"
+#include "base/socket.h"
 
 struct brd_boot;
 

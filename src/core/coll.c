@@ -2,8 +2,8 @@
  * Braid: the collective and point-to-point entry points. Each one only
  * describes the call; brd_enqueue does the checking and the work.
  */
-#include "api.h"
-#include "enqueue.h"
+#include "core/api.h"
+#include "core/enqueue.h"
 
 static ncclResult_t call(brd_coll_t coll, const char *fn, const void *sendbuff,
                          void *recvbuff, size_t count, ncclDataType_t dtype,

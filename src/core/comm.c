@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bootstrap.h"
-#include "check.h"
-#include "comm.h"
-#include "launch.h"
-#include "launch_cuda.h"
-#include "config.h"
-#include "device.h"
+#include "core/bootstrap.h"
+#include "base/check.h"
+#include "core/comm.h"
+#include "core/launch.h"
+#include "core/launch_cuda.h"
+#include "core/config.h"
+#include "core/device.h"
 
 /* See comm.h. */
 ncclResult_t brd_comm_check(const struct ncclComm *comm, const char *fn) {

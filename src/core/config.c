@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "config.h"
-#include "param.h"
+#include "base/check.h"
+#include "core/config.h"
+#include "base/param.h"
 
 #define CONFIG_MAGIC 0xcafebeefu
 

@@ -16,11 +16,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "api.h"
-#include "check.h"
-#include "comm.h"
-#include "devapi.h"
-#include "device.h"
+#include "core/api.h"
+#include "base/check.h"
+#include "core/comm.h"
+#include "core/devapi.h"
+#include "core/device.h"
 
 /* Every requirement buffer is a whole number of these (NCCL's sizes). */
 #define DEVAPI_LSA_BARRIER_WORD sizeof(uint32_t)

@@ -14,9 +14,9 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "check.h"
-#include "device.h"
-#include "param.h"
+#include "base/check.h"
+#include "core/device.h"
+#include "base/param.h"
 
 #if BRAID_CUDA
 #define CUDA_WARN(call, what)                                                 \

@@ -18,13 +18,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "check.h"
-#include "comm.h"
-#include "enqueue.h"
-#include "group.h"
-#include "launch.h"
-#include "param.h"
+#include "core/api.h"
+#include "base/check.h"
+#include "core/comm.h"
+#include "core/enqueue.h"
+#include "core/group.h"
+#include "core/launch.h"
+#include "base/param.h"
 
 /* See enqueue.h. */
 size_t brd_dtype_size(ncclDataType_t dtype) {

@@ -15,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
-#include "check.h"
-#include "comm.h"
-#include "group.h"
-#include "launch.h"
+#include "core/api.h"
+#include "base/check.h"
+#include "core/comm.h"
+#include "core/group.h"
+#include "core/launch.h"
 
 static _Thread_local int group_depth;
 static _Thread_local brd_call_t *queue;   /* owned: calls collected so far */

@@ -14,7 +14,7 @@
 #ifndef BRD_CORE_GROUP_H
 #define BRD_CORE_GROUP_H
 
-#include "enqueue.h"
+#include "core/enqueue.h"
 
 /* Current group depth of the calling thread (0 outside any group). */
 int brd_group_depth(void);

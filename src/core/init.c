@@ -17,17 +17,18 @@
 #include <string.h>
 #include <time.h>
 
-#include "api.h"
-#include "bootstrap.h"
-#include "check.h"
-#include "comm.h"
-#include "launch_cuda.h"
+#include "core/api.h"
+#include "core/bootstrap.h"
+#include "base/check.h"
+#include "core/comm.h"
+#include "core/launch_cuda.h"
 #include "plan/topo.h"
 #include "transport/ibverbs.h"
-#include "config.h"
-#include "device.h"
-#include "group.h"
-#include "param.h"
+#include "core/config.h"
+#include "core/device.h"
+#include "core/group.h"
+#include "base/param.h"
+#include "base/time.h"
 
 #define ABORT_WAIT_NS 900000000LL   /* ncclCommAbort returns within 1 s */
 #define DEV_LOCAL (-1)              /* host-mode InitRank: device = local rank */
@@ -57,8 +58,6 @@ struct brd_init_job {
 /* Blocking inits started inside this thread's current group. */
 static _Thread_local struct brd_init_job *group_jobs;
 static _Thread_local int group_nonblocking;
-
-static int64_t now_ns(void) { return brd_sock_now_ns(); }
 
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t h) {
   const unsigned char *c = p;
@@ -108,7 +107,7 @@ static int job_wait(struct brd_init_job *job, int64_t deadline_ns) {
       pthread_cond_wait(&job->cond, &job->lock);
       continue;
     }
-    if (now_ns() >= deadline_ns) break;
+    if (brd_time_now_ns() >= deadline_ns) break;
     ts.tv_sec = deadline_ns / 1000000000LL;
     ts.tv_nsec = deadline_ns % 1000000000LL;
     pthread_cond_timedwait(&job->cond, &job->lock, &ts);
@@ -122,7 +121,7 @@ static int job_wait(struct brd_init_job *job, int64_t deadline_ns) {
 static int children_wait(struct ncclComm *comm, int64_t deadline_ns) {
   while (atomic_load_explicit(&comm->children_busy, memory_order_acquire) != 0) {
     struct timespec ts = {0, 1000000L};
-    if (now_ns() >= deadline_ns) return 0;
+    if (brd_time_now_ns() >= deadline_ns) return 0;
     nanosleep(&ts, NULL);
   }
   return 1;
@@ -202,7 +201,7 @@ static void log_timings(const struct ncclComm *comm, const char *fn, int64_t t0,
 static ncclResult_t run_root_init(struct brd_init_job *job) {
   struct ncclComm *comm = job->comm;
   brd_peer_info_t mine;
-  int64_t t0 = now_ns(), t_boot, t_gather;
+  int64_t t0 = brd_time_now_ns(), t_boot, t_gather;
   ncclResult_t res;
 
   brd_log_set_thread_dev(job->dev >= 0 ? job->dev : job->rank);
@@ -215,7 +214,7 @@ static ncclResult_t run_root_init(struct brd_init_job *job) {
 
   CHECK(brd_boot_create(job->ids, job->nids, job->rank, job->nranks, &comm->abort_flag,
                         &comm->boot));
-  t_boot = now_ns();
+  t_boot = brd_time_now_ns();
 
   CHECK(brd_device_peer_info((brd_device_backend_t)comm->backend, job->dev, &mine));
   comm->peers = calloc((size_t)job->nranks, sizeof(*comm->peers));
@@ -226,12 +225,12 @@ static ncclResult_t run_root_init(struct brd_init_job *job) {
   }
   comm->peers[job->rank] = mine;
   CHECK(brd_boot_allgather(comm->boot, comm->peers, sizeof(*comm->peers)));
-  t_gather = now_ns();
+  t_gather = brd_time_now_ns();
 
   res = topology(comm, job->fn);
   if (res != ncclSuccess) return res;
   brd_log_set_thread_dev(comm->cuda_dev);
-  log_timings(comm, job->fn, t0, t_boot, t_gather, now_ns());
+  log_timings(comm, job->fn, t0, t_boot, t_gather, brd_time_now_ns());
   INFO(BRD_SUBSYS_INIT, "%s comm %p rank %d nranks %d cudaDev %d busId %s "
        "localRank %d localRanks %d nodes %d commId %#llx - Init COMPLETE", job->fn,
        (void *)comm, comm->rank, comm->nranks, comm->cuda_dev,
@@ -292,7 +291,7 @@ static ncclResult_t child_members(struct brd_init_job *job, int *ranks, int *n_o
 
 static ncclResult_t run_child_init(struct brd_init_job *job) {
   struct ncclComm *parent = job->parent, *comm = job->comm;
-  int64_t t0 = now_ns(), t_boot, t_gather;
+  int64_t t0 = brd_time_now_ns(), t_boot, t_gather;
   int *ranks, n = 0, me = -1;
   ncclResult_t res;
 
@@ -324,7 +323,7 @@ static ncclResult_t run_child_init(struct brd_init_job *job) {
        parent->cuda_dev, (void *)parent, job->seq, job->color, job->key);
   CHECK_GOTO(brd_boot_create_child(parent->boot, job->seq, job->color, n, me, ranks,
                                    &comm->abort_flag, &comm->boot), res, out);
-  t_boot = now_ns();
+  t_boot = brd_time_now_ns();
   /* Identities come from the parent's table: no second allgather. */
   comm->peers = calloc((size_t)n, sizeof(*comm->peers));
   if (comm->peers == NULL) {
@@ -334,9 +333,9 @@ static ncclResult_t run_child_init(struct brd_init_job *job) {
     goto out;
   }
   for (int i = 0; i < n; i++) comm->peers[i] = parent->peers[ranks[i]];
-  t_gather = now_ns();
+  t_gather = brd_time_now_ns();
   CHECK_GOTO(topology(comm, job->fn), res, out);
-  log_timings(comm, job->fn, t0, t_boot, t_gather, now_ns());
+  log_timings(comm, job->fn, t0, t_boot, t_gather, brd_time_now_ns());
   INFO(BRD_SUBSYS_INIT, "%s comm %p rank %d nranks %d cudaDev %d parent %p "
        "splitCount %u color %d key %d - Init COMPLETE", job->fn, (void *)comm,
        comm->rank, comm->nranks, comm->cuda_dev, (void *)parent, job->seq,
@@ -779,7 +778,7 @@ static ncclResult_t quiesce(struct ncclComm *comm, const char *fn) {
   while ((comm->boot != NULL && brd_boot_busy(comm->boot) != 0) ||
          atomic_load(&comm->children_busy) != 0) {
     struct timespec ts = {0, 1000000L};
-    if (now_ns() >= deadline) {
+    if (brd_time_now_ns() >= deadline) {
       WARN("%s: operations on rank %d did not stop after the abort flag was set",
            fn, comm->rank);
       return ncclInternalError;
@@ -856,7 +855,7 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm) {
 
 BRD_API(ncclResult_t, ncclCommAbort, ncclComm_t comm)
 ncclResult_t pncclCommAbort(ncclComm_t comm) {
-  int64_t deadline = now_ns() + ABORT_WAIT_NS;
+  int64_t deadline = brd_time_now_ns() + ABORT_WAIT_NS;
   int rank, nranks, dev;
   if (comm == NULL) return ncclSuccess;
   CHECK(brd_comm_check(comm, "ncclCommAbort"));

@@ -56,14 +56,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "check.h"
-#include "comm.h"
-#include "bootstrap.h"
-#include "device.h"
-#include "launch.h"
-#include "launch_cuda.h"
-#include "param.h"
+#include "core/api.h"
+#include "base/check.h"
+#include "core/comm.h"
+#include "core/bootstrap.h"
+#include "core/device.h"
+#include "core/launch.h"
+#include "core/launch_cuda.h"
+#include "base/param.h"
 #include "algos/algos.h"
 #include "device/exec_host.h"
 #include "device/reduce.h"
@@ -71,6 +71,7 @@
 #include "plan/tune.h"
 #include "plan/verify.h"
 #include "transport/transport.h"
+#include "base/time.h"
 
 #define RT_NB_MAX_OPTS 4      /* block counts a runtime may use */
 #define RT_ALGOS 4            /* ring, tree, one-shot, two-shot */
@@ -1247,12 +1248,6 @@ typedef struct worker {
   pthread_t thread;
 } worker_t;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* All workers meet. The others are running blocks, each of which returns
  * within the executor's timeout or when the abort flag rises; past twice
  * that, the current launch is told to stop so that they do. Returns the
@@ -1268,7 +1263,7 @@ static int runner_meet(runner_t *r) {
     pthread_cond_broadcast(&r->cv);
   } else {
     double limit = 2.0 * (double)brd_param_int(BRD_P_BRAID_TIMEOUT) + 10.0;
-    double deadline = now_s() + limit;
+    double deadline = brd_time_now_s() + limit;
     int warned = 0;
     while (r->gen == gen) {
       struct timespec ts;
@@ -1280,7 +1275,7 @@ static int runner_meet(runner_t *r) {
       }
       pthread_cond_timedwait(&r->cv, &r->mu, &ts);
       if (r->gen != gen) break;
-      if (atomic_load(&r->comm->abort_flag) || (!warned && now_s() > deadline)) {
+      if (atomic_load(&r->comm->abort_flag) || (!warned && brd_time_now_s() > deadline)) {
         if (!warned && !atomic_load(&r->comm->abort_flag))
           WARN("rank %d: launch workers did not meet within %.0f s; stopping "
                "the launch", r->comm->rank, limit);

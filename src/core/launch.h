@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
-#include "enqueue.h"
+#include "core/enqueue.h"
 
 struct ncclComm;
 struct brd_rt;

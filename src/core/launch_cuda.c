@@ -32,16 +32,17 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "api.h"
-#include "check.h"
-#include "comm.h"
-#include "device.h"
-#include "launch_cuda.h"
-#include "param.h"
+#include "core/api.h"
+#include "base/check.h"
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/launch_cuda.h"
+#include "base/param.h"
 
 #if BRAID_CUDA
 #include "device/exec_cuda.h"
 #include "plan/plan.h"
+#include "base/time.h"
 
 #define NB_LIMIT 8          /* most blocks per rank */
 #define P2P_PLANS_WARN 4096 /* point-to-point plans kept before a WARN */
@@ -112,12 +113,6 @@ fail_free:
   cudaFree(p);
 out:
   return res;
-}
-
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* Host-memory windows are registered with CUDA once per process and
@@ -191,7 +186,7 @@ static void host_reg_release(void *ptr) {
 static int wait_idle(struct brd_rt_cuda *rt) {
   if (!rt->done_valid) return 1;
   int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
-  int64_t deadline = now_ns() + ((t > 0 ? t : 300) + 5) * 1000000000LL;
+  int64_t deadline = brd_time_now_ns() + ((t > 0 ? t : 300) + 5) * 1000000000LL;
   int aborted = 0;
   for (;;) {
     cudaError_t e = cudaEventQuery(rt->done);
@@ -200,12 +195,12 @@ static int wait_idle(struct brd_rt_cuda *rt) {
       (void)cudaGetLastError();
       return 1;
     }
-    if (now_ns() >= deadline) {
+    if (brd_time_now_ns() >= deadline) {
       if (aborted) return 0;
       brd_exec_cuda_status_abort(rt->st_coll);
       brd_exec_cuda_status_abort(rt->st_p2p);
       aborted = 1;
-      deadline = now_ns() + 2000000000LL;
+      deadline = brd_time_now_ns() + 2000000000LL;
     }
     struct timespec ts = {0, 1000000L};
     nanosleep(&ts, NULL);

@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
-#include "enqueue.h"
+#include "core/enqueue.h"
 #include "device/exec_host.h"
 #include "transport/transport.h"
 

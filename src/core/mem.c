@@ -26,15 +26,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "check.h"
-#include "comm.h"
-#include "bootstrap.h"
-#include "device.h"
-#include "enqueue.h"
-#include "group.h"
-#include "launch.h"
-#include "param.h"
+#include "core/api.h"
+#include "base/check.h"
+#include "core/comm.h"
+#include "core/bootstrap.h"
+#include "core/device.h"
+#include "core/enqueue.h"
+#include "core/group.h"
+#include "core/launch.h"
+#include "base/param.h"
 #include "transport/transport.h"
 
 struct host_block {

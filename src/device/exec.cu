@@ -59,8 +59,8 @@
 #include "device/reduce.cuh"
 
 extern "C" {
-#include "check.h"
-#include "param.h"
+#include "base/check.h"
+#include "base/param.h"
 #include "device/reduce.h"
 #include "plan/plan.h"
 }

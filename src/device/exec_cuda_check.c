@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "check.h"
-#include "debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "device/exec_cuda.h"
 #include "device/ir.h"
 

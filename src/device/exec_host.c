@@ -16,9 +16,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "check.h"
-#include "param.h"
+#include "base/check.h"
+#include "base/param.h"
 #include "device/exec_host.h"
+#include "base/time.h"
 
 #define TILE_BYTES 4096
 #define SPIN_BEFORE_YIELD 64
@@ -42,12 +43,6 @@ typedef struct spin {
   uint32_t n;
   double deadline; /* 0 until the first yield */
 } spin_t;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Records the launch's first failure and tells the other blocks to leave. */
 static void launch_fail(brd_exec_launch_t *l, ncclResult_t res) {
@@ -81,7 +76,7 @@ static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
     nanosleep(&nap, NULL);
   }
   if ((s->n & 63) == 0) {
-    double t = now_s();
+    double t = brd_time_now_s();
     if (s->deadline == 0) s->deadline = t + l->timeout_s;
     else if (t > s->deadline) return ncclInProgress;
   }

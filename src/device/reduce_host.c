@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "device/reduce.h"
 
 #define TILE 256

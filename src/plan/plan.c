@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "param.h"
+#include "base/check.h"
+#include "base/param.h"
 #include "plan/plan.h"
 #include "device/reduce.h"
 

@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "plan/topo.h"
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;

@@ -57,9 +57,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "check.h"
-#include "debug.h"
-#include "tune.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "plan/tune.h"
 
 #define BASE_US 5.0
 #define NFUNC 5 /* the collectives NCCL_ALGO / NCCL_PROTO name */

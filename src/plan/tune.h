@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
-#include "enqueue.h"
+#include "core/enqueue.h"
 
 /* Algorithms: NCCL 2.28's seven plus Braid's one-shot and two-shot. The
  * order is Braid's own (ties in cost go to the lower value); it is not

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "plan/verify.h"
 
 #define W_NONE (-1) /* never written */

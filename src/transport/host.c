@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "transport.h"
+#include "base/check.h"
+#include "transport/transport.h"
 
 /* The reference count lives in the page before the segment. */
 #define HOST_HDR 4096

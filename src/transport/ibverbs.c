@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "check.h"
-#include "param.h"
+#include "base/check.h"
+#include "base/param.h"
 #include "transport/ibverbs.h"
 
 static pthread_mutex_t ibv_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -51,18 +51,13 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "check.h"
-#include "device.h"
-#include "param.h"
-#include "transport.h"
+#include "base/check.h"
+#include "core/device.h"
+#include "base/param.h"
+#include "transport/transport.h"
+#include "base/time.h"
 
 /* ---- small helpers ------------------------------------------------------ */
-
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void say(char *why, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -96,7 +91,7 @@ static _Atomic uint32_t serial_next;
  * unlikely to pick the same name (the payload check below catches the
  * rest). */
 static void serial_seed_init(void) {
-  serial_seed = (uint32_t)(now_ns() ^ ((int64_t)getpid() << 16));
+  serial_seed = (uint32_t)(brd_time_now_ns() ^ ((int64_t)getpid() << 16));
 }
 
 void brd_p2p_sockname_format(uint32_t pid, uint32_t serial, char *buf, size_t n) {
@@ -315,7 +310,7 @@ static ncclResult_t unix_connect(uint32_t pid, uint32_t serial, int64_t deadline
       res = err == ECONNREFUSED || err == ENOENT ? ncclRemoteError : ncclSystemError;
     } else if (abort_flag != NULL && atomic_load(abort_flag)) {
       res = ncclSystemError;
-    } else if (now_ns() >= deadline) {
+    } else if (brd_time_now_ns() >= deadline) {
       WARN("P2P: the server @%s of pid %u for %s stayed busy past its deadline; "
            "raise BRAID_BOOTSTRAP_TIMEOUT if the host is overloaded", sa.sun_path + 1,
            pid, what);
@@ -338,7 +333,7 @@ static ncclResult_t unix_wait(int s, uint32_t pid, int64_t deadline, double time
                               _Atomic int *abort_flag, const char *what) {
   for (;;) {
     if (abort_flag != NULL && atomic_load(abort_flag)) return ncclSystemError;
-    int64_t left = deadline - now_ns();
+    int64_t left = deadline - brd_time_now_ns();
     if (left <= 0) {
       WARN("P2P: no answer from pid %u for %s within %.1f s; the peer process is "
            "alive but does not answer (stuck, or it sealed what it served too early); "
@@ -361,7 +356,7 @@ static ncclResult_t unix_wait(int s, uint32_t pid, int64_t deadline, double time
 ncclResult_t brd_p2p_fd_fetch(uint32_t pid, uint32_t serial, double timeout_s,
                               _Atomic int *abort_flag, int *fd_out) {
   const char *what = "a memory descriptor";
-  int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
+  int64_t deadline = brd_time_now_ns() + (int64_t)(timeout_s * 1e9);
   int s;
   CHECK(unix_connect(pid, serial, deadline, abort_flag, what, &s));
   ncclResult_t res = unix_wait(s, pid, deadline, timeout_s, abort_flag, what);
@@ -493,7 +488,7 @@ ncclResult_t brd_p2p_svc_call(uint32_t pid, uint32_t serial, const void *req,
                               size_t req_len, void *rep, size_t rep_len, double timeout_s,
                               _Atomic int *abort_flag) {
   const char *what = "a registration request";
-  int64_t deadline = now_ns() + (int64_t)(timeout_s * 1e9);
+  int64_t deadline = brd_time_now_ns() + (int64_t)(timeout_s * 1e9);
   int s;
   CHECK(unix_connect(pid, serial, deadline, abort_flag, what, &s));
   ncclResult_t res = ncclSuccess;

@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "transport.h"
+#include "base/check.h"
+#include "transport/transport.h"
 
 /* The header page before every segment; it holds the reference count. */
 #define SHM_HDR 4096

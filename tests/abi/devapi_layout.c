@@ -11,7 +11,7 @@
 #include <cuda_runtime.h>
 #include <nccl_device.h>
 #else
-#include "devapi.h"
+#include "core/devapi.h"
 #endif
 
 #define SIZE(t) printf("sizeof %s %zu\n", #t, sizeof(t))

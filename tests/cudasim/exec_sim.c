@@ -30,8 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "param.h"
+#include "base/check.h"
+#include "base/param.h"
 #include "device/exec_cuda.h"
 #include "device/exec_host.h"
 #include "device/reduce.h"

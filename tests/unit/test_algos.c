@@ -22,7 +22,7 @@
 #include <cmocka.h>
 
 #include "algos/algos.h"
-#include "param.h"
+#include "base/param.h"
 #include "plan/plan.h"
 
 #include "failalloc.h"

@@ -27,9 +27,9 @@
 
 #include <cmocka.h>
 
-#include "bootstrap.h"
-#include "debug.h"
-#include "param.h"
+#include "core/bootstrap.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 #define MAX_RANKS 32
 #define SLICE 37 /* odd, so slices straddle word boundaries */
@@ -46,7 +46,7 @@ struct shared {
 
 static struct shared *sh;
 
-static int64_t now_ns(void) { return brd_sock_now_ns(); }
+static int64_t now_ns(void) { return brd_time_now_ns(); }
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

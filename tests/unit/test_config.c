@@ -16,9 +16,9 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#include "debug.h"
-#include "param.h"
+#include "core/config.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 extern char **environ;
 

@@ -13,9 +13,9 @@
 
 #include <cmocka.h>
 
-#include "comm.h"
-#include "devapi.h"
-#include "device.h"
+#include "core/comm.h"
+#include "core/devapi.h"
+#include "core/device.h"
 
 /* A live communicator as init would leave it, for the fields the device
  * API reads. */

@@ -49,7 +49,7 @@
 #include "coll_ref.h"
 #include "device/exec_cuda.h"
 #include "device/reduce.h"
-#include "param.h"
+#include "base/param.h"
 #include "plan/plan.h"
 
 #define MAXR 8

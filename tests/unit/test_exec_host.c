@@ -25,10 +25,10 @@
 
 #include <cmocka.h>
 
-#include "check.h"
+#include "base/check.h"
 #include "algos/algos.h"
 #include "device/exec_host.h"
-#include "param.h"
+#include "base/param.h"
 #include "plan/plan.h"
 
 /* ---- allocation failure injection (see test_verify.c) --------------------- */

@@ -19,8 +19,8 @@
 
 #include <cmocka.h>
 
-#include "comm.h"
-#include "launch.h"
+#include "core/comm.h"
+#include "core/launch.h"
 #include "nccl.h"
 
 #define NOPS 1000

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "param.h"
+#include "base/param.h"
 #include "transport/ibverbs.h"
 
 /* Device count straight from the library, without Braid's loader. */

@@ -41,13 +41,13 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "comm.h"
-#include "debug.h"
-#include "device.h"
-#include "enqueue.h"
-#include "launch.h"
-#include "launch_cuda.h"
-#include "param.h"
+#include "core/comm.h"
+#include "base/debug.h"
+#include "core/device.h"
+#include "core/enqueue.h"
+#include "core/launch.h"
+#include "core/launch_cuda.h"
+#include "base/param.h"
 #include "transport/transport.h"
 
 static double now_s(void) {

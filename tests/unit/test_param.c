@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
-#include "debug.h"
-#include "param.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 extern char **environ;
 

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "debug.h"
+#include "base/debug.h"
 #include "transport/transport.h"
 
 static void test_cross_process(void **state) {

@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "debug.h"
-#include "param.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "plan/tune.h"
 
 #define A(x) BRD_ALGO_BIT(BRD_ALGO_##x)

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 
 #include "nccl.h"
+#include "base/time.h"
 
 /* An IPv4 or IPv6 address; the layout NCCL stores in its unique id. */
 union brd_sock_addr {
@@ -43,7 +44,7 @@ typedef struct {
  * the other side in messages ("rank 3", "the bootstrap root"); it is
  * borrowed for the call. */
 typedef struct {
-  int64_t deadline_ns;        /* brd_sock_now_ns() clock; INT64_MAX: none */
+  int64_t deadline_ns;        /* brd_time_now_ns() clock; INT64_MAX: none */
   _Atomic int *abort[2];      /* either one non-zero ends the wait; may be NULL */
   const char *who;
 } brd_sock_ctl_t;
@@ -54,8 +55,7 @@ struct brd_sock {
   union brd_sock_addr addr;   /* peer (connected) or local (listening) */
 };
 
-/* Monotonic clock in nanoseconds. */
-int64_t brd_sock_now_ns(void);
+/* Deadlines below are on brd_time_now_ns() (base/time.h). */
 
 /* Deadline `seconds` from now (seconds <= 0 means 1 ms: expire at once). */
 int64_t brd_sock_deadline(int64_t seconds);

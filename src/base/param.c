@@ -25,15 +25,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "debug.h"
-#include "param.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 #define SYS_CONF_DEFAULT "/etc/nccl.conf"
 #define CONF_PATH_MAX 4096
 
 const brd_param_info_t brd_param_table[BRD_P_COUNT] = {
 #define BRD_PARAM(id, name, kind, def, desc) [BRD_P_##id] = {name, kind, def, desc},
-#include "param_table.h"
+#include "base/param_table.h"
 #undef BRD_PARAM
 };
 

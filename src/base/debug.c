@@ -30,8 +30,8 @@
 #include <unistd.h>
 
 #include "nccl.h"
-#include "debug.h"
-#include "param.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 #define LOG_LINE_MAX 1024
 #define LAST_ERROR_MAX 1024

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "nccl.h"
-#include "debug.h"
+#include "base/debug.h"
 
 #define CHECK(call)                                                           \
   do {                                                                        \

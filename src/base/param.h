@@ -18,7 +18,7 @@ typedef enum { BRD_PARAM_INT, BRD_PARAM_STR } brd_param_kind_t;
 
 typedef enum {
 #define BRD_PARAM(id, name, kind, def, desc) BRD_P_##id,
-#include "param_table.h"
+#include "base/param_table.h"
 #undef BRD_PARAM
   BRD_P_COUNT
 } brd_param_id_t;

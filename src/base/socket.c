@@ -20,26 +20,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "param.h"
-#include "socket.h"
+#include "base/check.h"
+#include "base/param.h"
+#include "base/socket.h"
 
 #define POLL_SLICE_MS 20
 #define RETRY_FIRST_MS 5
 #define RETRY_MAX_MS 100
 
 /* See socket.h. */
-int64_t brd_sock_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* See socket.h. */
 int64_t brd_sock_deadline(int64_t seconds) {
-  if (seconds <= 0) return brd_sock_now_ns() + 1000000LL;
+  if (seconds <= 0) return brd_time_now_ns() + 1000000LL;
   if (seconds > (INT64_MAX / 2) / 1000000000LL) return INT64_MAX;
-  return brd_sock_now_ns() + seconds * 1000000000LL;
+  return brd_time_now_ns() + seconds * 1000000000LL;
 }
 
 /* See socket.h. */
@@ -80,7 +74,7 @@ const char *brd_sock_addr_str(const union brd_sock_addr *addr, char *buf) {
 
 /* Milliseconds to the deadline, capped at one poll slice; 0 when passed. */
 static int slice_ms(const brd_sock_ctl_t *ctl) {
-  int64_t left = ctl->deadline_ns - brd_sock_now_ns();
+  int64_t left = ctl->deadline_ns - brd_time_now_ns();
   if (left <= 0) return 0;
   if (left >= (int64_t)POLL_SLICE_MS * 1000000LL) return POLL_SLICE_MS;
   return (int)((left + 999999) / 1000000);
@@ -109,7 +103,7 @@ static ncclResult_t wait_check(const brd_sock_ctl_t *ctl, const char *what,
          "%s %s", what, ctl->who ? ctl->who : "peer");
     return ncclInternalError;
   }
-  if (brd_sock_now_ns() >= ctl->deadline_ns) return timed_out(ctl, what, addr);
+  if (brd_time_now_ns() >= ctl->deadline_ns) return timed_out(ctl, what, addr);
   return ncclSuccess;
 }
 
@@ -121,7 +115,7 @@ static void sleep_ms(int ms) {
 
 /* Sleeps up to ms, in poll slices, stopping early on abort or deadline. */
 static void backoff(const brd_sock_ctl_t *ctl, int ms) {
-  while (ms > 0 && !brd_sock_aborted(ctl) && brd_sock_now_ns() < ctl->deadline_ns) {
+  while (ms > 0 && !brd_sock_aborted(ctl) && brd_time_now_ns() < ctl->deadline_ns) {
     int s = ms < POLL_SLICE_MS ? ms : POLL_SLICE_MS;
     sleep_ms(s);
     ms -= s;
