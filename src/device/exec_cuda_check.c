@@ -142,12 +142,8 @@ static ncclResult_t segs_check(const brd_exec_cuda_args_t *args,
 /* See exec_cuda.h. */
 ncclResult_t brd_exec_cuda_args_check(const brd_exec_cuda_args_t *args,
                                       const brd_ir_plan_t *p, uint32_t nchans) {
-  int root = args->rank == p->root;
-  int p2p = p->coll == BRD_IR_COLL_SENDRECV;
-  int want_in = !p2p && !((p->coll == BRD_IR_COLL_BROADCAST ||
-                           p->coll == BRD_IR_COLL_SCATTER) && !root);
-  int want_out = !p2p && !((p->coll == BRD_IR_COLL_REDUCE ||
-                            p->coll == BRD_IR_COLL_GATHER) && !root);
+  int want_in = brd_ir_coll_has_input(p->coll, (int)args->rank, (int)p->root);
+  int want_out = brd_ir_coll_has_output(p->coll, (int)args->rank, (int)p->root);
   if ((want_in && args->input == NULL) || (want_out && args->output == NULL)) {
     WARN("CUDA executor: rank %d has a NULL %s buffer for %zu elements",
          args->rank, want_in && args->input == NULL ? "input" : "output",

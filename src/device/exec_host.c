@@ -413,12 +413,8 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
   CHECK(brd_reduce_op_init(args->dtype, args->redop, p->nranks, args->scalar,
                            &l->op));
   if (args->count > 0) {
-    int root = args->rank == p->root;
-    int p2p = p->coll == BRD_IR_COLL_SENDRECV;
-    int want_in = !p2p && !((p->coll == BRD_IR_COLL_BROADCAST ||
-                             p->coll == BRD_IR_COLL_SCATTER) && !root);
-    int want_out = !p2p && !((p->coll == BRD_IR_COLL_REDUCE ||
-                              p->coll == BRD_IR_COLL_GATHER) && !root);
+    int want_in = brd_ir_coll_has_input(p->coll, (int)args->rank, (int)p->root);
+    int want_out = brd_ir_coll_has_output(p->coll, (int)args->rank, (int)p->root);
     if ((want_in && args->input == NULL) || (want_out && args->output == NULL)) {
       WARN("host executor: rank %d has a NULL %s buffer for %zu elements",
            args->rank, want_in && args->input == NULL ? "input" : "output",

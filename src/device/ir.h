@@ -130,6 +130,48 @@ enum {
   BRD_IR_COLL_COUNT = 9,
 };
 
+/* What each collective means for its buffers: the one statement of these
+ * rules, used by the argument checks, the works builder, the verifier and
+ * both executors. "Segments" count `count`-element pieces: an all-gather's
+ * output holds nranks of them. A *_root_only buffer exists on the root
+ * alone (elsewhere it is unused and may be NULL). SENDRECV has neither
+ * input nor output segments here: its buffers are the works' own. */
+typedef struct {
+  uint8_t rooted;           /* the call names a root */
+  uint8_t reduction;        /* combines values with a reduction operator */
+  uint8_t in_segs_all;      /* 1: input holds nranks segments; 0: one */
+  uint8_t out_segs_all;     /* 1: output holds nranks segments; 0: one */
+  uint8_t input_root_only;  /* input read on the root only */
+  uint8_t output_root_only; /* output written on the root only */
+  uint8_t has_io;           /* 0 for SENDRECV (and unknown codes) */
+} brd_ir_coll_traits_t;
+
+static inline BRD_IR_HD brd_ir_coll_traits_t brd_ir_coll_traits(unsigned coll) {
+  brd_ir_coll_traits_t t = {0, 0, 0, 0, 0, 0, 1};
+  switch (coll) {
+  case BRD_IR_COLL_ALLREDUCE: t.reduction = 1; break;
+  case BRD_IR_COLL_ALLGATHER: t.out_segs_all = 1; break;
+  case BRD_IR_COLL_REDUCESCATTER: t.reduction = 1; t.in_segs_all = 1; break;
+  case BRD_IR_COLL_BROADCAST: t.rooted = 1; t.input_root_only = 1; break;
+  case BRD_IR_COLL_REDUCE: t.rooted = 1; t.reduction = 1; t.output_root_only = 1; break;
+  case BRD_IR_COLL_ALLTOALL: t.in_segs_all = 1; t.out_segs_all = 1; break;
+  case BRD_IR_COLL_GATHER: t.rooted = 1; t.out_segs_all = 1; t.output_root_only = 1; break;
+  case BRD_IR_COLL_SCATTER: t.rooted = 1; t.in_segs_all = 1; t.input_root_only = 1; break;
+  default: t.has_io = 0; break;
+  }
+  return t;
+}
+
+/* Does `rank` read an input / write an output in collective `coll`? */
+static inline BRD_IR_HD int brd_ir_coll_has_input(unsigned coll, int rank, int root) {
+  brd_ir_coll_traits_t t = brd_ir_coll_traits(coll);
+  return t.has_io && (!t.input_root_only || rank == root);
+}
+static inline BRD_IR_HD int brd_ir_coll_has_output(unsigned coll, int rank, int root) {
+  brd_ir_coll_traits_t t = brd_ir_coll_traits(coll);
+  return t.has_io && (!t.output_root_only || rank == root);
+}
+
 /* Plan flags (brd_ir_plan_t.flags). */
 #define BRD_IR_PLAN_F_FIXED 0x01u     /* chunks never spread: see brd_plan_layout_chunk */
 #define BRD_IR_PLAN_F_ONE_PHASE 0x02u /* scratch has one area; phase ignored */
