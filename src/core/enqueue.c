@@ -42,36 +42,25 @@ size_t brd_dtype_size(ncclDataType_t dtype) {
   return 0;
 }
 
+/* Send and receive name a peer; rooted collectives a root. */
 static int has_root(brd_coll_t coll) {
-  return coll == BRD_COLL_BROADCAST || coll == BRD_COLL_REDUCE ||
-         coll == BRD_COLL_GATHER || coll == BRD_COLL_SCATTER ||
-         coll == BRD_COLL_SEND || coll == BRD_COLL_RECV;
+  return coll == BRD_COLL_SEND || coll == BRD_COLL_RECV || brd_ir_coll_traits(coll).rooted;
 }
 
-static int is_reduction(brd_coll_t coll) {
-  return coll == BRD_COLL_ALLREDUCE || coll == BRD_COLL_REDUCESCATTER ||
-         coll == BRD_COLL_REDUCE;
-}
+static int is_reduction(brd_coll_t coll) { return brd_ir_coll_traits(coll).reduction; }
 
-/* Which buffers this rank reads or writes, and how many elements each. */
+/* Which buffers this rank reads or writes, and how many elements each
+ * (the IR's traits: segments, root-only buffers). */
 static void buffer_extents(const brd_call_t *c, int rank, int nranks,
                            size_t *send_n, size_t *recv_n) {
   size_t n = c->count, all = c->count * (size_t)nranks;
-  int root = rank == c->root;
+  brd_ir_coll_traits_t t = brd_ir_coll_traits(c->coll);
   *send_n = *recv_n = 0;
-  switch (c->coll) {
-  case BRD_COLL_ALLREDUCE: *send_n = n; *recv_n = n; break;
-  case BRD_COLL_ALLGATHER: *send_n = n; *recv_n = all; break;
-  case BRD_COLL_REDUCESCATTER: *send_n = all; *recv_n = n; break;
-  case BRD_COLL_ALLTOALL: *send_n = all; *recv_n = all; break;
-  case BRD_COLL_BROADCAST: *send_n = root ? n : 0; *recv_n = n; break;
-  case BRD_COLL_REDUCE: *send_n = n; *recv_n = root ? n : 0; break;
-  case BRD_COLL_GATHER: *send_n = n; *recv_n = root ? all : 0; break;
-  case BRD_COLL_SCATTER: *send_n = root ? all : 0; *recv_n = n; break;
-  case BRD_COLL_SEND: *send_n = n; break;
-  case BRD_COLL_RECV: *recv_n = n; break;
-  case BRD_COLL_COUNT: break;
-  }
+  if (c->coll == BRD_COLL_SEND) *send_n = n;
+  if (c->coll == BRD_COLL_RECV) *recv_n = n;
+  if (!brd_coll_is_ir(c->coll)) return;
+  if (brd_ir_coll_has_input(c->coll, rank, c->root)) *send_n = t.in_segs_all ? all : n;
+  if (brd_ir_coll_has_output(c->coll, rank, c->root)) *recv_n = t.out_segs_all ? all : n;
 }
 
 /* The one legal overlap for each collective: where recvbuff must sit

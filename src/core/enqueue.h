@@ -9,20 +9,7 @@
 #include <stddef.h>
 
 #include "nccl.h"
-
-typedef enum {
-  BRD_COLL_ALLREDUCE,
-  BRD_COLL_ALLGATHER,
-  BRD_COLL_REDUCESCATTER,
-  BRD_COLL_BROADCAST,
-  BRD_COLL_REDUCE,
-  BRD_COLL_ALLTOALL,
-  BRD_COLL_GATHER,
-  BRD_COLL_SCATTER,
-  BRD_COLL_SEND,
-  BRD_COLL_RECV,
-  BRD_COLL_COUNT
-} brd_coll_t;
+#include "plan/tune.h" /* brd_coll_t */
 
 typedef struct {
   brd_coll_t coll;

@@ -153,42 +153,8 @@ struct brd_rt {
 
 /* ---- plans ----------------------------------------------------------------- */
 
-static uint8_t ir_coll(brd_coll_t c) {
-  switch (c) {
-  case BRD_COLL_ALLGATHER: return BRD_IR_COLL_ALLGATHER;
-  case BRD_COLL_REDUCESCATTER: return BRD_IR_COLL_REDUCESCATTER;
-  case BRD_COLL_BROADCAST: return BRD_IR_COLL_BROADCAST;
-  case BRD_COLL_REDUCE: return BRD_IR_COLL_REDUCE;
-  case BRD_COLL_ALLTOALL: return BRD_IR_COLL_ALLTOALL;
-  case BRD_COLL_GATHER: return BRD_IR_COLL_GATHER;
-  case BRD_COLL_SCATTER: return BRD_IR_COLL_SCATTER;
-  case BRD_COLL_SEND: case BRD_COLL_RECV: return BRD_IR_COLL_SENDRECV;
-  default: return BRD_IR_COLL_ALLREDUCE;
-  }
-}
-
-static uint8_t ir_algo(brd_algo_t a) {
-  switch (a) {
-  case BRD_ALGO_RING: return BRD_IR_ALGO_RING;
-  case BRD_ALGO_TREE: return BRD_IR_ALGO_TREE;
-  case BRD_ALGO_ONESHOT: return BRD_IR_ALGO_ONESHOT;
-  default: return BRD_IR_ALGO_TWOSHOT;
-  }
-}
-
-static uint8_t ir_proto(brd_proto_t p) {
-  return p == BRD_PROTO_LL ? BRD_IR_PROTO_LL : BRD_IR_PROTO_SIMPLE;
-}
-
-static int is_reduction(uint8_t coll) {
-  return coll == BRD_IR_COLL_ALLREDUCE || coll == BRD_IR_COLL_REDUCESCATTER ||
-         coll == BRD_IR_COLL_REDUCE;
-}
-
-static int is_rooted(uint8_t coll) {
-  return coll == BRD_IR_COLL_BROADCAST || coll == BRD_IR_COLL_REDUCE ||
-         coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_SCATTER;
-}
+static int is_reduction(uint8_t coll) { return brd_ir_coll_traits(coll).reduction; }
+static int is_rooted(uint8_t coll) { return brd_ir_coll_traits(coll).rooted; }
 
 /* Verifies a freshly generated plan when BRAID_VERIFY_PLANS asks (always
  * in debug builds), in and out of place. */
@@ -357,12 +323,12 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out,
   for (uint8_t coll = 0; coll < BRD_IR_COLL_SENDRECV; coll++) {
     for (int a = 0; a < RT_ALGOS; a++) {
       for (int det = 0; det <= is_reduction(coll); det++) {
-        uint8_t algo = ir_algo(rt_algos[a]);
+        uint8_t algo = rt_algos[a];
         if (!brd_algos_available(coll, algo, det)) continue;
         for (int p = 0; p < RT_PROTOS; p++) {
           for (int bi = 0; bi < rt->nb_count; bi++) {
             const brd_ir_plan_t *plan;
-            CHECK(plan_get(rt, coll, algo, ir_proto(rt_protos[p]), rt->nb_opts[bi], 0,
+            CHECK(plan_get(rt, coll, algo, rt_protos[p], rt->nb_opts[bi], 0,
                            det, &plan));
             size_t s = brd_plan_scratch_bytes(plan);
             if (s > scratch) scratch = s;
@@ -647,10 +613,7 @@ static ncclResult_t work_add(works_t *ws, const brd_ir_plan_t *plan, int rank,
   return ncclSuccess;
 }
 
-static int is_multi_out(uint8_t coll) {
-  return coll == BRD_IR_COLL_ALLGATHER || coll == BRD_IR_COLL_ALLTOALL ||
-         coll == BRD_IR_COLL_GATHER;
-}
+static int is_multi_out(uint8_t coll) { return brd_ir_coll_traits(coll).out_segs_all; }
 
 /* The algorithm and protocol for a call (tuner, overrides, determinism). */
 static ncclResult_t choose(struct brd_rt *rt, const brd_call_t *c, uint8_t coll,
@@ -662,7 +625,7 @@ static ncclResult_t choose(struct brd_rt *rt, const brd_call_t *c, uint8_t coll,
       coll != BRD_IR_COLL_REDUCE)
     bytes *= (size_t)rt->nranks; /* NCCL tunes these on the larger buffer */
   for (int a = 0; a < RT_ALGOS; a++)
-    if (brd_algos_available(coll, ir_algo(rt_algos[a]), det))
+    if (brd_algos_available(coll, rt_algos[a], det))
       avail |= BRD_ALGO_BIT(rt_algos[a]);
   if (det && rt->nranks > 1 && (rt->mask.algos[c->coll] & avail) == 0) {
     WARN("%s : BRAID_DETERMINISTIC=1 allows only %s for this reduction, and "
@@ -809,7 +772,7 @@ static ncclResult_t peer_input(struct ncclComm *comm, const struct brd_rt *rt,
   INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: input %p read in place by "
        "every rank (zero-copy plan)", c->fn, comm->rank, c->sendbuff);
   *peer_in_out = peer;
-  *algo_out = (uint8_t)(ir_algo(family) | RT_ALGO_PEER);
+  *algo_out = (uint8_t)(family | RT_ALGO_PEER);
   return ncclSuccess;
 }
 
@@ -865,7 +828,7 @@ static ncclResult_t exchange_output(struct ncclComm *comm, const struct brd_rt *
 static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
                                    const brd_call_t *c, works_t *ws) {
   int me = comm->rank, n = comm->nranks;
-  uint8_t coll = ir_coll(c->coll);
+  uint8_t coll = (uint8_t)c->coll;
   size_t esize = brd_dtype_size(c->dtype);
   int root = is_rooted(coll) ? c->root : 0;
   brd_tune_choice_t choice;
@@ -881,7 +844,7 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
   for (int i = 0; i < rt->nb_count; i++)
     if (rt->nb_opts[i] <= want) nb = rt->nb_opts[i];
   const brd_ir_plan_t *plan;
-  CHECK(plan_get(rt, coll, ir_algo(choice.algo), ir_proto(choice.proto), nb, root,
+  CHECK(plan_get(rt, coll, (uint8_t)choice.algo, (uint8_t)choice.proto, nb, root,
                  rt->deterministic, &plan));
   if (brd_plan_scratch_bytes(plan) > rt->win[me].scratch_bytes) {
     WARN("%s : plan needs %zu scratch bytes, the window has %zu", c->fn,
@@ -903,12 +866,9 @@ static ncclResult_t add_collective(struct ncclComm *comm, struct brd_rt *rt,
     else
       scalar = c->premul_scalar;
   }
-  int uses_input = !((coll == BRD_IR_COLL_BROADCAST || coll == BRD_IR_COLL_SCATTER) &&
-                     me != root);
-  int multi_in = coll == BRD_IR_COLL_REDUCESCATTER || coll == BRD_IR_COLL_ALLTOALL ||
-                 coll == BRD_IR_COLL_SCATTER;
-  int nout = is_multi_out(coll) ? n : 1;
-  if ((coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_REDUCE) && me != root) nout = 0;
+  int uses_input = brd_ir_coll_has_input(coll, me, root);
+  int multi_in = brd_ir_coll_traits(coll).in_segs_all;
+  int nout = !brd_ir_coll_has_output(coll, me, root) ? 0 : is_multi_out(coll) ? n : 1;
   const rt_window_t *mw = &rt->win[me];
   size_t piece = mw->stage_bytes / ((is_multi_out(coll) ? (size_t)n : 1) * esize);
   /* Registered output buffers on every rank: one piece written in place. */
@@ -1421,7 +1381,7 @@ ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
   CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO),
                        &mask));
   topo_init(comm, 1, &topo);
-  uint8_t coll = ir_coll(c->coll);
+  uint8_t coll = (uint8_t)c->coll;
   size_t bytes = c->count * brd_dtype_size(c->dtype);
   uint32_t avail = 0;
   if (c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV) {
@@ -1431,7 +1391,7 @@ ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
         coll != BRD_IR_COLL_REDUCE)
       bytes *= (size_t)comm->nranks;
     for (int a = 0; a < RT_ALGOS; a++)
-      if (brd_algos_available(coll, ir_algo(rt_algos[a]), 0))
+      if (brd_algos_available(coll, rt_algos[a], 0))
         avail |= BRD_ALGO_BIT(rt_algos[a]);
   }
   brd_tune_choice_t ch;

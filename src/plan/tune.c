@@ -85,6 +85,16 @@ static const char *const proto_names[BRD_PROTO_COUNT] = {
     [BRD_PROTO_SIMPLE] = "Simple",
 };
 
+/* The order names are listed, parsed and tried in: on equal cost the
+ * earlier wins (LL before Simple, whatever the IR's codes). */
+#define NALGOS 9
+static const int algo_order[NALGOS] = {
+    BRD_ALGO_RING, BRD_ALGO_TREE, BRD_ALGO_ONESHOT, BRD_ALGO_TWOSHOT, BRD_ALGO_NVLS,
+    BRD_ALGO_NVLS_TREE, BRD_ALGO_COLLNET_DIRECT, BRD_ALGO_COLLNET_CHAIN, BRD_ALGO_PAT,
+};
+static const int proto_order[BRD_PROTO_COUNT] = {BRD_PROTO_LL, BRD_PROTO_LL128,
+                                                 BRD_PROTO_SIMPLE};
+
 /* NCCL's function names, in NCCL's order, and the collective each means. */
 static const char *const func_names[NFUNC] = {
     "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce",
@@ -93,6 +103,7 @@ static const brd_coll_t func_colls[NFUNC] = {
     BRD_COLL_BROADCAST, BRD_COLL_REDUCE, BRD_COLL_ALLGATHER,
     BRD_COLL_REDUCESCATTER, BRD_COLL_ALLREDUCE,
 };
+static const int func_order[NFUNC] = {0, 1, 2, 3, 4};
 
 /* ncclFuncToString's spellings, which the log line carries. */
 static const char *const coll_names[BRD_COLL_COUNT] = {
@@ -108,8 +119,10 @@ static const char *const coll_names[BRD_COLL_COUNT] = {
     [BRD_COLL_RECV] = "Recv",
 };
 
-static const double proto_step[BRD_PROTO_COUNT] = {1.0, 2.5, 5.0};
-static const double proto_eff[BRD_PROTO_COUNT] = {0.5, 120.0 / 128.0, 1.0};
+static const double proto_step[BRD_PROTO_COUNT] = {
+    [BRD_PROTO_LL] = 1.0, [BRD_PROTO_LL128] = 2.5, [BRD_PROTO_SIMPLE] = 5.0};
+static const double proto_eff[BRD_PROTO_COUNT] = {
+    [BRD_PROTO_LL] = 0.5, [BRD_PROTO_LL128] = 120.0 / 128.0, [BRD_PROTO_SIMPLE] = 1.0};
 static const double algo_fit[BRD_ALGO_COUNT] = {
     [BRD_ALGO_RING] = 1.0,           [BRD_ALGO_TREE] = 0.9,
     [BRD_ALGO_ONESHOT] = 0.8,        [BRD_ALGO_TWOSHOT] = 0.8,
@@ -154,13 +167,14 @@ typedef struct {
   const char *var;            /* "NCCL_ALGO" */
   const char *what;           /* "algorithm" */
   const char *const *names;   /* valid names, bit i = names[i] */
-  int count;
+  const int *order;           /* the codes with a name, in NCCL's order */
+  int count;                  /* entries of order */
   const char *example;        /* a valid list, for messages */
 } list_spec_t;
 
 /* See tune.h. */
 const char *brd_algo_name(brd_algo_t algo) {
-  if ((unsigned)algo >= BRD_ALGO_COUNT) return "Unknown";
+  if ((unsigned)algo >= BRD_ALGO_COUNT || algo_names[algo] == NULL) return "Unknown";
   return algo_names[algo];
 }
 
@@ -171,26 +185,28 @@ const char *brd_proto_name(brd_proto_t proto) {
 }
 
 static const char *coll_name(brd_coll_t coll) {
-  if ((unsigned)coll >= BRD_COLL_COUNT) return "Unknown";
+  if ((unsigned)coll >= BRD_COLL_COUNT || coll_names[coll] == NULL) return "Unknown";
   return coll_names[coll];
 }
 
-/* Index of the name equal (ignoring case) to s[0..len), or -1. */
-static int name_find(const char *const *names, int count, const char *s, size_t len) {
+/* Code of the name equal (ignoring case) to s[0..len), or -1. */
+static int name_find(const char *const *names, const int *order, int count, const char *s,
+                     size_t len) {
   for (int i = 0; i < count; i++) {
-    if (strlen(names[i]) == len && strncasecmp(names[i], s, len) == 0) return i;
+    const char *name = names[order[i]];
+    if (strlen(name) == len && strncasecmp(name, s, len) == 0) return order[i];
   }
   return -1;
 }
 
-/* "A, B, C" for the names whose bit is set in bits. */
-static void names_join(const char *const *names, int count, uint32_t bits,
-                       char *buf, size_t size) {
+/* "A, B, C" for the names whose bit is set in bits, in `order`. */
+static void names_join(const char *const *names, const int *order, int count,
+                       uint32_t bits, char *buf, size_t size) {
   size_t len = 0;
   buf[0] = '\0';
   for (int i = 0; i < count; i++) {
-    if ((bits & (1u << i)) == 0) continue;
-    int n = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", names[i]);
+    if ((bits & (1u << order[i])) == 0) continue;
+    int n = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", names[order[i]]);
     if (n < 0 || (size_t)n >= size - len) break;
     len += (size_t)n;
   }
@@ -200,12 +216,13 @@ static void names_join(const char *const *names, int count, uint32_t bits,
  * touched_out gets a bit per function some entry set. */
 static ncclResult_t list_parse(const list_spec_t *spec, const char *str,
                                uint32_t rows[NFUNC], uint32_t *touched_out) {
-  const uint32_t all = (1u << spec->count) - 1u;
+  uint32_t all = 0;
+  for (int i = 0; i < spec->count; i++) all |= 1u << spec->order[i];
   uint32_t touched = 0;
   char valid[NAMES_MAX];
   char funcs[NAMES_MAX];
-  names_join(spec->names, spec->count, all, valid, sizeof(valid));
-  names_join(func_names, NFUNC, (1u << NFUNC) - 1u, funcs, sizeof(funcs));
+  names_join(spec->names, spec->order, spec->count, all, valid, sizeof(valid));
+  names_join(func_names, func_order, NFUNC, (1u << NFUNC) - 1u, funcs, sizeof(funcs));
 
   const char *entry = str;
   for (int first = 1;; first = 0) {
@@ -227,7 +244,7 @@ static ncclResult_t list_parse(const list_spec_t *spec, const char *str,
         return ncclInvalidUsage;
       }
       int flen = (int)(colon - entry);
-      func = name_find(func_names, NFUNC, entry, (size_t)flen);
+      func = name_find(func_names, func_order, NFUNC, entry, (size_t)flen);
       if (flen == 0) {
         WARN("%s=\"%s\": entry \"%.*s\" has no function before ':'; valid functions "
              "are %s (case-insensitive)", spec->var, str, elen, entry, funcs);
@@ -265,7 +282,7 @@ static ncclResult_t list_parse(const list_spec_t *spec, const char *str,
              spec->example);
         return ncclInvalidUsage;
       }
-      int idx = name_find(spec->names, spec->count, tok, (size_t)tlen);
+      int idx = name_find(spec->names, spec->order, spec->count, tok, (size_t)tlen);
       if (idx < 0) {
         WARN("%s=\"%s\": unknown %s \"%.*s\"; valid %ss are %s (case-insensitive, "
              "a leading ^ excludes the names that follow)", spec->var, str, spec->what,
@@ -295,8 +312,9 @@ static void mask_log(const brd_tune_mask_t *m) {
   for (int f = 0; f < NFUNC; f++) {
     brd_coll_t c = func_colls[f];
     char algos[NAMES_MAX], protos[NAMES_MAX];
-    names_join(algo_names, BRD_ALGO_COUNT, m->algos[c], algos, sizeof(algos));
-    names_join(proto_names, BRD_PROTO_COUNT, m->protos[c], protos, sizeof(protos));
+    names_join(algo_names, algo_order, NALGOS, m->algos[c], algos, sizeof(algos));
+    names_join(proto_names, proto_order, BRD_PROTO_COUNT, m->protos[c], protos,
+               sizeof(protos));
     INFO(BRD_SUBSYS_ENV, "NCCL_ALGO/NCCL_PROTO leave %s with algorithms {%s} and "
          "protocols {%s}%s", func_names[f], algos, protos,
          (m->protos_auto[c] & BRD_PROTO_BIT(BRD_PROTO_LL128)) ? " (LL128 where safe)" : "");
@@ -307,9 +325,9 @@ static void mask_log(const brd_tune_mask_t *m) {
 ncclResult_t brd_tune_parse(const char *algo_env, const char *proto_env,
                             brd_tune_mask_t *mask_out) {
   static const list_spec_t algo_spec = {"NCCL_ALGO", "algorithm", algo_names,
-                                        BRD_ALGO_COUNT, "ring,tree"};
+                                        algo_order, NALGOS, "ring,tree"};
   static const list_spec_t proto_spec = {"NCCL_PROTO", "protocol", proto_names,
-                                         BRD_PROTO_COUNT, "LL,Simple"};
+                                         proto_order, BRD_PROTO_COUNT, "LL,Simple"};
   brd_tune_mask_t m;
   uint32_t algo_rows[NFUNC], proto_rows[NFUNC];
   uint32_t algo_touched = 0, proto_touched = 0;
@@ -530,8 +548,8 @@ static int pair_allowed(const brd_tune_topo_t *t, const brd_tune_mask_t *m,
 float brd_tune_estimate(const brd_tune_topo_t *topo, brd_coll_t coll,
                         size_t bytes, brd_algo_t algo, brd_proto_t proto) {
   if (topo == NULL || topo_problem(topo) != NULL) return -1.0f;
-  if ((unsigned)coll >= BRD_COLL_COUNT || (unsigned)algo >= BRD_ALGO_COUNT ||
-      (unsigned)proto >= BRD_PROTO_COUNT)
+  if ((unsigned)coll >= BRD_COLL_COUNT || coll_names[coll] == NULL ||
+      (unsigned)algo >= BRD_ALGO_COUNT || (unsigned)proto >= BRD_PROTO_COUNT)
     return -1.0f;
   return (float)cost(topo, coll, bytes, algo, proto);
 }
@@ -579,8 +597,9 @@ static void table_log(const brd_tune_topo_t *t, brd_coll_t coll, uint32_t avail,
 
   len = snprintf(line, sizeof(line), "%13s |", "Algorithm");
   for (size_t s = 0; s < TABLE_NSIZES; s++) {
-    for (int p = 0; p < BRD_PROTO_COUNT; p++)
-      len += snprintf(line + len, sizeof(line) - (size_t)len, " %8s", proto_names[p]);
+    for (int i = 0; i < BRD_PROTO_COUNT; i++)
+      len += snprintf(line + len, sizeof(line) - (size_t)len, " %8s",
+                      proto_names[proto_order[i]]);
     len += snprintf(line + len, sizeof(line) - (size_t)len, " |");
   }
   INFO(BRD_SUBSYS_TUNING, "%s", line);
@@ -592,7 +611,8 @@ static void table_log(const brd_tune_topo_t *t, brd_coll_t coll, uint32_t avail,
       continue;
     len = snprintf(line, sizeof(line), "%13s |", algo_names[a]);
     for (size_t s = 0; s < TABLE_NSIZES; s++) {
-      for (int p = 0; p < BRD_PROTO_COUNT; p++) {
+      for (int i = 0; i < BRD_PROTO_COUNT; i++) {
+        int p = proto_order[i];
         double c = cost(t, coll, table_sizes[s], (brd_algo_t)a, (brd_proto_t)p);
         if (c < 0.0 || !pair_allowed(t, m, coll, (brd_algo_t)a, (brd_proto_t)p))
           len += snprintf(line + len, sizeof(line) - (size_t)len, " %8s", "-");
@@ -630,7 +650,7 @@ static ncclResult_t explain_empty(const brd_tune_topo_t *t, brd_coll_t coll,
     }
   }
   if (runnable == 0) {
-    names_join(algo_names, BRD_ALGO_COUNT, avail, names, sizeof(names));
+    names_join(algo_names, algo_order, NALGOS, avail, names, sizeof(names));
     WARN("no algorithm can run %s on this topology (%d ranks, %d nodes, %d per node): "
          "the algorithms offered were {%s}%s%s%s%s%s", cname, t->nranks, t->nnodes,
          t->local_nranks, names, m->algo_env[0] ? "; NCCL_ALGO was set to " : "",
@@ -639,14 +659,15 @@ static ncclResult_t explain_empty(const brd_tune_topo_t *t, brd_coll_t coll,
     return overridden ? ncclInvalidUsage : ncclInternalError;
   }
   if (algo_ok == 0) {
-    names_join(algo_names, BRD_ALGO_COUNT, runnable, names, sizeof(names));
+    names_join(algo_names, algo_order, NALGOS, runnable, names, sizeof(names));
     WARN("no algorithm left for %s: NCCL_ALGO=\"%s\" excludes every algorithm that can "
          "run it here ({%s}); allow one of them for %s or unset NCCL_ALGO", cname,
          m->algo_env, names, cname);
     return ncclInvalidUsage;
   }
-  names_join(algo_names, BRD_ALGO_COUNT, algo_ok, names, sizeof(names));
-  names_join(proto_names, BRD_PROTO_COUNT, protos_runnable, pnames, sizeof(pnames));
+  names_join(algo_names, algo_order, NALGOS, algo_ok, names, sizeof(names));
+  names_join(proto_names, proto_order, BRD_PROTO_COUNT, protos_runnable, pnames,
+             sizeof(pnames));
   WARN("no protocol left for %s: NCCL_PROTO=\"%s\"%s%s%s leaves none of the protocols "
        "{%s} that the allowed algorithms {%s} run here; allow one of them for %s or "
        "unset NCCL_PROTO", cname, m->proto_env, m->algo_env[0] ? " with NCCL_ALGO=\"" : "",
@@ -667,7 +688,7 @@ ncclResult_t brd_tune_select(const brd_tune_topo_t *topo, brd_coll_t coll,
     WARN("brd_tune_select: NULL %s", topo == NULL ? "topo" : mask == NULL ? "mask" : "choice_out");
     return ncclInternalError;
   }
-  if ((unsigned)coll >= BRD_COLL_COUNT) {
+  if ((unsigned)coll >= BRD_COLL_COUNT || coll_names[coll] == NULL) {
     WARN("brd_tune_select: collective %d out of range", (int)coll);
     return ncclInternalError;
   }
@@ -696,7 +717,8 @@ ncclResult_t brd_tune_select(const brd_tune_topo_t *topo, brd_coll_t coll,
       table_log(topo, coll, available_algos, mask);
     for (int a = 0; a < BRD_ALGO_COUNT; a++) {
       if ((available_algos & BRD_ALGO_BIT(a)) == 0) continue;
-      for (int p = 0; p < BRD_PROTO_COUNT; p++) {
+      for (int i = 0; i < BRD_PROTO_COUNT; i++) {
+        int p = proto_order[i];
         if (!pair_allowed(topo, mask, coll, (brd_algo_t)a, (brd_proto_t)p)) continue;
         double c = cost(topo, coll, bytes, (brd_algo_t)a, (brd_proto_t)p);
         if (c < 0.0 || (best_time >= 0.0 && c >= best_time)) continue;

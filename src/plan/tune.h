@@ -14,17 +14,45 @@
 #include <stdint.h>
 
 #include "nccl.h"
-#include "core/enqueue.h"
+#include "device/ir.h"
 
-/* Algorithms: NCCL 2.28's seven plus Braid's one-shot and two-shot. The
- * order is Braid's own (ties in cost go to the lower value); it is not
- * NCCL's NCCL_ALGO_* numbering. */
+/* One numbering per concept: a collective, an algorithm and a protocol
+ * here have the IR's values (device/ir.h), so a choice goes into a plan
+ * with no translation. The tuner adds what the IR has no code for: SEND
+ * and RECV after the IR's collectives (the IR runs both as one SENDRECV
+ * plan, whose code 8 no call carries), and NCCL's algorithms without a
+ * Braid generator after the IR's (NVLS_TREE..PAT). NCCL's own numbering
+ * (NCCL_ALGO_*, NCCL_PROTO_*) appears nowhere: its names are only parsed
+ * from NCCL_ALGO / NCCL_PROTO (tune.c). */
 typedef enum {
-  BRD_ALGO_RING,
-  BRD_ALGO_TREE,
-  BRD_ALGO_ONESHOT,        /* every rank reads/writes every peer directly, one step */
-  BRD_ALGO_TWOSHOT,        /* direct reduce-scatter, then direct all-gather */
-  BRD_ALGO_NVLS,
+  BRD_COLL_ALLREDUCE = BRD_IR_COLL_ALLREDUCE,
+  BRD_COLL_ALLGATHER = BRD_IR_COLL_ALLGATHER,
+  BRD_COLL_REDUCESCATTER = BRD_IR_COLL_REDUCESCATTER,
+  BRD_COLL_BROADCAST = BRD_IR_COLL_BROADCAST,
+  BRD_COLL_REDUCE = BRD_IR_COLL_REDUCE,
+  BRD_COLL_ALLTOALL = BRD_IR_COLL_ALLTOALL,
+  BRD_COLL_GATHER = BRD_IR_COLL_GATHER,
+  BRD_COLL_SCATTER = BRD_IR_COLL_SCATTER,
+  BRD_COLL_SEND = BRD_IR_COLL_COUNT,
+  BRD_COLL_RECV,
+  BRD_COLL_COUNT
+} brd_coll_t;
+
+/* 1 for the collectives of the IR (every code below BRD_COLL_SEND but
+ * SENDRECV), 0 for SEND, RECV and out-of-range codes. */
+static inline int brd_coll_is_ir(brd_coll_t c) {
+  return (unsigned)c < BRD_IR_COLL_COUNT && (unsigned)c != BRD_IR_COLL_SENDRECV;
+}
+
+/* Algorithms: the IR's four families plus NCCL 2.28's others. Ties in
+ * cost go to the lower value. 0 is the IR's COPY (a one-rank plan), which
+ * the tuner never offers. */
+typedef enum {
+  BRD_ALGO_RING = BRD_IR_ALGO_RING,
+  BRD_ALGO_TREE = BRD_IR_ALGO_TREE,
+  BRD_ALGO_ONESHOT = BRD_IR_ALGO_ONESHOT, /* every rank reads/writes every peer directly */
+  BRD_ALGO_TWOSHOT = BRD_IR_ALGO_TWOSHOT, /* direct reduce-scatter, then direct all-gather */
+  BRD_ALGO_NVLS = BRD_IR_ALGO_NVLS,
   BRD_ALGO_NVLS_TREE,
   BRD_ALGO_COLLNET_DIRECT,
   BRD_ALGO_COLLNET_CHAIN,
@@ -32,16 +60,19 @@ typedef enum {
   BRD_ALGO_COUNT
 } brd_algo_t;
 
+/* Protocols: the IR's. Ties in cost go to LL, then LL128, then Simple
+ * (tune.c), whatever the values. */
 typedef enum {
-  BRD_PROTO_LL,
-  BRD_PROTO_LL128,
-  BRD_PROTO_SIMPLE,
+  BRD_PROTO_SIMPLE = BRD_IR_PROTO_SIMPLE,
+  BRD_PROTO_LL = BRD_IR_PROTO_LL,
+  BRD_PROTO_LL128 = BRD_IR_PROTO_LL128,
   BRD_PROTO_COUNT
 } brd_proto_t;
 
 #define BRD_ALGO_BIT(a) (1u << (unsigned)(a))
 #define BRD_PROTO_BIT(p) (1u << (unsigned)(p))
-#define BRD_ALGO_ALL (BRD_ALGO_BIT(BRD_ALGO_COUNT) - 1u)
+/* Every algorithm the tuner knows (not the IR's COPY). */
+#define BRD_ALGO_ALL ((BRD_ALGO_BIT(BRD_ALGO_COUNT) - 1u) & ~BRD_ALGO_BIT(BRD_IR_ALGO_COPY))
 #define BRD_PROTO_ALL (BRD_PROTO_BIT(BRD_PROTO_COUNT) - 1u)
 
 /* Longest override text kept in a mask for messages (longer is cut). */

@@ -22,6 +22,10 @@
 
 #define A(x) BRD_ALGO_BIT(BRD_ALGO_##x)
 #define P(x) BRD_PROTO_BIT(BRD_PROTO_##x)
+/* The nine algorithms NCCL_ALGO names, listed by name. */
+#define ALL_ALGOS                                                                  \
+  (A(RING) | A(TREE) | A(ONESHOT) | A(TWOSHOT) | A(NVLS) | A(NVLS_TREE) |          \
+   A(COLLNET_DIRECT) | A(COLLNET_CHAIN) | A(PAT))
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
 
@@ -105,13 +109,20 @@ static void test_names(void **state) {
   assert_string_equal(brd_proto_name(BRD_PROTO_LL128), "LL128");
   assert_string_equal(brd_proto_name(BRD_PROTO_SIMPLE), "Simple");
   assert_string_equal(brd_proto_name((brd_proto_t)-1), "Unknown");
+  /* One numbering: the tuner's codes are the plan IR's (device/ir.h). */
+  assert_string_equal(brd_algo_name((brd_algo_t)BRD_IR_ALGO_COPY), "Unknown");
+  assert_string_equal(brd_algo_name((brd_algo_t)BRD_IR_ALGO_TWOSHOT), "TwoShot");
+  assert_string_equal(brd_proto_name((brd_proto_t)BRD_IR_PROTO_SIMPLE), "Simple");
+  assert_string_equal(brd_proto_name((brd_proto_t)BRD_IR_PROTO_LL), "LL");
+  assert_int_equal((int)BRD_COLL_SCATTER, (int)BRD_IR_COLL_SCATTER);
+  assert_true((int)BRD_COLL_SEND >= (int)BRD_IR_COLL_COUNT && (int)BRD_COLL_RECV > (int)BRD_COLL_SEND);
 }
 
 /* ---- parsing ---- */
 
 static void assert_untuned_open(const brd_tune_mask_t *m) {
   for (int i = 0; i < 5; i++) {
-    assert_int_equal(m->algos[untuned[i]], 0x1ff);
+    assert_int_equal(m->algos[untuned[i]], ALL_ALGOS);
     assert_int_equal(m->protos[untuned[i]], 0x7);
     assert_int_equal(m->protos_auto[untuned[i]], P(LL128));
   }
@@ -123,7 +134,7 @@ static void test_parse_unset(void **state) {
   for (size_t k = 0; k < 2; k++) {
     brd_tune_mask_t m = mask_of(cases[k][0], cases[k][1]);
     for (int c = 0; c < BRD_COLL_COUNT; c++) {
-      assert_int_equal(m.algos[c], 0x1ff);   /* all nine algorithms */
+      assert_int_equal(m.algos[c], ALL_ALGOS);   /* all nine algorithms */
       assert_int_equal(m.protos[c], 0x7);    /* LL, LL128, Simple */
       assert_int_equal(m.protos_auto[c], P(LL128));
     }
@@ -141,7 +152,7 @@ typedef struct {
 
 static void test_parse_algo_forms(void **state) {
   (void)state;
-  const uint32_t all = 0x1ff;
+  const uint32_t all = ALL_ALGOS;
   const algo_case_t cases[] = {
       {"Ring", {A(RING), A(RING), A(RING), A(RING), A(RING)}},
       {"ring", {A(RING), A(RING), A(RING), A(RING), A(RING)}},
@@ -153,9 +164,9 @@ static void test_parse_algo_forms(void **state) {
        {A(RING), A(RING) | A(COLLNET_DIRECT), A(RING) | A(COLLNET_DIRECT),
         A(RING) | A(COLLNET_DIRECT), A(TREE) | A(COLLNET_DIRECT)}},
       {"RING,nvlstree,OneShot,TWOSHOT,pat,CollNetChain,nvls",
-       {0x1ff & ~(A(TREE) | A(COLLNET_DIRECT)), 0x1ff & ~(A(TREE) | A(COLLNET_DIRECT)),
-        0x1ff & ~(A(TREE) | A(COLLNET_DIRECT)), 0x1ff & ~(A(TREE) | A(COLLNET_DIRECT)),
-        0x1ff & ~(A(TREE) | A(COLLNET_DIRECT))}},
+       {ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT)), ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT)),
+        ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT)), ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT)),
+        ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT))}},
       /* A first entry may carry a prefix; the rest stay open. */
       {"broadcast:ring", {A(RING), all, all, all, all}},
       {"ReduceScatter:PAT;REDUCE:tree", {all, A(TREE), all, A(PAT), all}},
@@ -208,7 +219,7 @@ static void test_parse_proto_forms(void **state) {
         fail_msg("NCCL_PROTO=%s function %d: got 0x%x/0x%x want 0x%x/0x%x", cases[k].env,
                  f, m.protos[funcs[f]], m.protos_auto[funcs[f]], cases[k].protos[f],
                  cases[k].autos[f]);
-      assert_int_equal(m.algos[funcs[f]], 0x1ff);
+      assert_int_equal(m.algos[funcs[f]], ALL_ALGOS);
     }
     assert_untuned_open(&m);
     assert_string_equal(m.proto_env, cases[k].env);
