@@ -10,9 +10,9 @@
 #include "base/check.h"
 #include "core/comm.h"
 #include "core/launch.h"
-#include "core/launch_cuda.h"
 #include "core/config.h"
-#include "core/device.h"
+#include "core/gpu.h"
+#include "core/reg.h"
 
 /* See comm.h. */
 ncclResult_t brd_comm_check(const struct ncclComm *comm, const char *fn) {
@@ -49,9 +49,8 @@ void brd_comm_destroy(struct ncclComm *comm) {
   /* The runtime waits (bounded) for a launch another thread still runs on
    * comm, and that launch reads comm; only then is the handle marked dead. */
   brd_rt_destroy(comm->rt);
-  brd_launch_cuda_destroy(comm->rt_cuda);
   comm->magic = 0;
-  brd_mem_regs_destroy(comm);
+  brd_regs_destroy(comm);
   free(comm->redops);
   brd_boot_destroy(comm->boot);
   comm->boot = NULL;

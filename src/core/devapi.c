@@ -20,7 +20,7 @@
 #include "base/check.h"
 #include "core/comm.h"
 #include "core/devapi.h"
-#include "core/device.h"
+#include "core/gpu.h"
 
 /* Every requirement buffer is a whole number of these (NCCL's sizes). */
 #define DEVAPI_LSA_BARRIER_WORD sizeof(uint32_t)

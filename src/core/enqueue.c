@@ -23,7 +23,7 @@
 #include "core/comm.h"
 #include "core/enqueue.h"
 #include "core/group.h"
-#include "core/launch.h"
+#include "core/redop.h"
 #include "base/param.h"
 
 /* See enqueue.h. */

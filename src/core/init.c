@@ -21,11 +21,11 @@
 #include "core/bootstrap.h"
 #include "base/check.h"
 #include "core/comm.h"
-#include "core/launch_cuda.h"
 #include "plan/topo.h"
 #include "transport/ibverbs.h"
 #include "core/config.h"
-#include "core/device.h"
+#include "core/gpu.h"
+#include "core/launch.h"
 #include "core/group.h"
 #include "base/param.h"
 #include "base/time.h"
@@ -865,7 +865,7 @@ ncclResult_t pncclCommAbort(ncclComm_t comm) {
   INFO(BRD_SUBSYS_INIT, "comm %p rank %d nRanks %d cudaDev %d - Abort START",
        (void *)comm, rank, nranks, dev);
   atomic_store_explicit(&comm->abort_flag, 1, memory_order_release);
-  if (comm->rt_cuda != NULL) brd_launch_cuda_abort(comm);
+  brd_rt_abort(comm);
   if (comm->init_job != NULL && !job_wait(comm->init_job, deadline)) {
     /* Every wait of a job polls the flag, so this means a bug; freeing the
      * communicator under the running job would be worse than the leak. */
@@ -924,7 +924,7 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   CHECK(brd_comm_check(comm, "ncclCommGetAsyncError"));
   ARG_NOT_NULL(asyncError, "ncclCommGetAsyncError");
   /* CUDA mode: fold in a failure the executor recorded on the device. */
-  if (!comm->host_mode && comm->rt_cuda != NULL) (void)brd_launch_cuda_poll(comm);
+  (void)brd_rt_poll(comm);
   *asyncError = (ncclResult_t)atomic_load_explicit(&comm->async_error, memory_order_acquire);
   return ncclSuccess;
 }

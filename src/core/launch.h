@@ -4,10 +4,10 @@
  * executor launch: the collectives in call order, then the group's sends
  * and receives as one point-to-point plan.
  *
- * The per-communicator runtime (channels, plan cache, sequence numbers) is
- * created on the first launch, which every rank reaches at the same point
- * of its call sequence: creating it exchanges segment handles over the
- * bootstrap network.
+ * The per-communicator runtime (window.h: channels, plan cache, sequence
+ * numbers, the backend) is created on the first launch, which every rank
+ * reaches at the same point of its call sequence: creating it exchanges
+ * segment handles over the bootstrap network.
  */
 #ifndef BRD_CORE_LAUNCH_H
 #define BRD_CORE_LAUNCH_H
@@ -55,28 +55,20 @@ ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
 /* Frees a runtime (comm teardown), first waiting (bounded, up to the
  * collective timeout) for launches still running on it: another thread's
  * stuck in a wait until the abort flag its caller raised stops it, or a
- * nonblocking group's helper. Local: never waits on peers. NULL is a
- * no-op. */
+ * nonblocking group's helper; then its backend, which waits (bounded) for
+ * the executor to leave the windows. Local: never waits on peers. NULL is
+ * a no-op. */
 void brd_rt_destroy(struct brd_rt *rt);
 
-/* User reduction operators (ncclRedOpCreatePreMulSum) of a communicator. */
-#define BRD_REDOPS_MAX 64
+/* Reads comm's asynchronous executor failures (CUDA mode: a kernel's
+ * timeout or abort), storing one in comm->async_error too: ncclSuccess when
+ * none, or before the first connection. Never blocks; any thread
+ * (ncclCommGetAsyncError's). */
+ncclResult_t brd_rt_poll(struct ncclComm *comm);
 
-typedef struct brd_redop_slot {
-  int used;
-  ncclDataType_t dtype;
-  ncclScalarResidence_t residence;
-  const void *dev_scalar;      /* borrowed: ncclScalarDevice, read at launch */
-  unsigned char host_scalar[8];/* ncclScalarHostImmediate: copied at creation */
-} brd_redop_slot_t;
-
-struct brd_redops {
-  brd_redop_slot_t slot[BRD_REDOPS_MAX]; /* op = ncclNumOps + index */
-};
-
-/* The slot of a user operator, or NULL when op is not a live user operator
- * of comm. */
-const brd_redop_slot_t *brd_redop_find(const struct ncclComm *comm,
-                                       ncclRedOp_t op);
+/* Raises the executor's abort for comm's running and later work, so it
+ * leaves at its next wait (host mode watches comm->abort_flag itself).
+ * Never blocks; any thread (ncclCommAbort's, before the teardown). */
+void brd_rt_abort(struct ncclComm *comm);
 
 #endif /* BRD_CORE_LAUNCH_H */

@@ -1,13 +1,47 @@
 /*
- * Braid: the CUDA backend of the collective runtime; see launch_cuda.h for
- * the contract and launch.c for the works it runs.
+ * Braid: the CUDA backend (backend.h). The works are the same in both
+ * modes (works.c: plans, pieces, channel pointers into every rank's
+ * window); in CUDA mode this file provides the window memory and turns
+ * each work into an executor kernel enqueued on the user's stream. The
+ * host never waits for the kernels.
+ *
+ * Windows. At the rank's first launch each rank reports its capabilities
+ * (cuda_caps: P2P with every peer, the blocks its GPU can run for every
+ * rank sharing it at once); all agree (window.c), then every rank creates
+ * its window through the P2P transport (device memory), or in host memory
+ * registered with CUDA when some pair cannot use P2P, and imports its
+ * peers' windows. This backend owns the windows; the runtime only holds
+ * their device addresses.
+ *
+ * Sequence numbers. Collective works take their epoch and their scratch
+ * and staging phase from a cursor the kernels keep on the device (the
+ * executor's device epochs), so a collective captured into a CUDA graph
+ * gets fresh ones at every replay; their output goes to the window's
+ * staging half of that phase and a copy-out kernel, reading the same
+ * phase, moves it to the user's buffer. Point-to-point works carry spans:
+ * the kernels keep each pair's cursor on the device, on a second executor
+ * status, so a captured send/recv gets fresh sequence numbers too.
+ *
+ * Snapshots. A send whose buffer overlaps a receive of its group sends
+ * what the buffer held when the launch started: a device copy enqueued
+ * before the launch's kernels. Outside a capture the copies share one
+ * buffer (launches of a rank are ordered); a captured launch gets a buffer
+ * of its own, kept until the communicator goes, so every replay copies the
+ * buffer as it is then, exactly as an uncaptured launch would.
+ *
+ * Asynchronous errors. A kernel that waits BRAID_TIMEOUT seconds without
+ * progress, or that the abort flag stops, records the failure in the
+ * rank's executor status (mapped host memory). cuda_poll reads it
+ * without synchronising and stores it in comm->async_error, so
+ * ncclCommGetAsyncError reports it; every later launch polls too and
+ * returns the failure.
  *
  * Per rank it keeps: the window (P2P segment, or host memory registered
  * with CUDA) and the peers' imported windows; two executor statuses, one
  * for collective works (device epochs) and one for point-to-point works
- * (host epochs), since a status serves one kind for its whole life; the
- * device copies of every plan it has launched (collective plans by
- * address: launch.c's cache keeps them; point-to-point plans, built per
+ * (per-pair cursors), since a status serves one kind for its whole life;
+ * the device copies of every plan it has launched (collective plans by
+ * address: the plan cache, plans.c, keeps them; point-to-point plans, built per
  * launch, by content); an event marking the end of the rank's last
  * launch, so a launch on another stream first waits for it (launches
  * sharing a status must be ordered); and a device buffer for snapshots of
@@ -23,6 +57,7 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,8 +70,9 @@
 #include "core/api.h"
 #include "base/check.h"
 #include "core/comm.h"
-#include "core/device.h"
-#include "core/launch_cuda.h"
+#include "core/backend.h"
+#include "core/gpu.h"
+#include "core/works.h"
 #include "base/param.h"
 
 #if BRAID_CUDA
@@ -49,14 +85,14 @@
 
 /* A plan on the device, and what identifies it. */
 typedef struct dplan {
-  const brd_ir_plan_t *key;     /* borrowed: launch.c's cached plan; NULL
+  const brd_ir_plan_t *key;     /* borrowed: the plan cache's plan; NULL
                                    for a point-to-point plan */
   uint64_t hash;                /* point-to-point: hash of the blob */
   brd_ir_plan_t *copy;          /* owned: point-to-point: the blob */
   brd_exec_cuda_plan_t *dev;    /* owned */
 } dplan_t;
 
-struct brd_rt_cuda {
+struct brd_backend {
   int nranks;
   int rank;
   int dev;
@@ -88,6 +124,22 @@ struct brd_rt_cuda {
                                       peers' kernels that wait for this rank */
   int nretired;
 };
+
+/* One launch's state, in brd_backend_launch_t.priv. */
+typedef struct cuda_launch {
+  int saved_dev;        /* the calling thread's device, restored at end */
+  cudaStream_t stream;  /* the first call's stream: every work goes here */
+  int capturing;        /* stream is being captured into a CUDA graph */
+  size_t snap_used;     /* bytes of the snapshot buffer given out */
+  char *snap;           /* this launch's snapshot buffer (rt's) */
+  size_t snap_cap;      /* its size */
+  int saved_mode;       /* the thread's capture mode, restored at end */
+  int mode_set;
+} cuda_launch_t;
+_Static_assert(sizeof(cuda_launch_t) <= sizeof(((brd_backend_launch_t *)0)->priv),
+               "cuda_launch_t outgrew brd_backend_launch_t.priv");
+
+static cuda_launch_t *ctx_of(brd_backend_launch_t *l) { return (cuda_launch_t *)l->priv; }
 
 /* n zeroed per-pair cursors in device memory, zeroed on a private stream
  * (no other work on the device is waited for). */
@@ -183,7 +235,7 @@ static void host_reg_release(void *ptr) {
 
 /* Waits (polling, with a deadline) until the rank's last launch has left
  * the device. 1 when idle, 0 when kernels still run after the abort. */
-static int wait_idle(struct brd_rt_cuda *rt) {
+static int wait_idle(struct brd_backend *rt) {
   if (!rt->done_valid) return 1;
   int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
   int64_t deadline = brd_time_now_ns() + ((t > 0 ? t : 300) + 5) * 1000000000LL;
@@ -208,7 +260,7 @@ static int wait_idle(struct brd_rt_cuda *rt) {
 }
 
 /* Frees what the backend holds, assuming no kernel uses it any more. */
-static void rt_free(struct brd_rt_cuda *rt) {
+static void rt_free(struct brd_backend *rt) {
   for (int i = 0; i < rt->nplans; i++) {
     brd_exec_cuda_plan_destroy(rt->plans[i].dev);
     brd_plan_destroy(rt->plans[i].copy);
@@ -241,8 +293,7 @@ static void rt_free(struct brd_rt_cuda *rt) {
   free(rt);
 }
 
-/* See launch_cuda.h. */
-void brd_launch_cuda_destroy(struct brd_rt_cuda *rt) {
+static void cuda_destroy(struct brd_backend *rt) {
   int saved = -1;
   if (rt == NULL) return;
   if (cudaGetDevice(&saved) != cudaSuccess) saved = -1;
@@ -257,12 +308,11 @@ void brd_launch_cuda_destroy(struct brd_rt_cuda *rt) {
   if (saved >= 0 && cudaSetDevice(saved) != cudaSuccess) (void)cudaGetLastError();
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_caps(struct ncclComm *comm, brd_launch_caps_t *caps_out,
-                                  char *why, size_t nwhy) {
+static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_out, char *why,
+                              size_t nwhy) {
   ncclResult_t res = ncclSuccess;
   int me = comm->rank, nsm = 0;
-  brd_launch_caps_t caps = {1, 0, 0};
+  brd_backend_caps_t caps = {1, 0, 0};
   why[0] = '\0';
   for (int r = 0; r < comm->nranks; r++) {
     if (comm->peers[r].host_hash != comm->peers[me].host_hash)
@@ -299,14 +349,14 @@ out:
   return res;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_bytes,
-                                    brd_seg_handle_t *handle_out, char **base_out) {
+static ncclResult_t cuda_window_create(struct ncclComm *comm, const brd_transport_ops_t *t,
+                                       int p2p, size_t win_bytes, brd_seg_handle_t *handle_out,
+                                       char **base_out, struct brd_backend **b_out) {
   ncclResult_t res = ncclSuccess;
   int n = comm->nranks, me = comm->rank;
   char *base = NULL;
   int saved = -1;
-  struct brd_rt_cuda *rt;
+  struct brd_backend *rt;
   if (cudaGetDevice(&saved) != cudaSuccess) {
     (void)cudaGetLastError();
     saved = -1;
@@ -341,8 +391,7 @@ ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_b
   rt->events_made = 1;
 
   rt->host_memory = !p2p;
-  rt->ops = p2p ? &brd_transport_p2p
-                : brd_comm_all_in_process(comm) ? &brd_transport_host : &brd_transport_shm;
+  rt->ops = t;
   CHECK_GOTO(rt->ops->seg_create(win_bytes, "cuda-win", &rt->self), res, fail);
   if (rt->host_memory) {
     /* Peers of this process find it registered once the allgather is over. */
@@ -356,9 +405,9 @@ ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_b
   }
   INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_P2P, "rank %d: %s window of %zu bytes on device %d",
        me, rt->ops->name, win_bytes, rt->dev);
-  __atomic_store_n(&comm->rt_cuda, rt, __ATOMIC_RELEASE);
   *handle_out = rt->self.handle;
   *base_out = base;
+  *b_out = rt;
   goto out;
 
 fail:
@@ -372,11 +421,9 @@ out:
   return res;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_import(struct ncclComm *comm, int r,
-                                    const brd_seg_handle_t *handle, char **base_out) {
+static ncclResult_t cuda_window_import(struct brd_backend *rt, int r,
+                                       const brd_seg_handle_t *handle, char **base_out) {
   ncclResult_t res = ncclSuccess;
-  struct brd_rt_cuda *rt = comm->rt_cuda;
   char *base = NULL;
   CHECK(rt->ops->seg_import(handle, &rt->peer[r]));
   if (!rt->host_memory) {
@@ -396,14 +443,10 @@ out:
   return res;
 }
 
-/* See launch_cuda.h. */
-void brd_launch_cuda_seal(struct ncclComm *comm) {
-  struct brd_rt_cuda *rt = comm->rt_cuda;
-  if (rt != NULL) rt->ops->seg_seal(&rt->self);
-}
+static void cuda_window_seal(struct brd_backend *rt) { rt->ops->seg_seal(&rt->self); }
 
 /* Reads both statuses; records a failure in comm->async_error. */
-static ncclResult_t poll_status(struct ncclComm *comm, struct brd_rt_cuda *rt) {
+static ncclResult_t poll_status(struct ncclComm *comm, struct brd_backend *rt) {
   pthread_mutex_lock(&rt->poll_lock);
   ncclResult_t r = brd_exec_cuda_poll(rt->st_coll, NULL);
   ncclResult_t r2 = brd_exec_cuda_poll(rt->st_p2p, NULL);
@@ -416,16 +459,19 @@ static ncclResult_t poll_status(struct ncclComm *comm, struct brd_rt_cuda *rt) {
   return r;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *calls,
-                                   int ncalls, brd_launch_cuda_ctx_t *ctx) {
+/* Starts a launch: switches to comm->cuda_dev, relaxes the thread's
+ * stream-capture mode (the launch may allocate: the first one's windows, a
+ * plan's first upload), learns whether the first call's stream is being
+ * captured and, once the backend exists, returns an earlier launch's
+ * failure. */
+static ncclResult_t cuda_begin(struct ncclComm *comm, struct brd_backend *rt,
+                               brd_backend_launch_t *l) {
   ncclResult_t res = ncclSuccess;
-  struct brd_rt_cuda *rt = comm->rt_cuda;
+  cuda_launch_t *ctx = ctx_of(l);
+  const brd_call_t *calls = l->calls;
   memset(ctx, 0, sizeof(*ctx));
   ctx->saved_dev = -1;
-  ctx->calls = calls;
-  ctx->ncalls = ncalls;
-  ctx->stream = ncalls > 0 ? calls[0].stream : NULL;
+  ctx->stream = l->ncalls > 0 ? calls[0].stream : NULL;
   CUDA_CHECK_GOTO(cudaGetDevice(&ctx->saved_dev), "cudaGetDevice", res, out);
   if (ctx->saved_dev != comm->cuda_dev)
     CUDA_CHECK_GOTO(cudaSetDevice(comm->cuda_dev), "cudaSetDevice to the communicator's GPU",
@@ -454,20 +500,21 @@ out:
   return res;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx) {
+/* Orders the launch after the rank's previous one (when it used another
+ * stream) and after the group's other streams. */
+static ncclResult_t cuda_order(struct brd_backend *rt, brd_backend_launch_t *l) {
   ncclResult_t res = ncclSuccess;
-  struct brd_rt_cuda *rt = comm->rt_cuda;
+  cuda_launch_t *ctx = ctx_of(l);
   /* A capture is ordered by the graph's launches, which the user makes on
    * one stream; outside a capture, launches sharing the statuses must
    * follow each other whatever streams they use. */
   if (!ctx->capturing && rt->done_valid && rt->last_stream != ctx->stream)
     CUDA_CHECK_GOTO(cudaStreamWaitEvent(ctx->stream, rt->done, 0),
               "cudaStreamWaitEvent on the rank's previous launch", res, out);
-  for (int i = 1; i < ctx->ncalls; i++) {
-    cudaStream_t s = ctx->calls[i].stream;
+  for (int i = 1; i < l->ncalls; i++) {
+    cudaStream_t s = l->calls[i].stream;
     int seen = s == ctx->stream;
-    for (int j = 1; j < i && !seen; j++) seen = ctx->calls[j].stream == s;
+    for (int j = 1; j < i && !seen; j++) seen = l->calls[j].stream == s;
     if (seen) continue;
     /* The event is captured at the wait, so it can be recorded again. */
     CUDA_CHECK_GOTO(cudaEventRecord(rt->join, s), "cudaEventRecord on a group stream", res, out);
@@ -478,51 +525,60 @@ out:
   return res;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
-                                      const void *src, size_t bytes, size_t total,
-                                      void **copy_out) {
+/* A device copy of bytes at src, enqueued now on the launch's stream, for
+ * a send whose buffer overlaps a receive of its group; valid until the
+ * launch's kernels have run (captured: as long as the communicator).
+ * total: the bytes all of the launch's snapshots take, each rounded up to
+ * 256. Outside a capture launches share rt->snap, which the first
+ * snapshot of a launch grows to total (earlier launches may still read the
+ * old buffer: it is retired, not freed, see `retired`; growth doubles, so
+ * they take at most as much again). A captured launch gets a buffer of its
+ * own, retired at once so it lives until teardown: every replay of the
+ * graph copies the send buffer into it again, before its kernels. */
+static ncclResult_t snapshot(struct brd_backend *rt, cuda_launch_t *ctx, const void *src,
+                             size_t bytes, size_t total, void **copy_out) {
   ncclResult_t res = ncclSuccess;
-  struct brd_rt_cuda *rt = comm->rt_cuda;
   size_t at = (ctx->snap_used + 255) & ~(size_t)255;
-  if (ctx->capturing) {
-    WARN("ncclSend : a send buffer that overlaps a receive of its group cannot be "
-         "captured into a CUDA graph in braid yet; use separate buffers");
-    return ncclInvalidUsage;
-  }
-  if (at == 0 && total > rt->snap_cap) {
-    /* Earlier launches may still read the old buffer: it is retired, not
-     * freed (see `retired`); growth doubles, so they take at most as much
-     * again. */
+  if (at == 0) {
+    int own = ctx->capturing;
     char *grown = NULL, **list;
-    size_t cap = total > 2 * rt->snap_cap ? total : 2 * rt->snap_cap;
-    list = realloc(rt->retired, ((size_t)rt->nretired + 1) * sizeof(*list));
-    if (list == NULL) {
-      WARN("out of host memory growing the send snapshot buffer of rank %d", rt->rank);
-      return ncclSystemError;
+    size_t cap = own ? total : total > 2 * rt->snap_cap ? total : 2 * rt->snap_cap;
+    if (own || total > rt->snap_cap) {
+      list = realloc(rt->retired, ((size_t)rt->nretired + 1) * sizeof(*list));
+      if (list == NULL) {
+        WARN("out of host memory growing the send snapshot buffer of rank %d", rt->rank);
+        return ncclSystemError;
+      }
+      rt->retired = list;
+      CUDA_CHECK_GOTO(cudaMalloc((void **)&grown, cap), "cudaMalloc for send snapshots", res,
+                      out);
+      if (own) {
+        rt->retired[rt->nretired++] = grown;
+      } else {
+        if (rt->snap != NULL) rt->retired[rt->nretired++] = rt->snap;
+        rt->snap = grown;
+        rt->snap_cap = cap;
+      }
     }
-    rt->retired = list;
-    CUDA_CHECK_GOTO(cudaMalloc((void **)&grown, cap), "cudaMalloc for send snapshots", res, out);
-    if (rt->snap != NULL) rt->retired[rt->nretired++] = rt->snap;
-    rt->snap = grown;
-    rt->snap_cap = cap;
+    ctx->snap = own ? grown : rt->snap;
+    ctx->snap_cap = own ? cap : rt->snap_cap;
   }
-  if (at + bytes > rt->snap_cap) {
+  if (at + bytes > ctx->snap_cap) {
     WARN("rank %d: send snapshots need more than the %zu bytes reserved for them",
-         rt->rank, rt->snap_cap);
+         rt->rank, ctx->snap_cap);
     return ncclInternalError;
   }
-  CUDA_CHECK_GOTO(cudaMemcpyAsync(rt->snap + at, src, bytes, cudaMemcpyDefault, ctx->stream),
-            "cudaMemcpyAsync of a send snapshot", res, out);
+  CUDA_CHECK_GOTO(cudaMemcpyAsync(ctx->snap + at, src, bytes, cudaMemcpyDefault, ctx->stream),
+                  "cudaMemcpyAsync of a send snapshot", res, out);
   ctx->snap_used = at + bytes;
-  *copy_out = rt->snap + at;
+  *copy_out = ctx->snap + at;
 out:
   return res;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_copy(brd_launch_cuda_ctx_t *ctx, void *dst, const void *src,
-                                  size_t bytes) {
+/* Enqueues a copy of bytes from src to dst on the launch's stream (a
+ * one-rank communicator's collective); nothing when dst == src. */
+static ncclResult_t local_copy(cuda_launch_t *ctx, void *dst, const void *src, size_t bytes) {
   ncclResult_t res = ncclSuccess;
   if (bytes == 0 || dst == src) return ncclSuccess;
   CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx->stream),
@@ -541,7 +597,7 @@ static uint64_t blob_hash(const brd_ir_plan_t *p) {
 /* The device copy of plan, uploaded at its first use. The upload
  * allocates and copies on a private stream; inside a capture that must not
  * join the graph, so the thread's capture mode is relaxed meanwhile. */
-static ncclResult_t dplan_get(struct brd_rt_cuda *rt, const brd_ir_plan_t *plan, int p2p,
+static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan, int p2p,
                               int capturing, const brd_exec_cuda_plan_t **out) {
   ncclResult_t res = ncclSuccess;
   uint64_t h = p2p ? blob_hash(plan) : 0;
@@ -584,7 +640,7 @@ static ncclResult_t dplan_get(struct brd_rt_cuda *rt, const brd_ir_plan_t *plan,
     }
     memcpy(d.copy, plan, plan->total_bytes);
   }
-  /* The thread's capture mode is relaxed (brd_launch_cuda_begin). */
+  /* The thread's capture mode is relaxed (cuda_begin). */
   CHECK_GOTO(brd_exec_cuda_plan_create(plan, &d.dev), res, fail);
   rt->plans[rt->nplans++] = d;
   if (p2p) rt->np2p++;
@@ -595,14 +651,32 @@ fail:
   return res;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
-                                  const brd_exec_args_t *a, int p2p,
-                                  size_t stage_half, int out_direct,
-                                  const void *scalar_dev,
-                                  const brd_launch_copy_t *copy) {
+/* A copy-out of a collective work: nseg segments of seg_bytes from the
+ * staging half of the work's phase (seg_bytes apart) to dst (dst_stride
+ * apart). nseg 0: nothing to copy. */
+typedef struct copy_out {
+  void *dst;
+  uint32_t nseg;
+  size_t seg_bytes;
+  size_t dst_stride;
+} copy_out_t;
+
+/* Enqueues one work: a (pointers into the windows, from the works; its
+ * epoch and phase are ignored for a collective work, which uses device
+ * epochs), then its copy-out. p2p: a point-to-point work (spans).
+ * stage_half: a collective's output and its channels' peer outputs are
+ * staging of two halves of that many bytes, the launch using the half of
+ * its phase; 0: the pointers as given. out_direct: a->output is the user's
+ * buffer, so it gets no half offset even when stage_half is not 0 (the
+ * peers' staging does; with a->xchg a peer that publishes its own buffer
+ * gets none either). scalar_dev: a PreMulSum scalar the kernel reads from
+ * device memory, else NULL and the scalar is a->scalar. Uploads the plan
+ * to the device at its first use. Never synchronises otherwise. */
+static ncclResult_t enqueue_work(struct brd_backend *rt, cuda_launch_t *ctx,
+                                 const brd_exec_args_t *a, int p2p, size_t stage_half,
+                                 int out_direct, const void *scalar_dev,
+                                 const copy_out_t *copy) {
   ncclResult_t res = ncclSuccess;
-  struct brd_rt_cuda *rt = comm->rt_cuda;
   const brd_exec_cuda_plan_t *dp;
   uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
   brd_exec_cuda_chan_t chans[BRD_EXEC_CUDA_INLINE_CHANS];
@@ -676,10 +750,12 @@ ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *
   return res;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
-                                 ncclResult_t res) {
-  struct brd_rt_cuda *rt = comm->rt_cuda;
+/* Ends a launch: records its completion (not while capturing), makes the
+ * group's other streams wait for it, restores the thread's capture mode
+ * and device. */
+static ncclResult_t cuda_end(struct ncclComm *comm, struct brd_backend *rt,
+                             brd_backend_launch_t *l, ncclResult_t res) {
+  cuda_launch_t *ctx = ctx_of(l);
   ncclResult_t r = ncclSuccess;
   if (ctx->mode_set) {
     enum cudaStreamCaptureMode mode = (enum cudaStreamCaptureMode)ctx->saved_mode;
@@ -694,9 +770,9 @@ ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, brd_launch_cuda_ctx_t *c
       rt->done_valid = 1;
       rt->last_stream = ctx->stream;
     }
-    for (int i = 1; i < ctx->ncalls && !ctx->capturing; i++)
-      if (ctx->calls[i].stream != ctx->stream)
-        CUDA_CHECK_GOTO(cudaStreamWaitEvent(ctx->calls[i].stream, rt->done, 0),
+    for (int i = 1; i < l->ncalls && !ctx->capturing; i++)
+      if (l->calls[i].stream != ctx->stream)
+        CUDA_CHECK_GOTO(cudaStreamWaitEvent(l->calls[i].stream, rt->done, 0),
                   "cudaStreamWaitEvent of a group stream", r, out);
   }
 out:
@@ -706,108 +782,201 @@ out:
   return res != ncclSuccess ? res : r;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_poll(struct ncclComm *comm) {
-  struct brd_rt_cuda *rt = __atomic_load_n(&comm->rt_cuda, __ATOMIC_ACQUIRE);
-  if (rt == NULL) return ncclSuccess;
+static ncclResult_t cuda_poll(struct ncclComm *comm, struct brd_backend *rt) {
   return poll_status(comm, rt);
 }
 
-/* See launch_cuda.h. */
-void brd_launch_cuda_abort(struct ncclComm *comm) {
-  struct brd_rt_cuda *rt = __atomic_load_n(&comm->rt_cuda, __ATOMIC_ACQUIRE);
-  if (rt == NULL) return;
+static void cuda_abort(struct brd_backend *rt) {
   brd_exec_cuda_status_abort(rt->st_coll);
   brd_exec_cuda_status_abort(rt->st_p2p);
 }
 
+/* A range of device memory exported by the P2P transport (cuMem or CUDA
+ * IPC). */
+static ncclResult_t cuda_reg_export(const struct ncclComm *comm, const char *ptr, size_t size,
+                                    brd_seg_handle_t *handle_out, uint64_t *offset_out,
+                                    brd_p2p_export_t *ex, char *why, size_t nwhy, int *ok_out) {
+  (void)comm;
+  *ok_out = 0;
+  ncclResult_t e = brd_p2p_export(ptr, size, ex, why, nwhy);
+  if (e == ncclSuccess) {
+    *ok_out = 1;
+    *handle_out = ex->handle;
+    *offset_out = ex->offset;
+  }
+  return e == ncclInvalidArgument ? ncclSuccess : e;
+}
+
+/* Maps a peer's exported device memory on the communicator's GPU. */
+static ncclResult_t cuda_reg_import(struct ncclComm *comm, const brd_seg_handle_t *h,
+                                    uint64_t offset, brd_seg_t *imp, char **addr_out) {
+  CHECK(brd_device_set(comm->cuda_dev));
+  CHECK(brd_p2p_import_user(h, imp));
+  *addr_out = (char *)imp->ptr + offset;
+  return ncclSuccess;
+}
+
+/* Enqueues every work in order on the launch's stream, after the
+ * snapshots of send buffers that overlap a receive. */
+static ncclResult_t cuda_run_works(struct ncclComm *comm, struct brd_backend *rt,
+                                   brd_backend_launch_t *l, brd_works_t *ws) {
+  cuda_launch_t *ctx = ctx_of(l);
+  (void)comm;
+  for (int s = 0; s < ws->nsnaps; s++) {
+    void *copy;
+    CHECK(snapshot(rt, ctx, ws->snaps[s].src, ws->snaps[s].bytes, ws->snap_bytes, &copy));
+    brd_works_snap_use(ws, s, copy);
+  }
+  for (int i = 0; i < ws->n; i++) {
+    const brd_work_t *w = &ws->w[i];
+    copy_out_t cp;
+    memset(&cp, 0, sizeof(cp));
+    if (w->call != NULL && w->nout > 0 && !w->direct) {
+      size_t esize = brd_dtype_size(w->call->dtype);
+      cp.dst = (char *)w->call->recvbuff + w->off * esize;
+      cp.nseg = (uint32_t)w->nout;
+      cp.seg_bytes = w->n * esize;
+      cp.dst_stride = w->call->count * esize;
+    }
+    /* A rank writing its own buffer in place while exchanging outputs
+     * may still write peers' staging halves. */
+    CHECK(enqueue_work(rt, ctx, &w->args, w->p2p,
+                       w->direct && !w->args.xchg ? 0 : ws->stage_half, w->direct,
+                       w->scalar_dev, &cp));
+  }
+  return ncclSuccess;
+}
+
+/* A one-rank communicator: every collective without a PreMulSum (sum,
+ * product, min, max and average of one input are the input) is a copy of
+ * count elements from the send to the receive buffer, and a send to itself
+ * is a copy into the matching receive (the i-th send and the i-th
+ * receive), as the pairing rule of point-to-point plans says. No runtime,
+ * no window. *done_out 0 when the launch must take the general path. */
+static ncclResult_t cuda_run_local(struct ncclComm *comm, brd_backend_launch_t *l,
+                                   int *done_out) {
+  const brd_call_t *calls = l->calls;
+  int ncalls = l->ncalls, next_recv = 0;
+  size_t sends = 0, recvs = 0;
+  *done_out = 0;
+  if (comm->nranks != 1) return ncclSuccess;
+  for (int i = 0; i < ncalls; i++) {
+    if (calls[i].premul) return ncclSuccess;
+    if (calls[i].count == 0) continue;
+    sends += calls[i].coll == BRD_COLL_SEND;
+    recvs += calls[i].coll == BRD_COLL_RECV;
+  }
+  if (sends != recvs) return ncclSuccess;
+  *done_out = 1;
+  for (int i = 0; i < ncalls; i++) {
+    const brd_call_t *c = &calls[i];
+    size_t bytes = c->count * brd_dtype_size(c->dtype);
+    if (c->count == 0 || c->coll == BRD_COLL_RECV) continue;
+    if (c->coll != BRD_COLL_SEND) {
+      CHECK(local_copy(ctx_of(l), c->recvbuff, c->sendbuff, bytes));
+      continue;
+    }
+    while (calls[next_recv].coll != BRD_COLL_RECV || calls[next_recv].count == 0) next_recv++;
+    const brd_call_t *r = &calls[next_recv++];
+    if (r->count * brd_dtype_size(r->dtype) != bytes) {
+      WARN("ncclSend/ncclRecv : rank 0 sends %zu bytes to itself and receives %zu; "
+           "a send and its receive must have the same size", bytes,
+           r->count * brd_dtype_size(r->dtype));
+      return ncclInvalidArgument;
+    }
+    CHECK(local_copy(ctx_of(l), r->recvbuff, c->sendbuff, bytes));
+  }
+  return ncclSuccess;
+}
+
+#define CUDA_OPS_RUN                                                                     \
+  .window_create = cuda_window_create, .window_import = cuda_window_import,              \
+  .window_seal = cuda_window_seal, .begin = cuda_begin, .run_local = cuda_run_local,     \
+  .order = cuda_order, .run_works = cuda_run_works, .end = cuda_end, .poll = cuda_poll,  \
+  .abort = cuda_abort, .destroy = cuda_destroy, .reg_export = cuda_reg_export,          \
+  .reg_import = cuda_reg_import
+
 #else /* !BRAID_CUDA */
 
 static ncclResult_t no_cuda(void) {
-  WARN("a CUDA-mode collective in a library built with CUDA=0; set BRAID_DEVICE=host");
+  WARN("no CUDA backend in this build (CUDA=0): a CUDA-mode collective cannot run; set "
+       "BRAID_DEVICE=host");
   return ncclInvalidUsage;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_caps(struct ncclComm *comm, brd_launch_caps_t *caps_out,
-                                  char *why, size_t nwhy) {
+static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_out, char *why,
+                              size_t nwhy) {
   (void)comm, (void)caps_out, (void)why, (void)nwhy;
   return no_cuda();
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_bytes,
-                                    brd_seg_handle_t *handle_out, char **base_out) {
-  (void)comm, (void)p2p, (void)win_bytes, (void)handle_out, (void)base_out;
+static ncclResult_t cuda_window_create(struct ncclComm *comm, const brd_transport_ops_t *t,
+                                       int p2p, size_t bytes, brd_seg_handle_t *handle_out,
+                                       char **base_out, struct brd_backend **b_out) {
+  (void)comm, (void)t, (void)p2p, (void)bytes, (void)handle_out, (void)base_out, (void)b_out;
   return no_cuda();
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_import(struct ncclComm *comm, int r,
-                                    const brd_seg_handle_t *handle, char **base_out) {
-  (void)comm, (void)r, (void)handle, (void)base_out;
+static ncclResult_t cuda_begin(struct ncclComm *comm, struct brd_backend *b,
+                               brd_backend_launch_t *l) {
+  (void)comm, (void)b, (void)l;
   return no_cuda();
 }
 
-/* See launch_cuda.h. */
-void brd_launch_cuda_seal(struct ncclComm *comm) { (void)comm; }
-
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_begin(struct ncclComm *comm, const brd_call_t *calls,
-                                   int ncalls, brd_launch_cuda_ctx_t *ctx) {
-  (void)comm, (void)calls, (void)ncalls, (void)ctx;
-  return no_cuda();
-}
-
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_order(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx) {
-  (void)comm, (void)ctx;
-  return no_cuda();
-}
-
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_copy(brd_launch_cuda_ctx_t *ctx, void *dst, const void *src,
-                                  size_t bytes) {
-  (void)ctx, (void)dst, (void)src, (void)bytes;
-  return no_cuda();
-}
-
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_snapshot(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
-                                      const void *src, size_t bytes, size_t total,
-                                      void **copy_out) {
-  (void)comm, (void)ctx, (void)src, (void)bytes, (void)total, (void)copy_out;
-  return no_cuda();
-}
-
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_work(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
-                                  const brd_exec_args_t *a, int p2p,
-                                  size_t stage_half, int out_direct,
-                                  const void *scalar_dev,
-                                  const brd_launch_copy_t *copy) {
-  (void)comm, (void)ctx, (void)a, (void)p2p, (void)stage_half, (void)out_direct;
-  (void)scalar_dev, (void)copy;
-  return no_cuda();
-}
-
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, brd_launch_cuda_ctx_t *ctx,
-                                 ncclResult_t res) {
-  (void)comm, (void)ctx;
+static ncclResult_t cuda_end(struct ncclComm *comm, struct brd_backend *b,
+                             brd_backend_launch_t *l, ncclResult_t res) {
+  (void)comm, (void)b, (void)l;
   return res;
 }
 
-/* See launch_cuda.h. */
-ncclResult_t brd_launch_cuda_poll(struct ncclComm *comm) {
-  (void)comm;
+static ncclResult_t cuda_poll(struct ncclComm *comm, struct brd_backend *b) {
+  (void)comm, (void)b;
   return ncclSuccess;
 }
 
-/* See launch_cuda.h. */
-void brd_launch_cuda_abort(struct ncclComm *comm) { (void)comm; }
+static void cuda_nothing(struct brd_backend *b) { (void)b; }
 
-/* See launch_cuda.h. */
-void brd_launch_cuda_destroy(struct brd_rt_cuda *rt) { (void)rt; }
+static ncclResult_t cuda_reg_export(const struct ncclComm *comm, const char *ptr, size_t size,
+                                    brd_seg_handle_t *handle_out, uint64_t *offset_out,
+                                    brd_p2p_export_t *ex, char *why, size_t nwhy, int *ok_out) {
+  (void)comm, (void)ptr, (void)size, (void)handle_out, (void)offset_out, (void)ex;
+  snprintf(why, nwhy, "no CUDA backend in this build");
+  *ok_out = 0;
+  return no_cuda();
+}
+
+static ncclResult_t cuda_reg_import(struct ncclComm *comm, const brd_seg_handle_t *h,
+                                    uint64_t offset, brd_seg_t *imp, char **addr_out) {
+  (void)comm, (void)h, (void)offset, (void)imp, (void)addr_out;
+  return no_cuda();
+}
+
+/* begin and caps refuse, so nothing else is ever called. */
+#define CUDA_OPS_RUN                                                                     \
+  .window_create = cuda_window_create, .begin = cuda_begin, .end = cuda_end,             \
+  .poll = cuda_poll, .abort = cuda_nothing, .destroy = cuda_nothing,                     \
+  .reg_export = cuda_reg_export, .reg_import = cuda_reg_import
 
 #endif /* BRAID_CUDA */
+
+/* Rough link figures: GPU peer access (NVLink or PCIe) against host memory
+ * across PCIe. Every rank sees the same numbers, which is all the tuner
+ * needs to agree across ranks. */
+static void cuda_topo(const struct ncclComm *comm, int p2p, brd_tune_topo_t *t) {
+  t->host_mode = 0;
+  t->ranks_per_device = brd_comm_ranks_per_device(comm);
+  t->intra_bw = p2p ? 100.0f : 8.0f;
+  t->intra_lat = p2p ? 1.0f : 3.0f;
+}
+
+const brd_backend_ops_t brd_backend_cuda = {
+    .name = "CUDA",
+    .device_seq = 1,
+    .scalar_on_device = 1,
+    .reg_needs_p2p = 1,
+    /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 1 MiB, 8 from 16 MiB. */
+    .nb_sizes = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, 0},
+    .topo = cuda_topo,
+    .caps = cuda_caps,
+    CUDA_OPS_RUN,
+};

@@ -52,7 +52,7 @@
 #endif
 
 #include "base/check.h"
-#include "core/device.h"
+#include "core/gpu.h"
 #include "base/param.h"
 #include "transport/transport.h"
 #include "base/time.h"

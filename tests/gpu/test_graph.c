@@ -9,8 +9,11 @@
  * PyTorch does):
  *   ncclAllReduce out of place (float sum), ncclAllReduce in place (int32
  *   sum), ncclAllGather (int32), ncclReduceScatter (float sum),
- *   ncclBroadcast from the last rank (int32), and a ring of ncclSend /
- *   ncclRecv in a group (int32, each rank to the next),
+ *   ncclBroadcast from the last rank (int32), a ring of ncclSend /
+ *   ncclRecv in a group (int32, each rank to the next), and the same ring
+ *   in place (one buffer sent and received into, as nccl-tests'
+ *   sendrecv_perf -G does: the send must carry what the buffer held when
+ *   the replay started),
  * and replays the graph BRAID_TEST_GRAPH_REPLAYS times (100). Before each
  * replay, outside the graph, the inputs are rewritten from the host with
  * values that depend on the replay number and the outputs are filled with
@@ -47,10 +50,13 @@
 #define SYNC_TIMEOUT_S 120.0
 #define MAX_RANKS 4
 
-enum { C_AR, C_ARIP, C_AG, C_RS, C_BC, C_SR, NCALLS };
+enum { C_AR, C_ARIP, C_AG, C_RS, C_BC, C_SR, C_SRIP, NCALLS };
 static const char *call_names[NCALLS] = {"allreduce out-of-place", "allreduce in-place",
                                          "allgather", "reducescatter", "broadcast",
-                                         "send/recv ring"};
+                                         "send/recv ring", "send/recv ring in place"};
+
+/* Calls whose output is their input buffer. */
+static int in_place(int c) { return c == C_ARIP || c == C_SRIP; }
 
 /* Per-call element counts (per rank for all-gather and reduce-scatter):
  * odd, and large enough in full mode for several blocks and pieces. */
@@ -64,6 +70,7 @@ static void counts_init(void) {
   counts[C_RS] = quick ? 257 : 100003;
   counts[C_BC] = quick ? 1001 : 262147;
   counts[C_SR] = quick ? 3001 : 200003;
+  counts[C_SRIP] = quick ? 2049 : 150001;
 }
 
 static int replays(void) {
@@ -155,6 +162,8 @@ static void fill_inputs(rank_bufs_t *b, int n, int r, int t) {
   for (size_t i = 0; i < counts[C_BC]; i++) x[i] = ival(r, i + 3, t);
   x = b->host_in[C_SR];
   for (size_t i = 0; i < counts[C_SR]; i++) x[i] = ival(r, i + 29, t);
+  x = b->host_in[C_SRIP];
+  for (size_t i = 0; i < counts[C_SRIP]; i++) x[i] = ival(r, i + 41, t);
 }
 
 /* Compares this rank's outputs (copied to host_out) with the CPU
@@ -205,6 +214,11 @@ static int check_outputs(rank_arg_t *a, rank_bufs_t *b, int t) {
     if (x[i] != ival(prev, i + 29, t))
       return rank_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
                        call_names[C_SR], i, x[i], ival(prev, i + 29, t));
+  x = b->host_out[C_SRIP];
+  for (size_t i = 0; i < counts[C_SRIP]; i++)
+    if (x[i] != ival(prev, i + 41, t))
+      return rank_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
+                       call_names[C_SRIP], i, x[i], ival(prev, i + 41, t));
   return 0;
 }
 
@@ -226,6 +240,12 @@ static int enqueue_calls(rank_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStr
   NC(a, ncclRecv(b->dev_out[C_SR], counts[C_SR], ncclInt32, (a->rank + a->n - 1) % a->n,
                  comm, s));
   NC(a, ncclGroupEnd());
+  /* In place: the send reads the buffer the receive writes. */
+  NC(a, ncclGroupStart());
+  NC(a, ncclSend(b->dev_in[C_SRIP], counts[C_SRIP], ncclInt32, (a->rank + 1) % a->n, comm, s));
+  NC(a, ncclRecv(b->dev_in[C_SRIP], counts[C_SRIP], ncclInt32, (a->rank + a->n - 1) % a->n,
+                 comm, s));
+  NC(a, ncclGroupEnd());
   return 0;
 }
 
@@ -236,14 +256,14 @@ static int upload(rank_arg_t *a, rank_bufs_t *b, cudaStream_t s, int t) {
   for (int c = 0; c < NCALLS; c++) {
     CU(a, cudaMemcpyAsync(b->dev_in[c], b->host_in[c], b->in_bytes[c],
                           cudaMemcpyHostToDevice, s));
-    if (c != C_ARIP) CU(a, cudaMemsetAsync(b->dev_out[c], 0xff, b->out_bytes[c], s));
+    if (!in_place(c)) CU(a, cudaMemsetAsync(b->dev_out[c], 0xff, b->out_bytes[c], s));
   }
   return 0;
 }
 
 static int download(rank_arg_t *a, rank_bufs_t *b, cudaStream_t s) {
   for (int c = 0; c < NCALLS; c++) {
-    void *src = c == C_ARIP ? b->dev_in[c] : b->dev_out[c];
+    void *src = in_place(c) ? b->dev_in[c] : b->dev_out[c];
     CU(a, cudaMemcpyAsync(b->host_out[c], src, b->out_bytes[c], cudaMemcpyDeviceToHost, s));
   }
   if (tdev_stream_sync(s, SYNC_TIMEOUT_S) != 0)
@@ -263,7 +283,7 @@ static int setup_rank(rank_arg_t *a, rank_bufs_t *b, ncclComm_t *comm, cudaStrea
     b->in_bytes[c] = in;
     b->out_bytes[c] = out;
     CU(a, cudaMalloc(&b->dev_in[c], in));
-    if (c != C_ARIP) CU(a, cudaMalloc(&b->dev_out[c], out));
+    if (!in_place(c)) CU(a, cudaMalloc(&b->dev_out[c], out));
     b->host_in[c] = malloc(in);
     b->host_out[c] = malloc(out);
     if (b->host_in[c] == NULL || b->host_out[c] == NULL)

@@ -15,7 +15,7 @@
 
 #include "core/comm.h"
 #include "core/devapi.h"
-#include "core/device.h"
+#include "core/gpu.h"
 
 /* A live communicator as init would leave it, for the fields the device
  * API reads. */

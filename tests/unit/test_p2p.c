@@ -43,10 +43,11 @@
 
 #include "core/comm.h"
 #include "base/debug.h"
-#include "core/device.h"
+#include "core/gpu.h"
 #include "core/enqueue.h"
 #include "core/launch.h"
-#include "core/launch_cuda.h"
+#include "core/backend.h"
+#include "core/reg.h"
 #include "base/param.h"
 #include "transport/transport.h"
 
@@ -351,9 +352,9 @@ static void test_driver_table(void **state) {
   brd_seg_t seg;
   assert_int_equal(brd_transport_p2p.seg_create(4096, "t", &seg), ncclInvalidUsage);
   assert_non_null(strstr(brd_log_last_error(), "CUDA=0"));
-  brd_launch_caps_t caps;
+  brd_backend_caps_t caps;
   char why[64];
-  assert_int_equal(brd_launch_cuda_caps(NULL, &caps, why, sizeof(why)), ncclInvalidUsage);
+  assert_int_equal(brd_backend_cuda.caps(NULL, &caps, why, sizeof(why)), ncclInvalidUsage);
   assert_non_null(strstr(brd_log_last_error(), "CUDA=0"));
 #endif
 }
@@ -416,7 +417,7 @@ static void test_register_bookkeeping(void **state) {
   assert_int_equal(ncclCommWindowDeregister(comm, w1), ncclInvalidUsage);
 
   /* h4 and w2 are left registered: teardown frees them. */
-  brd_mem_regs_destroy(comm);
+  brd_regs_destroy(comm);
   assert_null(comm->regs);
   brd_comm_destroy(comm);
   free(buf);
@@ -686,13 +687,13 @@ static void *ar_main(void *arg) {
   if (me->res == ncclSuccess && me->rank == 0) {
     /* A call no peer makes: the kernel times out (BRAID_TIMEOUT=1). */
     (void)ar_one(me, s, ncclFloat32, ncclSum, 1000, 0, 0);
-    (void)brd_launch_cuda_poll(me->comm);
+    (void)brd_rt_poll(me->comm);
     ncclCommGetAsyncError(me->comm, &me->async_after);
   }
   pthread_barrier_wait(me->bar);
   if (me->comm != NULL) {
-    brd_launch_cuda_destroy(me->comm->rt_cuda);
-    me->comm->rt_cuda = NULL;
+    brd_rt_destroy(me->comm->rt);
+    me->comm->rt = NULL;
     /* A rank left in error by the timeout is freed with ncclCommAbort, as
      * NCCL requires. */
     if (ncclCommDestroy(me->comm) != ncclSuccess) ncclCommAbort(me->comm);

@@ -1,5 +1,5 @@
 /*
- * Braid: the device backend seam (see device.h). Every CUDA runtime call of
+ * Braid: the device backend seam (see gpu.h). Every CUDA runtime call of
  * the lifecycle lives here, behind #if BRAID_CUDA.
  */
 #include <limits.h>
@@ -15,7 +15,7 @@
 #endif
 
 #include "base/check.h"
-#include "core/device.h"
+#include "core/gpu.h"
 #include "base/param.h"
 
 #if BRAID_CUDA
@@ -29,7 +29,7 @@
   } while (0)
 #endif
 
-/* See device.h. */
+/* See gpu.h. */
 int64_t brd_device_busid_to_int(const char *bus_id) {
   char hex[17];
   int n = 0;
@@ -45,7 +45,7 @@ int64_t brd_device_busid_to_int(const char *bus_id) {
   return (int64_t)strtoll(hex, NULL, 16);
 }
 
-/* See device.h. */
+/* See gpu.h. */
 ncclResult_t brd_device_count(int *count_out) {
 #if BRAID_CUDA
   int n = 0;
@@ -57,7 +57,7 @@ ncclResult_t brd_device_count(int *count_out) {
   return ncclSuccess;
 }
 
-/* See device.h. */
+/* See gpu.h. */
 ncclResult_t brd_device_current(int *dev_out) {
 #if BRAID_CUDA
   int dev = 0;
@@ -69,7 +69,7 @@ ncclResult_t brd_device_current(int *dev_out) {
   return ncclSuccess;
 }
 
-/* See device.h. */
+/* See gpu.h. */
 ncclResult_t brd_device_set(int dev) {
 #if BRAID_CUDA
   CUDA_WARN(cudaSetDevice(dev), "cudaSetDevice");
@@ -94,7 +94,7 @@ static int cuda_visible(cudaError_t *err_out) {
 }
 #endif
 
-/* See device.h. */
+/* See gpu.h. */
 ncclResult_t brd_device_backend(brd_device_backend_t *backend_out) {
   const char *mode = brd_param_str(BRD_P_BRAID_DEVICE);
   if (mode == NULL || mode[0] == '\0') mode = "auto";
@@ -176,7 +176,7 @@ static void host_hash_init(void) {
   host_hash_value = fnv1a(id, strlen(id));
 }
 
-/* See device.h. */
+/* See gpu.h. */
 uint64_t brd_device_host_hash(void) {
   pthread_once(&host_hash_once, host_hash_init);
   return host_hash_value;
@@ -191,7 +191,7 @@ static uint64_t pid_hash(void) {
   return fnv1a(s, strlen(s));
 }
 
-/* See device.h. */
+/* See gpu.h. */
 ncclResult_t brd_device_peer_info(brd_device_backend_t backend, int dev,
                                   brd_peer_info_t *info_out) {
   brd_peer_info_t info;

@@ -1,11 +1,11 @@
 /*
- * Braid: the device backend seam. Which executor a communicator uses
+ * Braid: the GPU and the mode of a communicator. Which executor it uses
  * (BRAID_DEVICE=auto|cuda|host), the CUDA runtime calls init needs (only
  * here, and only in BRAID_CUDA=1 builds), and the per-rank identity every
  * rank publishes at init (brd_peer_info_t).
  */
-#ifndef BRD_CORE_DEVICE_H
-#define BRD_CORE_DEVICE_H
+#ifndef BRD_CORE_GPU_H
+#define BRD_CORE_GPU_H
 
 #include <stdint.h>
 
@@ -62,4 +62,4 @@ uint64_t brd_device_host_hash(void);
  * the hex digits, ignoring ':' and '.'. */
 int64_t brd_device_busid_to_int(const char *bus_id);
 
-#endif /* BRD_CORE_DEVICE_H */
+#endif /* BRD_CORE_GPU_H */

@@ -1,0 +1,138 @@
+/*
+ * Braid: the executor backends behind one ops table.
+ *
+ * A launch (launch.c) is the same in both modes up to the works: one
+ * runtime window per rank, the same plans, the same works (works.c). What
+ * differs is where the window memory lives, who runs a work and who keeps
+ * the sequence numbers. That is a backend: host (launch_host.c: worker
+ * threads run the host executor, then copy staged outputs out) or CUDA
+ * (launch_cuda.c: each work becomes executor kernels on the user's stream;
+ * the host never waits for them). A communicator picks its backend once,
+ * when its runtime is created (brd_backend_choose); nothing else branches
+ * on the mode.
+ *
+ * Per communicator, a backend owns a `struct brd_backend` (its windows and
+ * executor state), made by window_create at the runtime's first connection
+ * and freed by destroy. Each backend file defines that struct for itself.
+ */
+#ifndef BRD_CORE_BACKEND_H
+#define BRD_CORE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "core/enqueue.h"
+#include "transport/transport.h"
+
+struct ncclComm;
+struct brd_backend;
+struct brd_works;
+
+/* What a rank reports before any window exists; all ranks agree on the
+ * weakest (window.c). Exchanged as bytes: fixed layout. */
+typedef struct brd_backend_caps {
+  int32_t p2p_ok;       /* 1: GPU peer-to-peer with every peer */
+  int32_t nb_max;       /* most blocks per rank a plan may use (>= 1) */
+  uint64_t stage_bytes; /* one staging half */
+} brd_backend_caps_t;
+
+/* One launch's backend state, in the caller's memory (launch.c). */
+typedef struct brd_backend_launch {
+  const brd_call_t *calls;            /* borrowed: the launch's calls */
+  int ncalls;
+  _Alignas(8) unsigned char priv[96]; /* the backend's own per-launch state */
+} brd_backend_launch_t;
+
+typedef struct brd_backend_ops {
+  const char *name;      /* "host", "CUDA": for messages */
+  /* 1: the executor keeps collective sequence numbers and staging phases,
+   * and point-to-point cursors, on the device: works carry spans and
+   * phase 0 (a CUDA graph replays them with fresh ones). 0: the host
+   * reserves them while building the works. */
+  int device_seq;
+  /* 1: a PreMulSum scalar in device memory (ncclScalarDevice) is read by
+   * the executor where it is; 0: its address is an ordinary pointer. */
+  int scalar_on_device;
+  /* 1: ranks map each other's registered buffers only with GPU P2P; 0:
+   * always (host memory; the exchange decides per buffer). */
+  int reg_needs_p2p;
+  /* Message sizes (bytes) from which a collective asks for 2, 4, 8 ...
+   * blocks per rank; 0 ends the list. The same on every rank. */
+  size_t nb_sizes[4];
+
+  /* The cost model's link figures for comm (t->nranks..local_nranks are
+   * set; p2p: GPU peer-to-peer between the ranks): host_mode,
+   * ranks_per_device, bandwidths and latencies. Local. */
+  void (*topo)(const struct ncclComm *comm, int p2p, brd_tune_topo_t *t);
+  /* This rank's capabilities. why_out gets the reason GPU peer-to-peer is
+   * not usable, if it is not. Calling thread. */
+  ncclResult_t (*caps)(struct ncclComm *comm, brd_backend_caps_t *caps_out, char *why_out,
+                       size_t nwhy);
+  /* Creates the backend's state with this rank's window of bytes (zeroed)
+   * through transport t (p2p: GPU memory shared by P2P), and returns the
+   * window's handle for the peers and its address as the executor sees it.
+   * Local. */
+  ncclResult_t (*window_create)(struct ncclComm *comm, const brd_transport_ops_t *t, int p2p,
+                                size_t bytes, brd_seg_handle_t *handle_out, char **base_out,
+                                struct brd_backend **b_out);
+  /* Maps rank r's window; returns its address as the executor sees it. */
+  ncclResult_t (*window_import)(struct brd_backend *b, int r, const brd_seg_handle_t *handle,
+                                char **base_out);
+  /* Every peer has mapped this rank's window: names may go. */
+  void (*window_seal)(struct brd_backend *b);
+
+  /* Starts a launch of l->calls (b is NULL before the first connection).
+   * The launch's end op undoes it whatever this returns. Calling thread. */
+  ncclResult_t (*begin)(struct ncclComm *comm, struct brd_backend *b, brd_backend_launch_t *l);
+  /* A one-rank communicator's calls as plain copies, with no runtime, or
+   * NULL when the backend takes the general path. Returns 1 in *done_out
+   * when it ran them. */
+  ncclResult_t (*run_local)(struct ncclComm *comm, brd_backend_launch_t *l, int *done_out);
+  /* Orders the launch after the rank's earlier ones (after the
+   * connection); NULL when launches are ordered anyway. */
+  ncclResult_t (*order)(struct brd_backend *b, brd_backend_launch_t *l);
+  /* Runs (or enqueues) every work in order, first taking the snapshots
+   * the works ask for. Blocks until done in host mode. */
+  ncclResult_t (*run_works)(struct ncclComm *comm, struct brd_backend *b,
+                            brd_backend_launch_t *l, struct brd_works *ws);
+  /* Ends a launch; returns res, or the backend's own failure when res was
+   * ncclSuccess. b may be NULL. */
+  ncclResult_t (*end)(struct ncclComm *comm, struct brd_backend *b, brd_backend_launch_t *l,
+                      ncclResult_t res);
+
+  /* Registration. Exports [ptr, ptr + size) for the other ranks:
+   * *ok_out 1 with handle_out and offset_out (ptr within the handle's
+   * mapping), or 0 with the reason in why_out when this memory cannot be
+   * shared; ex serves it until brd_p2p_export_seal. Errors (WARN) only
+   * when exporting failed. Any thread. */
+  ncclResult_t (*reg_export)(const struct ncclComm *comm, const char *ptr, size_t size,
+                             brd_seg_handle_t *handle_out, uint64_t *offset_out,
+                             brd_p2p_export_t *ex, char *why_out, size_t nwhy, int *ok_out);
+  /* Maps a range another rank exported into imp (left zeroed when the
+   * address is usable as it is); *addr_out is the registered pointer as
+   * this process addresses it. Any thread. */
+  ncclResult_t (*reg_import)(struct ncclComm *comm, const brd_seg_handle_t *handle,
+                             uint64_t offset, brd_seg_t *imp, char **addr_out);
+
+  /* Reads asynchronous failures (stored in comm->async_error too). Never
+   * blocks; any thread. */
+  ncclResult_t (*poll)(struct ncclComm *comm, struct brd_backend *b);
+  /* Makes running and later work of this rank stop at its next wait.
+   * Never blocks; any thread. */
+  void (*abort)(struct brd_backend *b);
+  /* Frees the state, first waiting (bounded) for the rank's work to
+   * leave the executor. NULL is a no-op. The tearing-down thread. */
+  void (*destroy)(struct brd_backend *b);
+} brd_backend_ops_t;
+
+extern const brd_backend_ops_t brd_backend_host; /* launch_host.c */
+extern const brd_backend_ops_t brd_backend_cuda; /* launch_cuda.c; in a build
+                                                    without CUDA, every op
+                                                    says so */
+
+/* The backend of comm's mode (BRAID_DEVICE): the one choice between host
+ * and CUDA. Any thread. */
+const brd_backend_ops_t *brd_backend_choose(const struct ncclComm *comm);
+
+#endif /* BRD_CORE_BACKEND_H */

@@ -1,0 +1,112 @@
+/*
+ * Braid: the plan cache; see plans.h.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/param.h"
+#include "algos/algos.h"
+#include "core/plans.h"
+#include "plan/plan.h"
+#include "plan/tune.h"
+#include "plan/verify.h"
+
+const uint8_t brd_plans_algos[BRD_PLANS_NALGOS] = {BRD_IR_ALGO_RING, BRD_IR_ALGO_TREE,
+                                                  BRD_IR_ALGO_ONESHOT, BRD_IR_ALGO_TWOSHOT};
+const uint8_t brd_plans_protos[BRD_PLANS_NPROTOS] = {BRD_IR_PROTO_LL, BRD_IR_PROTO_SIMPLE};
+
+/* See plans.h. */
+uint32_t brd_plans_available(uint8_t coll, int det) {
+  uint32_t avail = 0;
+  for (int a = 0; a < BRD_PLANS_NALGOS; a++)
+    if (brd_algos_available(coll, brd_plans_algos[a], det))
+      avail |= BRD_ALGO_BIT(brd_plans_algos[a]);
+  return avail;
+}
+
+/* See plans.h. */
+void brd_plans_init(brd_plan_cache_t *c, int nranks) {
+  memset(c, 0, sizeof(*c));
+  c->nranks = nranks;
+}
+
+/* See plans.h. */
+void brd_plans_fini(brd_plan_cache_t *c) {
+  for (int i = 0; i < c->n; i++) brd_plan_destroy(c->e[i].plan);
+  free(c->e);
+  c->e = NULL;
+  c->n = c->cap = 0;
+}
+
+/* Verifies a freshly generated plan when BRAID_VERIFY_PLANS asks (always
+ * in debug builds), in and out of place. */
+static ncclResult_t plan_check(const brd_ir_plan_t *plan) {
+#ifndef BRAID_DEBUG
+  if (brd_param_int(BRD_P_BRAID_VERIFY_PLANS) == 0) return ncclSuccess;
+#endif
+  for (int ip = 0; ip < 2; ip++) {
+    brd_verify_opts_t opts = {ip, 2};
+    CHECK(brd_plan_verify(plan, &opts, NULL));
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t generate(const brd_plan_cache_t *c, uint8_t coll, uint8_t algo,
+                             uint8_t proto, int nblocks, int root, int det,
+                             brd_ir_plan_t **plan_out) {
+  brd_algos_args_t args = {c->nranks, NULL, nblocks, proto};
+  if (!(algo & BRD_PLANS_ALGO_PEER))
+    return brd_algos_generate(coll, algo, &args, root, det, plan_out);
+  switch (coll) {
+  case BRD_IR_COLL_ALLREDUCE: return brd_algos_zerocopy_allreduce(&args, plan_out);
+  case BRD_IR_COLL_REDUCESCATTER: return brd_algos_zerocopy_reducescatter(&args, plan_out);
+  case BRD_IR_COLL_ALLGATHER: return brd_algos_zerocopy_allgather(&args, plan_out);
+  default:
+    WARN("no zero-copy plan for collective %d", coll);
+    return ncclInternalError;
+  }
+}
+
+/* See plans.h. */
+ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint8_t proto,
+                           int nblocks, int root, int det, const brd_ir_plan_t **plan_out) {
+  brd_ir_coll_traits_t t = brd_ir_coll_traits(coll);
+  if (!t.rooted) root = 0;
+  if (!t.reduction) det = 0;
+  for (int i = 0; i < c->n; i++) {
+    const brd_plan_entry_t *e = &c->e[i];
+    if (e->coll == coll && e->algo == algo && e->proto == proto && e->det == det &&
+        e->nblocks == nblocks && e->root == root) {
+      *plan_out = e->plan;
+      return ncclSuccess;
+    }
+  }
+  if (c->n == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 64;
+    brd_plan_entry_t *p = realloc(c->e, (size_t)cap * sizeof(*p));
+    if (p == NULL) {
+      WARN("out of host memory growing the plan cache to %d plans", cap);
+      return ncclSystemError;
+    }
+    c->e = p;
+    c->cap = cap;
+  }
+  brd_ir_plan_t *plan;
+  CHECK(generate(c, coll, algo, proto, nblocks, root, det, &plan));
+  ncclResult_t res = plan_check(plan);
+  if (res != ncclSuccess) {
+    brd_plan_destroy(plan);
+    return res;
+  }
+  brd_plan_entry_t *e = &c->e[c->n++];
+  e->coll = coll;
+  e->algo = algo;
+  e->proto = proto;
+  e->det = (uint8_t)det;
+  e->nblocks = (uint16_t)nblocks;
+  e->root = (uint16_t)root;
+  e->plan = plan;
+  *plan_out = plan;
+  return ncclSuccess;
+}

@@ -1,0 +1,58 @@
+/*
+ * Braid: the plan cache of a runtime. A plan is generated (src/algos) on
+ * its first use for a (collective, algorithm, protocol, blocks, root,
+ * deterministic) key, verified when BRAID_VERIFY_PLANS asks, and kept
+ * until the communicator goes. Every rank generates the same plans in the
+ * same order. It lives in core, above the generators it calls.
+ */
+#ifndef BRD_CORE_PLANS_H
+#define BRD_CORE_PLANS_H
+
+#include <stdint.h>
+
+#include "nccl.h"
+#include "device/ir.h"
+
+/* Plan-cache algorithm code of the zero-copy variant of an algorithm (the
+ * plans that read peers' registered inputs). */
+#define BRD_PLANS_ALGO_PEER 0x40
+
+typedef struct brd_plan_entry {
+  uint8_t coll, algo, proto, det; /* BRD_IR_COLL_*, BRD_IR_ALGO_* (| PEER), BRD_IR_PROTO_* */
+  uint16_t nblocks, root;
+  brd_ir_plan_t *plan;            /* owned */
+} brd_plan_entry_t;
+
+typedef struct brd_plan_cache {
+  int nranks;
+  brd_plan_entry_t *e;            /* owned: [n] */
+  int n, cap;
+} brd_plan_cache_t;
+
+/* The algorithms and protocols the runtime generates plans for. */
+#define BRD_PLANS_NALGOS 4
+#define BRD_PLANS_NPROTOS 2
+extern const uint8_t brd_plans_algos[BRD_PLANS_NALGOS];   /* ring, tree, one-shot, two-shot */
+extern const uint8_t brd_plans_protos[BRD_PLANS_NPROTOS]; /* LL, Simple */
+
+/* BRD_ALGO_BIT()s of the algorithms with a generator for coll (det: a
+ * deterministic reduction), as brd_tune_select takes them. */
+uint32_t brd_plans_available(uint8_t coll, int det);
+
+/* An empty cache for plans of nranks ranks (nothing allocated). */
+void brd_plans_init(brd_plan_cache_t *c, int nranks);
+
+/* Frees every plan. The cache may be used again after brd_plans_init. */
+void brd_plans_fini(brd_plan_cache_t *c);
+
+/* The cached plan for these parameters, generated (and verified when
+ * BRAID_VERIFY_PLANS asks, always in debug builds) on first use. root is
+ * ignored for collectives without one, det for those without a reduction.
+ * algo | BRD_PLANS_ALGO_PEER picks the zero-copy plan (all-reduce,
+ * reduce-scatter, all-gather). The plan stays owned by the cache.
+ * Generator and verifier errors pass through; ncclSystemError when out of
+ * memory. Not thread-safe: the runtime's launching thread. */
+ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint8_t proto,
+                           int nblocks, int root, int det, const brd_ir_plan_t **plan_out);
+
+#endif /* BRD_CORE_PLANS_H */

@@ -1,0 +1,255 @@
+/*
+ * Braid: a runtime's window: what every rank can do, how big the window
+ * is, which transport makes it, and the exchange that maps every rank's
+ * window on every rank. See window.h for the layout.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/param.h"
+#include "algos/algos.h"
+#include "core/bootstrap.h"
+#include "core/window.h"
+#include "plan/plan.h"
+
+/* See window.h. */
+void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, int p2p,
+                     brd_tune_topo_t *t) {
+  memset(t, 0, sizeof(*t));
+  t->nranks = comm->nranks;
+  t->nnodes = comm->n_nodes > 0 ? comm->n_nodes : 1;
+  t->local_nranks = comm->local_nranks > 0 ? comm->local_nranks : 1;
+  t->ll128_ok = 0; /* no LL128 generator */
+  be->topo(comm, p2p, t);
+  t->inter_bw = t->intra_bw;
+  t->inter_lat = t->intra_lat;
+}
+
+/* The transport that makes the windows: GPU peer-to-peer when every pair
+ * of ranks has it, else host memory (shared between threads of this
+ * process, or between processes). Chosen once per runtime. */
+static const brd_transport_ops_t *window_transport(const struct ncclComm *comm, int p2p) {
+  if (p2p) return &brd_transport_p2p;
+  return brd_comm_all_in_process(comm) ? &brd_transport_host : &brd_transport_shm;
+}
+
+/* Generates the plans every call may need (root 0; other roots have the
+ * same sizes) and returns the scratch and semaphores they take. */
+static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *nsems_out) {
+  size_t scratch = 0, nsems = 1;
+  for (uint8_t coll = 0; coll < BRD_IR_COLL_SENDRECV; coll++) {
+    for (int a = 0; a < BRD_PLANS_NALGOS; a++) {
+      for (int det = 0; det <= brd_ir_coll_traits(coll).reduction; det++) {
+        uint8_t algo = brd_plans_algos[a];
+        if (!brd_algos_available(coll, algo, det)) continue;
+        for (int p = 0; p < BRD_PLANS_NPROTOS; p++) {
+          for (int bi = 0; bi < rt->nb_count; bi++) {
+            const brd_ir_plan_t *plan;
+            CHECK(brd_plans_get(&rt->plans, coll, algo, brd_plans_protos[p],
+                                rt->nb_opts[bi], 0, det, &plan));
+            size_t s = brd_plan_scratch_bytes(plan);
+            if (s > scratch) scratch = s;
+            if (plan->nsems > nsems) nsems = plan->nsems;
+          }
+        }
+      }
+    }
+  }
+  *scratch_out = scratch;
+  *nsems_out = nsems;
+  return ncclSuccess;
+}
+
+/* Point-to-point scratch per rank and the bytes of one piece. */
+static ncclResult_t p2p_size(int nranks, int rank, size_t *bytes_out, size_t *piece_out) {
+  brd_algos_p2p_rank_t *ranks = calloc((size_t)nranks, sizeof(*ranks));
+  brd_ir_plan_t *plan = NULL;
+  brd_plan_layout_t l;
+  ncclResult_t res = ncclSuccess;
+  if (ranks == NULL) {
+    WARN("out of host memory sizing point-to-point buffers for %d ranks", nranks);
+    return ncclSystemError;
+  }
+  brd_algos_p2p_args_t args = {nranks, rank, ranks};
+  CHECK_GOTO(brd_algos_p2p(&args, &plan), res, fail_free_ranks);
+  *bytes_out = brd_plan_scratch_bytes(plan);
+  CHECK_GOTO(brd_plan_layout_init(plan, 1, ncclUint8, *bytes_out, &l), res,
+             fail_destroy_plan);
+  *piece_out = l.chunk_max;
+fail_destroy_plan:
+  brd_plan_destroy(plan);
+fail_free_ranks:
+  free(ranks);
+  return res;
+}
+
+/* Step 1 of the connection: what every rank can do (the backend's report:
+ * P2P, blocks, staging), agreed on by all. */
+static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
+                               brd_backend_caps_t *caps_out) {
+  ncclResult_t res = ncclSuccess;
+  int n = comm->nranks, me = comm->rank, blocker = -1;
+  char why[512] = "";
+  brd_backend_caps_t *all = calloc((size_t)n, sizeof(*all));
+  if (all == NULL) {
+    WARN("out of host memory for the capabilities of %d ranks", n);
+    return ncclSystemError;
+  }
+  CHECK_GOTO(rt->be->caps(comm, &all[me], why, sizeof(why)), res, out);
+  if (n > 1) CHECK_GOTO(brd_boot_allgather(comm->boot, all, sizeof(*all)), res, out);
+  brd_backend_caps_t c = all[me];
+  for (int r = 0; r < n; r++) {
+    if (!all[r].p2p_ok && c.p2p_ok) {
+      c.p2p_ok = 0;
+      blocker = r;
+    }
+    if (all[r].nb_max < c.nb_max) c.nb_max = all[r].nb_max;
+    if (all[r].stage_bytes < c.stage_bytes) c.stage_bytes = all[r].stage_bytes;
+  }
+  /* A backend that offers P2P gives the reason when this rank cannot use
+   * it; then every rank goes through host memory. */
+  if (!all[me].p2p_ok && why[0] != '\0')
+    WARN("rank %d: GPU peer-to-peer is not usable with %s; every rank of the "
+         "communicator exchanges data through host memory instead, which is "
+         "much slower", me, why);
+  else if (blocker >= 0)
+    INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_P2P, "rank %d: rank %d cannot use GPU "
+         "peer-to-peer with every peer; channels go through host memory", me, blocker);
+  *caps_out = c;
+out:
+  free(all);
+  return res;
+}
+
+/* This rank's window record: the layout of window.h, for the plans'
+ * scratch and semaphores. Returns the window's size. */
+static size_t window_layout(int n, size_t nsems, size_t scratch, size_t p2p_bytes,
+                            const brd_backend_caps_t *caps, int det, brd_window_rec_t *mw) {
+  mw->nsems = nsems;
+  mw->sem_off = 0;
+  mw->p2p_sem_off = (uint64_t)n * nsems * sizeof(uint64_t);
+  mw->xchg_off = mw->p2p_sem_off + (uint64_t)n * 2 * sizeof(uint64_t);
+  mw->scratch_off = (mw->xchg_off + (uint64_t)n * BRD_IR_XCHG_WORDS * sizeof(uint64_t) +
+                     4095) & ~(uint64_t)4095;
+  mw->scratch_bytes = (scratch + 4095) & ~(size_t)4095;
+  mw->p2p_off = mw->scratch_off + mw->scratch_bytes;
+  mw->p2p_bytes = (p2p_bytes + 4095) & ~(size_t)4095;
+  mw->stage_off = mw->p2p_off + mw->p2p_bytes;
+  mw->stage_bytes = caps->stage_bytes;
+  mw->deterministic = (uint64_t)det;
+  mw->nb_max = (uint64_t)caps->nb_max;
+  return mw->stage_off + 2 * mw->stage_bytes;
+}
+
+/* Whether rank r's record has the sizes of this rank's (WARN if not). */
+static ncclResult_t window_agree(int me, int r, const brd_window_rec_t *mw,
+                                 const brd_window_rec_t *w) {
+  if (w->nsems == mw->nsems && w->stage_bytes == mw->stage_bytes &&
+      w->scratch_bytes == mw->scratch_bytes && w->p2p_bytes == mw->p2p_bytes &&
+      w->deterministic == mw->deterministic && w->nb_max == mw->nb_max)
+    return ncclSuccess;
+  WARN("rank %d and rank %d disagree on channel sizes (semaphores %zu "
+       "vs %zu, scratch %zu vs %zu, staging %zu vs %zu, deterministic "
+       "%d vs %d); give every rank the same NCCL_BUFFSIZE, "
+       "NCCL_LL_BUFFSIZE, BRAID_HOST_STAGING, BRAID_CUDA_STAGING and "
+       "BRAID_DETERMINISTIC", me, r, (size_t)mw->nsems, (size_t)w->nsems,
+       (size_t)mw->scratch_bytes, (size_t)w->scratch_bytes,
+       (size_t)mw->stage_bytes, (size_t)w->stage_bytes,
+       (int)mw->deterministic, (int)w->deterministic);
+  return ncclInvalidUsage;
+}
+
+/* Step 3: every rank's record, then every peer's window mapped here. */
+static ncclResult_t window_exchange(struct ncclComm *comm, struct brd_rt *rt) {
+  int n = comm->nranks, me = comm->rank;
+  CHECK(brd_boot_allgather(comm->boot, rt->win, sizeof(brd_window_rec_t)));
+  for (int r = 0; r < n; r++) {
+    rt->svc_peers[r].pid = (uint32_t)rt->win[r].svc_pid;
+    rt->svc_peers[r].serial = (uint32_t)rt->win[r].svc_serial;
+  }
+  for (int r = 0; r < n; r++) {
+    if (r == me) continue;
+    CHECK(window_agree(me, r, &rt->win[me], &rt->win[r]));
+    CHECK(rt->be->window_import(rt->bk, r, &rt->win[r].handle, &rt->base[r]));
+  }
+  /* Every rank has mapped every window: names may go. */
+  return brd_boot_barrier(comm->boot);
+}
+
+/* See window.h. */
+ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
+  ncclResult_t res = ncclSuccess;
+  int n = comm->nranks, me = comm->rank;
+  size_t scratch, nsems, p2p_bytes;
+  brd_backend_caps_t caps;
+  struct brd_backend *bk = NULL;
+  CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO), &rt->mask));
+  rt->deterministic = brd_param_int(BRD_P_BRAID_DETERMINISTIC) != 0;
+  CHECK(caps_agree(comm, rt, &caps));
+  brd_window_topo(comm, rt->be, caps.p2p_ok, &rt->topo);
+  rt->reg_shareable = rt->be->reg_needs_p2p ? caps.p2p_ok : 1;
+  rt->nb_count = 0;
+  for (int b = 1; b <= caps.nb_max && rt->nb_count < BRD_RT_NB_MAX_OPTS; b *= 2)
+    rt->nb_opts[rt->nb_count++] = b;
+  CHECK(plans_size(rt, &scratch, &nsems));
+  CHECK(p2p_size(n, me, &p2p_bytes, &rt->p2p_piece));
+
+  rt->win = calloc((size_t)n, sizeof(*rt->win));
+  rt->base = calloc((size_t)n, sizeof(*rt->base));
+  rt->seq.p2p_cursor = calloc((size_t)n, sizeof(*rt->seq.p2p_cursor));
+  rt->svc_peers = calloc((size_t)n, sizeof(*rt->svc_peers));
+  if (rt->win == NULL || rt->base == NULL || rt->seq.p2p_cursor == NULL ||
+      rt->svc_peers == NULL) {
+    WARN("out of host memory for the channel tables of rank %d (%d ranks)", me, n);
+    res = ncclSystemError;
+    goto fail;
+  }
+  brd_window_rec_t *mw = &rt->win[me];
+  size_t total = window_layout(n, nsems, scratch, p2p_bytes, &caps, rt->deterministic, mw);
+  const brd_transport_ops_t *t = window_transport(comm, caps.p2p_ok);
+  CHECK_GOTO(rt->be->window_create(comm, t, caps.p2p_ok, total, &mw->handle, &rt->base[me],
+                                   &bk), res, fail);
+  __atomic_store_n(&rt->bk, bk, __ATOMIC_RELEASE);
+  INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_SHM,
+       "rank %d: %s %s window of %zu bytes (scratch %zu, point-to-point %zu, "
+       "staging 2x%zu, %zu semaphores per peer, up to %d blocks per rank)", me,
+       rt->be->name, t->name, total, (size_t)mw->scratch_bytes, (size_t)mw->p2p_bytes,
+       (size_t)mw->stage_bytes, nsems, caps.nb_max);
+
+  if (n > 1 && !brd_comm_all_in_process(comm)) {
+    /* Ranks in other processes map this rank's registered buffers on its
+     * request (brd_reg_share), whichever thread of theirs is busy. */
+    CHECK_GOTO(brd_reg_svc_create(comm, &rt->svc), res, fail);
+    mw->svc_pid = (uint64_t)getpid();
+    mw->svc_serial = brd_p2p_svc_serial(rt->svc);
+  }
+  if (n > 1) CHECK_GOTO(window_exchange(comm, rt), res, fail);
+  rt->be->window_seal(rt->bk);
+  rt->ready = 1;
+  return ncclSuccess;
+
+fail:
+  brd_window_disconnect(rt);
+  return res;
+}
+
+/* See window.h. */
+void brd_window_disconnect(struct brd_rt *rt) {
+  struct brd_backend *bk = __atomic_exchange_n(&rt->bk, NULL, __ATOMIC_ACQ_REL);
+  /* The backend first: it waits for the executor to leave the windows and
+   * the registered buffers the service maps. */
+  if (bk != NULL) rt->be->destroy(bk);
+  brd_p2p_svc_destroy(rt->svc);
+  rt->svc = NULL;
+  free(rt->svc_peers);
+  free(rt->base);
+  free(rt->win);
+  free(rt->seq.p2p_cursor);
+  rt->svc_peers = NULL;
+  rt->base = NULL;
+  rt->win = NULL;
+  rt->seq.p2p_cursor = NULL;
+  rt->ready = 0;
+}

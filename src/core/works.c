@@ -1,0 +1,637 @@
+/*
+ * Braid: the works builder; see works.h for the rules. Pure C over the
+ * runtime's view: no threads, no sockets, no CUDA (tests/unit/test_works.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "algos/algos.h"
+#include "core/works.h"
+#include "device/reduce.h"
+#include "plan/plan.h"
+
+static int is_reduction(uint8_t coll) { return brd_ir_coll_traits(coll).reduction; }
+static int is_rooted(uint8_t coll) { return brd_ir_coll_traits(coll).rooted; }
+
+/* See works.h. */
+void brd_works_free(brd_works_t *ws) {
+  for (int i = 0; i < ws->n; i++) {
+    free(ws->w[i].chans);
+    free(ws->w[i].chan_epoch);
+    free(ws->w[i].segs);
+    brd_plan_destroy(ws->w[i].plan_owned);
+  }
+  free(ws->snaps);
+  free(ws->w);
+  memset(ws, 0, sizeof(*ws));
+}
+
+/* See works.h. */
+void brd_works_snap_use(brd_works_t *ws, int s, char *copy) {
+  const brd_works_snap_t *sn = &ws->snaps[s];
+  for (int i = 0; i < ws->n; i++) {
+    brd_work_t *w = &ws->w[i];
+    if (!w->p2p || (uint32_t)sn->send >= w->args.n_in_segs) continue;
+    brd_exec_seg_t *seg = &w->segs[sn->send];
+    if (seg->ptr != NULL) seg->ptr = copy + ((const char *)seg->ptr - sn->src);
+  }
+}
+
+/* Appends a zeroed work with a channel array for `plan` on `rank`. */
+static ncclResult_t work_add(brd_works_t *ws, const brd_ir_plan_t *plan, int rank,
+                             brd_work_t **w_out) {
+  if (ws->n == ws->cap) {
+    int cap = ws->cap ? 2 * ws->cap : 16;
+    brd_work_t *p = realloc(ws->w, (size_t)cap * sizeof(*p));
+    if (p == NULL) {
+      WARN("out of host memory growing a launch to %d works", cap);
+      return ncclSystemError;
+    }
+    ws->w = p;
+    ws->cap = cap;
+  }
+  brd_work_t *w = &ws->w[ws->n];
+  memset(w, 0, sizeof(*w));
+  uint32_t nch = brd_ir_plan_rank(plan, rank)->nchans;
+  w->chans = calloc(nch ? nch : 1, sizeof(*w->chans));
+  if (w->chans == NULL) {
+    WARN("out of host memory for the %u channels of a work", nch);
+    return ncclSystemError;
+  }
+  ws->n++;
+  *w_out = w;
+  return ncclSuccess;
+}
+
+static int is_multi_out(uint8_t coll) { return brd_ir_coll_traits(coll).out_segs_all; }
+
+/* The algorithm and protocol for a call (tuner, overrides, determinism). */
+static ncclResult_t choose(const brd_works_view_t *v, const brd_call_t *c, uint8_t coll,
+                           brd_tune_choice_t *choice_out) {
+  size_t bytes = c->count * brd_dtype_size(c->dtype);
+  int det = v->deterministic && is_reduction(coll);
+  uint32_t avail = brd_plans_available(coll, det);
+  if (coll != BRD_IR_COLL_ALLREDUCE && coll != BRD_IR_COLL_BROADCAST &&
+      coll != BRD_IR_COLL_REDUCE)
+    bytes *= (size_t)v->nranks; /* NCCL tunes these on the larger buffer */
+  if (det && v->nranks > 1 && (v->mask->algos[c->coll] & avail) == 0) {
+    WARN("%s : BRAID_DETERMINISTIC=1 allows only %s for this reduction, and "
+         "NCCL_ALGO (%s) excludes %s; allow it or unset BRAID_DETERMINISTIC",
+         c->fn, coll == BRD_IR_COLL_ALLREDUCE ? "OneShot and TwoShot" : "OneShot",
+         v->mask->algo_env, coll == BRD_IR_COLL_ALLREDUCE ? "both" : "it");
+    return ncclInvalidUsage;
+  }
+  CHECK(brd_tune_select(v->topo, c->coll, bytes, avail, v->mask, choice_out));
+  if (choice_out->proto == BRD_PROTO_LL128) {
+    WARN("%s : protocol LL128 is not available in host mode; choose LL or "
+         "Simple (NCCL_PROTO)", c->fn);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+/* Fills the channels of a collective work: peers' scratch, staging half of
+ * `phase` (or, with peer_out, their registered output buffers) and
+ * semaphores, from the window records. */
+static void coll_chans(const brd_works_view_t *v,
+                       const brd_ir_plan_t *plan, uint32_t phase, char **peer_out,
+                       brd_work_t *w) {
+  int me = v->rank;
+  const brd_window_rec_t *mw = &v->win[me];
+  const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
+  for (uint32_t ch = 0; ch < pr->nchans; ch++) {
+    int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
+    char *pw = v->base[p];
+    const brd_window_rec_t *pwr = &v->win[p];
+    w->chans[ch].peer_scratch = pw + pwr->scratch_off;
+    w->chans[ch].peer_output = peer_out != NULL ? peer_out[p]
+                               : pw + pwr->stage_off + phase * pwr->stage_bytes;
+    w->chans[ch].peer_sems =
+        (_Atomic uint64_t *)(pw + pwr->sem_off) + (size_t)me * pwr->nsems;
+    w->chans[ch].sems = (_Atomic uint64_t *)(v->base[me] + mw->sem_off) +
+                        (size_t)p * mw->nsems;
+  }
+}
+
+/* Every rank's copy of registered buffer [buf, buf + bytes) as mapped here
+ * (brd_reg_direct), in *peer_out (owned by the caller), or NULL when it is
+ * not usable in place. */
+static ncclResult_t reg_peers(const brd_works_view_t *v,
+                              const brd_call_t *c, const void *buf, size_t bytes,
+                              char ***peer_out) {
+  int ok = 0;
+  *peer_out = NULL;
+  char **peer = calloc((size_t)v->nranks, sizeof(*peer));
+  if (peer == NULL) {
+    WARN("%s : out of host memory", c->fn);
+    return ncclSystemError;
+  }
+  ncclResult_t res = v->reg.direct(v->reg.ctx, buf, bytes, c->fn, peer, &ok);
+  if (res != ncclSuccess || !ok) {
+    free(peer);
+    return res;
+  }
+  *peer_out = peer;
+  return ncclSuccess;
+}
+
+/* Whether call c writes its registered output buffer in place on every
+ * rank: *peer_out_out gets every rank's buffer as mapped here (owned by
+ * the caller), or stays NULL for the staged path. Only collectives where
+ * every rank has an output qualify (the works must be the same on every
+ * rank, and a rank without an output cannot tell what the others do). */
+static ncclResult_t direct_output(const brd_works_view_t *v,
+                                  const brd_call_t *c, uint8_t coll, char ***peer_out_out) {
+  int n = v->nranks;
+  *peer_out_out = NULL;
+  if (n == 1 || !v->reg.any || coll == BRD_IR_COLL_REDUCE ||
+      coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_SCATTER)
+    return ncclSuccess;
+  size_t seg = c->count * brd_dtype_size(c->dtype);
+  size_t bytes = seg * (is_multi_out(coll) ? (size_t)n : 1);
+  /* An in-place reduce-scatter's output is segment `rank` of its input:
+   * every rank's output lies at its own offset, so find the inputs (all at
+   * one offset) and step to each rank's segment. Mixing in-place and
+   * out-of-place ranks breaks the symmetric rule. */
+  int rs_in_place = coll == BRD_IR_COLL_REDUCESCATTER &&
+                    (const char *)c->recvbuff == (const char *)c->sendbuff + v->rank * seg;
+  char **peer;
+  CHECK(rs_in_place ? reg_peers(v, c, c->sendbuff, seg * (size_t)n, &peer)
+                    : reg_peers(v, c, c->recvbuff, bytes, &peer));
+  if (peer == NULL) return ncclSuccess;
+  if (rs_in_place)
+    for (int q = 0; q < n; q++) peer[q] += (size_t)q * seg;
+  INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: output %p written in place "
+       "(registered on every rank)", c->fn, v->rank, c->recvbuff);
+  *peer_out_out = peer;
+  return ncclSuccess;
+}
+
+/* Whether call c, whose output is written in place, also reads every
+ * rank's registered input in place (a zero-copy plan: two-shot all-reduce,
+ * direct reduce-scatter and all-gather): *peer_in_out gets every rank's
+ * send buffer as mapped here (owned by the caller) and *algo_out the plan
+ * cache's code for that plan, or *peer_in_out stays NULL. From
+ * BRD_WORKS_PEER_MIN_BYTES moved per rank (below, the LL plans' single round of
+ * packets wins), when NCCL_ALGO and NCCL_PROTO allow the family (two-shot
+ * for all-reduce, one-shot for the others) with Simple, and for
+ * reductions not with PreMulSum (each rank scales only its own input) or
+ * in deterministic mode (the plans add in owner order). The same answer
+ * on every rank. */
+static ncclResult_t peer_input(const brd_works_view_t *v,
+                               const brd_call_t *c, uint8_t coll, char *const *peer_out,
+                               char ***peer_in_out, uint8_t *algo_out) {
+  int n = v->nranks;
+  size_t esize = brd_dtype_size(c->dtype);
+  /* What every rank reads of each input, and the NCCL_ALGO family the plan
+   * stands for. */
+  size_t bytes = c->count * esize, moved = bytes;
+  brd_algo_t family = BRD_ALGO_ONESHOT;
+  *peer_in_out = NULL;
+  switch (coll) {
+  case BRD_IR_COLL_ALLREDUCE: family = BRD_ALGO_TWOSHOT; break;
+  case BRD_IR_COLL_REDUCESCATTER: bytes *= (size_t)n; moved = bytes; break;
+  case BRD_IR_COLL_ALLGATHER: moved = bytes * (size_t)n; break;
+  default: return ncclSuccess;
+  }
+  if ((is_reduction(coll) && (c->premul || v->deterministic)) ||
+      moved < BRD_WORKS_PEER_MIN_BYTES ||
+      !(v->mask->algos[c->coll] & BRD_ALGO_BIT(family)) ||
+      !(v->mask->protos[c->coll] & BRD_PROTO_BIT(BRD_PROTO_SIMPLE)))
+    return ncclSuccess;
+  /* An in-place all-gather's input is segment `rank` of its output, at its
+   * own offset: step from each rank's output (all at one offset). */
+  int ag_in_place = coll == BRD_IR_COLL_ALLGATHER &&
+                    (const char *)c->sendbuff ==
+                        (const char *)c->recvbuff + (size_t)v->rank * bytes;
+  char **peer;
+  if (ag_in_place) {
+    peer = calloc((size_t)n, sizeof(*peer));
+    if (peer == NULL) {
+      WARN("%s : out of host memory", c->fn);
+      return ncclSystemError;
+    }
+    for (int q = 0; q < n; q++) peer[q] = peer_out[q] + (size_t)q * bytes;
+  } else {
+    CHECK(reg_peers(v, c, c->sendbuff, bytes, &peer));
+    if (peer == NULL) return ncclSuccess;
+  }
+  INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: input %p read in place by "
+       "every rank (zero-copy plan)", c->fn, v->rank, c->sendbuff);
+  *peer_in_out = peer;
+  *algo_out = (uint8_t)(family | BRD_PLANS_ALGO_PEER);
+  return ncclSuccess;
+}
+
+/* Whether call c, whose output is not written in place through the
+ * symmetric path, exchanges outputs at run time (device/ir.h): when its
+ * output buffer is registered with ncclCommRegister (NCCL's rule: then
+ * every rank's is), *xchg_out is 1 and, when every rank maps this rank's
+ * buffer, *remote_out (owned by the caller) gets it as each rank
+ * addresses it: this rank's output is then written in place while the
+ * others may still be staged, each rank deciding for its own. Only where
+ * every rank has an output, and over few enough channels on every rank
+ * (the same answer everywhere). */
+static ncclResult_t exchange_output(const brd_works_view_t *v,
+                                    const brd_call_t *c, uint8_t coll,
+                                    const brd_ir_plan_t *plan, uint64_t **remote_out,
+                                    int *xchg_out) {
+  int n = v->nranks;
+  *remote_out = NULL;
+  *xchg_out = 0;
+  if (n == 1 || !v->reg.any || coll == BRD_IR_COLL_REDUCE ||
+      coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_SCATTER)
+    return ncclSuccess;
+  for (int r = 0; r < n; r++)
+    if (brd_ir_plan_rank(plan, r)->nchans > BRD_IR_XCHG_MAX_CHANS) return ncclSuccess;
+  size_t bytes = c->count * brd_dtype_size(c->dtype) * (is_multi_out(coll) ? (size_t)n : 1);
+  uint64_t *remote = calloc((size_t)n, sizeof(*remote));
+  if (remote == NULL) {
+    WARN("%s : out of host memory", c->fn);
+    return ncclSystemError;
+  }
+  int state;
+  ncclResult_t res = v->reg.share(v->reg.ctx, c->recvbuff, bytes, c->fn, remote, &state);
+  if (res != ncclSuccess || state == BRD_REG_NONE) {
+    free(remote);
+    return res;
+  }
+  *xchg_out = 1;
+  if (state == BRD_REG_SHARED) {
+    *remote_out = remote;
+    INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: output %p written in place "
+         "(registered; exchanged per call)", c->fn, v->rank, c->recvbuff);
+  } else {
+    free(remote);
+    INFO(BRD_SUBSYS_REG | BRD_SUBSYS_COLL, "%s : rank %d: output %p staged (registered, "
+         "but not every rank can map it; exchanged per call)", c->fn, v->rank,
+         c->recvbuff);
+  }
+  return ncclSuccess;
+}
+
+/* The works of one collective call: one per piece. */
+static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *plans,
+                                   brd_works_seq_t *seq, const brd_call_t *c,
+                                   brd_works_t *ws) {
+  int me = v->rank, n = v->nranks;
+  uint8_t coll = (uint8_t)c->coll;
+  size_t esize = brd_dtype_size(c->dtype);
+  int root = is_rooted(coll) ? c->root : 0;
+  brd_tune_choice_t choice;
+  CHECK(choose(v, c, coll, &choice));
+  size_t bytes = c->count * esize;
+  /* Blocks grow with the message; the same sizes give the same choice on
+   * every rank, as the plans must be the same everywhere. GPU blocks are
+   * cheap to add, host threads are not. */
+  int want = 1;
+  for (int i = 0; i < 4 && v->nb_sizes[i] != 0 && bytes >= v->nb_sizes[i]; i++) want *= 2;
+  int nb = v->nb_opts[0];
+  for (int i = 0; i < v->nb_count; i++)
+    if (v->nb_opts[i] <= want) nb = v->nb_opts[i];
+  const brd_ir_plan_t *plan;
+  CHECK(brd_plans_get(plans, coll, (uint8_t)choice.algo, (uint8_t)choice.proto, nb, root,
+                 v->deterministic, &plan));
+  if (brd_plan_scratch_bytes(plan) > v->win[me].scratch_bytes) {
+    WARN("%s : plan needs %zu scratch bytes, the window has %zu", c->fn,
+         brd_plan_scratch_bytes(plan), (size_t)v->win[me].scratch_bytes);
+    return ncclInternalError;
+  }
+
+  int redop = is_reduction(coll) ? (int)c->op : ncclSum;
+  const void *scalar = NULL, *scalar_dev = NULL;
+  if (is_reduction(coll) && c->premul) {
+    redop = BRD_REDOP_PREMULSUM;
+    /* Host-immediate scalars travel inside the call (premul_scalar NULL);
+     * a device-resident one is read where it is (host memory in host
+     * mode, by the kernel in CUDA mode). */
+    if (c->premul_scalar == NULL)
+      scalar = c->premul_value;
+    else if (v->scalar_on_device)
+      scalar_dev = c->premul_scalar;
+    else
+      scalar = c->premul_scalar;
+  }
+  int uses_input = brd_ir_coll_has_input(coll, me, root);
+  int multi_in = brd_ir_coll_traits(coll).in_segs_all;
+  int nout = !brd_ir_coll_has_output(coll, me, root) ? 0 : is_multi_out(coll) ? n : 1;
+  const brd_window_rec_t *mw = &v->win[me];
+  size_t piece = mw->stage_bytes / ((is_multi_out(coll) ? (size_t)n : 1) * esize);
+  /* Registered output buffers on every rank: one piece written in place. */
+  char **peer_out = NULL, **peer_in = NULL;
+  ncclResult_t res = direct_output(v, c, coll, &peer_out);
+  if (res != ncclSuccess) return res;
+  if (peer_out != NULL) piece = c->count;
+  /* Registered without the symmetric promise: outputs exchanged per call,
+   * pieces as for the staging (a peer may be staged). */
+  uint64_t *remote = NULL;
+  int xchg = 0;
+  if (peer_out == NULL)
+    CHECK_GOTO(exchange_output(v, c, coll, plan, &remote, &xchg), res, out);
+  /* Registered inputs too: a zero-copy plan reads them in place. */
+  if (peer_out != NULL) {
+    uint8_t zc_algo = 0;
+    CHECK_GOTO(peer_input(v, c, coll, peer_out, &peer_in, &zc_algo), res, out);
+    if (peer_in != NULL)
+      CHECK_GOTO(brd_plans_get(plans, coll, zc_algo, BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res,
+                 out);
+  }
+
+  for (size_t off = 0; off < c->count; off += piece) {
+    size_t cnt = c->count - off < piece ? c->count - off : piece;
+    brd_plan_layout_t layout;
+    brd_work_t *w;
+    CHECK_GOTO(brd_plan_layout_init(plan, cnt, c->dtype, mw->scratch_bytes, &layout),
+               res, out);
+    CHECK_GOTO(work_add(ws, plan, me, &w), res, out);
+    /* CUDA mode: the kernels alternate phases on the device; the pointers
+     * are the bases of both halves. */
+    uint32_t phase = v->device_seq ? 0 : seq->phase;
+    seq->phase ^= 1u;
+    coll_chans(v, plan, phase, peer_out, w);
+    if (xchg) {
+      const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
+      for (uint32_t ch = 0; ch < pr->nchans; ch++) {
+        int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
+        w->chans[ch].xchg_pub = (_Atomic uint64_t *)(v->base[p] + v->win[p].xchg_off) +
+                                (size_t)me * BRD_IR_XCHG_WORDS;
+        w->chans[ch].xchg_slot = (_Atomic uint64_t *)(v->base[me] + mw->xchg_off) +
+                                 (size_t)p * BRD_IR_XCHG_WORDS;
+        w->chans[ch].xchg_output =
+            remote != NULL ? (char *)(uintptr_t)remote[p] + off * esize : NULL;
+      }
+      w->args.xchg = 1;
+    }
+    if (peer_in != NULL) {
+      const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
+      for (uint32_t ch = 0; ch < pr->nchans; ch++)
+        w->chans[ch].peer_input = peer_in[brd_ir_plan_chan(plan, me, (int)ch)->peer];
+    }
+    brd_exec_args_t *a = &w->args;
+    a->plan = plan;
+    a->rank = me;
+    a->input = uses_input ? (const char *)c->sendbuff + off * esize : NULL;
+    a->in_stride = multi_in ? c->count : 0;
+    if (peer_out != NULL) {
+      a->output = peer_out[me];
+      a->out_stride = is_multi_out(coll) ? c->count : 0;
+      w->direct = 1;
+    } else if (remote != NULL) {
+      a->output = (char *)c->recvbuff + off * esize;
+      a->out_stride = is_multi_out(coll) ? c->count : 0;
+      w->direct = 1;
+    } else {
+      a->output = v->base[me] + mw->stage_off + phase * mw->stage_bytes;
+    }
+    a->scratch = v->base[me] + mw->scratch_off;
+    a->scratch_bytes = mw->scratch_bytes;
+    a->chans = w->chans;
+    a->count = cnt;
+    a->dtype = c->dtype;
+    a->redop = redop;
+    a->scalar = scalar;
+    a->epoch = brd_plan_epoch_reserve(&seq->epoch_cursor,
+                                      brd_plan_epoch_span(plan, &layout));
+    a->phase = phase;
+    a->abort_flag = v->abort_flag;
+    w->call = c;
+    w->scalar_dev = scalar_dev;
+    w->off = off;
+    w->n = cnt;
+    w->nout = nout;
+  }
+out:
+  free(remote);
+  free(peer_out);
+  free(peer_in);
+  return res;
+}
+
+/* One send or receive of the launch. */
+typedef struct p2p_xfer {
+  int peer;
+  char *buf;      /* borrowed (or a snapshot in the works): the user buffer */
+  size_t bytes;
+  size_t pieces;
+} p2p_xfer_t;
+
+typedef struct p2p_span {
+  uintptr_t lo, hi;
+} p2p_span_t;
+
+static int span_cmp(const void *a, const void *b) {
+  const p2p_span_t *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Does [lo, hi) overlap any of the n sorted, disjoint spans? */
+static int spans_hit(const p2p_span_t *sp, int n, uintptr_t lo, uintptr_t hi) {
+  int a = 0, b = n; /* first span with sp.hi > lo */
+  while (a < b) {
+    int m = (a + b) / 2;
+    if (sp[m].hi > lo) b = m;
+    else a = m + 1;
+  }
+  return a < n && sp[a].lo < hi;
+}
+
+/* Receives into overlapping memory are refused (they run concurrently);
+ * a send overlapping a receive is listed in ws->snaps, for the backend to
+ * copy before any work runs. Sorting makes it O(n log n). */
+static ncclResult_t p2p_overlaps(p2p_xfer_t *s, int ns, const p2p_xfer_t *r,
+                                 int nr, int rank, brd_works_t *ws) {
+  ncclResult_t res = ncclSuccess;
+  p2p_span_t *sp = malloc(((size_t)nr + 1) * sizeof(*sp));
+  if (sp == NULL) {
+    WARN("out of host memory checking %d point-to-point buffers", ns + nr);
+    return ncclSystemError;
+  }
+  for (int j = 0; j < nr; j++) {
+    sp[j].lo = (uintptr_t)r[j].buf;
+    sp[j].hi = (uintptr_t)r[j].buf + r[j].bytes;
+  }
+  qsort(sp, (size_t)nr, sizeof(*sp), span_cmp);
+  for (int j = 1; j < nr; j++) {
+    if (sp[j].lo >= sp[j - 1].hi) continue;
+    WARN("ncclGroupEnd : rank %d: two receive buffers of one group overlap "
+         "(at %p and %p); the receives of a group run concurrently, so use "
+         "separate buffers", rank, (void *)sp[j - 1].lo, (void *)sp[j].lo);
+    res = ncclInvalidArgument;
+    goto out;
+  }
+  int nsnaps = 0;
+  for (int i = 0; i < ns; i++)
+    nsnaps += spans_hit(sp, nr, (uintptr_t)s[i].buf, (uintptr_t)s[i].buf + s[i].bytes);
+  if (nsnaps == 0) goto out;
+  ws->snaps = calloc((size_t)nsnaps, sizeof(*ws->snaps));
+  if (ws->snaps == NULL) {
+    WARN("out of host memory listing %d send buffers that overlap a receive of their "
+         "group", nsnaps);
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int i = 0; i < ns; i++) {
+    if (!spans_hit(sp, nr, (uintptr_t)s[i].buf, (uintptr_t)s[i].buf + s[i].bytes)) continue;
+    ws->snaps[ws->nsnaps++] = (brd_works_snap_t){i, s[i].buf, s[i].bytes};
+    ws->snap_bytes += (s[i].bytes + 255) & ~(size_t)255;
+  }
+out:
+  free(sp);
+  return res;
+}
+
+/* Chunks of transfer x in round k. */
+static uint32_t round_chunks(const p2p_xfer_t *x, size_t k) {
+  size_t lo = k * BRD_WORKS_ROUND_CHUNKS;
+  if (x->pieces <= lo) return 0;
+  size_t left = x->pieces - lo;
+  return (uint32_t)(left < BRD_WORKS_ROUND_CHUNKS ? left : BRD_WORKS_ROUND_CHUNKS);
+}
+
+/* Segment of transfer x in round k. */
+static brd_exec_seg_t round_seg(const p2p_xfer_t *x, size_t k, size_t piece) {
+  brd_exec_seg_t s = {NULL, 0};
+  size_t lo = k * BRD_WORKS_ROUND_CHUNKS * piece;
+  if (x->bytes > lo) {
+    size_t left = x->bytes - lo, max = BRD_WORKS_ROUND_CHUNKS * piece;
+    s.ptr = x->buf + lo;
+    s.count = left < max ? left : max;
+  }
+  return s;
+}
+
+/* The work of round k of the launch's point-to-point transfers. */
+static ncclResult_t add_p2p_round(const brd_works_view_t *v, brd_works_seq_t *seq,
+                                  const p2p_xfer_t *s, int ns, const p2p_xfer_t *r,
+                                  int nr, size_t k, brd_algos_p2p_op_t *ops,
+                                  brd_algos_p2p_rank_t *ranks, brd_works_t *ws) {
+  int me = v->rank, n = v->nranks;
+  const brd_window_rec_t *mw = &v->win[me];
+  brd_ir_plan_t *plan;
+  brd_work_t *w;
+  for (int i = 0; i < ns; i++) ops[i] = (brd_algos_p2p_op_t){s[i].peer, round_chunks(&s[i], k)};
+  for (int j = 0; j < nr; j++) ops[ns + j] = (brd_algos_p2p_op_t){r[j].peer, round_chunks(&r[j], k)};
+  memset(ranks, 0, (size_t)n * sizeof(*ranks));
+  ranks[me].nsend = ns;
+  ranks[me].send = ops;
+  ranks[me].nrecv = nr;
+  ranks[me].recv = ops + ns;
+  brd_algos_p2p_args_t args = {n, me, ranks};
+  CHECK(brd_algos_p2p(&args, &plan));
+  ncclResult_t res = work_add(ws, plan, me, &w);
+  if (res != ncclSuccess) {
+    brd_plan_destroy(plan);
+    return res;
+  }
+  w->plan_owned = plan;
+  w->p2p = 1;
+  uint32_t nch = brd_ir_plan_rank(plan, me)->nchans;
+  w->chan_epoch = calloc(nch ? nch : 1, sizeof(*w->chan_epoch));
+  w->segs = calloc((size_t)ns + (size_t)nr + 1, sizeof(*w->segs));
+  if (w->chan_epoch == NULL || w->segs == NULL) {
+    WARN("out of host memory for a point-to-point work of %d transfers", ns + nr);
+    return ncclSystemError;
+  }
+  size_t count = 0;
+  for (int i = 0; i < ns + nr; i++) {
+    w->segs[i] = round_seg(i < ns ? &s[i] : &r[i - ns], k, v->p2p_piece);
+    if (w->segs[i].count > count) count = w->segs[i].count;
+  }
+  for (uint32_t ch = 0; ch < nch; ch++) {
+    int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
+    char *pw = v->base[p];
+    const brd_window_rec_t *pwr = &v->win[p];
+    uint64_t to = 0, from = 0;
+    for (int i = 0; i < ns; i++) if (s[i].peer == p) to += ops[i].nchunks;
+    for (int j = 0; j < nr; j++) if (r[j].peer == p) from += ops[ns + j].nchunks;
+    /* CUDA mode: the span, the kernel reserves from its device cursor. */
+    w->chan_epoch[ch] = v->device_seq ? (to > from ? to : from)
+                                 : brd_plan_epoch_reserve(&seq->p2p_cursor[p],
+                                                          to > from ? to : from);
+    w->chans[ch].peer_scratch = pw + pwr->p2p_off;
+    w->chans[ch].peer_sems = (_Atomic uint64_t *)(pw + pwr->p2p_sem_off) + (size_t)me * 2;
+    w->chans[ch].sems = (_Atomic uint64_t *)(v->base[me] + mw->p2p_sem_off) +
+                        (size_t)p * 2;
+  }
+  brd_exec_args_t *a = &w->args;
+  a->plan = plan;
+  a->rank = me;
+  a->scratch = v->base[me] + mw->p2p_off;
+  a->scratch_bytes = mw->p2p_bytes;
+  a->chans = w->chans;
+  a->count = count;
+  a->dtype = ncclUint8; /* point-to-point moves bytes, whatever the types */
+  a->redop = ncclSum;
+  a->epoch = 0;         /* every channel has its own */
+  a->chan_epoch = w->chan_epoch;
+  a->in_segs = w->segs;
+  a->n_in_segs = (uint32_t)ns;
+  a->out_segs = w->segs + ns;
+  a->n_out_segs = (uint32_t)nr;
+  a->abort_flag = v->abort_flag;
+  return ncclSuccess;
+}
+
+/* The works of the launch's sends and receives, if any. */
+static ncclResult_t add_p2p(const brd_works_view_t *v, brd_works_seq_t *seq,
+                            const brd_call_t *calls, int ncalls, brd_works_t *ws) {
+  ncclResult_t res = ncclSuccess;
+  int ns = 0, nr = 0, n = v->nranks, me = v->rank;
+  for (int i = 0; i < ncalls; i++) {
+    if (calls[i].count == 0) continue;
+    if (calls[i].coll == BRD_COLL_SEND) ns++;
+    if (calls[i].coll == BRD_COLL_RECV) nr++;
+  }
+  if (ns + nr == 0) return ncclSuccess;
+  if (ns > BRD_WORKS_P2P_MAX_OPS || nr > BRD_WORKS_P2P_MAX_OPS) {
+    WARN("ncclGroupEnd : rank %d has %d sends and %d receives in one group; "
+         "host mode runs at most %d of each per group and communicator: "
+         "split the group", me, ns, nr, BRD_WORKS_P2P_MAX_OPS);
+    return ncclInvalidUsage;
+  }
+  p2p_xfer_t *x = calloc((size_t)ns + (size_t)nr, sizeof(*x));
+  brd_algos_p2p_op_t *ops = calloc((size_t)ns + (size_t)nr, sizeof(*ops));
+  brd_algos_p2p_rank_t *ranks = calloc((size_t)n, sizeof(*ranks));
+  if (x == NULL || ops == NULL || ranks == NULL) {
+    WARN("out of host memory for %d point-to-point transfers", ns + nr);
+    res = ncclSystemError;
+    goto out;
+  }
+  p2p_xfer_t *s = x, *r = x + ns;
+  int is = 0, ir = 0;
+  size_t nrounds = 0;
+  for (int i = 0; i < ncalls; i++) {
+    const brd_call_t *c = &calls[i];
+    if (c->count == 0 || (c->coll != BRD_COLL_SEND && c->coll != BRD_COLL_RECV)) continue;
+    p2p_xfer_t *t = c->coll == BRD_COLL_SEND ? &s[is++] : &r[ir++];
+    t->peer = c->root;
+    t->buf = c->coll == BRD_COLL_SEND ? (char *)(uintptr_t)c->sendbuff : (char *)c->recvbuff;
+    t->bytes = c->count * brd_dtype_size(c->dtype);
+    t->pieces = (t->bytes + v->p2p_piece - 1) / v->p2p_piece;
+    size_t rounds = (t->pieces + BRD_WORKS_ROUND_CHUNKS - 1) / BRD_WORKS_ROUND_CHUNKS;
+    if (rounds > nrounds) nrounds = rounds;
+  }
+  CHECK_GOTO(p2p_overlaps(s, ns, r, nr, me, ws), res, out);
+  for (size_t k = 0; k < nrounds; k++)
+    CHECK_GOTO(add_p2p_round(v, seq, s, ns, r, nr, k, ops, ranks, ws), res, out);
+out:
+  free(ranks);
+  free(ops);
+  free(x);
+  return res;
+}
+
+
+/* See works.h. */
+ncclResult_t brd_works_build(const brd_works_view_t *v, brd_plan_cache_t *plans,
+                             brd_works_seq_t *seq, const brd_call_t *calls, int ncalls,
+                             brd_works_t *ws) {
+  ws->stage_half = v->win[v->rank].stage_bytes;
+  for (int i = 0; i < ncalls; i++) {
+    const brd_call_t *c = &calls[i];
+    if (c->count == 0 || c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV) continue;
+    CHECK(add_collective(v, plans, seq, c, ws));
+  }
+  return add_p2p(v, seq, calls, ncalls, ws);
+}
