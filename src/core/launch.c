@@ -502,7 +502,16 @@ static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
     CHECK_GOTO(brd_launch_cuda_create(comm, caps.p2p_ok, total, &mw->handle, &rt->base[me]),
                res, fail);
   } else {
-    rt->ops = brd_comm_all_in_process(comm) ? &brd_transport_host : &brd_transport_shm;
+    char why[512];
+    rt->ops = brd_transport_choose(comm->peers, n, me, BRD_TRANSPORT_MEM_HOST, why,
+                                   sizeof(why));
+    if (rt->ops == NULL) {
+      WARN("rank %d: no transport reaches every peer through host memory (%s); "
+           "collectives across hosts need a network transport, which braid does not "
+           "have yet", me, why);
+      res = ncclInvalidUsage;
+      goto fail;
+    }
     CHECK_GOTO(rt->ops->seg_create(total, "win", &rt->self), res, fail);
     mw->handle = rt->self.handle;
     rt->base[me] = rt->self.ptr;

@@ -269,14 +269,8 @@ ncclResult_t brd_launch_cuda_caps(struct ncclComm *comm, brd_launch_caps_t *caps
       return brd_api_not_implemented("collectives across hosts in CUDA mode (no "
                                      "network transport yet)");
   }
-  for (int r = 0; r < comm->nranks && caps.p2p_ok; r++) {
-    char w[384];
-    if (r == me) continue;
-    if (!brd_p2p_usable(&comm->peers[me], &comm->peers[r], w, sizeof(w))) {
-      caps.p2p_ok = 0;
-      snprintf(why, nwhy, "rank %d: %s", r, w);
-    }
-  }
+  caps.p2p_ok = brd_transport_choose(comm->peers, comm->nranks, me, BRD_TRANSPORT_MEM_GPU,
+                                     why, nwhy) != NULL;
   CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, comm->cuda_dev),
             "cudaDeviceGetAttribute(multiProcessorCount)", res, out);
   int share = brd_comm_ranks_per_device(comm);
@@ -341,8 +335,14 @@ ncclResult_t brd_launch_cuda_create(struct ncclComm *comm, int p2p, size_t win_b
   rt->events_made = 1;
 
   rt->host_memory = !p2p;
-  rt->ops = p2p ? &brd_transport_p2p
-                : brd_comm_all_in_process(comm) ? &brd_transport_host : &brd_transport_shm;
+  rt->ops = brd_transport_choose(comm->peers, n, me,
+                                 p2p ? BRD_TRANSPORT_MEM_GPU : BRD_TRANSPORT_MEM_HOST, NULL, 0);
+  if (rt->ops == NULL) {
+    WARN("rank %d: the transport agreed on for the channel windows no longer reaches "
+         "every peer", me);
+    res = ncclInternalError;
+    goto fail;
+  }
   CHECK_GOTO(rt->ops->seg_create(win_bytes, "cuda-win", &rt->self), res, fail);
   if (rt->host_memory) {
     /* Peers of this process find it registered once the allgather is over. */

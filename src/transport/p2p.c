@@ -52,10 +52,9 @@
 #endif
 
 #include "base/check.h"
-#include "core/device.h"
 #include "base/param.h"
-#include "transport/transport.h"
 #include "base/time.h"
+#include "transport/transport.h"
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -727,8 +726,8 @@ static int gpu_pair_usable(const brd_peer_info_t *a, const brd_peer_info_t *b,
 #endif /* BRAID_CUDA */
 
 /* See transport.h. */
-int brd_p2p_usable(const struct brd_peer_info *a, const struct brd_peer_info *b,
-                   char *why, size_t n) {
+int brd_p2p_usable(const brd_peer_info_t *a, const brd_peer_info_t *b, char *why,
+                   size_t n) {
   if (a->host_hash != b->host_hash) {
     say(why, n, "the ranks are on different hosts");
     return 0;
@@ -1575,6 +1574,7 @@ ncclResult_t brd_p2p_import_user(const brd_seg_handle_t *h, brd_seg_t *seg_out) 
 const brd_transport_ops_t brd_transport_p2p = {
     .name = "P2P",
     .kind = BRD_TRANSPORT_P2P,
+    .can_connect = brd_p2p_usable,
     .seg_create = p2p_create,
     .seg_import = p2p_import,
     .seg_seal = p2p_seal,
