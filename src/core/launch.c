@@ -146,7 +146,7 @@ struct brd_rt {
   int reg_shareable;            /* ranks may map each other's registered
                                  * buffers (host mode: always, the exchange
                                  * decides per buffer; CUDA mode: with P2P) */
-  struct brd_p2p_svc *svc;      /* owned: registration service, when some
+  struct brd_ipc_svc *svc;      /* owned: registration service, when some
                                  * rank is in another process */
   brd_reg_peer_t *svc_peers;    /* owned: [nranks] every rank's service */
 };
@@ -272,7 +272,7 @@ static void rt_disconnect(struct brd_rt *rt) {
   free(rt->win);
   free(rt->p2p_cursor);
   /* Before the registrations go: the service maps into them. */
-  brd_p2p_svc_destroy(rt->svc);
+  brd_ipc_svc_destroy(rt->svc);
   rt->svc = NULL;
   free(rt->svc_peers);
   rt->svc_peers = NULL;
@@ -528,7 +528,7 @@ static ncclResult_t rt_connect(struct ncclComm *comm, struct brd_rt *rt) {
      * request (brd_reg_share), whichever thread of theirs is busy. */
     CHECK_GOTO(brd_reg_svc_create(comm, &rt->svc), res, fail);
     mw->svc_pid = (uint64_t)getpid();
-    mw->svc_serial = brd_p2p_svc_serial(rt->svc);
+    mw->svc_serial = brd_ipc_svc_serial(rt->svc);
   }
   if (n > 1) {
     CHECK_GOTO(brd_boot_allgather(comm->boot, rt->win, sizeof(rt_window_t)), res, fail);

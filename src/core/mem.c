@@ -301,7 +301,7 @@ static int host_export(const char *ptr, size_t size, reg_pub_t *pub, brd_p2p_exp
   }
   /* The server duplicates fd before the lock goes, so a concurrent
    * ncclMemFree cannot close it under us. */
-  ncclResult_t res = fd >= 0 ? brd_p2p_fdsrv_create(fd, &ex->srv) : ncclInvalidArgument;
+  ncclResult_t res = fd >= 0 ? brd_ipc_fdsrv_create(fd, &ex->srv) : ncclInvalidArgument;
   pthread_mutex_unlock(&host_blocks_lock);
   if (fd < 0) {
     snprintf(pub->why, sizeof(pub->why), "%p is process-private host memory; allocate "
@@ -312,7 +312,7 @@ static int host_export(const char *ptr, size_t size, reg_pub_t *pub, brd_p2p_exp
     snprintf(pub->why, sizeof(pub->why), "serving its memory failed (see the WARN above)");
     return 0;
   }
-  uint32_t serial = brd_p2p_fdsrv_serial(ex->srv);
+  uint32_t serial = brd_ipc_fdsrv_serial(ex->srv);
   pub->handle.pid = (uint32_t)getpid();
   memcpy(pub->handle.name, &serial, sizeof(serial));
   return 1;
@@ -324,7 +324,7 @@ static ncclResult_t host_import(struct ncclComm *comm, const reg_pub_t *pub, brd
   int fd = -1;
   memcpy(&serial, pub->handle.name, sizeof(serial));
   double timeout = (double)brd_param_int(BRD_P_BRAID_BOOTSTRAP_TIMEOUT);
-  CHECK(brd_p2p_fd_fetch(pub->handle.pid, serial, timeout > 0 ? timeout : 300.0,
+  CHECK(brd_ipc_fd_fetch(pub->handle.pid, serial, timeout > 0 ? timeout : 300.0,
                          &comm->abort_flag, &fd));
   void *p = mmap(NULL, (size_t)pub->handle.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
@@ -485,7 +485,7 @@ typedef struct {
   char why[160];           /* when not ok */
 } reg_rep_t;
 
-/* comm's registration service (brd_p2p_svc_fn_t), on its thread: maps a
+/* comm's registration service (brd_ipc_svc_fn_t), on its thread: maps a
  * peer's range on request, or drops the mapping. */
 static void reg_serve(void *ctx, const void *req, void *rep_out) {
   struct ncclComm *comm = ctx;
@@ -532,10 +532,10 @@ static void reg_serve(void *ctx, const void *req, void *rep_out) {
 }
 
 /* See comm.h. */
-ncclResult_t brd_reg_svc_create(struct ncclComm *comm, brd_p2p_svc_t **svc_out) {
+ncclResult_t brd_reg_svc_create(struct ncclComm *comm, brd_ipc_svc_t **svc_out) {
   struct brd_regs *regs;
   CHECK(regs_get(comm, "ncclCommRegister", &regs));
-  return brd_p2p_svc_create(sizeof(reg_req_t), sizeof(reg_rep_t), reg_serve, comm, svc_out);
+  return brd_ipc_svc_create(sizeof(reg_req_t), sizeof(reg_rep_t), reg_serve, comm, svc_out);
 }
 
 /* Whether rank p's service is in this process (or absent: every rank is). */
@@ -595,7 +595,7 @@ static ncclResult_t reg_share(struct ncclComm *comm, struct brd_reg *r,
       exported = 1;
     }
     reg_rep_t rep;
-    CHECK_GOTO(brd_p2p_svc_call(svc[p].pid, svc[p].serial, &req, sizeof(req), &rep,
+    CHECK_GOTO(brd_ipc_svc_call(svc[p].pid, svc[p].serial, &req, sizeof(req), &rep,
                                 sizeof(rep), reg_timeout(), &comm->abort_flag), res, out);
     if (!rep.ok) {
       rep.why[sizeof(rep.why) - 1] = '\0';
@@ -631,7 +631,7 @@ static void reg_unshare(struct ncclComm *comm, struct brd_reg *r) {
   for (int p = 0; p < comm->nranks; p++) {
     if (r->pushed[p].pid == 0) continue;
     reg_rep_t rep;
-    if (brd_p2p_svc_call(r->pushed[p].pid, r->pushed[p].serial, &req, sizeof(req), &rep,
+    if (brd_ipc_svc_call(r->pushed[p].pid, r->pushed[p].serial, &req, sizeof(req), &rep,
                          sizeof(rep), 10.0, &comm->abort_flag) != ncclSuccess)
       INFO(BRD_SUBSYS_REG, "ncclCommDeregister : rank %d could not ask rank %d to unmap "
            "buffer %p; it unmaps it when its communicator goes", comm->rank, p,
