@@ -110,9 +110,9 @@ int brd_algos_available(int coll, int algo, int deterministic);
  *     that each pair's traffic is independent; a block interleaves its
  *     pieces to and from the peer (send piece t, then receive piece t), so
  *     a pair exchanging in both directions cannot deadlock;
- *   - the receiver's scratch has P2P_DEPTH slots reserved for each sender
- *     (slot sender * P2P_DEPTH + t % P2P_DEPTH for piece t), so senders
- *     never share a slot;
+ *   - the receiver's scratch has SENDRECV_DEPTH slots reserved for each
+ *     sender (slot sender * SENDRECV_DEPTH + t % SENDRECV_DEPTH for piece
+ *     t), so senders never share a slot;
  *   - semaphore 0 of a channel carries data (k = piece + 1), semaphore 1
  *     credits (k = piece + 1); the sender waits for a credit before reusing
  *     a slot and, at the end, for the last credit, so it finishes only once
@@ -122,27 +122,28 @@ int brd_algos_available(int coll, int algo, int deterministic);
  *     only its two ranks advance, in the same order, and passes the epoch
  *     per channel (brd_exec_args_t.chan_epoch). No rank needs to know what
  *     other pairs do. */
-#define BRD_ALGOS_P2P_DEPTH 4
-#define BRD_ALGOS_P2P_SLOT_DIV 16 /* slots per NCCL_BUFFSIZE: a sender's
-                                   * P2P_DEPTH slots are a quarter of it */
+#define BRD_ALGOS_SENDRECV_DEPTH 4
+#define BRD_ALGOS_SENDRECV_SLOT_DIV 16 /* slots per NCCL_BUFFSIZE: a sender's
+                                        * SENDRECV_DEPTH slots are a quarter
+                                        * of it */
 
-typedef struct brd_algos_p2p_op {
+typedef struct brd_algos_sendrecv_op {
   int peer;          /* the other rank (may be this rank) */
   uint32_t nchunks;  /* chunks of data (0: nothing to move this time) */
-} brd_algos_p2p_op_t;
+} brd_algos_sendrecv_op_t;
 
-typedef struct brd_algos_p2p_rank {
+typedef struct brd_algos_sendrecv_rank {
   int nsend, nrecv;
-  const brd_algos_p2p_op_t *send; /* in call order: send i is input segment i */
-  const brd_algos_p2p_op_t *recv; /* in call order: receive j is output seg j */
-} brd_algos_p2p_rank_t;
+  const brd_algos_sendrecv_op_t *send; /* in call order: send i is input segment i */
+  const brd_algos_sendrecv_op_t *recv; /* in call order: receive j is output seg j */
+} brd_algos_sendrecv_rank_t;
 
-typedef struct brd_algos_p2p_args {
+typedef struct brd_algos_sendrecv_args {
   int nranks;
   int rank;                          /* only this rank's part; -1: every rank */
-  const brd_algos_p2p_rank_t *ranks; /* [nranks]; with rank >= 0 only
+  const brd_algos_sendrecv_rank_t *ranks; /* [nranks]; with rank >= 0 only
                                       * ranks[rank] is read. Borrowed. */
-} brd_algos_p2p_args_t;
+} brd_algos_sendrecv_args_t;
 
 /* Builds the plan. Other ranks' blocks are empty when args->rank >= 0; the
  * whole plan (rank -1) is what the verifier checks. ncclInvalidArgument
@@ -150,8 +151,17 @@ typedef struct brd_algos_p2p_args {
  * match its receives from itself (or, for rank -1, any pair that does not
  * match), or more segments x chunks than the IR's 16-bit indices hold;
  * ncclSystemError when out of memory. Any thread. */
-ncclResult_t brd_algos_p2p(const brd_algos_p2p_args_t *args,
-                           brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_sendrecv(const brd_algos_sendrecv_args_t *args,
+                                brd_ir_plan_t **plan_out);
+
+/* Former names ("p2p" now means GPU peer-to-peer only), for callers not
+ * yet renamed; remove once nothing uses them. */
+#define brd_algos_p2p brd_algos_sendrecv
+#define brd_algos_p2p_op_t brd_algos_sendrecv_op_t
+#define brd_algos_p2p_rank_t brd_algos_sendrecv_rank_t
+#define brd_algos_p2p_args_t brd_algos_sendrecv_args_t
+#define BRD_ALGOS_P2P_DEPTH BRD_ALGOS_SENDRECV_DEPTH
+#define BRD_ALGOS_P2P_SLOT_DIV BRD_ALGOS_SENDRECV_SLOT_DIV
 
 /* ---- shared by the generators (generate.c) ---------------------------------- */
 

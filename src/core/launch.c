@@ -8,7 +8,7 @@
  *   [ inbound semaphores: nranks x nsems x 8 bytes ]
  *   [ point-to-point semaphores: nranks x 2 x 8 bytes ]
  *   [ scratch: the largest any collective plan needs, both phases ]
- *   [ point-to-point scratch: BRD_ALGOS_P2P_DEPTH slots per sender ]
+ *   [ point-to-point scratch: BRD_ALGOS_SENDRECV_DEPTH slots per sender ]
  *   [ staging output: two halves of stage_bytes ]
  *
  * Peers reach a rank's scratch, semaphores and output through this window.
@@ -25,7 +25,7 @@
  * every rank joined it; the verifier checks that).
  *
  * Point-to-point: a launch's sends and receives become one plan built for
- * this launch (brd_algos_p2p; the scheme is in algos.h): the sender puts
+ * this launch (brd_algos_sendrecv; the scheme is in algos.h): the sender puts
  * pieces into its slots of the receiver's point-to-point scratch and the
  * receiver copies them straight into its own receive buffers, so nothing
  * is staged. The transfers of a group run concurrently, so two receives
@@ -380,7 +380,7 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out,
 /* Point-to-point scratch per rank and the bytes of one piece. */
 static ncclResult_t p2p_size(int nranks, int rank, size_t *bytes_out,
                              size_t *piece_out) {
-  brd_algos_p2p_rank_t *ranks = calloc((size_t)nranks, sizeof(*ranks));
+  brd_algos_sendrecv_rank_t *ranks = calloc((size_t)nranks, sizeof(*ranks));
   brd_ir_plan_t *plan = NULL;
   brd_plan_layout_t l;
   ncclResult_t res = ncclSuccess;
@@ -388,8 +388,8 @@ static ncclResult_t p2p_size(int nranks, int rank, size_t *bytes_out,
     WARN("out of host memory sizing point-to-point buffers for %d ranks", nranks);
     return ncclSystemError;
   }
-  brd_algos_p2p_args_t args = {nranks, rank, ranks};
-  CHECK_GOTO(brd_algos_p2p(&args, &plan), res, fail_free_ranks);
+  brd_algos_sendrecv_args_t args = {nranks, rank, ranks};
+  CHECK_GOTO(brd_algos_sendrecv(&args, &plan), res, fail_free_ranks);
   *bytes_out = brd_plan_scratch_bytes(plan);
   CHECK_GOTO(brd_plan_layout_init(plan, 1, ncclUint8, *bytes_out, &l), res,
              fail_destroy_plan);
@@ -1117,21 +1117,21 @@ static brd_exec_seg_t round_seg(const p2p_xfer_t *x, size_t k, size_t piece) {
 /* The work of round k of the launch's point-to-point transfers. */
 static ncclResult_t add_p2p_round(struct ncclComm *comm, struct brd_rt *rt,
                                   const p2p_xfer_t *s, int ns, const p2p_xfer_t *r,
-                                  int nr, size_t k, brd_algos_p2p_op_t *ops,
-                                  brd_algos_p2p_rank_t *ranks, works_t *ws) {
+                                  int nr, size_t k, brd_algos_sendrecv_op_t *ops,
+                                  brd_algos_sendrecv_rank_t *ranks, works_t *ws) {
   int me = comm->rank, n = comm->nranks;
   const rt_window_t *mw = &rt->win[me];
   brd_ir_plan_t *plan;
   work_t *w;
-  for (int i = 0; i < ns; i++) ops[i] = (brd_algos_p2p_op_t){s[i].peer, round_chunks(&s[i], k)};
-  for (int j = 0; j < nr; j++) ops[ns + j] = (brd_algos_p2p_op_t){r[j].peer, round_chunks(&r[j], k)};
+  for (int i = 0; i < ns; i++) ops[i] = (brd_algos_sendrecv_op_t){s[i].peer, round_chunks(&s[i], k)};
+  for (int j = 0; j < nr; j++) ops[ns + j] = (brd_algos_sendrecv_op_t){r[j].peer, round_chunks(&r[j], k)};
   memset(ranks, 0, (size_t)n * sizeof(*ranks));
   ranks[me].nsend = ns;
   ranks[me].send = ops;
   ranks[me].nrecv = nr;
   ranks[me].recv = ops + ns;
-  brd_algos_p2p_args_t args = {n, me, ranks};
-  CHECK(brd_algos_p2p(&args, &plan));
+  brd_algos_sendrecv_args_t args = {n, me, ranks};
+  CHECK(brd_algos_sendrecv(&args, &plan));
   ncclResult_t res = work_add(ws, plan, me, &w);
   if (res != ncclSuccess) {
     brd_plan_destroy(plan);
@@ -1204,8 +1204,8 @@ static ncclResult_t add_p2p(struct ncclComm *comm, struct brd_rt *rt,
     return ncclInvalidUsage;
   }
   p2p_xfer_t *x = calloc((size_t)ns + (size_t)nr, sizeof(*x));
-  brd_algos_p2p_op_t *ops = calloc((size_t)ns + (size_t)nr, sizeof(*ops));
-  brd_algos_p2p_rank_t *ranks = calloc((size_t)n, sizeof(*ranks));
+  brd_algos_sendrecv_op_t *ops = calloc((size_t)ns + (size_t)nr, sizeof(*ops));
+  brd_algos_sendrecv_rank_t *ranks = calloc((size_t)n, sizeof(*ranks));
   if (x == NULL || ops == NULL || ranks == NULL) {
     WARN("out of host memory for %d point-to-point transfers", ns + nr);
     res = ncclSystemError;
