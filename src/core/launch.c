@@ -78,7 +78,7 @@
 #define RT_PROTOS 2           /* LL, Simple */
 #define P2P_ROUND_CHUNKS 16   /* pieces of one transfer per round */
 #define P2P_MAX_OPS (65536 / P2P_ROUND_CHUNKS) /* sends (or receives) per launch */
-#define RT_ALGO_PEER 0x40     /* plan cache: the zero-copy variant of an algorithm */
+#define RT_ALGO_PEER BRD_ALGOS_ZEROCOPY /* plan cache: the zero-copy variant of an algorithm */
 #define RT_PEER_MIN_BYTES ((size_t)64 << 10) /* zero-copy plans from here (per rank) */
 
 static const brd_algo_t rt_algos[RT_ALGOS] = {BRD_ALGO_RING, BRD_ALGO_TREE,
@@ -229,20 +229,7 @@ static ncclResult_t plan_get(struct brd_rt *rt, uint8_t coll, uint8_t algo,
   }
   brd_algos_args_t args = {rt->nranks, NULL, nblocks, proto};
   brd_ir_plan_t *plan;
-  if (algo & RT_ALGO_PEER) {
-    switch (coll) {
-    case BRD_IR_COLL_ALLREDUCE: CHECK(brd_algos_zerocopy_allreduce(&args, &plan)); break;
-    case BRD_IR_COLL_REDUCESCATTER:
-      CHECK(brd_algos_zerocopy_reducescatter(&args, &plan));
-      break;
-    case BRD_IR_COLL_ALLGATHER: CHECK(brd_algos_zerocopy_allgather(&args, &plan)); break;
-    default:
-      WARN("no zero-copy plan for collective %d", coll);
-      return ncclInternalError;
-    }
-  } else {
-    CHECK(brd_algos_generate(coll, algo, &args, root, det, &plan));
-  }
+  CHECK(brd_algos_generate(coll, algo, &args, root, det, &plan));
   ncclResult_t res = plan_check(plan);
   if (res != ncclSuccess) {
     brd_plan_destroy(plan);

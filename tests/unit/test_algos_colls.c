@@ -515,7 +515,7 @@ static void test_sendrecv_all_pairs(void **state) {
 
 /* A sender that does not wait for its last credit could finish while the
  * receiver still reads its slots: one-phase plans forbid that. */
-static void test_p2p_final_credit_needed(void **state) {
+static void test_sendrecv_final_credit_needed(void **state) {
   (void)state;
   brd_algos_sendrecv_op_t s = {1, 3}, r = {0, 3};
   brd_algos_sendrecv_rank_t ranks[2] = {{1, 0, &s, NULL}, {0, 1, NULL, &r}};
@@ -540,7 +540,7 @@ static void test_p2p_final_credit_needed(void **state) {
   brd_plan_destroy(plan);
 }
 
-static void test_p2p_bad_groups(void **state) {
+static void test_sendrecv_bad_groups(void **state) {
   (void)state;
   brd_ir_plan_t *plan = (brd_ir_plan_t *)0x1;
   /* Sizes that do not match across a pair (whole-plan generation). */
@@ -693,6 +693,90 @@ static void test_bad_arguments(void **state) {
   assert_true(brd_algos_available(BRD_IR_COLL_BROADCAST, BRD_IR_ALGO_RING, 1));
 }
 
+/* The generator table: exactly one row per (collective, algorithm,
+ * determinism, zero-copy) that the runtime could ask for before the table
+ * existed, and none elsewhere. The reference is written out here: the
+ * pairs the generators were dispatched by (reductions have a rank-ordered
+ * variant only for one-shot and two-shot all-reduce and one-shot
+ * reduce-scatter and reduce; the rest do not reduce, so determinism does
+ * not matter to them), plus the three zero-copy plans, asked for without
+ * determinism. Each row's generator makes a plan of its own row. */
+static int table_expects(int coll, int algo, int det, int zc) {
+  if (zc)
+    return !det && ((coll == BRD_IR_COLL_ALLREDUCE && algo == BRD_IR_ALGO_TWOSHOT) ||
+                    (coll == BRD_IR_COLL_REDUCESCATTER && algo == BRD_IR_ALGO_ONESHOT) ||
+                    (coll == BRD_IR_COLL_ALLGATHER && algo == BRD_IR_ALGO_ONESHOT));
+  static const char *const want[BRD_IR_COLL_COUNT] = {
+      /* algorithms by letter: R ring, T tree, O one-shot, W two-shot;
+       * lower case: only without determinism */
+      [BRD_IR_COLL_ALLREDUCE] = "rtOW",
+      [BRD_IR_COLL_ALLGATHER] = "RO",
+      [BRD_IR_COLL_REDUCESCATTER] = "rO",
+      [BRD_IR_COLL_BROADCAST] = "RO",
+      [BRD_IR_COLL_REDUCE] = "rO",
+      [BRD_IR_COLL_ALLTOALL] = "O",
+      [BRD_IR_COLL_GATHER] = "O",
+      [BRD_IR_COLL_SCATTER] = "O",
+      [BRD_IR_COLL_SENDRECV] = "",
+  };
+  static const char letter[] = {[BRD_IR_ALGO_RING] = 'R', [BRD_IR_ALGO_TREE] = 'T',
+                                [BRD_IR_ALGO_ONESHOT] = 'O', [BRD_IR_ALGO_TWOSHOT] = 'W'};
+  if (coll < 0 || coll >= BRD_IR_COLL_COUNT || algo < BRD_IR_ALGO_RING ||
+      algo > BRD_IR_ALGO_TWOSHOT)
+    return 0;
+  for (const char *c = want[coll]; *c != '\0'; c++) {
+    if (*c == letter[algo]) return 1;
+    if (*c == letter[algo] + ('a' - 'A')) return !det;
+  }
+  return 0;
+}
+
+static void test_generator_table(void **state) {
+  (void)state;
+  int n = 0, covered = 0;
+  const brd_algos_gen_t *t = brd_algos_gens(&n);
+  for (int coll = 0; coll <= BRD_IR_COLL_COUNT; coll++)
+    for (int algo = 0; algo <= BRD_IR_ALGO_NVLS; algo++)
+      for (int det = 0; det < 2; det++)
+        for (int zc = 0; zc < 2; zc++) {
+          int rows = 0;
+          for (int i = 0; i < n; i++)
+            rows += t[i].coll == coll && t[i].algo == algo && t[i].deterministic == det &&
+                    t[i].zerocopy == zc;
+          int want = table_expects(coll, algo, det, zc);
+          if (rows != want)
+            print_error("coll %d algo %d det %d zero-copy %d: %d rows, want %d\n", coll,
+                        algo, det, zc, rows, want);
+          assert_int_equal(rows, want);
+          int code = algo | (zc ? BRD_ALGOS_ZEROCOPY : 0);
+          assert_int_equal(brd_algos_available(coll, code, det), want);
+          const brd_algos_gen_t *g = brd_algos_find(coll, code, det);
+          assert_true((g != NULL) == want);
+          covered += want;
+        }
+  assert_int_equal(covered, n);
+  /* Every row's generator makes a plan of that row, at 5 ranks. */
+  for (int i = 0; i < n; i++) {
+    brd_algos_args_t a = {5, NULL, 2, BRD_IR_PROTO_SIMPLE};
+    brd_ir_plan_t *p = NULL;
+    int code = t[i].algo | (t[i].zerocopy ? BRD_ALGOS_ZEROCOPY : 0);
+    assert_int_equal(brd_algos_generate(t[i].coll, code, &a, 3, t[i].deterministic, &p),
+                     ncclSuccess);
+    assert_int_equal(p->coll, t[i].coll);
+    assert_int_equal(p->algo, t[i].algo);
+    assert_int_equal((p->flags & BRD_IR_PLAN_F_PEER_INPUT) != 0, t[i].zerocopy);
+    assert_non_null(t[i].name);
+    brd_plan_destroy(p);
+  }
+  /* A zero-copy code the table lacks is refused, not served unflagged. */
+  brd_algos_args_t a = {4, NULL, 1, BRD_IR_PROTO_SIMPLE};
+  brd_ir_plan_t *p = (brd_ir_plan_t *)0x1;
+  assert_int_equal(brd_algos_generate(BRD_IR_COLL_ALLREDUCE,
+                                      BRD_IR_ALGO_RING | BRD_ALGOS_ZEROCOPY, &a, 0, 0, &p),
+                   ncclInvalidArgument);
+  assert_ptr_equal(p, (brd_ir_plan_t *)0x1);
+}
+
 static void test_alloc_failures(void **state) {
   (void)state;
   static const int order[13] = {12, 0, 11, 1, 10, 2, 9, 3, 8, 4, 7, 5, 6};
@@ -758,11 +842,12 @@ int main(void) {
       cmocka_unit_test(test_alltoall_blocks),
       cmocka_unit_test(test_sendrecv_random_groups_verify),
       cmocka_unit_test(test_sendrecv_all_pairs),
-      cmocka_unit_test(test_p2p_final_credit_needed),
-      cmocka_unit_test(test_p2p_bad_groups),
+      cmocka_unit_test(test_sendrecv_final_credit_needed),
+      cmocka_unit_test(test_sendrecv_bad_groups),
       cmocka_unit_test(test_scratch_sizes),
       cmocka_unit_test(test_fixed_layout),
       cmocka_unit_test(test_bad_arguments),
+      cmocka_unit_test(test_generator_table),
       cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
