@@ -84,11 +84,43 @@ ncclResult_t brd_algos_ordered_oneshot_allreduce(const brd_algos_args_t *args,
 ncclResult_t brd_algos_ordered_twoshot_allreduce(const brd_algos_args_t *args,
                                                  brd_ir_plan_t **plan_out);
 
-/* The generator of (coll, algo): BRD_IR_COLL_* (not SENDRECV) and
- * BRD_IR_ALGO_*. root is used by rooted collectives; deterministic picks
- * the rank-ordered variant of a reduction (brd_algos_available says which
- * pairs have one). ncclInvalidArgument with a WARN when the pair has no
- * generator; otherwise the generator's result. Any thread. */
+/* ---- the generator table (generate.c) ---------------------------------------
+ *
+ * Every generator above is one row {collective, algorithm, deterministic,
+ * zero-copy}; a generator serving several rows (a collective that does not
+ * reduce, whose plans are the same in deterministic mode) is listed once
+ * per row. The lookups below are the only way the runtime picks one. */
+
+/* Set in an algorithm code to ask for the zero-copy plan of that
+ * algorithm (above; it reads peers' registered inputs in place). Above
+ * every BRD_IR_ALGO_*. */
+#define BRD_ALGOS_ZEROCOPY 0x40
+
+/* One signature for every generator: root is read by rooted collectives
+ * only; deterministic (0 or 1) by the reductions with an ordered variant. */
+typedef ncclResult_t (*brd_algos_gen_fn)(const brd_algos_args_t *args, int root,
+                                         int deterministic, brd_ir_plan_t **plan_out);
+
+typedef struct brd_algos_gen {
+  uint8_t coll;          /* BRD_IR_COLL_* (never SENDRECV: brd_algos_sendrecv) */
+  uint8_t algo;          /* BRD_IR_ALGO_* */
+  uint8_t deterministic; /* 1: combines the ranks' data in rank order */
+  uint8_t zerocopy;      /* 1: reads peers' registered inputs in place */
+  const char *name;      /* "ring all-reduce", for messages and tools */
+  brd_algos_gen_fn fn;
+} brd_algos_gen_t;
+
+/* The whole table (static storage), its length in *count_out. */
+const brd_algos_gen_t *brd_algos_gens(int *count_out);
+
+/* The row of (coll, algo, deterministic), algo possibly carrying
+ * BRD_ALGOS_ZEROCOPY; NULL when there is none. Pure. */
+const brd_algos_gen_t *brd_algos_find(int coll, int algo, int deterministic);
+
+/* Runs the generator of (coll, algo, deterministic) (brd_algos_find's
+ * arguments). root is used by rooted collectives. ncclInvalidArgument
+ * with a WARN when the table has no such row; otherwise the generator's
+ * result. Any thread. */
 ncclResult_t brd_algos_generate(int coll, int algo, const brd_algos_args_t *args,
                                 int root, int deterministic,
                                 brd_ir_plan_t **plan_out);
@@ -110,9 +142,9 @@ int brd_algos_available(int coll, int algo, int deterministic);
  *     that each pair's traffic is independent; a block interleaves its
  *     pieces to and from the peer (send piece t, then receive piece t), so
  *     a pair exchanging in both directions cannot deadlock;
- *   - the receiver's scratch has P2P_DEPTH slots reserved for each sender
- *     (slot sender * P2P_DEPTH + t % P2P_DEPTH for piece t), so senders
- *     never share a slot;
+ *   - the receiver's scratch has SENDRECV_DEPTH slots reserved for each
+ *     sender (slot sender * SENDRECV_DEPTH + t % SENDRECV_DEPTH for piece
+ *     t), so senders never share a slot;
  *   - semaphore 0 of a channel carries data (k = piece + 1), semaphore 1
  *     credits (k = piece + 1); the sender waits for a credit before reusing
  *     a slot and, at the end, for the last credit, so it finishes only once
@@ -122,27 +154,28 @@ int brd_algos_available(int coll, int algo, int deterministic);
  *     only its two ranks advance, in the same order, and passes the epoch
  *     per channel (brd_exec_args_t.chan_epoch). No rank needs to know what
  *     other pairs do. */
-#define BRD_ALGOS_P2P_DEPTH 4
-#define BRD_ALGOS_P2P_SLOT_DIV 16 /* slots per NCCL_BUFFSIZE: a sender's
-                                   * P2P_DEPTH slots are a quarter of it */
+#define BRD_ALGOS_SENDRECV_DEPTH 4
+#define BRD_ALGOS_SENDRECV_SLOT_DIV 16 /* slots per NCCL_BUFFSIZE: a sender's
+                                        * SENDRECV_DEPTH slots are a quarter
+                                        * of it */
 
-typedef struct brd_algos_p2p_op {
+typedef struct brd_algos_sendrecv_op {
   int peer;          /* the other rank (may be this rank) */
   uint32_t nchunks;  /* chunks of data (0: nothing to move this time) */
-} brd_algos_p2p_op_t;
+} brd_algos_sendrecv_op_t;
 
-typedef struct brd_algos_p2p_rank {
+typedef struct brd_algos_sendrecv_rank {
   int nsend, nrecv;
-  const brd_algos_p2p_op_t *send; /* in call order: send i is input segment i */
-  const brd_algos_p2p_op_t *recv; /* in call order: receive j is output seg j */
-} brd_algos_p2p_rank_t;
+  const brd_algos_sendrecv_op_t *send; /* in call order: send i is input segment i */
+  const brd_algos_sendrecv_op_t *recv; /* in call order: receive j is output seg j */
+} brd_algos_sendrecv_rank_t;
 
-typedef struct brd_algos_p2p_args {
+typedef struct brd_algos_sendrecv_args {
   int nranks;
   int rank;                          /* only this rank's part; -1: every rank */
-  const brd_algos_p2p_rank_t *ranks; /* [nranks]; with rank >= 0 only
+  const brd_algos_sendrecv_rank_t *ranks; /* [nranks]; with rank >= 0 only
                                       * ranks[rank] is read. Borrowed. */
-} brd_algos_p2p_args_t;
+} brd_algos_sendrecv_args_t;
 
 /* Builds the plan. Other ranks' blocks are empty when args->rank >= 0; the
  * whole plan (rank -1) is what the verifier checks. ncclInvalidArgument
@@ -150,10 +183,19 @@ typedef struct brd_algos_p2p_args {
  * match its receives from itself (or, for rank -1, any pair that does not
  * match), or more segments x chunks than the IR's 16-bit indices hold;
  * ncclSystemError when out of memory. Any thread. */
-ncclResult_t brd_algos_p2p(const brd_algos_p2p_args_t *args,
-                           brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_sendrecv(const brd_algos_sendrecv_args_t *args,
+                                brd_ir_plan_t **plan_out);
 
-/* ---- shared by the generators (generate.c) ---------------------------------- */
+/* Former names ("p2p" now means GPU peer-to-peer only), for callers not
+ * yet renamed; remove once nothing uses them. */
+#define brd_algos_p2p brd_algos_sendrecv
+#define brd_algos_p2p_op_t brd_algos_sendrecv_op_t
+#define brd_algos_p2p_rank_t brd_algos_sendrecv_rank_t
+#define brd_algos_p2p_args_t brd_algos_sendrecv_args_t
+#define BRD_ALGOS_P2P_DEPTH BRD_ALGOS_SENDRECV_DEPTH
+#define BRD_ALGOS_P2P_SLOT_DIV BRD_ALGOS_SENDRECV_SLOT_DIV
+
+/* ---- shared by the generators (common.c) ------------------------------------ */
 
 /* Validates args (and root, for rooted collectives; -1 otherwise) for the
  * generator named `what` ("ring all-gather"); codes as above. */
@@ -200,17 +242,6 @@ static inline int32_t brd_algos_ring_credit_k(int depth, int steps, int t) {
  * 0; tree 1 mirrors it (n even) or shifts it by one (n odd). */
 void brd_algos_tree_links(int n, int tree, int pos, int *parent_out,
                           int children_out[2]);
-
-/* Shared by the generators (allreduce_ring.c). */
-
-/* Validates args for the generator named `who`; see above for the codes. */
-ncclResult_t brd_algos_args_check(const brd_algos_args_t *args,
-                                  const char *who);
-
-/* The one-rank plan: each block copies its chunk from input to output,
- * applying the post-op. */
-ncclResult_t brd_algos_single_allreduce(const brd_algos_args_t *args,
-                                        uint8_t algo, brd_ir_plan_t **plan_out);
 
 /* Rank at position pos (mod nranks). */
 static inline int brd_algos_rank_at(const brd_algos_args_t *args, int pos) {

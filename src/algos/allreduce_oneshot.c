@@ -71,9 +71,9 @@ static ncclResult_t oneshot_block(brd_plan_builder_t *b,
 /* See algos.h. */
 ncclResult_t brd_algos_oneshot_allreduce(const brd_algos_args_t *args,
                                          brd_ir_plan_t **plan_out) {
-  CHECK(brd_algos_args_check(args, "one-shot"));
+  CHECK(brd_algos_check(args, -1, "one-shot all-reduce"));
   if (args->nranks == 1)
-    return brd_algos_single_allreduce(args, BRD_IR_ALGO_ONESHOT, plan_out);
+    return brd_algos_single(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_ONESHOT, 0, plan_out);
   int n = args->nranks, ll = args->proto == BRD_IR_PROTO_LL;
   if ((size_t)args->nblocks * (n - 1) > 65535) {
     WARN("one-shot all-reduce: %d blocks x %d peers exceed 65535 slots",

@@ -1,6 +1,5 @@
 /*
- * Ring all-reduce, Simple and LL, plus the helpers every all-reduce
- * generator shares (argument checks, the one-rank plan).
+ * Ring all-reduce, Simple and LL.
  *
  * Algorithm: each block owns nranks chunks of every window. Around the ring
  * (order[0] -> order[1] -> ...), nranks-1 steps reduce-scatter (receive a
@@ -29,67 +28,6 @@
 #include "algos/algos.h"
 
 #define RING_DEPTH 4
-
-/* See algos.h. */
-ncclResult_t brd_algos_args_check(const brd_algos_args_t *args,
-                                  const char *who) {
-  ncclResult_t res = ncclSuccess;
-  if (args->nranks < 1 || args->nranks > 65535 || args->nblocks < 1 ||
-      args->nblocks > 65535) {
-    WARN("%s all-reduce: %d ranks and %d blocks per rank are out of range "
-         "(1 to 65535 each)", who, args->nranks, args->nblocks);
-    return ncclInvalidArgument;
-  }
-  if (args->proto != BRD_IR_PROTO_SIMPLE && args->proto != BRD_IR_PROTO_LL) {
-    WARN("%s all-reduce: protocol %d is not generated (Simple or LL)", who,
-         args->proto);
-    return ncclInvalidArgument;
-  }
-  if (args->order == NULL) return ncclSuccess;
-  char *seen = calloc((size_t)args->nranks, 1);
-  if (seen == NULL) {
-    WARN("out of host memory checking a rank order of %d", args->nranks);
-    return ncclSystemError;
-  }
-  for (int p = 0; p < args->nranks; p++) {
-    int r = args->order[p];
-    if (r < 0 || r >= args->nranks || seen[r]) {
-      WARN("%s all-reduce: rank order is not a permutation of 0..%d "
-           "(position %d holds %d)", who, args->nranks - 1, p, r);
-      res = ncclInvalidArgument;
-      goto free_seen;
-    }
-    seen[r] = 1;
-  }
-free_seen:
-  free(seen);
-  return res;
-}
-
-/* See algos.h. */
-ncclResult_t brd_algos_single_allreduce(const brd_algos_args_t *args,
-                                        uint8_t algo,
-                                        brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
-  brd_plan_shape_t shape = {
-      .nranks = 1, .nblocks = args->nblocks, .nchunks = (uint32_t)args->nblocks,
-      .nslots = 0, .slot_div = 1, .nsems = 0, .seq_per_iter = 1,
-      .proto = (uint8_t)args->proto, .algo = algo,
-      .coll = BRD_IR_COLL_ALLREDUCE};
-  CHECK(brd_plan_builder_create(&shape, &b));
-  for (int blk = 0; blk < args->nblocks; blk++) {
-    brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_INPUT, -1, (uint32_t)blk);
-    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, (uint32_t)blk);
-    CHECK_GOTO(brd_algos_move(b, 0, blk, BRD_IR_OP_COPY, BRD_IR_F_POSTOP,
-                              (uint32_t)blk, 0, 0, 1, &src, 1, &dst),
-               res, fail_destroy_builder);
-  }
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-  return res;
-}
 
 typedef struct ring_ctx {
   brd_plan_builder_t *b;
@@ -160,9 +98,9 @@ static ncclResult_t ring_block(const ring_ctx_t *c, const brd_algos_args_t *a,
 ncclResult_t brd_algos_ring_allreduce(const brd_algos_args_t *args,
                                       brd_ir_plan_t **plan_out) {
   ncclResult_t res = ncclSuccess;
-  CHECK(brd_algos_args_check(args, "ring"));
+  CHECK(brd_algos_check(args, -1, "ring all-reduce"));
   if (args->nranks == 1)
-    return brd_algos_single_allreduce(args, BRD_IR_ALGO_RING, plan_out);
+    return brd_algos_single(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_RING, 0, plan_out);
 
   ring_ctx_t c;
   c.n = args->nranks;

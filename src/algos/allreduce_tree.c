@@ -207,9 +207,9 @@ static ncclResult_t tree_down(const tree_ctx_t *c, int pos, int blk, int j) {
 ncclResult_t brd_algos_tree_allreduce(const brd_algos_args_t *args,
                                       brd_ir_plan_t **plan_out) {
   ncclResult_t res = ncclSuccess;
-  CHECK(brd_algos_args_check(args, "tree"));
+  CHECK(brd_algos_check(args, -1, "tree all-reduce"));
   if (args->nranks == 1)
-    return brd_algos_single_allreduce(args, BRD_IR_ALGO_TREE, plan_out);
+    return brd_algos_single(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_TREE, 0, plan_out);
 
   tree_ctx_t c;
   c.a = args;

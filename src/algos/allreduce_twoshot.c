@@ -103,9 +103,9 @@ static ncclResult_t twoshot_block(brd_plan_builder_t *b,
 /* See algos.h. */
 ncclResult_t brd_algos_twoshot_allreduce(const brd_algos_args_t *args,
                                          brd_ir_plan_t **plan_out) {
-  CHECK(brd_algos_args_check(args, "two-shot"));
+  CHECK(brd_algos_check(args, -1, "two-shot all-reduce"));
   if (args->nranks == 1)
-    return brd_algos_single_allreduce(args, BRD_IR_ALGO_TWOSHOT, plan_out);
+    return brd_algos_single(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_TWOSHOT, 0, plan_out);
   int n = args->nranks, ll = args->proto == BRD_IR_PROTO_LL;
   size_t nslots = (size_t)args->nblocks * (n - 1) * (ll ? 2 : 1);
   if ((size_t)args->nblocks * n > 65535 || nslots > 65535) {

@@ -1,180 +1,148 @@
 /*
- * Plan generation by (collective, algorithm): the table of generators the
- * runtime and the tests draw from, and the helpers the generators of the
- * collectives other than all-reduce share (argument checks, rank
- * positions, the one-rank plan).
+ * Plan generation by (collective, algorithm, determinism, zero-copy): one
+ * table of every generator, and the two lookups the runtime, the tools
+ * and the tests use (brd_algos_available, brd_algos_generate). Adding a
+ * generator is adding its row here; nothing else picks one.
  */
-#include <stdlib.h>
+#include <stddef.h>
 
 #include "base/check.h"
 #include "algos/algos.h"
 
-/* See algos.h. */
-/* See algos.h. */
-ncclResult_t brd_algos_build(const brd_plan_shape_t *shape, const brd_algos_args_t *args,
-                             brd_algos_block_fn body, const void *ctx, const char *what,
-                             brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
-  int n = args->nranks;
-  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
-  if (refs == NULL) {
-    WARN("out of host memory generating %s for %d ranks", what, n);
-    return ncclSystemError;
+/* The table's one signature over the generators' own: a generator takes
+ * what its collective needs (the root of a rooted one, determinism where
+ * it has an ordered variant) and ignores the rest. */
+#define GEN_PLAIN(name)                                                              \
+  static ncclResult_t gen_##name(const brd_algos_args_t *a, int root, int det,       \
+                                 brd_ir_plan_t **plan_out) {                         \
+    (void)root;                                                                      \
+    (void)det;                                                                       \
+    return brd_algos_##name(a, plan_out);                                            \
   }
-  CHECK_GOTO(brd_plan_builder_create(shape, &b), res, fail_free_refs);
-  for (int p = 0; p < n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(body(b, args, p, blk, refs, ctx), res, fail_destroy_builder);
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-fail_free_refs:
-  free(refs);
-  return res;
+#define GEN_ROOTED(name)                                                             \
+  static ncclResult_t gen_##name(const brd_algos_args_t *a, int root, int det,       \
+                                 brd_ir_plan_t **plan_out) {                         \
+    (void)det;                                                                       \
+    return brd_algos_##name(a, root, plan_out);                                      \
+  }
+#define GEN_ORDERED(name)                                                            \
+  static ncclResult_t gen_##name(const brd_algos_args_t *a, int root, int det,       \
+                                 brd_ir_plan_t **plan_out) {                         \
+    (void)root;                                                                      \
+    return brd_algos_##name(a, det, plan_out);                                       \
+  }
+
+GEN_PLAIN(ring_allreduce)
+GEN_PLAIN(tree_allreduce)
+GEN_PLAIN(oneshot_allreduce)
+GEN_PLAIN(twoshot_allreduce)
+GEN_PLAIN(ordered_oneshot_allreduce)
+GEN_PLAIN(ordered_twoshot_allreduce)
+GEN_PLAIN(ring_allgather)
+GEN_PLAIN(direct_allgather)
+GEN_PLAIN(ring_reducescatter)
+GEN_ORDERED(direct_reducescatter)
+GEN_ROOTED(chain_broadcast)
+GEN_ROOTED(direct_broadcast)
+GEN_ROOTED(chain_reduce)
+GEN_PLAIN(pairwise_alltoall)
+GEN_ROOTED(direct_gather)
+GEN_ROOTED(direct_scatter)
+GEN_PLAIN(zerocopy_allreduce)
+GEN_PLAIN(zerocopy_reducescatter)
+GEN_PLAIN(zerocopy_allgather)
+
+/* brd_algos_direct_reduce already has the table's signature. */
+#define gen_direct_reduce brd_algos_direct_reduce
+
+#define AR BRD_IR_COLL_ALLREDUCE
+#define AG BRD_IR_COLL_ALLGATHER
+#define RS BRD_IR_COLL_REDUCESCATTER
+#define BC BRD_IR_COLL_BROADCAST
+#define RE BRD_IR_COLL_REDUCE
+#define A2A BRD_IR_COLL_ALLTOALL
+#define GA BRD_IR_COLL_GATHER
+#define SC BRD_IR_COLL_SCATTER
+#define RING BRD_IR_ALGO_RING
+#define TREE BRD_IR_ALGO_TREE
+#define ONE BRD_IR_ALGO_ONESHOT
+#define TWO BRD_IR_ALGO_TWOSHOT
+
+/* Reductions have a row per determinism only where a rank-ordered variant
+ * exists (the unordered ring and tree have none); the other collectives
+ * move data without combining it, so one generator serves both. The
+ * zero-copy plans are asked for without determinism (the runtime does not
+ * use them for reductions in deterministic mode; all-gather's plan is the
+ * same either way). */
+static const brd_algos_gen_t gens[] = {
+    /* coll, algo, deterministic, zero-copy, name, generator */
+    {AR, RING, 0, 0, "ring all-reduce", gen_ring_allreduce},
+    {AR, TREE, 0, 0, "tree all-reduce", gen_tree_allreduce},
+    {AR, ONE, 0, 0, "one-shot all-reduce", gen_oneshot_allreduce},
+    {AR, ONE, 1, 0, "ordered one-shot all-reduce", gen_ordered_oneshot_allreduce},
+    {AR, TWO, 0, 0, "two-shot all-reduce", gen_twoshot_allreduce},
+    {AR, TWO, 1, 0, "ordered two-shot all-reduce", gen_ordered_twoshot_allreduce},
+    {AR, TWO, 0, 1, "zero-copy two-shot all-reduce", gen_zerocopy_allreduce},
+    {RS, RING, 0, 0, "ring reduce-scatter", gen_ring_reducescatter},
+    {RS, ONE, 0, 0, "direct reduce-scatter", gen_direct_reducescatter},
+    {RS, ONE, 1, 0, "ordered reduce-scatter", gen_direct_reducescatter},
+    {RS, ONE, 0, 1, "zero-copy reduce-scatter", gen_zerocopy_reducescatter},
+    {RE, RING, 0, 0, "chain reduce", gen_chain_reduce},
+    {RE, ONE, 0, 0, "direct reduce", gen_direct_reduce},
+    {RE, ONE, 1, 0, "ordered reduce", gen_direct_reduce},
+    {AG, RING, 0, 0, "ring all-gather", gen_ring_allgather},
+    {AG, RING, 1, 0, "ring all-gather", gen_ring_allgather},
+    {AG, ONE, 0, 0, "direct all-gather", gen_direct_allgather},
+    {AG, ONE, 1, 0, "direct all-gather", gen_direct_allgather},
+    {AG, ONE, 0, 1, "zero-copy all-gather", gen_zerocopy_allgather},
+    {BC, RING, 0, 0, "chain broadcast", gen_chain_broadcast},
+    {BC, RING, 1, 0, "chain broadcast", gen_chain_broadcast},
+    {BC, ONE, 0, 0, "direct broadcast", gen_direct_broadcast},
+    {BC, ONE, 1, 0, "direct broadcast", gen_direct_broadcast},
+    {A2A, ONE, 0, 0, "pairwise all-to-all", gen_pairwise_alltoall},
+    {A2A, ONE, 1, 0, "pairwise all-to-all", gen_pairwise_alltoall},
+    {GA, ONE, 0, 0, "direct gather", gen_direct_gather},
+    {GA, ONE, 1, 0, "direct gather", gen_direct_gather},
+    {SC, ONE, 0, 0, "direct scatter", gen_direct_scatter},
+    {SC, ONE, 1, 0, "direct scatter", gen_direct_scatter},
+};
+
+/* See algos.h. */
+const brd_algos_gen_t *brd_algos_gens(int *count_out) {
+  *count_out = (int)(sizeof(gens) / sizeof(gens[0]));
+  return gens;
 }
 
-int brd_algos_pos_of(const brd_algos_args_t *args, int rank) {
-  if (args->order == NULL) return rank;
-  for (int p = 0; p < args->nranks; p++)
-    if (args->order[p] == rank) return p;
-  return -1;
-}
-
 /* See algos.h. */
-ncclResult_t brd_algos_check(const brd_algos_args_t *args, int root,
-                             const char *what) {
-  ncclResult_t res = ncclSuccess;
-  if (args->nranks < 1 || args->nranks > 65535 || args->nblocks < 1 ||
-      args->nblocks > 65535) {
-    WARN("%s: %d ranks and %d blocks per rank are out of range (1 to 65535 "
-         "each)", what, args->nranks, args->nblocks);
-    return ncclInvalidArgument;
+const brd_algos_gen_t *brd_algos_find(int coll, int algo, int deterministic) {
+  int zerocopy = (algo & BRD_ALGOS_ZEROCOPY) != 0;
+  algo &= ~BRD_ALGOS_ZEROCOPY;
+  deterministic = deterministic != 0;
+  for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]); i++) {
+    const brd_algos_gen_t *g = &gens[i];
+    if (g->coll == coll && g->algo == algo && g->deterministic == deterministic &&
+        g->zerocopy == zerocopy)
+      return g;
   }
-  if (args->proto != BRD_IR_PROTO_SIMPLE && args->proto != BRD_IR_PROTO_LL) {
-    WARN("%s: protocol %d is not generated (Simple or LL)", what, args->proto);
-    return ncclInvalidArgument;
-  }
-  if (root != -1 && (root < 0 || root >= args->nranks)) {
-    WARN("%s: root %d is not a rank of %d", what, root, args->nranks);
-    return ncclInvalidArgument;
-  }
-  if (args->order == NULL) return ncclSuccess;
-  char *seen = calloc((size_t)args->nranks, 1);
-  if (seen == NULL) {
-    WARN("out of host memory checking a rank order of %d", args->nranks);
-    return ncclSystemError;
-  }
-  for (int p = 0; p < args->nranks; p++) {
-    int r = args->order[p];
-    if (r < 0 || r >= args->nranks || seen[r]) {
-      WARN("%s: rank order is not a permutation of 0..%d (position %d holds "
-           "%d)", what, args->nranks - 1, p, r);
-      res = ncclInvalidArgument;
-      goto free_seen;
-    }
-    seen[r] = 1;
-  }
-free_seen:
-  free(seen);
-  return res;
-}
-
-/* See algos.h. */
-ncclResult_t brd_algos_check_direct(int nranks, const char *what) {
-  if (nranks - 1 <= (int)BRD_IR_CHAN_LOCAL - 1) return ncclSuccess;
-  WARN("%s: %d ranks need %d channels per rank; a plan holds at most %d",
-       what, nranks, nranks - 1, (int)BRD_IR_CHAN_LOCAL - 1);
-  return ncclInvalidArgument;
-}
-
-/* See algos.h. */
-ncclResult_t brd_algos_single(const brd_algos_args_t *args, uint8_t coll,
-                              uint8_t algo, int root, brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
-  int reduction = coll == BRD_IR_COLL_ALLREDUCE ||
-                  coll == BRD_IR_COLL_REDUCESCATTER || coll == BRD_IR_COLL_REDUCE;
-  brd_plan_shape_t shape = {
-      .nranks = 1, .nblocks = args->nblocks, .nchunks = (uint32_t)args->nblocks,
-      .nslots = 0, .slot_div = 1, .nsems = 0, .seq_per_iter = 1,
-      .proto = (uint8_t)args->proto, .algo = algo, .coll = coll,
-      .root = (uint16_t)(root > 0 ? root : 0)};
-  CHECK(brd_plan_builder_create(&shape, &b));
-  for (int blk = 0; blk < args->nblocks; blk++) {
-    brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_INPUT, -1, (uint32_t)blk);
-    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, (uint32_t)blk);
-    CHECK_GOTO(brd_algos_move(b, 0, blk, BRD_IR_OP_COPY,
-                              reduction ? BRD_IR_F_POSTOP : 0, (uint32_t)blk, 0,
-                              0, 1, &src, 1, &dst),
-               res, fail_destroy_builder);
-  }
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-  return res;
+  return NULL;
 }
 
 /* See algos.h. */
 int brd_algos_available(int coll, int algo, int deterministic) {
-  switch (coll) {
-  case BRD_IR_COLL_ALLREDUCE:
-    if (algo == BRD_IR_ALGO_ONESHOT || algo == BRD_IR_ALGO_TWOSHOT) return 1;
-    return !deterministic && (algo == BRD_IR_ALGO_RING || algo == BRD_IR_ALGO_TREE);
-  case BRD_IR_COLL_REDUCESCATTER:
-  case BRD_IR_COLL_REDUCE:
-    if (algo == BRD_IR_ALGO_ONESHOT) return 1;
-    return !deterministic && algo == BRD_IR_ALGO_RING;
-  case BRD_IR_COLL_ALLGATHER:
-  case BRD_IR_COLL_BROADCAST:
-    return algo == BRD_IR_ALGO_RING || algo == BRD_IR_ALGO_ONESHOT;
-  case BRD_IR_COLL_ALLTOALL:
-  case BRD_IR_COLL_GATHER:
-  case BRD_IR_COLL_SCATTER:
-    return algo == BRD_IR_ALGO_ONESHOT;
-  default:
-    return 0;
-  }
+  return brd_algos_find(coll, algo, deterministic) != NULL;
 }
 
 /* See algos.h. */
 ncclResult_t brd_algos_generate(int coll, int algo, const brd_algos_args_t *args,
                                 int root, int deterministic,
                                 brd_ir_plan_t **plan_out) {
-  int ring = algo == BRD_IR_ALGO_RING, direct = algo == BRD_IR_ALGO_ONESHOT;
-  if (!brd_algos_available(coll, algo, deterministic)) {
-    WARN("no %splan generator for collective %d with algorithm %d",
-         deterministic ? "rank-ordered " : "", coll, algo);
+  const brd_algos_gen_t *g = brd_algos_find(coll, algo, deterministic);
+  if (g == NULL) {
+    WARN("no %s%splan generator for collective %d with algorithm %d",
+         deterministic ? "rank-ordered " : "",
+         (algo & BRD_ALGOS_ZEROCOPY) ? "zero-copy " : "", coll,
+         algo & ~BRD_ALGOS_ZEROCOPY);
     return ncclInvalidArgument;
   }
-  switch (coll) {
-  case BRD_IR_COLL_ALLREDUCE:
-    if (deterministic)
-      return direct ? brd_algos_ordered_oneshot_allreduce(args, plan_out)
-                    : brd_algos_ordered_twoshot_allreduce(args, plan_out);
-    switch (algo) {
-    case BRD_IR_ALGO_RING: return brd_algos_ring_allreduce(args, plan_out);
-    case BRD_IR_ALGO_TREE: return brd_algos_tree_allreduce(args, plan_out);
-    case BRD_IR_ALGO_ONESHOT: return brd_algos_oneshot_allreduce(args, plan_out);
-    default: return brd_algos_twoshot_allreduce(args, plan_out);
-    }
-  case BRD_IR_COLL_ALLGATHER:
-    return ring ? brd_algos_ring_allgather(args, plan_out)
-                : brd_algos_direct_allgather(args, plan_out);
-  case BRD_IR_COLL_REDUCESCATTER:
-    return ring ? brd_algos_ring_reducescatter(args, plan_out)
-                : brd_algos_direct_reducescatter(args, deterministic, plan_out);
-  case BRD_IR_COLL_BROADCAST:
-    return ring ? brd_algos_chain_broadcast(args, root, plan_out)
-                : brd_algos_direct_broadcast(args, root, plan_out);
-  case BRD_IR_COLL_REDUCE:
-    return ring ? brd_algos_chain_reduce(args, root, plan_out)
-                : brd_algos_direct_reduce(args, root, deterministic, plan_out);
-  case BRD_IR_COLL_ALLTOALL:
-    return brd_algos_pairwise_alltoall(args, plan_out);
-  case BRD_IR_COLL_GATHER:
-    return brd_algos_direct_gather(args, root, plan_out);
-  default:
-    return brd_algos_direct_scatter(args, root, plan_out);
-  }
+  return g->fn(args, root, deterministic != 0, plan_out);
 }

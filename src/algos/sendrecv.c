@@ -5,7 +5,7 @@
  *
  * Algorithm: one block per peer; piece t of the stream to a peer (the
  * chunks of the sends to it, in call order) goes into the sender's slot
- * t % P2P_DEPTH of the peer's scratch, and piece t of the stream from the
+ * t % SENDRECV_DEPTH of the peer's scratch, and piece t of the stream from the
  * peer is copied out of the peer's slot into the receive buffer it
  * belongs to. Sends to this rank are paired with receives from it and
  * copied directly.
@@ -13,7 +13,7 @@
  * Memory ordering: Simple only. The sender signals the receiver's data
  * semaphore after each put (release) and the receiver waits (acquire);
  * the receiver signals a credit after each copy, and the sender waits for
- * the credit of piece t - P2P_DEPTH before reusing its slot and for the
+ * the credit of piece t - SENDRECV_DEPTH before reusing its slot and for the
  * last credit before finishing. Scratch is one area (no phases): the last
  * credit proves the peer read everything, so the next launch may write the
  * same slots.
@@ -43,7 +43,7 @@ static void stream_free(stream_t *s) {
 }
 
 /* The transfers of `ops` with `peer`, in call order. */
-static ncclResult_t stream_make(const brd_algos_p2p_op_t *ops, int nops, int peer,
+static ncclResult_t stream_make(const brd_algos_sendrecv_op_t *ops, int nops, int peer,
                                 stream_t *s) {
   memset(s, 0, sizeof(*s));
   s->seg = calloc((size_t)nops + 1, sizeof(*s->seg));
@@ -75,12 +75,12 @@ static void stream_piece(const stream_t *s, uint32_t t, int *seg_out,
 
 typedef struct gen {
   brd_plan_builder_t *b;
-  const brd_algos_p2p_args_t *a;
+  const brd_algos_sendrecv_args_t *a;
   uint32_t nchunks; /* of the plan: the longest transfer */
 } gen_t;
 
 static ncclResult_t self_block(const gen_t *g, int r, int blk) {
-  const brd_algos_p2p_rank_t *me = &g->a->ranks[r];
+  const brd_algos_sendrecv_rank_t *me = &g->a->ranks[r];
   stream_t out, in;
   ncclResult_t res = ncclSuccess;
   CHECK(stream_make(me->send, me->nsend, r, &out));
@@ -118,8 +118,8 @@ fail_free_out:
 }
 
 static ncclResult_t peer_block(const gen_t *g, int r, int peer, int blk) {
-  const brd_algos_p2p_rank_t *me = &g->a->ranks[r];
-  const uint32_t D = BRD_ALGOS_P2P_DEPTH, data_sem = 0, credit_sem = 1;
+  const brd_algos_sendrecv_rank_t *me = &g->a->ranks[r];
+  const uint32_t D = BRD_ALGOS_SENDRECV_DEPTH, data_sem = 0, credit_sem = 1;
   stream_t out, in;
   ncclResult_t res = ncclSuccess;
   CHECK(stream_make(me->send, me->nsend, peer, &out));
@@ -174,7 +174,7 @@ fail_free_out:
 }
 
 /* Pieces between r and p, each way, from r's lists. */
-static void pair_pieces(const brd_algos_p2p_rank_t *me, int p, uint32_t *to_out,
+static void pair_pieces(const brd_algos_sendrecv_rank_t *me, int p, uint32_t *to_out,
                         uint32_t *from_out) {
   uint32_t to = 0, from = 0;
   for (int i = 0; i < me->nsend; i++)
@@ -186,7 +186,7 @@ static void pair_pieces(const brd_algos_p2p_rank_t *me, int p, uint32_t *to_out,
 }
 
 /* Marks in `peers` (nranks entries) the ranks r exchanges with. */
-static int rank_peers(const brd_algos_p2p_rank_t *me, char *peers, int nranks) {
+static int rank_peers(const brd_algos_sendrecv_rank_t *me, char *peers, int nranks) {
   int n = 0;
   memset(peers, 0, (size_t)nranks);
   for (int i = 0; i < me->nsend; i++) peers[me->send[i].peer] = 1;
@@ -196,15 +196,15 @@ static int rank_peers(const brd_algos_p2p_rank_t *me, char *peers, int nranks) {
 }
 
 /* Checks the lists of the ranks generated and sizes the plan. */
-static ncclResult_t p2p_shape(const brd_algos_p2p_args_t *a, char *peers,
+static ncclResult_t sendrecv_shape(const brd_algos_sendrecv_args_t *a, char *peers,
                               brd_plan_shape_t *shape) {
   int lo = a->rank < 0 ? 0 : a->rank, hi = a->rank < 0 ? a->nranks : a->rank + 1;
   uint32_t nchunks = 1, seq = 1;
   int nblocks = 1;
   for (int r = lo; r < hi; r++) {
-    const brd_algos_p2p_rank_t *me = &a->ranks[r];
+    const brd_algos_sendrecv_rank_t *me = &a->ranks[r];
     for (int k = 0; k < me->nsend + me->nrecv; k++) {
-      const brd_algos_p2p_op_t *op = k < me->nsend ? &me->send[k] : &me->recv[k - me->nsend];
+      const brd_algos_sendrecv_op_t *op = k < me->nsend ? &me->send[k] : &me->recv[k - me->nsend];
       if (op->peer < 0 || op->peer >= a->nranks) {
         WARN("point-to-point plan: rank %d names peer %d of %d ranks", r,
              op->peer, a->nranks);
@@ -232,7 +232,7 @@ static ncclResult_t p2p_shape(const brd_algos_p2p_args_t *a, char *peers,
     }
   }
   for (int r = lo; r < hi; r++) {
-    const brd_algos_p2p_rank_t *me = &a->ranks[r];
+    const brd_algos_sendrecv_rank_t *me = &a->ranks[r];
     int nseg = me->nsend > me->nrecv ? me->nsend : me->nrecv;
     if ((uint64_t)nseg * nchunks > 65536 || seq > INT32_MAX) {
       WARN("point-to-point plan: rank %d has %d transfers of up to %u chunks, "
@@ -240,7 +240,7 @@ static ncclResult_t p2p_shape(const brd_algos_p2p_args_t *a, char *peers,
       return ncclInvalidArgument;
     }
   }
-  if ((uint64_t)a->nranks * BRD_ALGOS_P2P_DEPTH > 65535) {
+  if ((uint64_t)a->nranks * BRD_ALGOS_SENDRECV_DEPTH > 65535) {
     WARN("point-to-point plan: %d ranks need more than 65535 scratch slots",
          a->nranks);
     return ncclInvalidArgument;
@@ -249,8 +249,8 @@ static ncclResult_t p2p_shape(const brd_algos_p2p_args_t *a, char *peers,
   shape->nranks = a->nranks;
   shape->nblocks = nblocks;
   shape->nchunks = nchunks;
-  shape->nslots = (uint32_t)a->nranks * BRD_ALGOS_P2P_DEPTH;
-  shape->slot_div = BRD_ALGOS_P2P_SLOT_DIV;
+  shape->nslots = (uint32_t)a->nranks * BRD_ALGOS_SENDRECV_DEPTH;
+  shape->slot_div = BRD_ALGOS_SENDRECV_SLOT_DIV;
   shape->nsems = 2;
   shape->seq_per_iter = seq;
   shape->proto = BRD_IR_PROTO_SIMPLE;
@@ -261,8 +261,8 @@ static ncclResult_t p2p_shape(const brd_algos_p2p_args_t *a, char *peers,
 }
 
 /* See algos.h. */
-ncclResult_t brd_algos_p2p(const brd_algos_p2p_args_t *args,
-                           brd_ir_plan_t **plan_out) {
+ncclResult_t brd_algos_sendrecv(const brd_algos_sendrecv_args_t *args,
+                                brd_ir_plan_t **plan_out) {
   ncclResult_t res = ncclSuccess;
   brd_plan_shape_t shape;
   gen_t g = {NULL, args, 0};
@@ -278,7 +278,7 @@ ncclResult_t brd_algos_p2p(const brd_algos_p2p_args_t *args,
          args->nranks);
     return ncclSystemError;
   }
-  CHECK_GOTO(p2p_shape(args, peers, &shape), res, fail_free_peers);
+  CHECK_GOTO(sendrecv_shape(args, peers, &shape), res, fail_free_peers);
   g.nchunks = shape.nchunks;
   CHECK_GOTO(brd_plan_builder_create(&shape, &g.b), res, fail_free_peers);
   int lo = args->rank < 0 ? 0 : args->rank;

@@ -87,9 +87,9 @@ static ncclResult_t peer_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
 /* See algos.h. */
 ncclResult_t brd_algos_zerocopy_allreduce(const brd_algos_args_t *args,
                                           brd_ir_plan_t **plan_out) {
-  CHECK(brd_algos_args_check(args, "zero-copy two-shot"));
+  CHECK(brd_algos_check(args, -1, "zero-copy two-shot all-reduce"));
   if (args->nranks == 1)
-    return brd_algos_single_allreduce(args, BRD_IR_ALGO_TWOSHOT, plan_out);
+    return brd_algos_single(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_TWOSHOT, 0, plan_out);
   return zc_build(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_TWOSHOT,
                   (size_t)args->nblocks * (size_t)args->nranks,
                   "zero-copy two-shot all-reduce", peer_block, plan_out);
@@ -119,7 +119,7 @@ static ncclResult_t rs_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
 /* See algos.h. */
 ncclResult_t brd_algos_zerocopy_reducescatter(const brd_algos_args_t *args,
                                               brd_ir_plan_t **plan_out) {
-  CHECK(brd_algos_args_check(args, "zero-copy reduce-scatter"));
+  CHECK(brd_algos_check(args, -1, "zero-copy reduce-scatter"));
   CHECK(brd_algos_check_direct(args->nranks, "zero-copy reduce-scatter"));
   return zc_build(args, BRD_IR_COLL_REDUCESCATTER, BRD_IR_ALGO_ONESHOT,
                   (size_t)args->nblocks, "zero-copy reduce-scatter", rs_block, plan_out);
@@ -152,7 +152,7 @@ static ncclResult_t ag_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
 /* See algos.h. */
 ncclResult_t brd_algos_zerocopy_allgather(const brd_algos_args_t *args,
                                           brd_ir_plan_t **plan_out) {
-  CHECK(brd_algos_args_check(args, "zero-copy all-gather"));
+  CHECK(brd_algos_check(args, -1, "zero-copy all-gather"));
   CHECK(brd_algos_check_direct(args->nranks, "zero-copy all-gather"));
   return zc_build(args, BRD_IR_COLL_ALLGATHER, BRD_IR_ALGO_ONESHOT,
                   (size_t)args->nblocks, "zero-copy all-gather", ag_block, plan_out);

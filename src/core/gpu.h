@@ -1,8 +1,8 @@
 /*
  * Braid: the GPU and the mode of a communicator. Which executor it uses
  * (BRAID_DEVICE=auto|cuda|host), the CUDA runtime calls init needs (only
- * here, and only in BRAID_CUDA=1 builds), and the per-rank identity every
- * rank publishes at init (brd_peer_info_t).
+ * here, and only in BRAID_CUDA=1 builds), and how a rank fills the identity
+ * every rank publishes at init (brd_peer_info_t, transport/transport.h).
  */
 #ifndef BRD_CORE_GPU_H
 #define BRD_CORE_GPU_H
@@ -11,25 +11,9 @@
 
 #include "nccl.h"
 
-typedef enum {
-  BRD_DEVICE_HOST = 0,       /* host executor: CPU threads over host memory */
-  BRD_DEVICE_CUDA = 1,       /* CUDA executor */
-} brd_device_backend_t;
-
-/* One rank's identity, exchanged by allgather at init. Plain data, the
- * same layout on every rank (all run the same build). */
-typedef struct brd_peer_info {
-  uint64_t host_hash;        /* hostname + boot id, or BRAID_HOSTID/NCCL_HOSTID */
-  uint64_t pid_hash;         /* pid + pid namespace: equal means same process */
-  int64_t bus_id;            /* PCI bus id as a number (NCCL's form); -1 in host mode */
-  int32_t pid;
-  int32_t dev;               /* CUDA device, or the virtual device in host mode */
-  int32_t cuda_cc;           /* 10*major + minor; 0 in host mode */
-  int32_t p2p;               /* 1: may use peer-to-peer channels */
-  int32_t backend;           /* brd_device_backend_t */
-  int32_t version;           /* NCCL_VERSION_CODE of the library */
-  char bus_id_str[16];       /* "0000:3b:00.0", or "host" */
-} brd_peer_info_t;
+/* brd_device_backend_t and brd_peer_info_t, the per-rank identity, live in
+ * the transport layer: transports decide from it which peers they reach. */
+#include "transport/transport.h"
 
 /* Resolves BRAID_DEVICE (a parameter: read once per process):
  * host -> host; cuda -> CUDA when a device is visible; auto -> CUDA when a

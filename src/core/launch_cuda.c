@@ -319,14 +319,8 @@ static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_ou
       return brd_api_not_implemented("collectives across hosts in CUDA mode (no "
                                      "network transport yet)");
   }
-  for (int r = 0; r < comm->nranks && caps.p2p_ok; r++) {
-    char w[384];
-    if (r == me) continue;
-    if (!brd_p2p_usable(&comm->peers[me], &comm->peers[r], w, sizeof(w))) {
-      caps.p2p_ok = 0;
-      snprintf(why, nwhy, "rank %d: %s", r, w);
-    }
-  }
+  caps.p2p_ok = brd_transport_choose(comm->peers, comm->nranks, me, BRD_TRANSPORT_MEM_GPU,
+                                     why, nwhy) != NULL;
   CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, comm->cuda_dev),
             "cudaDeviceGetAttribute(multiProcessorCount)", res, out);
   int share = brd_comm_ranks_per_device(comm);

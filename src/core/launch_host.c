@@ -147,7 +147,7 @@ static ncclResult_t host_reg_import(struct ncclComm *comm, const brd_seg_handle_
   }
   memcpy(&serial, h->name, sizeof(serial));
   double timeout = (double)brd_param_int(BRD_P_BRAID_BOOTSTRAP_TIMEOUT);
-  CHECK(brd_p2p_fd_fetch(h->pid, serial, timeout > 0 ? timeout : 300.0, &comm->abort_flag,
+  CHECK(brd_ipc_fd_fetch(h->pid, serial, timeout > 0 ? timeout : 300.0, &comm->abort_flag,
                          &fd));
   void *p = mmap(NULL, (size_t)h->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;

@@ -103,7 +103,7 @@ ncclResult_t pncclMemFree(void *ptr) {
 
 /* See mem.h. */
 ncclResult_t brd_mem_host_export(const char *ptr, size_t size, brd_seg_handle_t *handle_out,
-                                 uint64_t *offset_out, brd_p2p_fdsrv_t **srv_out,
+                                 uint64_t *offset_out, brd_ipc_fdsrv_t **srv_out,
                                  int *found_out) {
   int fd = -1;
   *found_out = 0;
@@ -118,12 +118,12 @@ ncclResult_t brd_mem_host_export(const char *ptr, size_t size, brd_seg_handle_t 
   }
   /* The server duplicates fd before the lock goes, so a concurrent
    * ncclMemFree cannot close it under us. */
-  ncclResult_t res = fd >= 0 ? brd_p2p_fdsrv_create(fd, srv_out) : ncclSuccess;
+  ncclResult_t res = fd >= 0 ? brd_ipc_fdsrv_create(fd, srv_out) : ncclSuccess;
   pthread_mutex_unlock(&host_blocks_lock);
   if (fd < 0) return ncclSuccess;
   *found_out = 1;
   if (res != ncclSuccess) return res;
-  uint32_t serial = brd_p2p_fdsrv_serial(*srv_out);
+  uint32_t serial = brd_ipc_fdsrv_serial(*srv_out);
   handle_out->pid = (uint32_t)getpid();
   memcpy(handle_out->name, &serial, sizeof(serial));
   return ncclSuccess;

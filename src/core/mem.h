@@ -19,7 +19,7 @@
  * sets *found_out 1; else *found_out is 0. An error (WARN) only when the
  * server cannot start. Any thread. */
 ncclResult_t brd_mem_host_export(const char *ptr, size_t size, brd_seg_handle_t *handle_out,
-                                 uint64_t *offset_out, brd_p2p_fdsrv_t **srv_out,
+                                 uint64_t *offset_out, brd_ipc_fdsrv_t **srv_out,
                                  int *found_out);
 
 #endif /* BRD_CORE_MEM_H */

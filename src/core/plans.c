@@ -56,16 +56,7 @@ static ncclResult_t generate(const brd_plan_cache_t *c, uint8_t coll, uint8_t al
                              uint8_t proto, int nblocks, int root, int det,
                              brd_ir_plan_t **plan_out) {
   brd_algos_args_t args = {c->nranks, NULL, nblocks, proto};
-  if (!(algo & BRD_PLANS_ALGO_PEER))
-    return brd_algos_generate(coll, algo, &args, root, det, plan_out);
-  switch (coll) {
-  case BRD_IR_COLL_ALLREDUCE: return brd_algos_zerocopy_allreduce(&args, plan_out);
-  case BRD_IR_COLL_REDUCESCATTER: return brd_algos_zerocopy_reducescatter(&args, plan_out);
-  case BRD_IR_COLL_ALLGATHER: return brd_algos_zerocopy_allgather(&args, plan_out);
-  default:
-    WARN("no zero-copy plan for collective %d", coll);
-    return ncclInternalError;
-  }
+  return brd_algos_generate(coll, algo, &args, root, det, plan_out);
 }
 
 /* See plans.h. */

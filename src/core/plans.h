@@ -12,10 +12,11 @@
 
 #include "nccl.h"
 #include "device/ir.h"
+#include "algos/algos.h"
 
 /* Plan-cache algorithm code of the zero-copy variant of an algorithm (the
  * plans that read peers' registered inputs). */
-#define BRD_PLANS_ALGO_PEER 0x40
+#define BRD_PLANS_ALGO_PEER BRD_ALGOS_ZEROCOPY
 
 typedef struct brd_plan_entry {
   uint8_t coll, algo, proto, det; /* BRD_IR_COLL_*, BRD_IR_ALGO_* (| PEER), BRD_IR_PROTO_* */

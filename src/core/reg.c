@@ -336,7 +336,7 @@ typedef struct {
   char why[160];           /* when not ok */
 } reg_rep_t;
 
-/* comm's registration service (brd_p2p_svc_fn_t), on its thread: maps a
+/* comm's registration service (brd_ipc_svc_fn_t), on its thread: maps a
  * peer's range on request, or drops the mapping. */
 static void reg_serve(void *ctx, const void *req, void *rep_out) {
   struct ncclComm *comm = ctx;
@@ -385,10 +385,10 @@ static void reg_serve(void *ctx, const void *req, void *rep_out) {
 }
 
 /* See comm.h. */
-ncclResult_t brd_reg_svc_create(struct ncclComm *comm, brd_p2p_svc_t **svc_out) {
+ncclResult_t brd_reg_svc_create(struct ncclComm *comm, brd_ipc_svc_t **svc_out) {
   struct brd_regs *regs;
   CHECK(regs_get(comm, "ncclCommRegister", &regs));
-  return brd_p2p_svc_create(sizeof(reg_req_t), sizeof(reg_rep_t), reg_serve, comm, svc_out);
+  return brd_ipc_svc_create(sizeof(reg_req_t), sizeof(reg_rep_t), reg_serve, comm, svc_out);
 }
 
 /* Whether rank p's service is in this process (or absent: every rank is). */
@@ -448,7 +448,7 @@ static ncclResult_t reg_share(struct ncclComm *comm, struct brd_reg *r,
       exported = 1;
     }
     reg_rep_t rep;
-    CHECK_GOTO(brd_p2p_svc_call(svc[p].pid, svc[p].serial, &req, sizeof(req), &rep,
+    CHECK_GOTO(brd_ipc_svc_call(svc[p].pid, svc[p].serial, &req, sizeof(req), &rep,
                                 sizeof(rep), reg_timeout(), &comm->abort_flag), res, out);
     if (!rep.ok) {
       rep.why[sizeof(rep.why) - 1] = '\0';
@@ -484,7 +484,7 @@ static void reg_unshare(struct ncclComm *comm, struct brd_reg *r) {
   for (int p = 0; p < comm->nranks; p++) {
     if (r->pushed[p].pid == 0) continue;
     reg_rep_t rep;
-    if (brd_p2p_svc_call(r->pushed[p].pid, r->pushed[p].serial, &req, sizeof(req), &rep,
+    if (brd_ipc_svc_call(r->pushed[p].pid, r->pushed[p].serial, &req, sizeof(req), &rep,
                          sizeof(rep), 10.0, &comm->abort_flag) != ncclSuccess)
       INFO(BRD_SUBSYS_REG, "ncclCommDeregister : rank %d could not ask rank %d to unmap "
            "buffer %p; it unmaps it when its communicator goes", comm->rank, p,

@@ -55,11 +55,11 @@ enum {
 
 /* Starts comm's registration service: a thread that maps the ranges other
  * ranks' brd_reg_share push to this rank, and unmaps them when asked or
- * with the communicator. The caller owns it (brd_p2p_svc_destroy, before
+ * with the communicator. The caller owns it (brd_ipc_svc_destroy, before
  * brd_regs_destroy). ncclSystemError (WARN) when it cannot start.
  * The communicator's launching thread. */
-struct brd_p2p_svc;
-ncclResult_t brd_reg_svc_create(struct ncclComm *comm, struct brd_p2p_svc **svc_out);
+struct brd_ipc_svc;
+ncclResult_t brd_reg_svc_create(struct ncclComm *comm, struct brd_ipc_svc **svc_out);
 
 /* For a buffer [buf, buf + bytes) of an ncclCommRegister range (without
  * BRAID_REGISTER_SYMMETRIC; NCCL_LOCAL_REGISTER=0 turns it off): at its

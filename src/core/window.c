@@ -27,14 +27,6 @@ void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, i
   t->inter_lat = t->intra_lat;
 }
 
-/* The transport that makes the windows: GPU peer-to-peer when every pair
- * of ranks has it, else host memory (shared between threads of this
- * process, or between processes). Chosen once per runtime. */
-static const brd_transport_ops_t *window_transport(const struct ncclComm *comm, int p2p) {
-  if (p2p) return &brd_transport_p2p;
-  return brd_comm_all_in_process(comm) ? &brd_transport_host : &brd_transport_shm;
-}
-
 /* Generates the plans every call may need (root 0; other roots have the
  * same sizes) and returns the scratch and semaphores they take. */
 static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *nsems_out) {
@@ -64,7 +56,7 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *n
 
 /* Point-to-point scratch per rank and the bytes of one piece. */
 static ncclResult_t p2p_size(int nranks, int rank, size_t *bytes_out, size_t *piece_out) {
-  brd_algos_p2p_rank_t *ranks = calloc((size_t)nranks, sizeof(*ranks));
+  brd_algos_sendrecv_rank_t *ranks = calloc((size_t)nranks, sizeof(*ranks));
   brd_ir_plan_t *plan = NULL;
   brd_plan_layout_t l;
   ncclResult_t res = ncclSuccess;
@@ -72,8 +64,8 @@ static ncclResult_t p2p_size(int nranks, int rank, size_t *bytes_out, size_t *pi
     WARN("out of host memory sizing point-to-point buffers for %d ranks", nranks);
     return ncclSystemError;
   }
-  brd_algos_p2p_args_t args = {nranks, rank, ranks};
-  CHECK_GOTO(brd_algos_p2p(&args, &plan), res, fail_free_ranks);
+  brd_algos_sendrecv_args_t args = {nranks, rank, ranks};
+  CHECK_GOTO(brd_algos_sendrecv(&args, &plan), res, fail_free_ranks);
   *bytes_out = brd_plan_scratch_bytes(plan);
   CHECK_GOTO(brd_plan_layout_init(plan, 1, ncclUint8, *bytes_out, &l), res,
              fail_destroy_plan);
@@ -208,7 +200,20 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   }
   brd_window_rec_t *mw = &rt->win[me];
   size_t total = window_layout(n, nsems, scratch, p2p_bytes, &caps, rt->deterministic, mw);
-  const brd_transport_ops_t *t = window_transport(comm, caps.p2p_ok);
+  /* GPU peer-to-peer when every pair has it, else host memory (threads of
+   * this process, or processes): chosen once per runtime. */
+  char twhy[512];
+  const brd_transport_ops_t *t =
+      brd_transport_choose(comm->peers, n, me,
+                           caps.p2p_ok ? BRD_TRANSPORT_MEM_GPU : BRD_TRANSPORT_MEM_HOST,
+                           twhy, sizeof(twhy));
+  if (t == NULL) {
+    WARN("rank %d: no transport reaches every peer for the channel windows (%s); "
+         "collectives across hosts need a network transport, which braid does not "
+         "have yet", me, twhy);
+    res = ncclInvalidUsage;
+    goto fail;
+  }
   CHECK_GOTO(rt->be->window_create(comm, t, caps.p2p_ok, total, &mw->handle, &rt->base[me],
                                    &bk), res, fail);
   __atomic_store_n(&rt->bk, bk, __ATOMIC_RELEASE);
@@ -223,7 +228,7 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
      * request (brd_reg_share), whichever thread of theirs is busy. */
     CHECK_GOTO(brd_reg_svc_create(comm, &rt->svc), res, fail);
     mw->svc_pid = (uint64_t)getpid();
-    mw->svc_serial = brd_p2p_svc_serial(rt->svc);
+    mw->svc_serial = brd_ipc_svc_serial(rt->svc);
   }
   if (n > 1) CHECK_GOTO(window_exchange(comm, rt), res, fail);
   rt->be->window_seal(rt->bk);
@@ -241,7 +246,7 @@ void brd_window_disconnect(struct brd_rt *rt) {
   /* The backend first: it waits for the executor to leave the windows and
    * the registered buffers the service maps. */
   if (bk != NULL) rt->be->destroy(bk);
-  brd_p2p_svc_destroy(rt->svc);
+  brd_ipc_svc_destroy(rt->svc);
   rt->svc = NULL;
   free(rt->svc_peers);
   free(rt->base);

@@ -8,7 +8,7 @@
  *   [ point-to-point semaphores: nranks x 2 x 8 bytes ]
  *   [ output exchange slots: nranks x BRD_IR_XCHG_WORDS x 8 bytes ]
  *   [ scratch: the largest any collective plan needs, both phases ]
- *   [ point-to-point scratch: BRD_ALGOS_P2P_DEPTH slots per sender ]
+ *   [ point-to-point scratch: BRD_ALGOS_SENDRECV_DEPTH slots per sender ]
  *   [ staging output: two halves of stage_bytes ]
  *
  * Peers reach a rank's scratch, semaphores and output through this window.
@@ -88,7 +88,7 @@ struct brd_rt {
   int reg_shareable;            /* ranks may map each other's registered
                                  * buffers (host mode: always, the exchange
                                  * decides per buffer; CUDA mode: with P2P) */
-  struct brd_p2p_svc *svc;      /* owned: registration service, when some
+  struct brd_ipc_svc *svc;      /* owned: registration service, when some
                                  * rank is in another process */
   brd_reg_peer_t *svc_peers;    /* owned: [nranks] every rank's service */
 };

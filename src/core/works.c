@@ -504,21 +504,21 @@ static brd_exec_seg_t round_seg(const p2p_xfer_t *x, size_t k, size_t piece) {
 /* The work of round k of the launch's point-to-point transfers. */
 static ncclResult_t add_p2p_round(const brd_works_view_t *v, brd_works_seq_t *seq,
                                   const p2p_xfer_t *s, int ns, const p2p_xfer_t *r,
-                                  int nr, size_t k, brd_algos_p2p_op_t *ops,
-                                  brd_algos_p2p_rank_t *ranks, brd_works_t *ws) {
+                                  int nr, size_t k, brd_algos_sendrecv_op_t *ops,
+                                  brd_algos_sendrecv_rank_t *ranks, brd_works_t *ws) {
   int me = v->rank, n = v->nranks;
   const brd_window_rec_t *mw = &v->win[me];
   brd_ir_plan_t *plan;
   brd_work_t *w;
-  for (int i = 0; i < ns; i++) ops[i] = (brd_algos_p2p_op_t){s[i].peer, round_chunks(&s[i], k)};
-  for (int j = 0; j < nr; j++) ops[ns + j] = (brd_algos_p2p_op_t){r[j].peer, round_chunks(&r[j], k)};
+  for (int i = 0; i < ns; i++) ops[i] = (brd_algos_sendrecv_op_t){s[i].peer, round_chunks(&s[i], k)};
+  for (int j = 0; j < nr; j++) ops[ns + j] = (brd_algos_sendrecv_op_t){r[j].peer, round_chunks(&r[j], k)};
   memset(ranks, 0, (size_t)n * sizeof(*ranks));
   ranks[me].nsend = ns;
   ranks[me].send = ops;
   ranks[me].nrecv = nr;
   ranks[me].recv = ops + ns;
-  brd_algos_p2p_args_t args = {n, me, ranks};
-  CHECK(brd_algos_p2p(&args, &plan));
+  brd_algos_sendrecv_args_t args = {n, me, ranks};
+  CHECK(brd_algos_sendrecv(&args, &plan));
   ncclResult_t res = work_add(ws, plan, me, &w);
   if (res != ncclSuccess) {
     brd_plan_destroy(plan);
@@ -591,8 +591,8 @@ static ncclResult_t add_p2p(const brd_works_view_t *v, brd_works_seq_t *seq,
     return ncclInvalidUsage;
   }
   p2p_xfer_t *x = calloc((size_t)ns + (size_t)nr, sizeof(*x));
-  brd_algos_p2p_op_t *ops = calloc((size_t)ns + (size_t)nr, sizeof(*ops));
-  brd_algos_p2p_rank_t *ranks = calloc((size_t)n, sizeof(*ranks));
+  brd_algos_sendrecv_op_t *ops = calloc((size_t)ns + (size_t)nr, sizeof(*ops));
+  brd_algos_sendrecv_rank_t *ranks = calloc((size_t)n, sizeof(*ranks));
   if (x == NULL || ops == NULL || ranks == NULL) {
     WARN("out of host memory for %d point-to-point transfers", ns + nr);
     res = ncclSystemError;

@@ -27,7 +27,7 @@
  *  - Registered output without the symmetric promise: outputs exchanged at
  *    run time (device/ir.h), pieces as for the staging.
  *  - Sends and receives: one point-to-point plan per round for the whole
- *    launch (brd_algos_p2p); round k moves pieces [16k, 16k + 16) of every
+ *    launch (brd_algos_sendrecv); round k moves pieces [16k, 16k + 16) of every
  *    transfer, which both ends derive from the count alone. Receives into
  *    overlapping memory are refused (they run concurrently); a send whose
  *    buffer overlaps a receive of the launch sends a snapshot taken before

@@ -11,6 +11,7 @@
  * never frees memory the peer still writes, without any wait on the peer.
  */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -69,9 +70,23 @@ static void host_close(brd_seg_t *seg) {
   memset(seg, 0, sizeof(*seg));
 }
 
+/* A host segment is a pointer: only threads of its creator's process can
+ * use it. */
+static int host_can_connect(const brd_peer_info_t *a, const brd_peer_info_t *b, char *why,
+                            size_t n) {
+  if (a->pid_hash != b->pid_hash) {
+    snprintf(why, n, "the ranks are in different processes (pids %d and %d)", (int)a->pid,
+             (int)b->pid);
+    return 0;
+  }
+  snprintf(why, n, "the ranks are threads of one process");
+  return 1;
+}
+
 const brd_transport_ops_t brd_transport_host = {
     .name = "HOST",
     .kind = BRD_TRANSPORT_HOST,
+    .can_connect = host_can_connect,
     .seg_create = host_create,
     .seg_import = host_import,
     .seg_seal = host_seal,

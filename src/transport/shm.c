@@ -137,9 +137,21 @@ static void shm_close(brd_seg_t *seg) {
   memset(seg, 0, sizeof(*seg));
 }
 
+/* POSIX shared memory names are seen by the processes of one host. */
+static int shm_can_connect(const brd_peer_info_t *a, const brd_peer_info_t *b, char *why,
+                           size_t n) {
+  if (a->host_hash != b->host_hash) {
+    snprintf(why, n, "the ranks are on different hosts (no shared /dev/shm)");
+    return 0;
+  }
+  snprintf(why, n, "the ranks share a host");
+  return 1;
+}
+
 const brd_transport_ops_t brd_transport_shm = {
     .name = "SHM",
     .kind = BRD_TRANSPORT_SHM,
+    .can_connect = shm_can_connect,
     .seg_create = shm_create,
     .seg_import = shm_import,
     .seg_seal = shm_seal,

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "transport/ipc.h"
 
 #define BRD_SEG_HANDLE_BYTES 96
 
@@ -44,9 +45,38 @@ typedef struct brd_seg {
   brd_seg_handle_t handle;
 } brd_seg_t;
 
+/* Which executor a rank runs (BRAID_DEVICE, resolved by core/device.c). */
+typedef enum {
+  BRD_DEVICE_HOST = 0,       /* host executor: CPU threads over host memory */
+  BRD_DEVICE_CUDA = 1,       /* CUDA executor */
+} brd_device_backend_t;
+
+/* One rank's identity, exchanged by allgather at init (core/device.c fills
+ * it); transports decide from two of them whether they connect the pair.
+ * Plain data, the same layout on every rank (all run the same build). */
+typedef struct brd_peer_info {
+  uint64_t host_hash;        /* hostname + boot id, or BRAID_HOSTID/NCCL_HOSTID */
+  uint64_t pid_hash;         /* pid + pid namespace: equal means same process */
+  int64_t bus_id;            /* PCI bus id as a number (NCCL's form); -1 in host mode */
+  int32_t pid;
+  int32_t dev;               /* CUDA device, or the virtual device in host mode */
+  int32_t cuda_cc;           /* 10*major + minor; 0 in host mode */
+  int32_t p2p;               /* 1: may use GPU peer-to-peer channels */
+  int32_t backend;           /* brd_device_backend_t */
+  int32_t version;           /* NCCL_VERSION_CODE of the library */
+  char bus_id_str[16];       /* "0000:3b:00.0", or "host" */
+} brd_peer_info_t;
+
 typedef struct brd_transport_ops {
   const char *name;
   brd_transport_kind_t kind;
+  /* 1 when a segment rank a creates can be imported by rank b (and b's by
+   * a), else 0 with the reason in why (n bytes, always NUL-terminated; why
+   * may be NULL when n is 0). Symmetric; reads only the two identities,
+   * the parameters and, for P2P, sysfs and the CUDA runtime; never blocks
+   * on peers. Any thread. */
+  int (*can_connect)(const brd_peer_info_t *a, const brd_peer_info_t *b, char *why,
+                     size_t n);
   /* Creates a segment of size bytes, zero-filled, that peers may import. */
   ncclResult_t (*seg_create)(size_t size, const char *tag, brd_seg_t *seg_out);
   /* Maps a peer's segment from its handle. */
@@ -57,8 +87,29 @@ typedef struct brd_transport_ops {
   void (*seg_close)(brd_seg_t *seg);
 } brd_transport_ops_t;
 
+/* SHM: POSIX shared memory; connects ranks of one host (shm.c). */
 extern const brd_transport_ops_t brd_transport_shm;
+/* HOST: plain memory; connects ranks that are threads of one process
+ * (host.c). */
 extern const brd_transport_ops_t brd_transport_host;
+
+/* What the memory behind a communicator's channels is. */
+typedef enum {
+  BRD_TRANSPORT_MEM_HOST = 0,  /* host memory: HOST, else SHM */
+  BRD_TRANSPORT_MEM_GPU = 1,   /* GPU memory peers map directly: P2P */
+} brd_transport_mem_t;
+
+/* The transport rank me (of nranks, identities in peers) uses for channel
+ * memory of kind mem: the first, in the order above, whose can_connect
+ * accepts me with every other rank. Returns NULL when none does, with
+ * "rank <r>: <reason>" for the first rank the last candidate refused in
+ * why (n bytes; why may be NULL when n is 0); on success why is "". No
+ * WARN: the caller decides whether a refusal is an error. peers is not
+ * read when nranks is 1. The one place where core picks a transport. Any
+ * thread; reads sysfs for P2P; never blocks on peers. */
+const brd_transport_ops_t *brd_transport_choose(const brd_peer_info_t *peers, int nranks,
+                                                int me, brd_transport_mem_t mem,
+                                                char *why, size_t n);
 
 /* ---- P2P: GPU memory shared between the ranks of one host (p2p.c) -------
  *
@@ -71,11 +122,9 @@ extern const brd_transport_ops_t brd_transport_host;
  * ncclInvalidUsage. */
 extern const brd_transport_ops_t brd_transport_p2p;
 
-struct brd_peer_info;
-
-/* 1 when ranks a and b may reach each other's GPU memory directly, else 0
- * with the reason in why (n bytes, always NUL-terminated; why may be NULL
- * when n is 0). The caller then falls back to SHM and WARNs with why. No:
+/* brd_transport_p2p.can_connect (p2p_path.c): 1 when ranks a and b may
+ * reach each other's GPU memory directly, else 0 with the reason in why (n
+ * bytes, always NUL-terminated; why may be NULL when n is 0). No:
  * different hosts, a rank on the host executor, NCCL_P2P_DISABLE=1 here or
  * on either rank, NCCL_P2P_LEVEL below the path between the two GPUs (the
  * default is NCCL's: SYS, PXB on Intel and ARM CPUs), no peer access
@@ -84,79 +133,8 @@ struct brd_peer_info;
  * groups with DMA translation on). Two ranks on one GPU are always yes
  * unless P2P is disabled. Reads sysfs and, in CUDA builds, queries the CUDA
  * runtime; never blocks on peers. Any thread. */
-int brd_p2p_usable(const struct brd_peer_info *a, const struct brd_peer_info *b,
-                   char *why, size_t n);
-
-/* Descriptor passing: a server hands a duplicate of one file descriptor to
- * every process of the same user that connects to the abstract Unix socket
- * "braid-p2p-<pid>-<serial>" (SCM_RIGHTS), from a thread of its own, until
- * destroyed. */
-typedef struct brd_p2p_fdsrv brd_p2p_fdsrv_t;
-
-/* Starts serving a duplicate of fd (the caller keeps fd). ncclSystemError
- * (WARN) when the socket or the thread cannot be made. Any thread. */
-ncclResult_t brd_p2p_fdsrv_create(int fd, brd_p2p_fdsrv_t **srv_out);
-
-/* The serial naming the server's socket (with this process's pid). */
-uint32_t brd_p2p_fdsrv_serial(const brd_p2p_fdsrv_t *srv);
-
-/* Stops the thread (within about 100 ms), closes the socket and the
- * duplicate. NULL is a no-op. Blocks until the thread has exited. */
-void brd_p2p_fdsrv_destroy(brd_p2p_fdsrv_t *srv);
-
-/* Writes the socket name for (pid, serial), without the leading NUL of the
- * abstract namespace, into buf (n bytes). */
-void brd_p2p_sockname_format(uint32_t pid, uint32_t serial, char *buf, size_t n);
-
-/* Connects to the server (pid, serial) and receives its descriptor into
- * *fd_out (close-on-exec; the caller closes it). Waits at most timeout_s
- * seconds and leaves early, with ncclSystemError and no WARN, when
- * *abort_flag (may be NULL) becomes non-zero. ncclRemoteError (WARN) when
- * nothing listens under that name (the creator exited or sealed its
- * segment), the deadline passes, or the server closes without a
- * descriptor; ncclSystemError (WARN) for a local socket failure. Blocks;
- * any thread. */
-ncclResult_t brd_p2p_fd_fetch(uint32_t pid, uint32_t serial, double timeout_s,
-                              _Atomic int *abort_flag, int *fd_out);
-
-/* A request service: a thread answering fixed-size requests on the
- * abstract Unix socket "braid-p2p-<pid>-<serial>", one connection at a
- * time, from processes of the same user. fn(ctx, req, rep) fills the reply
- * (zeroed) for each request, on the service thread. */
-typedef struct brd_p2p_svc brd_p2p_svc_t;
-typedef void (*brd_p2p_svc_fn_t)(void *ctx, const void *req, void *rep);
-
-/* Starts a service for requests of req_len bytes and replies of rep_len.
- * ncclSystemError (WARN) when the socket or the thread cannot be made.
- * Any thread. */
-ncclResult_t brd_p2p_svc_create(size_t req_len, size_t rep_len, brd_p2p_svc_fn_t fn,
-                                void *ctx, brd_p2p_svc_t **svc_out);
-
-/* The serial naming the service's socket (with this process's pid). */
-uint32_t brd_p2p_svc_serial(const brd_p2p_svc_t *svc);
-
-/* Stops the thread at once (after the request it is answering), closes the
- * socket. NULL is a no-op. Blocks until the thread has exited. */
-void brd_p2p_svc_destroy(brd_p2p_svc_t *svc);
-
-/* Sends req to the service (pid, serial) and receives its reply into rep.
- * Waits at most timeout_s seconds; ncclSystemError without a WARN when
- * *abort_flag (may be NULL) becomes non-zero; ncclRemoteError (WARN) when
- * nothing listens under that name, the deadline passes or the connection
- * closes early; ncclSystemError (WARN) for a local socket failure.
- * Blocks; any thread. */
-ncclResult_t brd_p2p_svc_call(uint32_t pid, uint32_t serial, const void *req,
-                              size_t req_len, void *rep, size_t rep_len, double timeout_s,
-                              _Atomic int *abort_flag);
-
-/* Resolves, once per process, the CUDA driver entry points the transport
- * uses (through cudaGetDriverEntryPointByVersion; the library never links
- * libcuda). ncclSuccess when all resolved; ncclUnhandledCudaError with a
- * WARN naming the missing entry point and the runtime's reason otherwise
- * (no driver, a driver older than CUDA 12.0); ncclInvalidUsage (WARN) in a
- * CUDA=0 build. The transport itself falls back to CUDA IPC silently (INFO)
- * when they are missing. Any thread; blocks only on the first call. */
-ncclResult_t brd_p2p_driver_check(void);
+int brd_p2p_usable(const brd_peer_info_t *a, const brd_peer_info_t *b, char *why,
+                   size_t n);
 
 /* ncclMemAlloc's device path: size bytes on the current device, with cuMem
  * (rounded up to the recommended granularity, exportable as a POSIX file
@@ -179,7 +157,7 @@ ncclResult_t brd_p2p_mem_free(void *ptr);
 typedef struct brd_p2p_export {
   brd_seg_handle_t handle; /* what peers import (brd_p2p_import_user) */
   uint64_t offset;         /* the exported pointer minus what the handle maps */
-  brd_p2p_fdsrv_t *srv;    /* owned: cuMem descriptor server, until sealed */
+  brd_ipc_fdsrv_t *srv;    /* owned: cuMem descriptor server, until sealed */
 } brd_p2p_export_t;
 
 /* Exports the allocation holding [ptr, ptr + size): an ncclMemAlloc block

@@ -311,26 +311,26 @@ static void test_alltoall_blocks(void **state) {
 
 /* ---- point-to-point ---------------------------------------------------------- */
 
-#define P2P_MAXN 6
-#define P2P_MAXOPS 24
+#define SR_MAXN 6
+#define SR_MAXOPS 24
 
-typedef struct p2p_world {
+typedef struct sendrecv_world {
   int n;
-  brd_algos_p2p_op_t send[P2P_MAXN][P2P_MAXOPS], recv[P2P_MAXN][P2P_MAXOPS];
-  brd_algos_p2p_rank_t ranks[P2P_MAXN];
+  brd_algos_sendrecv_op_t send[SR_MAXN][SR_MAXOPS], recv[SR_MAXN][SR_MAXOPS];
+  brd_algos_sendrecv_rank_t ranks[SR_MAXN];
   /* The pairing, worked out here for the verifier. */
-  uint32_t in_chunks[P2P_MAXN][P2P_MAXOPS];
-  brd_verify_p2p_seg_t out[P2P_MAXN][P2P_MAXOPS];
-  brd_verify_p2p_t table[P2P_MAXN];
-} p2p_world_t;
+  uint32_t in_chunks[SR_MAXN][SR_MAXOPS];
+  brd_verify_p2p_seg_t out[SR_MAXN][SR_MAXOPS];
+  brd_verify_p2p_t table[SR_MAXN];
+} sendrecv_world_t;
 
 /* A random group: each rank sends to random peers (itself included) with
  * random chunk counts; every receive is listed in the order the sender's
  * calls come, interleaved between senders at random. */
-static void p2p_random(p2p_world_t *w, int n, uint64_t *x) {
+static void sendrecv_random(sendrecv_world_t *w, int n, uint64_t *x) {
   memset(w, 0, sizeof(*w));
   w->n = n;
-  int nsend[P2P_MAXN] = {0};
+  int nsend[SR_MAXN] = {0};
   /* Sends in call order per rank. */
   for (int r = 0; r < n; r++) {
     *x ^= *x << 13;
@@ -348,8 +348,8 @@ static void p2p_random(p2p_world_t *w, int n, uint64_t *x) {
   }
   /* Receives: walk the senders' lists in a random interleaving, keeping
    * each sender's order per receiver. */
-  int next[P2P_MAXN] = {0}, left = 0;
-  int nrecv[P2P_MAXN] = {0};
+  int next[SR_MAXN] = {0}, left = 0;
+  int nrecv[SR_MAXN] = {0};
   for (int r = 0; r < n; r++) left += nsend[r];
   while (left > 0) {
     *x ^= *x << 13;
@@ -357,7 +357,7 @@ static void p2p_random(p2p_world_t *w, int n, uint64_t *x) {
     *x ^= *x << 17;
     int s = (int)(*x % (uint64_t)n);
     if (next[s] == nsend[s]) continue;
-    const brd_algos_p2p_op_t *op = &w->send[s][next[s]];
+    const brd_algos_sendrecv_op_t *op = &w->send[s][next[s]];
     int d = op->peer, j = nrecv[d]++;
     w->recv[d][j].peer = s;
     w->recv[d][j].nchunks = op->nchunks;
@@ -380,17 +380,17 @@ static void p2p_random(p2p_world_t *w, int n, uint64_t *x) {
   }
 }
 
-static void test_p2p_random_groups_verify(void **state) {
+static void test_sendrecv_random_groups_verify(void **state) {
   (void)state;
   uint64_t x = 424242;
   int verified = 0;
   for (int trial = 0; trial < 300; trial++) {
-    p2p_world_t w;
-    int n = 1 + trial % P2P_MAXN;
-    p2p_random(&w, n, &x);
-    brd_algos_p2p_args_t args = {n, -1, w.ranks};
+    sendrecv_world_t w;
+    int n = 1 + trial % SR_MAXN;
+    sendrecv_random(&w, n, &x);
+    brd_algos_sendrecv_args_t args = {n, -1, w.ranks};
     brd_ir_plan_t *plan;
-    assert_int_equal(brd_algos_p2p(&args, &plan), ncclSuccess);
+    assert_int_equal(brd_algos_sendrecv(&args, &plan), ncclSuccess);
     assert_int_equal(plan->coll, BRD_IR_COLL_SENDRECV);
     assert_int_equal(plan->flags, BRD_IR_PLAN_F_FIXED | BRD_IR_PLAN_F_ONE_PHASE);
     brd_verify_report_t rep;
@@ -401,9 +401,9 @@ static void test_p2p_random_groups_verify(void **state) {
     /* Each rank's own plan is its part of the whole: same ops per block
      * and the same peers behind its channels. */
     for (int r = 0; r < n; r++) {
-      brd_algos_p2p_args_t one = {n, r, w.ranks};
+      brd_algos_sendrecv_args_t one = {n, r, w.ranks};
       brd_ir_plan_t *mine;
-      assert_int_equal(brd_algos_p2p(&one, &mine), ncclSuccess);
+      assert_int_equal(brd_algos_sendrecv(&one, &mine), ncclSuccess);
       for (int q = 0; q < n; q++) {
         if (q == r) continue;
         for (int b = 0; b < mine->nblocks; b++)
@@ -440,12 +440,12 @@ static void test_p2p_random_groups_verify(void **state) {
 
 /* All pairs exchange in both directions with different sizes per pair,
  * self included, several transfers per pair, deep enough to reuse slots. */
-static void test_p2p_all_pairs(void **state) {
+static void test_sendrecv_all_pairs(void **state) {
   (void)state;
   for (int n = 1; n <= 5; n++) {
-    p2p_world_t w;
+    sendrecv_world_t w;
     memset(&w, 0, sizeof(w));
-    int nrecv[P2P_MAXN] = {0};
+    int nrecv[SR_MAXN] = {0};
     for (int r = 0; r < n; r++) {
       for (int k = 0; k < 2 * n; k++) {
         int p = (r + k) % n;
@@ -479,9 +479,9 @@ static void test_p2p_all_pairs(void **state) {
       w.table[r].nout = nrecv[r];
       w.table[r].out = w.out[r];
     }
-    brd_algos_p2p_args_t args = {n, -1, w.ranks};
+    brd_algos_sendrecv_args_t args = {n, -1, w.ranks};
     brd_ir_plan_t *plan;
-    assert_int_equal(brd_algos_p2p(&args, &plan), ncclSuccess);
+    assert_int_equal(brd_algos_sendrecv(&args, &plan), ncclSuccess);
     assert_int_equal(plan->nblocks, n);
     brd_verify_report_t rep;
     ncclResult_t res = brd_plan_verify_p2p(plan, w.table, &rep);
@@ -515,16 +515,16 @@ static void test_p2p_all_pairs(void **state) {
 
 /* A sender that does not wait for its last credit could finish while the
  * receiver still reads its slots: one-phase plans forbid that. */
-static void test_p2p_final_credit_needed(void **state) {
+static void test_sendrecv_final_credit_needed(void **state) {
   (void)state;
-  brd_algos_p2p_op_t s = {1, 3}, r = {0, 3};
-  brd_algos_p2p_rank_t ranks[2] = {{1, 0, &s, NULL}, {0, 1, NULL, &r}};
+  brd_algos_sendrecv_op_t s = {1, 3}, r = {0, 3};
+  brd_algos_sendrecv_rank_t ranks[2] = {{1, 0, &s, NULL}, {0, 1, NULL, &r}};
   uint32_t in_chunks[1] = {3};
   brd_verify_p2p_seg_t out[1] = {{0, 0, 3}};
   brd_verify_p2p_t table[2] = {{1, in_chunks, 0, NULL}, {0, NULL, 1, out}};
-  brd_algos_p2p_args_t args = {2, -1, ranks};
+  brd_algos_sendrecv_args_t args = {2, -1, ranks};
   brd_ir_plan_t *plan;
-  assert_int_equal(brd_algos_p2p(&args, &plan), ncclSuccess);
+  assert_int_equal(brd_algos_sendrecv(&args, &plan), ncclSuccess);
   brd_verify_report_t rep;
   assert_int_equal(brd_plan_verify_p2p(plan, table, &rep), ncclSuccess);
   brd_ir_op_t *ops = (brd_ir_op_t *)((char *)plan + plan->op_off) +
@@ -540,35 +540,35 @@ static void test_p2p_final_credit_needed(void **state) {
   brd_plan_destroy(plan);
 }
 
-static void test_p2p_bad_groups(void **state) {
+static void test_sendrecv_bad_groups(void **state) {
   (void)state;
   brd_ir_plan_t *plan = (brd_ir_plan_t *)0x1;
   /* Sizes that do not match across a pair (whole-plan generation). */
-  brd_algos_p2p_op_t s = {1, 3}, r = {0, 2};
-  brd_algos_p2p_rank_t ranks[2] = {{1, 0, &s, NULL}, {0, 1, NULL, &r}};
-  brd_algos_p2p_args_t args = {2, -1, ranks};
-  assert_int_equal(brd_algos_p2p(&args, &plan), ncclInvalidArgument);
+  brd_algos_sendrecv_op_t s = {1, 3}, r = {0, 2};
+  brd_algos_sendrecv_rank_t ranks[2] = {{1, 0, &s, NULL}, {0, 1, NULL, &r}};
+  brd_algos_sendrecv_args_t args = {2, -1, ranks};
+  assert_int_equal(brd_algos_sendrecv(&args, &plan), ncclInvalidArgument);
   /* A send to self without its receive, or of another size. */
-  brd_algos_p2p_op_t self_s = {0, 2}, self_r = {0, 1};
-  brd_algos_p2p_rank_t lone[1] = {{1, 0, &self_s, NULL}};
-  brd_algos_p2p_args_t one = {1, 0, lone};
-  assert_int_equal(brd_algos_p2p(&one, &plan), ncclInvalidArgument);
+  brd_algos_sendrecv_op_t self_s = {0, 2}, self_r = {0, 1};
+  brd_algos_sendrecv_rank_t lone[1] = {{1, 0, &self_s, NULL}};
+  brd_algos_sendrecv_args_t one = {1, 0, lone};
+  assert_int_equal(brd_algos_sendrecv(&one, &plan), ncclInvalidArgument);
   lone[0].nrecv = 1;
   lone[0].recv = &self_r;
-  assert_int_equal(brd_algos_p2p(&one, &plan), ncclInvalidArgument);
+  assert_int_equal(brd_algos_sendrecv(&one, &plan), ncclInvalidArgument);
   /* A peer out of range; a rank out of range. */
-  brd_algos_p2p_op_t bad = {5, 1};
-  brd_algos_p2p_rank_t far[2] = {{1, 0, &bad, NULL}, {0, 0, NULL, NULL}};
-  brd_algos_p2p_args_t fa = {2, 0, far};
-  assert_int_equal(brd_algos_p2p(&fa, &plan), ncclInvalidArgument);
+  brd_algos_sendrecv_op_t bad = {5, 1};
+  brd_algos_sendrecv_rank_t far[2] = {{1, 0, &bad, NULL}, {0, 0, NULL, NULL}};
+  brd_algos_sendrecv_args_t fa = {2, 0, far};
+  assert_int_equal(brd_algos_sendrecv(&fa, &plan), ncclInvalidArgument);
   fa.rank = 2;
-  assert_int_equal(brd_algos_p2p(&fa, &plan), ncclInvalidArgument);
+  assert_int_equal(brd_algos_sendrecv(&fa, &plan), ncclInvalidArgument);
   /* Too many transfers x chunks for 16-bit indices. */
-  static brd_algos_p2p_op_t many[300];
-  for (int i = 0; i < 300; i++) many[i] = (brd_algos_p2p_op_t){1, 300};
-  brd_algos_p2p_rank_t big[2] = {{300, 0, many, NULL}, {0, 0, NULL, NULL}};
-  brd_algos_p2p_args_t ba = {2, 0, big};
-  assert_int_equal(brd_algos_p2p(&ba, &plan), ncclInvalidArgument);
+  static brd_algos_sendrecv_op_t many[300];
+  for (int i = 0; i < 300; i++) many[i] = (brd_algos_sendrecv_op_t){1, 300};
+  brd_algos_sendrecv_rank_t big[2] = {{300, 0, many, NULL}, {0, 0, NULL, NULL}};
+  brd_algos_sendrecv_args_t ba = {2, 0, big};
+  assert_int_equal(brd_algos_sendrecv(&ba, &plan), ncclInvalidArgument);
   assert_ptr_equal(plan, (brd_ir_plan_t *)0x1);
 }
 
@@ -594,10 +594,10 @@ static void test_scratch_sizes(void **state) {
   brd_plan_destroy(p);
   /* Point-to-point: one phase, 4 slots per sender, a quarter of the
    * buffer per sender. */
-  brd_algos_p2p_rank_t none[3] = {{0, 0, NULL, NULL}, {0, 0, NULL, NULL},
+  brd_algos_sendrecv_rank_t none[3] = {{0, 0, NULL, NULL}, {0, 0, NULL, NULL},
                                   {0, 0, NULL, NULL}};
-  brd_algos_p2p_args_t args = {3, 0, none};
-  assert_int_equal(brd_algos_p2p(&args, &p), ncclSuccess);
+  brd_algos_sendrecv_args_t args = {3, 0, none};
+  assert_int_equal(brd_algos_sendrecv(&args, &p), ncclSuccess);
   assert_int_equal(brd_plan_scratch_bytes(p), 3 * 4 * 65536);
   brd_plan_layout_t l;
   assert_int_equal(brd_plan_layout_init(p, 1000, ncclFloat32, 3 * 4 * 65536, &l),
@@ -615,13 +615,13 @@ static void test_scratch_sizes(void **state) {
  * plans with different chunk counts cut one transfer the same way. */
 static void test_fixed_layout(void **state) {
   (void)state;
-  brd_algos_p2p_op_t a1 = {1, 2}, a2 = {1, 9};
-  brd_algos_p2p_rank_t r1[2] = {{1, 0, &a1, NULL}, {0, 0, NULL, NULL}};
-  brd_algos_p2p_rank_t r2[2] = {{1, 0, &a2, NULL}, {0, 0, NULL, NULL}};
-  brd_algos_p2p_args_t g1 = {2, 0, r1}, g2 = {2, 0, r2};
+  brd_algos_sendrecv_op_t a1 = {1, 2}, a2 = {1, 9};
+  brd_algos_sendrecv_rank_t r1[2] = {{1, 0, &a1, NULL}, {0, 0, NULL, NULL}};
+  brd_algos_sendrecv_rank_t r2[2] = {{1, 0, &a2, NULL}, {0, 0, NULL, NULL}};
+  brd_algos_sendrecv_args_t g1 = {2, 0, r1}, g2 = {2, 0, r2};
   brd_ir_plan_t *p1, *p2;
-  assert_int_equal(brd_algos_p2p(&g1, &p1), ncclSuccess);
-  assert_int_equal(brd_algos_p2p(&g2, &p2), ncclSuccess);
+  assert_int_equal(brd_algos_sendrecv(&g1, &p1), ncclSuccess);
+  assert_int_equal(brd_algos_sendrecv(&g2, &p2), ncclSuccess);
   size_t scratch = brd_plan_scratch_bytes(p1);
   brd_plan_layout_t l1, l2;
   assert_int_equal(brd_plan_layout_init(p1, 100000, ncclInt8, scratch, &l1), ncclSuccess);
@@ -693,6 +693,90 @@ static void test_bad_arguments(void **state) {
   assert_true(brd_algos_available(BRD_IR_COLL_BROADCAST, BRD_IR_ALGO_RING, 1));
 }
 
+/* The generator table: exactly one row per (collective, algorithm,
+ * determinism, zero-copy) that the runtime could ask for before the table
+ * existed, and none elsewhere. The reference is written out here: the
+ * pairs the generators were dispatched by (reductions have a rank-ordered
+ * variant only for one-shot and two-shot all-reduce and one-shot
+ * reduce-scatter and reduce; the rest do not reduce, so determinism does
+ * not matter to them), plus the three zero-copy plans, asked for without
+ * determinism. Each row's generator makes a plan of its own row. */
+static int table_expects(int coll, int algo, int det, int zc) {
+  if (zc)
+    return !det && ((coll == BRD_IR_COLL_ALLREDUCE && algo == BRD_IR_ALGO_TWOSHOT) ||
+                    (coll == BRD_IR_COLL_REDUCESCATTER && algo == BRD_IR_ALGO_ONESHOT) ||
+                    (coll == BRD_IR_COLL_ALLGATHER && algo == BRD_IR_ALGO_ONESHOT));
+  static const char *const want[BRD_IR_COLL_COUNT] = {
+      /* algorithms by letter: R ring, T tree, O one-shot, W two-shot;
+       * lower case: only without determinism */
+      [BRD_IR_COLL_ALLREDUCE] = "rtOW",
+      [BRD_IR_COLL_ALLGATHER] = "RO",
+      [BRD_IR_COLL_REDUCESCATTER] = "rO",
+      [BRD_IR_COLL_BROADCAST] = "RO",
+      [BRD_IR_COLL_REDUCE] = "rO",
+      [BRD_IR_COLL_ALLTOALL] = "O",
+      [BRD_IR_COLL_GATHER] = "O",
+      [BRD_IR_COLL_SCATTER] = "O",
+      [BRD_IR_COLL_SENDRECV] = "",
+  };
+  static const char letter[] = {[BRD_IR_ALGO_RING] = 'R', [BRD_IR_ALGO_TREE] = 'T',
+                                [BRD_IR_ALGO_ONESHOT] = 'O', [BRD_IR_ALGO_TWOSHOT] = 'W'};
+  if (coll < 0 || coll >= BRD_IR_COLL_COUNT || algo < BRD_IR_ALGO_RING ||
+      algo > BRD_IR_ALGO_TWOSHOT)
+    return 0;
+  for (const char *c = want[coll]; *c != '\0'; c++) {
+    if (*c == letter[algo]) return 1;
+    if (*c == letter[algo] + ('a' - 'A')) return !det;
+  }
+  return 0;
+}
+
+static void test_generator_table(void **state) {
+  (void)state;
+  int n = 0, covered = 0;
+  const brd_algos_gen_t *t = brd_algos_gens(&n);
+  for (int coll = 0; coll <= BRD_IR_COLL_COUNT; coll++)
+    for (int algo = 0; algo <= BRD_IR_ALGO_NVLS; algo++)
+      for (int det = 0; det < 2; det++)
+        for (int zc = 0; zc < 2; zc++) {
+          int rows = 0;
+          for (int i = 0; i < n; i++)
+            rows += t[i].coll == coll && t[i].algo == algo && t[i].deterministic == det &&
+                    t[i].zerocopy == zc;
+          int want = table_expects(coll, algo, det, zc);
+          if (rows != want)
+            print_error("coll %d algo %d det %d zero-copy %d: %d rows, want %d\n", coll,
+                        algo, det, zc, rows, want);
+          assert_int_equal(rows, want);
+          int code = algo | (zc ? BRD_ALGOS_ZEROCOPY : 0);
+          assert_int_equal(brd_algos_available(coll, code, det), want);
+          const brd_algos_gen_t *g = brd_algos_find(coll, code, det);
+          assert_true((g != NULL) == want);
+          covered += want;
+        }
+  assert_int_equal(covered, n);
+  /* Every row's generator makes a plan of that row, at 5 ranks. */
+  for (int i = 0; i < n; i++) {
+    brd_algos_args_t a = {5, NULL, 2, BRD_IR_PROTO_SIMPLE};
+    brd_ir_plan_t *p = NULL;
+    int code = t[i].algo | (t[i].zerocopy ? BRD_ALGOS_ZEROCOPY : 0);
+    assert_int_equal(brd_algos_generate(t[i].coll, code, &a, 3, t[i].deterministic, &p),
+                     ncclSuccess);
+    assert_int_equal(p->coll, t[i].coll);
+    assert_int_equal(p->algo, t[i].algo);
+    assert_int_equal((p->flags & BRD_IR_PLAN_F_PEER_INPUT) != 0, t[i].zerocopy);
+    assert_non_null(t[i].name);
+    brd_plan_destroy(p);
+  }
+  /* A zero-copy code the table lacks is refused, not served unflagged. */
+  brd_algos_args_t a = {4, NULL, 1, BRD_IR_PROTO_SIMPLE};
+  brd_ir_plan_t *p = (brd_ir_plan_t *)0x1;
+  assert_int_equal(brd_algos_generate(BRD_IR_COLL_ALLREDUCE,
+                                      BRD_IR_ALGO_RING | BRD_ALGOS_ZEROCOPY, &a, 0, 0, &p),
+                   ncclInvalidArgument);
+  assert_ptr_equal(p, (brd_ir_plan_t *)0x1);
+}
+
 static void test_alloc_failures(void **state) {
   (void)state;
   static const int order[13] = {12, 0, 11, 1, 10, 2, 9, 3, 8, 4, 7, 5, 6};
@@ -724,9 +808,9 @@ static void test_alloc_failures(void **state) {
   }
   /* Point-to-point generation. */
   uint64_t x = 77;
-  p2p_world_t w;
-  p2p_random(&w, 5, &x);
-  brd_algos_p2p_args_t pargs = {5, -1, w.ranks};
+  sendrecv_world_t w;
+  sendrecv_random(&w, 5, &x);
+  brd_algos_sendrecv_args_t pargs = {5, -1, w.ranks};
   int failures_seen = 0;
   for (long k = 0;; k++) {
     brd_ir_plan_t *p = NULL;
@@ -734,7 +818,7 @@ static void test_alloc_failures(void **state) {
     fail_at = k;
     live = 0;
     armed = 1;
-    ncclResult_t res = brd_algos_p2p(&pargs, &p);
+    ncclResult_t res = brd_algos_sendrecv(&pargs, &p);
     armed = 0;
     if (res == ncclSuccess) {
       assert_int_equal(live, 1);
@@ -756,13 +840,14 @@ int main(void) {
       cmocka_unit_test(test_ordered_sources),
       cmocka_unit_test(test_root_only_buffers),
       cmocka_unit_test(test_alltoall_blocks),
-      cmocka_unit_test(test_p2p_random_groups_verify),
-      cmocka_unit_test(test_p2p_all_pairs),
-      cmocka_unit_test(test_p2p_final_credit_needed),
-      cmocka_unit_test(test_p2p_bad_groups),
+      cmocka_unit_test(test_sendrecv_random_groups_verify),
+      cmocka_unit_test(test_sendrecv_all_pairs),
+      cmocka_unit_test(test_sendrecv_final_credit_needed),
+      cmocka_unit_test(test_sendrecv_bad_groups),
       cmocka_unit_test(test_scratch_sizes),
       cmocka_unit_test(test_fixed_layout),
       cmocka_unit_test(test_bad_arguments),
+      cmocka_unit_test(test_generator_table),
       cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -588,7 +588,7 @@ static void test_sendrecv(void **state) {
   (void)state;
   NEED_GPU();
   for (int n = 2; n <= 4; n += 2) {
-    size_t piece = (size_t)((brd_param_int(BRD_P_BUFFSIZE) / BRD_ALGOS_P2P_SLOT_DIV) & ~15);
+    size_t piece = (size_t)((brd_param_int(BRD_P_BUFFSIZE) / BRD_ALGOS_SENDRECV_SLOT_DIV) & ~15);
     brd_ir_plan_t *plan[MAXR];
     brd_exec_cuda_plan_t *cplan[MAXR];
     brd_exec_cuda_status_t *st[MAXR];
@@ -605,21 +605,21 @@ static void test_sendrecv(void **state) {
     }
     for (int r = 0; r < n; r++) {
       int next = (r + 1) % n, prev = (r + n - 1) % n;
-      brd_algos_p2p_op_t sends[3], recvs[3];
+      brd_algos_sendrecv_op_t sends[3], recvs[3];
       for (int i = 0; i < 3; i++) {
         sends[i].peer = i == 1 ? r : next;
         sends[i].nchunks = (uint32_t)((bytes[r][i] + piece - 1) / piece);
         recvs[i].peer = i == 1 ? r : prev;
         recvs[i].nchunks = (uint32_t)((bytes[i == 1 ? r : prev][i] + piece - 1) / piece);
       }
-      brd_algos_p2p_rank_t ranks[MAXR];
+      brd_algos_sendrecv_rank_t ranks[MAXR];
       memset(ranks, 0, sizeof(ranks));
       ranks[r].nsend = 3;
       ranks[r].send = sends;
       ranks[r].nrecv = 3;
       ranks[r].recv = recvs;
-      brd_algos_p2p_args_t pa = {n, r, ranks};
-      assert_int_equal(brd_algos_p2p(&pa, &plan[r]), ncclSuccess);
+      brd_algos_sendrecv_args_t pa = {n, r, ranks};
+      assert_int_equal(brd_algos_sendrecv(&pa, &plan[r]), ncclSuccess);
       assert_int_equal(brd_exec_cuda_plan_create(plan[r], &cplan[r]), ncclSuccess);
       assert_int_equal(brd_exec_cuda_status_create(&st[r]), ncclSuccess);
       /* Every rank must cut its scratch into the same slots: peers write

@@ -49,6 +49,7 @@
 #include "core/backend.h"
 #include "core/reg.h"
 #include "base/param.h"
+#include "transport/cudrv.h"
 #include "transport/transport.h"
 
 static double now_s(void) {
@@ -163,18 +164,18 @@ static void svc_answer(void *ctx, const void *req, void *rep) {
  * request; once destroyed, callers get ncclRemoteError naming the cause. */
 static void test_request_service(void **state) {
   (void)state;
-  brd_p2p_svc_t *svc = NULL;
+  brd_ipc_svc_t *svc = NULL;
   atomic_store(&svc_calls, 0);
-  assert_int_equal(brd_p2p_svc_create(sizeof(svc_msg_t), sizeof(svc_msg_t), svc_answer,
+  assert_int_equal(brd_ipc_svc_create(sizeof(svc_msg_t), sizeof(svc_msg_t), svc_answer,
                                       (void *)(uintptr_t)1000, &svc), ncclSuccess);
-  uint32_t serial = brd_p2p_svc_serial(svc), pid = (uint32_t)getpid();
+  uint32_t serial = brd_ipc_svc_serial(svc), pid = (uint32_t)getpid();
   pid_t child = fork();
   assert_true(child >= 0);
   if (child == 0) {
     for (uint64_t k = 0; k < 3; k++) {
       svc_msg_t q = {{k, 7, 9, 11}}, a;
       memset(&a, 0, sizeof(a));
-      if (brd_p2p_svc_call(pid, serial, &q, sizeof(q), &a, sizeof(a), 5.0, NULL) !=
+      if (brd_ipc_svc_call(pid, serial, &q, sizeof(q), &a, sizeof(a), 5.0, NULL) !=
           ncclSuccess)
         _exit(2);
       if (a.w[0] != 1011 || a.w[1] != 1009 || a.w[2] != 1007 || a.w[3] != 1000 + k)
@@ -184,7 +185,7 @@ static void test_request_service(void **state) {
   }
   svc_msg_t q = {{1, 2, 3, 4}}, a;
   memset(&a, 0, sizeof(a));
-  assert_int_equal(brd_p2p_svc_call(pid, serial, &q, sizeof(q), &a, sizeof(a), 5.0, NULL),
+  assert_int_equal(brd_ipc_svc_call(pid, serial, &q, sizeof(q), &a, sizeof(a), 5.0, NULL),
                    ncclSuccess);
   assert_int_equal(a.w[0], 1004);
   assert_int_equal(a.w[3], 1001);
@@ -193,9 +194,9 @@ static void test_request_service(void **state) {
   assert_true(WIFEXITED(st));
   assert_int_equal(WEXITSTATUS(st), 0);
   assert_int_equal(atomic_load(&svc_calls), 4);
-  brd_p2p_svc_destroy(svc);
-  brd_p2p_svc_destroy(NULL);
-  assert_int_equal(brd_p2p_svc_call(pid, serial, &q, sizeof(q), &a, sizeof(a), 1.0, NULL),
+  brd_ipc_svc_destroy(svc);
+  brd_ipc_svc_destroy(NULL);
+  assert_int_equal(brd_ipc_svc_call(pid, serial, &q, sizeof(q), &a, sizeof(a), 1.0, NULL),
                    ncclRemoteError);
   assert_non_null(strstr(brd_log_last_error(), "exited or already sealed"));
   assert_int_equal(atomic_load(&svc_calls), 4);
@@ -211,15 +212,15 @@ static void test_fd_pass_memfd(void **state) {
   assert_true(w != MAP_FAILED);
   for (uint32_t i = 0; i < MEMFD_WORDS; i++) w[i] = pattern(i);
 
-  brd_p2p_fdsrv_t *srv = NULL;
-  assert_int_equal(brd_p2p_fdsrv_create(mfd, &srv), ncclSuccess);
-  uint32_t serial = brd_p2p_fdsrv_serial(srv);
+  brd_ipc_fdsrv_t *srv = NULL;
+  assert_int_equal(brd_ipc_fdsrv_create(mfd, &srv), ncclSuccess);
+  uint32_t serial = brd_ipc_fdsrv_serial(srv);
 
   pid_t child = fork();
   assert_true(child >= 0);
   if (child == 0) {
     int fd = -1;
-    if (brd_p2p_fd_fetch((uint32_t)getppid(), serial, 5.0, NULL, &fd) != ncclSuccess)
+    if (brd_ipc_fd_fetch((uint32_t)getppid(), serial, 5.0, NULL, &fd) != ncclSuccess)
       _exit(2);
     uint32_t *r = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (r == MAP_FAILED) _exit(3);
@@ -239,7 +240,7 @@ static void test_fd_pass_memfd(void **state) {
 
   /* This process may fetch too: a new descriptor of the same file. */
   int fd = -1;
-  assert_int_equal(brd_p2p_fd_fetch((uint32_t)getpid(), serial, 5.0, NULL, &fd),
+  assert_int_equal(brd_ipc_fd_fetch((uint32_t)getpid(), serial, 5.0, NULL, &fd),
                    ncclSuccess);
   assert_int_not_equal(fd, mfd);
   struct stat sa, sb;
@@ -249,10 +250,10 @@ static void test_fd_pass_memfd(void **state) {
   close(fd);
   close(mfd); /* the server keeps its own duplicate */
 
-  brd_p2p_fdsrv_destroy(srv);
+  brd_ipc_fdsrv_destroy(srv);
   /* Nobody serves the name any more: refused at once. */
   double t0 = now_s();
-  assert_int_equal(brd_p2p_fd_fetch((uint32_t)getpid(), serial, 5.0, NULL, &fd),
+  assert_int_equal(brd_ipc_fd_fetch((uint32_t)getpid(), serial, 5.0, NULL, &fd),
                    ncclRemoteError);
   assert_true(now_s() - t0 < 1.0);
   assert_non_null(strstr(brd_log_last_error(), "exited or already sealed"));
@@ -264,7 +265,7 @@ static int silent_listener(uint32_t serial) {
   struct sockaddr_un sa;
   memset(&sa, 0, sizeof(sa));
   sa.sun_family = AF_UNIX;
-  brd_p2p_sockname_format((uint32_t)getpid(), serial, sa.sun_path + 1,
+  brd_ipc_sockname_format((uint32_t)getpid(), serial, sa.sun_path + 1,
                           sizeof(sa.sun_path) - 1);
   socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
                               strlen(sa.sun_path + 1));
@@ -295,7 +296,7 @@ static void test_fd_fetch_deadline_and_abort(void **state) {
   int fd = -1;
 
   double t0 = now_s();
-  assert_int_equal(brd_p2p_fd_fetch((uint32_t)getpid(), serial, 0.3, NULL, &fd),
+  assert_int_equal(brd_ipc_fd_fetch((uint32_t)getpid(), serial, 0.3, NULL, &fd),
                    ncclRemoteError);
   double took = now_s() - t0;
   assert_true(took >= 0.29 && took < 3.0);
@@ -306,7 +307,7 @@ static void test_fd_fetch_deadline_and_abort(void **state) {
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, raise_later, &r), 0);
   t0 = now_s();
-  assert_int_equal(brd_p2p_fd_fetch((uint32_t)getpid(), serial, 30.0, &flag, &fd),
+  assert_int_equal(brd_ipc_fd_fetch((uint32_t)getpid(), serial, 30.0, &flag, &fd),
                    ncclSystemError);
   assert_true(now_s() - t0 < 2.0);
   pthread_join(th, NULL);
@@ -323,13 +324,13 @@ static void test_driver_table(void **state) {
   if (cudaDriverGetVersion(&version) != cudaSuccess) version = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess) ndev = 0;
   (void)cudaGetLastError();
-  ncclResult_t r = brd_p2p_driver_check();
+  ncclResult_t r = brd_cudrv_check();
   if (version == 0) {
     /* No driver at all: a clean error naming the first entry point. */
     assert_int_equal(r, ncclUnhandledCudaError);
     assert_non_null(strstr(brd_log_last_error(), "cuGetErrorString"));
     /* Resolved once; the answer does not change. */
-    assert_int_equal(brd_p2p_driver_check(), ncclUnhandledCudaError);
+    assert_int_equal(brd_cudrv_check(), ncclUnhandledCudaError);
     /* Everything that needs the GPU fails cleanly, without crashing. */
     brd_seg_t seg;
     assert_int_not_equal(brd_transport_p2p.seg_create(4096, "t", &seg), ncclSuccess);
@@ -348,7 +349,7 @@ static void test_driver_table(void **state) {
     assert_true(r == ncclSuccess || r == ncclUnhandledCudaError);
   }
 #else
-  assert_int_equal(brd_p2p_driver_check(), ncclInvalidUsage);
+  assert_int_equal(brd_cudrv_check(), ncclInvalidUsage);
   brd_seg_t seg;
   assert_int_equal(brd_transport_p2p.seg_create(4096, "t", &seg), ncclInvalidUsage);
   assert_non_null(strstr(brd_log_last_error(), "CUDA=0"));
@@ -547,7 +548,7 @@ static void test_gpu_segment_cumem(void **state) {
   (void)state;
   NEED_GPU();
 #if BRAID_CUDA
-  if (brd_p2p_driver_check() != ncclSuccess) {
+  if (brd_cudrv_check() != ncclSuccess) {
     printf("SKIP: cuMem entry points are unavailable (%s); the IPC case covers "
            "segments\n", brd_log_last_error());
     skip();

@@ -1,0 +1,116 @@
+/*
+ * What every plan generator shares: the argument checks, the frame that
+ * runs a block body for every (position, block), the one-rank plan and the
+ * rank positions. A generator is one function of src/algos/<family>.c
+ * written with these, listed once in the table of generate.c.
+ */
+#include <stdlib.h>
+
+#include "base/check.h"
+#include "algos/algos.h"
+
+/* See algos.h. */
+ncclResult_t brd_algos_build(const brd_plan_shape_t *shape, const brd_algos_args_t *args,
+                             brd_algos_block_fn body, const void *ctx, const char *what,
+                             brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_plan_builder_t *b = NULL;
+  int n = args->nranks;
+  brd_plan_ref_t *refs = calloc((size_t)n, sizeof(*refs));
+  if (refs == NULL) {
+    WARN("out of host memory generating %s for %d ranks", what, n);
+    return ncclSystemError;
+  }
+  CHECK_GOTO(brd_plan_builder_create(shape, &b), res, fail_free_refs);
+  for (int p = 0; p < n; p++)
+    for (int blk = 0; blk < args->nblocks; blk++)
+      CHECK_GOTO(body(b, args, p, blk, refs, ctx), res, fail_destroy_builder);
+  res = brd_plan_builder_finish(b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(b);
+fail_free_refs:
+  free(refs);
+  return res;
+}
+
+/* See algos.h. */
+int brd_algos_pos_of(const brd_algos_args_t *args, int rank) {
+  if (args->order == NULL) return rank;
+  for (int p = 0; p < args->nranks; p++)
+    if (args->order[p] == rank) return p;
+  return -1;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_check(const brd_algos_args_t *args, int root,
+                             const char *what) {
+  ncclResult_t res = ncclSuccess;
+  if (args->nranks < 1 || args->nranks > 65535 || args->nblocks < 1 ||
+      args->nblocks > 65535) {
+    WARN("%s: %d ranks and %d blocks per rank are out of range (1 to 65535 "
+         "each)", what, args->nranks, args->nblocks);
+    return ncclInvalidArgument;
+  }
+  if (args->proto != BRD_IR_PROTO_SIMPLE && args->proto != BRD_IR_PROTO_LL) {
+    WARN("%s: protocol %d is not generated (Simple or LL)", what, args->proto);
+    return ncclInvalidArgument;
+  }
+  if (root != -1 && (root < 0 || root >= args->nranks)) {
+    WARN("%s: root %d is not a rank of %d", what, root, args->nranks);
+    return ncclInvalidArgument;
+  }
+  if (args->order == NULL) return ncclSuccess;
+  char *seen = calloc((size_t)args->nranks, 1);
+  if (seen == NULL) {
+    WARN("out of host memory checking a rank order of %d", args->nranks);
+    return ncclSystemError;
+  }
+  for (int p = 0; p < args->nranks; p++) {
+    int r = args->order[p];
+    if (r < 0 || r >= args->nranks || seen[r]) {
+      WARN("%s: rank order is not a permutation of 0..%d (position %d holds "
+           "%d)", what, args->nranks - 1, p, r);
+      res = ncclInvalidArgument;
+      goto free_seen;
+    }
+    seen[r] = 1;
+  }
+free_seen:
+  free(seen);
+  return res;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_check_direct(int nranks, const char *what) {
+  if (nranks - 1 <= (int)BRD_IR_CHAN_LOCAL - 1) return ncclSuccess;
+  WARN("%s: %d ranks need %d channels per rank; a plan holds at most %d",
+       what, nranks, nranks - 1, (int)BRD_IR_CHAN_LOCAL - 1);
+  return ncclInvalidArgument;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_single(const brd_algos_args_t *args, uint8_t coll,
+                              uint8_t algo, int root, brd_ir_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_plan_builder_t *b = NULL;
+  int reduction = coll == BRD_IR_COLL_ALLREDUCE ||
+                  coll == BRD_IR_COLL_REDUCESCATTER || coll == BRD_IR_COLL_REDUCE;
+  brd_plan_shape_t shape = {
+      .nranks = 1, .nblocks = args->nblocks, .nchunks = (uint32_t)args->nblocks,
+      .nslots = 0, .slot_div = 1, .nsems = 0, .seq_per_iter = 1,
+      .proto = (uint8_t)args->proto, .algo = algo, .coll = coll,
+      .root = (uint16_t)(root > 0 ? root : 0)};
+  CHECK(brd_plan_builder_create(&shape, &b));
+  for (int blk = 0; blk < args->nblocks; blk++) {
+    brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_INPUT, -1, (uint32_t)blk);
+    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, (uint32_t)blk);
+    CHECK_GOTO(brd_algos_move(b, 0, blk, BRD_IR_OP_COPY,
+                              reduction ? BRD_IR_F_POSTOP : 0, (uint32_t)blk, 0,
+                              0, 1, &src, 1, &dst),
+               res, fail_destroy_builder);
+  }
+  res = brd_plan_builder_finish(b, plan_out);
+fail_destroy_builder:
+  brd_plan_builder_destroy(b);
+  return res;
+}

@@ -1,0 +1,125 @@
+/*
+ * Braid CUDA driver entry points: resolved once per process through the
+ * CUDA runtime (cudaGetDriverEntryPointByVersion), so the library never
+ * links libcuda. See cudrv.h.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#if BRAID_CUDA
+#include <cuda.h>
+#include <cuda_runtime.h>
+#endif
+
+#include "base/check.h"
+#include "transport/cudrv.h"
+
+#if BRAID_CUDA
+
+/* The ABI the prototypes in cudrv.h describe: CUDA 12.0's. */
+#define DRV_ABI_VERSION 12000
+
+static const struct {
+  const char *name;
+  size_t off;
+} drv_syms[] = {
+    {"cuGetErrorString", offsetof(brd_cudrv_t, get_error_string)},
+    {"cuDeviceGet", offsetof(brd_cudrv_t, device_get)},
+    {"cuDeviceGetAttribute", offsetof(brd_cudrv_t, device_get_attribute)},
+    {"cuMemGetAllocationGranularity", offsetof(brd_cudrv_t, mem_get_allocation_granularity)},
+    {"cuMemCreate", offsetof(brd_cudrv_t, mem_create)},
+    {"cuMemRelease", offsetof(brd_cudrv_t, mem_release)},
+    {"cuMemAddressReserve", offsetof(brd_cudrv_t, mem_address_reserve)},
+    {"cuMemAddressFree", offsetof(brd_cudrv_t, mem_address_free)},
+    {"cuMemMap", offsetof(brd_cudrv_t, mem_map)},
+    {"cuMemUnmap", offsetof(brd_cudrv_t, mem_unmap)},
+    {"cuMemSetAccess", offsetof(brd_cudrv_t, mem_set_access)},
+    {"cuMemExportToShareableHandle", offsetof(brd_cudrv_t, mem_export)},
+    {"cuMemImportFromShareableHandle", offsetof(brd_cudrv_t, mem_import)},
+};
+
+static brd_cudrv_t drv;            /* valid when drv_res is ncclSuccess */
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+static ncclResult_t drv_res = ncclSuccess;
+static char drv_err[256];         /* why the table is unusable */
+
+static void drv_load(void) {
+  brd_cudrv_t t;
+  memset(&t, 0, sizeof(t));
+  for (size_t i = 0; i < sizeof(drv_syms) / sizeof(drv_syms[0]); i++) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e = cudaGetDriverEntryPointByVersion(drv_syms[i].name, &fn,
+                                                     DRV_ABI_VERSION, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn == NULL) {
+      (void)cudaGetLastError();
+      snprintf(drv_err, sizeof(drv_err),
+               "CUDA driver entry point %s is unavailable (%s); cuMem needs an "
+               "NVIDIA driver for CUDA 12.0 or later", drv_syms[i].name,
+               e != cudaSuccess ? cudaGetErrorString(e)
+               : q == cudaDriverEntryPointVersionNotSufficent ? "the driver is too old"
+                                                              : "symbol not found");
+      drv_res = ncclUnhandledCudaError;
+      INFO(BRD_SUBSYS_P2P | BRD_SUBSYS_INIT, "P2P: %s", drv_err);
+      return;
+    }
+    /* Entry points are plain function pointers returned as void *. */
+    memcpy((char *)&t + drv_syms[i].off, &fn, sizeof(fn));
+  }
+  drv = t;
+}
+
+/* See cudrv.h. */
+const brd_cudrv_t *brd_cudrv_get(void) {
+  pthread_once(&drv_once, drv_load);
+  return drv_res == ncclSuccess ? &drv : NULL;
+}
+
+static brd_cudrv_addr_range_fn_t addr_range; /* cuMemGetAddressRange, or NULL */
+static pthread_once_t addr_once = PTHREAD_ONCE_INIT;
+
+static void addr_load(void) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, DRV_ABI_VERSION,
+                                       cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    fn = NULL;
+  }
+  memcpy(&addr_range, &fn, sizeof(fn));
+}
+
+/* See cudrv.h. */
+brd_cudrv_addr_range_fn_t brd_cudrv_addr_range(void) {
+  pthread_once(&addr_once, addr_load);
+  return addr_range;
+}
+
+/* See cudrv.h. */
+const char *brd_cudrv_errstr(CUresult r) {
+  const char *s = NULL;
+  if (drv.get_error_string == NULL || drv.get_error_string(r, &s) != CUDA_SUCCESS ||
+      s == NULL)
+    return "unknown CUDA driver error";
+  return s;
+}
+
+/* See cudrv.h. */
+ncclResult_t brd_cudrv_check(void) {
+  if (brd_cudrv_get() != NULL) return ncclSuccess;
+  WARN("P2P: %s", drv_err);
+  return drv_res;
+}
+
+#else /* !BRAID_CUDA */
+
+/* See cudrv.h. */
+ncclResult_t brd_cudrv_check(void) {
+  WARN("P2P: the CUDA driver table needs CUDA, but this library was built with CUDA=0; "
+       "set BRAID_DEVICE=host");
+  return ncclInvalidUsage;
+}
+
+#endif /* BRAID_CUDA */
