@@ -319,6 +319,8 @@ SIM_TESTS    := $(patsubst %.c,$(SIM_DIR)/tests/%,$(notdir $(SIM_TEST_SRC))) \
                 $(patsubst %.c,$(SIM_DEV_DIR)/tests/%,$(notdir $(SIM_TEST_SRC)))
 SIM_TOOLS    := $(patsubst tools/%.c,$(SIM_DIR)/bin/%,$(SIM_TOOL_SRC)) \
                 $(patsubst tools/%.c,$(SIM_DEV_DIR)/bin/%,$(SIM_TOOL_SRC))
+# The device probe too, for scripts/gpu-check --rehearse.
+SIM_TOOLS    += $(SIM_DEV_DIR)/bin/gpu-probe
 
 # devemu.h on kernels of its own: compiled as exec.cu is for cudasim-dev.
 SIM_DEVEMU_TEST := $(SIM_DEV_DIR)/tests/test_devemu
