@@ -76,6 +76,14 @@ expect "--budget that is not a number" 2 "--budget needs a whole number of secon
   scripts/gpu-check --budget soon
 expect "--help" 0 "--rehearse" 20 -- scripts/gpu-check --help
 
+# The steps' scripts catch a wrong path even where they would skip.
+expect "torch_check.py with a --lib that does not exist" 1 "FAIL: torch_check: --lib .*/none/libnccl.so.2 does not exist" 60 -- \
+  python3 tests/gpu/torch_check.py --lib "$WORK/none/libnccl.so.2"
+expect "sanitizer.sh with a program that does not exist" 1 "FAIL: sanitizer: .*/none/test_graph is missing" 20 -- \
+  env SANITIZER_PROG="$WORK/none/test_graph" CUDA=1 bash tests/gpu/sanitizer.sh
+expect "matrix.sh with a program that does not exist" 1 "FAIL: matrix: .*/none/test_allreduce is missing" 20 -- \
+  env MATRIX_BIN_DIR="$WORK/none" MATRIX_PROGS=test_allreduce CUDA=1 bash tests/gpu/matrix.sh
+
 # ----------------------------------------------------- --prepare, the run
 PREP=$WORK/prep
 expect "--prepare --no-build from $BUILD" 0 "prepared .*prep: [0-9]+ MiB" 120 -- \
