@@ -12,7 +12,9 @@
 #  - a broken rehearsal fails: a missing program and a program that fails
 #    make the summary say FAIL with the first lines of the failure, the exit
 #    status is 1, and the steps that work still PASS;
-#  - a spent budget leaves the steps NOT RUN.
+#  - a spent budget leaves the steps NOT RUN;
+#  - torch_check.py's verdicts and the torch step's summary, on a stand-in
+#    torch (tests/gpu/data/torch-stub): PyTorch and a GPU are not here.
 # Skips (77) in a CUDA=0 build or without $BUILD/cudasim-dev (make cudasim).
 # Environment: BUILD (default build), CUDA.
 set -uo pipefail
@@ -83,6 +85,32 @@ expect "sanitizer.sh with a program that does not exist" 1 "FAIL: sanitizer: .*/
   env SANITIZER_PROG="$WORK/none/test_graph" CUDA=1 bash tests/gpu/sanitizer.sh
 expect "matrix.sh with a program that does not exist" 1 "FAIL: matrix: .*/none/test_allreduce is missing" 20 -- \
   env MATRIX_BIN_DIR="$WORK/none" MATRIX_PROGS=test_allreduce CUDA=1 bash tests/gpu/matrix.sh
+
+# torch_check.py's verdicts, and gpu-check's torch step and summary, on a
+# stand-in torch (tests/gpu/data/torch-stub) whose ranks print canned
+# results: the real one needs PyTorch and a GPU.
+STUB=tests/gpu/data/torch-stub
+expect "torch_check.py: two ranks that ran Braid and passed" 0 \
+  "rank 1: libnccl mapped: .*libnccl.so.2 \(Braid\).*banner: NCCL version 2.28.9\+stand-in" 60 -- \
+  env PYTHONPATH=$STUB STUB_MODE=pass python3 tests/gpu/torch_check.py --lib "$BUILD/lib/libnccl.so.2"
+expect "torch_check.py: a rank without Braid and a wrong result fail" 1 \
+  "FAIL: rank 1: the process did not map .*LD_PRELOAD did not take" 60 -- \
+  env PYTHONPATH=$STUB STUB_MODE=mixed python3 tests/gpu/torch_check.py --lib "$BUILD/lib/libnccl.so.2"
+grep -q "FAIL: rank 1: broadcast root 1 (nccl \[1.0\] vs gloo \[2.0\])" "$WORK/out" &&
+  pass "torch_check.py: the failed check is named with both results" || fail "torch_check.py: no failed-check line"
+expect "torch_check.py: a rank that crashes fails with its traceback" 1 \
+  "RuntimeError: ncclInvalidUsage: the stand-in refuses" 60 -- \
+  env PYTHONPATH=$STUB STUB_MODE=crash python3 tests/gpu/torch_check.py --lib "$BUILD/lib/libnccl.so.2"
+expect "gpu-check's torch step with a failing rank" 1 "failed: torch" 120 -- \
+  env PYTHONPATH=$STUB STUB_MODE=mixed scripts/gpu-check --rehearse --build "$BUILD" --steps torch \
+  --out "$WORK/torch-out"
+if grep -q '^## PyTorch' "$WORK/torch-out/summary.md" &&
+   grep -q 'rank 1: libnccl mapped: /elsewhere/libnccl.so.2 (NOT Braid)' "$WORK/torch-out/summary.md" &&
+   grep -q '^### torch: exit 1' "$WORK/torch-out/summary.md"; then
+  pass "gpu-check's summary shows each rank's library and the torch failure"
+else
+  fail "gpu-check's summary after a torch failure:"; sed 's/^/    | /' "$WORK/torch-out/summary.md" | tail -25
+fi
 
 # ----------------------------------------------------- --prepare, the run
 PREP=$WORK/prep
