@@ -131,8 +131,12 @@ expect "--prepare from a build that lacks a program" 2 "missing from .*/empty: .
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIP the run on the prepared directory without a GPU: this machine has one"
 else
+  # As if the copy to the GPU machine had lost the execute bits.
+  chmod a-x "$PREP/bin/gpu-probe" "$PREP/tests/gpu/test_graph"
   expect "the run on the prepared directory without a GPU" 0 "gpu-check: done in" 300 -- \
     env -u BUILD scripts/gpu-check --build "$PREP" --out "$WORK/run"
+  grep -q "bin/gpu-probe was not executable; made it so" "$WORK/out" && [[ -x $PREP/tests/gpu/test_graph ]] &&
+    pass "the run restores execute bits lost on the way" || fail "the run left the execute bits off"
   has_rows "the run without a GPU: every step found its files and skipped" "$WORK/run/summary.md" \
     probe=SKIP exec=SKIP matrix=SKIP graph=SKIP abort=SKIP sanitizer=SKIP torch=SKIP perf=SKIP
 fi
