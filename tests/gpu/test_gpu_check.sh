@@ -204,6 +204,17 @@ expect "a spent budget" 0 "NOT RUN" 60 -- \
   scripts/gpu-check --rehearse --build "$BUILD" --budget 2 --steps probe,graph --out "$WORK/budget"
 has_rows "a spent budget leaves the steps NOT RUN" "$WORK/budget/summary.md" "probe=NOT RUN" "graph=NOT RUN"
 
+# --full-matrix: matrix.sh without BRAID_TEST_QUICK (cut off by a small
+# budget: only how it starts is checked).
+scripts/gpu-check --rehearse --build "$BUILD" --full-matrix --steps matrix --budget 8 \
+  --out "$WORK/full" >"$WORK/out" 2>&1
+mkdir -p "$WORK/full-logs" && tar -xzf "$WORK/full/logs.tgz" -C "$WORK/full-logs" 2>/dev/null
+if grep -qx -- "-- test_allreduce, BRAID_DEVICE=cuda" "$WORK/full-logs/logs/matrix.log" 2>/dev/null; then
+  pass "--full-matrix runs matrix.sh without BRAID_TEST_QUICK"
+else
+  fail "--full-matrix: matrix.log:"; sed 's/^/    | /' "$WORK/full-logs/logs/matrix.log" 2>/dev/null | head
+fi
+
 if ((failures > 0)); then
   echo "FAIL: gpu-check: $failures check(s) failed"
   exit 1
