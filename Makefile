@@ -4,6 +4,7 @@
 #   make test                 build and run every test suite (host mode)
 #   make test-gpu             GPU suites; skip with a message when no GPU
 #   make bench                all-reduce benchmark (GPU, or host mode)
+#   make gpu-check-prepare    build gpucheck/ for scripts/gpu-check on a GPU
 #   make install PREFIX=dir   library and header
 #
 # Options: CUDA=0 (host mode only), CUDA_ARCHS="80 90 100", ASAN=1, UBSAN=1,
@@ -206,7 +207,7 @@ $(BUILD)/plugins/%.so: plugins/%.c
 # executors (cudasim: exec_sim.c; cudasim-dev: exec.cu's own kernels).
 test: all $(if $(filter 1,$(CUDA)),cudasim)
 	@BUILD=$(BUILD) CUDA=$(CUDA) NCCL_REF_HEADER="$(NCCL_REF)" CUDA_HOME=$(CUDA_HOME) \
-	  scripts/run-tests unit abi host $(if $(filter 1,$(CUDA)),cudasim cudasim-dev)
+	  scripts/run-tests unit abi host $(if $(filter 1,$(CUDA)),cudasim cudasim-dev gpucheck)
 
 test-unit: all
 	@BUILD=$(BUILD) scripts/run-tests unit
@@ -219,6 +220,12 @@ test-gpu: all
 
 bench: all
 	@BUILD=$(BUILD) scripts/bench
+
+# Everything a GPU machine needs for scripts/gpu-check, in gpucheck/
+# (docs/perf/gpu.md).
+.PHONY: gpu-check-prepare
+gpu-check-prepare:
+	@scripts/gpu-check --prepare
 
 # Includes point down the layers only: base < device, transport < plan < algos < core.
 check-layers:
@@ -319,6 +326,8 @@ SIM_TESTS    := $(patsubst %.c,$(SIM_DIR)/tests/%,$(notdir $(SIM_TEST_SRC))) \
                 $(patsubst %.c,$(SIM_DEV_DIR)/tests/%,$(notdir $(SIM_TEST_SRC)))
 SIM_TOOLS    := $(patsubst tools/%.c,$(SIM_DIR)/bin/%,$(SIM_TOOL_SRC)) \
                 $(patsubst tools/%.c,$(SIM_DEV_DIR)/bin/%,$(SIM_TOOL_SRC))
+# The device probe too, for scripts/gpu-check --rehearse.
+SIM_TOOLS    += $(SIM_DEV_DIR)/bin/gpu-probe
 
 # devemu.h on kernels of its own: compiled as exec.cu is for cudasim-dev.
 SIM_DEVEMU_TEST := $(SIM_DEV_DIR)/tests/test_devemu

@@ -12,7 +12,9 @@
 #   BUILD=build tests/gpu/matrix.sh
 # Environment: BUILD (build dir), MATRIX_BIN_DIR (where the programs
 # are; default $BUILD/tests/host), MATRIX_TIMEOUT (seconds per program,
-# default 1500), BRAID_TEST_QUICK=1 (the reduced matrix).
+# default 1500), BRAID_TEST_QUICK=1 (the reduced matrix), MATRIX_PROGS
+# (the programs to run, default "test_allreduce test_collectives
+# test_register").
 # Exits 77 after "SKIP: ..." when no GPU or no CUDA build is there; a skip
 # is never a pass.
 set -uo pipefail
@@ -29,7 +31,7 @@ fi
 failed=0
 skipped=0
 ran=0
-for prog in test_allreduce test_collectives test_register; do
+for prog in ${MATRIX_PROGS:-test_allreduce test_collectives test_register}; do
   bin=$BIN_DIR/$prog
   if [[ ! -x $bin ]]; then
     echo "FAIL: matrix: $bin is missing; build it first (make BUILD=$BUILD tests)"

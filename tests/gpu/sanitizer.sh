@@ -5,20 +5,26 @@
 # (--error-exitcode), as does a wrong result the program itself detects.
 #
 #   BUILD=build tests/gpu/sanitizer.sh
-# Environment: BUILD, CUDA_HOME (compute-sanitizer is looked for on PATH,
-# then in $CUDA_HOME/bin and /usr/local/cuda/bin), SANITIZER_TIMEOUT
-# (seconds per tool, default 900).
-# Exits 77 after "SKIP: ..." without compute-sanitizer, a GPU or a CUDA
-# build; a skip is never a pass.
+# Environment: BUILD, SANITIZER_PROG (the program, default
+# $BUILD/tests/gpu/test_graph), CUDA_HOME (compute-sanitizer is looked for
+# on PATH, then in $CUDA_HOME/bin and /usr/local/cuda/bin),
+# SANITIZER_TIMEOUT (seconds per tool, default 900).
+# A missing program fails even where the run would skip. Exits 77 after
+# "SKIP: ..." without compute-sanitizer, a GPU or a CUDA build; a skip is
+# never a pass.
 set -uo pipefail
 
 BUILD=${BUILD:-build}
 LIMIT=${SANITIZER_TIMEOUT:-900}
-prog=$BUILD/tests/gpu/test_graph
+prog=${SANITIZER_PROG:-$BUILD/tests/gpu/test_graph}
 
 if [[ ${CUDA:-1} != 1 ]]; then
   echo "SKIP: sanitizer: this build has no CUDA (CUDA=0)"
   exit 77
+fi
+if [[ ! -x $prog ]]; then
+  echo "FAIL: sanitizer: $prog is missing; build it first (make BUILD=$BUILD tests)"
+  exit 1
 fi
 san=$(command -v compute-sanitizer 2>/dev/null)
 searched="PATH"
@@ -36,11 +42,6 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   echo "SKIP: sanitizer: no NVIDIA GPU is visible on this machine (nvidia-smi -L failed)"
   exit 77
 fi
-if [[ ! -x $prog ]]; then
-  echo "FAIL: sanitizer: $prog is missing; build it first (make BUILD=$BUILD tests)"
-  exit 1
-fi
-
 # Instrumented kernels run many times slower: a generous hang deadline.
 export BRAID_DEVICE=cuda BRAID_TEST_QUICK=1 BRAID_TIMEOUT=${BRAID_TIMEOUT:-240}
 failed=0

@@ -9,7 +9,8 @@
 #    in tests/host/data/bench-gpu/ into the table whose verdicts and B/(2N)
 #    arithmetic are listed here by hand;
 #  - the whole bench-gpu run, in host mode behind a stand-in nvidia-smi,
-#    writes every raw output and a report.
+#    writes every raw output and a report; so does gpu-check's plan
+#    (--plan check), whose --strict exits 1 on a failed run.
 # nccl-compare exists only in CUDA builds; its checks skip in CUDA=0 builds.
 # Environment: BUILD (build directory, default build).
 set -uo pipefail
@@ -319,7 +320,26 @@ else
   fi
   PATH=$WORK/fakegpu:$PATH BUILD=$BUILD expect "bench-gpu refuses a non-empty --out" 1 "is not empty; give a new --out" -- \
     scripts/bench-gpu --out "$WORK/run"
+
+  # scripts/gpu-check's plan: nine runs, NVIDIA's third; --strict turns the
+  # report's failed run (the stand-in is Braid) into exit 1.
+  PATH=$WORK/fakegpu:$PATH BUILD=$BUILD BRAID_DEVICE=host CUDA_VISIBLE_DEVICES='' \
+    expect "bench-gpu --plan check --strict" 1 "--strict: runs that failed: ar-1-nvidia$" -- \
+    scripts/bench-gpu --plan check --strict --quick --sizes "-b 8 -e 4K -f 8" --out "$WORK/run-check" \
+    --nccl "$WORK/stand-in-libnccl.so.2"
+  have=$(cd "$WORK/run-check" 2>/dev/null && ls ./*.txt | tr '\n' ' ')
+  want="./ar-1-nvidia.txt ./ar-1.txt ./ar-2.txt ./ar-4.txt ./ar-8-graph.txt ./ar-8.txt ./check-4.txt ./compare-log.txt ./meta.txt ./nvidia-smi.txt ./reg-4.txt "
+  if [[ $have == "$want" ]] && grep -q '^\[3/9\] all_reduce_perf, 1 rank, NVIDIA' "$WORK/out"; then
+    pass "bench-gpu --plan check ran its nine runs, NVIDIA's third"
+  else
+    fail "bench-gpu --plan check wrote: $have"
+  fi
 fi
+expect "bench-gpu --plan with a bad plan" 1 "--plan: 'tiny' is not full or check" -- \
+  scripts/bench-gpu --plan tiny
+expect "bench-gpu --sim with a --perf that is missing" 1 \
+  "program given by --perf, --compare or --lib is missing; nothing was run" -- \
+  scripts/bench-gpu --sim --perf "$WORK/none/all_reduce_perf" --out "$WORK/sim-none"
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures check(s) failed"
