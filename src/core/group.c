@@ -95,6 +95,48 @@ ncclResult_t brd_group_add_job(struct ncclComm *comm, brd_group_job_fn fn, void 
   return ncclSuccess;
 }
 
+/* Calls and jobs of the calling thread's open group on comm. */
+static int group_holds(const struct ncclComm *comm) {
+  int n = 0;
+  for (int i = 0; i < queue_len; i++) n += queue[i].comm == comm;
+  for (int i = 0; i < njobs; i++) n += jobs[i].comm == comm;
+  return n;
+}
+
+/* See group.h. */
+ncclResult_t brd_group_check_teardown(const struct ncclComm *comm, const char *fn) {
+  int n;
+  if (group_depth == 0 || (n = group_holds(comm)) == 0) return ncclSuccess;
+  WARN("%s : rank %d has %d call%s queued in this thread's open group that "
+       "would run on it at ncclGroupEnd; call ncclGroupEnd first (or "
+       "ncclCommAbort to discard them)", fn, comm->rank, n, n == 1 ? "" : "s");
+  return ncclInvalidUsage;
+}
+
+/* See group.h. */
+int brd_group_forget(const struct ncclComm *comm) {
+  int kept = 0, dropped = 0;
+  for (int i = 0; i < queue_len; i++) {
+    if (queue[i].comm == comm) {
+      dropped++;
+      continue;
+    }
+    queue[kept++] = queue[i];
+  }
+  queue_len = kept;
+  kept = 0;
+  for (int i = 0; i < njobs; i++) {
+    if (jobs[i].comm == comm) {
+      free(jobs[i].arg);
+      dropped++;
+      continue;
+    }
+    jobs[kept++] = jobs[i];
+  }
+  njobs = kept;
+  return dropped;
+}
+
 /* One communicator's share of the group's end, run on a thread of its own
  * when there are several: the first member of comm_batch_t and job_run_t. */
 typedef struct comm_task {

