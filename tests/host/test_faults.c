@@ -45,7 +45,7 @@ struct shared {
 };
 static struct shared *sh;
 
-__attribute__((unused)) static int64_t now_ns(void) {
+static int64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
@@ -254,12 +254,77 @@ static void test_window_dereg_in_group(void **state) {
   in_child(body_window_dereg_in_group, 30);
 }
 
+/* ---- 2. counts that overflow --------------------------------------------- */
+
+/* A rejected call must fail at once: well under this. */
+#define REJECT_NS (200LL * 1000000LL)
+
+/* Runs fn, expects ncclInvalidArgument within REJECT_NS and a message
+ * naming count (as printed) and, when limit is set, the limit. */
+#define EXPECT_REJECT(call, count_str, limit)                                           \
+  do {                                                                                  \
+    int64_t t0_ = now_ns();                                                             \
+    ncclResult_t r_ = (call);                                                           \
+    int64_t dt_ = now_ns() - t0_;                                                       \
+    const char *m_ = ncclGetLastError(NULL);                                            \
+    CHECKX(r_ == ncclInvalidArgument, "%s returned %d, want ncclInvalidArgument (%s)",  \
+           #call, r_, m_);                                                              \
+    CHECKX(dt_ < REJECT_NS, "%s took %lld ms to fail", #call, (long long)(dt_ / 1000000)); \
+    CHECKX(contains(m_, "count " count_str), "%s: message does not name the count: %s", \
+           #call, m_);                                                                  \
+    CHECKX(!(limit) || contains(m_, "140737488355328"),                                 \
+           "%s: message does not name the limit: %s", #call, m_);                       \
+  } while (0)
+
+#define SMAX "18446744073709551615"
+
+static int body_counts(void) {
+  ncclComm_t c[2];
+  char *a = malloc(4096), *b = malloc(4096);
+  CHECKX(a != NULL && b != NULL, "malloc");
+  CHECKX(ncclCommInitAll(c, 2, NULL) == ncclSuccess, "init all");
+  /* SIZE_MAX at every entry point, outside a group. */
+  EXPECT_REJECT(ncclAllReduce(a, b, SIZE_MAX, ncclFloat, ncclSum, c[0], NULL), SMAX, 1);
+  EXPECT_REJECT(ncclBroadcast(a, b, SIZE_MAX, ncclInt8, 0, c[0], NULL), SMAX, 1);
+  EXPECT_REJECT(ncclReduce(a, b, SIZE_MAX, ncclInt8, ncclSum, 0, c[0], NULL), SMAX, 1);
+  EXPECT_REJECT(ncclAllGather(a, b, SIZE_MAX, ncclInt8, c[0], NULL), SMAX, 1);
+  EXPECT_REJECT(ncclReduceScatter(a, b, SIZE_MAX, ncclInt8, ncclSum, c[0], NULL), SMAX, 1);
+  EXPECT_REJECT(ncclAlltoAll(a, b, SIZE_MAX, ncclInt8, c[0], NULL), SMAX, 1);
+  EXPECT_REJECT(ncclGather(a, b, SIZE_MAX, ncclInt8, 1, c[0], NULL), SMAX, 1);
+  EXPECT_REJECT(ncclScatter(a, b, SIZE_MAX, ncclInt8, 1, c[0], NULL), SMAX, 1);
+  EXPECT_REJECT(ncclSend(a, SIZE_MAX, ncclInt8, 1, c[0], NULL), SMAX, 1);
+  EXPECT_REJECT(ncclRecv(b, SIZE_MAX, ncclInt8, 1, c[0], NULL), SMAX, 1);
+  /* count x 4 fits, x nranks wraps (gather-type); and count x 8 wraps. */
+  EXPECT_REJECT(ncclAllGather(a, b, ((size_t)1 << 62) - 1 + ((size_t)1 << 62), ncclFloat,
+                              c[0], NULL),
+                "9223372036854775807", 1);
+  EXPECT_REJECT(ncclAllReduce(a, b, (size_t)1 << 61, ncclDouble, ncclSum, c[0], NULL),
+                "2305843009213693952", 1);
+  /* Inside a group: the call and the group fail, nothing runs. */
+  CHECKX(ncclGroupStart() == ncclSuccess, "group start");
+  EXPECT_REJECT(ncclSend(a, SIZE_MAX, ncclInt8, 1, c[0], NULL), SMAX, 1);
+  CHECKX(ncclGroupEnd() == ncclInvalidArgument, "group end after a rejected call");
+  /* 2^40 floats with 4 KiB buffers: the count, not the layout, is named. */
+  EXPECT_REJECT(ncclAllReduce(a, b, (size_t)1 << 40, ncclFloat, ncclSum, c[0], NULL),
+                "1099511627776", 0);
+  for (int k = 0; k < 2; k++) CHECKX(ncclCommDestroy(c[k]) == ncclSuccess, "destroy");
+  free(a);
+  free(b);
+  return 0;
+}
+
+static void test_counts(void **state) {
+  (void)state;
+  in_child(body_counts, 30);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_destroy_in_group),
       cmocka_unit_test(test_abort_in_group),
       cmocka_unit_test(test_split_in_group),
       cmocka_unit_test(test_window_dereg_in_group),
+      cmocka_unit_test(test_counts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
