@@ -131,6 +131,7 @@ struct root_conn {
   struct boot_hello hello;
   size_t got;
   int state;
+  int64_t accepted_ns;       /* a hello must arrive within HDR_WAIT_NS */
 };
 
 /* A root thread is detached; the registry and the thread each hold a
@@ -227,6 +228,34 @@ static int root_params_ok(const struct boot_hello *h) {
          h->iroot >= 0 && h->iroot < h->nroots;
 }
 
+/* Drops a connection that did not authenticate: WARN with its address,
+ * and, to a registration of the right protocol, a fixed refusal that says
+ * nothing about the rendezvous (no magic, no ranks), so a rank given the
+ * wrong id fails at once rather than at the timeout. */
+static void root_drop_stranger(struct root_run *run, struct root_conn *c, int foreign) {
+  char line[BRD_SOCK_ADDR_STRLEN], mine[BRD_SOCK_ADDR_STRLEN];
+  WARN("bootstrap root at %s: dropping a connection from %s that %s; the "
+       "rendezvous goes on (if that was a rank of this job, it was given "
+       "another ncclUniqueId or another BRAID_COMM_SECRET)",
+       brd_sock_addr_str(&run->root->addr, mine), brd_sock_addr_str(&c->sock.addr, line),
+       foreign ? "is not a bootstrap registration"
+               : "did not present the unique id's magic");
+  if (!foreign) {
+    struct boot_reply rep;
+    brd_sock_ctl_t ctl = {brd_time_now_ns() + 100000000LL, {&run->root->stop, NULL},
+                          "a stranger"};
+    memset(&rep, 0, sizeof(rep));
+    rep.status = ncclInvalidUsage;
+    snprintf(rep.msg, sizeof(rep.msg), "the root refused this registration: the "
+             "unique id's magic does not match (every rank must use the "
+             "ncclUniqueId of the same ncclGetUniqueId call, and the same "
+             "BRAID_COMM_SECRET with NCCL_COMM_ID)");
+    (void)brd_sock_send(&c->sock, &rep, sizeof(rep), &ctl);
+  }
+  brd_sock_close(&c->sock);
+  c->state = CONN_DONE;
+}
+
 static void root_on_hello(struct root_run *run, int ci) {
   struct root_conn *c = &run->conns[ci];
   const struct boot_hello *h = &c->hello;
@@ -234,11 +263,12 @@ static void root_on_hello(struct root_run *run, int ci) {
   char msg[BOOT_MSG_LEN];
   int s;
 
-  if (h->proto != BOOT_PROTO) {
-    INFO(BRD_SUBSYS_BOOTSTRAP, "bootstrap root: dropping a connection that "
-         "is not a bootstrap registration");
-    brd_sock_close(&c->sock);
-    c->state = CONN_DONE;
+  /* Authentication first: nothing a connection says counts, and nothing
+   * is sent to it, until it has shown the id's magic. One that fails is
+   * dropped and the root keeps listening, so a stranger (or a rank given
+   * another id) cannot end the rendezvous of the ranks that hold the id. */
+  if (h->proto != BOOT_PROTO || h->magic != run->root->magic) {
+    root_drop_stranger(run, c, h->proto != BOOT_PROTO);
     return;
   }
   conn_who(c, who, sizeof(who));
@@ -247,14 +277,6 @@ static void root_on_hello(struct root_run *run, int ci) {
     run->hint_expected = root_nranks(h->iroot, h->nranks, h->nroots) + (h->nroots > 1);
   if (run->failed) {
     root_send_reply(run, c, &run->fail);
-    return;
-  }
-  if (h->magic != run->root->magic) {
-    snprintf(msg, sizeof(msg), "%s presented a unique id with magic %#llx but "
-             "the root's is %#llx; every rank must use the ncclUniqueId of the "
-             "same ncclGetUniqueId call", who, (unsigned long long)h->magic,
-             (unsigned long long)run->root->magic);
-    root_reject(run, c, ncclInvalidUsage, msg);
     return;
   }
   if (!run->have_params) {
@@ -414,6 +436,17 @@ static void root_loop(struct root_run *run) {
     run->pfd_conn[np++] = -1;
     for (int i = 0; i < run->nconns; i++) {
       if (run->conns[i].state == CONN_DONE) continue;
+      /* Silent connections must not pile up: a hello comes at once. */
+      if (run->conns[i].state == CONN_HELLO &&
+          brd_time_now_ns() - run->conns[i].accepted_ns > HDR_WAIT_NS) {
+        char line[BRD_SOCK_ADDR_STRLEN];
+        INFO(BRD_SUBSYS_BOOTSTRAP, "bootstrap root: dropping a connection from %s "
+             "that sent no registration within 1 s",
+             brd_sock_addr_str(&run->conns[i].sock.addr, line));
+        brd_sock_close(&run->conns[i].sock);
+        run->conns[i].state = CONN_DONE;
+        continue;
+      }
       run->pfds[np].fd = run->conns[i].sock.fd;
       run->pfds[np].events = POLLIN;
       run->pfds[np].revents = 0;
@@ -472,6 +505,7 @@ static void root_loop(struct root_run *run) {
         memset(&run->conns[run->nconns], 0, sizeof(run->conns[0]));
         run->conns[run->nconns].sock = s;
         run->conns[run->nconns].state = CONN_HELLO;
+        run->conns[run->nconns].accepted_ns = brd_time_now_ns();
         run->nconns++;
       }
     }
@@ -792,8 +826,14 @@ static ncclResult_t read_hdr(struct brd_boot *boot, struct brd_sock *s,
     (void)brd_sock_wait_readable(s->fd, SLICE_MS);
   }
   *valid_out = hdr->magic == boot->magic && hdr->rank >= 0 && hdr->rank < boot->nranks;
-  if (!*valid_out)
-    TRACE(BRD_SUBSYS_BOOTSTRAP, "bootstrap: dropping a connection with a foreign header");
+  if (!*valid_out) {
+    /* A whole header with the wrong magic is someone else talking to this
+     * port (liveness probes send nothing and never get here). */
+    char line[BRD_SOCK_ADDR_STRLEN];
+    WARN("bootstrap: rank %d dropped a connection from %s that did not present "
+         "this communicator's magic; it keeps listening", boot->rank,
+         brd_sock_addr_str(&s->addr, line));
+  }
   return ncclSuccess;
 }
 

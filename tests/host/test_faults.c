@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
@@ -318,6 +319,143 @@ static void test_counts(void **state) {
   in_child(body_counts, 30);
 }
 
+/* ---- 3. strangers on the root's port -------------------------------------- */
+
+/* The registration a rank sends to the unique id's root (the wire format of
+ * src/core/bootstrap.c, written out here as a stranger would): protocol
+ * word, magic, rank, nranks, root index, roots, extra, pid, listener. */
+struct stranger_hello {
+  uint64_t proto;
+  uint64_t magic;
+  int32_t rank, nranks, iroot, nroots, extra, pid;
+  unsigned char listen[28];
+  unsigned char pad[4];
+};
+
+struct rank_arg {
+  ncclUniqueId id;
+  int rank, nranks;
+  int (*fn)(struct rank_arg *);
+};
+
+static void record(int rank, int rc) {
+  sh->res[rank] = rc;
+  snprintf(sh->err[rank], sizeof(sh->err[0]), "%s", ncclGetLastError(NULL));
+}
+
+static void *rank_thread(void *p) {
+  struct rank_arg *a = p;
+  record(a->rank, a->fn(a));
+  return NULL;
+}
+
+/* n ranks as threads of this process on id; 0 when every rank returned 0. */
+static int run_threads(const ncclUniqueId *id, int n, int (*fn)(struct rank_arg *)) {
+  pthread_t t[MAX_RANKS];
+  struct rank_arg a[MAX_RANKS];
+  for (int r = 0; r < n; r++) {
+    sh->res[r] = -1;
+    a[r] = (struct rank_arg){*id, r, n, fn};
+    CHECKX(pthread_create(&t[r], NULL, rank_thread, &a[r]) == 0, "pthread_create");
+  }
+  for (int r = 0; r < n; r++) pthread_join(t[r], NULL);
+  for (int r = 0; r < n; r++)
+    CHECKX(sh->res[r] == 0, "rank %d failed (%d): %s", r, sh->res[r], sh->err[r]);
+  return 0;
+}
+
+static int rank_allreduce(struct rank_arg *a) {
+  ncclComm_t c = NULL;
+  float *buf = malloc(COUNT * sizeof(float));
+  ncclResult_t r;
+  CHECKX(buf != NULL, "malloc");
+  fill(buf, a->rank, COUNT);
+  r = ncclCommInitRank(&c, a->nranks, a->id, a->rank);
+  CHECKX(r == ncclSuccess, "rank %d init returned %d", a->rank, r);
+  r = ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, c, NULL);
+  CHECKX(r == ncclSuccess, "rank %d all-reduce returned %d", a->rank, r);
+  CHECKX(sum_ok(buf, a->nranks, COUNT), "rank %d data", a->rank);
+  CHECKX(ncclCommDestroy(c) == ncclSuccess, "destroy");
+  free(buf);
+  return 0;
+}
+
+/* Connects to the root of id, sends a registration with a wrong magic (or,
+ * with garbage set, 72 bytes of noise) and reads what comes back (at most
+ * sizeof(reply) bytes, until the root closes). Returns the byte count. */
+static ssize_t stranger(const ncclUniqueId *id, int garbage, unsigned char *reply,
+                        size_t cap) {
+  struct sockaddr_storage ss;
+  struct stranger_hello h;
+  ssize_t got = 0, n;
+  int fd;
+  memset(&ss, 0, sizeof(ss));
+  memcpy(&ss, id->internal + 8, 28);
+  fd = socket(ss.ss_family, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, (struct sockaddr *)&ss,
+              ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                       : sizeof(struct sockaddr_in)) != 0) {
+    close(fd);
+    return -1;
+  }
+  memset(&h, 0, sizeof(h));
+  if (garbage) {
+    memset(&h, 0xa5, sizeof(h));
+  } else {
+    h.proto = 0x3154304f42445242ull;
+    memcpy(&h.magic, id->internal, 8);
+    h.magic ^= 0x1234; /* a wrong guess */
+    h.rank = 0;
+    h.nranks = 3;
+    h.nroots = 1;
+    h.pid = (int32_t)getpid();
+  }
+  if (write(fd, &h, sizeof(h)) != (ssize_t)sizeof(h)) {
+    close(fd);
+    return -1;
+  }
+  while ((size_t)got < cap && (n = read(fd, reply + got, cap - (size_t)got)) > 0) got += n;
+  close(fd);
+  return got;
+}
+
+/* 1 when the magic appears in buf, as 8 bytes or as hexadecimal text. */
+static int holds_magic(const unsigned char *buf, size_t n, const ncclUniqueId *id) {
+  uint64_t magic;
+  char hex[32];
+  size_t hl;
+  memcpy(&magic, id->internal, 8);
+  hl = (size_t)snprintf(hex, sizeof(hex), "%llx", (unsigned long long)magic);
+  for (size_t i = 0; i + 8 <= n; i++)
+    if (memcmp(buf + i, id->internal, 8) == 0) return 1;
+  for (size_t i = 0; i + hl <= n; i++)
+    if (strncasecmp((const char *)buf + i, hex, hl) == 0) return 1;
+  return 0;
+}
+
+/* Before any rank registers, a stranger with a wrong magic and one with
+ * noise talk to the root: neither gets the magic, and the three real ranks
+ * then form the communicator and all-reduce correctly. */
+static int body_stranger_root(void) {
+  ncclUniqueId id;
+  unsigned char reply[4096];
+  ssize_t n;
+  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
+  n = stranger(&id, 0, reply, sizeof(reply));
+  CHECKX(n >= 0, "could not reach the root: %s", strerror(errno));
+  CHECKX(!holds_magic(reply, (size_t)n, &id), "the root sent its magic to a stranger");
+  n = stranger(&id, 1, reply, sizeof(reply));
+  CHECKX(n >= 0, "could not reach the root: %s", strerror(errno));
+  CHECKX(!holds_magic(reply, (size_t)n, &id), "the root sent its magic to noise");
+  return run_threads(&id, 3, rank_allreduce);
+}
+
+static void test_stranger_root(void **state) {
+  (void)state;
+  in_child(body_stranger_root, 30);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_destroy_in_group),
@@ -325,6 +463,7 @@ int main(void) {
       cmocka_unit_test(test_split_in_group),
       cmocka_unit_test(test_window_dereg_in_group),
       cmocka_unit_test(test_counts),
+      cmocka_unit_test(test_stranger_root),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
