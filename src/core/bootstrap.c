@@ -1020,7 +1020,8 @@ ncclResult_t brd_boot_recv(struct brd_boot *boot, int peer, int tag, void *buf,
 /* Ring allgather in both directions at once: step s moves slice rank-s to
  * the next rank and slice rank+s to the previous one, so n-1 slices arrive
  * in n/2 steps (NCCL's double ring). */
-static ncclResult_t ring_allgather(struct brd_boot *boot, char *data, size_t size) {
+static ncclResult_t ring_allgather_until(struct brd_boot *boot, char *data, size_t size,
+                                         int64_t deadline_ns, unsigned char *have) {
   int n = boot->nranks, r = boot->rank, steps = n / 2;
   char who_next[32], who_prev[32];
   peer_who((r + 1) % n, who_next, sizeof(who_next));
@@ -1028,15 +1029,26 @@ static ncclResult_t ring_allgather(struct brd_boot *boot, char *data, size_t siz
   for (int s = 0; s < steps; s++) {
     brd_sock_ctl_t ctl = boot_ctl(boot, NULL);
     int last_single = s == steps - 1 && n % 2 == 0;
+    if (deadline_ns != 0) ctl.deadline_ns = deadline_ns;
     brd_sock_op_t ops[4] = {
         {&boot->ring_next, 1, data + (size_t)((r - s + n) % n) * size, size, 0, who_next},
         {&boot->ring_prev, 0, data + (size_t)((r - s - 1 + n) % n) * size, size, 0, who_prev},
         {&boot->ring_prev, 1, data + (size_t)((r + s) % n) * size, size, 0, who_prev},
         {&boot->ring_next, 0, data + (size_t)((r + s + 1) % n) * size, size, 0, who_next},
     };
-    CHECK(brd_sock_multi(ops, last_single ? 2 : 4, &ctl));
+    ncclResult_t res = brd_sock_multi(ops, last_single ? 2 : 4, &ctl);
+    /* Each receive that completed, even in a failed step, is a rank heard. */
+    if (have != NULL) {
+      if (ops[1].done == size) have[(r - s - 1 + n) % n] = 1;
+      if (!last_single && ops[3].done == size) have[(r + s + 1) % n] = 1;
+    }
+    if (res != ncclSuccess) return res;
   }
   return ncclSuccess;
+}
+
+static ncclResult_t ring_allgather(struct brd_boot *boot, char *data, size_t size) {
+  return ring_allgather_until(boot, data, size, 0, NULL);
 }
 
 /* See bootstrap.h. */
@@ -1046,6 +1058,47 @@ ncclResult_t brd_boot_allgather(struct brd_boot *boot, void *buf, size_t size_pe
   atomic_fetch_add(&boot->busy, 1);
   res = ring_allgather(boot, buf, size_per_rank);
   atomic_fetch_sub(&boot->busy, 1);
+  return res;
+}
+
+/* See bootstrap.h. */
+ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t size_per_rank,
+                                      int64_t timeout_s, const char *what) {
+  ncclResult_t res;
+  unsigned char *have;
+  int64_t t0 = brd_time_now_ns();
+  if (boot->nranks == 1 || size_per_rank == 0) return ncclSuccess;
+  if (timeout_s < 1) timeout_s = 1;
+  have = calloc((size_t)boot->nranks, 1);
+  if (have == NULL) {
+    WARN("%s: out of host memory", what);
+    return ncclSystemError;
+  }
+  have[boot->rank] = 1;
+  atomic_fetch_add(&boot->busy, 1);
+  res = ring_allgather_until(boot, buf, size_per_rank, t0 + timeout_s * 1000000000LL, have);
+  atomic_fetch_sub(&boot->busy, 1);
+  if (res == ncclRemoteError && brd_time_now_ns() - t0 >= timeout_s * 1000000000LL) {
+    /* One message for the caller: who has not been heard from. A rank
+     * named here either never made the call or sits behind one that did
+     * not (the exchange runs around the ring). */
+    char list[256];
+    int off = 0, shown = 0;
+    list[0] = '\0';
+    for (int q = 0; q < boot->nranks && off < (int)sizeof(list) - 16; q++) {
+      if (have[q]) continue;
+      if (shown++ == 16) {
+        off += snprintf(list + off, sizeof(list) - (size_t)off, " ...");
+        break;
+      }
+      off += snprintf(list + off, sizeof(list) - (size_t)off, " %d", q);
+    }
+    WARN("%s: rank %d waited %lld s (BRAID_TIMEOUT) for every rank to make "
+         "the same call; nothing arrived from rank(s)%s: check that every rank "
+         "of the communicator makes this call, or raise BRAID_TIMEOUT", what,
+         boot->rank, (long long)timeout_s, list);
+  }
+  free(have);
   return res;
 }
 

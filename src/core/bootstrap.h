@@ -119,6 +119,15 @@ ncclResult_t brd_boot_recv(struct brd_boot *boot, int peer, int tag,
  * rank must pass the same size. */
 ncclResult_t brd_boot_allgather(struct brd_boot *boot, void *buf, size_t size_per_rank);
 
+/* brd_boot_allgather with one deadline for the whole exchange, timeout_s
+ * from now (the caller's timeout, e.g. BRAID_TIMEOUT for the first
+ * collective's connection), instead of BRAID_BOOTSTRAP_TIMEOUT per socket
+ * operation. When it passes: ncclRemoteError, and a WARN starting with
+ * `what` that names the ranks whose slices have not arrived. Blocks; polls
+ * the abort flags (ncclInternalError). */
+ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t size_per_rank,
+                                      int64_t timeout_s, const char *what);
+
 /* Copies root's size bytes into every rank's buf. */
 ncclResult_t brd_boot_bcast(struct brd_boot *boot, int root, void *buf, size_t size);
 

@@ -423,7 +423,7 @@ static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
     all[me].nb_max = 2;
     all[me].stage_bytes = ((uint64_t)stage + 4095) & ~(uint64_t)4095;
   }
-  if (n > 1) CHECK_GOTO(brd_boot_allgather(comm->boot, all, sizeof(*all)), res, out);
+  if (n > 1) CHECK_GOTO(brd_boot_allgather_timed(comm->boot, all, sizeof(*all), brd_param_int(BRD_P_BRAID_TIMEOUT), "first collective"), res, out);
   brd_launch_caps_t c = all[me];
   for (int r = 0; r < n; r++) {
     if (!all[r].p2p_ok && c.p2p_ok) {

@@ -77,6 +77,7 @@ static void in_child_env(int (*body)(void), int limit_s, const char *const *env)
     setenv("BRAID_BOOTSTRAP_TIMEOUT", "20", 1);
     unsetenv("NCCL_COMM_ID");
     unsetenv("BRAID_CHECK_CALLS");
+    unsetenv("BRAID_TIMEOUT");
     for (int i = 0; env != NULL && env[i] != NULL; i++) putenv((char *)env[i]);
     sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) _exit(2);
@@ -456,6 +457,56 @@ static void test_stranger_root(void **state) {
   in_child(body_stranger_root, 30);
 }
 
+/* ---- 4. a peer that never makes the first collective --------------------- */
+
+/* Ranks 0 and 1 all-reduce; rank 2 initialises but never calls. The first
+ * collective (which connects the ranks) must fail by BRAID_TIMEOUT (1 s
+ * here), not BRAID_BOOTSTRAP_TIMEOUT (30 s), naming rank 2. */
+static int rank_first_call_missing(struct rank_arg *a) {
+  ncclComm_t c = NULL;
+  float *buf = malloc(COUNT * sizeof(float));
+  ncclResult_t r;
+  int64_t t0;
+  CHECKX(buf != NULL, "malloc");
+  fill(buf, a->rank, COUNT);
+  CHECKX(ncclCommInitRank(&c, a->nranks, a->id, a->rank) == ncclSuccess, "init");
+  if (a->rank == 2) {
+    /* Until the others have given up; the deadline is the case's alarm. */
+    while (atomic_load(&sh->phase[0]) == 0 || atomic_load(&sh->phase[1]) == 0) {
+      struct timespec ts = {0, 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  } else {
+    t0 = now_ns();
+    r = ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, c, NULL);
+    sh->t_err_ns[a->rank] = now_ns() - t0;
+    atomic_store(&sh->phase[a->rank], 1);
+    CHECKX(r == ncclRemoteError, "rank %d: all-reduce returned %d (%s)", a->rank, r,
+           ncclGetLastError(NULL));
+    CHECKX(contains(ncclGetLastError(NULL), "BRAID_TIMEOUT") &&
+               contains(ncclGetLastError(NULL), "rank(s) 2"),
+           "rank %d: message does not name rank 2 and BRAID_TIMEOUT: %s", a->rank,
+           ncclGetLastError(NULL));
+    CHECKX(sh->t_err_ns[a->rank] < 5 * SEC, "rank %d took %lld ms", a->rank,
+           (long long)(sh->t_err_ns[a->rank] / 1000000));
+  }
+  CHECKX(ncclCommAbort(c) == ncclSuccess, "abort");
+  free(buf);
+  return 0;
+}
+
+static int body_first_call_missing(void) {
+  ncclUniqueId id;
+  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
+  return run_threads(&id, 3, rank_first_call_missing);
+}
+
+static void test_first_call_timeout(void **state) {
+  static const char *env[] = {"BRAID_TIMEOUT=1", "BRAID_BOOTSTRAP_TIMEOUT=30", NULL};
+  (void)state;
+  in_child_env(body_first_call_missing, 15, env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_destroy_in_group),
@@ -464,6 +515,7 @@ int main(void) {
       cmocka_unit_test(test_window_dereg_in_group),
       cmocka_unit_test(test_counts),
       cmocka_unit_test(test_stranger_root),
+      cmocka_unit_test(test_first_call_timeout),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
