@@ -180,8 +180,11 @@ static pthread_once_t roots_once = PTHREAD_ONCE_INIT;
 
 static void conn_who(const struct root_conn *c, char *buf, size_t len) {
   char line[BRD_SOCK_ADDR_STRLEN];
-  snprintf(buf, len, "rank %d at %s", (int)c->hello.rank,
-           brd_sock_addr_str(&c->hello.listen, line));
+  /* A registration without a listener address is named by its connection. */
+  const union brd_sock_addr *a =
+      c->hello.listen.sa.sa_family == AF_UNSPEC ? &c->sock.addr : &c->hello.listen;
+  snprintf(buf, len, "rank %d at %s (pid %d)", (int)c->hello.rank,
+           brd_sock_addr_str(a, line), (int)c->hello.pid);
 }
 
 static void root_send_reply(struct root_run *run, struct root_conn *c,
@@ -701,6 +704,27 @@ void brd_boot_roots_sweep(void) {
   roots_release(list, 0);
 }
 
+/* The magic of an id built from NCCL_COMM_ID. NCCL's is a public constant,
+ * so anyone who can reach the port can register as a rank. With
+ * BRAID_COMM_SECRET set (the same on every rank), the magic is derived
+ * from it and the root's address instead: a registration without it is
+ * refused. The secret is read with secure_getenv and never logged (it is
+ * not a parameter of the table, whose values INFO prints). Without it,
+ * NCCL's constant, so a job that mixes Braid and NCCL ranks still meets. */
+static uint64_t env_magic(const union brd_sock_addr *addr) {
+  const char *secret = secure_getenv("BRAID_COMM_SECRET");
+  uint64_t h = BRD_BOOT_ENV_MAGIC;
+  if (secret == NULL || secret[0] == '\0') return h;
+  for (const unsigned char *p = (const unsigned char *)secret; *p != '\0'; p++)
+    h = mix64(h ^ *p);
+  h = mix64(h ^ (uint64_t)brd_sock_addr_port(addr));
+  /* Never the public constant, whatever the secret. */
+  if (h == BRD_BOOT_ENV_MAGIC) h = ~h;
+  INFO(BRD_SUBSYS_BOOTSTRAP | BRD_SUBSYS_ENV, "NCCL_COMM_ID: magic derived from "
+       "BRAID_COMM_SECRET (%zu characters)", strlen(secret));
+  return h;
+}
+
 /* See bootstrap.h. */
 ncclResult_t brd_boot_get_unique_id(ncclUniqueId *id_out) {
   const char *env = brd_param_str(BRD_P_COMM_ID);
@@ -716,7 +740,7 @@ ncclResult_t brd_boot_get_unique_id(ncclUniqueId *id_out) {
            "[<ipv6>]:<port> or <hostname>:<port>");
       return ncclInvalidArgument;
     }
-    h.magic = BRD_BOOT_ENV_MAGIC;
+    h.magic = env_magic(&h.addr);
   } else {
     CHECK(brd_sock_boot_iface(&h.addr, name));
     if (getrandom(&h.magic, sizeof(h.magic), 0) != (ssize_t)sizeof(h.magic))

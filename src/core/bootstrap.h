@@ -37,14 +37,16 @@ typedef struct {
   union brd_sock_addr addr;
 } brd_boot_handle_t;
 
-/* The magic NCCL uses for ids built from NCCL_COMM_ID. */
+/* The magic NCCL uses for ids built from NCCL_COMM_ID (Braid's, unless
+ * BRAID_COMM_SECRET is set: then one derived from the secret). */
 #define BRD_BOOT_ENV_MAGIC 0x0280028002800280ull
 
 /* Tags callers may use with brd_boot_send/recv: [0, BRD_BOOT_TAG_MAX). */
 #define BRD_BOOT_TAG_MAX (1 << 28)
 
 /* Fills id_out: from NCCL_COMM_ID when set (no root is started: rank 0
- * starts it in init), else a fresh random magic and a root thread listening
+ * starts it in init; the magic is NCCL's constant, or derived from
+ * BRAID_COMM_SECRET when that is set), else a fresh random magic and a root thread listening
  * on the bootstrap interface. Any thread; does not block on peers. */
 ncclResult_t brd_boot_get_unique_id(ncclUniqueId *id_out);
 

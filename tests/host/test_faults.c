@@ -344,9 +344,11 @@ static void record(int rank, int rc) {
   snprintf(sh->err[rank], sizeof(sh->err[0]), "%s", ncclGetLastError(NULL));
 }
 
+static int rank_comm_id(struct rank_arg *a);
+
 static void *rank_thread(void *p) {
   struct rank_arg *a = p;
-  record(a->rank, a->fn(a));
+  record(a->rank, a->fn != NULL ? a->fn(a) : rank_comm_id(a));
   return NULL;
 }
 
@@ -507,6 +509,133 @@ static void test_first_call_timeout(void **state) {
   in_child_env(body_first_call_missing, 15, env);
 }
 
+/* ---- 5. NCCL_COMM_ID with a secret --------------------------------------- */
+
+/* A TCP port of 127.0.0.1 free a moment ago. */
+static int free_port(void) {
+  struct sockaddr_in a;
+  socklen_t len = sizeof(a);
+  int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+/* Registers at 127.0.0.1:port as rank `rank` of 3 with NCCL's public
+ * NCCL_COMM_ID magic, retrying until the root listens (up to 5 s). Returns
+ * the connected socket, left open, or -1. */
+static int stranger_register(int port, int rank) {
+  struct stranger_hello h;
+  struct sockaddr_in a;
+  int64_t until = now_ns() + 5 * SEC;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
+  memset(&h, 0, sizeof(h));
+  h.proto = 0x3154304f42445242ull;
+  h.magic = 0x0280028002800280ull;
+  h.rank = rank;
+  h.nranks = 3;
+  h.nroots = 1;
+  h.pid = (int32_t)getpid();
+  while (now_ns() < until) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+      if (write(fd, &h, sizeof(h)) == (ssize_t)sizeof(h)) return fd;
+      close(fd);
+      return -1;
+    }
+    close(fd);
+    struct timespec ts = {0, 2000000L};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+static int rank_comm_id(struct rank_arg *a) {
+  ncclUniqueId id;
+  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id from NCCL_COMM_ID");
+  a->id = id;
+  return rank_allreduce(a);
+}
+
+/* With BRAID_COMM_SECRET, a stranger who registers first as rank 1 with
+ * NCCL's public magic is refused, and the three real ranks meet. */
+static int body_comm_id_secret(void) {
+  static char env[64];
+  pthread_t t[3];
+  struct rank_arg a[3];
+  ncclUniqueId none;
+  int port = free_port(), fd;
+  unsigned char reply[2048];
+  ssize_t n = 0, k;
+  CHECKX(port > 0, "no free port");
+  snprintf(env, sizeof(env), "NCCL_COMM_ID=127.0.0.1:%d", port);
+  putenv(env);
+  memset(&none, 0, sizeof(none));
+  a[0] = (struct rank_arg){none, 0, 3, NULL};
+  CHECKX(pthread_create(&t[0], NULL, rank_thread, &a[0]) == 0, "thread");
+  (void)rank_comm_id;
+  fd = stranger_register(port, 1);
+  CHECKX(fd >= 0, "the stranger could not reach the root");
+  for (int r = 1; r < 3; r++) {
+    a[r] = (struct rank_arg){none, r, 3, NULL};
+    CHECKX(pthread_create(&t[r], NULL, rank_thread, &a[r]) == 0, "thread");
+  }
+  for (int r = 0; r < 3; r++) pthread_join(t[r], NULL);
+  while ((size_t)n < sizeof(reply) && (k = read(fd, reply + n, sizeof(reply) - (size_t)n)) > 0)
+    n += k;
+  close(fd);
+  for (int r = 0; r < 3; r++)
+    CHECKX(sh->res[r] == 0, "rank %d failed (%d): %s", r, sh->res[r], sh->err[r]);
+  return 0;
+}
+
+static void test_comm_id_secret(void **state) {
+  static const char *env[] = {"BRAID_COMM_SECRET=correct horse battery staple", NULL};
+  (void)state;
+  in_child_env(body_comm_id_secret, 30, env);
+}
+
+/* Two real ranks claim rank 1 (with the secret): every rank fails with
+ * ncclInvalidUsage saying rank 1 registered twice. */
+static int rank_claims(struct rank_arg *a) {
+  ncclUniqueId id;
+  ncclComm_t c = NULL;
+  ncclResult_t r;
+  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id from NCCL_COMM_ID");
+  r = ncclCommInitRank(&c, a->nranks, id, a->rank == 2 ? 1 : a->rank);
+  CHECKX(r == ncclInvalidUsage, "rank %d: init returned %d", a->rank, r);
+  CHECKX(contains(ncclGetLastError(NULL), "rank 1 registered twice"), "rank %d: %s", a->rank,
+         ncclGetLastError(NULL));
+  CHECKX(c == NULL, "handle left set");
+  return 0;
+}
+
+static int body_comm_id_taken_rank(void) {
+  static char env[64];
+  ncclUniqueId none;
+  int port = free_port();
+  CHECKX(port > 0, "no free port");
+  snprintf(env, sizeof(env), "NCCL_COMM_ID=127.0.0.1:%d", port);
+  putenv(env);
+  memset(&none, 0, sizeof(none));
+  return run_threads(&none, 3, rank_claims);
+}
+
+static void test_comm_id_taken_rank(void **state) {
+  static const char *env[] = {"BRAID_COMM_SECRET=correct horse battery staple", NULL};
+  (void)state;
+  in_child_env(body_comm_id_taken_rank, 30, env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_destroy_in_group),
@@ -516,6 +645,8 @@ int main(void) {
       cmocka_unit_test(test_counts),
       cmocka_unit_test(test_stranger_root),
       cmocka_unit_test(test_first_call_timeout),
+      cmocka_unit_test(test_comm_id_secret),
+      cmocka_unit_test(test_comm_id_taken_rank),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
