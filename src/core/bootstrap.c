@@ -781,6 +781,22 @@ int brd_boot_busy(const struct brd_boot *boot) {
 /* See bootstrap.h. */
 uint64_t brd_boot_magic(const struct brd_boot *boot) { return boot->magic; }
 
+/* See bootstrap.h. */
+int brd_boot_ring_closed(const struct brd_boot *boot) {
+  struct pollfd p[2] = {{boot->ring_prev.fd, POLLRDHUP, 0}, {boot->ring_next.fd, POLLRDHUP, 0}};
+  int n = boot->nranks;
+  if (n < 2 || p[0].fd < 0 || p[1].fd < 0) return -1;
+  if (poll(p, 2, 0) <= 0) return -1;
+  if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) return (boot->rank - 1 + n) % n;
+  if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) return (boot->rank + 1) % n;
+  return -1;
+}
+
+/* See bootstrap.h. */
+const union brd_sock_addr *brd_boot_peer_addr(const struct brd_boot *boot, int peer) {
+  return &boot->peer_addrs[peer];
+}
+
 static ncclResult_t boot_alloc(int rank, int nranks, uint64_t magic, _Atomic int *abort,
                                struct brd_boot **boot_out) {
   struct brd_boot *boot;

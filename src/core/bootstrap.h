@@ -99,6 +99,14 @@ void brd_boot_link_abort(struct brd_boot *boot, _Atomic int *extra);
  * wait for an aborted operation to return before clearing the flag). */
 int brd_boot_busy(const struct brd_boot *boot);
 
+/* Liveness: the rank whose end of this rank's ring connection has closed
+ * (its process died, or it destroyed the communicator), or -1. Never
+ * blocks, reads nothing; any thread, while boot is alive. */
+int brd_boot_ring_closed(const struct brd_boot *boot);
+
+/* Where peer's bootstrap listener is (its host, for messages). */
+const union brd_sock_addr *brd_boot_peer_addr(const struct brd_boot *boot, int peer);
+
 /* The magic of boot (same on every rank of the communicator). */
 uint64_t brd_boot_magic(const struct brd_boot *boot);
 

@@ -234,6 +234,8 @@ ncclResult_t brd_call_check(const brd_call_t *c) {
  * is ncclInvalidArgument; one in error returns the error. */
 static ncclResult_t ensure_ready(const brd_call_t *c) {
   struct ncclComm *comm = c->comm;
+  /* A rank found gone (comm.h, liveness): fail now, not at BRAID_TIMEOUT. */
+  CHECK(brd_comm_live_check(comm, c->fn));
   if (atomic_load_explicit(&comm->abort_flag, memory_order_acquire)) return ncclSuccess;
   int r = atomic_load_explicit(&comm->async_error, memory_order_acquire);
   if (r == ncclInProgress) {

@@ -636,6 +636,157 @@ static void test_comm_id_taken_rank(void **state) {
   in_child_env(body_comm_id_taken_rank, 30, env);
 }
 
+/* ---- 6. liveness: a rank killed with SIGKILL ------------------------------ */
+
+/* n ranks as processes on id; each child's exit status is its result
+ * (a rank killed on purpose is expected to die of SIGKILL). */
+static int run_processes(const ncclUniqueId *id, int n, int (*fn)(struct rank_arg *),
+                         int killed) {
+  pid_t pid[MAX_RANKS];
+  for (int r = 0; r < n; r++) {
+    fflush(NULL);
+    pid[r] = fork();
+    CHECKX(pid[r] >= 0, "fork");
+    if (pid[r] == 0) {
+      struct rank_arg a = {*id, r, n, fn};
+      atomic_store(&sh->pid[r], (int)getpid());
+      record(r, fn(&a));
+      fflush(NULL);
+      _exit(sh->res[r]);
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    int status;
+    CHECKX(waitpid(pid[r], &status, 0) == pid[r], "waitpid");
+    if (r == killed) {
+      CHECKX(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "rank %d was not killed", r);
+      continue;
+    }
+    CHECKX(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank %d failed (%#x): %s", r,
+           status, sh->err[r]);
+  }
+  return 0;
+}
+
+/* Rank 2 dies after the first all-reduce; the others' second all-reduce
+ * (pending while, or started after, it dies) fails with ncclRemoteError
+ * within 2 s naming rank 2 and its pid, and so does a third call. */
+static int rank_killed(struct rank_arg *a) {
+  ncclComm_t c = NULL;
+  float *buf = malloc(COUNT * sizeof(float));
+  char pid_text[32];
+  ncclResult_t r;
+  int64_t t0, dt;
+  CHECKX(buf != NULL, "malloc");
+  fill(buf, a->rank, COUNT);
+  CHECKX(ncclCommInitRank(&c, a->nranks, a->id, a->rank) == ncclSuccess, "init");
+  CHECKX(ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, c, NULL) == ncclSuccess,
+         "first all-reduce: %s", ncclGetLastError(NULL));
+  CHECKX(sum_ok(buf, a->nranks, COUNT), "rank %d data", a->rank);
+  if (a->rank == 2) raise(SIGKILL);
+  t0 = now_ns();
+  r = ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, c, NULL);
+  dt = now_ns() - t0;
+  sh->t_err_ns[a->rank] = dt;
+  snprintf(pid_text, sizeof(pid_text), "pid %d", atomic_load(&sh->pid[2]));
+  CHECKX(r == ncclRemoteError, "rank %d: second all-reduce returned %d: %s", a->rank, r,
+         ncclGetLastError(NULL));
+  CHECKX(dt < 2 * SEC, "rank %d: the error took %lld ms", a->rank, (long long)(dt / 1000000));
+  CHECKX(contains(ncclGetLastError(NULL), "rank 2 (host") &&
+             contains(ncclGetLastError(NULL), pid_text),
+         "rank %d: message does not name rank 2, its host and %s: %s", a->rank, pid_text,
+         ncclGetLastError(NULL));
+  t0 = now_ns();
+  r = ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, c, NULL);
+  CHECKX(r == ncclRemoteError && now_ns() - t0 < SEC / 10,
+         "rank %d: a later call returned %d after %lld ms", a->rank, r,
+         (long long)((now_ns() - t0) / 1000000));
+  CHECKX(ncclCommAbort(c) == ncclSuccess, "abort");
+  free(buf);
+  return 0;
+}
+
+static int body_killed(void) {
+  ncclUniqueId id;
+  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
+  if (run_processes(&id, 3, rank_killed, 2)) return 1;
+  fprintf(stderr, "liveness: error after %lld ms (rank 0), %lld ms (rank 1)\n",
+          (long long)(sh->t_err_ns[0] / 1000000), (long long)(sh->t_err_ns[1] / 1000000));
+  return 0;
+}
+
+static void test_killed_rank(void **state) {
+  static const char *env[] = {"BRAID_TIMEOUT=60", NULL};
+  (void)state;
+  in_child_env(body_killed, 30, env);
+}
+
+/* ---- 7. BRAID_CHECK_CALLS=1: calls that do not match across ranks --------- */
+
+/* Case k: one rank's call differs in one field (or is another collective
+ * over the same bytes). Every rank must fail with ncclInvalidUsage naming
+ * the field, then a matching all-reduce still works. */
+static const char *const mismatch_field[] = {"datatype", "op", "collective", "root", "count"};
+#define NMISMATCH 5
+
+static int rank_mismatch(struct rank_arg *a) {
+  ncclComm_t c = NULL;
+  const int n = a->nranks;
+  float *send = malloc(COUNT * (size_t)n * sizeof(float));
+  float *recv = malloc(COUNT * (size_t)n * sizeof(float));
+  int odd = a->rank == 1;
+  CHECKX(send != NULL && recv != NULL, "malloc");
+  CHECKX(ncclCommInitRank(&c, n, a->id, a->rank) == ncclSuccess, "init");
+  for (int k = 0; k < NMISMATCH; k++) {
+    ncclResult_t r = ncclSuccess;
+    fill(send, a->rank, COUNT * (size_t)n);
+    switch (k) {
+    case 0: /* float against int32: the same bytes */
+      r = ncclAllReduce(send, recv, COUNT, odd ? ncclInt32 : ncclFloat, ncclSum, c, NULL);
+      break;
+    case 1:
+      r = ncclAllReduce(send, recv, COUNT, ncclFloat, odd ? ncclMax : ncclSum, c, NULL);
+      break;
+    case 2: /* reduce-scatter against all-gather of the same bytes */
+      r = odd ? ncclReduceScatter(send, recv, COUNT, ncclFloat, ncclSum, c, NULL)
+              : ncclAllGather(send, recv, COUNT, ncclFloat, c, NULL);
+      break;
+    case 3:
+      r = ncclBroadcast(send, recv, COUNT, ncclFloat, odd ? 1 : 0, c, NULL);
+      break;
+    case 4:
+      r = ncclAllReduce(send, recv, odd ? COUNT - 1 : COUNT, ncclFloat, ncclSum, c, NULL);
+      break;
+    }
+    CHECKX(r == ncclInvalidUsage, "rank %d case %s: returned %d (%s)", a->rank,
+           mismatch_field[k], r, ncclGetLastError(NULL));
+    CHECKX(contains(ncclGetLastError(NULL), mismatch_field[k]) &&
+               contains(ncclGetLastError(NULL), "ranks 0 and 1"),
+           "rank %d case %s: message: %s", a->rank, mismatch_field[k], ncclGetLastError(NULL));
+    fill(send, a->rank, COUNT);
+    r = ncclAllReduce(send, recv, COUNT, ncclFloat, ncclSum, c, NULL);
+    CHECKX(r == ncclSuccess, "rank %d: all-reduce after case %s: %d (%s)", a->rank,
+           mismatch_field[k], r, ncclGetLastError(NULL));
+    CHECKX(sum_ok(recv, n, COUNT), "rank %d data after case %s", a->rank, mismatch_field[k]);
+  }
+  CHECKX(ncclCommDestroy(c) == ncclSuccess, "destroy");
+  free(send);
+  free(recv);
+  return 0;
+}
+
+static int body_mismatch(void) {
+  ncclUniqueId id;
+  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
+  return run_threads(&id, 3, rank_mismatch);
+}
+
+static void test_check_calls(void **state) {
+  static const char *env[] = {"BRAID_CHECK_CALLS=1", "BRAID_TIMEOUT=10", NULL};
+  (void)state;
+  in_child_env(body_mismatch, 60, env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_destroy_in_group),
@@ -647,6 +798,8 @@ int main(void) {
       cmocka_unit_test(test_first_call_timeout),
       cmocka_unit_test(test_comm_id_secret),
       cmocka_unit_test(test_comm_id_taken_rank),
+      cmocka_unit_test(test_killed_rank),
+      cmocka_unit_test(test_check_calls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
