@@ -20,6 +20,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -435,6 +436,49 @@ static void test_wrong_magic(void **state) {
   in_child(body_wrong_magic, "1");
 }
 
+/* A stranger on a rank's listener: a header with another magic is dropped
+ * with nothing sent back, and the ranks' own messages still arrive. */
+
+static int rank_stranger_listener(struct rank_arg *a) {
+  struct brd_boot *boot = NULL;
+  ncclResult_t r = brd_boot_create(a->ids, 1, a->rank, a->nranks, NULL, &boot);
+  int value = 0;
+  if (r != ncclSuccess) return 100 + r;
+  if (a->rank == 0) {
+    const union brd_sock_addr *to = brd_boot_peer_addr(boot, 1);
+    struct { uint64_t magic; int32_t rank, tag; } hdr = {brd_boot_magic(boot) ^ 1, 0, 7};
+    char byte;
+    int fd = socket(to->sa.sa_family, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, &to->sa, brd_sock_addr_len(to)) != 0) return 1;
+    if (write(fd, &hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr)) return 2;
+    value = 4242;
+    if (brd_boot_send(boot, 1, 7, &value, sizeof(value)) != ncclSuccess) return 3;
+    /* Rank 1 drops the stranger without a word: end of stream, no bytes. */
+    if (read(fd, &byte, 1) != 0) return 4;
+    close(fd);
+  } else {
+    if (brd_boot_recv(boot, 0, 7, &value, sizeof(value)) != ncclSuccess) return 5;
+    if (value != 4242) return 6;
+  }
+  if (brd_boot_barrier(boot) != ncclSuccess) return 7;
+  brd_boot_destroy(boot);
+  return 0;
+}
+
+static int body_stranger_listener(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  run_ranks(&id, 1, 2, 2, 0, rank_stranger_listener, NULL);
+  if (strstr(brd_log_last_error(), "did not present this communicator's magic") == NULL)
+    FAILX("no WARN about the stranger: %s", brd_log_last_error());
+  return all_ok(2);
+}
+
+static void test_stranger_on_rank_listener(void **state) {
+  (void)state;
+  in_child(body_stranger_listener, "5");
+}
+
 static int body_mismatched_nranks(void) {
   bad_rank = 2;
   bad_nranks = 4;
@@ -706,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_child_without_dead_rank),
       cmocka_unit_test(test_bad_tags),
       cmocka_unit_test(test_wrong_magic),
+      cmocka_unit_test(test_stranger_on_rank_listener),
       cmocka_unit_test(test_mismatched_nranks),
       cmocka_unit_test(test_duplicate_rank),
       cmocka_unit_test(test_missing_rank),
