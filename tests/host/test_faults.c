@@ -170,14 +170,24 @@ static void test_destroy_in_group(void **state) {
 /* ncclCommAbort inside the group wins: the aborted communicators' queued
  * calls are dropped and the group end touches nothing of them. */
 static int body_abort_in_group(void) {
+  ncclWindow_t win[2] = {NULL, NULL};
+  void *mem[2] = {NULL, NULL};
   ncclResult_t r;
   if (group_setup()) return 1;
+  /* A window registration is queued work of the group too. */
+  for (int k = 0; k < 2; k++) {
+    CHECKX(ncclMemAlloc(&mem[k], 4096) == ncclSuccess, "mem alloc");
+    CHECKX(ncclCommWindowRegister(g_comm[k], mem[k], 4096, &win[k], 0) == ncclSuccess,
+           "window register %d", k);
+  }
   for (int k = 0; k < 2; k++) {
     CHECKX(ncclCommAbort(g_comm[k]) == ncclSuccess, "abort %d", k);
     g_comm[k] = NULL;
   }
   r = ncclGroupEnd();
   CHECKX(r == ncclSuccess, "group end after abort returned %d: %s", r, ncclGetLastError(NULL));
+  CHECKX(win[0] == NULL && win[1] == NULL, "a dropped registration filled its handle");
+  for (int k = 0; k < 2; k++) CHECKX(ncclMemFree(mem[k]) == ncclSuccess, "mem free");
   return group_teardown();
 }
 

@@ -372,6 +372,62 @@ static void test_child_without_dead_rank(void **state) {
   in_child(body_child_without_dead, "5");
 }
 
+/* ---- one deadline for a whole exchange ---------------------------------- */
+
+/* With every rank calling, brd_boot_allgather_timed gathers like
+ * brd_boot_allgather; with rank 3 of 5 not calling, the others fail with
+ * ncclRemoteError after the 1 s given, not the bootstrap timeout (10 s). */
+static int timed_skip = -1;
+
+static int rank_timed(struct rank_arg *a) {
+  struct brd_boot *boot = NULL;
+  int v[MAX_RANKS];
+  ncclResult_t r = brd_boot_create(a->ids, 1, a->rank, a->nranks, NULL, &boot);
+  if (r != ncclSuccess) return 100 + r;
+  for (int q = 0; q < a->nranks; q++) v[q] = q == a->rank ? 1000 + 7 * q : -1;
+  if (a->rank != timed_skip) {
+    r = brd_boot_allgather_timed(boot, v, sizeof(v[0]), 1, "test exchange");
+    if (r != ncclSuccess) {
+      brd_boot_destroy(boot);
+      return 100 + r;
+    }
+    for (int q = 0; q < a->nranks; q++)
+      if (v[q] != 1000 + 7 * q) FAILX("rank %d: slot %d holds %d", a->rank, q, v[q]);
+  } else {
+    sleep_ms(2500); /* past the others' deadline, then leave */
+  }
+  brd_boot_destroy(boot);
+  return 0;
+}
+
+static int body_timed(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  timed_skip = -1;
+  run_ranks(&id, 1, 5, 5, 0, rank_timed, NULL);
+  if (all_ok(5)) FAILX("every rank calling");
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  timed_skip = 3;
+  memset(sh, 0, sizeof(*sh));
+  run_ranks(&id, 1, 5, 5, 0, rank_timed, NULL);
+  for (int r = 0; r < 5; r++) {
+    if (r == 3) continue;
+    if (sh->res[r] != 100 + (int)ncclRemoteError)
+      FAILX("rank %d returned %d: %s", r, sh->res[r], sh->err[r]);
+    if (sh->elapsed_ns[r] > 8000000000LL)
+      FAILX("rank %d took %lld ms", r, (long long)(sh->elapsed_ns[r] / 1000000));
+  }
+  if (strstr(brd_log_last_error(), "BRAID_TIMEOUT") == NULL ||
+      strstr(brd_log_last_error(), "test exchange") == NULL)
+    FAILX("message: %s", brd_log_last_error());
+  return 0;
+}
+
+static void test_allgather_deadline(void **state) {
+  (void)state;
+  in_child(body_timed, "10");
+}
+
 /* ---- bad rendezvous ----------------------------------------------------- */
 
 static int expect_all(int n, ncclResult_t code, const char *needle1, const char *needle2) {
@@ -749,6 +805,7 @@ int main(void) {
       cmocka_unit_test(test_child),
       cmocka_unit_test(test_child_without_dead_rank),
       cmocka_unit_test(test_bad_tags),
+      cmocka_unit_test(test_allgather_deadline),
       cmocka_unit_test(test_wrong_magic),
       cmocka_unit_test(test_stranger_on_rank_listener),
       cmocka_unit_test(test_mismatched_nranks),
