@@ -223,6 +223,34 @@ static void test_split_in_group(void **state) {
   in_child(body_split_in_group, 30);
 }
 
+/* ncclCommDestroy of a parent whose split, started in the open group, is
+ * still running (waiting for the other rank's split) is refused; the group
+ * end completes the splits. */
+static int body_destroy_split_parent(void) {
+  ncclComm_t child[2] = {NULL, NULL};
+  ncclResult_t r;
+  CHECKX(ncclCommInitAll(g_comm, 2, NULL) == ncclSuccess, "init all");
+  CHECKX(ncclGroupStart() == ncclSuccess, "group start");
+  CHECKX(ncclCommSplit(g_comm[0], 0, 0, &child[0], NULL) == ncclSuccess, "split 0");
+  r = ncclCommDestroy(g_comm[0]);
+  CHECKX(r == ncclInvalidUsage, "destroying a parent while its split runs returned %d", r);
+  CHECKX(ncclCommSplit(g_comm[1], 0, 1, &child[1], NULL) == ncclSuccess, "split 1");
+  CHECKX(ncclGroupEnd() == ncclSuccess, "group end: %s", ncclGetLastError(NULL));
+  for (int k = 0; k < 2; k++) {
+    int rank = -1;
+    CHECKX(child[k] != NULL && ncclCommUserRank(child[k], &rank) == ncclSuccess && rank == k,
+           "child %d", k);
+    CHECKX(ncclCommDestroy(child[k]) == ncclSuccess, "destroy child");
+    CHECKX(ncclCommDestroy(g_comm[k]) == ncclSuccess, "destroy parent");
+  }
+  return 0;
+}
+
+static void test_destroy_split_parent_in_group(void **state) {
+  (void)state;
+  in_child(body_destroy_split_parent, 30);
+}
+
 /* Window deregistration inside a group holding a call on the communicator
  * is refused, since the queued call may read the window; the window stays
  * usable and is deregistered after the group. */
@@ -808,6 +836,7 @@ int main(void) {
       cmocka_unit_test(test_destroy_in_group),
       cmocka_unit_test(test_abort_in_group),
       cmocka_unit_test(test_split_in_group),
+      cmocka_unit_test(test_destroy_split_parent_in_group),
       cmocka_unit_test(test_window_dereg_in_group),
       cmocka_unit_test(test_counts),
       cmocka_unit_test(test_stranger_root),
