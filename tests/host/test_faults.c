@@ -30,6 +30,7 @@
 #include <cmocka.h>
 
 #include "nccl.h"
+#include "tdev.h"
 
 #define MAX_RANKS 8
 #define SEC 1000000000LL
@@ -831,6 +832,63 @@ static void test_check_calls(void **state) {
   in_child_env(body_mismatch, 60, env);
 }
 
+/* CUDA mode (the cudasim suites set BRAID_DEVICE=cuda; skipped otherwise):
+ * the watchdog does not stop device work already queued, which ends by the
+ * executor's BRAID_TIMEOUT (2 s here) as an async error; a call made after
+ * the death is found fails at once naming the rank. */
+static int rank_killed_cuda(struct rank_arg *a) {
+  ncclComm_t c = NULL;
+  cudaStream_t st = NULL;
+  float *buf = tdev_alloc(COUNT * sizeof(float));
+  ncclResult_t r, async = ncclSuccess;
+  int64_t t0;
+  CHECKX(buf != NULL, "alloc: %s", tdev_last_error());
+  CHECKX(tdev_stream_create(&st) == 0, "stream: %s", tdev_last_error());
+  fill(buf, a->rank, COUNT);
+  CHECKX(ncclCommInitRank(&c, a->nranks, a->id, a->rank) == ncclSuccess, "init");
+  CHECKX(ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, c, st) == ncclSuccess, "first");
+  CHECKX(tdev_stream_sync(st, 20) == 0, "sync: %s", tdev_last_error());
+  CHECKX(sum_ok(buf, a->nranks, COUNT), "rank %d data", a->rank);
+  if (a->rank == 2) raise(SIGKILL);
+  r = ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, c, st);
+  CHECKX(r == ncclSuccess || r == ncclRemoteError, "rank %d: second call %d", a->rank, r);
+  if (r == ncclSuccess) {
+    /* Queued: it ends by the executor's timeout as an async error. */
+    t0 = now_ns();
+    while (async == ncclSuccess && now_ns() - t0 < 20 * SEC) {
+      CHECKX(ncclCommGetAsyncError(c, &async) == ncclSuccess, "async");
+      struct timespec ts = {0, 5000000L};
+      nanosleep(&ts, NULL);
+    }
+    CHECKX(async == ncclRemoteError, "rank %d: async error %d", a->rank, async);
+    fprintf(stderr, "observed: CUDA mode rank %d: queued call failed as async error after "
+            "%lld ms\n", a->rank, (long long)((now_ns() - t0) / 1000000));
+  } else {
+    fprintf(stderr, "observed: CUDA mode rank %d: second call refused at once\n", a->rank);
+  }
+  t0 = now_ns();
+  r = ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, c, st);
+  CHECKX(r == ncclRemoteError && now_ns() - t0 < SEC / 10 &&
+             contains(ncclGetLastError(NULL), "rank 2 (host"),
+         "rank %d: a later call returned %d: %s", a->rank, r, ncclGetLastError(NULL));
+  CHECKX(ncclCommAbort(c) == ncclSuccess, "abort");
+  return 0;
+}
+
+static int body_killed_cuda(void) {
+  ncclUniqueId id;
+  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
+  return run_processes(&id, 3, rank_killed_cuda, 2);
+}
+
+static void test_killed_rank_cuda(void **state) {
+  static const char *env[] = {"BRAID_DEVICE=cuda", "BRAID_TIMEOUT=2", NULL};
+  const char *dev = getenv("BRAID_DEVICE");
+  (void)state;
+  if (dev == NULL || strcmp(dev, "cuda") != 0) skip();
+  in_child_env(body_killed_cuda, 60, env);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_destroy_in_group),
@@ -844,6 +902,7 @@ int main(void) {
       cmocka_unit_test(test_comm_id_secret),
       cmocka_unit_test(test_comm_id_taken_rank),
       cmocka_unit_test(test_killed_rank),
+      cmocka_unit_test(test_killed_rank_cuda),
       cmocka_unit_test(test_check_calls),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
