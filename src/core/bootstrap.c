@@ -1118,10 +1118,11 @@ ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t s
   atomic_fetch_add(&boot->busy, 1);
   res = ring_allgather_until(boot, buf, size_per_rank, t0 + timeout_s * 1000000000LL, have);
   atomic_fetch_sub(&boot->busy, 1);
-  if (res == ncclRemoteError && brd_time_now_ns() - t0 >= timeout_s * 1000000000LL) {
-    /* One message for the caller: who has not been heard from. A rank
-     * named here either never made the call or sits behind one that did
-     * not (the exchange runs around the ring). */
+  if (res == ncclRemoteError) {
+    /* One message for the caller: who has not been heard from (also when
+     * a neighbour gave up first and closed its connection). A rank named
+     * here either never made the call or sits behind one that did not
+     * (the exchange runs around the ring). */
     char list[256];
     int off = 0, shown = 0;
     list[0] = '\0';
@@ -1133,10 +1134,10 @@ ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t s
       }
       off += snprintf(list + off, sizeof(list) - (size_t)off, " %d", q);
     }
-    WARN("%s: rank %d waited %lld s (BRAID_TIMEOUT) for every rank to make "
-         "the same call; nothing arrived from rank(s)%s: check that every rank "
-         "of the communicator makes this call, or raise BRAID_TIMEOUT", what,
-         boot->rank, (long long)timeout_s, list);
+    WARN("%s: rank %d waited %.1f s of %lld s (BRAID_TIMEOUT) for every rank to "
+         "make the same call; nothing arrived from rank(s)%s: check that every "
+         "rank of the communicator makes this call, or raise BRAID_TIMEOUT", what,
+         boot->rank, (double)(brd_time_now_ns() - t0) / 1e9, (long long)timeout_s, list);
   }
   free(have);
   return res;

@@ -533,6 +533,11 @@ static int rank_first_call_missing(struct rank_arg *a) {
            ncclGetLastError(NULL));
     CHECKX(sh->t_err_ns[a->rank] < 5 * SEC, "rank %d took %lld ms", a->rank,
            (long long)(sh->t_err_ns[a->rank] / 1000000));
+    /* Both have their answer before either closes its connections. */
+    while (atomic_load(&sh->phase[1 - a->rank]) == 0) {
+      struct timespec ts = {0, 1000000L};
+      nanosleep(&ts, NULL);
+    }
   }
   CHECKX(ncclCommAbort(c) == ncclSuccess, "abort");
   free(buf);
