@@ -54,6 +54,7 @@ BRD_PARAM(BRAID_DEVICE, "BRAID_DEVICE", BRD_PARAM_STR, "auto", "executor backend
 BRD_PARAM(BRAID_HOSTID, "BRAID_HOSTID", BRD_PARAM_STR, NULL, "host identity override, to stage several nodes on one machine")
 BRD_PARAM(BRAID_BOOTSTRAP_TIMEOUT, "BRAID_BOOTSTRAP_TIMEOUT", BRD_PARAM_INT, "300", "seconds before a bootstrap socket operation gives up")
 BRD_PARAM(BRAID_TIMEOUT, "BRAID_TIMEOUT", BRD_PARAM_INT, "300", "seconds a collective may wait on a peer before reporting a hang")
+BRD_PARAM(BRAID_CHECK_CALLS, "BRAID_CHECK_CALLS", BRD_PARAM_INT, "0", "1: compare every rank's call (collective, count, type, op, root, sequence) before data moves")
 BRD_PARAM(BRAID_DETERMINISTIC, "BRAID_DETERMINISTIC", BRD_PARAM_INT, "0", "fix the reduction order so results are bit-identical across runs")
 BRD_PARAM(BRAID_IBVERBS_LIB, "BRAID_IBVERBS_LIB", BRD_PARAM_STR, "libibverbs.so.1", "verbs library opened at run time (dlopen)")
 BRD_PARAM(BRAID_HOST_STAGING, "BRAID_HOST_STAGING", BRD_PARAM_INT, "1048576", "host mode: bytes of output staging per rank and phase; larger messages run in pieces")

@@ -131,6 +131,7 @@ struct root_conn {
   struct boot_hello hello;
   size_t got;
   int state;
+  int64_t accepted_ns;       /* a hello must arrive within HDR_WAIT_NS */
 };
 
 /* A root thread is detached; the registry and the thread each hold a
@@ -179,8 +180,11 @@ static pthread_once_t roots_once = PTHREAD_ONCE_INIT;
 
 static void conn_who(const struct root_conn *c, char *buf, size_t len) {
   char line[BRD_SOCK_ADDR_STRLEN];
-  snprintf(buf, len, "rank %d at %s", (int)c->hello.rank,
-           brd_sock_addr_str(&c->hello.listen, line));
+  /* A registration without a listener address is named by its connection. */
+  const union brd_sock_addr *a =
+      c->hello.listen.sa.sa_family == AF_UNSPEC ? &c->sock.addr : &c->hello.listen;
+  snprintf(buf, len, "rank %d at %s (pid %d)", (int)c->hello.rank,
+           brd_sock_addr_str(a, line), (int)c->hello.pid);
 }
 
 static void root_send_reply(struct root_run *run, struct root_conn *c,
@@ -227,6 +231,34 @@ static int root_params_ok(const struct boot_hello *h) {
          h->iroot >= 0 && h->iroot < h->nroots;
 }
 
+/* Drops a connection that did not authenticate: WARN with its address,
+ * and, to a registration of the right protocol, a fixed refusal that says
+ * nothing about the rendezvous (no magic, no ranks), so a rank given the
+ * wrong id fails at once rather than at the timeout. */
+static void root_drop_stranger(struct root_run *run, struct root_conn *c, int foreign) {
+  char line[BRD_SOCK_ADDR_STRLEN], mine[BRD_SOCK_ADDR_STRLEN];
+  WARN("bootstrap root at %s: dropping a connection from %s that %s; the "
+       "rendezvous goes on (if that was a rank of this job, it was given "
+       "another ncclUniqueId or another BRAID_COMM_SECRET)",
+       brd_sock_addr_str(&run->root->addr, mine), brd_sock_addr_str(&c->sock.addr, line),
+       foreign ? "is not a bootstrap registration"
+               : "did not present the unique id's magic");
+  if (!foreign) {
+    struct boot_reply rep;
+    brd_sock_ctl_t ctl = {brd_time_now_ns() + 100000000LL, {&run->root->stop, NULL},
+                          "a stranger"};
+    memset(&rep, 0, sizeof(rep));
+    rep.status = ncclInvalidUsage;
+    snprintf(rep.msg, sizeof(rep.msg), "the root refused this registration: the "
+             "unique id's magic does not match (every rank must use the "
+             "ncclUniqueId of the same ncclGetUniqueId call, and the same "
+             "BRAID_COMM_SECRET with NCCL_COMM_ID)");
+    (void)brd_sock_send(&c->sock, &rep, sizeof(rep), &ctl);
+  }
+  brd_sock_close(&c->sock);
+  c->state = CONN_DONE;
+}
+
 static void root_on_hello(struct root_run *run, int ci) {
   struct root_conn *c = &run->conns[ci];
   const struct boot_hello *h = &c->hello;
@@ -234,11 +266,12 @@ static void root_on_hello(struct root_run *run, int ci) {
   char msg[BOOT_MSG_LEN];
   int s;
 
-  if (h->proto != BOOT_PROTO) {
-    INFO(BRD_SUBSYS_BOOTSTRAP, "bootstrap root: dropping a connection that "
-         "is not a bootstrap registration");
-    brd_sock_close(&c->sock);
-    c->state = CONN_DONE;
+  /* Authentication first: nothing a connection says counts, and nothing
+   * is sent to it, until it has shown the id's magic. One that fails is
+   * dropped and the root keeps listening, so a stranger (or a rank given
+   * another id) cannot end the rendezvous of the ranks that hold the id. */
+  if (h->proto != BOOT_PROTO || h->magic != run->root->magic) {
+    root_drop_stranger(run, c, h->proto != BOOT_PROTO);
     return;
   }
   conn_who(c, who, sizeof(who));
@@ -247,14 +280,6 @@ static void root_on_hello(struct root_run *run, int ci) {
     run->hint_expected = root_nranks(h->iroot, h->nranks, h->nroots) + (h->nroots > 1);
   if (run->failed) {
     root_send_reply(run, c, &run->fail);
-    return;
-  }
-  if (h->magic != run->root->magic) {
-    snprintf(msg, sizeof(msg), "%s presented a unique id with magic %#llx but "
-             "the root's is %#llx; every rank must use the ncclUniqueId of the "
-             "same ncclGetUniqueId call", who, (unsigned long long)h->magic,
-             (unsigned long long)run->root->magic);
-    root_reject(run, c, ncclInvalidUsage, msg);
     return;
   }
   if (!run->have_params) {
@@ -414,6 +439,17 @@ static void root_loop(struct root_run *run) {
     run->pfd_conn[np++] = -1;
     for (int i = 0; i < run->nconns; i++) {
       if (run->conns[i].state == CONN_DONE) continue;
+      /* Silent connections must not pile up: a hello comes at once. */
+      if (run->conns[i].state == CONN_HELLO &&
+          brd_time_now_ns() - run->conns[i].accepted_ns > HDR_WAIT_NS) {
+        char line[BRD_SOCK_ADDR_STRLEN];
+        INFO(BRD_SUBSYS_BOOTSTRAP, "bootstrap root: dropping a connection from %s "
+             "that sent no registration within 1 s",
+             brd_sock_addr_str(&run->conns[i].sock.addr, line));
+        brd_sock_close(&run->conns[i].sock);
+        run->conns[i].state = CONN_DONE;
+        continue;
+      }
       run->pfds[np].fd = run->conns[i].sock.fd;
       run->pfds[np].events = POLLIN;
       run->pfds[np].revents = 0;
@@ -472,6 +508,7 @@ static void root_loop(struct root_run *run) {
         memset(&run->conns[run->nconns], 0, sizeof(run->conns[0]));
         run->conns[run->nconns].sock = s;
         run->conns[run->nconns].state = CONN_HELLO;
+        run->conns[run->nconns].accepted_ns = brd_time_now_ns();
         run->nconns++;
       }
     }
@@ -667,6 +704,27 @@ void brd_boot_roots_sweep(void) {
   roots_release(list, 0);
 }
 
+/* The magic of an id built from NCCL_COMM_ID. NCCL's is a public constant,
+ * so anyone who can reach the port can register as a rank. With
+ * BRAID_COMM_SECRET set (the same on every rank), the magic is derived
+ * from it and the root's address instead: a registration without it is
+ * refused. The secret is read with secure_getenv and never logged (it is
+ * not a parameter of the table, whose values INFO prints). Without it,
+ * NCCL's constant, so a job that mixes Braid and NCCL ranks still meets. */
+static uint64_t env_magic(const union brd_sock_addr *addr) {
+  const char *secret = secure_getenv("BRAID_COMM_SECRET");
+  uint64_t h = BRD_BOOT_ENV_MAGIC;
+  if (secret == NULL || secret[0] == '\0') return h;
+  for (const unsigned char *p = (const unsigned char *)secret; *p != '\0'; p++)
+    h = mix64(h ^ *p);
+  h = mix64(h ^ (uint64_t)brd_sock_addr_port(addr));
+  /* Never the public constant, whatever the secret. */
+  if (h == BRD_BOOT_ENV_MAGIC) h = ~h;
+  INFO(BRD_SUBSYS_BOOTSTRAP | BRD_SUBSYS_ENV, "NCCL_COMM_ID: magic derived from "
+       "BRAID_COMM_SECRET (%zu characters)", strlen(secret));
+  return h;
+}
+
 /* See bootstrap.h. */
 ncclResult_t brd_boot_get_unique_id(ncclUniqueId *id_out) {
   const char *env = brd_param_str(BRD_P_COMM_ID);
@@ -682,7 +740,7 @@ ncclResult_t brd_boot_get_unique_id(ncclUniqueId *id_out) {
            "[<ipv6>]:<port> or <hostname>:<port>");
       return ncclInvalidArgument;
     }
-    h.magic = BRD_BOOT_ENV_MAGIC;
+    h.magic = env_magic(&h.addr);
   } else {
     CHECK(brd_sock_boot_iface(&h.addr, name));
     if (getrandom(&h.magic, sizeof(h.magic), 0) != (ssize_t)sizeof(h.magic))
@@ -722,6 +780,22 @@ int brd_boot_busy(const struct brd_boot *boot) {
 
 /* See bootstrap.h. */
 uint64_t brd_boot_magic(const struct brd_boot *boot) { return boot->magic; }
+
+/* See bootstrap.h. */
+int brd_boot_ring_closed(const struct brd_boot *boot) {
+  struct pollfd p[2] = {{boot->ring_prev.fd, POLLRDHUP, 0}, {boot->ring_next.fd, POLLRDHUP, 0}};
+  int n = boot->nranks;
+  if (n < 2 || p[0].fd < 0 || p[1].fd < 0) return -1;
+  if (poll(p, 2, 0) <= 0) return -1;
+  if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) return (boot->rank - 1 + n) % n;
+  if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) return (boot->rank + 1) % n;
+  return -1;
+}
+
+/* See bootstrap.h. */
+const union brd_sock_addr *brd_boot_peer_addr(const struct brd_boot *boot, int peer) {
+  return &boot->peer_addrs[peer];
+}
 
 static ncclResult_t boot_alloc(int rank, int nranks, uint64_t magic, _Atomic int *abort,
                                struct brd_boot **boot_out) {
@@ -792,8 +866,14 @@ static ncclResult_t read_hdr(struct brd_boot *boot, struct brd_sock *s,
     (void)brd_sock_wait_readable(s->fd, SLICE_MS);
   }
   *valid_out = hdr->magic == boot->magic && hdr->rank >= 0 && hdr->rank < boot->nranks;
-  if (!*valid_out)
-    TRACE(BRD_SUBSYS_BOOTSTRAP, "bootstrap: dropping a connection with a foreign header");
+  if (!*valid_out) {
+    /* A whole header with the wrong magic is someone else talking to this
+     * port (liveness probes send nothing and never get here). */
+    char line[BRD_SOCK_ADDR_STRLEN];
+    WARN("bootstrap: rank %d dropped a connection from %s that did not present "
+         "this communicator's magic; it keeps listening", boot->rank,
+         brd_sock_addr_str(&s->addr, line));
+  }
   return ncclSuccess;
 }
 
@@ -980,7 +1060,8 @@ ncclResult_t brd_boot_recv(struct brd_boot *boot, int peer, int tag, void *buf,
 /* Ring allgather in both directions at once: step s moves slice rank-s to
  * the next rank and slice rank+s to the previous one, so n-1 slices arrive
  * in n/2 steps (NCCL's double ring). */
-static ncclResult_t ring_allgather(struct brd_boot *boot, char *data, size_t size) {
+static ncclResult_t ring_allgather_until(struct brd_boot *boot, char *data, size_t size,
+                                         int64_t deadline_ns, unsigned char *have) {
   int n = boot->nranks, r = boot->rank, steps = n / 2;
   char who_next[32], who_prev[32];
   peer_who((r + 1) % n, who_next, sizeof(who_next));
@@ -988,15 +1069,26 @@ static ncclResult_t ring_allgather(struct brd_boot *boot, char *data, size_t siz
   for (int s = 0; s < steps; s++) {
     brd_sock_ctl_t ctl = boot_ctl(boot, NULL);
     int last_single = s == steps - 1 && n % 2 == 0;
+    if (deadline_ns != 0) ctl.deadline_ns = deadline_ns;
     brd_sock_op_t ops[4] = {
         {&boot->ring_next, 1, data + (size_t)((r - s + n) % n) * size, size, 0, who_next},
         {&boot->ring_prev, 0, data + (size_t)((r - s - 1 + n) % n) * size, size, 0, who_prev},
         {&boot->ring_prev, 1, data + (size_t)((r + s) % n) * size, size, 0, who_prev},
         {&boot->ring_next, 0, data + (size_t)((r + s + 1) % n) * size, size, 0, who_next},
     };
-    CHECK(brd_sock_multi(ops, last_single ? 2 : 4, &ctl));
+    ncclResult_t res = brd_sock_multi(ops, last_single ? 2 : 4, &ctl);
+    /* Each receive that completed, even in a failed step, is a rank heard. */
+    if (have != NULL) {
+      if (ops[1].done == size) have[(r - s - 1 + n) % n] = 1;
+      if (!last_single && ops[3].done == size) have[(r + s + 1) % n] = 1;
+    }
+    if (res != ncclSuccess) return res;
   }
   return ncclSuccess;
+}
+
+static ncclResult_t ring_allgather(struct brd_boot *boot, char *data, size_t size) {
+  return ring_allgather_until(boot, data, size, 0, NULL);
 }
 
 /* See bootstrap.h. */
@@ -1006,6 +1098,48 @@ ncclResult_t brd_boot_allgather(struct brd_boot *boot, void *buf, size_t size_pe
   atomic_fetch_add(&boot->busy, 1);
   res = ring_allgather(boot, buf, size_per_rank);
   atomic_fetch_sub(&boot->busy, 1);
+  return res;
+}
+
+/* See bootstrap.h. */
+ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t size_per_rank,
+                                      int64_t timeout_s, const char *what) {
+  ncclResult_t res;
+  unsigned char *have;
+  int64_t t0 = brd_time_now_ns();
+  if (boot->nranks == 1 || size_per_rank == 0) return ncclSuccess;
+  if (timeout_s < 1) timeout_s = 1;
+  have = calloc((size_t)boot->nranks, 1);
+  if (have == NULL) {
+    WARN("%s: out of host memory", what);
+    return ncclSystemError;
+  }
+  have[boot->rank] = 1;
+  atomic_fetch_add(&boot->busy, 1);
+  res = ring_allgather_until(boot, buf, size_per_rank, t0 + timeout_s * 1000000000LL, have);
+  atomic_fetch_sub(&boot->busy, 1);
+  if (res == ncclRemoteError) {
+    /* One message for the caller: who has not been heard from (also when
+     * a neighbour gave up first and closed its connection). A rank named
+     * here either never made the call or sits behind one that did not
+     * (the exchange runs around the ring). */
+    char list[256];
+    int off = 0, shown = 0;
+    list[0] = '\0';
+    for (int q = 0; q < boot->nranks && off < (int)sizeof(list) - 16; q++) {
+      if (have[q]) continue;
+      if (shown++ == 16) {
+        off += snprintf(list + off, sizeof(list) - (size_t)off, " ...");
+        break;
+      }
+      off += snprintf(list + off, sizeof(list) - (size_t)off, " %d", q);
+    }
+    WARN("%s: rank %d waited %.1f s of %lld s (BRAID_TIMEOUT) for every rank to "
+         "make the same call; nothing arrived from rank(s)%s: check that every "
+         "rank of the communicator makes this call, or raise BRAID_TIMEOUT", what,
+         boot->rank, (double)(brd_time_now_ns() - t0) / 1e9, (long long)timeout_s, list);
+  }
+  free(have);
   return res;
 }
 

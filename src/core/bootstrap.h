@@ -37,14 +37,16 @@ typedef struct {
   union brd_sock_addr addr;
 } brd_boot_handle_t;
 
-/* The magic NCCL uses for ids built from NCCL_COMM_ID. */
+/* The magic NCCL uses for ids built from NCCL_COMM_ID (Braid's, unless
+ * BRAID_COMM_SECRET is set: then one derived from the secret). */
 #define BRD_BOOT_ENV_MAGIC 0x0280028002800280ull
 
 /* Tags callers may use with brd_boot_send/recv: [0, BRD_BOOT_TAG_MAX). */
 #define BRD_BOOT_TAG_MAX (1 << 28)
 
 /* Fills id_out: from NCCL_COMM_ID when set (no root is started: rank 0
- * starts it in init), else a fresh random magic and a root thread listening
+ * starts it in init; the magic is NCCL's constant, or derived from
+ * BRAID_COMM_SECRET when that is set), else a fresh random magic and a root thread listening
  * on the bootstrap interface. Any thread; does not block on peers. */
 ncclResult_t brd_boot_get_unique_id(ncclUniqueId *id_out);
 
@@ -97,6 +99,14 @@ void brd_boot_link_abort(struct brd_boot *boot, _Atomic int *extra);
  * wait for an aborted operation to return before clearing the flag). */
 int brd_boot_busy(const struct brd_boot *boot);
 
+/* Liveness: the rank whose end of this rank's ring connection has closed
+ * (its process died, or it destroyed the communicator), or -1. Never
+ * blocks, reads nothing; any thread, while boot is alive. */
+int brd_boot_ring_closed(const struct brd_boot *boot);
+
+/* Where peer's bootstrap listener is (its host, for messages). */
+const union brd_sock_addr *brd_boot_peer_addr(const struct brd_boot *boot, int peer);
+
 /* The magic of boot (same on every rank of the communicator). */
 uint64_t brd_boot_magic(const struct brd_boot *boot);
 
@@ -118,6 +128,15 @@ ncclResult_t brd_boot_recv(struct brd_boot *boot, int peer, int tag,
  * rank) is sent to all, the others are filled in. Bidirectional ring. Every
  * rank must pass the same size. */
 ncclResult_t brd_boot_allgather(struct brd_boot *boot, void *buf, size_t size_per_rank);
+
+/* brd_boot_allgather with one deadline for the whole exchange, timeout_s
+ * from now (the caller's timeout, e.g. BRAID_TIMEOUT for the first
+ * collective's connection), instead of BRAID_BOOTSTRAP_TIMEOUT per socket
+ * operation. When it passes: ncclRemoteError, and a WARN starting with
+ * `what` that names the ranks whose slices have not arrived. Blocks; polls
+ * the abort flags (ncclInternalError). */
+ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t size_per_rank,
+                                      int64_t timeout_s, const char *what);
 
 /* Copies root's size bytes into every rank's buf. */
 ncclResult_t brd_boot_bcast(struct brd_boot *boot, int root, void *buf, size_t size);

@@ -65,6 +65,16 @@ struct ncclComm {
   /* Registration (owner: reg.c). */
   struct brd_regs *regs;         /* owned: ncclCommRegister records, NULL until
                                     the first; freed by brd_regs_destroy */
+
+  /* Liveness (owner: comm.c's watchdog thread writes, callers read). */
+  _Atomic int peer_dead;         /* 0, or 1 + the first rank found gone */
+  char dead_msg[320];            /* why, written before peer_dead is set */
+  _Atomic int64_t dead_since_ns; /* when peer_dead was set */
+  _Atomic int64_t launch_since_ns; /* start of the launch running now, 0: none */
+  int watched;                   /* registered with the watchdog (caller's thread) */
+  uint64_t calls_seq;            /* BRAID_CHECK_CALLS: collectives checked so far
+                                    (the launching thread) */
+  struct ncclComm *watch_next;   /* watchdog list link, under its lock */
 };
 
 /* Validates a communicator argument for entry point fn: NULL or a destroyed
@@ -82,6 +92,21 @@ int brd_comm_ranks_per_device(const struct ncclComm *comm);
 /* 1 when every rank of comm is a thread of this process (a one-rank comm
  * without a peer table counts). Any thread. */
 int brd_comm_all_in_process(const struct ncclComm *comm);
+
+/* Liveness. The first launch on a communicator of more than one rank
+ * registers it with the process's watchdog thread, which every 50 ms
+ * checks the ring neighbours' bootstrap connections (closed: the
+ * neighbour's process died or it destroyed the communicator) and, for
+ * ranks in other processes of this host and pid namespace, whether their
+ * pid still exists. The first rank found gone is recorded (peer_dead,
+ * dead_msg); a launch still running BRD_LIVE_GRACE_MS after that is
+ * stopped through the abort flag. Idempotent; the launching thread. */
+void brd_comm_live_watch(struct ncclComm *comm);
+
+/* ncclRemoteError with a WARN naming the gone rank, its host and pid (fn
+ * names the caller) when the watchdog found a rank of comm gone, else
+ * ncclSuccess. Any thread. */
+ncclResult_t brd_comm_live_check(struct ncclComm *comm, const char *fn);
 
 /* Frees a communicator and what it owns (bootstrap, peer table, config
  * strings); clears magic first. Local: never waits on a peer. The caller

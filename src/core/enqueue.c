@@ -84,6 +84,46 @@ static intptr_t inplace_offset(const brd_call_t *c, int rank, size_t esize) {
   }
 }
 
+/* Counts: no buffer a call touches can be larger than what a process can
+ * address. 2^47 bytes (128 TiB) is the user address space of x86-64 with
+ * 4-level paging and of 48-bit aarch64, and the CUDA unified address range
+ * on both; a count past it is a corrupted or uninitialised argument, and
+ * taking it at face value would split the call into billions of pieces.
+ * A separate check (not folded into the per-collective tables) so it
+ * stays the same whatever the collective numbering. */
+#define BRD_MAX_BUFFER_BYTES ((size_t)1 << 47)
+
+/* count x element size (x nranks where the call covers every rank's
+ * share), overflow-checked, against BRD_MAX_BUFFER_BYTES for both
+ * buffers. Before any allocation or buffer check. */
+static ncclResult_t count_check(const brd_call_t *c, int nranks, size_t esize) {
+  brd_call_t unit = *c;
+  size_t send_m, recv_m, m, elems, bytes;
+  /* With count 1 the extents are the multiplicities: 0, 1 or nranks
+   * (the root's share on a rooted call, so take every rank as root). */
+  unit.count = 1;
+  unit.root = 0;
+  buffer_extents(&unit, 0, nranks, &send_m, &recv_m);
+  m = send_m > recv_m ? send_m : recv_m;
+  if (m == 0) m = 1;
+  if (__builtin_mul_overflow(c->count, m, &elems) ||
+      __builtin_mul_overflow(elems, esize, &bytes) || bytes > BRD_MAX_BUFFER_BYTES) {
+    if (m > 1)
+      WARN("%s : count %zu is too large: %zu elements of %zu bytes for each of "
+           "%zu ranks exceed the limit of %zu bytes for one buffer (the address "
+           "space); pass the number of elements, not bytes, and check that the "
+           "count is initialised", c->fn, c->count, c->count, esize, m,
+           BRD_MAX_BUFFER_BYTES);
+    else
+      WARN("%s : count %zu is too large: %zu elements of %zu bytes exceed the "
+           "limit of %zu bytes for one buffer (the address space); pass the "
+           "number of elements, not bytes, and check that the count is "
+           "initialised", c->fn, c->count, c->count, esize, BRD_MAX_BUFFER_BYTES);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
 /* NCCL_CHECK_POINTERS in host mode: can this process read (and, with
  * `write`, write) the bytes at p and p + len - 1? */
 static ncclResult_t probe(const brd_call_t *c, const void *p, size_t len,
@@ -143,6 +183,7 @@ ncclResult_t brd_call_check(const brd_call_t *c) {
   if (c->count == 0) return ncclSuccess;
 
   size_t send_n, recv_n, esize = brd_dtype_size(c->dtype);
+  CHECK(count_check(c, comm->nranks, esize));
   buffer_extents(c, comm->rank, comm->nranks, &send_n, &recv_n);
   if (send_n > 0 && c->sendbuff == NULL) {
     WARN("%s : sendbuff argument is NULL with count %zu on rank %d", c->fn,
@@ -164,10 +205,13 @@ ncclResult_t brd_call_check(const brd_call_t *c) {
     intptr_t legal = inplace_offset(c, comm->rank, esize);
     int overlap = s < r_end && r < s_end;
     if (overlap && (legal == INTPTR_MAX || (intptr_t)(r - s) != legal)) {
-      WARN("%s : sendbuff %p and recvbuff %p overlap but are not in place "
-           "(rank %d, count %zu); use separate buffers or the in-place "
-           "layout NCCL documents for this call", c->fn, c->sendbuff,
-           c->recvbuff, comm->rank, c->count);
+      /* Lead with the count: far more often it is wrong (larger than the
+       * buffers) than the buffers' layout is. */
+      WARN("%s : with count %zu, sendbuff %p (%zu bytes) and recvbuff %p (%zu "
+           "bytes) overlap but are not in place (rank %d): check that count is "
+           "the number of elements of each buffer, then use separate buffers or "
+           "the in-place layout NCCL documents for this call", c->fn, c->count,
+           c->sendbuff, send_n * esize, c->recvbuff, recv_n * esize, comm->rank);
       return ncclInvalidArgument;
     }
   }
@@ -179,6 +223,8 @@ ncclResult_t brd_call_check(const brd_call_t *c) {
  * is ncclInvalidArgument; one in error returns the error. */
 static ncclResult_t ensure_ready(const brd_call_t *c) {
   struct ncclComm *comm = c->comm;
+  /* A rank found gone (comm.h, liveness): fail now, not at BRAID_TIMEOUT. */
+  CHECK(brd_comm_live_check(comm, c->fn));
   if (atomic_load_explicit(&comm->abort_flag, memory_order_acquire)) return ncclSuccess;
   int r = atomic_load_explicit(&comm->async_error, memory_order_acquire);
   if (r == ncclInProgress) {

@@ -182,9 +182,10 @@ uint64_t brd_device_host_hash(void) {
   return host_hash_value;
 }
 
-static uint64_t pid_hash(void) {
+/* See device.h. */
+uint64_t brd_device_pid_hash(int32_t pid) {
   char s[256];
-  int n = snprintf(s, sizeof(s), "%ld", (long)getpid());
+  int n = snprintf(s, sizeof(s), "%ld", (long)pid);
   ssize_t len = readlink("/proc/self/ns/pid", s + n, sizeof(s) - 1 - (size_t)n);
   if (len < 0) len = 0;
   s[n + len] = '\0';
@@ -197,7 +198,7 @@ ncclResult_t brd_device_peer_info(brd_device_backend_t backend, int dev,
   brd_peer_info_t info;
   memset(&info, 0, sizeof(info));
   info.host_hash = brd_device_host_hash();
-  info.pid_hash = pid_hash();
+  info.pid_hash = brd_device_pid_hash((int32_t)getpid());
   info.pid = (int32_t)getpid();
   info.dev = dev;
   info.backend = backend;

@@ -42,6 +42,11 @@ ncclResult_t brd_device_peer_info(brd_device_backend_t backend, int dev,
 /* The host identity hash of this process (computed once). */
 uint64_t brd_device_host_hash(void);
 
+/* The pid_hash a process with this pid in the caller's pid namespace has
+ * (brd_peer_info_t.pid_hash): equal to a peer's means the peer's pid can be
+ * looked up here. Any thread. */
+uint64_t brd_device_pid_hash(int32_t pid);
+
 /* NCCL's numeric form of a PCI bus id string ("0000:3b:00.0" -> 0x3b000):
  * the hex digits, ignoring ':' and '.'. */
 int64_t brd_device_busid_to_int(const char *bus_id);

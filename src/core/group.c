@@ -12,6 +12,7 @@
  * communicator's result in its async error as its last touch of it.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,9 @@
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/launch.h"
+#include "base/param.h"
+#include "base/time.h"
+#include "core/bootstrap.h"
 
 static _Thread_local int group_depth;
 static _Thread_local brd_call_t *queue;   /* owned: calls collected so far */
@@ -93,6 +97,48 @@ ncclResult_t brd_group_add_job(struct ncclComm *comm, brd_group_job_fn fn, void 
   jobs[njobs].arg = arg;
   njobs++;
   return ncclSuccess;
+}
+
+/* Calls and jobs of the calling thread's open group on comm. */
+static int group_holds(const struct ncclComm *comm) {
+  int n = 0;
+  for (int i = 0; i < queue_len; i++) n += queue[i].comm == comm;
+  for (int i = 0; i < njobs; i++) n += jobs[i].comm == comm;
+  return n;
+}
+
+/* See group.h. */
+ncclResult_t brd_group_check_teardown(const struct ncclComm *comm, const char *fn) {
+  int n;
+  if (group_depth == 0 || (n = group_holds(comm)) == 0) return ncclSuccess;
+  WARN("%s : rank %d has %d call%s queued in this thread's open group that "
+       "would run on it at ncclGroupEnd; call ncclGroupEnd first (or "
+       "ncclCommAbort to discard them)", fn, comm->rank, n, n == 1 ? "" : "s");
+  return ncclInvalidUsage;
+}
+
+/* See group.h. */
+int brd_group_forget(const struct ncclComm *comm) {
+  int kept = 0, dropped = 0;
+  for (int i = 0; i < queue_len; i++) {
+    if (queue[i].comm == comm) {
+      dropped++;
+      continue;
+    }
+    queue[kept++] = queue[i];
+  }
+  queue_len = kept;
+  kept = 0;
+  for (int i = 0; i < njobs; i++) {
+    if (jobs[i].comm == comm) {
+      free(jobs[i].arg);
+      dropped++;
+      continue;
+    }
+    jobs[kept++] = jobs[i];
+  }
+  njobs = kept;
+  return dropped;
 }
 
 /* One communicator's share of the group's end, run on a thread of its own
@@ -218,9 +264,155 @@ static void batches_free(comm_batch_t *bs, int nb) {
   free(bs);
 }
 
+/* ---- BRAID_CHECK_CALLS: the same call on every rank ---------------------
+ * Before a launch moves data, every rank's collective calls of the batch
+ * (name, count, datatype, op, root, and the sequence number of the first)
+ * are allgathered through the bootstrap and compared with rank 0's; a
+ * difference fails every rank with ncclInvalidUsage naming the two ranks
+ * and the field. Up to SIG_CALLS calls are compared field by field, the
+ * rest by a hash. Sends and receives are not compared (their peers and
+ * counts differ by design). */
+#define SIG_CALLS 8
+
+typedef struct {
+  char fn[16];
+  uint64_t count;
+  int32_t dtype, op, root, pad;
+} sig_call_t;
+
+typedef struct {
+  uint64_t seq;              /* collectives this rank ran before this batch */
+  uint32_t ncalls;           /* collectives in this batch */
+  uint32_t pad;
+  uint64_t rest_hash;        /* of the calls past SIG_CALLS */
+  sig_call_t call[SIG_CALLS];
+} sig_t;
+
+static uint64_t sig_mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h;
+}
+
+static void sig_fill(const struct ncclComm *comm, const brd_call_t *calls, int n, sig_t *s) {
+  memset(s, 0, sizeof(*s));
+  s->seq = comm->calls_seq;
+  for (int i = 0; i < n; i++) {
+    const brd_call_t *c = &calls[i];
+    if (c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV) continue;
+    /* A user operator's handle is local to each rank: compare its kind. */
+    int32_t op = c->premul ? -1 : (int32_t)c->op;
+    if (s->ncalls < SIG_CALLS) {
+      sig_call_t *e = &s->call[s->ncalls];
+      snprintf(e->fn, sizeof(e->fn), "%s", c->fn);
+      e->count = c->count;
+      e->dtype = (int32_t)c->dtype;
+      e->op = op;
+      e->root = c->root;
+    } else {
+      for (const char *p = c->fn; *p != '\0'; p++) s->rest_hash = sig_mix(s->rest_hash, (uint8_t)*p);
+      s->rest_hash = sig_mix(s->rest_hash, c->count);
+      s->rest_hash = sig_mix(s->rest_hash, ((uint64_t)(uint32_t)c->dtype << 32) | (uint32_t)op);
+      s->rest_hash = sig_mix(s->rest_hash, (uint64_t)(uint32_t)c->root);
+    }
+    s->ncalls++;
+  }
+}
+
+/* The first field where b differs from a, written into what/va/vb. */
+static int sig_diff(const sig_t *a, const sig_t *b, char *what, size_t wl, char *va,
+                    size_t val, char *vb, size_t vl) {
+  if (a->seq != b->seq) {
+    snprintf(what, wl, "sequence number");
+    snprintf(va, val, "%llu", (unsigned long long)a->seq);
+    snprintf(vb, vl, "%llu", (unsigned long long)b->seq);
+    return 1;
+  }
+  if (a->ncalls != b->ncalls) {
+    snprintf(what, wl, "number of collectives in the group");
+    snprintf(va, val, "%u", a->ncalls);
+    snprintf(vb, vl, "%u", b->ncalls);
+    return 1;
+  }
+  for (uint32_t i = 0; i < a->ncalls && i < SIG_CALLS; i++) {
+    const sig_call_t *x = &a->call[i], *y = &b->call[i];
+    const char *f = NULL;
+    long long u = 0, v = 0;
+    if (strncmp(x->fn, y->fn, sizeof(x->fn)) != 0) {
+      snprintf(what, wl, "collective (call %u of the group)", i + 1);
+      snprintf(va, val, "%.16s", x->fn);
+      snprintf(vb, vl, "%.16s", y->fn);
+      return 1;
+    }
+    if (x->count != y->count) f = "count", u = (long long)x->count, v = (long long)y->count;
+    else if (x->dtype != y->dtype) f = "datatype", u = x->dtype, v = y->dtype;
+    else if (x->op != y->op) f = "op", u = x->op, v = y->op;
+    else if (x->root != y->root) f = "root", u = x->root, v = y->root;
+    if (f != NULL) {
+      snprintf(what, wl, "%s of %.16s (call %u of the group)", f, x->fn, i + 1);
+      snprintf(va, val, "%lld", u);
+      snprintf(vb, vl, "%lld", v);
+      return 1;
+    }
+  }
+  if (a->rest_hash != b->rest_hash) {
+    snprintf(what, wl, "collectives past the %dth of the group", SIG_CALLS);
+    snprintf(va, val, "one list");
+    snprintf(vb, vl, "another");
+    return 1;
+  }
+  return 0;
+}
+
+/* See the section comment. Blocks on every rank (BRAID_TIMEOUT). */
+static ncclResult_t calls_check(struct ncclComm *comm, const brd_call_t *calls, int n) {
+  ncclResult_t res = ncclSuccess;
+  sig_t *all;
+  if (comm->nranks < 2 || comm->boot == NULL) return ncclSuccess;
+  all = calloc((size_t)comm->nranks, sizeof(*all));
+  if (all == NULL) {
+    WARN("BRAID_CHECK_CALLS: out of host memory for %d ranks' calls", comm->nranks);
+    return ncclSystemError;
+  }
+  sig_fill(comm, calls, n, &all[comm->rank]);
+  comm->calls_seq += all[comm->rank].ncalls;
+  CHECK_GOTO(brd_boot_allgather_timed(comm->boot, all, sizeof(*all),
+                                      brd_param_int(BRD_P_BRAID_TIMEOUT),
+                                      "BRAID_CHECK_CALLS"),
+             res, out);
+  for (int r = 1; r < comm->nranks; r++) {
+    char what[96], va[40], vb[40];
+    if (!sig_diff(&all[0], &all[r], what, sizeof(what), va, sizeof(va), vb, sizeof(vb)))
+      continue;
+    WARN("BRAID_CHECK_CALLS: ranks 0 and %d made different calls: %s is %s on rank 0 "
+         "but %s on rank %d (seen by rank %d); every rank must make the same "
+         "collective calls in the same order", r, what, va, vb, r, comm->rank);
+    res = ncclInvalidUsage;
+    break;
+  }
+out:
+  free(all);
+  return res;
+}
+
 static void batch_main(comm_task_t *t) {
   comm_batch_t *b = (comm_batch_t *)t;
-  t->res = brd_launch_run(t->comm, b->calls, b->ncalls);
+  struct ncclComm *comm = t->comm;
+  const char *fn = b->calls[0].fn;
+  /* Liveness (comm.h): a rank known gone fails the launch at once; one
+   * found gone while it runs stops it, and the result says who. */
+  t->res = brd_comm_live_check(comm, fn);
+  if (t->res != ncclSuccess) return;
+  brd_comm_live_watch(comm);
+  if (brd_param_int(BRD_P_BRAID_CHECK_CALLS) != 0) {
+    t->res = calls_check(comm, b->calls, b->ncalls);
+    if (t->res != ncclSuccess) return;
+  }
+  atomic_store_explicit(&comm->launch_since_ns, brd_time_now_ns(), memory_order_release);
+  t->res = brd_launch_run(comm, b->calls, b->ncalls);
+  atomic_store_explicit(&comm->launch_since_ns, 0, memory_order_release);
+  if (t->res != ncclSuccess && t->res != ncclInProgress &&
+      atomic_load_explicit(&comm->peer_dead, memory_order_acquire) != 0)
+    t->res = brd_comm_live_check(comm, fn);
 }
 
 /* Takes the queue, split by communicator keeping call order. */

@@ -49,4 +49,20 @@ ncclResult_t brd_group_add_job(struct ncclComm *comm, brd_group_job_fn fn, void 
  * Returns res. */
 ncclResult_t brd_group_error(ncclResult_t res);
 
+/* Teardown inside an open group. The calling thread's open group may hold
+ * calls or jobs on comm that have not run yet; freeing comm (or memory
+ * they read) under them would leave the group's end reading freed memory.
+ * Returns ncclInvalidUsage with a WARN naming fn when the calling thread's
+ * open group holds a call or job on comm, else ncclSuccess. NCCL issues a
+ * group's calls only at its outermost ncclGroupEnd, so ncclCommDestroy
+ * (which flushes issued operations) has nothing it could flush yet.
+ * Calling thread. */
+ncclResult_t brd_group_check_teardown(const struct ncclComm *comm, const char *fn);
+
+/* Drops every call and job on comm from the calling thread's open group
+ * (ncclCommAbort: the communicator's unissued work is discarded, the rest
+ * of the group still runs). Returns how many were dropped. Calling
+ * thread. */
+int brd_group_forget(const struct ncclComm *comm);
+
 #endif /* BRD_CORE_GROUP_H */

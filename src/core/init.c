@@ -831,6 +831,18 @@ ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   ncclResult_t r;
   if (comm == NULL) return ncclSuccess;
   CHECK(brd_comm_check(comm, "ncclCommDestroy"));
+  CHECK(brd_group_check_teardown(comm, "ncclCommDestroy"));
+  /* A split or shrink of comm still running reads it. One started in this
+   * thread's open group ends only at ncclGroupEnd: refuse. Otherwise it
+   * is finishing (its result is already published): wait for it. */
+  if (atomic_load_explicit(&comm->children_busy, memory_order_acquire) != 0 &&
+      (brd_group_depth() > 0 || !children_wait(comm, brd_time_now_ns() + ABORT_WAIT_NS))) {
+    WARN("ncclCommDestroy : a split or shrink of rank %d's communicator is still "
+         "running%s; it reads the communicator, so destroy it after %s", comm->rank,
+         brd_group_depth() > 0 ? " (started in the open group)" : "",
+         brd_group_depth() > 0 ? "ncclGroupEnd" : "the split returns");
+    return ncclInvalidUsage;
+  }
   r = ensure_ready(comm, "ncclCommDestroy");
   if (r != ncclSuccess) {
     if (r != ncclInvalidArgument)
@@ -862,6 +874,11 @@ ncclResult_t pncclCommAbort(ncclComm_t comm) {
   rank = comm->rank;
   nranks = comm->nranks;
   dev = comm->cuda_dev;
+  /* Work of this thread's open group on comm is discarded with it. */
+  int dropped = brd_group_forget(comm);
+  if (dropped > 0)
+    INFO(BRD_SUBSYS_INIT, "ncclCommAbort: rank %d drops %d call(s) of the open group",
+         rank, dropped);
   INFO(BRD_SUBSYS_INIT, "comm %p rank %d nRanks %d cudaDev %d - Abort START",
        (void *)comm, rank, nranks, dev);
   atomic_store_explicit(&comm->abort_flag, 1, memory_order_release);

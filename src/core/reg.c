@@ -606,6 +606,7 @@ ncclResult_t pncclCommDeregister(const ncclComm_t comm, void *handle) {
   CHECK(brd_comm_check(comm, "ncclCommDeregister"));
   /* NCCL accepts the NULL handle a skipped registration returns. */
   if (handle == NULL) return ncclSuccess;
+  CHECK(brd_group_check_teardown(comm, "ncclCommDeregister"));
   return reg_release(comm, handle, 0, "ncclCommDeregister");
 }
 
@@ -698,5 +699,6 @@ BRD_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm,
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   CHECK(brd_comm_check(comm, "ncclCommWindowDeregister"));
   ARG_NOT_NULL(win, "ncclCommWindowDeregister");
+  CHECK(brd_group_check_teardown(comm, "ncclCommWindowDeregister"));
   return reg_release(comm, win, 1, "ncclCommWindowDeregister");
 }

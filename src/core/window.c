@@ -90,7 +90,12 @@ static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
     return ncclSystemError;
   }
   CHECK_GOTO(rt->be->caps(comm, &all[me], why, sizeof(why)), res, out);
-  if (n > 1) CHECK_GOTO(brd_boot_allgather(comm->boot, all, sizeof(*all)), res, out);
+  /* The first collective's exchange waits BRAID_TIMEOUT, as every later
+   * wait does, and names the ranks that never came. */
+  if (n > 1)
+    CHECK_GOTO(brd_boot_allgather_timed(comm->boot, all, sizeof(*all),
+                                        brd_param_int(BRD_P_BRAID_TIMEOUT), "first collective"),
+               res, out);
   brd_backend_caps_t c = all[me];
   for (int r = 0; r < n; r++) {
     if (!all[r].p2p_ok && c.p2p_ok) {

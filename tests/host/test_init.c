@@ -487,7 +487,8 @@ static int rank_bad(struct rank_arg *a) {
 static int body_bad_rendezvous(void) {
   static const char *needles[3][2] = {
       {"magic", "rank 2 at"}, {"nranks=5", "nranks=3"}, {"rank 0 registered twice", NULL}};
-  for (bad_kind = 0; bad_kind < 3; bad_kind++) {
+  /* kind 0 (a wrong magic) no longer fails the others: test_faults. */
+  for (bad_kind = 1; bad_kind < 3; bad_kind++) {
     run_processes(NULL, 3, rank_bad, NULL);
     for (int r = 0; r < 3; r++) {
       CHECKX(sh->res[r] == 0, "case %d rank %d: %s", bad_kind, r, sh->err[r]);

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -371,6 +372,62 @@ static void test_child_without_dead_rank(void **state) {
   in_child(body_child_without_dead, "5");
 }
 
+/* ---- one deadline for a whole exchange ---------------------------------- */
+
+/* With every rank calling, brd_boot_allgather_timed gathers like
+ * brd_boot_allgather; with rank 3 of 5 not calling, the others fail with
+ * ncclRemoteError after the 1 s given, not the bootstrap timeout (10 s). */
+static int timed_skip = -1;
+
+static int rank_timed(struct rank_arg *a) {
+  struct brd_boot *boot = NULL;
+  int v[MAX_RANKS];
+  ncclResult_t r = brd_boot_create(a->ids, 1, a->rank, a->nranks, NULL, &boot);
+  if (r != ncclSuccess) return 100 + r;
+  for (int q = 0; q < a->nranks; q++) v[q] = q == a->rank ? 1000 + 7 * q : -1;
+  if (a->rank != timed_skip) {
+    r = brd_boot_allgather_timed(boot, v, sizeof(v[0]), 1, "test exchange");
+    if (r != ncclSuccess) {
+      brd_boot_destroy(boot);
+      return 100 + r;
+    }
+    for (int q = 0; q < a->nranks; q++)
+      if (v[q] != 1000 + 7 * q) FAILX("rank %d: slot %d holds %d", a->rank, q, v[q]);
+  } else {
+    sleep_ms(2500); /* past the others' deadline, then leave */
+  }
+  brd_boot_destroy(boot);
+  return 0;
+}
+
+static int body_timed(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  timed_skip = -1;
+  run_ranks(&id, 1, 5, 5, 0, rank_timed, NULL);
+  if (all_ok(5)) FAILX("every rank calling");
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  timed_skip = 3;
+  memset(sh, 0, sizeof(*sh));
+  run_ranks(&id, 1, 5, 5, 0, rank_timed, NULL);
+  for (int r = 0; r < 5; r++) {
+    if (r == 3) continue;
+    if (sh->res[r] != 100 + (int)ncclRemoteError)
+      FAILX("rank %d returned %d: %s", r, sh->res[r], sh->err[r]);
+    if (sh->elapsed_ns[r] > 8000000000LL)
+      FAILX("rank %d took %lld ms", r, (long long)(sh->elapsed_ns[r] / 1000000));
+  }
+  if (strstr(brd_log_last_error(), "BRAID_TIMEOUT") == NULL ||
+      strstr(brd_log_last_error(), "test exchange") == NULL)
+    FAILX("message: %s", brd_log_last_error());
+  return 0;
+}
+
+static void test_allgather_deadline(void **state) {
+  (void)state;
+  in_child(body_timed, "10");
+}
+
 /* ---- bad rendezvous ----------------------------------------------------- */
 
 static int expect_all(int n, ncclResult_t code, const char *needle1, const char *needle2) {
@@ -414,15 +471,68 @@ static int rank_bad(struct rank_arg *a) {
   return r == ncclSuccess ? 0 : 100 + r;
 }
 
+/* A rank with a wrong magic is refused at once (ncclInvalidUsage, and the
+ * refusal does not carry the root's magic); it cannot end the others'
+ * rendezvous, which wait for rank 2 and then report it missing. */
 static int body_wrong_magic(void) {
   bad_rank = 2;
   run_ranks(NULL, 1, 3, 3, 1, rank_bad, NULL);
-  return expect_all(3, ncclInvalidUsage, "magic", "rank 2 at");
+  if (sh->res[2] != 100 + (int)ncclInvalidUsage || strstr(sh->err[2], "magic") == NULL)
+    FAILX("rank 2 returned %d: %s", sh->res[2], sh->err[2]);
+  if (sh->elapsed_ns[2] > 500000000LL) FAILX("rank 2 took %lld ms", (long long)sh->elapsed_ns[2] / 1000000);
+  for (int r = 0; r < 2; r++) {
+    if (sh->res[r] != 100 + (int)ncclRemoteError || strstr(sh->err[r], "missing: rank 2") == NULL)
+      FAILX("rank %d returned %d: %s", r, sh->res[r], sh->err[r]);
+  }
+  return 0;
 }
 
 static void test_wrong_magic(void **state) {
   (void)state;
-  in_child(body_wrong_magic, "5");
+  in_child(body_wrong_magic, "1");
+}
+
+/* A stranger on a rank's listener: a header with another magic is dropped
+ * with nothing sent back, and the ranks' own messages still arrive. */
+
+static int rank_stranger_listener(struct rank_arg *a) {
+  struct brd_boot *boot = NULL;
+  ncclResult_t r = brd_boot_create(a->ids, 1, a->rank, a->nranks, NULL, &boot);
+  int value = 0;
+  if (r != ncclSuccess) return 100 + r;
+  if (a->rank == 0) {
+    const union brd_sock_addr *to = brd_boot_peer_addr(boot, 1);
+    struct { uint64_t magic; int32_t rank, tag; } hdr = {brd_boot_magic(boot) ^ 1, 0, 7};
+    char byte;
+    int fd = socket(to->sa.sa_family, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, &to->sa, brd_sock_addr_len(to)) != 0) return 1;
+    if (write(fd, &hdr, sizeof(hdr)) != (ssize_t)sizeof(hdr)) return 2;
+    value = 4242;
+    if (brd_boot_send(boot, 1, 7, &value, sizeof(value)) != ncclSuccess) return 3;
+    /* Rank 1 drops the stranger without a word: end of stream, no bytes. */
+    if (read(fd, &byte, 1) != 0) return 4;
+    close(fd);
+  } else {
+    if (brd_boot_recv(boot, 0, 7, &value, sizeof(value)) != ncclSuccess) return 5;
+    if (value != 4242) return 6;
+  }
+  if (brd_boot_barrier(boot) != ncclSuccess) return 7;
+  brd_boot_destroy(boot);
+  return 0;
+}
+
+static int body_stranger_listener(void) {
+  ncclUniqueId id;
+  if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
+  run_ranks(&id, 1, 2, 2, 0, rank_stranger_listener, NULL);
+  if (strstr(brd_log_last_error(), "did not present this communicator's magic") == NULL)
+    FAILX("no WARN about the stranger: %s", brd_log_last_error());
+  return all_ok(2);
+}
+
+static void test_stranger_on_rank_listener(void **state) {
+  (void)state;
+  in_child(body_stranger_listener, "5");
 }
 
 static int body_mismatched_nranks(void) {
@@ -695,7 +805,9 @@ int main(void) {
       cmocka_unit_test(test_child),
       cmocka_unit_test(test_child_without_dead_rank),
       cmocka_unit_test(test_bad_tags),
+      cmocka_unit_test(test_allgather_deadline),
       cmocka_unit_test(test_wrong_magic),
+      cmocka_unit_test(test_stranger_on_rank_listener),
       cmocka_unit_test(test_mismatched_nranks),
       cmocka_unit_test(test_duplicate_rank),
       cmocka_unit_test(test_missing_rank),
