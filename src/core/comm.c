@@ -30,7 +30,9 @@
  * thread only touches listed communicators under the lock. */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ncclComm *live_list;
-static pid_t live_pid; /* process that runs the thread; a forked child starts its own */
+/* Process that runs the thread (0 in a forked child, which starts its
+ * own); written under live_lock, read without it by the fast path. */
+static _Atomic int live_pid;
 
 /* Records that rank `peer` of comm is gone; the first finding wins. */
 static void live_mark(struct ncclComm *comm, int peer, const char *how) {
@@ -110,7 +112,11 @@ static void live_init_once(void) {
 
 /* See comm.h. */
 void brd_comm_live_watch(struct ncclComm *comm) {
-  if (comm->watched || comm->nranks < 2 || comm->boot == NULL) return;
+  /* The fast path of every launch: no lock. watched is written under the
+   * lock (an abort on another thread may be taking comm off the list). */
+  int w = atomic_load_explicit(&comm->watched, memory_order_acquire);
+  if (w != 0 && w == atomic_load_explicit(&live_pid, memory_order_acquire)) return;
+  if (comm->nranks < 2 || comm->boot == NULL) return;
   pthread_once(&live_once, live_init_once);
   pthread_mutex_lock(&live_lock);
   if (live_pid != getpid()) {
@@ -127,17 +133,16 @@ void brd_comm_live_watch(struct ncclComm *comm) {
       pthread_attr_destroy(&attr);
     }
   }
-  if (live_pid == getpid()) {
+  if (live_pid == getpid() && atomic_load(&comm->watched) != live_pid) {
     comm->watch_next = live_list;
     live_list = comm;
-    comm->watched = 1;
+    atomic_store_explicit(&comm->watched, (int)getpid(), memory_order_release);
   }
   pthread_mutex_unlock(&live_lock);
 }
 
 /* Takes comm off the watchdog's list. */
 static void live_unwatch(struct ncclComm *comm) {
-  if (!comm->watched) return;
   pthread_mutex_lock(&live_lock);
   for (struct ncclComm **pp = &live_list; *pp != NULL; pp = &(*pp)->watch_next) {
     if (*pp == comm) {
@@ -145,7 +150,7 @@ static void live_unwatch(struct ncclComm *comm) {
       break;
     }
   }
-  comm->watched = 0;
+  atomic_store_explicit(&comm->watched, 0, memory_order_release);
   pthread_mutex_unlock(&live_lock);
 }
 

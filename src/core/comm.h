@@ -71,7 +71,8 @@ struct ncclComm {
   char dead_msg[320];            /* why, written before peer_dead is set */
   _Atomic int64_t dead_since_ns; /* when peer_dead was set */
   _Atomic int64_t launch_since_ns; /* start of the launch running now, 0: none */
-  int watched;                   /* registered with the watchdog (caller's thread) */
+  _Atomic int watched;           /* pid of the process whose watchdog lists comm,
+                                    0: none (written under its lock) */
   uint64_t calls_seq;            /* BRAID_CHECK_CALLS: collectives checked so far
                                     (the launching thread) */
   struct ncclComm *watch_next;   /* watchdog list link, under its lock */
