@@ -1,4 +1,4 @@
-# Braid: a drop-in libnccl.so.2 (NCCL 2.28.9 ABI).
+# Braid: a drop-in libnccl.so.2 (NCCL 2.30.7 ABI).
 #
 #   make                      library, header, tools, tests (not run)
 #   make test                 build and run every test suite (host mode)
@@ -17,7 +17,7 @@ CUDA_ARCHS ?= 80 90 100
 NCCL_REF   ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
 
 BRAID_VERSION := 0.1.0
-NCCL_SOVER    := 2.28.9
+NCCL_SOVER    := 2.30.7
 
 # V=1 prints full compiler command lines.
 Q := $(if $(filter 1,$(V)),,@)
@@ -78,7 +78,7 @@ LIB_C  := $(sort $(wildcard src/*/*.c))
 LIB_CU := $(if $(filter 1,$(CUDA)),$(sort $(wildcard src/device/*.cu)))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 
-SYMS      := tools/abi/nccl-2.28.9.syms
+SYMS      := tools/abi/nccl-$(NCCL_SOVER).syms
 EXPORTMAP := $(BUILD)/exports.map
 SONAME    := libnccl.so.2
 SHLIB     := $(BUILD)/lib/$(SONAME)

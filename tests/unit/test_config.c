@@ -1,5 +1,5 @@
 /*
- * Communicator configuration: NCCL 2.28.9's rules for ncclConfig_t, checked
+ * Communicator configuration: NCCL 2.30.7's rules for ncclConfig_t, checked
  * against values worked out by hand from those rules: defaults, magic,
  * older and larger struct layouts, inheritance on split, range checks, and
  * NCCL_* variables overriding the application.
@@ -82,7 +82,7 @@ static void setenv_reload(const char *name, const char *value) {
   brd_param_reload();
 }
 
-/* NCCL 2.28.9's values for a config left entirely undefined. */
+/* NCCL 2.30.7's values for a config left entirely undefined. */
 static void assert_defaults(const ncclConfig_t *c) {
   assert_int_equal(c->blocking, 1);
   assert_int_equal(c->cgaClusterSize, 4);
@@ -108,7 +108,7 @@ static void test_null_config(void **state) {
   assert_defaults(&out);
   assert_int_equal(out.size, sizeof(ncclConfig_t));
   assert_int_equal(out.magic, 0xcafebeef);
-  assert_int_equal(out.version, 22809);
+  assert_int_equal(out.version, 23007);
   brd_config_fini(&out);
 
   /* An untouched NCCL_CONFIG_INITIALIZER resolves the same way. */
