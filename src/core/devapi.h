@@ -176,8 +176,11 @@ struct ncclCommProperties {
   ncclGinType_t railedGinType;
 };
 
-#define NCCL_COMM_PROPERTIES_INITIALIZER \
-  { sizeof(ncclCommProperties_t), NCCL_API_MAGIC, NCCL_VERSION_CODE, }
+/* NCCL's sets size, magic and version only; the rest is spelled out as
+ * zeros (the same values) so -Wextra builds stay quiet. */
+#define NCCL_COMM_PROPERTIES_INITIALIZER                                      \
+  { sizeof(ncclCommProperties_t), NCCL_API_MAGIC, NCCL_VERSION_CODE,          \
+    0, 0, 0, 0, false, false, NCCL_GIN_TYPE_NONE, 0, false, NCCL_GIN_TYPE_NONE }
 
 /* Handles of the GPU-initiated networking requirement calls. */
 typedef struct ncclGinOutboxHandle ncclGinOutboxHandle;
