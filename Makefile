@@ -3,6 +3,7 @@
 #   make                      library, header, tools, tests (not run)
 #   make test                 build and run every test suite (host mode)
 #   make test-gpu             GPU suites; skip with a message when no GPU
+#   make test-torch           import PyTorch 2.15.0 with Braid preloaded (downloads torch)
 #   make bench                all-reduce benchmark (GPU, or host mode)
 #   make install PREFIX=dir   library and header
 #
@@ -119,7 +120,7 @@ ifneq ($(shell scripts/install-deps --check >/dev/null 2>&1 || echo missing),)
 .PHONY: $(DEPS_STAMP)
 endif
 
-.PHONY: all lib tools tests test test-unit test-abi test-host test-gpu \
+.PHONY: all lib tools tests test test-unit test-abi test-host test-gpu test-torch \
         bench install clean deps check-layers
 .DEFAULT_GOAL := all
 
@@ -216,6 +217,12 @@ test-host: all
 	@BUILD=$(BUILD) scripts/run-tests host
 test-gpu: all
 	@BUILD=$(BUILD) CUDA=$(CUDA) scripts/run-tests gpu
+
+# PyTorch 2.15.0 on Braid (tests/torch/run.sh): makes $(BUILD)/torch-venv
+# once (downloads torch and its CUDA libraries), then imports torch with the
+# library preloaded. Not part of make test.
+test-torch: lib
+	@BUILD=$(BUILD) bash tests/torch/run.sh
 
 bench: all
 	@BUILD=$(BUILD) scripts/bench
