@@ -63,7 +63,7 @@ v = ctypes.c_int(0)
 ctypes.CDLL(None).ncclGetVersion(ctypes.byref(v))
 print(v.value)'
 out=$(LD_PRELOAD=$LIB LD_BIND_NOW=1 "$PY" -c "$RUNTIME" 2>&1)
-echo "ncclGetVersion in the process's global scope: $out"
+echo "ncclGetVersion in the process's global scope: $(tail -n 1 <<<"$out")"
 if [[ $(tail -n 1 <<<"$out") != 23007 ]]; then
   echo "FAIL  runtime version: expected 23007"
   failed=1
