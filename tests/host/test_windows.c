@@ -38,6 +38,11 @@
 
 static ncclUniqueId g_id;
 static pthread_barrier_t g_barrier;
+/* ncclGetLastError is the process's last WARN: a rank checking its own
+ * message holds this lock, and so does every rank making calls that WARN. */
+static pthread_mutex_t g_err = PTHREAD_MUTEX_INITIALIZER;
+#define ERR_BEGIN() (pthread_mutex_lock(&g_err), locked = 1)
+#define ERR_END() (locked = 0, pthread_mutex_unlock(&g_err))
 
 typedef struct {
   int rank;
@@ -66,7 +71,7 @@ static void *rank_main(void *arg) {
   ncclComm_t comm = NULL;
   uint32_t *buf = NULL, *buf2 = NULL;
   ncclWindow_t win = NULL, strict = NULL, junk = NULL;
-  int waited = 0;
+  int waited = 0, locked = 0;
   void *p = NULL;
   int r = R->rank;
 
@@ -79,8 +84,10 @@ static void *rank_main(void *arg) {
   RCHECK(win != NULL);
   RCHECK(ncclWinGetUserPtr(comm, win, &p) == ncclSuccess);
   RCHECK(p == buf);
+  ERR_BEGIN();
   RCHECK(ncclWinGetUserPtr(comm, NULL, &p) == ncclInvalidArgument);
   RCHECK(ncclWinGetUserPtr(comm, win, NULL) == ncclInvalidArgument);
+  ERR_END();
 
   /* Every peer's window, at the first, an odd and the last word. */
   static const size_t words[] = {0, 1, 777, WORDS - 1};
@@ -96,6 +103,7 @@ static void *rank_main(void *arg) {
       RCHECK(lp == pp);
     }
   }
+  ERR_BEGIN();
   RCHECK(ncclGetPeerDevicePointer(win, 0, r, &p) == ncclSuccess && p == buf);
   RCHECK(ncclGetPeerDevicePointer(win, 0, NRANKS, &p) == ncclInvalidArgument);
   RCHECK(has("not a rank"));
@@ -108,13 +116,17 @@ static void *rank_main(void *arg) {
   RCHECK(ncclGetPeerDevicePointer(win, 0, 0, NULL) == ncclInvalidArgument);
   RCHECK(ncclGetLsaMultimemDevicePointer(win, 0, &p) == ncclInvalidUsage);
   RCHECK(has("multicast"));
+  ERR_END();
 
   /* A second window, strictly ordered (accepted since 2.29). */
   RCHECK(ncclCommWindowRegister(comm, buf2, WORDS * sizeof(uint32_t), &strict,
                                 NCCL_WIN_STRICT_ORDERING) == ncclSuccess);
+  ERR_BEGIN();
   RCHECK(ncclCommWindowRegister(comm, buf2, 4096, &junk, 0x40) == ncclInvalidArgument);
   RCHECK(has("unknown window flags"));
+  ERR_END();
 
+  ERR_BEGIN();
   /* Properties, with a full and a short (older) struct. */
   {
     ncclCommProperties_t props = NCCL_COMM_PROPERTIES_INITIALIZER;
@@ -183,16 +195,20 @@ static void *rank_main(void *arg) {
     RCHECK(has("ncclWaitSignal is not implemented yet"));
     RCHECK(ncclWaitSignal(1, NULL, comm, NULL) == ncclInvalidArgument);
   }
+  ERR_END();
 
   /* Nobody deregisters while a peer may still read its window. */
   pthread_barrier_wait(&g_barrier);
   waited = 1;
   RCHECK(ncclCommWindowDeregister(comm, strict) == ncclSuccess);
   RCHECK(ncclCommWindowDeregister(comm, win) == ncclSuccess);
+  ERR_BEGIN();
   RCHECK(ncclGetPeerDevicePointer(win, 0, 0, &p) == ncclInvalidArgument);
   RCHECK(has("not registered"));
   RCHECK(ncclWinGetUserPtr(comm, win, &p) == ncclInvalidArgument);
+  ERR_END();
 out:
+  if (locked) ERR_END();
   if (!waited) pthread_barrier_wait(&g_barrier);  /* keep the others moving */
   if (comm != NULL) ncclCommDestroy(comm);
   if (buf != NULL) ncclMemFree(buf);
