@@ -67,6 +67,10 @@ struct ncclComm {
                                     brd_launch_cuda_destroy */
   struct brd_regs *regs;         /* owned: ncclCommRegister records, NULL until
                                     the first; freed by brd_mem_regs_destroy */
+
+  /* ncclCommSuspend/ncclCommResume (owner: suspend.c): 1 while suspended;
+   * calls that would launch fail meanwhile (enqueue.c). */
+  _Atomic int suspended;
 };
 
 struct brd_regs;
