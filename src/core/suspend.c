@@ -1,5 +1,5 @@
 /*
- * Braid: NCCL 2.29's communicator offload and growth calls.
+ * Braid: NCCL 2.29's communicator offload calls.
  *
  * ncclCommSuspend pauses a communicator: until ncclCommResume, every call
  * that would launch work on it fails with ncclInvalidUsage. With
@@ -26,9 +26,6 @@
  * bytes are not counted yet; asking for them returns ncclInvalidUsage
  * rather than an estimate.
  *
- * ncclCommGetUniqueId/ncclCommGrow (new ranks joining a communicator) are
- * not implemented yet: after checking their arguments as NCCL does they
- * return ncclInvalidUsage, and ncclGetLastError says so.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -136,39 +133,4 @@ ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t
   WARN("%s : unknown statistic %d (ncclStatGpuMemSuspend 0 to ncclStatGpuMemTotal 3)",
        fn, (int)stat);
   return ncclInvalidArgument;
-}
-
-BRD_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId *uniqueId)
-ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId) {
-  CHECK(brd_comm_check(comm, "ncclCommGetUniqueId"));
-  ARG_NOT_NULL(uniqueId, "ncclCommGetUniqueId");
-  return not_yet("ncclCommGetUniqueId",
-                 "communicators cannot grow; create a new one with ncclGetUniqueId "
-                 "and ncclCommInitRank over all the ranks");
-}
-
-BRD_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks,
-        const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm, ncclConfig_t *config)
-ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId,
-                           int rank, ncclComm_t *newcomm, ncclConfig_t *config) {
-  static const char fn[] = "ncclCommGrow";
-  (void)config;
-  ARG_NOT_NULL(newcomm, fn);
-  if (comm != NULL) {
-    CHECK(brd_comm_check(comm, fn));
-    if (nRanks <= comm->nranks || rank != -1) {
-      WARN("%s : an existing rank passes rank -1 and nRanks above the current %d "
-           "(got rank %d, nRanks %d)", fn, comm->nranks, rank, nRanks);
-      return ncclInvalidArgument;
-    }
-  } else {
-    ARG_NOT_NULL(uniqueId, fn);
-    if (nRanks <= 0 || rank < 0 || rank >= nRanks) {
-      WARN("%s : a new rank passes its rank in [0, nRanks) (got rank %d, nRanks %d)",
-           fn, rank, nRanks);
-      return ncclInvalidArgument;
-    }
-  }
-  return not_yet(fn, "communicators cannot grow; create a new one with "
-                     "ncclGetUniqueId and ncclCommInitRank over all the ranks");
 }
