@@ -374,8 +374,9 @@ ncclResult_t pncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *pro
   return ncclSuccess;
 }
 
-/* A window's lsa peer `lsa_rank` (index in the caller's lsa team) as a
- * pointer this process can load and store, offset bytes in. Any thread. */
+/* World rank `world`'s part of a window as a pointer this process can load
+ * and store, offset bytes in: ncclInvalidUsage when that part is not
+ * mapped here, ncclInvalidArgument past its end. Any thread. */
 static ncclResult_t devapi_window_ptr(ncclWindow_t window, size_t offset, int world,
                                       const char *fn, void **out) {
   struct ncclComm *comm;
