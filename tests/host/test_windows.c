@@ -15,9 +15,9 @@
  *    as its size.
  *  - ncclCommMemStats: host mode holds no device memory (CUDA mode's bytes
  *    are not counted yet and say so); unknown stats fail.
- *  - the calls Braid does not implement yet (grow, put/signal/wait,
- *    multimem, GIN) return ncclInvalidUsage and say so. Suspend and resume
- *    are test_suspend's.
+ *  - the calls Braid does not implement yet (put/signal/wait,
+ *    multimem, GIN) return ncclInvalidUsage and say so. Suspend, resume
+ *    and grow are test_suspend's and test_grow's.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -174,15 +174,15 @@ static void *rank_main(void *arg) {
 
   /* Not implemented yet: ncclInvalidUsage, and the last error says so. */
   {
-    ncclUniqueId id;
-    ncclComm_t grown = NULL;
     ncclWaitSignalDesc_t desc = {1, (r + 1) % NRANKS, 0, 0};
-    RCHECK(ncclCommGetUniqueId(comm, &id) == ncclInvalidUsage);
-    RCHECK(has("ncclCommGetUniqueId is not implemented yet"));
-    RCHECK(ncclCommGrow(comm, NRANKS + 1, NULL, -1, &grown, NULL) == ncclInvalidUsage);
-    RCHECK(has("ncclCommGrow is not implemented yet"));
-    RCHECK(grown == NULL);
-    RCHECK(ncclCommGrow(comm, NRANKS, NULL, -1, &grown, NULL) == ncclInvalidArgument);
+    ncclGinOutboxHandle outbox;
+    ncclGinInboxA2AHandle inbox;
+    ncclDevResourceRequirements_t req;
+    RCHECK(ncclGinOutboxCreateRequirement(2, 12, &outbox, &req) == ncclInvalidUsage);
+    RCHECK(has("GPU-initiated networking"));
+    RCHECK(ncclGinInboxA2ACreateRequirement(ncclTeamWorld(comm), 2, 12, &inbox, &req) ==
+           ncclInvalidUsage);
+    RCHECK(ncclGinOutboxCreateRequirement(2, 12, NULL, &req) == ncclInvalidArgument);
     RCHECK(ncclPutSignal(buf, 4, ncclInt32, (r + 1) % NRANKS, win, 0, 0, 0, 0, comm, NULL) ==
            ncclInvalidUsage);
     RCHECK(has("ncclPutSignal is not implemented yet"));
