@@ -12,8 +12,8 @@
  *   graphUsageMode      accepted and kept; Braid's launches are the same
  *                       inside and outside CUDA graph capture, so it changes
  *                       nothing.
- *   numRmaCtx           accepted and kept (default 1); the one-sided calls
- *                       that would use several contexts are not implemented.
+ *   numRmaCtx           the contexts of ncclPutSignal/ncclSignal/
+ *                       ncclWaitSignal (default 1; rma.c uses at most 16).
  *   maxP2pPeers         accepted and kept (default: no limit); Braid does not
  *                       bound its point-to-point peers, so it has no effect.
  *   graphStreamOrdering accepted and kept (default 0); captured launches

@@ -207,6 +207,7 @@ void brd_mem_regs_destroy(struct ncclComm *comm) {
   while (regs->list != NULL) {
     struct brd_reg *r = regs->list;
     regs->list = r->next;
+    if (r->window) brd_rma_window_untrack((ncclWindow_t)r);
     reg_free(comm, r);
   }
   /* The service answering the peers stopped with the runtime. */
