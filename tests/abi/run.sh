@@ -267,7 +267,7 @@ check_layout_cxx() { layout_run cxx "$CXX" "${CXXFLAGS_STRICT[@]}" -Iinclude "${
 check_layout_cxx_nocuda() { layout_run cxx-nocuda "$CXX" "${CXXFLAGS_STRICT[@]}" -DBRAID_NO_CUDA -Iinclude; }
 
 have_ref() {
-  [[ -n $NCCL_REF_HEADER ]] || { echo "no NVIDIA nccl.h (NCCL_REF_HEADER is empty)"; return 1; }
+  [[ -n $NCCL_REF_HEADER ]] || { echo "NVIDIA's $NCCL_VER nccl.h is not here (NCCL_REF_DIR, NCCL_REF_WHEEL or BRAID_ABI_FETCH=1)"; return 1; }
   [[ -f $NCCL_REF_HEADER ]] || { echo "NCCL_REF_HEADER=$NCCL_REF_HEADER does not exist"; return 1; }
   echo '#include <nccl.h>' | "$CC" "${CFLAGS_REF[@]}" "${REF_INC[@]}" -x c -fsyntax-only - 2>/dev/null || {
     echo "NVIDIA's nccl.h does not compile here (CUDA headers missing?)"; return 1; }
