@@ -1,8 +1,9 @@
-# Braid: a drop-in libnccl.so.2 (NCCL 2.28.9 ABI).
+# Braid: a drop-in libnccl.so.2 (NCCL 2.30.7 ABI).
 #
 #   make                      library, header, tools, tests (not run)
 #   make test                 build and run every test suite (host mode)
 #   make test-gpu             GPU suites; skip with a message when no GPU
+#   make test-torch           import PyTorch 2.15.0 with Braid preloaded (downloads torch)
 #   make bench                all-reduce benchmark (GPU, or host mode)
 #   make gpu-check-prepare    build gpucheck/ for scripts/gpu-check on a GPU
 #   make install PREFIX=dir   library and header
@@ -18,7 +19,7 @@ CUDA_ARCHS ?= 80 90 100
 NCCL_REF   ?= $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
 
 BRAID_VERSION := 0.1.0
-NCCL_SOVER    := 2.28.9
+NCCL_SOVER    := 2.30.7
 
 # V=1 prints full compiler command lines.
 Q := $(if $(filter 1,$(V)),,@)
@@ -79,7 +80,7 @@ LIB_C  := $(sort $(wildcard src/*/*.c))
 LIB_CU := $(if $(filter 1,$(CUDA)),$(sort $(wildcard src/device/*.cu)))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CU:%.cu=$(BUILD)/obj/%.cu.o)
 
-SYMS      := tools/abi/nccl-2.28.9.syms
+SYMS      := tools/abi/nccl-$(NCCL_SOVER).syms
 EXPORTMAP := $(BUILD)/exports.map
 SONAME    := libnccl.so.2
 SHLIB     := $(BUILD)/lib/$(SONAME)
@@ -120,7 +121,7 @@ ifneq ($(shell scripts/install-deps --check >/dev/null 2>&1 || echo missing),)
 .PHONY: $(DEPS_STAMP)
 endif
 
-.PHONY: all lib tools tests test test-unit test-abi test-host test-gpu \
+.PHONY: all lib tools tests test test-unit test-abi test-host test-gpu test-torch \
         bench install clean deps check-layers
 .DEFAULT_GOAL := all
 
@@ -217,6 +218,12 @@ test-host: all
 	@BUILD=$(BUILD) scripts/run-tests host
 test-gpu: all
 	@BUILD=$(BUILD) CUDA=$(CUDA) scripts/run-tests gpu
+
+# PyTorch 2.15.0 on Braid (tests/torch/run.sh): makes $(BUILD)/torch-venv
+# once (downloads torch and its CUDA libraries), then imports torch with the
+# library preloaded. Not part of make test.
+test-torch: lib
+	@BUILD=$(BUILD) bash tests/torch/run.sh
 
 bench: all
 	@BUILD=$(BUILD) scripts/bench

@@ -3,8 +3,10 @@
  * for NVIDIA GPUs.
  *
  * The types, constants and calls below have the same names, values, layouts
- * and signatures as NCCL 2.28.9, so programs built against NCCL's header run
- * against Braid's libnccl.so.2 unchanged, and the reverse.
+ * and signatures as NCCL 2.30.7, so programs built against NCCL's header run
+ * against Braid's libnccl.so.2 unchanged, and the reverse. Programs built
+ * against an older NCCL header (2.28, 2.29) run too: the structs they pass
+ * carry their own size and version.
  *
  * CUDA: the header pulls in the CUDA runtime (for cudaStream_t) and the
  * half/bfloat16 headers, as NCCL's does. A build without CUDA defines
@@ -45,14 +47,15 @@ typedef struct CUstream_st *cudaStream_t;
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Version of the NCCL interface this header describes. */
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 28
-#define NCCL_PATCH 9
+#define NCCL_MINOR 30
+#define NCCL_PATCH 7
 #define NCCL_SUFFIX ""
 
-#define NCCL_VERSION_CODE 22809
+#define NCCL_VERSION_CODE 23007
 /* Releases up to 2.8 were coded X*1000+Y*100+Z; later ones X*10000+Y*100+Z. */
 #define NCCL_VERSION(X,Y,Z) (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
 
@@ -78,7 +81,8 @@ typedef enum { ncclSuccess                 =  0,
                ncclInvalidUsage            =  5,
                ncclRemoteError             =  6,
                ncclInProgress              =  7,
-               ncclNumResults              =  8 } ncclResult_t;
+               ncclTimeout                 =  8,
+               ncclNumResults              =  9 } ncclResult_t;
 
 /* Markers for "not set by the user" in ncclConfig_t and ncclSimInfo_t. */
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
@@ -86,9 +90,14 @@ typedef enum { ncclSuccess                 =  0,
 #define NCCL_SPLIT_NOCOLOR -1
 #define NCCL_UNDEF_FLOAT -1.0f
 
+/* The magic number the library's versioned structs carry (ncclConfig_t,
+ * ncclCommProperties_t, the device API's requirements). */
+#define NCCL_API_MAGIC 0xcafebeef
+
 /* winFlags of ncclCommWindowRegister. */
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
 
 /* Buffers registered as windows must start on this boundary (bytes). */
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
@@ -112,7 +121,7 @@ typedef enum { ncclSuccess                 =  0,
  * value takes the environment's or the library's default. size, magic and
  * version identify the struct and are not the user's to change.
  */
-typedef struct ncclConfig_v22800 {
+typedef struct ncclConfig_v23000 {
   size_t size;
   unsigned int magic;
   unsigned int version;
@@ -130,13 +139,19 @@ typedef struct ncclConfig_v22800 {
   int nvlsCTAs;
   int nChannelsPerNetPeer;
   int nvlinkCentricSched;
+  /* Since 2.29. */
+  int graphUsageMode;
+  int numRmaCtx;
+  /* Since 2.30. */
+  int maxP2pPeers;
+  int graphStreamOrdering;
 } ncclConfig_t;
 
 /* A config that was not set from this initializer is rejected. */
 #define NCCL_CONFIG_INITIALIZER {                                             \
   sizeof(ncclConfig_t),                             /* size */                \
-  0xcafebeef,                                       /* magic */               \
-  NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), /* version */             \
+  NCCL_API_MAGIC,                                   /* magic */               \
+  NCCL_VERSION_CODE,                                /* version */             \
   NCCL_CONFIG_UNDEF_INT,                            /* blocking */            \
   NCCL_CONFIG_UNDEF_INT,                            /* cgaClusterSize */      \
   NCCL_CONFIG_UNDEF_INT,                            /* minCTAs */             \
@@ -151,6 +166,10 @@ typedef struct ncclConfig_v22800 {
   NCCL_CONFIG_UNDEF_INT,                            /* nvlsCTAs */            \
   NCCL_CONFIG_UNDEF_INT,                            /* nChannelsPerNetPeer */ \
   NCCL_CONFIG_UNDEF_INT,                            /* nvlinkCentricSched */  \
+  NCCL_CONFIG_UNDEF_INT,                            /* graphUsageMode */      \
+  NCCL_CONFIG_UNDEF_INT,                            /* numRmaCtx */           \
+  NCCL_CONFIG_UNDEF_INT,                            /* maxP2pPeers */         \
+  NCCL_CONFIG_UNDEF_INT,                            /* graphStreamOrdering */ \
 }
 
 /* What ncclGroupSimulateEnd reports: the estimated time of the group. */
@@ -165,7 +184,7 @@ typedef struct ncclSimInfo_v22200 {
 #define NCCL_SIM_INFO_INITIALIZER {                                           \
   sizeof(ncclSimInfo_t),                            /* size */                \
   0x74685283,                                       /* magic */               \
-  NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), /* version */             \
+  NCCL_VERSION_CODE,                                /* version */             \
   NCCL_UNDEF_FLOAT                                  /* estimatedTime */       \
 }
 
@@ -251,6 +270,18 @@ ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int exclude
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config);
 ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds, ncclConfig_t* config);
 
+/* Makes a one-use id with which new ranks join comm through ncclCommGrow.
+ * Called on one existing rank (the grow's root). */
+ncclResult_t  ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+
+/* Makes a communicator of nRanks ranks: comm's ranks keep their numbers and
+ * new ranks join. Existing ranks pass comm and rank -1 (the root also the id
+ * from ncclCommGetUniqueId, the others NULL); new ranks pass comm NULL, the
+ * id, and their rank. */
+ncclResult_t  ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm, ncclConfig_t* config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm, ncclConfig_t* config);
+
 /*
  * Errors and queries.
  */
@@ -264,8 +295,12 @@ const char*  ncclGetLastError(ncclComm_t comm);
 const char* pncclGetLastError(ncclComm_t comm);
 
 /* Re-reads the logging settings from the environment. Not a supported part
- * of the interface; kept for programs that already call it. */
-#ifdef __cplusplus
+ * of the interface; kept for programs that already call it. Declared on
+ * Linux (NCCL_OS_LINUX) only, as NCCL does; elsewhere it does nothing. */
+#ifndef NCCL_OS_LINUX
+#define ncclResetDebugInit()
+#define pncclResetDebugInit()
+#elif defined(__cplusplus)
 __attribute__ ((deprecated("ncclResetDebugInit is not supported as part of the NCCL API and will be removed in the future")))
 void  ncclResetDebugInit();
 __attribute__ ((deprecated("pncclResetDebugInit is not supported as part of the NCCL API and will be removed in the future")))
@@ -276,6 +311,30 @@ void  ncclResetDebugInit(void);
 __attribute__ ((deprecated("pncclResetDebugInit is not supported as part of the NCCL API and will be removed in the future")))
 void pncclResetDebugInit(void);
 #endif
+
+/* ncclCommSuspend flags: NCCL_SUSPEND_MEM releases the device memory the
+ * communicator can rebuild (scratch, staging, cached plans). */
+#define NCCL_SUSPEND_MEM 0x01
+
+/* Releases what flags name; the communicator runs nothing until
+ * ncclCommResume. */
+ncclResult_t  ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
+
+/* Restores what ncclCommSuspend released. */
+ncclResult_t  ncclCommResume(ncclComm_t comm);
+ncclResult_t pncclCommResume(ncclComm_t comm);
+
+/* What ncclCommMemStats reports. */
+typedef enum {
+  ncclStatGpuMemSuspend   = 0, /* bytes of device memory a suspend releases */
+  ncclStatGpuMemSuspended = 1, /* 1 while suspended, else 0 */
+  ncclStatGpuMemPersist   = 2, /* bytes of device memory a suspend keeps */
+  ncclStatGpuMemTotal     = 3  /* every byte of device memory the library holds */
+} ncclCommMemStat_t;
+
+ncclResult_t  ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
 
 /* The error, if any, that the communicator hit while working in the
  * background; ncclInProgress while a nonblocking call is still running. */
@@ -313,6 +372,10 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, n
 
 ncclResult_t  ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+
+/* The buffer this rank registered as win. */
+ncclResult_t  ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
 
 /*
  * Reductions and element types.
@@ -455,6 +518,37 @@ ncclResult_t  ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, in
     ncclComm_t comm, cudaStream_t stream);
 
 /*
+ * One-sided operations on windows.
+ *
+ * ncclPutSignal writes count elements of localbuff into peer's window
+ * peerWin at byte offset peerWinOffset, then raises signal sigIdx of
+ * context ctx at peer; ncclSignal raises the signal alone. ncclWaitSignal
+ * waits, on stream, until every descriptor's peer has raised its signal
+ * opCnt more times; data put before a signal is visible once it is seen.
+ * flags is reserved (0).
+ */
+ncclResult_t  ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype,
+    int peer, ncclWindow_t peerWin, size_t peerWinOffset,
+    int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype,
+    int peer, ncclWindow_t peerWin, size_t peerWinOffset,
+    int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+
+ncclResult_t  ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+
+/* One wait of ncclWaitSignal: opCnt signals from peer on (sigIdx, ctx). */
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+
+ncclResult_t  ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm, cudaStream_t stream);
+
+/*
  * Groups.
  *
  * Calls between ncclGroupStart and ncclGroupEnd are only recorded; the
@@ -482,6 +576,60 @@ ncclResult_t pncclGroupEnd(void);
  * it would have taken in *simInfo (set from NCCL_SIM_INFO_INITIALIZER). */
 ncclResult_t  ncclGroupSimulateEnd(ncclSimInfo_t* simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo);
+
+/*
+ * Parameters: the library's settings (NCCL_* variables, conf files and
+ * defaults), read by key, which is the variable's name ("NCCL_BUFFSIZE").
+ *
+ * ncclParamBind looks a key up once; the handle belongs to the library and
+ * stays valid for the life of the process. The typed getters succeed only
+ * for the parameter's own type (ncclInvalidArgument otherwise).
+ * ncclParamGetStr's and ncclParamGetParameter's strings, and the key table,
+ * stay valid until the same call on the same thread.
+ */
+typedef struct ncclParamHandle* ncclParamHandle_t;
+
+ncclResult_t  ncclParamBind(ncclParamHandle_t* out, const char* key);
+ncclResult_t pncclParamBind(ncclParamHandle_t* out, const char* key);
+
+ncclResult_t  ncclParamGetI8(ncclParamHandle_t h, int8_t* out);
+ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t* out);
+ncclResult_t  ncclParamGetI16(ncclParamHandle_t h, int16_t* out);
+ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t* out);
+ncclResult_t  ncclParamGetI32(ncclParamHandle_t h, int32_t* out);
+ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t* out);
+ncclResult_t  ncclParamGetI64(ncclParamHandle_t h, int64_t* out);
+ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t* out);
+ncclResult_t  ncclParamGetU8(ncclParamHandle_t h, uint8_t* out);
+ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t* out);
+ncclResult_t  ncclParamGetU16(ncclParamHandle_t h, uint16_t* out);
+ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t* out);
+ncclResult_t  ncclParamGetU32(ncclParamHandle_t h, uint32_t* out);
+ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t* out);
+ncclResult_t  ncclParamGetU64(ncclParamHandle_t h, uint64_t* out);
+ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t* out);
+
+/* The value as text. */
+ncclResult_t  ncclParamGetStr(ncclParamHandle_t h, const char** out);
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char** out);
+
+/* The value's bytes, copied into out (maxLen bytes); *len receives the
+ * value's size, also when maxLen is too small (then ncclInvalidArgument). */
+ncclResult_t  ncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len);
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void* out, int maxLen, int* len);
+
+/* The value of key as text and its length; ncclInvalidArgument for a key
+ * the library does not have. */
+ncclResult_t  ncclParamGetParameter(const char* key, const char** value, int* valueLen);
+ncclResult_t pncclParamGetParameter(const char* key, const char** value, int* valueLen);
+
+/* Every key, in no particular order. */
+ncclResult_t  ncclParamGetAllParameterKeys(const char*** table, int* tableLen);
+ncclResult_t pncclParamGetAllParameterKeys(const char*** table, int* tableLen);
+
+/* Logs every parameter with its value and where it came from. */
+void  ncclParamDumpAll(void);
+void pncclParamDumpAll(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

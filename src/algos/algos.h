@@ -186,15 +186,6 @@ typedef struct brd_algos_sendrecv_args {
 ncclResult_t brd_algos_sendrecv(const brd_algos_sendrecv_args_t *args,
                                 brd_ir_plan_t **plan_out);
 
-/* Former names ("p2p" now means GPU peer-to-peer only), for callers not
- * yet renamed; remove once nothing uses them. */
-#define brd_algos_p2p brd_algos_sendrecv
-#define brd_algos_p2p_op_t brd_algos_sendrecv_op_t
-#define brd_algos_p2p_rank_t brd_algos_sendrecv_rank_t
-#define brd_algos_p2p_args_t brd_algos_sendrecv_args_t
-#define BRD_ALGOS_P2P_DEPTH BRD_ALGOS_SENDRECV_DEPTH
-#define BRD_ALGOS_P2P_SLOT_DIV BRD_ALGOS_SENDRECV_SLOT_DIV
-
 /* ---- shared by the generators (common.c) ------------------------------------ */
 
 /* Validates args (and root, for rooted collectives; -1 otherwise) for the

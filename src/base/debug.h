@@ -63,7 +63,7 @@ void brd_log(brd_log_level_t level, unsigned long subsys, const char *file,
  * selected a device. */
 void brd_log_set_thread_dev(int dev);
 
-/* Prints "NCCL version 2.28.9+braid<version>" once per process (a bare line
+/* Prints "NCCL version 2.30.7+braid<version>" once per process (a bare line
  * at NCCL_DEBUG=VERSION or WARN, an INFO line above that), then every
  * parameter set explicitly (brd_param_log_all). Init code calls it; any
  * thread; later calls do nothing. */

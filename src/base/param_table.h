@@ -15,6 +15,7 @@ BRD_PARAM(CONF_FILE, "NCCL_CONF_FILE", BRD_PARAM_STR, NULL, "configuration file 
 BRD_PARAM(DEBUG_TIMESTAMP_LEVELS, "NCCL_DEBUG_TIMESTAMP_LEVELS", BRD_PARAM_STR, "WARN", "log levels whose lines start with a timestamp; a leading ^ negates, ALL for every level")
 BRD_PARAM(DEBUG_TIMESTAMP_FORMAT, "NCCL_DEBUG_TIMESTAMP_FORMAT", BRD_PARAM_STR, "[%F %T] ", "strftime format of the timestamp; %Nf adds N sub-second digits, _ stands for a space")
 BRD_PARAM(WARN_ENABLE_DEBUG_INFO, "NCCL_WARN_ENABLE_DEBUG_INFO", BRD_PARAM_INT, "0", "raise the log level to INFO after the first WARN")
+BRD_PARAM(PARAM_DUMP_ALL, "NCCL_PARAM_DUMP_ALL", BRD_PARAM_STR, "false", "true or 1: ncclParamGetAllParameterKeys and ncclParamDumpAll include the BRAID_* knobs, not only the NCCL_* ones")
 
 /* Communicator configuration. Unset by default; when set, each overrides the
  * matching ncclConfig_t field, whatever the application put there (config.c). */

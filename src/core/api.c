@@ -3,6 +3,10 @@
  * strings, the last-error text, debug reset — and the shared
  * "not implemented" path.
  */
+/* nccl.h declares ncclResetDebugInit only on Linux, as NCCL does; this
+ * library defines it, so it asks for the declaration. */
+#define NCCL_OS_LINUX 1
+
 #include <stddef.h>
 
 /* ncclResetDebugInit is declared deprecated for users; we define it. */
@@ -36,6 +40,7 @@ const char *pncclGetErrorString(ncclResult_t result) {
   case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
   case ncclRemoteError: return "remote process exited or there was a network error";
   case ncclInProgress: return "NCCL operation in progress";
+  case ncclTimeout: return "timeout";
   case ncclNumResults: break;
   }
   return "unknown result code";

@@ -76,6 +76,10 @@ struct ncclComm {
   uint64_t calls_seq;            /* BRAID_CHECK_CALLS: collectives checked so far
                                     (the launching thread) */
   struct ncclComm *watch_next;   /* watchdog list link, under its lock */
+
+  /* ncclCommSuspend/ncclCommResume (owner: suspend.c): 1 while suspended;
+   * calls that would launch fail meanwhile (enqueue.c). */
+  _Atomic int suspended;
 };
 
 /* Validates a communicator argument for entry point fn: NULL or a destroyed

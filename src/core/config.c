@@ -1,5 +1,5 @@
 /*
- * Braid communicator configuration, by NCCL 2.28.9's rules:
+ * Braid communicator configuration, by NCCL 2.30.7's rules:
  *
  *  1. Read the application's struct up to the smaller of its size and ours;
  *     reject a wrong magic. Fields its version predates are undefined.
@@ -56,6 +56,21 @@ static void drop_newer_fields(ncclConfig_t *c) {
     c->nChannelsPerNetPeer = init.nChannelsPerNetPeer;
     c->nvlinkCentricSched = init.nvlinkCentricSched;
   }
+  if (c->version < NCCL_VERSION(2, 29, 0)) {
+    c->graphUsageMode = init.graphUsageMode;
+    c->numRmaCtx = init.numRmaCtx;
+  }
+  if (c->version < NCCL_VERSION(2, 30, 0)) {
+    c->maxP2pPeers = init.maxP2pPeers;
+    c->graphStreamOrdering = init.graphStreamOrdering;
+  }
+}
+
+/* Bytes of the application's struct that hold fields: no more than its
+ * size says and no more than its version had. A 2.28 program's struct is
+ * 80 bytes; reading past its size would read whatever follows it. */
+static size_t user_bytes(size_t size) {
+  return size < sizeof(ncclConfig_t) ? size : sizeof(ncclConfig_t);
 }
 
 static int is_bool(int v) { return v == 0 || v == 1; }
@@ -120,6 +135,25 @@ static ncclResult_t check_user_values(const ncclConfig_t *c) {
     WARN("Invalid ncclConfig_t.nvlinkCentricSched %d: use 0 or 1", c->nvlinkCentricSched);
     return ncclInvalidArgument;
   }
+  if (c->graphUsageMode != UNDEF && c->graphUsageMode < 0) {
+    WARN("Invalid ncclConfig_t.graphUsageMode %d: use 0 or more, or leave it "
+         "NCCL_CONFIG_UNDEF_INT", c->graphUsageMode);
+    return ncclInvalidArgument;
+  }
+  if (c->numRmaCtx != UNDEF && c->numRmaCtx <= 0) {
+    WARN("Invalid ncclConfig_t.numRmaCtx %d: use a positive count or leave it "
+         "NCCL_CONFIG_UNDEF_INT", c->numRmaCtx);
+    return ncclInvalidArgument;
+  }
+  if (c->maxP2pPeers != UNDEF && c->maxP2pPeers <= 0) {
+    WARN("Invalid ncclConfig_t.maxP2pPeers %d: use a positive count or leave it "
+         "NCCL_CONFIG_UNDEF_INT (no limit)", c->maxP2pPeers);
+    return ncclInvalidArgument;
+  }
+  if (c->graphStreamOrdering != UNDEF && !is_bool(c->graphStreamOrdering)) {
+    WARN("Invalid ncclConfig_t.graphStreamOrdering %d: use 0 or 1", c->graphStreamOrdering);
+    return ncclInvalidArgument;
+  }
   return ncclSuccess;
 }
 
@@ -138,7 +172,7 @@ static ncclResult_t config_from_user(const ncclConfig_t *user, ncclConfig_t *c_o
   if (user != NULL) {
     size_t size;
     memcpy(&size, user, sizeof(size));
-    if (size > sizeof(c)) size = sizeof(c);
+    size = user_bytes(size);
     c.magic = 0;  /* a struct too short to hold a magic has none */
     memcpy(&c, user, size);
     if (c.magic != CONFIG_MAGIC) {
@@ -161,6 +195,11 @@ static ncclResult_t config_from_user(const ncclConfig_t *user, ncclConfig_t *c_o
   fill_int(&c.nvlsCTAs, UNDEF, "nvlsCTAs");
   fill_int(&c.nChannelsPerNetPeer, UNDEF, "nChannelsPerNetPeer");
   fill_int(&c.nvlinkCentricSched, 0, "nvlinkCentricSched");
+  /* Accepted and kept; see config.h for what each means to Braid. */
+  fill_int(&c.graphUsageMode, UNDEF, "graphUsageMode");
+  fill_int(&c.numRmaCtx, 1, "numRmaCtx");
+  fill_int(&c.maxP2pPeers, UNDEF, "maxP2pPeers");
+  fill_int(&c.graphStreamOrdering, 0, "graphStreamOrdering");
   if (c.netName != NULL) INFO(BRD_SUBSYS_ENV, "Comm config netName set to %s", c.netName);
   if (c.commName != NULL) INFO(BRD_SUBSYS_ENV, "Comm config commName set to %s", c.commName);
   *c_out = c;

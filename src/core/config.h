@@ -1,7 +1,25 @@
 /*
  * Braid communicator configuration: turns the ncclConfig_t an application
  * passes (any NCCL version's layout, or none) into the settings a
- * communicator runs with, by NCCL 2.28.9's rules.
+ * communicator runs with, by NCCL 2.30.7's rules.
+ *
+ * Old headers: a program built against NCCL 2.28 passes an 80-byte
+ * ncclConfig_t (size 80, version 228xx); 2.29 an 88-byte one. Only the
+ * bytes its size names are read, and fields newer than its version take
+ * their defaults, so such programs run unchanged.
+ *
+ * The 2.29/2.30 fields:
+ *   graphUsageMode      accepted and kept; Braid's launches are the same
+ *                       inside and outside CUDA graph capture, so it changes
+ *                       nothing.
+ *   numRmaCtx           the contexts of ncclPutSignal/ncclSignal/
+ *                       ncclWaitSignal (default 1; rma.c uses at most 16).
+ *   maxP2pPeers         accepted and kept (default: no limit); Braid does not
+ *                       bound its point-to-point peers, so it has no effect.
+ *   graphStreamOrdering accepted and kept (default 0); captured launches
+ *                       already follow their stream's order.
+ * Each must be NCCL_CONFIG_UNDEF_INT or valid (numRmaCtx, maxP2pPeers
+ * positive; graphStreamOrdering 0 or 1; graphUsageMode not negative).
  */
 #ifndef BRD_CORE_CONFIG_H
 #define BRD_CORE_CONFIG_H
@@ -35,7 +53,8 @@
  * On success *config_out has size, magic and version of this library;
  * blocking, cgaClusterSize, minCTAs, maxCTAs, splitShare, collnetEnable,
  * CTAPolicy, shrinkShare and nvlinkCentricSched are defined; trafficClass,
- * nvlsCTAs and nChannelsPerNetPeer may stay NCCL_CONFIG_UNDEF_INT
+ * nvlsCTAs, nChannelsPerNetPeer, graphUsageMode and maxP2pPeers may stay
+ * NCCL_CONFIG_UNDEF_INT
  * ("automatic"); netName and commName are NULL or heap copies owned by
  * *config_out (release with brd_config_fini). Nothing is written on failure.
  * Any thread; does not block.

@@ -21,6 +21,7 @@
 #include "core/comm.h"
 #include "core/devapi.h"
 #include "core/gpu.h"
+#include "core/rma.h"
 
 /* Every requirement buffer is a whole number of these (NCCL's sizes). */
 #define DEVAPI_LSA_BARRIER_WORD sizeof(uint32_t)
@@ -101,9 +102,16 @@ BRD_API(ncclResult_t, ncclDevCommCreate, ncclComm_t comm,
 ncclResult_t pncclDevCommCreate(ncclComm_t comm,
                                 ncclDevCommRequirements_t const *reqs,
                                 ncclDevComm_t *outDevComm) {
+  unsigned int magic;
   CHECK(devapi_comm_ready(comm, "ncclDevCommCreate"));
   ARG_NOT_NULL(reqs, "ncclDevCommCreate");
   ARG_NOT_NULL(outDevComm, "ncclDevCommCreate");
+  /* 2.29 put size/magic/version in front; a 2.28 program's struct has
+   * its team list pointer there instead. The magic at offset 8 tells. */
+  memcpy(&magic, (const char *)reqs + offsetof(ncclDevCommRequirements_t, magic),
+         sizeof(magic));
+  INFO(BRD_SUBSYS_INIT, "ncclDevCommCreate : requirements in the %s layout",
+       magic == NCCL_API_MAGIC ? "2.29+ (size/magic/version)" : "2.28");
   return brd_api_not_implemented("ncclDevCommCreate");
 }
 
@@ -271,7 +279,7 @@ ncclResult_t pncclGinBarrierCreateRequirement(
   outReq->bufferSize =
       (size_t)nBarriers * BRD_DEVAPI_GIN_MAX_CONTEXTS * DEVAPI_GIN_BARRIER_WORD;
   outReq->bufferAlign = DEVAPI_GIN_BARRIER_WORD;
-  outReq->outBufferHandle = &outHandle->bufHandle;
+  outReq->outBufferHandle = &outHandle->unused;
   outReq->ginSignalCount = nBarriers;
   outReq->outGinSignalStart = &outHandle->signal0;
   return ncclSuccess;
@@ -323,4 +331,175 @@ ncclResult_t pncclLLA2ACreateRequirement(int nBlocks, int nSlots,
   outReq->outBufferHandle = &outHandle->bufHandle;
   outHandle->nSlots = (uint32_t)nSlots;
   return ncclSuccess;
+}
+
+/* Fills what the caller's struct has room for (its size field says, as
+ * with ncclConfig_t), after checking the initializer's magic. Braid has no
+ * device communicator, multicast or GPU-initiated networking yet, and its
+ * one-sided calls are not implemented, so those answers are false/none.
+ * nvmlDev is the CUDA device index (NVML's numbering differs only under
+ * CUDA_VISIBLE_DEVICES). Any thread; does not block. */
+BRD_API(ncclResult_t, ncclCommQueryProperties, ncclComm_t comm,
+        ncclCommProperties_t *props)
+ncclResult_t pncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props) {
+  static const char fn[] = "ncclCommQueryProperties";
+  ncclCommProperties_t p;
+  size_t size;
+  int lsa, self;
+  CHECK(devapi_comm_ready(comm, fn));
+  ARG_NOT_NULL(props, fn);
+  memcpy(&size, props, sizeof(size));
+  if (size < offsetof(ncclCommProperties_t, rank) || props->magic != NCCL_API_MAGIC) {
+    WARN("%s : props (size %zu, magic 0x%x) was not set from "
+         "NCCL_COMM_PROPERTIES_INITIALIZER; initialise it first", fn, size,
+         size >= offsetof(ncclCommProperties_t, rank) ? props->magic : 0u);
+    return ncclInvalidArgument;
+  }
+  devapi_lsa(comm, &lsa, &self);
+  memset(&p, 0, sizeof(p));
+  p.rank = comm->rank;
+  p.nRanks = comm->nranks;
+  p.cudaDev = comm->cuda_dev;
+  p.nvmlDev = comm->cuda_dev;
+  p.deviceApiSupport = false;
+  p.multimemSupport = false;
+  p.ginType = NCCL_GIN_TYPE_NONE;
+  p.nLsaTeams = comm->nranks / lsa;
+  p.hostRmaSupport = false;
+  p.railedGinType = NCCL_GIN_TYPE_NONE;
+  if (size > sizeof(p)) size = sizeof(p);
+  memcpy((char *)props + offsetof(ncclCommProperties_t, rank),
+         (const char *)&p + offsetof(ncclCommProperties_t, rank),
+         size - offsetof(ncclCommProperties_t, rank));
+  return ncclSuccess;
+}
+
+/* World rank `world`'s part of a window as a pointer this process can load
+ * and store, offset bytes in: ncclInvalidUsage when that part is not
+ * mapped here, ncclInvalidArgument past its end. Any thread. */
+static ncclResult_t devapi_window_ptr(ncclWindow_t window, size_t offset, int world,
+                                      const char *fn, void **out) {
+  struct ncclComm *comm;
+  brd_window_view_t v;
+  CHECK(brd_rma_window_comm(window, fn, &comm));
+  CHECK(brd_mem_window_view(comm, window, world, fn, &v));
+  if (v.peer_base == NULL) {
+    WARN("%s : rank %d's part of window %p is not mapped in rank %d's process "
+         "(its memory cannot be shared, e.g. GPUs without peer access)", fn, world,
+         (void *)window, comm->rank);
+    return ncclInvalidUsage;
+  }
+  if (offset >= v.peer_size) {
+    WARN("%s : offset %zu is outside window %p (rank %d registered %zu bytes)", fn,
+         offset, (void *)window, world, v.peer_size);
+    return ncclInvalidArgument;
+  }
+  *out = v.peer_base + offset;
+  return ncclSuccess;
+}
+
+/* Member lsaRank of the caller's lsa team; ncclInvalidArgument outside
+ * [0, lsa size), as NCCL. */
+BRD_API(ncclResult_t, ncclGetLsaDevicePointer, ncclWindow_t window, size_t offset,
+        int lsaRank, void **outPtr)
+ncclResult_t pncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
+                                      void **outPtr) {
+  static const char fn[] = "ncclGetLsaDevicePointer";
+  struct ncclComm *comm;
+  int lsa, self;
+  ARG_NOT_NULL(outPtr, fn);
+  CHECK(brd_rma_window_comm(window, fn, &comm));
+  devapi_lsa(comm, &lsa, &self);
+  if (lsaRank < 0 || lsaRank >= lsa) {
+    WARN("%s : lsaRank %d is outside the lsa team of window %p (0 to %d)", fn, lsaRank,
+         (void *)window, lsa - 1);
+    return ncclInvalidArgument;
+  }
+  return devapi_window_ptr(window, offset, comm->rank - self + lsaRank, fn, outPtr);
+}
+
+/* World rank peer's part of the window; NULL (and ncclSuccess) when peer
+ * is not in the caller's lsa team, as NCCL. */
+BRD_API(ncclResult_t, ncclGetPeerDevicePointer, ncclWindow_t window, size_t offset,
+        int peer, void **outPtr)
+ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
+                                       void **outPtr) {
+  static const char fn[] = "ncclGetPeerDevicePointer";
+  struct ncclComm *comm;
+  int lsa, self;
+  ARG_NOT_NULL(outPtr, fn);
+  CHECK(brd_rma_window_comm(window, fn, &comm));
+  if (peer < 0 || peer >= comm->nranks) {
+    WARN("%s : peer %d is not a rank of window %p's communicator (0 to %d)", fn, peer,
+         (void *)window, comm->nranks - 1);
+    return ncclInvalidArgument;
+  }
+  devapi_lsa(comm, &lsa, &self);
+  if (peer < comm->rank - self || peer >= comm->rank - self + lsa) {
+    *outPtr = NULL;
+    return ncclSuccess;
+  }
+  return devapi_window_ptr(window, offset, peer, fn, outPtr);
+}
+
+/* Multicast (NVLS) is not built yet: both getters say so after checking
+ * their arguments. */
+static ncclResult_t devapi_no_multimem(ncclWindow_t window, void **outPtr, const char *fn) {
+  struct ncclComm *comm;
+  ARG_NOT_NULL(outPtr, fn);
+  CHECK(brd_rma_window_comm(window, fn, &comm));
+  WARN("%s : braid %s has no multicast (NVLink SHARP) memory yet, so no window has "
+       "a multimem address; use ncclGetLsaDevicePointer for each peer instead", fn,
+       BRAID_VERSION);
+  return ncclInvalidUsage;
+}
+
+BRD_API(ncclResult_t, ncclGetLsaMultimemDevicePointer, ncclWindow_t window,
+        size_t offset, void **outPtr)
+ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,
+                                              void **outPtr) {
+  (void)offset;
+  return devapi_no_multimem(window, outPtr, "ncclGetLsaMultimemDevicePointer");
+}
+
+BRD_API(ncclResult_t, ncclGetMultimemDevicePointer, ncclWindow_t window, size_t offset,
+        ncclMultimemHandle_t multimem, void **outPtr)
+ncclResult_t pncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset,
+                                           ncclMultimemHandle_t multimem, void **outPtr) {
+  (void)offset;
+  (void)multimem;
+  return devapi_no_multimem(window, outPtr, "ncclGetMultimemDevicePointer");
+}
+
+static ncclResult_t devapi_no_gin(const char *fn) {
+  WARN("%s : braid %s has no GPU-initiated networking (GIN) yet; kernels cannot "
+       "use GIN outboxes or inboxes", fn, BRAID_VERSION);
+  return ncclInvalidUsage;
+}
+
+BRD_API(ncclResult_t, ncclGinOutboxCreateRequirement, int nBlocks, int size_log2,
+        ncclGinOutboxHandle *outHandle, ncclDevResourceRequirements *outReq)
+ncclResult_t pncclGinOutboxCreateRequirement(int nBlocks, int size_log2,
+                                             ncclGinOutboxHandle *outHandle,
+                                             ncclDevResourceRequirements *outReq) {
+  static const char fn[] = "ncclGinOutboxCreateRequirement";
+  ARG_NOT_NULL(outHandle, fn);
+  ARG_NOT_NULL(outReq, fn);
+  CHECK(devapi_count_check(fn, "nBlocks", nBlocks));
+  CHECK(devapi_count_check(fn, "size_log2", size_log2));
+  return devapi_no_gin(fn);
+}
+
+BRD_API(ncclResult_t, ncclGinInboxA2ACreateRequirement, ncclTeam peers, int nBlocks,
+        int size_log2, ncclGinInboxA2AHandle *outHandle, ncclDevResourceRequirements *outReq)
+ncclResult_t pncclGinInboxA2ACreateRequirement(ncclTeam peers, int nBlocks, int size_log2,
+                                               ncclGinInboxA2AHandle *outHandle,
+                                               ncclDevResourceRequirements *outReq) {
+  static const char fn[] = "ncclGinInboxA2ACreateRequirement";
+  ARG_NOT_NULL(outHandle, fn);
+  ARG_NOT_NULL(outReq, fn);
+  CHECK(devapi_count_check(fn, "peers.nRanks", peers.nRanks));
+  CHECK(devapi_count_check(fn, "nBlocks", nBlocks));
+  CHECK(devapi_count_check(fn, "size_log2", size_log2));
+  return devapi_no_gin(fn);
 }

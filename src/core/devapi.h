@@ -4,7 +4,7 @@
  * The device API lets user kernels talk to peers directly. Its host entry
  * points describe teams of ranks, size the resources a kernel will need
  * ("requirements") and create the device-side communicator. This header
- * declares the types those entry points take, with NCCL 2.28.9's names and
+ * declares the types those entry points take, with NCCL 2.30.7's names and
  * byte layouts (LP64), and the entry points themselves.
  *
  * Teams. A team is an arithmetic progression of world ranks: nRanks
@@ -66,7 +66,9 @@ struct ncclLsaBarrierHandle {
 typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t;
 struct ncclGinBarrierHandle {
   ncclGinSignal_t signal0;
-  ncclDevResourceHandle_t bufHandle;
+  ncclDevResourceHandle_t unused;  /* bufHandle before 2.30; Braid still
+                                    * points the requirement's buffer
+                                    * handle here */
 };
 
 typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
@@ -98,9 +100,22 @@ struct ncclTeamRequirements {
   ncclMultimemHandle_t *outMultimemHandle;  /* borrowed, may be NULL */
 };
 
-/* Everything ncclDevCommCreate is asked to provide. */
+/* How GPU-initiated networking connects the ranks. */
+typedef enum {
+  NCCL_GIN_CONNECTION_NONE,
+  NCCL_GIN_CONNECTION_FULL,
+  NCCL_GIN_CONNECTION_RAIL,
+} ncclGinConnectionType_t;
+
+/* Everything ncclDevCommCreate is asked to provide. Since 2.29 it starts
+ * with size, magic and version (NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER);
+ * a 2.28 struct starts with resourceRequirementsList instead, which
+ * devapi.c tells apart by the magic at offset 8. */
 typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
 struct ncclDevCommRequirements {
+  size_t size;               /* set by the initializer */
+  unsigned int magic;        /* NCCL_API_MAGIC */
+  unsigned int version;      /* the header's NCCL_VERSION_CODE */
   ncclDevResourceRequirements_t *resourceRequirementsList; /* borrowed */
   ncclTeamRequirements_t *teamRequirementsList;            /* borrowed */
   bool lsaMultimem;          /* multicast mapping for the lsa team */
@@ -112,7 +127,77 @@ struct ncclDevCommRequirements {
   int ginContextCount;       /* a hint */
   int ginSignalCount;        /* numbered from 0 */
   int ginCounterCount;       /* numbered from 0 */
+  ncclGinConnectionType_t ginConnectionType;
+  bool ginExclusiveContexts;
+  int ginQueueDepth;
+  int ginTrafficClass;
+  int worldGinBarrierCount;
+  bool ginStrongSignalsRequired;
+  bool ginVaSignalsRequired;
 };
+
+#define NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER {                              \
+    sizeof(ncclDevCommRequirements_t), NCCL_API_MAGIC, NCCL_VERSION_CODE,     \
+    NULL, NULL,      /* resource and team lists */                            \
+    false,           /* lsaMultimem */                                        \
+    0, 0, 0,         /* barrierCount, lsaBarrierCount, railGinBarrierCount */ \
+    0, 0,            /* lsaLLA2ABlockCount, lsaLLA2ASlotCount */              \
+    false,           /* ginForceEnable */                                     \
+    4, 0, 0,         /* ginContextCount, ginSignalCount, ginCounterCount */   \
+    NCCL_GIN_CONNECTION_NONE, false, 0,                                       \
+    NCCL_CONFIG_UNDEF_INT, /* ginTrafficClass */                              \
+    0,               /* worldGinBarrierCount */                               \
+    true, true,      /* ginStrongSignalsRequired, ginVaSignalsRequired */     \
+}
+
+/* Kinds of GPU-initiated networking. */
+typedef enum {
+  NCCL_GIN_TYPE_NONE = 0,
+  NCCL_GIN_TYPE_PROXY = 2,
+  NCCL_GIN_TYPE_GDAKI = 3,
+  NCCL_GIN_TYPE_GPI = 4,
+} ncclGinType_t;
+
+/* What ncclCommQueryProperties reports; start from the initializer. */
+typedef struct ncclCommProperties ncclCommProperties_t;
+struct ncclCommProperties {
+  size_t size;               /* set by the initializer */
+  unsigned int magic;        /* NCCL_API_MAGIC */
+  unsigned int version;      /* the header's NCCL_VERSION_CODE */
+  int rank;
+  int nRanks;
+  int cudaDev;
+  int nvmlDev;
+  bool deviceApiSupport;
+  bool multimemSupport;
+  ncclGinType_t ginType;
+  int nLsaTeams;
+  bool hostRmaSupport;
+  ncclGinType_t railedGinType;
+};
+
+/* NCCL's sets size, magic and version only; the rest is spelled out as
+ * zeros (the same values) so -Wextra builds stay quiet. */
+#define NCCL_COMM_PROPERTIES_INITIALIZER                                      \
+  { sizeof(ncclCommProperties_t), NCCL_API_MAGIC, NCCL_VERSION_CODE,          \
+    0, 0, 0, 0, false, false, NCCL_GIN_TYPE_NONE, 0, false, NCCL_GIN_TYPE_NONE }
+
+/* Handles of the GPU-initiated networking requirement calls. */
+typedef struct ncclGinOutboxHandle ncclGinOutboxHandle;
+struct ncclGinOutboxHandle {
+  ncclDevResourceHandle bufHandle;
+  uint32_t size_log2;
+};
+typedef struct ncclGinInboxA2AHandle ncclGinInboxA2AHandle;
+struct ncclGinInboxA2AHandle {
+  ncclDevResourceHandle bufHandle;
+  ncclGinSignal_t signals;
+  uint32_t size_log2;
+  uint32_t nPeers_rcp32;
+};
+/* NCCL spells these without _t in some prototypes (C++ names). */
+typedef struct ncclTeam ncclTeam;
+typedef struct ncclDevResourceRequirements ncclDevResourceRequirements;
 
 #ifndef __cplusplus
 /* NCCL's layouts on LP64, byte for byte. */
@@ -126,8 +211,11 @@ _Static_assert(sizeof(struct ncclDevResourceRequirements) == 56, "ncclDevResourc
 _Static_assert(offsetof(struct ncclDevResourceRequirements, ginSignalCount) == 32, "ncclDevResourceRequirements layout");
 _Static_assert(sizeof(struct ncclTeamRequirements) == 32, "ncclTeamRequirements layout");
 _Static_assert(offsetof(struct ncclTeamRequirements, multimem) == 20, "ncclTeamRequirements layout");
-_Static_assert(sizeof(struct ncclDevCommRequirements) == 56, "ncclDevCommRequirements layout");
-_Static_assert(offsetof(struct ncclDevCommRequirements, ginForceEnable) == 40, "ncclDevCommRequirements layout");
+_Static_assert(sizeof(struct ncclDevCommRequirements) == 96, "ncclDevCommRequirements layout");
+_Static_assert(offsetof(struct ncclDevCommRequirements, resourceRequirementsList) == 16, "ncclDevCommRequirements layout");
+_Static_assert(offsetof(struct ncclDevCommRequirements, ginForceEnable) == 56, "ncclDevCommRequirements layout");
+_Static_assert(sizeof(struct ncclCommProperties) == 56, "ncclCommProperties layout");
+_Static_assert(offsetof(struct ncclCommProperties, railedGinType) == 48, "ncclCommProperties layout");
 #endif
 
 /* The public entry points and their pnccl twins (defined in devapi.c). */
@@ -153,6 +241,21 @@ int  ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
 int pncclLLA2ACalcSlots(int maxElts, int maxEltSize);
 ncclResult_t  ncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle, ncclDevResourceRequirements_t *outReq);
 ncclResult_t pncclLLA2ACreateRequirement(int nBlocks, int nSlots, ncclLLA2AHandle_t *outHandle, ncclDevResourceRequirements_t *outReq);
+
+ncclResult_t  ncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props);
+ncclResult_t pncclCommQueryProperties(ncclComm_t comm, ncclCommProperties_t *props);
+ncclResult_t  ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **outPtr);
+ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void **outPtr);
+ncclResult_t  ncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset, ncclMultimemHandle_t multimem, void **outPtr);
+ncclResult_t pncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset, ncclMultimemHandle_t multimem, void **outPtr);
+ncclResult_t  ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank, void **outPtr);
+ncclResult_t pncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank, void **outPtr);
+ncclResult_t  ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr);
+ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void **outPtr);
+ncclResult_t  ncclGinOutboxCreateRequirement(int nBlocks, int size_log2, ncclGinOutboxHandle *outHandle, ncclDevResourceRequirements *outReq);
+ncclResult_t pncclGinOutboxCreateRequirement(int nBlocks, int size_log2, ncclGinOutboxHandle *outHandle, ncclDevResourceRequirements *outReq);
+ncclResult_t  ncclGinInboxA2ACreateRequirement(ncclTeam peers, int nBlocks, int size_log2, ncclGinInboxA2AHandle *outHandle, ncclDevResourceRequirements *outReq);
+ncclResult_t pncclGinInboxA2ACreateRequirement(ncclTeam peers, int nBlocks, int size_log2, ncclGinInboxA2AHandle *outHandle, ncclDevResourceRequirements *outReq);
 
 struct brd_peer_info;   /* device.h */
 

@@ -264,6 +264,11 @@ ncclResult_t brd_enqueue(const brd_call_t *call) {
          "ncclCommDestroy or ncclCommAbort may follow", call->fn, comm->rank);
     return brd_group_error(ncclInvalidUsage);
   }
+  if (atomic_load(&comm->suspended)) {
+    WARN("%s : rank %d: the communicator is suspended (ncclCommSuspend); call "
+         "ncclCommResume first", call->fn, comm->rank);
+    return brd_group_error(ncclInvalidUsage);
+  }
   /* Every call is a group of its own inside whatever group is open, as in
    * NCCL: outside a group this runs it at once. */
   brd_group_start();

@@ -29,6 +29,7 @@
 #include "core/enqueue.h"
 #include "core/group.h"
 #include "core/reg.h"
+#include "core/rma.h"
 #include "base/param.h"
 #include "transport/transport.h"
 
@@ -125,6 +126,7 @@ void brd_regs_destroy(struct ncclComm *comm) {
   while (regs->list != NULL) {
     struct brd_reg *r = regs->list;
     regs->list = r->next;
+    if (r->window) brd_rma_window_untrack((ncclWindow_t)r);
     reg_free(comm, r);
   }
   /* The service answering the peers stopped with the runtime. */
@@ -595,6 +597,7 @@ static ncclResult_t reg_release(ncclComm_t comm, void *handle, int window, const
     return ncclInvalidUsage;
   }
   if (gone != NULL) {
+    if (window) brd_rma_window_untrack((ncclWindow_t)gone);
     reg_unshare(comm, gone);
     reg_free(comm, gone);
   }
@@ -643,8 +646,11 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
          "allocate it with ncclMemAlloc", fn, buff, NCCL_WIN_REQUIRED_ALIGNMENT);
     return ncclInvalidArgument;
   }
-  if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
-    WARN("%s : unknown window flags 0x%x (known: NCCL_WIN_COLL_SYMMETRIC)", fn,
+  /* NCCL_WIN_STRICT_ORDERING asks puts to land in issue order; Braid's
+   * puts always do (rma.c). */
+  if ((winFlags & ~(NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING)) != 0) {
+    WARN("%s : unknown window flags 0x%x (known: NCCL_WIN_COLL_SYMMETRIC, "
+         "NCCL_WIN_STRICT_ORDERING)", fn,
          (unsigned)winFlags);
     return ncclInvalidArgument;
   }
@@ -684,6 +690,7 @@ static ncclResult_t window_register(ncclComm_t comm, void *buff, size_t size,
       res = reg_exchange(comm, r, 1, fn);
   }
   pthread_mutex_unlock(&regs->lock);
+  if (res == ncclSuccess) res = brd_rma_window_track(comm, (ncclWindow_t)r);
   if (res != ncclSuccess) {
     if (r != NULL) (void)reg_release(comm, r, 1, fn);
     return res;
@@ -701,4 +708,38 @@ ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   ARG_NOT_NULL(win, "ncclCommWindowDeregister");
   CHECK(brd_group_check_teardown(comm, "ncclCommWindowDeregister"));
   return reg_release(comm, win, 1, "ncclCommWindowDeregister");
+}
+
+/* See rma.h. */
+ncclResult_t brd_mem_window_view(struct ncclComm *comm, ncclWindow_t win, int peer,
+                                 const char *fn, brd_window_view_t *view_out) {
+  struct brd_regs *regs = comm->regs;
+  brd_window_view_t v = {0};
+  int found = 0;
+  if (regs != NULL) {
+    pthread_mutex_lock(&regs->lock);
+    for (struct brd_reg *r = regs->list; r != NULL; r = r->next) {
+      if ((ncclWindow_t)r != win || !r->window) continue;
+      found = 1;
+      v.user_ptr = r->ptr;
+      v.size = r->size;
+      v.mapped = r->state == REG_DIRECT;
+      if (peer >= 0 && peer < comm->nranks && v.mapped) {
+        v.peer_base = r->peer_base[peer];
+        v.peer_size = (size_t)r->peer_size[peer];
+      } else if (peer == comm->rank) {
+        v.peer_base = r->ptr;
+        v.peer_size = r->size;
+      }
+      break;
+    }
+    pthread_mutex_unlock(&regs->lock);
+  }
+  if (!found) {
+    WARN("%s : window %p is not registered with communicator %p (deregistered "
+         "already, or from another communicator)", fn, (void *)win, (void *)comm);
+    return ncclInvalidArgument;
+  }
+  *view_out = v;
+  return ncclSuccess;
 }

@@ -584,10 +584,10 @@ static ncclResult_t add_p2p(const brd_works_view_t *v, brd_works_seq_t *seq,
     if (calls[i].coll == BRD_COLL_RECV) nr++;
   }
   if (ns + nr == 0) return ncclSuccess;
-  if (ns > BRD_WORKS_P2P_MAX_OPS || nr > BRD_WORKS_P2P_MAX_OPS) {
+  if (ns > BRD_WORKS_SENDRECV_MAX_OPS || nr > BRD_WORKS_SENDRECV_MAX_OPS) {
     WARN("ncclGroupEnd : rank %d has %d sends and %d receives in one group; "
          "host mode runs at most %d of each per group and communicator: "
-         "split the group", me, ns, nr, BRD_WORKS_P2P_MAX_OPS);
+         "split the group", me, ns, nr, BRD_WORKS_SENDRECV_MAX_OPS);
     return ncclInvalidUsage;
   }
   p2p_xfer_t *x = calloc((size_t)ns + (size_t)nr, sizeof(*x));

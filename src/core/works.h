@@ -48,7 +48,7 @@
 #include "plan/tune.h"
 
 #define BRD_WORKS_ROUND_CHUNKS 16 /* pieces of one transfer per round */
-#define BRD_WORKS_P2P_MAX_OPS (65536 / BRD_WORKS_ROUND_CHUNKS) /* sends (or
+#define BRD_WORKS_SENDRECV_MAX_OPS (65536 / BRD_WORKS_ROUND_CHUNKS) /* sends (or
                                      receives) per launch */
 #define BRD_WORKS_PEER_MIN_BYTES ((size_t)64 << 10) /* zero-copy plans from here */
 

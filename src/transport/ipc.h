@@ -75,20 +75,4 @@ ncclResult_t brd_ipc_svc_call(uint32_t pid, uint32_t serial, const void *req,
                               size_t req_len, void *rep, size_t rep_len, double timeout_s,
                               _Atomic int *abort_flag);
 
-/* Former names (these lived in p2p.c), for callers not yet renamed; remove
- * once nothing uses them. */
-#define brd_p2p_fdsrv brd_ipc_fdsrv
-#define brd_p2p_fdsrv_t brd_ipc_fdsrv_t
-#define brd_p2p_fdsrv_create brd_ipc_fdsrv_create
-#define brd_p2p_fdsrv_serial brd_ipc_fdsrv_serial
-#define brd_p2p_fdsrv_destroy brd_ipc_fdsrv_destroy
-#define brd_p2p_fd_fetch brd_ipc_fd_fetch
-#define brd_p2p_svc brd_ipc_svc
-#define brd_p2p_svc_t brd_ipc_svc_t
-#define brd_p2p_svc_fn_t brd_ipc_svc_fn_t
-#define brd_p2p_svc_create brd_ipc_svc_create
-#define brd_p2p_svc_serial brd_ipc_svc_serial
-#define brd_p2p_svc_destroy brd_ipc_svc_destroy
-#define brd_p2p_svc_call brd_ipc_svc_call
-
 #endif /* BRD_TRANSPORT_IPC_H */

@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* The initializers fill the leading fields only, as NCCL's do. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 #ifdef BRAID_REF_DEVICE
 #include <cuda_runtime.h>
 #include <nccl_device.h>
@@ -38,7 +41,7 @@ int main(void) {
 
   SIZE(ncclGinBarrierHandle_t);
   FIELD(ncclGinBarrierHandle_t, signal0);
-  FIELD(ncclGinBarrierHandle_t, bufHandle);
+  FIELD(ncclGinBarrierHandle_t, unused);
 
   SIZE(ncclLLA2AHandle_t);
   FIELD(ncclLLA2AHandle_t, bufHandle);
@@ -61,6 +64,9 @@ int main(void) {
   FIELD(ncclTeamRequirements_t, outMultimemHandle);
 
   SIZE(ncclDevCommRequirements_t);
+  FIELD(ncclDevCommRequirements_t, size);
+  FIELD(ncclDevCommRequirements_t, magic);
+  FIELD(ncclDevCommRequirements_t, version);
   FIELD(ncclDevCommRequirements_t, resourceRequirementsList);
   FIELD(ncclDevCommRequirements_t, teamRequirementsList);
   FIELD(ncclDevCommRequirements_t, lsaMultimem);
@@ -73,10 +79,42 @@ int main(void) {
   FIELD(ncclDevCommRequirements_t, ginContextCount);
   FIELD(ncclDevCommRequirements_t, ginSignalCount);
   FIELD(ncclDevCommRequirements_t, ginCounterCount);
-#ifdef BRAID_REF_DEVICE
-  printf("gin max contexts %d\n", NCCL_GIN_MAX_CONTEXTS);
-#else
-  printf("gin max contexts %d\n", BRD_DEVAPI_GIN_MAX_CONTEXTS);
-#endif
+  FIELD(ncclDevCommRequirements_t, ginConnectionType);
+  FIELD(ncclDevCommRequirements_t, ginExclusiveContexts);
+  FIELD(ncclDevCommRequirements_t, ginQueueDepth);
+  FIELD(ncclDevCommRequirements_t, ginTrafficClass);
+  FIELD(ncclDevCommRequirements_t, worldGinBarrierCount);
+  FIELD(ncclDevCommRequirements_t, ginStrongSignalsRequired);
+  FIELD(ncclDevCommRequirements_t, ginVaSignalsRequired);
+  {
+    ncclDevCommRequirements_t r = NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER;
+    printf("reqs init size %zu magic %#x version %u ginContextCount %d "
+           "ginTrafficClass %d strong %d va %d\n", r.size, r.magic, r.version,
+           r.ginContextCount, r.ginTrafficClass, (int)r.ginStrongSignalsRequired,
+           (int)r.ginVaSignalsRequired);
+  }
+
+  SIZE(ncclCommProperties_t);
+  FIELD(ncclCommProperties_t, size);
+  FIELD(ncclCommProperties_t, magic);
+  FIELD(ncclCommProperties_t, version);
+  FIELD(ncclCommProperties_t, rank);
+  FIELD(ncclCommProperties_t, nRanks);
+  FIELD(ncclCommProperties_t, cudaDev);
+  FIELD(ncclCommProperties_t, nvmlDev);
+  FIELD(ncclCommProperties_t, deviceApiSupport);
+  FIELD(ncclCommProperties_t, multimemSupport);
+  FIELD(ncclCommProperties_t, ginType);
+  FIELD(ncclCommProperties_t, nLsaTeams);
+  FIELD(ncclCommProperties_t, hostRmaSupport);
+  FIELD(ncclCommProperties_t, railedGinType);
+  {
+    ncclCommProperties_t p = NCCL_COMM_PROPERTIES_INITIALIZER;
+    printf("props init size %zu magic %#x version %u\n", p.size, p.magic, p.version);
+  }
+  printf("enum NCCL_GIN_CONNECTION_NONE %d FULL %d RAIL %d\n", (int)NCCL_GIN_CONNECTION_NONE,
+         (int)NCCL_GIN_CONNECTION_FULL, (int)NCCL_GIN_CONNECTION_RAIL);
+  printf("enum NCCL_GIN_TYPE_NONE %d PROXY %d GDAKI %d GPI %d\n", (int)NCCL_GIN_TYPE_NONE,
+         (int)NCCL_GIN_TYPE_PROXY, (int)NCCL_GIN_TYPE_GDAKI, (int)NCCL_GIN_TYPE_GPI);
   return 0;
 }

@@ -5,7 +5,8 @@
  *
  * run.sh builds this against Braid's header and against NVIDIA's, as C and
  * as C++, with and without CUDA, and requires identical output (and output
- * identical to layout.expected, recorded from NVIDIA's 2.28.9 header).
+ * identical to layout.expected, recorded from NVIDIA's 2.30.7 header).
+ * gen-layout adds a generated list of the same kind of facts.
  * Nothing printed may depend on the language: no enumerator or NULL types.
  */
 #include <nccl.h>
@@ -47,7 +48,7 @@ inline const char *type_name(const char *) { return "char *"; }
 #define EXPR_INT(e) printf("expr %s %lld %s\n", #e, (long long)(e), TYPE_NAME(e))
 
 /* Compile-time checks: these fail to build when a name or tag is wrong. */
-static struct ncclConfig_v22800 *const config_tag_check = (ncclConfig_t *)0;
+static struct ncclConfig_v23000 *const config_tag_check = (ncclConfig_t *)0;
 static struct ncclSimInfo_v22200 *const siminfo_tag_check = (ncclSimInfo_t *)0;
 static const ncclComm_t comm_tag_check = (struct ncclComm *)0;
 static const ncclWindow_t window_tag_check = (struct ncclWindow_vidmem *)0;
@@ -82,12 +83,24 @@ static void print_sizes(void) {
   FIELD(ncclConfig_t, nvlsCTAs);
   FIELD(ncclConfig_t, nChannelsPerNetPeer);
   FIELD(ncclConfig_t, nvlinkCentricSched);
+  FIELD(ncclConfig_t, graphUsageMode);
+  FIELD(ncclConfig_t, numRmaCtx);
+  FIELD(ncclConfig_t, maxP2pPeers);
+  FIELD(ncclConfig_t, graphStreamOrdering);
 
   SIZE(ncclSimInfo_t);
   FIELD(ncclSimInfo_t, size);
   FIELD(ncclSimInfo_t, magic);
   FIELD(ncclSimInfo_t, version);
   FIELD(ncclSimInfo_t, estimatedTime);
+
+  SIZE(ncclCommMemStat_t);
+  SIZE(ncclWaitSignalDesc_t);
+  FIELD(ncclWaitSignalDesc_t, opCnt);
+  FIELD(ncclWaitSignalDesc_t, peer);
+  FIELD(ncclWaitSignalDesc_t, sigIdx);
+  FIELD(ncclWaitSignalDesc_t, ctx);
+  SIZE(ncclParamHandle_t);
 }
 
 static void print_enums(void) {
@@ -99,7 +112,13 @@ static void print_enums(void) {
   ENUMV(ncclInvalidUsage);
   ENUMV(ncclRemoteError);
   ENUMV(ncclInProgress);
+  ENUMV(ncclTimeout);
   ENUMV(ncclNumResults);
+
+  ENUMV(ncclStatGpuMemSuspend);
+  ENUMV(ncclStatGpuMemSuspended);
+  ENUMV(ncclStatGpuMemPersist);
+  ENUMV(ncclStatGpuMemTotal);
 
   ENUMV(ncclNumOps_dummy);
   ENUMV(ncclSum);
@@ -150,6 +169,9 @@ static void print_macros(void) {
          TYPE_NAME(NCCL_UNDEF_FLOAT));
   MACRO_INT(NCCL_WIN_DEFAULT);
   MACRO_INT(NCCL_WIN_COLL_SYMMETRIC);
+  MACRO_INT(NCCL_WIN_STRICT_ORDERING);
+  MACRO_INT(NCCL_API_MAGIC);
+  MACRO_INT(NCCL_SUSPEND_MEM);
   MACRO_INT(NCCL_WIN_REQUIRED_ALIGNMENT);
   MACRO_INT(NCCL_CTA_POLICY_DEFAULT);
   MACRO_INT(NCCL_CTA_POLICY_EFFICIENCY);
@@ -198,6 +220,10 @@ static void print_initializers(void) {
   printf("config.nvlsCTAs %d\n", c.nvlsCTAs);
   printf("config.nChannelsPerNetPeer %d\n", c.nChannelsPerNetPeer);
   printf("config.nvlinkCentricSched %d\n", c.nvlinkCentricSched);
+  printf("config.graphUsageMode %d\n", c.graphUsageMode);
+  printf("config.numRmaCtx %d\n", c.numRmaCtx);
+  printf("config.maxP2pPeers %d\n", c.maxP2pPeers);
+  printf("config.graphStreamOrdering %d\n", c.graphStreamOrdering);
   printf("siminfo.size %zu\n", s.size);
   printf("siminfo.magic %#x\n", s.magic);
   printf("siminfo.version %u\n", s.version);

@@ -162,7 +162,7 @@ static void test_error_strings(void **state) {
   }
   int v = 0;
   assert_int_equal(ncclGetVersion(&v), ncclSuccess);
-  assert_int_equal(v, 22809);
+  assert_int_equal(v, 23007);
 }
 
 /* ncclGroupSimulateEnd returns the cost model's estimate and runs nothing. */

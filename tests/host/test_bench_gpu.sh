@@ -304,9 +304,9 @@ else
   done
   if [[ -z $missing ]]; then pass "bench-gpu wrote every raw output"; else fail "bench-gpu did not write:$missing"; fi
   for line in \
-    '| check-8 | PASS | exit 0, 4 sizes, 8 results checked, 0 wrong values, library 2.28.9+braid0.1.0 |' \
-    '| ar-1-nvidia | **FAIL** | exit 0, 4 sizes, values not checked (timing only), library 2.28.9+braid0.1.0 (LD_PRELOAD did not take: this run used Braid) |' \
-    '| reg-8 | PASS | exit 0, 4 sizes, 8 results checked, 0 wrong values, library 2.28.9+braid0.1.0 |'; do
+    '| check-8 | PASS | exit 0, 4 sizes, 8 results checked, 0 wrong values, library 2.30.7+braid0.1.0 |' \
+    '| ar-1-nvidia | **FAIL** | exit 0, 4 sizes, values not checked (timing only), library 2.30.7+braid0.1.0 (LD_PRELOAD did not take: this run used Braid) |' \
+    '| reg-8 | PASS | exit 0, 4 sizes, 8 results checked, 0 wrong values, library 2.30.7+braid0.1.0 |'; do
     if grep -qxF -- "$line" "$WORK/run/report.md" 2>/dev/null; then
       pass "host-mode report.md has: ${line:0:40}..."
     else

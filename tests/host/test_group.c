@@ -20,6 +20,9 @@
  * read-only memory; a revoked communicator. Every error asserts the code
  * and a message naming the problem (ncclGetLastError).
  */
+/* nccl.h declares ncclResetDebugInit on Linux only, as NCCL 2.30 does. */
+#define NCCL_OS_LINUX 1
+
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * Communicator configuration: NCCL 2.28.9's rules for ncclConfig_t, checked
+ * Communicator configuration: NCCL 2.30.7's rules for ncclConfig_t, checked
  * against values worked out by hand from those rules: defaults, magic,
  * older and larger struct layouts, inheritance on split, range checks, and
  * NCCL_* variables overriding the application.
@@ -82,7 +82,7 @@ static void setenv_reload(const char *name, const char *value) {
   brd_param_reload();
 }
 
-/* NCCL 2.28.9's values for a config left entirely undefined. */
+/* NCCL 2.30.7's values for a config left entirely undefined. */
 static void assert_defaults(const ncclConfig_t *c) {
   assert_int_equal(c->blocking, 1);
   assert_int_equal(c->cgaClusterSize, 4);
@@ -108,7 +108,7 @@ static void test_null_config(void **state) {
   assert_defaults(&out);
   assert_int_equal(out.size, sizeof(ncclConfig_t));
   assert_int_equal(out.magic, 0xcafebeef);
-  assert_int_equal(out.version, 22809);
+  assert_int_equal(out.version, 23007);
   brd_config_fini(&out);
 
   /* An untouched NCCL_CONFIG_INITIALIZER resolves the same way. */
@@ -542,6 +542,81 @@ static void test_env_from_conf_file(void **state) {
   unlink(path);
 }
 
+/* The 2.29/2.30 fields: a 2.28 program's 80-byte struct (size 80,
+ * version 22809) followed by bytes that would be invalid as those fields
+ * resolves with their defaults; a 2.30 struct keeps valid values and has
+ * invalid ones refused, naming the field. Offsets are NVIDIA's (80..92). */
+static void test_v2_30_fields(void **state) {
+  (void)state;
+  union {
+    unsigned char bytes[96];
+    ncclConfig_t config;
+  } u;
+  ncclConfig_t init = NCCL_CONFIG_INITIALIZER, out;
+  const int bad[4] = {-7, -1, -2, 5};
+  assert_int_equal(sizeof(ncclConfig_t), 96);
+  assert_int_equal(offsetof(ncclConfig_t, graphUsageMode), 80);
+  assert_int_equal(offsetof(ncclConfig_t, graphStreamOrdering), 92);
+
+  memcpy(&u.config, &init, sizeof(init));
+  u.config.size = 80;
+  u.config.version = 22809;
+  u.config.blocking = 0;
+  memcpy(u.bytes + 80, bad, sizeof(bad));
+  assert_int_equal(brd_config_resolve(&u.config, NULL, &out), ncclSuccess);
+  assert_int_equal(out.blocking, 0);
+  assert_int_equal(out.graphUsageMode, INT_MIN);
+  assert_int_equal(out.numRmaCtx, 1);
+  assert_int_equal(out.maxP2pPeers, INT_MIN);
+  assert_int_equal(out.graphStreamOrdering, 0);
+  assert_int_equal(out.size, 96);
+  assert_int_equal(out.version, 23007);
+  brd_config_fini(&out);
+
+  /* A full-size struct claiming 2.29: the 2.30 fields are not read. */
+  memcpy(&u.config, &init, sizeof(init));
+  u.config.version = 22907;
+  u.config.graphUsageMode = 2;
+  u.config.numRmaCtx = 4;
+  u.config.maxP2pPeers = -9;
+  u.config.graphStreamOrdering = 9;
+  assert_int_equal(brd_config_resolve(&u.config, NULL, &out), ncclSuccess);
+  assert_int_equal(out.graphUsageMode, 2);
+  assert_int_equal(out.numRmaCtx, 4);
+  assert_int_equal(out.maxP2pPeers, INT_MIN);
+  assert_int_equal(out.graphStreamOrdering, 0);
+  brd_config_fini(&out);
+
+  /* 2.30: valid values kept, each invalid one refused by name. */
+  ncclConfig_t user = NCCL_CONFIG_INITIALIZER;
+  user.graphUsageMode = 1;
+  user.numRmaCtx = 3;
+  user.maxP2pPeers = 17;
+  user.graphStreamOrdering = 1;
+  assert_int_equal(brd_config_resolve(&user, NULL, &out), ncclSuccess);
+  assert_int_equal(out.graphUsageMode, 1);
+  assert_int_equal(out.numRmaCtx, 3);
+  assert_int_equal(out.maxP2pPeers, 17);
+  assert_int_equal(out.graphStreamOrdering, 1);
+  brd_config_fini(&out);
+  static const struct {
+    size_t off;
+    int value;
+    const char *name;
+  } refused[] = {
+      {offsetof(ncclConfig_t, graphUsageMode), -3, "graphUsageMode"},
+      {offsetof(ncclConfig_t, numRmaCtx), 0, "numRmaCtx"},
+      {offsetof(ncclConfig_t, maxP2pPeers), -1, "maxP2pPeers"},
+      {offsetof(ncclConfig_t, graphStreamOrdering), 2, "graphStreamOrdering"},
+  };
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    memcpy((char *)&c + refused[i].off, &refused[i].value, sizeof(int));
+    assert_int_equal(brd_config_resolve(&c, NULL, &out), ncclInvalidArgument);
+    assert_non_null(strstr(brd_log_last_error(), refused[i].name));
+  }
+}
+
 static void test_alloc_failure_unwinds(void **state) {
   (void)state;
   ncclConfig_t user = NCCL_CONFIG_INITIALIZER;
@@ -576,6 +651,7 @@ int main(void) {
       cmocka_unit_test_setup(test_clamps, setup),
       cmocka_unit_test_setup(test_env_overrides, setup),
       cmocka_unit_test_setup(test_env_from_conf_file, setup),
+      cmocka_unit_test_setup(test_v2_30_fields, setup),
       cmocka_unit_test_setup(test_alloc_failure_unwinds, setup),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

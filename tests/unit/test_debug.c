@@ -496,7 +496,7 @@ static void test_banner_once(void **state) {
   setenv("NCCL_DEBUG_FILE", log_path, 1); /* not used below INFO, as NCCL */
   reset();
   const char *out = capture_stdout(banner);
-  assert_string_equal(out, "NCCL version 2.28.9+braid" BRAID_VERSION "\n");
+  assert_string_equal(out, "NCCL version 2.30.7+braid" BRAID_VERSION "\n");
   out = capture_stdout(banner);
   assert_string_equal(out, "");
   assert_string_equal(slurp(log_path), "");

@@ -236,7 +236,7 @@ static void test_gin_barrier_requirement(void **state) {
   /* 3 barriers * 4 contexts * 4 bytes, one signal per barrier. */
   assert_int_equal(req.bufferSize, 48);
   assert_int_equal(req.bufferAlign, 4);
-  assert_ptr_equal(req.outBufferHandle, &h.bufHandle);
+  assert_ptr_equal(req.outBufferHandle, &h.unused);
   assert_int_equal(req.ginSignalCount, 3);
   assert_ptr_equal(req.outGinSignalStart, &h.signal0);
   assert_int_equal(req.ginCounterCount, 0);

@@ -1,0 +1,201 @@
+/*
+ * ncclPutSignal / ncclSignal / ncclWaitSignal over registered windows,
+ * public API only, ranks as threads (3 and 5 ranks, numRmaCtx 2).
+ *
+ *  - ordering: each rank puts 40 chunks into the next rank's window, one
+ *    signal each; the next rank waits for them one at a time and checks
+ *    each chunk as soon as its signal is seen (the data must be there:
+ *    put-then-signal is release, wait is acquire). Values are computed
+ *    here from (sender, chunk, word).
+ *  - many signals, wait on several: every rank signals every other rank
+ *    150 times on signal 7 of context 1; each waits with one descriptor per
+ *    peer, then for 0 more (no wait), then the counts carry on (a second
+ *    round of 150).
+ *  - a wait for a signal nobody sends ends after BRAID_TIMEOUT (set to 3 s
+ *    here) with ncclRemoteError and a message naming the peer and counts.
+ *  - errors: signal index, context, window bounds, inside a group.
+ * Host mode only; in CUDA mode the calls are not implemented yet and the
+ * test checks that they say so.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "nccl.h"
+#include "tdev.h"
+
+#define MAXR 8
+#define CHUNKS 40
+#define CHUNK_WORDS 257 /* odd */
+#define SIGS 150
+
+static int g_n;
+static ncclUniqueId g_id;
+static pthread_barrier_t g_barrier;
+static pthread_mutex_t g_err = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct {
+  int rank;
+  int failed;
+  char msg[512];
+} rank_t;
+
+static uint32_t value(int sender, int chunk, int word) {
+  return 0x85ebca6bu * (uint32_t)(sender + 1) + 0xc2b2ae35u * (uint32_t)chunk +
+         (uint32_t)word * 2654435761u;
+}
+
+#define FAILF(...)                                                            \
+  do {                                                                        \
+    snprintf(R->msg, sizeof(R->msg), __VA_ARGS__);                            \
+    R->failed = 1;                                                            \
+    goto out;                                                                 \
+  } while (0)
+#define EXPECT(cond)                                                          \
+  do {                                                                        \
+    if (!(cond))                                                              \
+      FAILF("rank %d line %d: %s (last error: %s)", R->rank, __LINE__, #cond, \
+            ncclGetLastError(NULL));                                          \
+  } while (0)
+
+static int has(const char *text) { return strstr(ncclGetLastError(NULL), text) != NULL; }
+
+static void *rank_main(void *arg) {
+  rank_t *R = arg;
+  int me = R->rank, n = g_n, next = (me + 1) % n, prev = (me + n - 1) % n;
+  int locked = 0, waited = 0;
+  ncclComm_t comm = NULL;
+  ncclWindow_t win = NULL;
+  uint32_t *buf = NULL, *src = NULL;
+  size_t bytes = (size_t)CHUNKS * CHUNK_WORDS * sizeof(uint32_t);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.numRmaCtx = 2;
+
+  EXPECT(ncclCommInitRankConfig(&comm, n, g_id, me, &config) == ncclSuccess);
+  EXPECT(ncclMemAlloc((void **)&buf, bytes) == ncclSuccess);
+  src = malloc(bytes);
+  EXPECT(src != NULL);
+  memset(buf, 0, bytes);
+  for (int k = 0; k < CHUNKS; k++)
+    for (int w = 0; w < CHUNK_WORDS; w++) src[k * CHUNK_WORDS + w] = value(me, k, w);
+  EXPECT(ncclCommWindowRegister(comm, buf, bytes, &win, 0) == ncclSuccess);
+
+  if (tdev_kind() != TDEV_HOST) {
+    pthread_mutex_lock(&g_err);
+    locked = 1;
+    EXPECT(ncclSignal(next, 0, 0, 0, comm, NULL) == ncclInvalidUsage);
+    EXPECT(has("ncclSignal is not implemented yet"));
+    goto out;
+  }
+
+  /* Ordering: chunk k is complete once its signal is seen. */
+  for (int k = 0; k < CHUNKS; k++) {
+    EXPECT(ncclPutSignal(src + k * CHUNK_WORDS, CHUNK_WORDS, ncclUint32, next, win,
+                         (size_t)k * CHUNK_WORDS * sizeof(uint32_t), 3, 0, 0, comm,
+                         NULL) == ncclSuccess);
+    /* Interleave: receive as we send, so both directions are in flight. */
+    ncclWaitSignalDesc_t d = {1, prev, 3, 0};
+    EXPECT(ncclWaitSignal(1, &d, comm, NULL) == ncclSuccess);
+    for (int w = 0; w < CHUNK_WORDS; w++)
+      if (buf[k * CHUNK_WORDS + w] != value(prev, k, w))
+        FAILF("rank %d: chunk %d word %d is %#x after its signal, expected %#x", me, k, w,
+              buf[k * CHUNK_WORDS + w], value(prev, k, w));
+  }
+
+  /* Many signals from everyone, waited for with one descriptor per peer. */
+  for (int round = 0; round < 2; round++) {
+    ncclWaitSignalDesc_t d[MAXR];
+    int nd = 0;
+    for (int i = 0; i < SIGS; i++)
+      for (int p = 0; p < n; p++)
+        if (p != me) EXPECT(ncclSignal(p, 7, 1, 0, comm, NULL) == ncclSuccess);
+    for (int p = 0; p < n; p++)
+      if (p != me) d[nd++] = (ncclWaitSignalDesc_t){SIGS, p, 7, 1};
+    EXPECT(ncclWaitSignal(nd, d, comm, NULL) == ncclSuccess);
+    for (int i = 0; i < nd; i++) d[i].opCnt = 0;
+    EXPECT(ncclWaitSignal(nd, d, comm, NULL) == ncclSuccess);
+  }
+
+  /* Everyone is past the signal traffic before the error checks. */
+  pthread_barrier_wait(&g_barrier);
+  waited = 1;
+  pthread_mutex_lock(&g_err);
+  locked = 1;
+  {
+    ncclWaitSignalDesc_t never = {1, prev, 9, 0};
+    EXPECT(ncclWaitSignal(1, &never, comm, NULL) == ncclRemoteError);
+    EXPECT(has("expected 1 in all, seen 0"));
+    EXPECT(ncclSignal(next, 64, 0, 0, comm, NULL) == ncclInvalidArgument);
+    EXPECT(ncclSignal(next, 0, 2, 0, comm, NULL) == ncclInvalidArgument);
+    EXPECT(has("numRmaCtx"));
+    EXPECT(ncclPutSignal(src, 2, ncclUint32, next, win, bytes - 4, 0, 0, 0, comm, NULL) ==
+           ncclInvalidArgument);
+    EXPECT(has("do not fit"));
+    EXPECT(ncclGroupStart() == ncclSuccess);
+    ncclResult_t in_group = ncclSignal(next, 0, 0, 0, comm, NULL);
+    EXPECT(ncclGroupEnd() == ncclSuccess);
+    EXPECT(in_group == ncclInvalidUsage);
+  }
+out:
+  if (locked) pthread_mutex_unlock(&g_err);
+  if (!waited) pthread_barrier_wait(&g_barrier);
+  /* Nobody deregisters while a peer may still put into its window. */
+  pthread_barrier_wait(&g_barrier);
+  if (win != NULL && ncclCommWindowDeregister(comm, win) != ncclSuccess && !R->failed) {
+    snprintf(R->msg, sizeof(R->msg), "rank %d: ncclCommWindowDeregister failed", me);
+    R->failed = 1;
+  }
+  if (comm != NULL) ncclCommDestroy(comm);
+  if (buf != NULL) ncclMemFree(buf);
+  free(src);
+  return NULL;
+}
+
+static void run_case(int n) {
+  pthread_t th[MAXR];
+  rank_t ranks[MAXR];
+  char why[256];
+  if (!tdev_usable(why, sizeof(why))) {
+    printf("SKIP: %s\n", why);
+    skip();
+  }
+  g_n = n;
+  assert_int_equal(ncclGetUniqueId(&g_id), ncclSuccess);
+  assert_int_equal(pthread_barrier_init(&g_barrier, NULL, (unsigned)n), 0);
+  for (int r = 0; r < n; r++) {
+    memset(&ranks[r], 0, sizeof(ranks[r]));
+    ranks[r].rank = r;
+    assert_int_equal(pthread_create(&th[r], NULL, rank_main, &ranks[r]), 0);
+  }
+  for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+  pthread_barrier_destroy(&g_barrier);
+  for (int r = 0; r < n; r++)
+    if (ranks[r].failed) fail_msg("%d ranks: %s", n, ranks[r].msg);
+}
+
+static void test_rma_3(void **state) {
+  (void)state;
+  run_case(3);
+}
+
+static void test_rma_5(void **state) {
+  (void)state;
+  run_case(5);
+}
+
+int main(void) {
+  /* The never-sent signal gives up after this long. */
+  setenv("BRAID_TIMEOUT", "3", 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rma_3),
+      cmocka_unit_test(test_rma_5),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
