@@ -56,13 +56,13 @@
 #include <cuda_runtime.h>
 
 #include "device/exec_cuda.h"
+#include "device/layout.h"
 #include "device/reduce.cuh"
 
 extern "C" {
 #include "base/check.h"
 #include "base/param.h"
 #include "device/reduce.h"
-#include "plan/plan.h"
 }
 
 /* A kernel's address for cudaLaunchKernel (the simulator's differs). */
@@ -122,24 +122,15 @@ struct kargs_t {
   unsigned long long arg;                /* brd_reduce_op_t.arg */
   unsigned long long epoch;              /* host epochs */
   unsigned long long span;               /* sequence numbers per launch */
-  unsigned long long niter;
-  unsigned long long count;              /* brd_plan_layout_t, in 64 bits */
-  unsigned long long esize;
-  unsigned long long align;
-  unsigned long long chunk_max;
-  unsigned long long window;
-  unsigned long long slot_bytes;
-  unsigned long long half_bytes;
+  brd_plan_layout_t layout;              /* the launch's (device/layout.h) */
   unsigned long long out_half;           /* device epochs: output halves */
   unsigned long long timeout_ns;
   unsigned long long in_stride;          /* elements between segments */
   unsigned long long out_stride;
-  uint32_t nchunks;
   uint32_t phase;                        /* host epochs */
   int rank;
   int fn;                                /* BRD_REDUCE_FN_* */
   int device_epoch;
-  int fixed;                             /* BRD_IR_PLAN_F_FIXED */
   uint32_t n_in_segs, n_out_segs;        /* inline tables; 0: none */
   int has_chan_epoch;                    /* chan_epoch below is valid */
   /* Bytes, in the padding before `chans`: the parameters are exactly at
@@ -247,26 +238,6 @@ struct pos_t {
 /* Sequence number of k in the current iteration, relative to the epoch. */
 __device__ __forceinline__ int64_t seq_rel(const ctx_t &c, pos_t w, int32_t k) {
   return (int64_t)w.iter * c.seq_per_iter + k;
-}
-
-/* Element range of `chunk` in iteration `iter` of a segment of seg_count
- * elements, relative to the segment: brd_plan_layout_seg_chunk. */
-__device__ __forceinline__ void seg_chunk(const kargs_t &a, uint64_t seg_count,
-                                          uint64_t iter, uint32_t chunk,
-                                          uint64_t *start, uint64_t *n) {
-  uint64_t wstart = iter * a.window;
-  uint64_t left = seg_count > wstart ? seg_count - wstart : 0;
-  uint64_t w = left < a.window ? left : a.window;
-  uint64_t q = a.chunk_max;
-  if (w < a.window && !a.fixed) {
-    q = (w + a.nchunks - 1) / a.nchunks;
-    q = (q + a.align - 1) / a.align * a.align;
-  }
-  uint64_t lo = (uint64_t)chunk * q, hi = lo + q;
-  if (lo > w) lo = w;
-  if (hi > w) hi = w;
-  *start = wstart + lo;
-  *n = hi - lo;
 }
 
 /* The epoch the semaphores of channel `chan` count from. */
@@ -435,7 +406,7 @@ __device__ __noinline__ bool xchg_resolve(ctx_t &c) {
   for (uint32_t ch = 0; ch < nch; ch++) {
     const uint64_t *s = c.chans[ch].xchg_slot;
     c.xout[ch] = (char *)c.chans[ch].peer_output + c.out_off;
-    c.xstride[ch] = a.count;
+    c.xstride[ch] = a.layout.count;
     spin_t sp = {0, 0};
     for (;;) {
       uint64_t t1 = ld_acquire_sys(s);
@@ -790,7 +761,7 @@ __device__ __forceinline__ bool reduce_chunk(const ctx_t &c, pos_t w,
 /* Start of segment `seg` of an input or output (this rank's, or a peer's
  * output through a channel), and its element count in *count. */
 __device__ __forceinline__ char *seg_base(const ctx_t &c, const brd_ir_ref_t &ref,
-                                          uint32_t seg, uint64_t *count) {
+                                          uint32_t seg, size_t *count) {
   const kargs_t &a = *c.a;
   bool input = (ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT;
   bool local = ref.chan == BRD_IR_CHAN_LOCAL;
@@ -799,19 +770,19 @@ __device__ __forceinline__ char *seg_base(const ctx_t &c, const brd_ir_ref_t &re
     *count = table[seg].count;
     return (char *)table[seg].ptr;
   }
-  *count = a.count;
+  *count = a.layout.count;
   if (input) {
     const char *base = local ? a.input : (const char *)c.chans[ref.chan].peer_input;
-    return (char *)base + (uint64_t)seg * a.in_stride * a.esize;
+    return (char *)base + (uint64_t)seg * a.in_stride * a.layout.esize;
   }
   /* A direct output is the user's buffer: one half only. */
   if (local)
-    return a.output + (a.out_direct ? 0 : c.out_off) + (uint64_t)seg * a.out_stride * a.esize;
+    return a.output + (a.out_direct ? 0 : c.out_off) + (uint64_t)seg * a.out_stride * a.layout.esize;
   /* Exchanged: a published output has no half offset; a staged one got
    * this launch's in xchg_resolve. */
-  if (a.xchg) return c.xout[ref.chan] + (uint64_t)seg * c.xstride[ref.chan] * a.esize;
+  if (a.xchg) return c.xout[ref.chan] + (uint64_t)seg * c.xstride[ref.chan] * a.layout.esize;
   return (char *)c.chans[ref.chan].peer_output + c.out_off +
-         (uint64_t)seg * a.out_stride * a.esize;
+         (uint64_t)seg * a.out_stride * a.layout.esize;
 }
 
 /* Address of chunk index+t (input/output, within its segment) or of slot
@@ -823,12 +794,12 @@ __device__ __forceinline__ char *ref_addr(const ctx_t &c, uint64_t iter,
   if ((ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH) {
     char *base = ref.chan == BRD_IR_CHAN_LOCAL
                      ? a.scratch : (char *)c.chans[ref.chan].peer_scratch;
-    return base + c.phase_off + (uint64_t)index * a.slot_bytes;
+    return base + c.phase_off + (uint64_t)index * a.layout.slot_bytes;
   }
-  uint64_t count, start, n;
-  char *base = seg_base(c, ref, index / a.nchunks, &count);
-  seg_chunk(a, count, iter, index % a.nchunks, &start, &n);
-  return base + start * a.esize;
+  size_t count, start, n;
+  char *base = seg_base(c, ref, index / a.layout.nchunks, &count);
+  brd_plan_layout_seg_chunk(&a.layout, count, iter, index % a.layout.nchunks, &start, &n);
+  return base + start * a.layout.esize;
 }
 
 /* Elements of chunk op->chunk + t: those of the segment the op's first
@@ -838,14 +809,14 @@ __device__ __forceinline__ uint64_t op_chunk_len(const ctx_t &c, uint64_t iter,
                                                  const brd_ir_op_t *op,
                                                  uint32_t t) {
   const kargs_t &a = *c.a;
-  uint64_t count = a.count, start, n;
+  size_t count = a.layout.count, start, n;
   for (int r = 0; r < op->nsrc + op->ndst; r++) {
     uint32_t kind = op->ref[r].buf & BRD_IR_BUF_MASK;
     if (kind != BRD_IR_BUF_INPUT && kind != BRD_IR_BUF_OUTPUT) continue;
-    seg_base(c, op->ref[r], (op->ref[r].index + t) / a.nchunks, &count);
+    seg_base(c, op->ref[r], (op->ref[r].index + t) / a.layout.nchunks, &count);
     break;
   }
-  seg_chunk(a, count, iter, op->chunk + t, &start, &n);
+  brd_plan_layout_seg_chunk(&a.layout, count, iter, op->chunk + t, &start, &n);
   return n;
 }
 
@@ -877,7 +848,7 @@ __device__ __noinline__ bool run_data(const ctx_t &c, pos_t w, const brd_ir_op_t
   const bool copy = nsrc == 1 && pre_mask == 0 && !post;
 
   for (uint32_t t = 0; t < op->nchunks; t++) {
-    io.nbytes = op_chunk_len(c, w.iter, op, t) * a.esize;
+    io.nbytes = op_chunk_len(c, w.iter, op, t) * a.layout.esize;
     if (io.nbytes == 0) continue;
     io.npacks = (io.nbytes + 15) / 16;
     for (int r = 0; r < nref; r++) io.addr[r] = ref_addr(c, w.iter, op->ref[r], t);
@@ -886,13 +857,6 @@ __device__ __noinline__ bool run_data(const ctx_t &c, pos_t w, const brd_ir_op_t
     if (!ok) return false;
   }
   return true;
-}
-
-/* Same reservation as brd_plan_epoch_reserve, from the device cursor. */
-__device__ __forceinline__ uint64_t epoch_reserve(uint64_t cursor, uint64_t span) {
-  const uint64_t wrap = (uint64_t)1 << 32;
-  uint64_t next = (cursor / wrap + 1) * wrap;
-  return span > 0 && cursor + span >= next ? next : cursor;
 }
 
 /* One rank's plan: block b runs plan block b's ops for every iteration,
@@ -910,13 +874,13 @@ exec_kernel(const __grid_constant__ kargs_t a) {
     unsigned long long arg = a.arg;
     if (a.scalar_dev != NULL) {
       arg = 0;
-      memcpy(&arg, a.scalar_dev, a.esize); /* little-endian: low bytes */
+      memcpy(&arg, a.scalar_dev, a.layout.esize); /* little-endian: low bytes */
     }
     uint32_t launches;
     if (a.device_epoch) {
       /* Stable for the whole launch: only the last block to finish moves
        * them, after every block has read them. */
-      s_ctx.epoch = epoch_reserve(*(volatile unsigned long long *)&st->cursor, a.span);
+      s_ctx.epoch = brd_plan_epoch_at(*(volatile unsigned long long *)&st->cursor, a.span);
       launches = *(volatile unsigned int *)&st->launches;
     } else {
       s_ctx.epoch = a.epoch;
@@ -937,12 +901,12 @@ exec_kernel(const __grid_constant__ kargs_t a) {
       uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
       for (uint32_t ch = 0; ch < nch; ch++) {
         int peer = brd_ir_plan_chan(a.plan, a.rank, (int)ch)->peer;
-        s_chan_ep[ch] = epoch_reserve(*(volatile unsigned long long *)&a.chan_cursor[peer],
+        s_chan_ep[ch] = brd_plan_epoch_at(*(volatile unsigned long long *)&a.chan_cursor[peer],
                                       a.chan_epoch[ch]);
       }
       s_ctx.chan_epoch = s_chan_ep;
     }
-    s_ctx.phase_off = (uint64_t)(launches & 1u) * a.half_bytes;
+    s_ctx.phase_off = (uint64_t)(launches & 1u) * a.layout.half_bytes;
     s_ctx.out_off = a.device_epoch ? (uint64_t)(launches & 1u) * a.out_half : 0;
     s_ctx.arg = arg;
     s_ctx.seq_per_iter = a.plan->seq_per_iter;
@@ -950,7 +914,7 @@ exec_kernel(const __grid_constant__ kargs_t a) {
   /* A launch after a failure leaves at once (brd_exec_cuda_status_reset). */
   bool leave = __syncthreads_or(threadIdx.x == 0 &&
                                 *(volatile unsigned int *)&st->stop != 0);
-  if (a.xchg && a.niter > 0 && !leave) {
+  if (a.xchg && a.layout.niter > 0 && !leave) {
     /* Every rank publishes before it waits, so no rank waits on one that
      * has not published; the other blocks need not wait for block 0 (all
      * are resident). A failed resolve leaves like a failed op. */
@@ -968,7 +932,7 @@ exec_kernel(const __grid_constant__ kargs_t a) {
   uint32_t bar_seen = 0; /* barriers passed in this launch (thread 0) */
   pos_t w;
 
-  for (w.iter = 0; w.iter < a.niter && !leave; w.iter++) {
+  for (w.iter = 0; w.iter < a.layout.niter && !leave; w.iter++) {
     for (uint32_t i = 0; i < nops; i++) {
       const brd_ir_op_t *op = &ops[i];
       w.opi = (int)i;
@@ -1310,26 +1274,17 @@ extern "C" ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
   ka.arg = op.arg;
   ka.epoch = args->epoch;
   ka.span = span;
-  ka.niter = l.niter;
-  ka.count = l.count;
-  ka.esize = l.esize;
-  ka.align = l.align;
-  ka.chunk_max = l.chunk_max;
-  ka.window = l.window;
-  ka.slot_bytes = l.slot_bytes;
-  ka.half_bytes = l.half_bytes;
+  ka.layout = l;
   ka.out_half = args->device_epoch ? args->out_half_bytes : 0;
   double timeout_s = args->timeout_s > 0 ? args->timeout_s
                                          : (double)brd_param_int(BRD_P_BRAID_TIMEOUT);
   ka.timeout_ns = (unsigned long long)(timeout_s * 1e9);
   ka.in_stride = args->in_stride ? args->in_stride : args->count;
   ka.out_stride = args->out_stride ? args->out_stride : args->count;
-  ka.nchunks = l.nchunks;
   ka.phase = args->phase;
   ka.rank = args->rank;
   ka.fn = op.fn;
   ka.device_epoch = args->device_epoch != 0;
-  ka.fixed = l.fixed;
   ka.xchg = args->xchg != 0;
   ka.out_direct = args->out_direct != 0;
   if (args->chans_dev == NULL && nchans > 0)

@@ -61,7 +61,7 @@
 #include "nccl.h"
 #include "device/ir.h"
 #include "device/reduce.h"
-#include "plan/plan.h"
+#include "device/layout.h"
 
 /* What this rank reaches through one channel. All borrowed. */
 typedef struct brd_exec_chan {

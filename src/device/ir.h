@@ -16,7 +16,7 @@
  * the data of one iteration (a window of the user buffers) is cut into
  * `nchunks` chunks and an op names chunks and scratch slots, never bytes.
  * The executor resolves them at launch from (count, datatype, scratch size)
- * with brd_plan_layout_init (plan.h), so one plan serves every message size
+ * with brd_plan_layout_init (device/layout.h), so one plan serves every message size
  * and a 1 GB launch runs more iterations of the same ops as a 1 MB launch.
  *
  * Buffers an op can name, through a brd_ir_ref_t:

@@ -35,7 +35,7 @@
 #include "device/exec_cuda.h"
 #include "device/exec_host.h"
 #include "device/reduce.h"
-#include "plan/plan.h"
+#include "device/layout.h"
 
 #include "cudasim.h"
 
@@ -113,13 +113,6 @@ struct brd_exec_cuda_status {
 const char *brd_cudasim_executor(void) { return "exec_sim.c"; }
 
 /* ---- the kernels ------------------------------------------------------------ */
-
-/* Same reservation as brd_plan_epoch_reserve, from the device cursor. */
-static uint64_t epoch_reserve(uint64_t cursor, uint64_t span) {
-  const uint64_t wrap = (uint64_t)1 << 32;
-  uint64_t next = (cursor / wrap + 1) * wrap;
-  return span > 0 && cursor + span >= next ? next : cursor;
-}
 
 /* BRAID_CUDASIM_TRACE: 1 traces every launch, 2 also its pointers. */
 static int trace_level(void) {
@@ -213,7 +206,7 @@ static void exec_kernel(void *p) {
   uint64_t epoch;
   uint32_t launches;
   if (a->device_epoch) {
-    epoch = epoch_reserve(__atomic_load_n(&st->cursor, __ATOMIC_ACQUIRE), a->span);
+    epoch = brd_plan_epoch_at(__atomic_load_n(&st->cursor, __ATOMIC_ACQUIRE), a->span);
     launches = __atomic_load_n(&st->launches, __ATOMIC_ACQUIRE);
   } else {
     epoch = a->epoch;
@@ -227,7 +220,7 @@ static void exec_kernel(void *p) {
   uint64_t chan_ep[BRD_EXEC_CUDA_INLINE_CHANS];
   if (a->chan_cursor != NULL)
     for (uint32_t c = 0; c < a->nchans; c++)
-      chan_ep[c] = epoch_reserve(
+      chan_ep[c] = brd_plan_epoch_at(
           __atomic_load_n(&a->chan_cursor[brd_ir_plan_chan(a->plan, a->rank, (int)c)->peer],
                           __ATOMIC_ACQUIRE),
           a->chan_epoch[c]);
