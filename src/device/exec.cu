@@ -56,6 +56,7 @@
 #include <cuda_runtime.h>
 
 #include "device/exec_cuda.h"
+#include "device/ir_addr.h"
 #include "device/layout.h"
 #include "device/reduce.cuh"
 
@@ -212,15 +213,10 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
  * them before the block's first barrier. */
 struct ctx_t {
   const kargs_t *a;
+  brd_ir_view_t v;       /* addressing (device/ir_addr.h) */
   const brd_exec_cuda_chan_t *chans;
-  const brd_exec_cuda_seg_t *in_segs;  /* NULL: inputs are strided */
-  const brd_exec_cuda_seg_t *out_segs;
-  const uint64_t *chan_epoch;          /* NULL: `epoch` for every channel */
-  uint64_t epoch;
-  uint64_t phase_off;    /* phase * half_bytes, into any rank's scratch */
-  uint64_t out_off;      /* phase * out_half, into any rank's output */
+  uint64_t out_off;      /* phase * out_half, into a peer's staged output */
   uint64_t arg;          /* the reduction's scalar or divisor */
-  uint32_t seq_per_iter;
   /* Output exchange (a->xchg): each channel peer's output for this launch
    * and the elements between its segments, as thread 0 resolved them
    * (xchg_resolve) before the block's first op. */
@@ -234,16 +230,6 @@ struct pos_t {
   uint64_t iter;
   int opi;
 };
-
-/* Sequence number of k in the current iteration, relative to the epoch. */
-__device__ __forceinline__ int64_t seq_rel(const ctx_t &c, pos_t w, int32_t k) {
-  return (int64_t)w.iter * c.seq_per_iter + k;
-}
-
-/* The epoch the semaphores of channel `chan` count from. */
-__device__ __forceinline__ uint64_t chan_epoch(const ctx_t &c, uint8_t chan) {
-  return c.chan_epoch != NULL ? c.chan_epoch[chan] : c.epoch;
-}
 
 /* ---- failure paths (out of line: never hot) ----------------------------- */
 
@@ -313,9 +299,9 @@ __device__ __forceinline__ int spin_step(const ctx_t &c, spin_t &s) {
 
 __device__ __noinline__ bool run_wait(const ctx_t &c, pos_t w,
                                       const brd_ir_op_t *op) {
-  int64_t rel = seq_rel(c, w, op->k);
-  if (rel <= 0) return true; /* names a point before this launch */
-  uint64_t target = chan_epoch(c, op->ref[0].chan) + (uint64_t)rel;
+  if (brd_ir_seq_rel(&c.v, w.iter, op->k) <= 0)
+    return true; /* names a point before this launch */
+  uint64_t target = brd_ir_sem_value(&c.v, op->ref[0].chan, w.iter, op->k);
   const uint64_t *sem = c.chans[op->ref[0].chan].sems + op->ref[0].index;
   spin_t s = {0, 0};
   uint64_t v;
@@ -323,7 +309,7 @@ __device__ __noinline__ bool run_wait(const ctx_t &c, pos_t w,
     int r = spin_step(c, s);
     if (r == SPIN_TIMEOUT) {
       int peer = brd_ir_plan_chan(c.a->plan, c.a->rank, op->ref[0].chan)->peer;
-      report_hang(c, w, BRD_EXEC_CUDA_WAIT_SEM, peer, op->ref[0].index, target, v);
+      report_hang(c, w, BRD_EXEC_WAIT_SEM, peer, op->ref[0].index, target, v);
       return false;
     }
     if (r == SPIN_LEAVE) return false;
@@ -333,7 +319,7 @@ __device__ __noinline__ bool run_wait(const ctx_t &c, pos_t w,
 
 __device__ __noinline__ void run_signal(const ctx_t &c, pos_t w,
                                         const brd_ir_op_t *op) {
-  uint64_t value = chan_epoch(c, op->ref[0].chan) + (uint64_t)seq_rel(c, w, op->k);
+  uint64_t value = brd_ir_sem_value(&c.v, op->ref[0].chan, w.iter, op->k);
   uint64_t *sem = c.chans[op->ref[0].chan].peer_sems + op->ref[0].index;
   /* The block's writes reached thread 0 through the previous op's
    * __syncthreads; the system-scope fence orders them, for every observer,
@@ -361,7 +347,7 @@ __device__ __noinline__ bool run_barrier(const ctx_t &c, pos_t w, uint32_t seen)
     while (ld_acquire_gpu(&st->bar_gen) == gen) {
       int r = spin_step(c, s);
       if (r == SPIN_TIMEOUT) {
-        report_hang(c, w, BRD_EXEC_CUDA_WAIT_BARRIER, -1, (int)seen, nblocks,
+        report_hang(c, w, BRD_EXEC_WAIT_BARRIER, -1, (int)seen, nblocks,
                     *(volatile unsigned int *)&st->bar_count);
         return false;
       }
@@ -389,7 +375,7 @@ __device__ __noinline__ void xchg_publish(const ctx_t &c) {
     __threadfence_system();
     st_volatile_u64(s + 1, (uint64_t)(uintptr_t)c.chans[ch].xchg_output);
     st_volatile_u64(s + 2, a.out_stride);
-    st_release_sys(s, c.epoch + 1);
+    st_release_sys(s, c.v.epoch + 1);
   }
 }
 
@@ -402,7 +388,7 @@ __device__ __noinline__ void xchg_publish(const ctx_t &c) {
 __device__ __noinline__ bool xchg_resolve(ctx_t &c) {
   const kargs_t &a = *c.a;
   uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
-  uint64_t want = c.epoch + 1;
+  uint64_t want = c.v.epoch + 1;
   for (uint32_t ch = 0; ch < nch; ch++) {
     const uint64_t *s = c.chans[ch].xchg_slot;
     c.xout[ch] = (char *)c.chans[ch].peer_output + c.out_off;
@@ -430,7 +416,7 @@ __device__ __noinline__ bool xchg_resolve(ctx_t &c) {
         w.iter = 0;
         w.opi = 0;
         int peer = brd_ir_plan_chan(a.plan, a.rank, (int)ch)->peer;
-        report_hang(c, w, BRD_EXEC_CUDA_WAIT_XCHG, peer, (int)ch, want, t1);
+        report_hang(c, w, BRD_EXEC_WAIT_XCHG, peer, (int)ch, want, t1);
         return false;
       }
       if (r == SPIN_LEAVE) return false;
@@ -572,7 +558,7 @@ __device__ __noinline__ ll_pack_t ll_wait_pack(const ctx_t &c, pos_t w,
     while ((uint32_t)((x = ld_volatile_u64(p + q)) >> 32) != flag) {
       int r = spin_step(c, s);
       if (r == SPIN_TIMEOUT)
-        report_hang(c, w, BRD_EXEC_CUDA_WAIT_PACKET, -1, (int)slot_index, flag,
+        report_hang(c, w, BRD_EXEC_WAIT_PACKET, -1, (int)slot_index, flag,
                     x >> 32);
       if (r != SPIN_GO) {
         res.ok = 0;
@@ -758,66 +744,32 @@ __device__ __forceinline__ bool reduce_chunk(const ctx_t &c, pos_t w,
   return true;
 }
 
-/* Start of segment `seg` of an input or output (this rank's, or a peer's
- * output through a channel), and its element count in *count. */
+/* Start of segment `seg` of an input or output: this rank's own
+ * (ir_addr.h), a peer's input, or a peer's output as the exchange
+ * resolved it (a published output has no half offset; a staged one got
+ * this launch's in xchg_resolve) or in the launch's half of its staging. */
 __device__ __forceinline__ char *seg_base(const ctx_t &c, const brd_ir_ref_t &ref,
-                                          uint32_t seg, size_t *count) {
-  const kargs_t &a = *c.a;
-  bool input = (ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT;
-  bool local = ref.chan == BRD_IR_CHAN_LOCAL;
-  const brd_exec_cuda_seg_t *table = input ? c.in_segs : c.out_segs;
-  if (table != NULL && local) {
-    *count = table[seg].count;
-    return (char *)table[seg].ptr;
-  }
-  *count = a.layout.count;
-  if (input) {
-    const char *base = local ? a.input : (const char *)c.chans[ref.chan].peer_input;
-    return (char *)base + (uint64_t)seg * a.in_stride * a.layout.esize;
-  }
-  /* A direct output is the user's buffer: one half only. */
-  if (local)
-    return a.output + (a.out_direct ? 0 : c.out_off) + (uint64_t)seg * a.out_stride * a.layout.esize;
-  /* Exchanged: a published output has no half offset; a staged one got
-   * this launch's in xchg_resolve. */
-  if (a.xchg) return c.xout[ref.chan] + (uint64_t)seg * c.xstride[ref.chan] * a.layout.esize;
-  return (char *)c.chans[ref.chan].peer_output + c.out_off +
-         (uint64_t)seg * a.out_stride * a.layout.esize;
+                                          uint32_t seg) {
+  if (ref.chan == BRD_IR_CHAN_LOCAL) return brd_ir_local_seg(&c.v, &ref, seg);
+  const brd_exec_cuda_chan_t &ch = c.chans[ref.chan];
+  if ((ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT)
+    return brd_ir_seg_at(&c.v, ch.peer_input, seg, c.v.in_stride);
+  if (c.a->xchg) return brd_ir_seg_at(&c.v, c.xout[ref.chan], seg, c.xstride[ref.chan]);
+  return brd_ir_seg_at(&c.v, (char *)ch.peer_output + c.out_off, seg, c.v.out_stride);
 }
 
 /* Address of chunk index+t (input/output, within its segment) or of slot
  * index+t (scratch). */
 __device__ __forceinline__ char *ref_addr(const ctx_t &c, uint64_t iter,
                                           const brd_ir_ref_t &ref, uint32_t t) {
-  const kargs_t &a = *c.a;
   uint32_t index = ref.index + t;
-  if ((ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH) {
-    char *base = ref.chan == BRD_IR_CHAN_LOCAL
-                     ? a.scratch : (char *)c.chans[ref.chan].peer_scratch;
-    return base + c.phase_off + (uint64_t)index * a.layout.slot_bytes;
-  }
-  size_t count, start, n;
-  char *base = seg_base(c, ref, index / a.layout.nchunks, &count);
-  brd_plan_layout_seg_chunk(&a.layout, count, iter, index % a.layout.nchunks, &start, &n);
-  return base + start * a.layout.esize;
-}
-
-/* Elements of chunk op->chunk + t: those of the segment the op's first
- * input or output reference names (the launch's count for strided
- * segments and for ops between scratch slots). */
-__device__ __forceinline__ uint64_t op_chunk_len(const ctx_t &c, uint64_t iter,
-                                                 const brd_ir_op_t *op,
-                                                 uint32_t t) {
-  const kargs_t &a = *c.a;
-  size_t count = a.layout.count, start, n;
-  for (int r = 0; r < op->nsrc + op->ndst; r++) {
-    uint32_t kind = op->ref[r].buf & BRD_IR_BUF_MASK;
-    if (kind != BRD_IR_BUF_INPUT && kind != BRD_IR_BUF_OUTPUT) continue;
-    seg_base(c, op->ref[r], (op->ref[r].index + t) / a.layout.nchunks, &count);
-    break;
-  }
-  brd_plan_layout_seg_chunk(&a.layout, count, iter, op->chunk + t, &start, &n);
-  return n;
+  if ((ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH)
+    return brd_ir_slot_addr(&c.v, ref.chan == BRD_IR_CHAN_LOCAL
+                                      ? c.a->scratch : (char *)c.chans[ref.chan].peer_scratch,
+                            index);
+  uint32_t seg = index / c.v.layout.nchunks;
+  return brd_ir_chunk_addr(&c.v, seg_base(c, ref, seg), brd_ir_seg_count(&c.v, &ref, seg),
+                           iter, index % c.v.layout.nchunks);
 }
 
 /* A data op (COPY .. PKT_REDUCE): every thread of the block. Out of line,
@@ -828,8 +780,8 @@ __device__ __noinline__ bool run_data(const ctx_t &c, pos_t w, const brd_ir_op_t
   const kargs_t &a = *c.a;
   const int nsrc = op->nsrc, nref = op->nsrc + op->ndst;
   chunk_io_t io;
-  io.flag_dst = (uint32_t)(c.epoch + (uint64_t)seq_rel(c, w, op->k));
-  io.flag_src = (uint32_t)(c.epoch + (uint64_t)seq_rel(c, w, op->k_src));
+  io.flag_dst = brd_ir_ll_flag(&c.v, w.iter, op->k);
+  io.flag_src = brd_ir_ll_flag(&c.v, w.iter, op->k_src);
   io.llmask = 0;
   for (int r = 0; r < nref; r++)
     if (op->ref[r].buf & BRD_IR_REF_LL) io.llmask |= 1u << r;
@@ -848,7 +800,7 @@ __device__ __noinline__ bool run_data(const ctx_t &c, pos_t w, const brd_ir_op_t
   const bool copy = nsrc == 1 && pre_mask == 0 && !post;
 
   for (uint32_t t = 0; t < op->nchunks; t++) {
-    io.nbytes = op_chunk_len(c, w.iter, op, t) * a.layout.esize;
+    io.nbytes = brd_ir_op_chunk_len(&c.v, op, w.iter, t) * a.layout.esize;
     if (io.nbytes == 0) continue;
     io.npacks = (io.nbytes + 15) / 16;
     for (int r = 0; r < nref; r++) io.addr[r] = ref_addr(c, w.iter, op->ref[r], t);
@@ -880,21 +832,29 @@ exec_kernel(const __grid_constant__ kargs_t a) {
     if (a.device_epoch) {
       /* Stable for the whole launch: only the last block to finish moves
        * them, after every block has read them. */
-      s_ctx.epoch = brd_plan_epoch_at(*(volatile unsigned long long *)&st->cursor, a.span);
+      s_ctx.v.epoch = brd_plan_epoch_at(*(volatile unsigned long long *)&st->cursor, a.span);
       launches = *(volatile unsigned int *)&st->launches;
     } else {
-      s_ctx.epoch = a.epoch;
+      s_ctx.v.epoch = a.epoch;
       launches = a.phase;
     }
     s_launches = launches;
+    s_ctx.out_off = a.device_epoch ? (uint64_t)(launches & 1u) * a.out_half : 0;
     s_ctx.a = &a;
     s_ctx.chans = a.chans_dev != NULL ? a.chans_dev : a.chans;
-    s_ctx.in_segs = a.in_segs_dev != NULL ? a.in_segs_dev
-                    : a.n_in_segs > 0 ? a.in_segs : NULL;
-    s_ctx.out_segs = a.out_segs_dev != NULL ? a.out_segs_dev
-                     : a.n_out_segs > 0 ? a.out_segs : NULL;
-    s_ctx.chan_epoch = a.chan_epoch_dev != NULL ? a.chan_epoch_dev
-                       : a.has_chan_epoch ? a.chan_epoch : NULL;
+    brd_ir_view_t &v = s_ctx.v;
+    v.layout = a.layout;
+    v.in_segs = a.in_segs_dev != NULL ? a.in_segs_dev : a.n_in_segs > 0 ? a.in_segs : NULL;
+    v.out_segs = a.out_segs_dev != NULL ? a.out_segs_dev : a.n_out_segs > 0 ? a.out_segs : NULL;
+    v.input = a.input;
+    /* A direct output is the user's buffer: one half only. */
+    v.output = a.output == NULL ? NULL : a.output + (a.out_direct ? 0 : s_ctx.out_off);
+    v.in_stride = a.in_stride;
+    v.out_stride = a.out_stride;
+    v.chan_epoch = a.chan_epoch_dev != NULL ? a.chan_epoch_dev
+                   : a.has_chan_epoch ? a.chan_epoch : NULL;
+    v.seq_per_iter = a.plan->seq_per_iter;
+    v.phase = launches & 1u;
     if (a.chan_cursor != NULL) {
       /* Stable for the launch, as the device epoch: only the last block
        * out advances the cursors. */
@@ -904,12 +864,9 @@ exec_kernel(const __grid_constant__ kargs_t a) {
         s_chan_ep[ch] = brd_plan_epoch_at(*(volatile unsigned long long *)&a.chan_cursor[peer],
                                       a.chan_epoch[ch]);
       }
-      s_ctx.chan_epoch = s_chan_ep;
+      v.chan_epoch = s_chan_ep;
     }
-    s_ctx.phase_off = (uint64_t)(launches & 1u) * a.layout.half_bytes;
-    s_ctx.out_off = a.device_epoch ? (uint64_t)(launches & 1u) * a.out_half : 0;
     s_ctx.arg = arg;
-    s_ctx.seq_per_iter = a.plan->seq_per_iter;
   }
   /* A launch after a failure leaves at once (brd_exec_cuda_status_reset). */
   bool leave = __syncthreads_or(threadIdx.x == 0 &&
@@ -937,26 +894,15 @@ exec_kernel(const __grid_constant__ kargs_t a) {
       const brd_ir_op_t *op = &ops[i];
       w.opi = (int)i;
       bool ok = true;
-      switch (op->code) {
-      case BRD_IR_OP_WAIT:
-        if (threadIdx.x == 0) ok = run_wait(c, w, op);
-        break;
-      case BRD_IR_OP_SIGNAL:
-        if (threadIdx.x == 0) run_signal(c, w, op);
-        break;
-      case BRD_IR_OP_BARRIER:
-        if (threadIdx.x == 0) ok = run_barrier(c, w, bar_seen++);
-        break;
-      case BRD_IR_OP_COPY:
-      case BRD_IR_OP_REDUCE:
-      case BRD_IR_OP_PUT:
-      case BRD_IR_OP_GET:
-      case BRD_IR_OP_PKT_PUT:
-      case BRD_IR_OP_PKT_REDUCE:
+      if (brd_ir_op_is_data(op->code)) {
         ok = run_data<DT, FN>(c, w, op);
-        break;
-      default: /* NOP; plan creation rejected every other code */
-        break;
+      } else if (threadIdx.x == 0) {
+        switch (op->code) {
+        case BRD_IR_OP_WAIT: ok = run_wait(c, w, op); break;
+        case BRD_IR_OP_SIGNAL: run_signal(c, w, op); break;
+        case BRD_IR_OP_BARRIER: ok = run_barrier(c, w, bar_seen++); break;
+        default: break; /* NOP; plan creation rejected every other code */
+        }
       }
       if (__syncthreads_or(!ok)) {
         leave = true;
@@ -972,7 +918,7 @@ exec_kernel(const __grid_constant__ kargs_t a) {
     if (atomicAdd(&st->done, 1u) + 1u == gridDim.x) {
       st->done = 0;
       if (a.device_epoch) {
-        st->cursor = c.epoch + a.span;
+        st->cursor = c.v.epoch + a.span;
         st->launches = s_launches + 1u;
       }
       if (a.chan_cursor != NULL) {

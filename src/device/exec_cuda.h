@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "device/exec.h"
 #include "device/ir.h"
 
 #if BRAID_CUDA
@@ -73,26 +74,14 @@ extern "C" {
 /* Segments of separate buffers a launch can carry, per direction. */
 #define BRD_EXEC_CUDA_INLINE_SEGS 48
 
-/* Kinds of wait, the values of BRD_EXEC_WAIT_* in exec_host.h. */
-#define BRD_EXEC_CUDA_WAIT_SEM 0
-#define BRD_EXEC_CUDA_WAIT_PACKET 1
-#define BRD_EXEC_CUDA_WAIT_BARRIER 2
-#define BRD_EXEC_CUDA_WAIT_XCHG 3    /* a peer's output exchange slot */
-
-/* The hang report, field for field brd_exec_hang_t (exec_host.h), which C++
- * cannot include (its launch state uses C11 _Atomic). C translation units
- * check below that the two agree. */
-typedef struct brd_exec_cuda_hang {
-  int rank;          /* the stuck rank (the one launched) */
-  int block;
-  int op;            /* op index within the block */
-  uint64_t iter;
-  int what;          /* BRD_EXEC_CUDA_WAIT_* */
-  int peer;          /* rank expected to make progress; -1 if unknown */
-  int index;         /* semaphore index, scratch slot, or barrier number */
-  uint64_t expected; /* sequence number (LL: 32-bit flag) or block count */
-  uint64_t seen;
-} brd_exec_cuda_hang_t;
+/* The hang report and a segment of a point-to-point table are the host
+ * executor's (device/exec.h); these names say the same. */
+typedef brd_exec_hang_t brd_exec_cuda_hang_t;
+typedef brd_exec_seg_t brd_exec_cuda_seg_t;
+#define BRD_EXEC_CUDA_WAIT_SEM BRD_EXEC_WAIT_SEM
+#define BRD_EXEC_CUDA_WAIT_PACKET BRD_EXEC_WAIT_PACKET
+#define BRD_EXEC_CUDA_WAIT_BARRIER BRD_EXEC_WAIT_BARRIER
+#define BRD_EXEC_CUDA_WAIT_XCHG BRD_EXEC_WAIT_XCHG
 
 /* What the rank reaches through one channel, as device pointers. All
  * borrowed; the same meaning as brd_exec_chan_t. */
@@ -112,13 +101,6 @@ typedef struct brd_exec_cuda_chan {
 } brd_exec_cuda_chan_t;
 
 /* The executor's objects; see the file comment. Opaque. */
-/* One segment of a point-to-point buffer table (brd_exec_seg_t), as a
- * device pointer. Borrowed. */
-typedef struct brd_exec_cuda_seg {
-  void *ptr;      /* first element; NULL only when count is 0 */
-  size_t count;   /* elements */
-} brd_exec_cuda_seg_t;
-
 typedef struct brd_exec_cuda_plan brd_exec_cuda_plan_t;
 typedef struct brd_exec_cuda_status brd_exec_cuda_status_t;
 
@@ -314,29 +296,6 @@ ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
 
 #ifdef __cplusplus
 } /* extern "C" */
-#else
-#include "device/exec_host.h"
-_Static_assert(sizeof(brd_exec_cuda_hang_t) == sizeof(brd_exec_hang_t) &&
-                   offsetof(brd_exec_cuda_hang_t, iter) ==
-                       offsetof(brd_exec_hang_t, iter) &&
-                   offsetof(brd_exec_cuda_hang_t, what) ==
-                       offsetof(brd_exec_hang_t, what) &&
-                   offsetof(brd_exec_cuda_hang_t, index) ==
-                       offsetof(brd_exec_hang_t, index) &&
-                   offsetof(brd_exec_cuda_hang_t, expected) ==
-                       offsetof(brd_exec_hang_t, expected) &&
-                   offsetof(brd_exec_cuda_hang_t, seen) ==
-                       offsetof(brd_exec_hang_t, seen),
-               "brd_exec_cuda_hang_t mirrors brd_exec_hang_t");
-_Static_assert(sizeof(brd_exec_cuda_seg_t) == sizeof(brd_exec_seg_t) &&
-                   offsetof(brd_exec_cuda_seg_t, count) ==
-                       offsetof(brd_exec_seg_t, count),
-               "brd_exec_cuda_seg_t mirrors brd_exec_seg_t");
-_Static_assert(BRD_EXEC_CUDA_WAIT_SEM == BRD_EXEC_WAIT_SEM &&
-                   BRD_EXEC_CUDA_WAIT_PACKET == BRD_EXEC_WAIT_PACKET &&
-                   BRD_EXEC_CUDA_WAIT_BARRIER == BRD_EXEC_WAIT_BARRIER &&
-                   BRD_EXEC_CUDA_WAIT_XCHG == BRD_EXEC_WAIT_XCHG,
-               "wait kinds agree with the host executor");
 #endif
 
 #endif /* BRD_DEVICE_EXEC_CUDA_H */

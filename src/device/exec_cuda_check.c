@@ -81,34 +81,21 @@ ncclResult_t brd_exec_cuda_plan_check(const brd_ir_plan_t *p) {
       const brd_ir_op_t *ops = brd_ir_plan_ops(p, r, bi);
       for (uint32_t i = 0; i < blk->nops; i++) {
         const brd_ir_op_t *op = &ops[i];
-        switch (op->code) {
-        case BRD_IR_OP_NOP:
-        case BRD_IR_OP_BARRIER:
-          break;
-        case BRD_IR_OP_SIGNAL:
-        case BRD_IR_OP_WAIT:
-          if ((op->ref[0].buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SEM ||
-              op->ref[0].chan == BRD_IR_CHAN_LOCAL ||
-              op->ref[0].chan >= rk->nchans || op->ref[0].index >= p->nsems)
-            return bad_plan(r, bi, (int)i, "semaphore reference out of range");
-          break;
-        case BRD_IR_OP_COPY:
-        case BRD_IR_OP_REDUCE:
-        case BRD_IR_OP_PUT:
-        case BRD_IR_OP_GET:
-        case BRD_IR_OP_PKT_PUT:
-        case BRD_IR_OP_PKT_REDUCE:
-          if (op->nsrc < 1 || op->ndst < 1 || op->nsrc + op->ndst > BRD_IR_MAX_REFS)
-            return bad_plan(r, bi, (int)i, "data op without sources and destinations");
-          if ((uint64_t)op->chunk + op->nchunks > p->nchunks)
-            return bad_plan(r, bi, (int)i, "chunk out of range");
-          for (int k = 0; k < op->nsrc + op->ndst; k++) {
-            const char *why = ref_problem(p, op, &op->ref[k], rk->nchans);
-            if (why != NULL) return bad_plan(r, bi, (int)i, why);
-          }
-          break;
-        default:
+        if (!brd_ir_op_is_runnable(op->code))
           return bad_plan(r, bi, (int)i, "opcode not supported by the CUDA executor");
+        if (brd_ir_op_is_sync(op->code) &&
+            ((op->ref[0].buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SEM ||
+             op->ref[0].chan == BRD_IR_CHAN_LOCAL || op->ref[0].chan >= rk->nchans ||
+             op->ref[0].index >= p->nsems))
+          return bad_plan(r, bi, (int)i, "semaphore reference out of range");
+        if (!brd_ir_op_is_data(op->code)) continue;
+        if (op->nsrc < 1 || op->ndst < 1 || op->nsrc + op->ndst > BRD_IR_MAX_REFS)
+          return bad_plan(r, bi, (int)i, "data op without sources and destinations");
+        if ((uint64_t)op->chunk + op->nchunks > p->nchunks)
+          return bad_plan(r, bi, (int)i, "chunk out of range");
+        for (int k = 0; k < op->nsrc + op->ndst; k++) {
+          const char *why = ref_problem(p, op, &op->ref[k], rk->nchans);
+          if (why != NULL) return bad_plan(r, bi, (int)i, why);
         }
       }
     }

@@ -59,7 +59,9 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "device/exec.h"
 #include "device/ir.h"
+#include "device/ir_addr.h"
 #include "device/reduce.h"
 #include "device/layout.h"
 
@@ -78,12 +80,6 @@ typedef struct brd_exec_chan {
   void *xchg_output;            /* this rank's output as the peer maps it;
                                  * NULL: its staging (output, out_stride) */
 } brd_exec_chan_t;
-
-/* One segment of a point-to-point buffer table. Borrowed. */
-typedef struct brd_exec_seg {
-  void *ptr;      /* first element; NULL only when count is 0 */
-  size_t count;   /* elements */
-} brd_exec_seg_t;
 
 typedef struct brd_exec_args {
   const brd_ir_plan_t *plan;    /* borrowed for the launch */
@@ -117,32 +113,11 @@ typedef struct brd_exec_args {
                                  * count elements apart for its staging */
 } brd_exec_args_t;
 
-/* What a timed-out wait was waiting for. */
-enum {
-  BRD_EXEC_WAIT_SEM = 0,    /* semaphore of a channel */
-  BRD_EXEC_WAIT_PACKET = 1, /* LL flag in own scratch */
-  BRD_EXEC_WAIT_BARRIER = 2,
-  BRD_EXEC_WAIT_XCHG = 3,   /* a peer's output exchange slot */
-};
-
-typedef struct brd_exec_hang {
-  int rank;          /* the stuck rank (this one) */
-  int block;
-  int op;            /* op index within the block */
-  uint64_t iter;
-  int what;          /* BRD_EXEC_WAIT_* */
-  int peer;          /* rank expected to make progress; -1 for a barrier
-                      * and for packets (any rank may write a slot) */
-  int index;         /* semaphore index, scratch slot, or barrier number */
-  uint64_t expected; /* sequence number (LL: 32-bit flag) or block count */
-  uint64_t seen;
-} brd_exec_hang_t;
-
 /* Per-launch state shared by the blocks of one rank; caller's memory. */
 typedef struct brd_exec_launch {
   brd_exec_args_t args;
   brd_reduce_op_t op;
-  brd_plan_layout_t layout;
+  brd_ir_view_t view;          /* addressing (device/ir_addr.h) */
   double timeout_s;
   _Atomic int stop;            /* a block failed: others leave */
   _Atomic int result;          /* first failure, ncclSuccess otherwise */
