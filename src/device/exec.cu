@@ -49,20 +49,17 @@
  * cudaLaunchKernel on the stub's address either way. */
 #define __NV_LEGACY_LAUNCH 1
 
-#include <errno.h> /* check.h's SYS_ macros, included outside extern "C" */
-#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime.h>
 
 #include "device/exec_cuda.h"
+#include "device/exec_kernel.h"
 #include "device/ir_addr.h"
 #include "device/layout.h"
 #include "device/reduce.cuh"
 
 extern "C" {
-#include "base/check.h"
-#include "base/param.h"
 #include "device/reduce.h"
 }
 
@@ -81,71 +78,10 @@ const uint32_t SPIN_CHECK_INTERVAL = 8192;
 /* Packs in flight per thread in a plain copy. */
 const int COPY_UNROLL = 4;
 
-/* How a launch failed (report_t.failed). */
-enum { FAIL_NONE = 0, FAIL_HANG = 1, FAIL_ABORT = 2 };
-
-/* Host-visible state of a rank, in mapped pinned memory. The host writes
- * `abort`; a kernel writes the rest once, after claiming it. */
-struct report_t {
-  int abort;                  /* host: raise to stop every launch */
-  int failed;                 /* FAIL_*, written last */
-  uint64_t timeout_ns;        /* the timed-out launch's timeout */
-  brd_exec_cuda_hang_t hang;  /* valid when failed == FAIL_HANG */
-};
-
-/* Device-side state of a rank, in device memory; persists across
- * launches, which the status requires to be stream-ordered. */
-struct state_t {
-  unsigned int claimed;       /* report claimed by a failing thread */
-  unsigned int stop;          /* a launch failed: every block leaves */
-  unsigned int bar_count;     /* blocks arrived at the current barrier */
-  unsigned int bar_gen;       /* barriers completed (wraps; compared ==) */
-  unsigned int done;          /* blocks finished (device epochs) */
-  unsigned int launches;      /* launches finished (device epochs) */
-  unsigned long long cursor;  /* next sequence number (device epochs) */
-};
-
-/* Everything a kernel needs, passed by value (__grid_constant__), so a
- * captured graph keeps its own copy. */
-struct kargs_t {
-  const brd_ir_plan_t *plan;             /* device blob */
-  const brd_exec_cuda_chan_t *chans_dev; /* NULL: `chans` below */
-  const brd_exec_cuda_seg_t *in_segs_dev;  /* NULL: in_segs below, if any */
-  const brd_exec_cuda_seg_t *out_segs_dev;
-  const uint64_t *chan_epoch_dev;        /* NULL: chan_epoch below, if any */
-  unsigned long long *chan_cursor;       /* per-pair cursors: chan_epoch holds spans */
-  const char *input;
-  char *output;
-  char *scratch;                         /* base of both phases */
-  const void *scalar_dev;                /* NULL: `arg` holds the scalar */
-  report_t *report;                      /* device view of mapped memory */
-  state_t *state;
-  unsigned long long arg;                /* brd_reduce_op_t.arg */
-  unsigned long long epoch;              /* host epochs */
-  unsigned long long span;               /* sequence numbers per launch */
-  brd_plan_layout_t layout;              /* the launch's (device/layout.h) */
-  unsigned long long out_half;           /* device epochs: output halves */
-  unsigned long long timeout_ns;
-  unsigned long long in_stride;          /* elements between segments */
-  unsigned long long out_stride;
-  uint32_t phase;                        /* host epochs */
-  int rank;
-  int fn;                                /* BRD_REDUCE_FN_* */
-  int device_epoch;
-  uint32_t n_in_segs, n_out_segs;        /* inline tables; 0: none */
-  int has_chan_epoch;                    /* chan_epoch below is valid */
-  /* Bytes, in the padding before `chans`: the parameters are exactly at
-   * the 4 KiB limit since the channels carry their exchange slots. */
-  uint8_t xchg;                          /* brd_exec_cuda_args_t's */
-  uint8_t out_direct;                    /* own output has no half offset */
-  brd_exec_cuda_chan_t chans[BRD_EXEC_CUDA_INLINE_CHANS];
-  uint64_t chan_epoch[BRD_EXEC_CUDA_INLINE_CHANS];
-  brd_exec_cuda_seg_t in_segs[BRD_EXEC_CUDA_INLINE_SEGS];
-  brd_exec_cuda_seg_t out_segs[BRD_EXEC_CUDA_INLINE_SEGS];
-};
-
-/* Kernel parameters are limited to 4 KiB on every architecture built. */
-static_assert(sizeof(kargs_t) <= 4096, "kernel arguments fit 4 KiB");
+/* The host half's types (exec_kernel.h), by their short names here. */
+typedef brd_exec_report_t report_t;
+typedef brd_exec_state_t state_t;
+typedef brd_exec_kargs_t kargs_t;
 
 /* ---- PTX helpers ------------------------------------------------------ */
 
@@ -242,7 +178,7 @@ __device__ __noinline__ void stop_launch(const ctx_t &c) {
 __device__ __noinline__ void note_abort(const ctx_t &c) {
   if (atomicCAS(&c.a->state->claimed, 0u, 1u) == 0u) {
     volatile report_t *r = c.a->report;
-    r->failed = FAIL_ABORT;
+    r->failed = BRD_EXEC_FAIL_ABORT;
     __threadfence_system();
   }
   stop_launch(c);
@@ -266,7 +202,7 @@ __device__ __noinline__ void report_hang(const ctx_t &c, pos_t w, int what,
     r->timeout_ns = c.a->timeout_ns;
     /* The fields reach host memory before `failed` says they are valid. */
     __threadfence_system();
-    r->failed = FAIL_HANG;
+    r->failed = BRD_EXEC_FAIL_HANG;
     __threadfence_system();
   }
   stop_launch(c);
@@ -960,309 +896,7 @@ int fn_kind(int fn) {
   }
 }
 
-/* ---- host side --------------------------------------------------------- */
-
-/* Copies bytes from src to dst (src NULL: zeroes dst) on a private
- * non-blocking stream and waits for it, so a setup copy neither waits for
- * nor is overtaken by other streams' work: the legacy default stream would
- * wait for peers' kernels, which may be spinning on this rank. */
-ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
-                          cudaMemcpyKind kind, const char *what) {
-  ncclResult_t res = ncclSuccess;
-  cudaStream_t s;
-  CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
-                  "cudaStreamCreateWithFlags", res, out);
-  if (src == NULL) {
-    CUDA_CHECK_GOTO(cudaMemsetAsync(dst, 0, bytes, s), what, res, out_stream);
-  } else {
-    CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes, kind, s), what, res,
-                    out_stream);
-  }
-  CUDA_CHECK_GOTO(cudaStreamSynchronize(s), what, res, out_stream);
-out_stream:
-  cudaStreamDestroy(s);
-out:
-  return res;
-}
-
-} /* namespace */
-
-struct brd_exec_cuda_plan {
-  brd_ir_plan_t *host; /* owned: brd_plan_clone */
-  brd_ir_plan_t *dev;  /* owned: cudaMalloc, the same bytes */
-};
-
-struct brd_exec_cuda_status {
-  report_t *host;   /* owned: cudaHostAlloc (mapped) */
-  report_t *dev;    /* the device's view of host */
-  state_t *state;   /* owned: cudaMalloc */
-  int reported;     /* the current failure was logged */
-};
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
-                                                  brd_exec_cuda_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_exec_cuda_plan_t *cp;
-  int dev = 0, nsm = 0;
-  CHECK(brd_exec_cuda_plan_check(plan));
-  CUDA_CHECK_GOTO(cudaGetDevice(&dev), "cudaGetDevice", res, out);
-  CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev),
-                  "cudaDeviceGetAttribute(multiProcessorCount)", res, out);
-  if (plan->nblocks > nsm) {
-    WARN("CUDA executor: a plan of %u blocks per rank cannot have every block "
-         "resident on device %d, which has %d SMs; generate it with at most "
-         "%d blocks (NCCL_MAX_CTAS)", plan->nblocks, dev, nsm, nsm);
-    res = ncclInvalidArgument;
-    goto out;
-  }
-  cp = (brd_exec_cuda_plan_t *)calloc(1, sizeof(*cp));
-  if (cp == NULL) {
-    WARN("out of host memory allocating %zu bytes for a CUDA executor plan",
-         sizeof(*cp));
-    res = ncclSystemError;
-    goto out;
-  }
-  CHECK_GOTO(brd_plan_clone(plan, &cp->host), res, fail_free);
-  CUDA_CHECK_GOTO(cudaMalloc((void **)&cp->dev, plan->total_bytes),
-                  "cudaMalloc for a plan", res, fail_destroy_host);
-  CHECK_GOTO(private_copy(cp->dev, plan, plan->total_bytes, cudaMemcpyHostToDevice,
-                          "copying a plan to the device"), res, fail_free_dev);
-  *plan_out = cp;
-  return ncclSuccess;
-fail_free_dev:
-  cudaFree(cp->dev);
-fail_destroy_host:
-  brd_plan_destroy(cp->host);
-fail_free:
-  free(cp);
-out:
-  return res;
-}
-
-/* See exec_cuda.h. */
-extern "C" void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan) {
-  if (plan == NULL) return;
-  cudaFree(plan->dev);
-  brd_plan_destroy(plan->host);
-  free(plan);
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_exec_cuda_status_t *st =
-      (brd_exec_cuda_status_t *)calloc(1, sizeof(brd_exec_cuda_status_t));
-  if (st == NULL) {
-    WARN("out of host memory allocating %zu bytes for a CUDA executor status",
-         sizeof(*st));
-    return ncclSystemError;
-  }
-  CUDA_CHECK_GOTO(cudaHostAlloc((void **)&st->host, sizeof(report_t),
-                                cudaHostAllocMapped),
-                  "cudaHostAlloc (mapped) for the hang report", res, fail_free);
-  memset(st->host, 0, sizeof(report_t));
-  CUDA_CHECK_GOTO(cudaHostGetDevicePointer((void **)&st->dev, st->host, 0),
-                  "cudaHostGetDevicePointer for the hang report", res, fail_free_host);
-  CUDA_CHECK_GOTO(cudaMalloc((void **)&st->state, sizeof(state_t)),
-                  "cudaMalloc for the executor state", res, fail_free_host);
-  CHECK_GOTO(private_copy(st->state, NULL, sizeof(state_t), cudaMemcpyDefault,
-                          "zeroing the executor state"), res, fail_free_state);
-  *st_out = st;
-  return ncclSuccess;
-fail_free_state:
-  cudaFree(st->state);
-fail_free_host:
-  cudaFreeHost(st->host);
-fail_free:
-  free(st);
-  return res;
-}
-
-/* See exec_cuda.h. */
-extern "C" void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st) {
-  if (st == NULL) return;
-  cudaFree(st->state);
-  cudaFreeHost(st->host);
-  free(st);
-}
-
-/* See exec_cuda.h. */
-extern "C" void brd_exec_cuda_status_abort(brd_exec_cuda_status_t *st) {
-  __atomic_store_n(&st->host->abort, 1, __ATOMIC_RELEASE);
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st) {
-  ncclResult_t res = ncclSuccess;
-  state_t s;
-  CHECK_GOTO(private_copy(&s, st->state, sizeof(s), cudaMemcpyDeviceToHost,
-                          "reading the executor state"), res, out);
-  s.claimed = 0;
-  s.stop = 0;
-  s.bar_count = 0;
-  s.done = 0;
-  CHECK_GOTO(private_copy(st->state, &s, sizeof(s), cudaMemcpyHostToDevice,
-                          "resetting the executor state"), res, out);
-  memset(st->host, 0, sizeof(report_t));
-  st->reported = 0;
-out:
-  return res;
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_poll(brd_exec_cuda_status_t *st,
-                                           brd_exec_cuda_hang_t *hang_out) {
-  const volatile report_t *r = st->host;
-  int failed = r->failed;
-  if (failed == FAIL_NONE) return ncclSuccess;
-  if (failed == FAIL_ABORT) {
-    if (!st->reported)
-      INFO(BRD_SUBSYS_COLL, "CUDA executor: launch stopped by the abort flag");
-    st->reported = 1;
-    return ncclSystemError;
-  }
-  brd_exec_cuda_hang_t h;
-  h.rank = r->hang.rank;
-  h.block = r->hang.block;
-  h.op = r->hang.op;
-  h.iter = r->hang.iter;
-  h.what = r->hang.what;
-  h.peer = r->hang.peer;
-  h.index = r->hang.index;
-  h.expected = r->hang.expected;
-  h.seen = r->hang.seen;
-  if (!st->reported) brd_exec_cuda_hang_warn(&h, (double)r->timeout_ns * 1e-9);
-  st->reported = 1;
-  if (hang_out != NULL) *hang_out = h;
-  return ncclRemoteError;
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_chans_create(const brd_exec_cuda_chan_t *chans,
-                                                   uint32_t n,
-                                                   brd_exec_cuda_chan_t **dev_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_exec_cuda_chan_t *dev = NULL;
-  size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(*dev);
-  CUDA_CHECK_GOTO(cudaMalloc((void **)&dev, bytes), "cudaMalloc for a channel table",
-                  res, out);
-  if (n > 0)
-    CHECK_GOTO(private_copy(dev, chans, (size_t)n * sizeof(*dev),
-                            cudaMemcpyHostToDevice, "copying a channel table"),
-               res, fail_free);
-  *dev_out = dev;
-  return ncclSuccess;
-fail_free:
-  cudaFree(dev);
-out:
-  return res;
-}
-
-/* See exec_cuda.h. */
-extern "C" void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev) {
-  if (dev != NULL) cudaFree(dev);
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
-                                             cudaStream_t stream) {
-  if (args->plan == NULL || args->status == NULL) {
-    WARN("CUDA executor: launch without a %s",
-         args->plan == NULL ? "plan" : "status block");
-    return ncclInvalidArgument;
-  }
-  const brd_ir_plan_t *p = args->plan->host;
-  if (args->rank < 0 || args->rank >= p->nranks) {
-    WARN("CUDA executor: rank %d outside a plan of %d ranks", args->rank, p->nranks);
-    return ncclInvalidArgument;
-  }
-  if (!args->device_epoch && args->phase > 1) {
-    WARN("CUDA executor: scratch phase %u (expected 0 or 1)", args->phase);
-    return ncclInvalidArgument;
-  }
-  /* A device scalar is read by the kernel; any value of the type serves to
-   * resolve the op here. */
-  uint64_t zero = 0;
-  brd_reduce_op_t op;
-  CHECK(brd_reduce_op_init(args->dtype, args->redop, p->nranks,
-                           args->scalar_dev != NULL ? &zero : args->scalar, &op));
-  if (args->count == 0) return ncclSuccess;
-
-  uint32_t nchans = brd_ir_plan_rank(p, args->rank)->nchans;
-  CHECK(brd_exec_cuda_args_check(args, p, nchans));
-  brd_plan_layout_t l;
-  CHECK(brd_plan_layout_init(p, args->count, args->dtype, args->scratch_bytes, &l));
-  if (l.half_bytes % 16 != 0) {
-    WARN("CUDA executor: rank %d scratch of %zu bytes: each phase must be a "
-         "multiple of 16 bytes (brd_plan_scratch_bytes)", args->rank,
-         args->scratch_bytes);
-    return ncclInvalidArgument;
-  }
-  uint64_t span = brd_plan_epoch_span(p, &l);
-  if (!args->device_epoch && args->chan_cursor_dev == NULL)
-    CHECK(brd_exec_cuda_epochs_check(args, nchans, span));
-
-  kargs_t ka;
-  memset(&ka, 0, sizeof(ka));
-  ka.plan = args->plan->dev;
-  ka.chans_dev = args->chans_dev;
-  ka.in_segs_dev = args->in_segs_dev;
-  ka.out_segs_dev = args->out_segs_dev;
-  ka.chan_epoch_dev = args->chan_epoch_dev;
-  ka.chan_cursor = (unsigned long long *)args->chan_cursor_dev;
-  ka.input = (const char *)args->input;
-  ka.output = (char *)args->output;
-  ka.scratch = (char *)args->scratch;
-  ka.scalar_dev = args->scalar_dev;
-  ka.report = args->status->dev;
-  ka.state = args->status->state;
-  ka.arg = op.arg;
-  ka.epoch = args->epoch;
-  ka.span = span;
-  ka.layout = l;
-  ka.out_half = args->device_epoch ? args->out_half_bytes : 0;
-  double timeout_s = args->timeout_s > 0 ? args->timeout_s
-                                         : (double)brd_param_int(BRD_P_BRAID_TIMEOUT);
-  ka.timeout_ns = (unsigned long long)(timeout_s * 1e9);
-  ka.in_stride = args->in_stride ? args->in_stride : args->count;
-  ka.out_stride = args->out_stride ? args->out_stride : args->count;
-  ka.phase = args->phase;
-  ka.rank = args->rank;
-  ka.fn = op.fn;
-  ka.device_epoch = args->device_epoch != 0;
-  ka.xchg = args->xchg != 0;
-  ka.out_direct = args->out_direct != 0;
-  if (args->chans_dev == NULL && nchans > 0)
-    memcpy(ka.chans, args->chans, nchans * sizeof(ka.chans[0]));
-  if (args->chan_epoch_dev == NULL && args->chan_epoch != NULL) {
-    ka.has_chan_epoch = 1;
-    memcpy(ka.chan_epoch, args->chan_epoch, nchans * sizeof(ka.chan_epoch[0]));
-  }
-  if (args->in_segs_dev == NULL && args->in_segs != NULL && args->n_in_segs > 0) {
-    ka.n_in_segs = args->n_in_segs;
-    memcpy(ka.in_segs, args->in_segs, args->n_in_segs * sizeof(ka.in_segs[0]));
-  }
-  if (args->out_segs_dev == NULL && args->out_segs != NULL && args->n_out_segs > 0) {
-    ka.n_out_segs = args->n_out_segs;
-    memcpy(ka.out_segs, args->out_segs, args->n_out_segs * sizeof(ka.out_segs[0]));
-  }
-
-  void *params[1] = {&ka};
-  cudaError_t e = cudaLaunchKernel(kernels[args->dtype][fn_kind(op.fn)],
-                                   dim3(p->nblocks), dim3(BRD_EXEC_CUDA_NTHREADS),
-                                   params, 0, stream);
-  if (e != cudaSuccess) {
-    WARN("CUDA executor: launching rank %d's kernel (%u blocks) failed: %s "
-         "(CUDA error %d)", args->rank, p->nblocks, cudaGetErrorString(e), (int)e);
-    return ncclUnhandledCudaError;
-  }
-  return ncclSuccess;
-}
-
 /* ---- copy out of a staging half ------------------------------------------ */
-
-namespace {
 
 /* Copies nseg segments out of the half of src the last device-epoch launch
  * used. W is the width of one move (16, 8, 4 or 1 bytes), which divides
@@ -1289,44 +923,31 @@ __global__ void copyout_kernel(const state_t *st, const char *src,
 
 } /* namespace */
 
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
-                                              cudaStream_t stream) {
-  if (c->nseg == 0 || c->seg_bytes == 0) return ncclSuccess;
-  if (c->status == NULL || c->src == NULL || c->dst == NULL) {
-    WARN("CUDA executor: copy-out without a %s",
-         c->status == NULL ? "status block" : c->src == NULL ? "source" : "destination");
-    return ncclInvalidArgument;
-  }
-  if ((c->nseg - 1) * c->src_stride + c->seg_bytes > c->half_bytes) {
-    WARN("CUDA executor: copy-out of %u segments of %zu bytes %zu apart leaves a "
-         "staging half of %zu bytes", c->nseg, c->seg_bytes, c->src_stride,
-         c->half_bytes);
-    return ncclInvalidArgument;
-  }
-  uintptr_t any = (uintptr_t)c->src | (uintptr_t)c->dst | c->seg_bytes | c->half_bytes |
-                  c->src_stride | c->dst_stride;
-  int w = any % 16 == 0 ? 16 : any % 8 == 0 ? 8 : any % 4 == 0 ? 4 : 1;
-  unsigned long long units = c->seg_bytes / (size_t)w;
-  unsigned long long total = units * c->nseg;
-  unsigned long long want = (total + BRD_EXEC_CUDA_NTHREADS - 1) / BRD_EXEC_CUDA_NTHREADS;
-  unsigned int blocks = want < 256 ? (unsigned int)want : 256u;
-  const state_t *st = c->status->state;
-  const char *src = (const char *)c->src;
-  char *dst = (char *)c->dst;
-  unsigned long long half = c->half_bytes, ss = c->src_stride, ds = c->dst_stride;
+/* ---- entry points (exec_kernel.h) ------------------------------------------ */
+
+/* See exec_kernel.h. */
+extern "C" cudaError_t brd_exec_kernel_launch(const brd_exec_kargs_t *ka,
+                                              const brd_exec_cuda_args_t *args,
+                                              uint32_t nblocks, cudaStream_t stream) {
+  void *params[1] = {(void *)ka};
+  return cudaLaunchKernel(kernels[args->dtype][fn_kind(ka->fn)], dim3(nblocks),
+                          dim3(BRD_EXEC_CUDA_NTHREADS), params, 0, stream);
+}
+
+/* See exec_kernel.h. */
+extern "C" cudaError_t brd_exec_kernel_copyout(const brd_exec_copyout_kargs_t *c,
+                                               cudaStream_t stream) {
+  const state_t *st = c->state;
+  const char *src = c->src;
+  char *dst = c->dst;
+  unsigned long long half = c->half, units = c->units, ss = c->src_stride,
+                     ds = c->dst_stride;
   unsigned int nseg = c->nseg;
-  const void *fn = w == 16  ? BRD_KERNEL(copyout_kernel<uint4>)
-                   : w == 8 ? BRD_KERNEL(copyout_kernel<unsigned long long>)
-                   : w == 4 ? BRD_KERNEL(copyout_kernel<unsigned int>)
-                            : BRD_KERNEL(copyout_kernel<unsigned char>);
+  const void *fn = c->width == 16  ? BRD_KERNEL(copyout_kernel<uint4>)
+                   : c->width == 8 ? BRD_KERNEL(copyout_kernel<unsigned long long>)
+                   : c->width == 4 ? BRD_KERNEL(copyout_kernel<unsigned int>)
+                                   : BRD_KERNEL(copyout_kernel<unsigned char>);
   void *params[8] = {&st, &src, &half, &dst, &units, &nseg, &ss, &ds};
-  cudaError_t e = cudaLaunchKernel(fn, dim3(blocks), dim3(BRD_EXEC_CUDA_NTHREADS),
-                                   params, 0, stream);
-  if (e != cudaSuccess) {
-    WARN("CUDA executor: launching a copy-out of %u x %zu bytes failed: %s (CUDA "
-         "error %d)", c->nseg, c->seg_bytes, cudaGetErrorString(e), (int)e);
-    return ncclUnhandledCudaError;
-  }
-  return ncclSuccess;
+  return cudaLaunchKernel(fn, dim3(c->blocks), dim3(BRD_EXEC_CUDA_NTHREADS), params, 0,
+                          stream);
 }

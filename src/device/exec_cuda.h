@@ -2,7 +2,8 @@
  * Braid CUDA executor: runs one rank's part of a plan (device/ir.h) as one
  * kernel launch, one thread block per plan block. It reads the IR exactly as
  * the host executor does (exec_host.c is the reference); this header is the
- * host-side, C-callable interface, implemented in exec.cu.
+ * host-side, C-callable interface, implemented in exec_cuda.c (plain C:
+ * objects, checks, launch set-up) over the kernels of exec.cu.
  *
  * Objects, all created on the calling thread's current CUDA device:
  *   brd_exec_cuda_plan_t    a plan blob copied once to device memory, plus
@@ -190,28 +191,6 @@ typedef struct brd_exec_cuda_copyout {
   size_t src_stride;
   size_t dst_stride;
 } brd_exec_cuda_copyout_t;
-
-/* Host-side checks (exec_cuda_check.c), shared by every implementation of
- * this interface; they WARN and return the codes listed.
- * brd_exec_cuda_plan_check: ncclInternalError unless every op of plan is
- * one this executor runs and every index stays inside the blob, the
- * channel table, the chunks, slots and semaphores.
- * brd_exec_cuda_args_check: the checks of brd_exec_cuda_launch on args for
- * the host copy p of its plan and the rank's nchans channels (NULL
- * buffers, segment tables, channel tables, epochs, output exchange,
- * scratch alignment: ncclInvalidArgument); count > 0.
- * brd_exec_cuda_epochs_check: ncclInternalError when the launch's epoch or
- * a host channel epoch plus span crosses a multiple of 2^32. */
-ncclResult_t brd_exec_cuda_plan_check(const brd_ir_plan_t *plan);
-ncclResult_t brd_exec_cuda_args_check(const brd_exec_cuda_args_t *args,
-                                      const brd_ir_plan_t *p, uint32_t nchans);
-ncclResult_t brd_exec_cuda_epochs_check(const brd_exec_cuda_args_t *args, uint32_t nchans,
-                                        uint64_t span);
-
-/* WARNs the hang report h of a launch whose waits gave up after secs
- * seconds, in words naming what it waited for and what to do; what
- * brd_exec_cuda_poll says once per failure. Any thread. */
-void brd_exec_cuda_hang_warn(const brd_exec_cuda_hang_t *h, double secs);
 
 #if BRAID_CUDA
 /* Copies plan (a blob from brd_plan_builder_finish) to device memory on
