@@ -57,10 +57,10 @@
 #include "device/exec_kernel.h"
 #include "device/ir_addr.h"
 #include "device/layout.h"
-#include "device/reduce.cuh"
+#include "device/redop.cuh"
 
 extern "C" {
-#include "device/reduce.h"
+#include "device/redop.h"
 }
 
 /* A kernel's address for cudaLaunchKernel (the simulator's differs). */

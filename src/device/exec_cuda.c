@@ -21,7 +21,7 @@
 
 #include "device/exec_kernel.h"
 #include "device/layout.h"
-#include "device/reduce.h"
+#include "device/redop.h"
 
 /* ---- checks -------------------------------------------------------------- */
 

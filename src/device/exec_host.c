@@ -27,7 +27,7 @@
 #define SLEEP_NS 20000
 
 typedef struct blk_ctx {
-  brd_exec_launch_t *l;
+  brd_exec_run_t *l;
   int block;
   int opi;           /* index of the op being run */
   uint64_t iter;
@@ -45,7 +45,7 @@ typedef struct spin {
 } spin_t;
 
 /* Records the launch's first failure and tells the other blocks to leave. */
-static void launch_fail(brd_exec_launch_t *l, ncclResult_t res) {
+static void launch_fail(brd_exec_run_t *l, ncclResult_t res) {
   int expected = ncclSuccess;
   atomic_compare_exchange_strong(&l->result, &expected, (int)res);
   atomic_store(&l->stop, 1);
@@ -55,7 +55,7 @@ static void launch_fail(brd_exec_launch_t *l, ncclResult_t res) {
  * deadline passed (the caller reports the hang). Anything else: leave with
  * that result (abort, or a sibling block failed). */
 static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
-  brd_exec_launch_t *l = b->l;
+  brd_exec_run_t *l = b->l;
   if (++s->n < SPIN_BEFORE_YIELD) return ncclSuccess;
   if (l->args.abort_flag != NULL && atomic_load(l->args.abort_flag)) {
     INFO(BRD_SUBSYS_COLL, "rank %d block %d: launch aborted at op %d",
@@ -86,7 +86,7 @@ static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
 /* Fills the hang report once per launch, WARNs it, stops the launch. */
 static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
                                 uint64_t expected, uint64_t seen) {
-  brd_exec_launch_t *l = b->l;
+  brd_exec_run_t *l = b->l;
   int unclaimed = 0;
   if (atomic_compare_exchange_strong(&l->hang_claimed, &unclaimed, 1)) {
     brd_exec_hang_t *h = &l->hang;
@@ -140,7 +140,7 @@ static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
 }
 
 static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
-  brd_exec_launch_t *l = b->l;
+  brd_exec_run_t *l = b->l;
   if (brd_ir_seq_rel(&l->view, b->iter, op->k) <= 0)
     return ncclSuccess; /* names a point before this launch */
   uint64_t target = brd_ir_sem_value(&l->view, op->ref[0].chan, b->iter, op->k);
@@ -160,7 +160,7 @@ static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
 }
 
 static void run_signal(blk_ctx_t *b, const brd_ir_op_t *op) {
-  brd_exec_launch_t *l = b->l;
+  brd_exec_run_t *l = b->l;
   uint64_t value = brd_ir_sem_value(&l->view, op->ref[0].chan, b->iter, op->k);
   const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
   atomic_store_explicit(&ch->peer_sems[op->ref[0].index], value,
@@ -168,7 +168,7 @@ static void run_signal(blk_ctx_t *b, const brd_ir_op_t *op) {
 }
 
 static ncclResult_t run_barrier(blk_ctx_t *b) {
-  brd_exec_launch_t *l = b->l;
+  brd_exec_run_t *l = b->l;
   uint32_t nblocks = l->args.plan->nblocks;
   uint32_t want = b->bar_seen + 1;
   if (atomic_fetch_add_explicit(&l->bar_count, 1, memory_order_acq_rel) + 1 ==
@@ -195,7 +195,7 @@ static ncclResult_t run_barrier(blk_ctx_t *b) {
  * a peer's input, or a peer's output as the exchange resolved it or at
  * its channel pointer. */
 static char *seg_base(const blk_ctx_t *b, const brd_ir_ref_t *ref, uint32_t seg) {
-  const brd_exec_launch_t *l = b->l;
+  const brd_exec_run_t *l = b->l;
   if (ref->chan == BRD_IR_CHAN_LOCAL) return brd_ir_local_seg(&l->view, ref, seg);
   const brd_exec_chan_t *ch = &l->args.chans[ref->chan];
   if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT)
@@ -209,7 +209,7 @@ static char *seg_base(const blk_ctx_t *b, const brd_ir_ref_t *ref, uint32_t seg)
  * or of slot index+t (scratch) named by ref. */
 static char *ref_addr(const blk_ctx_t *b, const brd_ir_ref_t *ref,
                       uint32_t t) {
-  const brd_exec_launch_t *l = b->l;
+  const brd_exec_run_t *l = b->l;
   const brd_ir_view_t *v = &l->view;
   uint32_t index = ref->index + t;
   if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH)
@@ -263,7 +263,7 @@ static void ll_write(char *slot, size_t off, size_t len, size_t nbytes,
 }
 
 static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
-  brd_exec_launch_t *l = b->l;
+  brd_exec_run_t *l = b->l;
   size_t esize = l->view.layout.esize;
   int nref = op->nsrc + op->ndst;
   uint32_t flag_dst = brd_ir_ll_flag(&l->view, b->iter, op->k);
@@ -345,8 +345,8 @@ static ncclResult_t check_segs(const brd_exec_args_t *args,
 }
 
 /* See exec_host.h. */
-ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
-                                       const brd_exec_args_t *args) {
+ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
+                                   const brd_exec_args_t *args) {
   const brd_ir_plan_t *p = args->plan;
   if (p == NULL || p->magic != BRD_IR_MAGIC || p->version != BRD_IR_VERSION) {
     WARN("host executor: not a Braid plan (magic/version mismatch)");
@@ -442,7 +442,7 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
 /* Output exchange (device/ir.h): this rank's output, as each channel
  * peer should address it, into the peer's slot. A seqlock: the tag is 0
  * while the words change. */
-static void xchg_publish(const brd_exec_launch_t *l) {
+static void xchg_publish(const brd_exec_run_t *l) {
   const brd_exec_args_t *a = &l->args;
   uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
   uint64_t stride = a->out_stride ? a->out_stride : a->count;
@@ -495,7 +495,7 @@ static ncclResult_t xchg_resolve(blk_ctx_t *b) {
 }
 
 /* See exec_host.h. */
-ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block) {
+ncclResult_t brd_exec_host_block_run(brd_exec_run_t *l, int block) {
   const brd_ir_plan_t *p = l->args.plan;
   const brd_ir_op_t *ops = brd_ir_plan_ops(p, l->args.rank, block);
   uint32_t nops = brd_ir_plan_block(p, l->args.rank, block)->nops;
@@ -524,15 +524,15 @@ ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block) {
 }
 
 /* See exec_host.h. */
-ncclResult_t brd_exec_host_launch_fini(brd_exec_launch_t *l,
-                                       brd_exec_hang_t *hang_out) {
+ncclResult_t brd_exec_host_run_fini(brd_exec_run_t *l,
+                                   brd_exec_hang_t *hang_out) {
   ncclResult_t res = (ncclResult_t)atomic_load(&l->result);
   if (res == ncclRemoteError && hang_out != NULL) *hang_out = l->hang;
   return res;
 }
 
 typedef struct thread_arg {
-  brd_exec_launch_t *l;
+  brd_exec_run_t *l;
   int block;
 } thread_arg_t;
 
@@ -546,12 +546,12 @@ static void *block_thread(void *arg) {
 ncclResult_t brd_exec_host_run(const brd_exec_args_t *args,
                                brd_exec_hang_t *hang_out) {
   ncclResult_t res = ncclSuccess;
-  brd_exec_launch_t l;
-  CHECK(brd_exec_host_launch_init(&l, args));
+  brd_exec_run_t l;
+  CHECK(brd_exec_host_run_init(&l, args));
   int nblocks = args->plan->nblocks;
   if (nblocks == 1 || l.view.layout.niter == 0) {
     for (int blk = 0; blk < nblocks; blk++) brd_exec_host_block_run(&l, blk);
-    return brd_exec_host_launch_fini(&l, hang_out);
+    return brd_exec_host_run_fini(&l, hang_out);
   }
   pthread_t *threads = calloc((size_t)nblocks, sizeof(*threads));
   thread_arg_t *targs = calloc((size_t)nblocks, sizeof(*targs));
@@ -575,7 +575,7 @@ ncclResult_t brd_exec_host_run(const brd_exec_args_t *args,
   }
   if (started == nblocks) brd_exec_host_block_run(&l, 0);
   for (int blk = 1; blk < started; blk++) pthread_join(threads[blk], NULL);
-  res = brd_exec_host_launch_fini(&l, hang_out);
+  res = brd_exec_host_run_fini(&l, hang_out);
 free_arrays:
   free(targs);
   free(threads);

@@ -38,8 +38,8 @@
  *
  * Threads: brd_exec_host_run spawns one thread per block beyond the first
  * and runs block 0 on the caller's thread. A caller with its own threads
- * uses brd_exec_host_launch_init, then brd_exec_host_block_run once per
- * block (any threads, concurrently), then brd_exec_host_launch_fini.
+ * uses brd_exec_host_run_init, then brd_exec_host_block_run once per
+ * block (any threads, concurrently), then brd_exec_host_run_fini.
  *
  * Memory ordering: SIGNAL is a release store of the sequence number, WAIT
  * an acquire load; LL packets are 8-byte atomic stores and loads (release /
@@ -62,7 +62,7 @@
 #include "device/exec.h"
 #include "device/ir.h"
 #include "device/ir_addr.h"
-#include "device/reduce.h"
+#include "device/redop.h"
 #include "device/layout.h"
 
 /* What this rank reaches through one channel. All borrowed. */
@@ -113,8 +113,9 @@ typedef struct brd_exec_args {
                                  * count elements apart for its staging */
 } brd_exec_args_t;
 
-/* Per-launch state shared by the blocks of one rank; caller's memory. */
-typedef struct brd_exec_launch {
+/* One run of a plan by one rank (an executor "run": a group's "launch" is
+ * the core's word), the state its blocks share; caller's memory. */
+typedef struct brd_exec_run {
   brd_exec_args_t args;
   brd_reduce_op_t op;
   brd_ir_view_t view;          /* addressing (device/ir_addr.h) */
@@ -125,7 +126,7 @@ typedef struct brd_exec_launch {
   brd_exec_hang_t hang;        /* valid when result is ncclRemoteError */
   _Atomic uint32_t bar_count;  /* blocks arrived at the current barrier */
   _Atomic uint32_t bar_gen;    /* barriers completed */
-} brd_exec_launch_t;
+} brd_exec_run_t;
 
 /* Checks args against the plan and prepares *l (caller's memory; args are
  * copied, the buffers stay borrowed). ncclInvalidArgument for NULL buffers
@@ -133,19 +134,19 @@ typedef struct brd_exec_launch {
  * outside the plan, a segment table with a NULL buffer or a count above
  * `count`; ncclInternalError for a damaged plan or scratch smaller than the
  * plan needs. Never blocks. */
-ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
-                                       const brd_exec_args_t *args);
+ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
+                                   const brd_exec_args_t *args);
 
 /* Runs block `block` of the launch to completion on the calling thread,
  * blocking on its waits. Every block of the launch must be run, each by
  * one thread, concurrently (blocks wait on each other). Returns the
  * block's result; see the file comment for the error codes. */
-ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block);
+ncclResult_t brd_exec_host_block_run(brd_exec_run_t *l, int block);
 
 /* After every block returned: the launch's result, and the hang report in
  * *hang_out (may be NULL) when it is ncclRemoteError. */
-ncclResult_t brd_exec_host_launch_fini(brd_exec_launch_t *l,
-                                       brd_exec_hang_t *hang_out);
+ncclResult_t brd_exec_host_run_fini(brd_exec_run_t *l,
+                                   brd_exec_hang_t *hang_out);
 
 /* init + one thread per block + fini. Blocks until every block returned.
  * ncclSystemError when a thread cannot be created (the blocks already

@@ -6,7 +6,7 @@
 
 #include "base/check.h"
 #include "device/layout.h"
-#include "device/reduce.h"
+#include "device/redop.h"
 
 /* See layout.h. */
 void brd_plan_destroy(brd_ir_plan_t *plan) { free(plan); }

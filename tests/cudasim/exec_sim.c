@@ -105,7 +105,7 @@ static int kernel_reaches(const sim_kargs_t *s, const brd_exec_cuda_chan_t *chan
 }
 
 typedef struct block_arg {
-  brd_exec_launch_t *l;
+  brd_exec_run_t *l;
   int block;
 } block_arg_t;
 
@@ -190,7 +190,7 @@ static void exec_kernel(void *p) {
   /* A launch after a failure leaves at once (brd_exec_cuda_status_reset). */
   if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) == 0) {
     brd_exec_chan_t *chans = calloc(sk->nchans ? sk->nchans : 1, sizeof(*chans));
-    brd_exec_launch_t *l = malloc(sizeof(*l));
+    brd_exec_run_t *l = malloc(sizeof(*l));
     uint32_t nblocks = a->plan->nblocks;
     pthread_t *th = calloc(nblocks, sizeof(*th));
     block_arg_t *ba = calloc(nblocks, sizeof(*ba));
@@ -243,7 +243,7 @@ static void exec_kernel(void *p) {
                     : a->chan_epoch_dev ? a->chan_epoch_dev
                     : a->has_chan_epoch ? a->chan_epoch : NULL;
     ea.xchg = a->xchg;
-    if (brd_exec_host_launch_init(l, &ea) != ncclSuccess) {
+    if (brd_exec_host_run_init(l, &ea) != ncclSuccess) {
       /* The checks at enqueue passed: only device tables read now can be
        * wrong, which on a GPU is a fault. */
       brd_cudasim_fault(cudaErrorIllegalAddress, "the executor kernel read a device table "
@@ -266,7 +266,7 @@ static void exec_kernel(void *p) {
     for (uint32_t b = 1; b < started; b++) pthread_join(th[b], NULL);
     brd_exec_hang_t hang;
     memset(&hang, 0, sizeof(hang));
-    ncclResult_t res = brd_exec_host_launch_fini(l, &hang);
+    ncclResult_t res = brd_exec_host_run_fini(l, &hang);
     if (trace_level() > 0) {
       fprintf(stderr, "cudasim: rank %d kernel epoch %llu done: %d; peer sems[0]:", a->rank,
               (unsigned long long)epoch, (int)res);
