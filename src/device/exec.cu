@@ -1,6 +1,8 @@
 /*
- * Braid CUDA executor: one kernel launch runs one rank's part of a plan.
- * See exec_cuda.h for the interface and ir.h for the semantics; the host
+ * Braid CUDA executor, kernels: one kernel launch runs one rank's part of a
+ * plan. See exec_cuda.h for the interface, exec_cuda.c for its host half
+ * (objects, checks, launch set-up), exec_kernel.h for the two entry points
+ * this file exports to it, ir.h and ir_addr.h for the semantics; the host
  * executor (exec_host.c) is the reference reading this file follows.
  *
  * Algorithm: block b of the grid runs the op list of plan block b, once per
