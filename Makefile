@@ -264,13 +264,14 @@ $(NCCL_COMPARE): tools/compare/nccl_compare.c include/nccl.h
 endif
 
 # ---- CUDA simulator (tests/cudasim/): CUDA-mode host code on CPU threads ----
-# Two flavours, each a static archive of the library's C objects + a C CUDA
-# runtime (no cudart) + a CUDA executor; test programs link it statically,
-# so anything the simulator lacks fails the link. CUDA builds only.
-#   cudasim/      executor = exec_sim.c (exec.cu mirrored in C, kernels over
-#                 the host executor)
-#   cudasim-dev/  executor = src/device/exec.cu itself, compiled for the CPU
-#                 with tests/cudasim/devemu.h (kernels on grid.c's fibers)
+# Two flavours, each a static archive of the library's C objects (the CUDA
+# executor's host half, src/device/exec_cuda.c, among them) + a C CUDA
+# runtime (no cudart) + the executor's kernels; test programs link it
+# statically, so anything the simulator lacks fails the link. CUDA builds
+# only.
+#   cudasim/      kernels = exec_sim.c (over the host executor)
+#   cudasim-dev/  kernels = src/device/exec.cu itself, compiled for the CPU
+#                 with tests/cudasim/devemu.h (on grid.c's fibers)
 # `make cudasim` builds both; see tests/cudasim/README.md.
 ifeq ($(CUDA),1)
 SIM_COMMON   := tests/cudasim/runtime.c tests/cudasim/grid.c
@@ -295,7 +296,7 @@ $(SIM_DEV_OBJ): src/device/exec.cu tests/cudasim/devemu.h | $(DEPS_STAMP)
 sim_link = $(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common -Itests/cudasim $< $(TESTCOMMON_OBJ) \
   -o $@ $(1)/libnccl_cudasim.a -lcmocka $(SIM_LDLIBS) $(2)
 
-# $(call sim_flavour,dir,executor objects,extra libraries)
+# $(call sim_flavour,dir,kernel objects,extra libraries)
 define sim_flavour
 $(1)/libnccl_cudasim.a: $$(LIB_C:%.c=$$(BUILD)/obj/%.o) $$(SIM_COMMON:%.c=$$(BUILD)/obj/%.o) $(2)
 	@mkdir -p $$(@D)

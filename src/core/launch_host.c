@@ -170,7 +170,7 @@ typedef struct runner {
   struct ncclComm *comm;
   brd_works_t *ws;
   int nthreads;
-  brd_exec_launch_t launch;   /* the current work */
+  brd_exec_run_t launch;   /* the current work */
   ncclResult_t res;           /* first failure; written by thread 0 */
   int stop;                   /* under mu: leave at the next meeting */
   int stop_seen;              /* under mu: stop as of the last meeting */
@@ -245,11 +245,11 @@ static void runner_step(runner_t *r, int done, int next) {
   ncclResult_t res = ncclSuccess;
   if (done >= 0) {
     brd_exec_hang_t hang;
-    res = brd_exec_host_launch_fini(&r->launch, &hang);
+    res = brd_exec_host_run_fini(&r->launch, &hang);
     if (res == ncclSuccess) copy_out(&r->ws->w[done]);
   }
   if (res == ncclSuccess && next < r->ws->n)
-    res = brd_exec_host_launch_init(&r->launch, &r->ws->w[next].args);
+    res = brd_exec_host_run_init(&r->launch, &r->ws->w[next].args);
   if (res != ncclSuccess) {
     if (r->res == ncclSuccess) r->res = res;
     pthread_mutex_lock(&r->mu);
@@ -295,9 +295,9 @@ static ncclResult_t run_threads(struct ncclComm *comm, brd_works_t *ws) {
   if (nthreads == 1) {
     /* Every plan has one block: no threads, no meetings. */
     for (int w = 0; w < ws->n && res == ncclSuccess; w++) {
-      CHECK_GOTO(brd_exec_host_launch_init(&r->launch, &ws->w[w].args), res, free_mem);
+      CHECK_GOTO(brd_exec_host_run_init(&r->launch, &ws->w[w].args), res, free_mem);
       brd_exec_host_block_run(&r->launch, 0);
-      res = brd_exec_host_launch_fini(&r->launch, NULL);
+      res = brd_exec_host_run_fini(&r->launch, NULL);
       if (res == ncclSuccess) copy_out(&ws->w[w]);
     }
     goto free_mem;

@@ -8,7 +8,7 @@
 #include "base/check.h"
 #include "algos/algos.h"
 #include "core/works.h"
-#include "device/reduce.h"
+#include "device/redop.h"
 #include "plan/plan.h"
 
 static int is_reduction(uint8_t coll) { return brd_ir_coll_traits(coll).reduction; }

@@ -1,6 +1,8 @@
 /*
- * Braid CUDA executor: one kernel launch runs one rank's part of a plan.
- * See exec_cuda.h for the interface and ir.h for the semantics; the host
+ * Braid CUDA executor, kernels: one kernel launch runs one rank's part of a
+ * plan. See exec_cuda.h for the interface, exec_cuda.c for its host half
+ * (objects, checks, launch set-up), exec_kernel.h for the two entry points
+ * this file exports to it, ir.h and ir_addr.h for the semantics; the host
  * executor (exec_host.c) is the reference reading this file follows.
  *
  * Algorithm: block b of the grid runs the op list of plan block b, once per
@@ -49,20 +51,18 @@
  * cudaLaunchKernel on the stub's address either way. */
 #define __NV_LEGACY_LAUNCH 1
 
-#include <errno.h> /* check.h's SYS_ macros, included outside extern "C" */
-#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime.h>
 
 #include "device/exec_cuda.h"
-#include "device/reduce.cuh"
+#include "device/exec_kernel.h"
+#include "device/ir_addr.h"
+#include "device/layout.h"
+#include "device/redop.cuh"
 
 extern "C" {
-#include "base/check.h"
-#include "base/param.h"
-#include "device/reduce.h"
-#include "plan/plan.h"
+#include "device/redop.h"
 }
 
 /* A kernel's address for cudaLaunchKernel (the simulator's differs). */
@@ -80,80 +80,10 @@ const uint32_t SPIN_CHECK_INTERVAL = 8192;
 /* Packs in flight per thread in a plain copy. */
 const int COPY_UNROLL = 4;
 
-/* How a launch failed (report_t.failed). */
-enum { FAIL_NONE = 0, FAIL_HANG = 1, FAIL_ABORT = 2 };
-
-/* Host-visible state of a rank, in mapped pinned memory. The host writes
- * `abort`; a kernel writes the rest once, after claiming it. */
-struct report_t {
-  int abort;                  /* host: raise to stop every launch */
-  int failed;                 /* FAIL_*, written last */
-  uint64_t timeout_ns;        /* the timed-out launch's timeout */
-  brd_exec_cuda_hang_t hang;  /* valid when failed == FAIL_HANG */
-};
-
-/* Device-side state of a rank, in device memory; persists across
- * launches, which the status requires to be stream-ordered. */
-struct state_t {
-  unsigned int claimed;       /* report claimed by a failing thread */
-  unsigned int stop;          /* a launch failed: every block leaves */
-  unsigned int bar_count;     /* blocks arrived at the current barrier */
-  unsigned int bar_gen;       /* barriers completed (wraps; compared ==) */
-  unsigned int done;          /* blocks finished (device epochs) */
-  unsigned int launches;      /* launches finished (device epochs) */
-  unsigned long long cursor;  /* next sequence number (device epochs) */
-};
-
-/* Everything a kernel needs, passed by value (__grid_constant__), so a
- * captured graph keeps its own copy. */
-struct kargs_t {
-  const brd_ir_plan_t *plan;             /* device blob */
-  const brd_exec_cuda_chan_t *chans_dev; /* NULL: `chans` below */
-  const brd_exec_cuda_seg_t *in_segs_dev;  /* NULL: in_segs below, if any */
-  const brd_exec_cuda_seg_t *out_segs_dev;
-  const uint64_t *chan_epoch_dev;        /* NULL: chan_epoch below, if any */
-  unsigned long long *chan_cursor;       /* per-pair cursors: chan_epoch holds spans */
-  const char *input;
-  char *output;
-  char *scratch;                         /* base of both phases */
-  const void *scalar_dev;                /* NULL: `arg` holds the scalar */
-  report_t *report;                      /* device view of mapped memory */
-  state_t *state;
-  unsigned long long arg;                /* brd_reduce_op_t.arg */
-  unsigned long long epoch;              /* host epochs */
-  unsigned long long span;               /* sequence numbers per launch */
-  unsigned long long niter;
-  unsigned long long count;              /* brd_plan_layout_t, in 64 bits */
-  unsigned long long esize;
-  unsigned long long align;
-  unsigned long long chunk_max;
-  unsigned long long window;
-  unsigned long long slot_bytes;
-  unsigned long long half_bytes;
-  unsigned long long out_half;           /* device epochs: output halves */
-  unsigned long long timeout_ns;
-  unsigned long long in_stride;          /* elements between segments */
-  unsigned long long out_stride;
-  uint32_t nchunks;
-  uint32_t phase;                        /* host epochs */
-  int rank;
-  int fn;                                /* BRD_REDUCE_FN_* */
-  int device_epoch;
-  int fixed;                             /* BRD_IR_PLAN_F_FIXED */
-  uint32_t n_in_segs, n_out_segs;        /* inline tables; 0: none */
-  int has_chan_epoch;                    /* chan_epoch below is valid */
-  /* Bytes, in the padding before `chans`: the parameters are exactly at
-   * the 4 KiB limit since the channels carry their exchange slots. */
-  uint8_t xchg;                          /* brd_exec_cuda_args_t's */
-  uint8_t out_direct;                    /* own output has no half offset */
-  brd_exec_cuda_chan_t chans[BRD_EXEC_CUDA_INLINE_CHANS];
-  uint64_t chan_epoch[BRD_EXEC_CUDA_INLINE_CHANS];
-  brd_exec_cuda_seg_t in_segs[BRD_EXEC_CUDA_INLINE_SEGS];
-  brd_exec_cuda_seg_t out_segs[BRD_EXEC_CUDA_INLINE_SEGS];
-};
-
-/* Kernel parameters are limited to 4 KiB on every architecture built. */
-static_assert(sizeof(kargs_t) <= 4096, "kernel arguments fit 4 KiB");
+/* The host half's types (exec_kernel.h), by their short names here. */
+typedef brd_exec_report_t report_t;
+typedef brd_exec_state_t state_t;
+typedef brd_exec_kargs_t kargs_t;
 
 /* ---- PTX helpers ------------------------------------------------------ */
 
@@ -221,15 +151,10 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
  * them before the block's first barrier. */
 struct ctx_t {
   const kargs_t *a;
+  brd_ir_view_t v;       /* addressing (device/ir_addr.h) */
   const brd_exec_cuda_chan_t *chans;
-  const brd_exec_cuda_seg_t *in_segs;  /* NULL: inputs are strided */
-  const brd_exec_cuda_seg_t *out_segs;
-  const uint64_t *chan_epoch;          /* NULL: `epoch` for every channel */
-  uint64_t epoch;
-  uint64_t phase_off;    /* phase * half_bytes, into any rank's scratch */
-  uint64_t out_off;      /* phase * out_half, into any rank's output */
+  uint64_t out_off;      /* phase * out_half, into a peer's staged output */
   uint64_t arg;          /* the reduction's scalar or divisor */
-  uint32_t seq_per_iter;
   /* Output exchange (a->xchg): each channel peer's output for this launch
    * and the elements between its segments, as thread 0 resolved them
    * (xchg_resolve) before the block's first op. */
@@ -244,36 +169,6 @@ struct pos_t {
   int opi;
 };
 
-/* Sequence number of k in the current iteration, relative to the epoch. */
-__device__ __forceinline__ int64_t seq_rel(const ctx_t &c, pos_t w, int32_t k) {
-  return (int64_t)w.iter * c.seq_per_iter + k;
-}
-
-/* Element range of `chunk` in iteration `iter` of a segment of seg_count
- * elements, relative to the segment: brd_plan_layout_seg_chunk. */
-__device__ __forceinline__ void seg_chunk(const kargs_t &a, uint64_t seg_count,
-                                          uint64_t iter, uint32_t chunk,
-                                          uint64_t *start, uint64_t *n) {
-  uint64_t wstart = iter * a.window;
-  uint64_t left = seg_count > wstart ? seg_count - wstart : 0;
-  uint64_t w = left < a.window ? left : a.window;
-  uint64_t q = a.chunk_max;
-  if (w < a.window && !a.fixed) {
-    q = (w + a.nchunks - 1) / a.nchunks;
-    q = (q + a.align - 1) / a.align * a.align;
-  }
-  uint64_t lo = (uint64_t)chunk * q, hi = lo + q;
-  if (lo > w) lo = w;
-  if (hi > w) hi = w;
-  *start = wstart + lo;
-  *n = hi - lo;
-}
-
-/* The epoch the semaphores of channel `chan` count from. */
-__device__ __forceinline__ uint64_t chan_epoch(const ctx_t &c, uint8_t chan) {
-  return c.chan_epoch != NULL ? c.chan_epoch[chan] : c.epoch;
-}
-
 /* ---- failure paths (out of line: never hot) ----------------------------- */
 
 __device__ __noinline__ void stop_launch(const ctx_t &c) {
@@ -285,7 +180,7 @@ __device__ __noinline__ void stop_launch(const ctx_t &c) {
 __device__ __noinline__ void note_abort(const ctx_t &c) {
   if (atomicCAS(&c.a->state->claimed, 0u, 1u) == 0u) {
     volatile report_t *r = c.a->report;
-    r->failed = FAIL_ABORT;
+    r->failed = BRD_EXEC_FAIL_ABORT;
     __threadfence_system();
   }
   stop_launch(c);
@@ -309,7 +204,7 @@ __device__ __noinline__ void report_hang(const ctx_t &c, pos_t w, int what,
     r->timeout_ns = c.a->timeout_ns;
     /* The fields reach host memory before `failed` says they are valid. */
     __threadfence_system();
-    r->failed = FAIL_HANG;
+    r->failed = BRD_EXEC_FAIL_HANG;
     __threadfence_system();
   }
   stop_launch(c);
@@ -342,9 +237,9 @@ __device__ __forceinline__ int spin_step(const ctx_t &c, spin_t &s) {
 
 __device__ __noinline__ bool run_wait(const ctx_t &c, pos_t w,
                                       const brd_ir_op_t *op) {
-  int64_t rel = seq_rel(c, w, op->k);
-  if (rel <= 0) return true; /* names a point before this launch */
-  uint64_t target = chan_epoch(c, op->ref[0].chan) + (uint64_t)rel;
+  if (brd_ir_seq_rel(&c.v, w.iter, op->k) <= 0)
+    return true; /* names a point before this launch */
+  uint64_t target = brd_ir_sem_value(&c.v, op->ref[0].chan, w.iter, op->k);
   const uint64_t *sem = c.chans[op->ref[0].chan].sems + op->ref[0].index;
   spin_t s = {0, 0};
   uint64_t v;
@@ -352,7 +247,7 @@ __device__ __noinline__ bool run_wait(const ctx_t &c, pos_t w,
     int r = spin_step(c, s);
     if (r == SPIN_TIMEOUT) {
       int peer = brd_ir_plan_chan(c.a->plan, c.a->rank, op->ref[0].chan)->peer;
-      report_hang(c, w, BRD_EXEC_CUDA_WAIT_SEM, peer, op->ref[0].index, target, v);
+      report_hang(c, w, BRD_EXEC_WAIT_SEM, peer, op->ref[0].index, target, v);
       return false;
     }
     if (r == SPIN_LEAVE) return false;
@@ -362,7 +257,7 @@ __device__ __noinline__ bool run_wait(const ctx_t &c, pos_t w,
 
 __device__ __noinline__ void run_signal(const ctx_t &c, pos_t w,
                                         const brd_ir_op_t *op) {
-  uint64_t value = chan_epoch(c, op->ref[0].chan) + (uint64_t)seq_rel(c, w, op->k);
+  uint64_t value = brd_ir_sem_value(&c.v, op->ref[0].chan, w.iter, op->k);
   uint64_t *sem = c.chans[op->ref[0].chan].peer_sems + op->ref[0].index;
   /* The block's writes reached thread 0 through the previous op's
    * __syncthreads; the system-scope fence orders them, for every observer,
@@ -390,7 +285,7 @@ __device__ __noinline__ bool run_barrier(const ctx_t &c, pos_t w, uint32_t seen)
     while (ld_acquire_gpu(&st->bar_gen) == gen) {
       int r = spin_step(c, s);
       if (r == SPIN_TIMEOUT) {
-        report_hang(c, w, BRD_EXEC_CUDA_WAIT_BARRIER, -1, (int)seen, nblocks,
+        report_hang(c, w, BRD_EXEC_WAIT_BARRIER, -1, (int)seen, nblocks,
                     *(volatile unsigned int *)&st->bar_count);
         return false;
       }
@@ -418,7 +313,7 @@ __device__ __noinline__ void xchg_publish(const ctx_t &c) {
     __threadfence_system();
     st_volatile_u64(s + 1, (uint64_t)(uintptr_t)c.chans[ch].xchg_output);
     st_volatile_u64(s + 2, a.out_stride);
-    st_release_sys(s, c.epoch + 1);
+    st_release_sys(s, c.v.epoch + 1);
   }
 }
 
@@ -431,11 +326,11 @@ __device__ __noinline__ void xchg_publish(const ctx_t &c) {
 __device__ __noinline__ bool xchg_resolve(ctx_t &c) {
   const kargs_t &a = *c.a;
   uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
-  uint64_t want = c.epoch + 1;
+  uint64_t want = c.v.epoch + 1;
   for (uint32_t ch = 0; ch < nch; ch++) {
     const uint64_t *s = c.chans[ch].xchg_slot;
     c.xout[ch] = (char *)c.chans[ch].peer_output + c.out_off;
-    c.xstride[ch] = a.count;
+    c.xstride[ch] = a.layout.count;
     spin_t sp = {0, 0};
     for (;;) {
       uint64_t t1 = ld_acquire_sys(s);
@@ -459,7 +354,7 @@ __device__ __noinline__ bool xchg_resolve(ctx_t &c) {
         w.iter = 0;
         w.opi = 0;
         int peer = brd_ir_plan_chan(a.plan, a.rank, (int)ch)->peer;
-        report_hang(c, w, BRD_EXEC_CUDA_WAIT_XCHG, peer, (int)ch, want, t1);
+        report_hang(c, w, BRD_EXEC_WAIT_XCHG, peer, (int)ch, want, t1);
         return false;
       }
       if (r == SPIN_LEAVE) return false;
@@ -601,7 +496,7 @@ __device__ __noinline__ ll_pack_t ll_wait_pack(const ctx_t &c, pos_t w,
     while ((uint32_t)((x = ld_volatile_u64(p + q)) >> 32) != flag) {
       int r = spin_step(c, s);
       if (r == SPIN_TIMEOUT)
-        report_hang(c, w, BRD_EXEC_CUDA_WAIT_PACKET, -1, (int)slot_index, flag,
+        report_hang(c, w, BRD_EXEC_WAIT_PACKET, -1, (int)slot_index, flag,
                     x >> 32);
       if (r != SPIN_GO) {
         res.ok = 0;
@@ -787,66 +682,32 @@ __device__ __forceinline__ bool reduce_chunk(const ctx_t &c, pos_t w,
   return true;
 }
 
-/* Start of segment `seg` of an input or output (this rank's, or a peer's
- * output through a channel), and its element count in *count. */
+/* Start of segment `seg` of an input or output: this rank's own
+ * (ir_addr.h), a peer's input, or a peer's output as the exchange
+ * resolved it (a published output has no half offset; a staged one got
+ * this launch's in xchg_resolve) or in the launch's half of its staging. */
 __device__ __forceinline__ char *seg_base(const ctx_t &c, const brd_ir_ref_t &ref,
-                                          uint32_t seg, uint64_t *count) {
-  const kargs_t &a = *c.a;
-  bool input = (ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT;
-  bool local = ref.chan == BRD_IR_CHAN_LOCAL;
-  const brd_exec_cuda_seg_t *table = input ? c.in_segs : c.out_segs;
-  if (table != NULL && local) {
-    *count = table[seg].count;
-    return (char *)table[seg].ptr;
-  }
-  *count = a.count;
-  if (input) {
-    const char *base = local ? a.input : (const char *)c.chans[ref.chan].peer_input;
-    return (char *)base + (uint64_t)seg * a.in_stride * a.esize;
-  }
-  /* A direct output is the user's buffer: one half only. */
-  if (local)
-    return a.output + (a.out_direct ? 0 : c.out_off) + (uint64_t)seg * a.out_stride * a.esize;
-  /* Exchanged: a published output has no half offset; a staged one got
-   * this launch's in xchg_resolve. */
-  if (a.xchg) return c.xout[ref.chan] + (uint64_t)seg * c.xstride[ref.chan] * a.esize;
-  return (char *)c.chans[ref.chan].peer_output + c.out_off +
-         (uint64_t)seg * a.out_stride * a.esize;
+                                          uint32_t seg) {
+  if (ref.chan == BRD_IR_CHAN_LOCAL) return brd_ir_local_seg(&c.v, &ref, seg);
+  const brd_exec_cuda_chan_t &ch = c.chans[ref.chan];
+  if ((ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT)
+    return brd_ir_seg_at(&c.v, ch.peer_input, seg, c.v.in_stride);
+  if (c.a->xchg) return brd_ir_seg_at(&c.v, c.xout[ref.chan], seg, c.xstride[ref.chan]);
+  return brd_ir_seg_at(&c.v, (char *)ch.peer_output + c.out_off, seg, c.v.out_stride);
 }
 
 /* Address of chunk index+t (input/output, within its segment) or of slot
  * index+t (scratch). */
 __device__ __forceinline__ char *ref_addr(const ctx_t &c, uint64_t iter,
                                           const brd_ir_ref_t &ref, uint32_t t) {
-  const kargs_t &a = *c.a;
   uint32_t index = ref.index + t;
-  if ((ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH) {
-    char *base = ref.chan == BRD_IR_CHAN_LOCAL
-                     ? a.scratch : (char *)c.chans[ref.chan].peer_scratch;
-    return base + c.phase_off + (uint64_t)index * a.slot_bytes;
-  }
-  uint64_t count, start, n;
-  char *base = seg_base(c, ref, index / a.nchunks, &count);
-  seg_chunk(a, count, iter, index % a.nchunks, &start, &n);
-  return base + start * a.esize;
-}
-
-/* Elements of chunk op->chunk + t: those of the segment the op's first
- * input or output reference names (the launch's count for strided
- * segments and for ops between scratch slots). */
-__device__ __forceinline__ uint64_t op_chunk_len(const ctx_t &c, uint64_t iter,
-                                                 const brd_ir_op_t *op,
-                                                 uint32_t t) {
-  const kargs_t &a = *c.a;
-  uint64_t count = a.count, start, n;
-  for (int r = 0; r < op->nsrc + op->ndst; r++) {
-    uint32_t kind = op->ref[r].buf & BRD_IR_BUF_MASK;
-    if (kind != BRD_IR_BUF_INPUT && kind != BRD_IR_BUF_OUTPUT) continue;
-    seg_base(c, op->ref[r], (op->ref[r].index + t) / a.nchunks, &count);
-    break;
-  }
-  seg_chunk(a, count, iter, op->chunk + t, &start, &n);
-  return n;
+  if ((ref.buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH)
+    return brd_ir_slot_addr(&c.v, ref.chan == BRD_IR_CHAN_LOCAL
+                                      ? c.a->scratch : (char *)c.chans[ref.chan].peer_scratch,
+                            index);
+  uint32_t seg = index / c.v.layout.nchunks;
+  return brd_ir_chunk_addr(&c.v, seg_base(c, ref, seg), brd_ir_seg_count(&c.v, &ref, seg),
+                           iter, index % c.v.layout.nchunks);
 }
 
 /* A data op (COPY .. PKT_REDUCE): every thread of the block. Out of line,
@@ -857,8 +718,8 @@ __device__ __noinline__ bool run_data(const ctx_t &c, pos_t w, const brd_ir_op_t
   const kargs_t &a = *c.a;
   const int nsrc = op->nsrc, nref = op->nsrc + op->ndst;
   chunk_io_t io;
-  io.flag_dst = (uint32_t)(c.epoch + (uint64_t)seq_rel(c, w, op->k));
-  io.flag_src = (uint32_t)(c.epoch + (uint64_t)seq_rel(c, w, op->k_src));
+  io.flag_dst = brd_ir_ll_flag(&c.v, w.iter, op->k);
+  io.flag_src = brd_ir_ll_flag(&c.v, w.iter, op->k_src);
   io.llmask = 0;
   for (int r = 0; r < nref; r++)
     if (op->ref[r].buf & BRD_IR_REF_LL) io.llmask |= 1u << r;
@@ -877,7 +738,7 @@ __device__ __noinline__ bool run_data(const ctx_t &c, pos_t w, const brd_ir_op_t
   const bool copy = nsrc == 1 && pre_mask == 0 && !post;
 
   for (uint32_t t = 0; t < op->nchunks; t++) {
-    io.nbytes = op_chunk_len(c, w.iter, op, t) * a.esize;
+    io.nbytes = brd_ir_op_chunk_len(&c.v, op, w.iter, t) * a.layout.esize;
     if (io.nbytes == 0) continue;
     io.npacks = (io.nbytes + 15) / 16;
     for (int r = 0; r < nref; r++) io.addr[r] = ref_addr(c, w.iter, op->ref[r], t);
@@ -886,13 +747,6 @@ __device__ __noinline__ bool run_data(const ctx_t &c, pos_t w, const brd_ir_op_t
     if (!ok) return false;
   }
   return true;
-}
-
-/* Same reservation as brd_plan_epoch_reserve, from the device cursor. */
-__device__ __forceinline__ uint64_t epoch_reserve(uint64_t cursor, uint64_t span) {
-  const uint64_t wrap = (uint64_t)1 << 32;
-  uint64_t next = (cursor / wrap + 1) * wrap;
-  return span > 0 && cursor + span >= next ? next : cursor;
 }
 
 /* One rank's plan: block b runs plan block b's ops for every iteration,
@@ -910,47 +764,52 @@ exec_kernel(const __grid_constant__ kargs_t a) {
     unsigned long long arg = a.arg;
     if (a.scalar_dev != NULL) {
       arg = 0;
-      memcpy(&arg, a.scalar_dev, a.esize); /* little-endian: low bytes */
+      memcpy(&arg, a.scalar_dev, a.layout.esize); /* little-endian: low bytes */
     }
     uint32_t launches;
     if (a.device_epoch) {
       /* Stable for the whole launch: only the last block to finish moves
        * them, after every block has read them. */
-      s_ctx.epoch = epoch_reserve(*(volatile unsigned long long *)&st->cursor, a.span);
+      s_ctx.v.epoch = brd_plan_epoch_at(*(volatile unsigned long long *)&st->cursor, a.span);
       launches = *(volatile unsigned int *)&st->launches;
     } else {
-      s_ctx.epoch = a.epoch;
+      s_ctx.v.epoch = a.epoch;
       launches = a.phase;
     }
     s_launches = launches;
+    s_ctx.out_off = a.device_epoch ? (uint64_t)(launches & 1u) * a.out_half : 0;
     s_ctx.a = &a;
     s_ctx.chans = a.chans_dev != NULL ? a.chans_dev : a.chans;
-    s_ctx.in_segs = a.in_segs_dev != NULL ? a.in_segs_dev
-                    : a.n_in_segs > 0 ? a.in_segs : NULL;
-    s_ctx.out_segs = a.out_segs_dev != NULL ? a.out_segs_dev
-                     : a.n_out_segs > 0 ? a.out_segs : NULL;
-    s_ctx.chan_epoch = a.chan_epoch_dev != NULL ? a.chan_epoch_dev
-                       : a.has_chan_epoch ? a.chan_epoch : NULL;
+    brd_ir_view_t &v = s_ctx.v;
+    v.layout = a.layout;
+    v.in_segs = a.in_segs_dev != NULL ? a.in_segs_dev : a.n_in_segs > 0 ? a.in_segs : NULL;
+    v.out_segs = a.out_segs_dev != NULL ? a.out_segs_dev : a.n_out_segs > 0 ? a.out_segs : NULL;
+    v.input = a.input;
+    /* A direct output is the user's buffer: one half only. */
+    v.output = a.output == NULL ? NULL : a.output + (a.out_direct ? 0 : s_ctx.out_off);
+    v.in_stride = a.in_stride;
+    v.out_stride = a.out_stride;
+    v.chan_epoch = a.chan_epoch_dev != NULL ? a.chan_epoch_dev
+                   : a.has_chan_epoch ? a.chan_epoch : NULL;
+    v.seq_per_iter = a.plan->seq_per_iter;
+    v.phase = launches & 1u;
     if (a.chan_cursor != NULL) {
       /* Stable for the launch, as the device epoch: only the last block
        * out advances the cursors. */
       uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
       for (uint32_t ch = 0; ch < nch; ch++) {
         int peer = brd_ir_plan_chan(a.plan, a.rank, (int)ch)->peer;
-        s_chan_ep[ch] = epoch_reserve(*(volatile unsigned long long *)&a.chan_cursor[peer],
+        s_chan_ep[ch] = brd_plan_epoch_at(*(volatile unsigned long long *)&a.chan_cursor[peer],
                                       a.chan_epoch[ch]);
       }
-      s_ctx.chan_epoch = s_chan_ep;
+      v.chan_epoch = s_chan_ep;
     }
-    s_ctx.phase_off = (uint64_t)(launches & 1u) * a.half_bytes;
-    s_ctx.out_off = a.device_epoch ? (uint64_t)(launches & 1u) * a.out_half : 0;
     s_ctx.arg = arg;
-    s_ctx.seq_per_iter = a.plan->seq_per_iter;
   }
   /* A launch after a failure leaves at once (brd_exec_cuda_status_reset). */
   bool leave = __syncthreads_or(threadIdx.x == 0 &&
                                 *(volatile unsigned int *)&st->stop != 0);
-  if (a.xchg && a.niter > 0 && !leave) {
+  if (a.xchg && a.layout.niter > 0 && !leave) {
     /* Every rank publishes before it waits, so no rank waits on one that
      * has not published; the other blocks need not wait for block 0 (all
      * are resident). A failed resolve leaves like a failed op. */
@@ -968,31 +827,20 @@ exec_kernel(const __grid_constant__ kargs_t a) {
   uint32_t bar_seen = 0; /* barriers passed in this launch (thread 0) */
   pos_t w;
 
-  for (w.iter = 0; w.iter < a.niter && !leave; w.iter++) {
+  for (w.iter = 0; w.iter < a.layout.niter && !leave; w.iter++) {
     for (uint32_t i = 0; i < nops; i++) {
       const brd_ir_op_t *op = &ops[i];
       w.opi = (int)i;
       bool ok = true;
-      switch (op->code) {
-      case BRD_IR_OP_WAIT:
-        if (threadIdx.x == 0) ok = run_wait(c, w, op);
-        break;
-      case BRD_IR_OP_SIGNAL:
-        if (threadIdx.x == 0) run_signal(c, w, op);
-        break;
-      case BRD_IR_OP_BARRIER:
-        if (threadIdx.x == 0) ok = run_barrier(c, w, bar_seen++);
-        break;
-      case BRD_IR_OP_COPY:
-      case BRD_IR_OP_REDUCE:
-      case BRD_IR_OP_PUT:
-      case BRD_IR_OP_GET:
-      case BRD_IR_OP_PKT_PUT:
-      case BRD_IR_OP_PKT_REDUCE:
+      if (brd_ir_op_is_data(op->code)) {
         ok = run_data<DT, FN>(c, w, op);
-        break;
-      default: /* NOP; plan creation rejected every other code */
-        break;
+      } else if (threadIdx.x == 0) {
+        switch (op->code) {
+        case BRD_IR_OP_WAIT: ok = run_wait(c, w, op); break;
+        case BRD_IR_OP_SIGNAL: run_signal(c, w, op); break;
+        case BRD_IR_OP_BARRIER: ok = run_barrier(c, w, bar_seen++); break;
+        default: break; /* NOP; plan creation rejected every other code */
+        }
       }
       if (__syncthreads_or(!ok)) {
         leave = true;
@@ -1008,7 +856,7 @@ exec_kernel(const __grid_constant__ kargs_t a) {
     if (atomicAdd(&st->done, 1u) + 1u == gridDim.x) {
       st->done = 0;
       if (a.device_epoch) {
-        st->cursor = c.epoch + a.span;
+        st->cursor = c.v.epoch + a.span;
         st->launches = s_launches + 1u;
       }
       if (a.chan_cursor != NULL) {
@@ -1050,318 +898,7 @@ int fn_kind(int fn) {
   }
 }
 
-/* ---- host side --------------------------------------------------------- */
-
-/* Copies bytes from src to dst (src NULL: zeroes dst) on a private
- * non-blocking stream and waits for it, so a setup copy neither waits for
- * nor is overtaken by other streams' work: the legacy default stream would
- * wait for peers' kernels, which may be spinning on this rank. */
-ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
-                          cudaMemcpyKind kind, const char *what) {
-  ncclResult_t res = ncclSuccess;
-  cudaStream_t s;
-  CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
-                  "cudaStreamCreateWithFlags", res, out);
-  if (src == NULL) {
-    CUDA_CHECK_GOTO(cudaMemsetAsync(dst, 0, bytes, s), what, res, out_stream);
-  } else {
-    CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes, kind, s), what, res,
-                    out_stream);
-  }
-  CUDA_CHECK_GOTO(cudaStreamSynchronize(s), what, res, out_stream);
-out_stream:
-  cudaStreamDestroy(s);
-out:
-  return res;
-}
-
-} /* namespace */
-
-struct brd_exec_cuda_plan {
-  brd_ir_plan_t *host; /* owned: brd_plan_clone */
-  brd_ir_plan_t *dev;  /* owned: cudaMalloc, the same bytes */
-};
-
-struct brd_exec_cuda_status {
-  report_t *host;   /* owned: cudaHostAlloc (mapped) */
-  report_t *dev;    /* the device's view of host */
-  state_t *state;   /* owned: cudaMalloc */
-  int reported;     /* the current failure was logged */
-};
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
-                                                  brd_exec_cuda_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_exec_cuda_plan_t *cp;
-  int dev = 0, nsm = 0;
-  CHECK(brd_exec_cuda_plan_check(plan));
-  CUDA_CHECK_GOTO(cudaGetDevice(&dev), "cudaGetDevice", res, out);
-  CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev),
-                  "cudaDeviceGetAttribute(multiProcessorCount)", res, out);
-  if (plan->nblocks > nsm) {
-    WARN("CUDA executor: a plan of %u blocks per rank cannot have every block "
-         "resident on device %d, which has %d SMs; generate it with at most "
-         "%d blocks (NCCL_MAX_CTAS)", plan->nblocks, dev, nsm, nsm);
-    res = ncclInvalidArgument;
-    goto out;
-  }
-  cp = (brd_exec_cuda_plan_t *)calloc(1, sizeof(*cp));
-  if (cp == NULL) {
-    WARN("out of host memory allocating %zu bytes for a CUDA executor plan",
-         sizeof(*cp));
-    res = ncclSystemError;
-    goto out;
-  }
-  CHECK_GOTO(brd_plan_clone(plan, &cp->host), res, fail_free);
-  CUDA_CHECK_GOTO(cudaMalloc((void **)&cp->dev, plan->total_bytes),
-                  "cudaMalloc for a plan", res, fail_destroy_host);
-  CHECK_GOTO(private_copy(cp->dev, plan, plan->total_bytes, cudaMemcpyHostToDevice,
-                          "copying a plan to the device"), res, fail_free_dev);
-  *plan_out = cp;
-  return ncclSuccess;
-fail_free_dev:
-  cudaFree(cp->dev);
-fail_destroy_host:
-  brd_plan_destroy(cp->host);
-fail_free:
-  free(cp);
-out:
-  return res;
-}
-
-/* See exec_cuda.h. */
-extern "C" void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan) {
-  if (plan == NULL) return;
-  cudaFree(plan->dev);
-  brd_plan_destroy(plan->host);
-  free(plan);
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_exec_cuda_status_t *st =
-      (brd_exec_cuda_status_t *)calloc(1, sizeof(brd_exec_cuda_status_t));
-  if (st == NULL) {
-    WARN("out of host memory allocating %zu bytes for a CUDA executor status",
-         sizeof(*st));
-    return ncclSystemError;
-  }
-  CUDA_CHECK_GOTO(cudaHostAlloc((void **)&st->host, sizeof(report_t),
-                                cudaHostAllocMapped),
-                  "cudaHostAlloc (mapped) for the hang report", res, fail_free);
-  memset(st->host, 0, sizeof(report_t));
-  CUDA_CHECK_GOTO(cudaHostGetDevicePointer((void **)&st->dev, st->host, 0),
-                  "cudaHostGetDevicePointer for the hang report", res, fail_free_host);
-  CUDA_CHECK_GOTO(cudaMalloc((void **)&st->state, sizeof(state_t)),
-                  "cudaMalloc for the executor state", res, fail_free_host);
-  CHECK_GOTO(private_copy(st->state, NULL, sizeof(state_t), cudaMemcpyDefault,
-                          "zeroing the executor state"), res, fail_free_state);
-  *st_out = st;
-  return ncclSuccess;
-fail_free_state:
-  cudaFree(st->state);
-fail_free_host:
-  cudaFreeHost(st->host);
-fail_free:
-  free(st);
-  return res;
-}
-
-/* See exec_cuda.h. */
-extern "C" void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st) {
-  if (st == NULL) return;
-  cudaFree(st->state);
-  cudaFreeHost(st->host);
-  free(st);
-}
-
-/* See exec_cuda.h. */
-extern "C" void brd_exec_cuda_status_abort(brd_exec_cuda_status_t *st) {
-  __atomic_store_n(&st->host->abort, 1, __ATOMIC_RELEASE);
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st) {
-  ncclResult_t res = ncclSuccess;
-  state_t s;
-  CHECK_GOTO(private_copy(&s, st->state, sizeof(s), cudaMemcpyDeviceToHost,
-                          "reading the executor state"), res, out);
-  s.claimed = 0;
-  s.stop = 0;
-  s.bar_count = 0;
-  s.done = 0;
-  CHECK_GOTO(private_copy(st->state, &s, sizeof(s), cudaMemcpyHostToDevice,
-                          "resetting the executor state"), res, out);
-  memset(st->host, 0, sizeof(report_t));
-  st->reported = 0;
-out:
-  return res;
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_poll(brd_exec_cuda_status_t *st,
-                                           brd_exec_cuda_hang_t *hang_out) {
-  const volatile report_t *r = st->host;
-  int failed = r->failed;
-  if (failed == FAIL_NONE) return ncclSuccess;
-  if (failed == FAIL_ABORT) {
-    if (!st->reported)
-      INFO(BRD_SUBSYS_COLL, "CUDA executor: launch stopped by the abort flag");
-    st->reported = 1;
-    return ncclSystemError;
-  }
-  brd_exec_cuda_hang_t h;
-  h.rank = r->hang.rank;
-  h.block = r->hang.block;
-  h.op = r->hang.op;
-  h.iter = r->hang.iter;
-  h.what = r->hang.what;
-  h.peer = r->hang.peer;
-  h.index = r->hang.index;
-  h.expected = r->hang.expected;
-  h.seen = r->hang.seen;
-  if (!st->reported) brd_exec_cuda_hang_warn(&h, (double)r->timeout_ns * 1e-9);
-  st->reported = 1;
-  if (hang_out != NULL) *hang_out = h;
-  return ncclRemoteError;
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_chans_create(const brd_exec_cuda_chan_t *chans,
-                                                   uint32_t n,
-                                                   brd_exec_cuda_chan_t **dev_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_exec_cuda_chan_t *dev = NULL;
-  size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(*dev);
-  CUDA_CHECK_GOTO(cudaMalloc((void **)&dev, bytes), "cudaMalloc for a channel table",
-                  res, out);
-  if (n > 0)
-    CHECK_GOTO(private_copy(dev, chans, (size_t)n * sizeof(*dev),
-                            cudaMemcpyHostToDevice, "copying a channel table"),
-               res, fail_free);
-  *dev_out = dev;
-  return ncclSuccess;
-fail_free:
-  cudaFree(dev);
-out:
-  return res;
-}
-
-/* See exec_cuda.h. */
-extern "C" void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev) {
-  if (dev != NULL) cudaFree(dev);
-}
-
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
-                                             cudaStream_t stream) {
-  if (args->plan == NULL || args->status == NULL) {
-    WARN("CUDA executor: launch without a %s",
-         args->plan == NULL ? "plan" : "status block");
-    return ncclInvalidArgument;
-  }
-  const brd_ir_plan_t *p = args->plan->host;
-  if (args->rank < 0 || args->rank >= p->nranks) {
-    WARN("CUDA executor: rank %d outside a plan of %d ranks", args->rank, p->nranks);
-    return ncclInvalidArgument;
-  }
-  if (!args->device_epoch && args->phase > 1) {
-    WARN("CUDA executor: scratch phase %u (expected 0 or 1)", args->phase);
-    return ncclInvalidArgument;
-  }
-  /* A device scalar is read by the kernel; any value of the type serves to
-   * resolve the op here. */
-  uint64_t zero = 0;
-  brd_reduce_op_t op;
-  CHECK(brd_reduce_op_init(args->dtype, args->redop, p->nranks,
-                           args->scalar_dev != NULL ? &zero : args->scalar, &op));
-  if (args->count == 0) return ncclSuccess;
-
-  uint32_t nchans = brd_ir_plan_rank(p, args->rank)->nchans;
-  CHECK(brd_exec_cuda_args_check(args, p, nchans));
-  brd_plan_layout_t l;
-  CHECK(brd_plan_layout_init(p, args->count, args->dtype, args->scratch_bytes, &l));
-  if (l.half_bytes % 16 != 0) {
-    WARN("CUDA executor: rank %d scratch of %zu bytes: each phase must be a "
-         "multiple of 16 bytes (brd_plan_scratch_bytes)", args->rank,
-         args->scratch_bytes);
-    return ncclInvalidArgument;
-  }
-  uint64_t span = brd_plan_epoch_span(p, &l);
-  if (!args->device_epoch && args->chan_cursor_dev == NULL)
-    CHECK(brd_exec_cuda_epochs_check(args, nchans, span));
-
-  kargs_t ka;
-  memset(&ka, 0, sizeof(ka));
-  ka.plan = args->plan->dev;
-  ka.chans_dev = args->chans_dev;
-  ka.in_segs_dev = args->in_segs_dev;
-  ka.out_segs_dev = args->out_segs_dev;
-  ka.chan_epoch_dev = args->chan_epoch_dev;
-  ka.chan_cursor = (unsigned long long *)args->chan_cursor_dev;
-  ka.input = (const char *)args->input;
-  ka.output = (char *)args->output;
-  ka.scratch = (char *)args->scratch;
-  ka.scalar_dev = args->scalar_dev;
-  ka.report = args->status->dev;
-  ka.state = args->status->state;
-  ka.arg = op.arg;
-  ka.epoch = args->epoch;
-  ka.span = span;
-  ka.niter = l.niter;
-  ka.count = l.count;
-  ka.esize = l.esize;
-  ka.align = l.align;
-  ka.chunk_max = l.chunk_max;
-  ka.window = l.window;
-  ka.slot_bytes = l.slot_bytes;
-  ka.half_bytes = l.half_bytes;
-  ka.out_half = args->device_epoch ? args->out_half_bytes : 0;
-  double timeout_s = args->timeout_s > 0 ? args->timeout_s
-                                         : (double)brd_param_int(BRD_P_BRAID_TIMEOUT);
-  ka.timeout_ns = (unsigned long long)(timeout_s * 1e9);
-  ka.in_stride = args->in_stride ? args->in_stride : args->count;
-  ka.out_stride = args->out_stride ? args->out_stride : args->count;
-  ka.nchunks = l.nchunks;
-  ka.phase = args->phase;
-  ka.rank = args->rank;
-  ka.fn = op.fn;
-  ka.device_epoch = args->device_epoch != 0;
-  ka.fixed = l.fixed;
-  ka.xchg = args->xchg != 0;
-  ka.out_direct = args->out_direct != 0;
-  if (args->chans_dev == NULL && nchans > 0)
-    memcpy(ka.chans, args->chans, nchans * sizeof(ka.chans[0]));
-  if (args->chan_epoch_dev == NULL && args->chan_epoch != NULL) {
-    ka.has_chan_epoch = 1;
-    memcpy(ka.chan_epoch, args->chan_epoch, nchans * sizeof(ka.chan_epoch[0]));
-  }
-  if (args->in_segs_dev == NULL && args->in_segs != NULL && args->n_in_segs > 0) {
-    ka.n_in_segs = args->n_in_segs;
-    memcpy(ka.in_segs, args->in_segs, args->n_in_segs * sizeof(ka.in_segs[0]));
-  }
-  if (args->out_segs_dev == NULL && args->out_segs != NULL && args->n_out_segs > 0) {
-    ka.n_out_segs = args->n_out_segs;
-    memcpy(ka.out_segs, args->out_segs, args->n_out_segs * sizeof(ka.out_segs[0]));
-  }
-
-  void *params[1] = {&ka};
-  cudaError_t e = cudaLaunchKernel(kernels[args->dtype][fn_kind(op.fn)],
-                                   dim3(p->nblocks), dim3(BRD_EXEC_CUDA_NTHREADS),
-                                   params, 0, stream);
-  if (e != cudaSuccess) {
-    WARN("CUDA executor: launching rank %d's kernel (%u blocks) failed: %s "
-         "(CUDA error %d)", args->rank, p->nblocks, cudaGetErrorString(e), (int)e);
-    return ncclUnhandledCudaError;
-  }
-  return ncclSuccess;
-}
-
 /* ---- copy out of a staging half ------------------------------------------ */
-
-namespace {
 
 /* Copies nseg segments out of the half of src the last device-epoch launch
  * used. W is the width of one move (16, 8, 4 or 1 bytes), which divides
@@ -1388,44 +925,31 @@ __global__ void copyout_kernel(const state_t *st, const char *src,
 
 } /* namespace */
 
-/* See exec_cuda.h. */
-extern "C" ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
-                                              cudaStream_t stream) {
-  if (c->nseg == 0 || c->seg_bytes == 0) return ncclSuccess;
-  if (c->status == NULL || c->src == NULL || c->dst == NULL) {
-    WARN("CUDA executor: copy-out without a %s",
-         c->status == NULL ? "status block" : c->src == NULL ? "source" : "destination");
-    return ncclInvalidArgument;
-  }
-  if ((c->nseg - 1) * c->src_stride + c->seg_bytes > c->half_bytes) {
-    WARN("CUDA executor: copy-out of %u segments of %zu bytes %zu apart leaves a "
-         "staging half of %zu bytes", c->nseg, c->seg_bytes, c->src_stride,
-         c->half_bytes);
-    return ncclInvalidArgument;
-  }
-  uintptr_t any = (uintptr_t)c->src | (uintptr_t)c->dst | c->seg_bytes | c->half_bytes |
-                  c->src_stride | c->dst_stride;
-  int w = any % 16 == 0 ? 16 : any % 8 == 0 ? 8 : any % 4 == 0 ? 4 : 1;
-  unsigned long long units = c->seg_bytes / (size_t)w;
-  unsigned long long total = units * c->nseg;
-  unsigned long long want = (total + BRD_EXEC_CUDA_NTHREADS - 1) / BRD_EXEC_CUDA_NTHREADS;
-  unsigned int blocks = want < 256 ? (unsigned int)want : 256u;
-  const state_t *st = c->status->state;
-  const char *src = (const char *)c->src;
-  char *dst = (char *)c->dst;
-  unsigned long long half = c->half_bytes, ss = c->src_stride, ds = c->dst_stride;
+/* ---- entry points (exec_kernel.h) ------------------------------------------ */
+
+/* See exec_kernel.h. */
+extern "C" cudaError_t brd_exec_kernel_launch(const brd_exec_kargs_t *ka,
+                                              const brd_exec_cuda_args_t *args,
+                                              uint32_t nblocks, cudaStream_t stream) {
+  void *params[1] = {(void *)ka};
+  return cudaLaunchKernel(kernels[args->dtype][fn_kind(ka->fn)], dim3(nblocks),
+                          dim3(BRD_EXEC_CUDA_NTHREADS), params, 0, stream);
+}
+
+/* See exec_kernel.h. */
+extern "C" cudaError_t brd_exec_kernel_copyout(const brd_exec_copyout_kargs_t *c,
+                                               cudaStream_t stream) {
+  const state_t *st = c->state;
+  const char *src = c->src;
+  char *dst = c->dst;
+  unsigned long long half = c->half, units = c->units, ss = c->src_stride,
+                     ds = c->dst_stride;
   unsigned int nseg = c->nseg;
-  const void *fn = w == 16  ? BRD_KERNEL(copyout_kernel<uint4>)
-                   : w == 8 ? BRD_KERNEL(copyout_kernel<unsigned long long>)
-                   : w == 4 ? BRD_KERNEL(copyout_kernel<unsigned int>)
-                            : BRD_KERNEL(copyout_kernel<unsigned char>);
+  const void *fn = c->width == 16  ? BRD_KERNEL(copyout_kernel<uint4>)
+                   : c->width == 8 ? BRD_KERNEL(copyout_kernel<unsigned long long>)
+                   : c->width == 4 ? BRD_KERNEL(copyout_kernel<unsigned int>)
+                                   : BRD_KERNEL(copyout_kernel<unsigned char>);
   void *params[8] = {&st, &src, &half, &dst, &units, &nseg, &ss, &ds};
-  cudaError_t e = cudaLaunchKernel(fn, dim3(blocks), dim3(BRD_EXEC_CUDA_NTHREADS),
-                                   params, 0, stream);
-  if (e != cudaSuccess) {
-    WARN("CUDA executor: launching a copy-out of %u x %zu bytes failed: %s (CUDA "
-         "error %d)", c->nseg, c->seg_bytes, cudaGetErrorString(e), (int)e);
-    return ncclUnhandledCudaError;
-  }
-  return ncclSuccess;
+  return cudaLaunchKernel(fn, dim3(c->blocks), dim3(BRD_EXEC_CUDA_NTHREADS), params, 0,
+                          stream);
 }

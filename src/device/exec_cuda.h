@@ -2,7 +2,8 @@
  * Braid CUDA executor: runs one rank's part of a plan (device/ir.h) as one
  * kernel launch, one thread block per plan block. It reads the IR exactly as
  * the host executor does (exec_host.c is the reference); this header is the
- * host-side, C-callable interface, implemented in exec.cu.
+ * host-side, C-callable interface, implemented in exec_cuda.c (plain C:
+ * objects, checks, launch set-up) over the kernels of exec.cu.
  *
  * Objects, all created on the calling thread's current CUDA device:
  *   brd_exec_cuda_plan_t    a plan blob copied once to device memory, plus
@@ -53,6 +54,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "device/exec.h"
 #include "device/ir.h"
 
 #if BRAID_CUDA
@@ -73,26 +75,14 @@ extern "C" {
 /* Segments of separate buffers a launch can carry, per direction. */
 #define BRD_EXEC_CUDA_INLINE_SEGS 48
 
-/* Kinds of wait, the values of BRD_EXEC_WAIT_* in exec_host.h. */
-#define BRD_EXEC_CUDA_WAIT_SEM 0
-#define BRD_EXEC_CUDA_WAIT_PACKET 1
-#define BRD_EXEC_CUDA_WAIT_BARRIER 2
-#define BRD_EXEC_CUDA_WAIT_XCHG 3    /* a peer's output exchange slot */
-
-/* The hang report, field for field brd_exec_hang_t (exec_host.h), which C++
- * cannot include (its launch state uses C11 _Atomic). C translation units
- * check below that the two agree. */
-typedef struct brd_exec_cuda_hang {
-  int rank;          /* the stuck rank (the one launched) */
-  int block;
-  int op;            /* op index within the block */
-  uint64_t iter;
-  int what;          /* BRD_EXEC_CUDA_WAIT_* */
-  int peer;          /* rank expected to make progress; -1 if unknown */
-  int index;         /* semaphore index, scratch slot, or barrier number */
-  uint64_t expected; /* sequence number (LL: 32-bit flag) or block count */
-  uint64_t seen;
-} brd_exec_cuda_hang_t;
+/* The hang report and a segment of a point-to-point table are the host
+ * executor's (device/exec.h); these names say the same. */
+typedef brd_exec_hang_t brd_exec_cuda_hang_t;
+typedef brd_exec_seg_t brd_exec_cuda_seg_t;
+#define BRD_EXEC_CUDA_WAIT_SEM BRD_EXEC_WAIT_SEM
+#define BRD_EXEC_CUDA_WAIT_PACKET BRD_EXEC_WAIT_PACKET
+#define BRD_EXEC_CUDA_WAIT_BARRIER BRD_EXEC_WAIT_BARRIER
+#define BRD_EXEC_CUDA_WAIT_XCHG BRD_EXEC_WAIT_XCHG
 
 /* What the rank reaches through one channel, as device pointers. All
  * borrowed; the same meaning as brd_exec_chan_t. */
@@ -112,13 +102,6 @@ typedef struct brd_exec_cuda_chan {
 } brd_exec_cuda_chan_t;
 
 /* The executor's objects; see the file comment. Opaque. */
-/* One segment of a point-to-point buffer table (brd_exec_seg_t), as a
- * device pointer. Borrowed. */
-typedef struct brd_exec_cuda_seg {
-  void *ptr;      /* first element; NULL only when count is 0 */
-  size_t count;   /* elements */
-} brd_exec_cuda_seg_t;
-
 typedef struct brd_exec_cuda_plan brd_exec_cuda_plan_t;
 typedef struct brd_exec_cuda_status brd_exec_cuda_status_t;
 
@@ -209,28 +192,6 @@ typedef struct brd_exec_cuda_copyout {
   size_t dst_stride;
 } brd_exec_cuda_copyout_t;
 
-/* Host-side checks (exec_cuda_check.c), shared by every implementation of
- * this interface; they WARN and return the codes listed.
- * brd_exec_cuda_plan_check: ncclInternalError unless every op of plan is
- * one this executor runs and every index stays inside the blob, the
- * channel table, the chunks, slots and semaphores.
- * brd_exec_cuda_args_check: the checks of brd_exec_cuda_launch on args for
- * the host copy p of its plan and the rank's nchans channels (NULL
- * buffers, segment tables, channel tables, epochs, output exchange,
- * scratch alignment: ncclInvalidArgument); count > 0.
- * brd_exec_cuda_epochs_check: ncclInternalError when the launch's epoch or
- * a host channel epoch plus span crosses a multiple of 2^32. */
-ncclResult_t brd_exec_cuda_plan_check(const brd_ir_plan_t *plan);
-ncclResult_t brd_exec_cuda_args_check(const brd_exec_cuda_args_t *args,
-                                      const brd_ir_plan_t *p, uint32_t nchans);
-ncclResult_t brd_exec_cuda_epochs_check(const brd_exec_cuda_args_t *args, uint32_t nchans,
-                                        uint64_t span);
-
-/* WARNs the hang report h of a launch whose waits gave up after secs
- * seconds, in words naming what it waited for and what to do; what
- * brd_exec_cuda_poll says once per failure. Any thread. */
-void brd_exec_cuda_hang_warn(const brd_exec_cuda_hang_t *h, double secs);
-
 #if BRAID_CUDA
 /* Copies plan (a blob from brd_plan_builder_finish) to device memory on
  * the current device after checking that every op is one this executor
@@ -314,29 +275,6 @@ ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
 
 #ifdef __cplusplus
 } /* extern "C" */
-#else
-#include "device/exec_host.h"
-_Static_assert(sizeof(brd_exec_cuda_hang_t) == sizeof(brd_exec_hang_t) &&
-                   offsetof(brd_exec_cuda_hang_t, iter) ==
-                       offsetof(brd_exec_hang_t, iter) &&
-                   offsetof(brd_exec_cuda_hang_t, what) ==
-                       offsetof(brd_exec_hang_t, what) &&
-                   offsetof(brd_exec_cuda_hang_t, index) ==
-                       offsetof(brd_exec_hang_t, index) &&
-                   offsetof(brd_exec_cuda_hang_t, expected) ==
-                       offsetof(brd_exec_hang_t, expected) &&
-                   offsetof(brd_exec_cuda_hang_t, seen) ==
-                       offsetof(brd_exec_hang_t, seen),
-               "brd_exec_cuda_hang_t mirrors brd_exec_hang_t");
-_Static_assert(sizeof(brd_exec_cuda_seg_t) == sizeof(brd_exec_seg_t) &&
-                   offsetof(brd_exec_cuda_seg_t, count) ==
-                       offsetof(brd_exec_seg_t, count),
-               "brd_exec_cuda_seg_t mirrors brd_exec_seg_t");
-_Static_assert(BRD_EXEC_CUDA_WAIT_SEM == BRD_EXEC_WAIT_SEM &&
-                   BRD_EXEC_CUDA_WAIT_PACKET == BRD_EXEC_WAIT_PACKET &&
-                   BRD_EXEC_CUDA_WAIT_BARRIER == BRD_EXEC_WAIT_BARRIER &&
-                   BRD_EXEC_CUDA_WAIT_XCHG == BRD_EXEC_WAIT_XCHG,
-               "wait kinds agree with the host executor");
 #endif
 
 #endif /* BRD_DEVICE_EXEC_CUDA_H */

@@ -27,7 +27,7 @@
 #define SLEEP_NS 20000
 
 typedef struct blk_ctx {
-  brd_exec_launch_t *l;
+  brd_exec_run_t *l;
   int block;
   int opi;           /* index of the op being run */
   uint64_t iter;
@@ -45,7 +45,7 @@ typedef struct spin {
 } spin_t;
 
 /* Records the launch's first failure and tells the other blocks to leave. */
-static void launch_fail(brd_exec_launch_t *l, ncclResult_t res) {
+static void launch_fail(brd_exec_run_t *l, ncclResult_t res) {
   int expected = ncclSuccess;
   atomic_compare_exchange_strong(&l->result, &expected, (int)res);
   atomic_store(&l->stop, 1);
@@ -55,7 +55,7 @@ static void launch_fail(brd_exec_launch_t *l, ncclResult_t res) {
  * deadline passed (the caller reports the hang). Anything else: leave with
  * that result (abort, or a sibling block failed). */
 static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
-  brd_exec_launch_t *l = b->l;
+  brd_exec_run_t *l = b->l;
   if (++s->n < SPIN_BEFORE_YIELD) return ncclSuccess;
   if (l->args.abort_flag != NULL && atomic_load(l->args.abort_flag)) {
     INFO(BRD_SUBSYS_COLL, "rank %d block %d: launch aborted at op %d",
@@ -86,7 +86,7 @@ static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
 /* Fills the hang report once per launch, WARNs it, stops the launch. */
 static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
                                 uint64_t expected, uint64_t seen) {
-  brd_exec_launch_t *l = b->l;
+  brd_exec_run_t *l = b->l;
   int unclaimed = 0;
   if (atomic_compare_exchange_strong(&l->hang_claimed, &unclaimed, 1)) {
     brd_exec_hang_t *h = &l->hang;
@@ -139,21 +139,11 @@ static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
   return ncclRemoteError;
 }
 
-/* Sequence number of k in the current iteration, relative to the epoch. */
-static int64_t seq_rel(const blk_ctx_t *b, int32_t k) {
-  return (int64_t)b->iter * b->l->args.plan->seq_per_iter + k;
-}
-
-/* The epoch the semaphores of channel `chan` count from. */
-static uint64_t chan_epoch(const brd_exec_launch_t *l, uint8_t chan) {
-  return l->args.chan_epoch != NULL ? l->args.chan_epoch[chan] : l->args.epoch;
-}
-
 static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
-  brd_exec_launch_t *l = b->l;
-  int64_t rel = seq_rel(b, op->k);
-  if (rel <= 0) return ncclSuccess; /* names a point before this launch */
-  uint64_t target = chan_epoch(l, op->ref[0].chan) + (uint64_t)rel;
+  brd_exec_run_t *l = b->l;
+  if (brd_ir_seq_rel(&l->view, b->iter, op->k) <= 0)
+    return ncclSuccess; /* names a point before this launch */
+  uint64_t target = brd_ir_sem_value(&l->view, op->ref[0].chan, b->iter, op->k);
   const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
   _Atomic uint64_t *sem = &ch->sems[op->ref[0].index];
   spin_t s = {0, 0};
@@ -170,15 +160,15 @@ static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
 }
 
 static void run_signal(blk_ctx_t *b, const brd_ir_op_t *op) {
-  brd_exec_launch_t *l = b->l;
-  uint64_t value = chan_epoch(l, op->ref[0].chan) + (uint64_t)seq_rel(b, op->k);
+  brd_exec_run_t *l = b->l;
+  uint64_t value = brd_ir_sem_value(&l->view, op->ref[0].chan, b->iter, op->k);
   const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
   atomic_store_explicit(&ch->peer_sems[op->ref[0].index], value,
                         memory_order_release);
 }
 
 static ncclResult_t run_barrier(blk_ctx_t *b) {
-  brd_exec_launch_t *l = b->l;
+  brd_exec_run_t *l = b->l;
   uint32_t nblocks = l->args.plan->nblocks;
   uint32_t want = b->bar_seen + 1;
   if (atomic_fetch_add_explicit(&l->bar_count, 1, memory_order_acq_rel) + 1 ==
@@ -201,65 +191,35 @@ static ncclResult_t run_barrier(blk_ctx_t *b) {
   return ncclSuccess;
 }
 
-/* Start of segment `seg` of an input or output (this rank's, or the peer's
- * output through a channel) and its element count. */
-static char *seg_base(const blk_ctx_t *b, const brd_ir_ref_t *ref,
-                      uint32_t seg, size_t *count_out) {
-  const brd_exec_launch_t *l = b->l;
-  const brd_exec_args_t *a = &l->args;
-  int input = (ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT;
-  int local = ref->chan == BRD_IR_CHAN_LOCAL;
-  const brd_exec_seg_t *table = input ? a->in_segs : a->out_segs;
-  if (table != NULL && local) {
-    *count_out = table[seg].count;
-    return (char *)table[seg].ptr;
-  }
-  size_t stride = input ? a->in_stride : a->out_stride;
-  *count_out = a->count;
-  if (a->xchg && !input && !local)
-    return b->xout[ref->chan] + (size_t)seg * b->xstride[ref->chan] * l->layout.esize;
-  char *base = input ? (local ? (char *)a->input : (char *)a->chans[ref->chan].peer_input)
-               : local ? (char *)a->output
-                       : (char *)a->chans[ref->chan].peer_output;
-  return base + (size_t)seg * (stride ? stride : a->count) * l->layout.esize;
+/* Start of segment `seg` of an input or output: this rank's own (ir_addr.h),
+ * a peer's input, or a peer's output as the exchange resolved it or at
+ * its channel pointer. */
+static char *seg_base(const blk_ctx_t *b, const brd_ir_ref_t *ref, uint32_t seg) {
+  const brd_exec_run_t *l = b->l;
+  if (ref->chan == BRD_IR_CHAN_LOCAL) return brd_ir_local_seg(&l->view, ref, seg);
+  const brd_exec_chan_t *ch = &l->args.chans[ref->chan];
+  if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT)
+    return brd_ir_seg_at(&l->view, ch->peer_input, seg, l->view.in_stride);
+  if (l->args.xchg)
+    return brd_ir_seg_at(&l->view, b->xout[ref->chan], seg, b->xstride[ref->chan]);
+  return brd_ir_seg_at(&l->view, ch->peer_output, seg, l->view.out_stride);
 }
 
 /* Address of the data of chunk index+t (input/output, within its segment)
  * or of slot index+t (scratch) named by ref. */
 static char *ref_addr(const blk_ctx_t *b, const brd_ir_ref_t *ref,
                       uint32_t t) {
-  const brd_exec_launch_t *l = b->l;
-  const brd_exec_args_t *a = &l->args;
-  int local = ref->chan == BRD_IR_CHAN_LOCAL;
+  const brd_exec_run_t *l = b->l;
+  const brd_ir_view_t *v = &l->view;
   uint32_t index = ref->index + t;
-  if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH) {
-    char *base = local ? (char *)a->scratch : (char *)a->chans[ref->chan].peer_scratch;
-    return base + a->phase * l->layout.half_bytes +
-           (size_t)index * l->layout.slot_bytes;
-  }
-  size_t count, start, n;
-  char *base = seg_base(b, ref, index / a->plan->nchunks, &count);
-  brd_plan_layout_seg_chunk(&l->layout, count, b->iter, index % a->plan->nchunks,
-                            &start, &n);
-  return base + start * l->layout.esize;
-}
-
-/* Elements of chunk op->chunk + t: those of the segment the op's first
- * input or output reference names (the launch's count for strided
- * segments and ops between scratch slots). */
-static size_t op_chunk_len(const blk_ctx_t *b, const brd_ir_op_t *op,
-                           uint32_t t) {
-  const brd_exec_launch_t *l = b->l;
-  size_t count = l->args.count, start, n;
-  for (int r = 0; r < op->nsrc + op->ndst; r++) {
-    uint8_t kind = op->ref[r].buf & BRD_IR_BUF_MASK;
-    if (kind != BRD_IR_BUF_INPUT && kind != BRD_IR_BUF_OUTPUT) continue;
-    seg_base(b, &op->ref[r], (op->ref[r].index + t) / l->args.plan->nchunks,
-             &count);
-    break;
-  }
-  brd_plan_layout_seg_chunk(&l->layout, count, b->iter, op->chunk + t, &start, &n);
-  return n;
+  if ((ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH)
+    return brd_ir_slot_addr(v, ref->chan == BRD_IR_CHAN_LOCAL
+                                   ? (char *)l->args.scratch
+                                   : (char *)l->args.chans[ref->chan].peer_scratch,
+                            index);
+  uint32_t seg = index / v->layout.nchunks;
+  return brd_ir_chunk_addr(v, seg_base(b, ref, seg), brd_ir_seg_count(v, ref, seg),
+                           b->iter, index % v->layout.nchunks);
 }
 
 /* Reads packets for data bytes [off, off + len) of a chunk of nbytes from
@@ -303,12 +263,11 @@ static void ll_write(char *slot, size_t off, size_t len, size_t nbytes,
 }
 
 static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
-  brd_exec_launch_t *l = b->l;
-  const brd_exec_args_t *a = &l->args;
-  size_t esize = l->layout.esize;
+  brd_exec_run_t *l = b->l;
+  size_t esize = l->view.layout.esize;
   int nref = op->nsrc + op->ndst;
-  uint32_t flag_dst = (uint32_t)(a->epoch + (uint64_t)seq_rel(b, op->k));
-  uint32_t flag_src = (uint32_t)(a->epoch + (uint64_t)seq_rel(b, op->k_src));
+  uint32_t flag_dst = brd_ir_ll_flag(&l->view, b->iter, op->k);
+  uint32_t flag_src = brd_ir_ll_flag(&l->view, b->iter, op->k_src);
   uint32_t pre_mask = 0;
   int post = (op->flags & BRD_IR_F_POSTOP) != 0;
   for (int s = 0; s < op->nsrc; s++) {
@@ -319,7 +278,7 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
   _Alignas(16) char result[TILE_BYTES];
 
   for (uint32_t t = 0; t < op->nchunks; t++) {
-    size_t nbytes = op_chunk_len(b, op, t) * esize;
+    size_t nbytes = brd_ir_op_chunk_len(&l->view, op, b->iter, t) * esize;
     if (nbytes == 0) continue;
     char *addr[BRD_IR_MAX_REFS];
     for (int r = 0; r < nref; r++) addr[r] = ref_addr(b, &op->ref[r], t);
@@ -357,18 +316,12 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
 }
 
 static ncclResult_t run_op(blk_ctx_t *b, const brd_ir_op_t *op) {
+  if (brd_ir_op_is_data(op->code)) return run_data(b, op);
   switch (op->code) {
   case BRD_IR_OP_NOP: return ncclSuccess;
   case BRD_IR_OP_WAIT: return run_wait(b, op);
   case BRD_IR_OP_SIGNAL: run_signal(b, op); return ncclSuccess;
   case BRD_IR_OP_BARRIER: return run_barrier(b);
-  case BRD_IR_OP_COPY:
-  case BRD_IR_OP_REDUCE:
-  case BRD_IR_OP_PUT:
-  case BRD_IR_OP_GET:
-  case BRD_IR_OP_PKT_PUT:
-  case BRD_IR_OP_PKT_REDUCE:
-    return run_data(b, op);
   default:
     WARN("rank %d block %d op %d: opcode %u is not supported by the host "
          "executor", b->l->args.rank, b->block, b->opi, op->code);
@@ -392,8 +345,8 @@ static ncclResult_t check_segs(const brd_exec_args_t *args,
 }
 
 /* See exec_host.h. */
-ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
-                                       const brd_exec_args_t *args) {
+ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
+                                   const brd_exec_args_t *args) {
   const brd_ir_plan_t *p = args->plan;
   if (p == NULL || p->magic != BRD_IR_MAGIC || p->version != BRD_IR_VERSION) {
     WARN("host executor: not a Braid plan (magic/version mismatch)");
@@ -452,10 +405,10 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
       }
     }
     CHECK(brd_plan_layout_init(p, args->count, args->dtype, args->scratch_bytes,
-                               &l->layout));
+                               &l->view.layout));
     /* LL flags count from the launch's epoch (per-channel epochs only
      * drive semaphores, which are 64-bit). */
-    uint64_t span = brd_plan_epoch_span(p, &l->layout);
+    uint64_t span = brd_plan_epoch_span(p, &l->view.layout);
     uint64_t wrap = (uint64_t)1 << 32;
     if (args->epoch / wrap != (args->epoch + span) / wrap) {
       WARN("host executor: epoch %llu + %llu sequence numbers crosses a "
@@ -464,6 +417,17 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
       return ncclInternalError;
     }
   }
+  brd_ir_view_t *v = &l->view;
+  v->in_segs = args->in_segs;
+  v->out_segs = args->out_segs;
+  v->input = (const char *)args->input;
+  v->output = (char *)args->output;
+  v->in_stride = args->in_stride ? args->in_stride : args->count;
+  v->out_stride = args->out_stride ? args->out_stride : args->count;
+  v->chan_epoch = args->chan_epoch;
+  v->epoch = args->epoch;
+  v->seq_per_iter = p->seq_per_iter;
+  v->phase = args->phase;
   l->timeout_s = args->timeout_s > 0
                      ? args->timeout_s
                      : (double)brd_param_int(BRD_P_BRAID_TIMEOUT);
@@ -478,7 +442,7 @@ ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
 /* Output exchange (device/ir.h): this rank's output, as each channel
  * peer should address it, into the peer's slot. A seqlock: the tag is 0
  * while the words change. */
-static void xchg_publish(const brd_exec_launch_t *l) {
+static void xchg_publish(const brd_exec_run_t *l) {
   const brd_exec_args_t *a = &l->args;
   uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
   uint64_t stride = a->out_stride ? a->out_stride : a->count;
@@ -531,12 +495,12 @@ static ncclResult_t xchg_resolve(blk_ctx_t *b) {
 }
 
 /* See exec_host.h. */
-ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block) {
+ncclResult_t brd_exec_host_block_run(brd_exec_run_t *l, int block) {
   const brd_ir_plan_t *p = l->args.plan;
   const brd_ir_op_t *ops = brd_ir_plan_ops(p, l->args.rank, block);
   uint32_t nops = brd_ir_plan_block(p, l->args.rank, block)->nops;
   blk_ctx_t b = {l, block, 0, 0, 0, {NULL}, {0}};
-  if (l->args.xchg && l->layout.niter > 0) {
+  if (l->args.xchg && l->view.layout.niter > 0) {
     /* Every rank publishes before it waits: no rank waits on one that
      * has not published. */
     if (block == 0) xchg_publish(l);
@@ -546,7 +510,7 @@ ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block) {
       return (ncclResult_t)atomic_load(&l->result);
     }
   }
-  for (b.iter = 0; b.iter < l->layout.niter; b.iter++) {
+  for (b.iter = 0; b.iter < l->view.layout.niter; b.iter++) {
     for (uint32_t i = 0; i < nops; i++) {
       b.opi = (int)i;
       ncclResult_t res = run_op(&b, &ops[i]);
@@ -560,15 +524,15 @@ ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block) {
 }
 
 /* See exec_host.h. */
-ncclResult_t brd_exec_host_launch_fini(brd_exec_launch_t *l,
-                                       brd_exec_hang_t *hang_out) {
+ncclResult_t brd_exec_host_run_fini(brd_exec_run_t *l,
+                                   brd_exec_hang_t *hang_out) {
   ncclResult_t res = (ncclResult_t)atomic_load(&l->result);
   if (res == ncclRemoteError && hang_out != NULL) *hang_out = l->hang;
   return res;
 }
 
 typedef struct thread_arg {
-  brd_exec_launch_t *l;
+  brd_exec_run_t *l;
   int block;
 } thread_arg_t;
 
@@ -582,12 +546,12 @@ static void *block_thread(void *arg) {
 ncclResult_t brd_exec_host_run(const brd_exec_args_t *args,
                                brd_exec_hang_t *hang_out) {
   ncclResult_t res = ncclSuccess;
-  brd_exec_launch_t l;
-  CHECK(brd_exec_host_launch_init(&l, args));
+  brd_exec_run_t l;
+  CHECK(brd_exec_host_run_init(&l, args));
   int nblocks = args->plan->nblocks;
-  if (nblocks == 1 || l.layout.niter == 0) {
+  if (nblocks == 1 || l.view.layout.niter == 0) {
     for (int blk = 0; blk < nblocks; blk++) brd_exec_host_block_run(&l, blk);
-    return brd_exec_host_launch_fini(&l, hang_out);
+    return brd_exec_host_run_fini(&l, hang_out);
   }
   pthread_t *threads = calloc((size_t)nblocks, sizeof(*threads));
   thread_arg_t *targs = calloc((size_t)nblocks, sizeof(*targs));
@@ -611,7 +575,7 @@ ncclResult_t brd_exec_host_run(const brd_exec_args_t *args,
   }
   if (started == nblocks) brd_exec_host_block_run(&l, 0);
   for (int blk = 1; blk < started; blk++) pthread_join(threads[blk], NULL);
-  res = brd_exec_host_launch_fini(&l, hang_out);
+  res = brd_exec_host_run_fini(&l, hang_out);
 free_arrays:
   free(targs);
   free(threads);

@@ -38,8 +38,8 @@
  *
  * Threads: brd_exec_host_run spawns one thread per block beyond the first
  * and runs block 0 on the caller's thread. A caller with its own threads
- * uses brd_exec_host_launch_init, then brd_exec_host_block_run once per
- * block (any threads, concurrently), then brd_exec_host_launch_fini.
+ * uses brd_exec_host_run_init, then brd_exec_host_block_run once per
+ * block (any threads, concurrently), then brd_exec_host_run_fini.
  *
  * Memory ordering: SIGNAL is a release store of the sequence number, WAIT
  * an acquire load; LL packets are 8-byte atomic stores and loads (release /
@@ -59,9 +59,11 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "device/exec.h"
 #include "device/ir.h"
-#include "device/reduce.h"
-#include "plan/plan.h"
+#include "device/ir_addr.h"
+#include "device/redop.h"
+#include "device/layout.h"
 
 /* What this rank reaches through one channel. All borrowed. */
 typedef struct brd_exec_chan {
@@ -78,12 +80,6 @@ typedef struct brd_exec_chan {
   void *xchg_output;            /* this rank's output as the peer maps it;
                                  * NULL: its staging (output, out_stride) */
 } brd_exec_chan_t;
-
-/* One segment of a point-to-point buffer table. Borrowed. */
-typedef struct brd_exec_seg {
-  void *ptr;      /* first element; NULL only when count is 0 */
-  size_t count;   /* elements */
-} brd_exec_seg_t;
 
 typedef struct brd_exec_args {
   const brd_ir_plan_t *plan;    /* borrowed for the launch */
@@ -117,32 +113,12 @@ typedef struct brd_exec_args {
                                  * count elements apart for its staging */
 } brd_exec_args_t;
 
-/* What a timed-out wait was waiting for. */
-enum {
-  BRD_EXEC_WAIT_SEM = 0,    /* semaphore of a channel */
-  BRD_EXEC_WAIT_PACKET = 1, /* LL flag in own scratch */
-  BRD_EXEC_WAIT_BARRIER = 2,
-  BRD_EXEC_WAIT_XCHG = 3,   /* a peer's output exchange slot */
-};
-
-typedef struct brd_exec_hang {
-  int rank;          /* the stuck rank (this one) */
-  int block;
-  int op;            /* op index within the block */
-  uint64_t iter;
-  int what;          /* BRD_EXEC_WAIT_* */
-  int peer;          /* rank expected to make progress; -1 for a barrier
-                      * and for packets (any rank may write a slot) */
-  int index;         /* semaphore index, scratch slot, or barrier number */
-  uint64_t expected; /* sequence number (LL: 32-bit flag) or block count */
-  uint64_t seen;
-} brd_exec_hang_t;
-
-/* Per-launch state shared by the blocks of one rank; caller's memory. */
-typedef struct brd_exec_launch {
+/* One run of a plan by one rank (an executor "run": a group's "launch" is
+ * the core's word), the state its blocks share; caller's memory. */
+typedef struct brd_exec_run {
   brd_exec_args_t args;
   brd_reduce_op_t op;
-  brd_plan_layout_t layout;
+  brd_ir_view_t view;          /* addressing (device/ir_addr.h) */
   double timeout_s;
   _Atomic int stop;            /* a block failed: others leave */
   _Atomic int result;          /* first failure, ncclSuccess otherwise */
@@ -150,7 +126,7 @@ typedef struct brd_exec_launch {
   brd_exec_hang_t hang;        /* valid when result is ncclRemoteError */
   _Atomic uint32_t bar_count;  /* blocks arrived at the current barrier */
   _Atomic uint32_t bar_gen;    /* barriers completed */
-} brd_exec_launch_t;
+} brd_exec_run_t;
 
 /* Checks args against the plan and prepares *l (caller's memory; args are
  * copied, the buffers stay borrowed). ncclInvalidArgument for NULL buffers
@@ -158,19 +134,19 @@ typedef struct brd_exec_launch {
  * outside the plan, a segment table with a NULL buffer or a count above
  * `count`; ncclInternalError for a damaged plan or scratch smaller than the
  * plan needs. Never blocks. */
-ncclResult_t brd_exec_host_launch_init(brd_exec_launch_t *l,
-                                       const brd_exec_args_t *args);
+ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
+                                   const brd_exec_args_t *args);
 
 /* Runs block `block` of the launch to completion on the calling thread,
  * blocking on its waits. Every block of the launch must be run, each by
  * one thread, concurrently (blocks wait on each other). Returns the
  * block's result; see the file comment for the error codes. */
-ncclResult_t brd_exec_host_block_run(brd_exec_launch_t *l, int block);
+ncclResult_t brd_exec_host_block_run(brd_exec_run_t *l, int block);
 
 /* After every block returned: the launch's result, and the hang report in
  * *hang_out (may be NULL) when it is ncclRemoteError. */
-ncclResult_t brd_exec_host_launch_fini(brd_exec_launch_t *l,
-                                       brd_exec_hang_t *hang_out);
+ncclResult_t brd_exec_host_run_fini(brd_exec_run_t *l,
+                                   brd_exec_hang_t *hang_out);
 
 /* init + one thread per block + fini. Blocks until every block returned.
  * ncclSystemError when a thread cannot be created (the blocks already

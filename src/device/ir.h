@@ -16,7 +16,7 @@
  * the data of one iteration (a window of the user buffers) is cut into
  * `nchunks` chunks and an op names chunks and scratch slots, never bytes.
  * The executor resolves them at launch from (count, datatype, scratch size)
- * with brd_plan_layout_init (plan.h), so one plan serves every message size
+ * with brd_plan_layout_init (device/layout.h), so one plan serves every message size
  * and a 1 GB launch runs more iterations of the same ops as a 1 MB launch.
  *
  * Buffers an op can name, through a brd_ir_ref_t:
@@ -230,6 +230,22 @@ enum {
   BRD_IR_OP_COUNT = 13,
 };
 
+/* Op classes, the one statement of which code does what kind of work:
+ * data ops (COPY .. PKT_REDUCE) move chunks between references, ref[0 ..
+ * nsrc) read and ref[nsrc .. nsrc + ndst) written; sync ops (SIGNAL,
+ * WAIT) name one semaphore in ref[0]; NOP and BARRIER name nothing. The
+ * executors run these classes and reject the reserved codes (FLUSH, MC_*). */
+static inline BRD_IR_HD int brd_ir_op_is_data(unsigned code) {
+  return code >= BRD_IR_OP_COPY && code <= BRD_IR_OP_PKT_REDUCE;
+}
+static inline BRD_IR_HD int brd_ir_op_is_sync(unsigned code) {
+  return code == BRD_IR_OP_SIGNAL || code == BRD_IR_OP_WAIT;
+}
+static inline BRD_IR_HD int brd_ir_op_is_runnable(unsigned code) {
+  return code == BRD_IR_OP_NOP || code == BRD_IR_OP_BARRIER ||
+         brd_ir_op_is_sync(code) || brd_ir_op_is_data(code);
+}
+
 /* Buffer kinds (low 7 bits of brd_ir_ref_t.buf). */
 enum {
   BRD_IR_BUF_INPUT = 0,
@@ -240,6 +256,13 @@ enum {
 #define BRD_IR_BUF_MASK 0x7fu
 #define BRD_IR_REF_LL 0x80u     /* scratch slot holds LL packets */
 #define BRD_IR_CHAN_LOCAL 0xffu /* this rank's own buffer */
+
+/* Does reference buffer `buf` name an input or output chunk (rather than
+ * a scratch slot or a semaphore)? */
+static inline BRD_IR_HD int brd_ir_buf_is_io(uint8_t buf) {
+  unsigned kind = buf & BRD_IR_BUF_MASK;
+  return kind == BRD_IR_BUF_INPUT || kind == BRD_IR_BUF_OUTPUT;
+}
 
 /* Channel types: how the peer's memory is reached. */
 enum {

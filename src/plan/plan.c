@@ -1,5 +1,5 @@
 /*
- * Braid plan builder, layout and sequence numbers. See plan.h.
+ * Braid plan builder and scratch sizing. See plan.h.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +7,6 @@
 #include "base/check.h"
 #include "base/param.h"
 #include "plan/plan.h"
-#include "device/reduce.h"
 
 /* Ops of one (rank, block), grown by doubling. */
 struct blk_ops {
@@ -327,22 +326,6 @@ ncclResult_t brd_plan_builder_finish(const brd_plan_builder_t *b,
 }
 
 /* See plan.h. */
-void brd_plan_destroy(brd_ir_plan_t *plan) { free(plan); }
-
-/* See plan.h. */
-ncclResult_t brd_plan_clone(const brd_ir_plan_t *plan,
-                            brd_ir_plan_t **plan_out) {
-  brd_ir_plan_t *p = malloc(plan->total_bytes);
-  if (p == NULL) {
-    WARN("out of host memory copying a %u-byte plan", plan->total_bytes);
-    return ncclSystemError;
-  }
-  memcpy(p, plan, plan->total_bytes);
-  *plan_out = p;
-  return ncclSuccess;
-}
-
-/* See plan.h. */
 size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan) {
   if (plan->nslots == 0) return 0;
   int64_t buff = plan->proto == BRD_IR_PROTO_LL
@@ -353,56 +336,4 @@ size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan) {
   if (slot < 64) slot = 64;
   size_t phases = (plan->flags & BRD_IR_PLAN_F_ONE_PHASE) ? 1 : 2;
   return phases * (size_t)plan->nslots * (size_t)slot;
-}
-
-/* See plan.h. */
-ncclResult_t brd_plan_layout_init(const brd_ir_plan_t *plan, size_t count,
-                                  int dtype, size_t scratch_bytes,
-                                  brd_plan_layout_t *layout_out) {
-  brd_plan_layout_t l;
-  memset(&l, 0, sizeof(l));
-  l.esize = brd_reduce_dtype_size(dtype);
-  if (l.esize == 0) {
-    WARN("invalid data type %d", dtype);
-    return ncclInvalidArgument;
-  }
-  l.count = count;
-  l.align = 16 / l.esize;
-  l.nchunks = plan->nchunks;
-  l.fixed = (plan->flags & BRD_IR_PLAN_F_FIXED) != 0;
-  if (plan->nslots > 0) {
-    int one_phase = (plan->flags & BRD_IR_PLAN_F_ONE_PHASE) != 0;
-    size_t area = one_phase ? scratch_bytes : scratch_bytes / 2;
-    l.half_bytes = one_phase ? 0 : area;
-    l.slot_bytes = (area / plan->nslots) & ~(size_t)15;
-    size_t data = plan->proto == BRD_IR_PROTO_LL ? l.slot_bytes / 2 : l.slot_bytes;
-    data &= ~(size_t)15;
-    if (data < 16) {
-      WARN("scratch of %zu bytes is too small for %u slots: use "
-           "brd_plan_scratch_bytes (at least %zu bytes)", scratch_bytes,
-           plan->nslots, (size_t)plan->nslots * 64 * 2);
-      return ncclInternalError;
-    }
-    l.chunk_max = data / l.esize;
-  } else {
-    size_t q = (count + plan->nchunks - 1) / plan->nchunks;
-    q = (q + l.align - 1) / l.align * l.align;
-    l.chunk_max = q ? q : l.align;
-  }
-  l.window = l.chunk_max * plan->nchunks;
-  l.niter = count == 0 ? 0 : (count + l.window - 1) / l.window;
-  *layout_out = l;
-  return ncclSuccess;
-}
-
-/* See plan.h. */
-uint64_t brd_plan_epoch_reserve(uint64_t *cursor, uint64_t span) {
-  const uint64_t wrap = (uint64_t)1 << 32;
-  uint64_t epoch = *cursor;
-  /* The next multiple of 2^32 after epoch; move past it if the launch's
-   * range would reach it. */
-  uint64_t next = (epoch / wrap + 1) * wrap;
-  if (span > 0 && epoch + span >= next) epoch = next;
-  *cursor = epoch + span;
-  return epoch;
 }

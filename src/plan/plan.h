@@ -1,7 +1,8 @@
 /*
- * Braid plans: building a plan blob (device/ir.h) op by op, sizing its
- * scratch from NCCL_BUFFSIZE / NCCL_LL_BUFFSIZE, resolving its chunks to
- * element ranges for one launch, and reserving sequence numbers.
+ * Braid plans: building a plan blob (device/ir.h) op by op and sizing its
+ * scratch from NCCL_BUFFSIZE / NCCL_LL_BUFFSIZE. Resolving its chunks for
+ * one launch, reserving sequence numbers, copying and freeing blobs are
+ * the executors' and live below, in device/layout.h (included here).
  *
  * Builder use (single thread):
  *
@@ -26,6 +27,7 @@
 
 #include "nccl.h"
 #include "device/ir.h"
+#include "device/layout.h"
 
 typedef struct brd_plan_shape {
   int nranks;
@@ -118,15 +120,6 @@ ncclResult_t brd_plan_op_move(brd_plan_builder_t *b, int rank, int block,
 ncclResult_t brd_plan_builder_finish(const brd_plan_builder_t *b,
                                      brd_ir_plan_t **plan_out);
 
-/* Frees a plan from brd_plan_builder_finish or brd_plan_clone. NULL is a
- * no-op. */
-void brd_plan_destroy(brd_ir_plan_t *plan);
-
-/* Copies a blob into new memory (one malloc). ncclSystemError when out of
- * memory. */
-ncclResult_t brd_plan_clone(const brd_ir_plan_t *plan,
-                            brd_ir_plan_t **plan_out);
-
 /* Scratch bytes one rank needs for this plan, both phases included (one
  * area for BRD_IR_PLAN_F_ONE_PHASE plans): each slot is NCCL_BUFFSIZE /
  * slot_div bytes (NCCL_LL_BUFFSIZE for LL plans), rounded down to 16 and at
@@ -134,82 +127,5 @@ ncclResult_t brd_plan_clone(const brd_ir_plan_t *plan,
  * a plan without slots. Reads the parameters through brd_param_int; any
  * thread. */
 size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan);
-
-/* How one launch of a plan maps onto memory. */
-typedef struct brd_plan_layout {
-  size_t count;      /* elements in the user buffers */
-  size_t esize;      /* bytes per element */
-  size_t align;      /* chunk start granularity in elements (16 bytes) */
-  size_t chunk_max;  /* elements per chunk in a full window */
-  size_t window;     /* elements per iteration: nchunks * chunk_max */
-  uint64_t niter;    /* iterations; 0 when count is 0 */
-  uint32_t nchunks;
-  size_t slot_bytes; /* bytes per scratch slot (LL: packets) */
-  size_t half_bytes; /* offset of scratch phase 1: bytes per phase, or 0
-                      * for a one-phase plan (the phase is then ignored) */
-  int fixed;         /* BRD_IR_PLAN_F_FIXED: chunks never spread */
-} brd_plan_layout_t;
-
-/* Resolves the plan for count elements of dtype with a scratch buffer of
- * scratch_bytes per rank (both phases, or the one area of a one-phase
- * plan). Every window but the last holds chunk_max elements per chunk (a
- * 16-byte multiple that fits one slot); the last window spreads what is
- * left evenly over the chunks, 16-byte aligned where the count allows, so
- * trailing chunks may be short or empty. A BRD_IR_PLAN_F_FIXED plan never
- * spreads: chunk c of a window always starts at c * chunk_max, so the
- * chunks of a buffer do not depend on its count (both ends of a
- * point-to-point transfer agree without sharing their plans). For a
- * buffer of several segments, count is one segment's. ncclInvalidArgument
- * for a bad dtype; ncclInternalError when the scratch is too small for 16
- * bytes of data per slot. Pure; any thread. */
-ncclResult_t brd_plan_layout_init(const brd_ir_plan_t *plan, size_t count,
-                                  int dtype, size_t scratch_bytes,
-                                  brd_plan_layout_t *layout_out);
-
-/* Element range [*start_out, *start_out + *n_out) of chunk `chunk` in
- * iteration `iter` of a segment of seg_count elements, relative to the
- * segment's start: the layout's rule applied to seg_count instead of the
- * launch's count (they are equal except for point-to-point segments, which
- * may be shorter and then have empty chunks and iterations). */
-static inline void brd_plan_layout_seg_chunk(const brd_plan_layout_t *l,
-                                             size_t seg_count, uint64_t iter,
-                                             uint32_t chunk, size_t *start_out,
-                                             size_t *n_out) {
-  size_t wstart = (size_t)iter * l->window;
-  size_t left = seg_count > wstart ? seg_count - wstart : 0;
-  size_t w = left < l->window ? left : l->window;
-  size_t q = l->chunk_max;
-  if (w < l->window && !l->fixed) {
-    q = (w + l->nchunks - 1) / l->nchunks;
-    q = (q + l->align - 1) / l->align * l->align;
-  }
-  size_t lo = (size_t)chunk * q, hi = lo + q;
-  if (lo > w) lo = w;
-  if (hi > w) hi = w;
-  *start_out = wstart + lo;
-  *n_out = hi - lo;
-}
-
-/* Element range of chunk `chunk` in iteration `iter` of a buffer (or of
- * each segment) of the launch's count. */
-static inline void brd_plan_layout_chunk(const brd_plan_layout_t *l,
-                                         uint64_t iter, uint32_t chunk,
-                                         size_t *start_out, size_t *n_out) {
-  brd_plan_layout_seg_chunk(l, l->count, iter, chunk, start_out, n_out);
-}
-
-/* Sequence numbers one launch uses: niter * seq_per_iter. */
-static inline uint64_t brd_plan_epoch_span(const brd_ir_plan_t *plan,
-                                           const brd_plan_layout_t *l) {
-  return l->niter * plan->seq_per_iter;
-}
-
-/* Reserves `span` sequence numbers for one launch: returns the epoch to
- * pass to the executor and advances *cursor past the launch. The range
- * (epoch, epoch + span] never contains a multiple of 2^32, so 32-bit LL
- * flags are never 0 (the value of fresh scratch) and never wrap inside a
- * launch. The cursor belongs to the communicator and starts at 0; all
- * ranks must reserve the same spans in the same order. */
-uint64_t brd_plan_epoch_reserve(uint64_t *cursor, uint64_t span);
 
 #endif /* BRD_PLAN_PLAN_H */

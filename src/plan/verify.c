@@ -490,33 +490,18 @@ static int check_structure(vstate_t *v) {
       for (uint32_t i = 0; i < nops; i++) {
         const brd_ir_op_t *op = &ops[i];
         int res = STEP_OK;
-        switch (op->code) {
-        case BRD_IR_OP_NOP:
-          break;
-        case BRD_IR_OP_BARRIER:
-          if (op->nsrc || op->ndst)
-            res = vfail(v, BRD_VERIFY_MALFORMED, r, b, (int)i, -1,
-                        "rank %d block %d op %d: BARRIER takes no references",
-                        r, b, i);
-          break;
-        case BRD_IR_OP_SIGNAL:
-        case BRD_IR_OP_WAIT:
-          res = check_sync_op(v, r, b, (int)i, op);
-          break;
-        case BRD_IR_OP_COPY:
-        case BRD_IR_OP_REDUCE:
-        case BRD_IR_OP_PUT:
-        case BRD_IR_OP_GET:
-        case BRD_IR_OP_PKT_PUT:
-        case BRD_IR_OP_PKT_REDUCE:
+        if (brd_ir_op_is_data(op->code))
           res = check_data_op(v, r, b, (int)i, op);
-          break;
-        default:
+        else if (brd_ir_op_is_sync(op->code))
+          res = check_sync_op(v, r, b, (int)i, op);
+        else if (op->code == BRD_IR_OP_BARRIER && (op->nsrc || op->ndst))
+          res = vfail(v, BRD_VERIFY_MALFORMED, r, b, (int)i, -1,
+                      "rank %d block %d op %d: BARRIER takes no references",
+                      r, b, i);
+        else if (!brd_ir_op_is_runnable(op->code))
           res = vfail(v, BRD_VERIFY_MALFORMED, r, b, (int)i, -1,
                       "rank %d block %d op %d: opcode %u is not supported",
                       r, b, i, op->code);
-          break;
-        }
         if (res != STEP_OK) return res;
       }
     }
@@ -1086,20 +1071,20 @@ typedef struct expect {
 } expect_t;
 
 static expect_t expect_of(const vstate_t *v, int r, int seg) {
-  expect_t e = {0, -1, 1, v->p->nchunks};
+  /* Reductions apply the post-op once; the rest move values unchanged. */
+  expect_t e = {0, -1, brd_ir_coll_traits(v->coll).reduction, v->p->nchunks};
   switch (v->coll) {
   case BRD_IR_COLL_ALLREDUCE: break;
-  case BRD_IR_COLL_ALLGATHER: e.one = seg; e.post = 0; break;
+  case BRD_IR_COLL_ALLGATHER: e.one = seg; break;
   case BRD_IR_COLL_REDUCESCATTER: e.seg = r; break;
-  case BRD_IR_COLL_BROADCAST: e.one = v->root; e.post = 0; break;
+  case BRD_IR_COLL_BROADCAST: e.one = v->root; break;
   case BRD_IR_COLL_REDUCE: break;
-  case BRD_IR_COLL_ALLTOALL: e.seg = r; e.one = seg; e.post = 0; break;
-  case BRD_IR_COLL_GATHER: e.one = seg; e.post = 0; break;
-  case BRD_IR_COLL_SCATTER: e.seg = r; e.one = v->root; e.post = 0; break;
+  case BRD_IR_COLL_ALLTOALL: e.seg = r; e.one = seg; break;
+  case BRD_IR_COLL_GATHER: e.one = seg; break;
+  case BRD_IR_COLL_SCATTER: e.seg = r; e.one = v->root; break;
   default: /* SENDRECV */
     e.seg = v->p2p[r].out[seg].src_seg;
     e.one = v->p2p[r].out[seg].src_rank;
-    e.post = 0;
     e.nchunks = v->p2p[r].out[seg].nchunks;
     break;
   }
@@ -1294,17 +1279,14 @@ static int vstate_segments(vstate_t *v) {
   if (v->nin == NULL || v->nout == NULL) return -1;
   v->nout_max = 1;
   for (int r = 0; r < v->n; r++) {
-    int root = r == v->root, ni = 1, no = 1;
-    switch (v->coll) {
-    case BRD_IR_COLL_ALLGATHER: no = v->n; break;
-    case BRD_IR_COLL_REDUCESCATTER: ni = v->n; break;
-    case BRD_IR_COLL_BROADCAST: ni = root; break;
-    case BRD_IR_COLL_REDUCE: no = root; break;
-    case BRD_IR_COLL_ALLTOALL: ni = no = v->n; break;
-    case BRD_IR_COLL_GATHER: no = root ? v->n : 0; break;
-    case BRD_IR_COLL_SCATTER: ni = root ? v->n : 0; break;
-    case BRD_IR_COLL_SENDRECV: ni = v->p2p[r].nin; no = v->p2p[r].nout; break;
-    default: break;
+    /* The collective's buffers (device/ir.h); point-to-point's are the
+     * launch's own tables. */
+    brd_ir_coll_traits_t t = brd_ir_coll_traits(v->coll);
+    int ni = !brd_ir_coll_has_input(v->coll, r, v->root) ? 0 : t.in_segs_all ? v->n : 1;
+    int no = !brd_ir_coll_has_output(v->coll, r, v->root) ? 0 : t.out_segs_all ? v->n : 1;
+    if (v->coll == BRD_IR_COLL_SENDRECV) {
+      ni = v->p2p[r].nin;
+      no = v->p2p[r].nout;
     }
     v->nin[r] = ni;
     v->nout[r] = no;

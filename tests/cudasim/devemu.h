@@ -25,7 +25,7 @@
  *     cudaErrorIllegalAddress, as on a GPU, where the CPU would not mind;
  *   - __ldcg/__stcg as plain accesses, __stcg's stores delayed until a
  *     fence or release of the block (below, "delayed stores"), so a
- *     missing fence shows; and the float intrinsics of reduce.cuh (one
+ *     missing fence shows; and the float intrinsics of redop.cuh (one
  *     IEEE rounding per operation, as SSE does);
  *   - BRD_KERNEL(f), a kernel's address for cudaLaunchKernel: a
  *     brd_cudasim_kernel_t that packs f's parameters and calls f.
@@ -375,7 +375,7 @@ template <typename T> static inline void __stcg(T *p, T v) {
   if (brd_emu_access(p, sizeof(T), "store")) brd_emu_pend_store(p, &v, sizeof(v));
 }
 
-/* ---- float intrinsics of reduce.cuh ------------------------------------------------- */
+/* ---- float intrinsics of redop.cuh ------------------------------------------------- */
 
 /* The bits of a value as another type of the same size. */
 template <typename To, typename From> static inline To brd_emu_bits(From v) {

@@ -48,7 +48,7 @@
 #include "algos/algos.h"
 #include "coll_ref.h"
 #include "device/exec_cuda.h"
-#include "device/reduce.h"
+#include "device/redop.h"
 #include "base/param.h"
 #include "plan/plan.h"
 

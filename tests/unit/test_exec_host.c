@@ -313,7 +313,7 @@ typedef struct world {
   void *in[MAXR], *out[MAXR];
   _Atomic uint64_t *sems[MAXR][MAXR]; /* [rank][channel] inbound */
   brd_exec_chan_t chans[MAXR][MAXR];
-  brd_exec_launch_t launch[MAXR];
+  brd_exec_run_t launch[MAXR];
   ncclResult_t block_res[MAXR][MAXB];
   uint64_t cursor;
   uint32_t phase;
@@ -440,7 +440,7 @@ static void world_run(world_t *w, ncclResult_t expect, brd_exec_hang_t *hang_out
   for (int r = 0; r < w->active; r++) {
     for (int b = 0; b < w->nblocks; b++) assert_int_equal(w->block_res[r][b], expect);
     brd_exec_hang_t hang;
-    assert_int_equal(brd_exec_host_launch_fini(&w->launch[r], &hang), expect);
+    assert_int_equal(brd_exec_host_run_fini(&w->launch[r], &hang), expect);
     if (hang_out != NULL && r == 0) *hang_out = hang;
   }
 }
@@ -473,7 +473,7 @@ static void world_launch(world_t *w, size_t count, int dt, int redop,
     a.scratch_bytes = scratch_bytes;
     a.scalar = scalar;
     a.abort_flag = abort_flag;
-    assert_int_equal(brd_exec_host_launch_init(&w->launch[r], &a), ncclSuccess);
+    assert_int_equal(brd_exec_host_run_init(&w->launch[r], &a), ncclSuccess);
   }
   w->phase ^= 1;
   world_run(w, expect, hang_out);
@@ -732,7 +732,7 @@ static void xchg_launch(world_t *w, int32_t *user0, size_t count, size_t stride,
       a.out_stride = stride;
     }
     a.xchg = 1;
-    assert_int_equal(brd_exec_host_launch_init(&w->launch[r], &a), ncclSuccess);
+    assert_int_equal(brd_exec_host_run_init(&w->launch[r], &a), ncclSuccess);
   }
   world_run(w, expect, hang_out);
 }
@@ -895,7 +895,7 @@ static void test_bad_args(void **state) {
   brd_algos_args_t args = {2, NULL, 1, BRD_IR_PROTO_SIMPLE};
   brd_ir_plan_t *plan;
   assert_int_equal(brd_algos_ring_allreduce(&args, &plan), ncclSuccess);
-  brd_exec_launch_t l;
+  brd_exec_run_t l;
   brd_exec_args_t a;
   memset(&a, 0, sizeof(a));
   a.plan = plan;
@@ -903,14 +903,14 @@ static void test_bad_args(void **state) {
   a.dtype = ncclFloat32;
   a.redop = ncclSum;
   a.rank = 2;
-  assert_int_equal(brd_exec_host_launch_init(&l, &a), ncclInvalidArgument);
+  assert_int_equal(brd_exec_host_run_init(&l, &a), ncclInvalidArgument);
   a.rank = 0;
-  assert_int_equal(brd_exec_host_launch_init(&l, &a), ncclInvalidArgument); /* NULL buffers */
+  assert_int_equal(brd_exec_host_run_init(&l, &a), ncclInvalidArgument); /* NULL buffers */
   a.dtype = 12;
-  assert_int_equal(brd_exec_host_launch_init(&l, &a), ncclInvalidArgument);
+  assert_int_equal(brd_exec_host_run_init(&l, &a), ncclInvalidArgument);
   a.dtype = ncclFloat32;
   a.redop = 7;
-  assert_int_equal(brd_exec_host_launch_init(&l, &a), ncclInvalidArgument);
+  assert_int_equal(brd_exec_host_run_init(&l, &a), ncclInvalidArgument);
   /* count 0 needs no buffers at all */
   a.redop = ncclSum;
   a.count = 0;
@@ -925,7 +925,7 @@ static void test_bad_args(void **state) {
   a.scratch = buf;
   a.scratch_bytes = 32; /* 8 bytes per slot: no room for 16 data bytes */
   a.chans = ch;
-  assert_int_equal(brd_exec_host_launch_init(&l, &a), ncclInternalError);
+  assert_int_equal(brd_exec_host_run_init(&l, &a), ncclInternalError);
   brd_plan_destroy(plan);
 }
 

@@ -3,7 +3,9 @@
  * (src/plan/plan.c): the binary layout against a hand-written table, the
  * blob being self-contained and relocatable, the builder's channel
  * handling and op splitting, the launch layout (chunks tile the buffer
- * exactly, 16-byte aligned, within one slot), and epoch reservation.
+ * exactly, 16-byte aligned, within one slot), epoch reservation, the
+ * collective traits and op classes against hand-written tables, and the
+ * shared addressing of device/ir_addr.h against hand-computed addresses.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 
 #include "algos/algos.h"
 #include "device/ir.h"
+#include "device/ir_addr.h"
 #include "plan/plan.h"
 #include "plan/verify.h"
 
@@ -410,6 +413,181 @@ static void test_epoch_reserve(void **state) {
   }
 }
 
+/* ---- the IR's rules: collective traits, op classes, addressing ------------ */
+
+/* What each collective means for its buffers, written out by hand from
+ * NCCL's definitions (not from ir.h): {rooted, reduction, input holds
+ * nranks segments, output holds nranks segments, input on the root only,
+ * output on the root only, has input/output}. */
+static const struct {
+  unsigned coll;
+  uint8_t t[7];
+} coll_rules[] = {
+    {BRD_IR_COLL_ALLREDUCE, {0, 1, 0, 0, 0, 0, 1}},
+    {BRD_IR_COLL_ALLGATHER, {0, 0, 0, 1, 0, 0, 1}},
+    {BRD_IR_COLL_REDUCESCATTER, {0, 1, 1, 0, 0, 0, 1}},
+    {BRD_IR_COLL_BROADCAST, {1, 0, 0, 0, 1, 0, 1}},
+    {BRD_IR_COLL_REDUCE, {1, 1, 0, 0, 0, 1, 1}},
+    {BRD_IR_COLL_ALLTOALL, {0, 0, 1, 1, 0, 0, 1}},
+    {BRD_IR_COLL_GATHER, {1, 0, 0, 1, 0, 1, 1}},
+    {BRD_IR_COLL_SCATTER, {1, 0, 1, 0, 1, 0, 1}},
+    {BRD_IR_COLL_SENDRECV, {0, 0, 0, 0, 0, 0, 0}},
+    {BRD_IR_COLL_COUNT, {0, 0, 0, 0, 0, 0, 0}},
+    {200, {0, 0, 0, 0, 0, 0, 0}},
+};
+
+static void test_coll_traits(void **state) {
+  (void)state;
+  for (size_t i = 0; i < sizeof(coll_rules) / sizeof(coll_rules[0]); i++) {
+    unsigned c = coll_rules[i].coll;
+    const uint8_t *want = coll_rules[i].t;
+    brd_ir_coll_traits_t t = brd_ir_coll_traits(c);
+    uint8_t got[7] = {t.rooted, t.reduction, t.in_segs_all, t.out_segs_all,
+                      t.input_root_only, t.output_root_only, t.has_io};
+    for (int f = 0; f < 7; f++) {
+      if (got[f] != want[f]) print_error("collective %u field %d: %u, want %u\n", c, f, got[f], want[f]);
+      assert_int_equal(got[f], want[f]);
+    }
+    /* Rank 2 is the root of 4; ranks 0 and 3 are not. */
+    for (int r = 0; r < 4; r++) {
+      int root = r == 2;
+      assert_int_equal(brd_ir_coll_has_input(c, r, 2), want[6] && (!want[4] || root));
+      assert_int_equal(brd_ir_coll_has_output(c, r, 2), want[6] && (!want[5] || root));
+    }
+  }
+  /* Spot checks in words: Broadcast reads only the root's input and writes
+   * every output; Reduce the other way round; Gather's non-roots have no
+   * output at all. */
+  assert_false(brd_ir_coll_has_input(BRD_IR_COLL_BROADCAST, 0, 1));
+  assert_true(brd_ir_coll_has_output(BRD_IR_COLL_BROADCAST, 0, 1));
+  assert_true(brd_ir_coll_has_input(BRD_IR_COLL_REDUCE, 0, 1));
+  assert_false(brd_ir_coll_has_output(BRD_IR_COLL_REDUCE, 0, 1));
+  assert_false(brd_ir_coll_has_output(BRD_IR_COLL_GATHER, 3, 0));
+  assert_true(brd_ir_coll_has_output(BRD_IR_COLL_GATHER, 0, 0));
+}
+
+static void test_op_classes(void **state) {
+  (void)state;
+  /* code: data, sync, runnable (hand-written from ir.h's op list). */
+  static const uint8_t want[][4] = {
+      {BRD_IR_OP_NOP, 0, 0, 1},        {BRD_IR_OP_COPY, 1, 0, 1},
+      {BRD_IR_OP_REDUCE, 1, 0, 1},     {BRD_IR_OP_PUT, 1, 0, 1},
+      {BRD_IR_OP_GET, 1, 0, 1},        {BRD_IR_OP_PKT_PUT, 1, 0, 1},
+      {BRD_IR_OP_PKT_REDUCE, 1, 0, 1}, {BRD_IR_OP_SIGNAL, 0, 1, 1},
+      {BRD_IR_OP_WAIT, 0, 1, 1},       {BRD_IR_OP_BARRIER, 0, 0, 1},
+      {BRD_IR_OP_FLUSH, 0, 0, 0},      {BRD_IR_OP_MC_REDUCE, 0, 0, 0},
+      {BRD_IR_OP_MC_STORE, 0, 0, 0},   {BRD_IR_OP_COUNT, 0, 0, 0},
+      {255, 0, 0, 0},
+  };
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    assert_int_equal(brd_ir_op_is_data(want[i][0]), want[i][1]);
+    assert_int_equal(brd_ir_op_is_sync(want[i][0]), want[i][2]);
+    assert_int_equal(brd_ir_op_is_runnable(want[i][0]), want[i][3]);
+  }
+  assert_true(brd_ir_buf_is_io(BRD_IR_BUF_INPUT));
+  assert_true(brd_ir_buf_is_io(BRD_IR_BUF_OUTPUT));
+  assert_false(brd_ir_buf_is_io(BRD_IR_BUF_SCRATCH | BRD_IR_REF_LL));
+  assert_false(brd_ir_buf_is_io(BRD_IR_BUF_SEM));
+}
+
+/* A view of 100 int32 elements, 2 chunks of at most 8 per window (16 per
+ * window, 7 iterations), 64-byte slots, phases 1024 bytes apart. */
+static brd_ir_view_t addr_view(void) {
+  brd_ir_view_t v;
+  memset(&v, 0, sizeof(v));
+  v.layout.count = 100;
+  v.layout.esize = 4;
+  v.layout.align = 4;
+  v.layout.chunk_max = 8;
+  v.layout.window = 16;
+  v.layout.niter = 7;
+  v.layout.slot_bytes = 64;
+  v.layout.half_bytes = 1024;
+  v.layout.nchunks = 2;
+  v.in_stride = 100;
+  v.out_stride = 100;
+  v.seq_per_iter = 3;
+  v.epoch = 1000;
+  return v;
+}
+
+static void test_addressing(void **state) {
+  (void)state;
+  static char in[4096], out[4096], scratch[4096], seg0[256], seg1[256];
+  brd_ir_view_t v = addr_view();
+  v.input = in;
+  v.output = out;
+  v.phase = 1;
+
+  /* Sequence numbers: epoch + iter * seq_per_iter + k; a channel's own
+   * epoch for its semaphores; LL flags from the launch's epoch, 32 bits. */
+  assert_int_equal(brd_ir_seq_rel(&v, 2, -1), 5);
+  assert_int_equal(brd_ir_seq_rel(&v, 0, -2), -2);
+  assert_int_equal(brd_ir_sem_value(&v, 1, 2, -1), 1005);
+  uint64_t chan_ep[2] = {500, 7000};
+  v.chan_epoch = chan_ep;
+  assert_int_equal(brd_ir_sem_value(&v, 1, 2, -1), 7005);
+  assert_int_equal(brd_ir_sem_value(&v, 0, 0, 2), 502);
+  assert_int_equal(brd_ir_ll_flag(&v, 2, -1), 1005);
+  v.epoch = ((uint64_t)1 << 32) + 5;
+  assert_int_equal(brd_ir_ll_flag(&v, 0, 1), 6);
+  v.epoch = 1000;
+
+  /* Slot 3 of phase 1: 1024 + 3 * 64 bytes in. */
+  assert_ptr_equal(brd_ir_slot_addr(&v, scratch, 3), scratch + 1024 + 192);
+  v.phase = 0;
+  assert_ptr_equal(brd_ir_slot_addr(&v, scratch, 3), scratch + 192);
+
+  /* A COPY from slot 3 to output index 3: segment 1, chunk 1. */
+  brd_ir_op_t op;
+  memset(&op, 0, sizeof(op));
+  op.code = BRD_IR_OP_COPY;
+  op.nsrc = 1;
+  op.ndst = 1;
+  op.chunk = 1;
+  op.nchunks = 1;
+  op.ref[0] = (brd_ir_ref_t){BRD_IR_BUF_SCRATCH, BRD_IR_CHAN_LOCAL, 3};
+  op.ref[1] = (brd_ir_ref_t){BRD_IR_BUF_OUTPUT, BRD_IR_CHAN_LOCAL, 3};
+  const brd_ir_ref_t *dst = &op.ref[1];
+
+  /* Strided: segment 1 starts 100 elements in; chunk 1 of iteration 0 is
+   * elements [8, 16) of it; the last window (iteration 6) holds 4
+   * elements, all in chunk 0 (spread 16-byte aligned), so chunk 1 is empty. */
+  assert_ptr_equal(brd_ir_local_seg(&v, dst, 1), out + 400);
+  assert_int_equal(brd_ir_seg_count(&v, dst, 1), 100);
+  assert_ptr_equal(brd_ir_chunk_addr(&v, brd_ir_local_seg(&v, dst, 1), 100, 0, 1),
+                   out + 400 + 32);
+  assert_int_equal(brd_ir_op_chunk_len(&v, &op, 0, 0), 8);
+  assert_int_equal(brd_ir_op_chunk_len(&v, &op, 6, 0), 0);
+  op.chunk = 0;
+  op.ref[1].index = 2;
+  assert_int_equal(brd_ir_op_chunk_len(&v, &op, 6, 0), 4);
+  op.chunk = 1;
+  op.ref[1].index = 3;
+
+  /* Separate outputs (point-to-point): segment 1 is its own buffer of 20
+   * elements, so iteration 1 holds 4 of them, all in chunk 0. A peer's
+   * output through a channel keeps the launch's count. */
+  brd_exec_seg_t segs[2] = {{seg0, 50}, {seg1, 20}};
+  v.out_segs = segs;
+  assert_ptr_equal(brd_ir_local_seg(&v, dst, 1), seg1);
+  assert_int_equal(brd_ir_seg_count(&v, dst, 1), 20);
+  assert_int_equal(brd_ir_op_chunk_len(&v, &op, 0, 0), 8);
+  assert_int_equal(brd_ir_op_chunk_len(&v, &op, 1, 0), 0);
+  assert_ptr_equal(brd_ir_chunk_addr(&v, seg1, 20, 1, 0), seg1 + 64);
+  brd_ir_ref_t peer_out = {BRD_IR_BUF_OUTPUT, 0, 3};
+  assert_int_equal(brd_ir_seg_count(&v, &peer_out, 1), 100);
+  /* Inputs stay strided: input segment 2 at 200 elements. */
+  brd_ir_ref_t in_ref = {BRD_IR_BUF_INPUT, BRD_IR_CHAN_LOCAL, 4};
+  assert_ptr_equal(brd_ir_local_seg(&v, &in_ref, 2), in + 800);
+  assert_ptr_equal(brd_ir_seg_at(&v, in, 3, 10), in + 120);
+
+  /* An op with no input or output ref counts the launch's elements. */
+  op.ref[1] = (brd_ir_ref_t){BRD_IR_BUF_SCRATCH, 0, 5};
+  assert_int_equal(brd_ir_op_chunk_len(&v, &op, 1, 0), 8);
+  assert_int_equal(brd_ir_op_chunk_len(&v, &op, 6, 0), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_struct_layout),
@@ -420,6 +598,9 @@ int main(void) {
       cmocka_unit_test(test_layout_tiles_buffer),
       cmocka_unit_test(test_loop_construct),
       cmocka_unit_test(test_epoch_reserve),
+      cmocka_unit_test(test_coll_traits),
+      cmocka_unit_test(test_op_classes),
+      cmocka_unit_test(test_addressing),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,7 @@
 
 #include "core/reg.h"
 #include "core/works.h"
-#include "device/reduce.h"
+#include "device/redop.h"
 #include "nccl.h"
 
 #define N 3

@@ -1,6 +1,6 @@
 /*
  * Braid host reductions: format conversions and the element loops behind
- * brd_reduce_host_apply. See reduce.h for the semantics.
+ * brd_reduce_host_apply. See redop.h for the semantics.
  *
  * Each call works in tiles of TILE elements: the tile is accumulated in a
  * local array (sources outer, elements inner, so the compiler can vectorise)
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/check.h"
-#include "device/reduce.h"
+#include "device/redop.h"
 
 #define TILE 256
 
@@ -122,20 +122,20 @@ static inline uint8_t f32_to_fp8(float f, int e5m2) {
   return (uint8_t)(sign | r);
 }
 
-/* See reduce.h. */
+/* See redop.h. */
 float brd_reduce_f16_decode(uint16_t h) { return f16_to_f32(h); }
-/* See reduce.h. */
+/* See redop.h. */
 uint16_t brd_reduce_f16_encode(float f) { return f32_to_f16(f); }
-/* See reduce.h. */
+/* See redop.h. */
 float brd_reduce_bf16_decode(uint16_t h) { return bf16_to_f32(h); }
-/* See reduce.h. */
+/* See redop.h. */
 uint16_t brd_reduce_bf16_encode(float f) { return f32_to_bf16(f); }
-/* See reduce.h. */
+/* See redop.h. */
 float brd_reduce_fp8_decode(uint8_t v, int e5m2) { return fp8_to_f32(v, e5m2); }
-/* See reduce.h. */
+/* See redop.h. */
 uint8_t brd_reduce_fp8_encode(float f, int e5m2) { return f32_to_fp8(f, e5m2); }
 
-/* See reduce.h. */
+/* See redop.h. */
 size_t brd_reduce_dtype_size(int dtype) {
   switch (dtype) {
   case ncclInt8:
@@ -164,7 +164,7 @@ static int dtype_is_int(int dtype) {
          dtype == ncclUint32 || dtype == ncclInt64 || dtype == ncclUint64;
 }
 
-/* See reduce.h. */
+/* See redop.h. */
 ncclResult_t brd_reduce_op_init(int dtype, int redop, int nranks,
                                 const void *scalar, brd_reduce_op_t *op_out) {
   brd_reduce_op_t op;
@@ -407,7 +407,7 @@ DEFINE_NARROW_KERNEL(reduce_bf16, uint16_t, bf16_to_f32, f32_to_bf16)
 DEFINE_NARROW_KERNEL(reduce_e4m3, uint8_t, widen_e4m3, narrow_e4m3)
 DEFINE_NARROW_KERNEL(reduce_e5m2, uint8_t, widen_e5m2, narrow_e5m2)
 
-/* See reduce.h. */
+/* See redop.h. */
 void brd_reduce_host_apply(const brd_reduce_op_t *op, void *dst,
                            const void *const *srcs, int nsrcs,
                            uint32_t pre_mask, int post, size_t n) {

@@ -1,6 +1,6 @@
 /*
  * Braid reductions on the GPU: the element arithmetic of the CUDA executor,
- * with the semantics of reduce.h / reduce_host.c, bit for bit:
+ * with the semantics of redop.h / redop_host.c, bit for bit:
  *
  *   - integers combine in the unsigned type of their width (two's
  *     complement wrap), compare signed or unsigned by type; the integer
@@ -22,8 +22,8 @@
  * average, whose scalar and divisor are runtime values. 12 x 5 kernels keep
  * compile time bounded while plain sums carry no scalar code.
  */
-#ifndef BRD_DEVICE_REDUCE_CUH
-#define BRD_DEVICE_REDUCE_CUH
+#ifndef BRD_DEVICE_REDOP_CUH
+#define BRD_DEVICE_REDOP_CUH
 
 #include <stdint.h>
 
@@ -265,4 +265,4 @@ combine(typename Tr::acc_t acc, typename Tr::acc_t x) {
 
 } /* namespace brd */
 
-#endif /* BRD_DEVICE_REDUCE_CUH */
+#endif /* BRD_DEVICE_REDOP_CUH */

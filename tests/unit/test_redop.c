@@ -1,5 +1,5 @@
 /*
- * Unit tests for the host reductions (src/device/reduce_host.c).
+ * Unit tests for the host reductions (src/device/redop_host.c).
  *
  * References written here, by other methods than the code under test:
  *   - decoders from the formats' field definitions with ldexp;
@@ -25,7 +25,7 @@
 
 #include <cmocka.h>
 
-#include "device/reduce.h"
+#include "device/redop.h"
 
 /* ---- reference formats ---------------------------------------------------- */
 

@@ -18,8 +18,8 @@
  *     __NV_SATFINITE, which NCCL uses), including for infinities; NaN
  *     becomes 0x7f.
  */
-#ifndef BRD_DEVICE_REDUCE_H
-#define BRD_DEVICE_REDUCE_H
+#ifndef BRD_DEVICE_REDOP_H
+#define BRD_DEVICE_REDOP_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -84,4 +84,4 @@ uint16_t brd_reduce_bf16_encode(float f);
 float brd_reduce_fp8_decode(uint8_t v, int e5m2);
 uint8_t brd_reduce_fp8_encode(float f, int e5m2);
 
-#endif /* BRD_DEVICE_REDUCE_H */
+#endif /* BRD_DEVICE_REDOP_H */

@@ -1,0 +1,605 @@
+/*
+ * Braid CUDA executor, host half: the objects of exec_cuda.h (plans in
+ * device memory, status blocks, channel tables), the checks of plans and
+ * launch arguments, each launch's set-up (layout, epochs, reduction,
+ * inline tables, resolved into the kernel's arguments), the hang report,
+ * and the copy-out's set-up. Plain C; the kernels are exec.cu's, reached
+ * through the two entry points of exec_kernel.h, so the CUDA simulator
+ * runs this same file with kernels of its own (tests/cudasim/).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
+#include "device/exec_cuda.h"
+
+#if BRAID_CUDA
+
+#include "device/exec_kernel.h"
+#include "device/layout.h"
+#include "device/redop.h"
+
+/* ---- checks -------------------------------------------------------------- */
+
+/* WARNs why a plan cannot run, at (rank, block, op) where known (-1 if
+ * not), and returns ncclInternalError. */
+static ncclResult_t bad_plan(int rank, int block, int opi, const char *why) {
+  if (rank < 0)
+    WARN("CUDA executor: plan rejected: %s. The blob is damaged or was not "
+         "built by brd_plan_builder_finish", why);
+  else
+    WARN("CUDA executor: plan rejected at rank %d block %d op %d: %s. The "
+         "plan generator built an op this executor cannot run; check the "
+         "plan with brd_plan_verify", rank, block, opi, why);
+  return ncclInternalError;
+}
+
+/* Whether ref fits the plan; NULL when it does, else why not. */
+static const char *ref_problem(const brd_ir_plan_t *p, const brd_ir_op_t *op,
+                               const brd_ir_ref_t *ref, uint32_t nchans) {
+  uint32_t kind = ref->buf & BRD_IR_BUF_MASK;
+  int local = ref->chan == BRD_IR_CHAN_LOCAL;
+  if (!local && ref->chan >= nchans)
+    return "reference through a channel the rank does not have";
+  if (kind == BRD_IR_BUF_SEM) return "semaphore named by a data op";
+  if (kind > BRD_IR_BUF_SEM) return "unknown buffer kind";
+  if ((ref->buf & BRD_IR_REF_LL) && kind != BRD_IR_BUF_SCRATCH)
+    return "LL flag on a buffer that is not scratch";
+  if (kind == BRD_IR_BUF_INPUT && !local && !(p->flags & BRD_IR_PLAN_F_PEER_INPUT))
+    return "another rank's input in a plan not flagged to read peers' inputs";
+  /* Input and output indices also name segments, whose number only the
+   * launch knows (the verifier proves the plan stays inside them). */
+  if (kind == BRD_IR_BUF_SCRATCH && (uint64_t)ref->index + op->nchunks > p->nslots)
+    return "scratch slot out of range";
+  return NULL;
+}
+
+static ncclResult_t plan_check(const brd_ir_plan_t *p) {
+  if (p == NULL || p->magic != BRD_IR_MAGIC || p->version != BRD_IR_VERSION) {
+    WARN("CUDA executor: not a Braid plan (magic/version mismatch)");
+    return ncclInternalError;
+  }
+  uint64_t total = p->total_bytes;
+  uint64_t nrb = (uint64_t)p->nranks * p->nblocks;
+  if (p->nranks == 0 || p->nblocks == 0 || p->seq_per_iter == 0 ||
+      p->nchunks == 0 || total < sizeof(*p) || p->root >= p->nranks ||
+      p->coll >= BRD_IR_COLL_COUNT ||
+      (p->flags & ~BRD_IR_PLAN_F_ALL) != 0 ||
+      (p->rank_off | p->block_off | p->chan_off | p->op_off) % 4 != 0 ||
+      p->rank_off + (uint64_t)p->nranks * sizeof(brd_ir_rank_t) > total ||
+      p->block_off + nrb * sizeof(brd_ir_block_t) > total ||
+      p->chan_off + (uint64_t)p->nchans * sizeof(brd_ir_chan_t) > total ||
+      p->op_off + (uint64_t)p->nops * sizeof(brd_ir_op_t) > total)
+    return bad_plan(-1, -1, -1, "header fields or table offsets out of range");
+  for (int r = 0; r < p->nranks; r++) {
+    const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
+    if ((uint64_t)rk->chan_first + rk->nchans > p->nchans)
+      return bad_plan(r, -1, -1, "channel table out of range");
+    for (uint32_t c = 0; c < rk->nchans; c++) {
+      const brd_ir_chan_t *ch = brd_ir_plan_chan(p, r, (int)c);
+      if (ch->peer < 0 || ch->peer >= p->nranks || ch->peer == r)
+        return bad_plan(r, -1, -1, "channel to an invalid peer");
+      if (ch->type != BRD_IR_CHAN_MEMORY)
+        return bad_plan(r, -1, -1, "channel type other than memory");
+    }
+    for (int bi = 0; bi < p->nblocks; bi++) {
+      const brd_ir_block_t *blk = brd_ir_plan_block(p, r, bi);
+      if ((uint64_t)blk->op_first + blk->nops > p->nops)
+        return bad_plan(r, bi, -1, "op list out of range");
+      const brd_ir_op_t *ops = brd_ir_plan_ops(p, r, bi);
+      for (uint32_t i = 0; i < blk->nops; i++) {
+        const brd_ir_op_t *op = &ops[i];
+        if (!brd_ir_op_is_runnable(op->code))
+          return bad_plan(r, bi, (int)i, "opcode not supported by the CUDA executor");
+        if (brd_ir_op_is_sync(op->code) &&
+            ((op->ref[0].buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SEM ||
+             op->ref[0].chan == BRD_IR_CHAN_LOCAL || op->ref[0].chan >= rk->nchans ||
+             op->ref[0].index >= p->nsems))
+          return bad_plan(r, bi, (int)i, "semaphore reference out of range");
+        if (!brd_ir_op_is_data(op->code)) continue;
+        if (op->nsrc < 1 || op->ndst < 1 || op->nsrc + op->ndst > BRD_IR_MAX_REFS)
+          return bad_plan(r, bi, (int)i, "data op without sources and destinations");
+        if ((uint64_t)op->chunk + op->nchunks > p->nchunks)
+          return bad_plan(r, bi, (int)i, "chunk out of range");
+        for (int k = 0; k < op->nsrc + op->ndst; k++) {
+          const char *why = ref_problem(p, op, &op->ref[k], rk->nchans);
+          if (why != NULL) return bad_plan(r, bi, (int)i, why);
+        }
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
+/* A host segment table: fits the launch, every buffer present, none longer
+ * than the launch's count. */
+static ncclResult_t segs_check(const brd_exec_cuda_args_t *args,
+                               const brd_exec_cuda_seg_t *segs, uint32_t n,
+                               const char *what) {
+  if (segs == NULL) return ncclSuccess;
+  if (n > BRD_EXEC_CUDA_INLINE_SEGS) {
+    WARN("CUDA executor: rank %d has %u %s segments, more than the %d a "
+         "launch carries; pass a device table", args->rank, n, what,
+         BRD_EXEC_CUDA_INLINE_SEGS);
+    return ncclInvalidArgument;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    if ((segs[i].ptr == NULL && segs[i].count > 0) || segs[i].count > args->count) {
+      WARN("CUDA executor: rank %d %s segment %u has %zu elements at %p "
+           "(launch count %zu)", args->rank, what, i, segs[i].count,
+           segs[i].ptr, args->count);
+      return ncclInvalidArgument;
+    }
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t args_check(const brd_exec_cuda_args_t *args,
+                                      const brd_ir_plan_t *p, uint32_t nchans) {
+  int want_in = brd_ir_coll_has_input(p->coll, (int)args->rank, (int)p->root);
+  int want_out = brd_ir_coll_has_output(p->coll, (int)args->rank, (int)p->root);
+  if ((want_in && args->input == NULL) || (want_out && args->output == NULL)) {
+    WARN("CUDA executor: rank %d has a NULL %s buffer for %zu elements",
+         args->rank, want_in && args->input == NULL ? "input" : "output",
+         args->count);
+    return ncclInvalidArgument;
+  }
+  if (args->in_segs_dev == NULL)
+    CHECK(segs_check(args, args->in_segs, args->n_in_segs, "input"));
+  if (args->out_segs_dev == NULL)
+    CHECK(segs_check(args, args->out_segs, args->n_out_segs, "output"));
+  if (nchans > 0 && args->chans == NULL && args->chans_dev == NULL) {
+    WARN("CUDA executor: rank %d has no channel pointers for a plan with %u "
+         "channels", args->rank, nchans);
+    return ncclInvalidArgument;
+  }
+  if (args->chans != NULL && args->chans_dev == NULL && nchans <= BRD_EXEC_CUDA_INLINE_CHANS &&
+      (p->flags & BRD_IR_PLAN_F_PEER_INPUT)) {
+    for (uint32_t c = 0; c < nchans; c++) {
+      if (args->chans[c].peer_input != NULL) continue;
+      WARN("CUDA executor: rank %d runs a plan reading peers' inputs, but channel %u "
+           "has no input pointer", args->rank, c);
+      return ncclInvalidArgument;
+    }
+  }
+  int host_epochs = args->chan_epoch != NULL && args->chan_epoch_dev == NULL;
+  if ((args->chans_dev == NULL || host_epochs) && nchans > BRD_EXEC_CUDA_INLINE_CHANS) {
+    WARN("CUDA executor: rank %d has %u channels, more than the %d a launch "
+         "carries; pass device tables (brd_exec_cuda_chans_create, "
+         "chan_epoch_dev)", args->rank, nchans, BRD_EXEC_CUDA_INLINE_CHANS);
+    return ncclInvalidArgument;
+  }
+  if (args->chan_cursor_dev != NULL &&
+      (args->device_epoch || args->chan_epoch_dev != NULL ||
+       (nchans > 0 && args->chan_epoch == NULL))) {
+    WARN("CUDA executor: rank %d: per-pair cursors on the device need the channels' "
+         "spans in chan_epoch (a host array), without device_epoch or chan_epoch_dev",
+         args->rank);
+    return ncclInvalidArgument;
+  }
+  if (args->device_epoch && (args->chan_epoch != NULL || args->chan_epoch_dev != NULL)) {
+    WARN("CUDA executor: rank %d: per-channel epochs come from the caller, "
+         "device_epoch from the status block; pass one or the other", args->rank);
+    return ncclInvalidArgument;
+  }
+  if (args->xchg) {
+    /* The kernel resolves every channel into fixed per-block arrays and
+     * reads the slots from the inline table; point-to-point pairs keep
+     * their own epochs, which the exchange's tag (the launch's epoch)
+     * cannot follow. */
+    const char *why = NULL;
+    if (nchans > BRD_IR_XCHG_MAX_CHANS)
+      why = "more channels than an exchange covers";
+    else if (nchans > 0 && (args->chans == NULL || args->chans_dev != NULL))
+      why = "a device channel table (the exchange needs inline channels)";
+    else if (args->chan_cursor_dev != NULL || args->chan_epoch != NULL ||
+             args->chan_epoch_dev != NULL)
+      why = "per-channel epochs (point-to-point)";
+    for (uint32_t c = 0; why == NULL && c < nchans; c++)
+      if (args->chans[c].xchg_pub == NULL || args->chans[c].xchg_slot == NULL)
+        why = "a channel without both exchange slots";
+    if (why != NULL) {
+      WARN("CUDA executor: rank %d exchanges outputs over %u channels with %s; an "
+           "exchange needs at most %u inline channels, each with both slots, and the "
+           "launch's epoch", args->rank, nchans, why, BRD_IR_XCHG_MAX_CHANS);
+      return ncclInvalidArgument;
+    }
+  }
+  if (p->nslots > 0 && (args->scratch == NULL || (uintptr_t)args->scratch % 16 != 0)) {
+    WARN("CUDA executor: rank %d scratch %p: expected a 16-byte aligned buffer "
+         "of brd_plan_scratch_bytes", args->rank, args->scratch);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t epochs_check(const brd_exec_cuda_args_t *args, uint32_t nchans,
+                                        uint64_t span) {
+  const uint64_t wrap = (uint64_t)1 << 32;
+  uint32_t nch = args->chan_epoch != NULL && args->chan_epoch_dev == NULL ? nchans : 0;
+  for (uint32_t c = 0; c <= nch; c++) {
+    uint64_t e = c < nch ? args->chan_epoch[c] : args->epoch;
+    if (e / wrap != (e + span) / wrap) {
+      WARN("CUDA executor: epoch %llu + %llu sequence numbers crosses a "
+           "multiple of 2^32; reserve epochs with brd_plan_epoch_reserve",
+           (unsigned long long)e, (unsigned long long)span);
+      return ncclInternalError;
+    }
+  }
+  return ncclSuccess;
+}
+
+static void hang_warn(const brd_exec_cuda_hang_t *h, double secs) {
+  if (h->what == BRD_EXEC_CUDA_WAIT_SEM) {
+    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+         "waiting for semaphore %d from rank %d to reach %llu; it holds "
+         "%llu. Rank %d stopped making progress: check that every rank "
+         "called the same collective with the same count, datatype and op, "
+         "or raise BRAID_TIMEOUT",
+         h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->index,
+         h->peer, (unsigned long long)h->expected, (unsigned long long)h->seen,
+         h->peer);
+  } else if (h->what == BRD_EXEC_CUDA_WAIT_PACKET) {
+    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+         "waiting for LL packets in scratch slot %d with flag %llu; the "
+         "slot holds flag %llu. A peer stopped making progress: check that "
+         "every rank called the same collective with the same count, "
+         "datatype and op, or raise BRAID_TIMEOUT",
+         h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->index,
+         (unsigned long long)h->expected, (unsigned long long)h->seen);
+  } else if (h->what == BRD_EXEC_CUDA_WAIT_XCHG) {
+    WARN("rank %d block %d: no word for %.3g s from rank %d on where its "
+         "output is (exchange slot of channel %d, tag %llu; it holds %llu). "
+         "This rank's output buffer is registered (ncclCommRegister): when "
+         "one rank passes registered buffers, every rank must (NCCL's "
+         "rule). Check that rank %d registered its buffers and called the "
+         "same collective, or raise BRAID_TIMEOUT",
+         h->rank, h->block, secs, h->peer, h->index, (unsigned long long)h->expected,
+         (unsigned long long)h->seen, h->peer);
+  } else {
+    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+         "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
+         "if the GPU is shared with other work",
+         h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->index,
+         (unsigned long long)h->seen, (unsigned long long)h->expected);
+  }
+}
+
+/* ---- objects, launches, status ------------------------------------------- */
+
+/* Copies bytes from src to dst (src NULL: zeroes dst) on a private
+ * non-blocking stream and waits for it, so a setup copy neither waits for
+ * nor is overtaken by other streams' work: the legacy default stream would
+ * wait for peers' kernels, which may be spinning on this rank. */
+static ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
+                          enum cudaMemcpyKind kind, const char *what) {
+  ncclResult_t res = ncclSuccess;
+  cudaStream_t s;
+  CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+                  "cudaStreamCreateWithFlags", res, out);
+  if (src == NULL) {
+    CUDA_CHECK_GOTO(cudaMemsetAsync(dst, 0, bytes, s), what, res, out_stream);
+  } else {
+    CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes, kind, s), what, res,
+                    out_stream);
+  }
+  CUDA_CHECK_GOTO(cudaStreamSynchronize(s), what, res, out_stream);
+out_stream:
+  cudaStreamDestroy(s);
+out:
+  return res;
+}
+
+
+
+
+struct brd_exec_cuda_plan {
+  brd_ir_plan_t *host; /* owned: brd_plan_clone */
+  brd_ir_plan_t *dev;  /* owned: cudaMalloc, the same bytes */
+};
+
+struct brd_exec_cuda_status {
+  brd_exec_report_t *host;   /* owned: cudaHostAlloc (mapped) */
+  brd_exec_report_t *dev;    /* the device's view of host */
+  brd_exec_state_t *state;   /* owned: cudaMalloc */
+  int reported;     /* the current failure was logged */
+};
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
+                                       brd_exec_cuda_plan_t **plan_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_exec_cuda_plan_t *cp;
+  int dev = 0, nsm = 0;
+  CHECK(plan_check(plan));
+  CUDA_CHECK_GOTO(cudaGetDevice(&dev), "cudaGetDevice", res, out);
+  CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev),
+                  "cudaDeviceGetAttribute(multiProcessorCount)", res, out);
+  if (plan->nblocks > nsm) {
+    WARN("CUDA executor: a plan of %u blocks per rank cannot have every block "
+         "resident on device %d, which has %d SMs; generate it with at most "
+         "%d blocks (NCCL_MAX_CTAS)", plan->nblocks, dev, nsm, nsm);
+    res = ncclInvalidArgument;
+    goto out;
+  }
+  cp = calloc(1, sizeof(*cp));
+  if (cp == NULL) {
+    WARN("out of host memory allocating %zu bytes for a CUDA executor plan",
+         sizeof(*cp));
+    res = ncclSystemError;
+    goto out;
+  }
+  CHECK_GOTO(brd_plan_clone(plan, &cp->host), res, fail_free);
+  CUDA_CHECK_GOTO(cudaMalloc((void **)&cp->dev, plan->total_bytes),
+                  "cudaMalloc for a plan", res, fail_destroy_host);
+  CHECK_GOTO(private_copy(cp->dev, plan, plan->total_bytes, cudaMemcpyHostToDevice,
+                          "copying a plan to the device"), res, fail_free_dev);
+  *plan_out = cp;
+  return ncclSuccess;
+fail_free_dev:
+  cudaFree(cp->dev);
+fail_destroy_host:
+  brd_plan_destroy(cp->host);
+fail_free:
+  free(cp);
+out:
+  return res;
+}
+
+/* See exec_cuda.h. */
+void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan) {
+  if (plan == NULL) return;
+  cudaFree(plan->dev);
+  brd_plan_destroy(plan->host);
+  free(plan);
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_exec_cuda_status_t *st =
+      calloc(1, sizeof(brd_exec_cuda_status_t));
+  if (st == NULL) {
+    WARN("out of host memory allocating %zu bytes for a CUDA executor status",
+         sizeof(*st));
+    return ncclSystemError;
+  }
+  CUDA_CHECK_GOTO(cudaHostAlloc((void **)&st->host, sizeof(brd_exec_report_t),
+                                cudaHostAllocMapped),
+                  "cudaHostAlloc (mapped) for the hang report", res, fail_free);
+  memset(st->host, 0, sizeof(brd_exec_report_t));
+  CUDA_CHECK_GOTO(cudaHostGetDevicePointer((void **)&st->dev, st->host, 0),
+                  "cudaHostGetDevicePointer for the hang report", res, fail_free_host);
+  CUDA_CHECK_GOTO(cudaMalloc((void **)&st->state, sizeof(brd_exec_state_t)),
+                  "cudaMalloc for the executor state", res, fail_free_host);
+  CHECK_GOTO(private_copy(st->state, NULL, sizeof(brd_exec_state_t), cudaMemcpyDefault,
+                          "zeroing the executor state"), res, fail_free_state);
+  *st_out = st;
+  return ncclSuccess;
+fail_free_state:
+  cudaFree(st->state);
+fail_free_host:
+  cudaFreeHost(st->host);
+fail_free:
+  free(st);
+  return res;
+}
+
+/* See exec_cuda.h. */
+void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st) {
+  if (st == NULL) return;
+  cudaFree(st->state);
+  cudaFreeHost(st->host);
+  free(st);
+}
+
+/* See exec_cuda.h. */
+void brd_exec_cuda_status_abort(brd_exec_cuda_status_t *st) {
+  __atomic_store_n(&st->host->abort, 1, __ATOMIC_RELEASE);
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st) {
+  ncclResult_t res = ncclSuccess;
+  brd_exec_state_t s;
+  CHECK_GOTO(private_copy(&s, st->state, sizeof(s), cudaMemcpyDeviceToHost,
+                          "reading the executor state"), res, out);
+  s.claimed = 0;
+  s.stop = 0;
+  s.bar_count = 0;
+  s.done = 0;
+  CHECK_GOTO(private_copy(st->state, &s, sizeof(s), cudaMemcpyHostToDevice,
+                          "resetting the executor state"), res, out);
+  memset(st->host, 0, sizeof(brd_exec_report_t));
+  st->reported = 0;
+out:
+  return res;
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_poll(brd_exec_cuda_status_t *st,
+                                brd_exec_cuda_hang_t *hang_out) {
+  const brd_exec_report_t *r = st->host;
+  int failed = __atomic_load_n(&r->failed, __ATOMIC_ACQUIRE);
+  if (failed == BRD_EXEC_FAIL_NONE) return ncclSuccess;
+  if (failed == BRD_EXEC_FAIL_ABORT) {
+    if (!st->reported)
+      INFO(BRD_SUBSYS_COLL, "CUDA executor: launch stopped by the abort flag");
+    st->reported = 1;
+    return ncclSystemError;
+  }
+  /* The kernel wrote the report before `failed`. */
+  brd_exec_hang_t h = r->hang;
+  if (!st->reported) hang_warn(&h, (double)r->timeout_ns * 1e-9);
+  st->reported = 1;
+  if (hang_out != NULL) *hang_out = h;
+  return ncclRemoteError;
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_chans_create(const brd_exec_cuda_chan_t *chans,
+                                        uint32_t n,
+                                        brd_exec_cuda_chan_t **dev_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_exec_cuda_chan_t *dev = NULL;
+  size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(*dev);
+  CUDA_CHECK_GOTO(cudaMalloc((void **)&dev, bytes), "cudaMalloc for a channel table",
+                  res, out);
+  if (n > 0)
+    CHECK_GOTO(private_copy(dev, chans, (size_t)n * sizeof(*dev),
+                            cudaMemcpyHostToDevice, "copying a channel table"),
+               res, fail_free);
+  *dev_out = dev;
+  return ncclSuccess;
+fail_free:
+  cudaFree(dev);
+out:
+  return res;
+}
+
+/* See exec_cuda.h. */
+void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev) {
+  if (dev != NULL) cudaFree(dev);
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
+                                  cudaStream_t stream) {
+  if (args->plan == NULL || args->status == NULL) {
+    WARN("CUDA executor: launch without a %s",
+         args->plan == NULL ? "plan" : "status block");
+    return ncclInvalidArgument;
+  }
+  const brd_ir_plan_t *p = args->plan->host;
+  if (args->rank < 0 || args->rank >= p->nranks) {
+    WARN("CUDA executor: rank %d outside a plan of %d ranks", args->rank, p->nranks);
+    return ncclInvalidArgument;
+  }
+  if (!args->device_epoch && args->phase > 1) {
+    WARN("CUDA executor: scratch phase %u (expected 0 or 1)", args->phase);
+    return ncclInvalidArgument;
+  }
+  /* A device scalar is read by the kernel; any value of the type serves to
+   * resolve the op here. */
+  uint64_t zero = 0;
+  brd_reduce_op_t op;
+  CHECK(brd_reduce_op_init(args->dtype, args->redop, p->nranks,
+                           args->scalar_dev != NULL ? &zero : args->scalar, &op));
+  if (args->count == 0) return ncclSuccess;
+
+  uint32_t nchans = brd_ir_plan_rank(p, args->rank)->nchans;
+  CHECK(args_check(args, p, nchans));
+  brd_plan_layout_t l;
+  CHECK(brd_plan_layout_init(p, args->count, args->dtype, args->scratch_bytes, &l));
+  if (l.half_bytes % 16 != 0) {
+    WARN("CUDA executor: rank %d scratch of %zu bytes: each phase must be a "
+         "multiple of 16 bytes (brd_plan_scratch_bytes)", args->rank,
+         args->scratch_bytes);
+    return ncclInvalidArgument;
+  }
+  uint64_t span = brd_plan_epoch_span(p, &l);
+  if (!args->device_epoch && args->chan_cursor_dev == NULL)
+    CHECK(epochs_check(args, nchans, span));
+
+  brd_exec_kargs_t ka;
+  memset(&ka, 0, sizeof(ka));
+  ka.plan = args->plan->dev;
+  ka.chans_dev = args->chans_dev;
+  ka.in_segs_dev = args->in_segs_dev;
+  ka.out_segs_dev = args->out_segs_dev;
+  ka.chan_epoch_dev = args->chan_epoch_dev;
+  ka.chan_cursor = (unsigned long long *)args->chan_cursor_dev;
+  ka.input = (const char *)args->input;
+  ka.output = (char *)args->output;
+  ka.scratch = (char *)args->scratch;
+  ka.scalar_dev = args->scalar_dev;
+  ka.report = args->status->dev;
+  ka.state = args->status->state;
+  ka.arg = op.arg;
+  ka.epoch = args->epoch;
+  ka.span = span;
+  ka.layout = l;
+  ka.out_half = args->device_epoch ? args->out_half_bytes : 0;
+  double timeout_s = args->timeout_s > 0 ? args->timeout_s
+                                         : (double)brd_param_int(BRD_P_BRAID_TIMEOUT);
+  ka.timeout_ns = (unsigned long long)(timeout_s * 1e9);
+  ka.in_stride = args->in_stride ? args->in_stride : args->count;
+  ka.out_stride = args->out_stride ? args->out_stride : args->count;
+  ka.phase = args->phase;
+  ka.rank = args->rank;
+  ka.fn = op.fn;
+  ka.device_epoch = args->device_epoch != 0;
+  ka.xchg = args->xchg != 0;
+  ka.out_direct = args->out_direct != 0;
+  if (args->chans_dev == NULL && nchans > 0)
+    memcpy(ka.chans, args->chans, nchans * sizeof(ka.chans[0]));
+  if (args->chan_epoch_dev == NULL && args->chan_epoch != NULL) {
+    ka.has_chan_epoch = 1;
+    memcpy(ka.chan_epoch, args->chan_epoch, nchans * sizeof(ka.chan_epoch[0]));
+  }
+  if (args->in_segs_dev == NULL && args->in_segs != NULL && args->n_in_segs > 0) {
+    ka.n_in_segs = args->n_in_segs;
+    memcpy(ka.in_segs, args->in_segs, args->n_in_segs * sizeof(ka.in_segs[0]));
+  }
+  if (args->out_segs_dev == NULL && args->out_segs != NULL && args->n_out_segs > 0) {
+    ka.n_out_segs = args->n_out_segs;
+    memcpy(ka.out_segs, args->out_segs, args->n_out_segs * sizeof(ka.out_segs[0]));
+  }
+
+  cudaError_t e = brd_exec_kernel_launch(&ka, args, p->nblocks, stream);
+  if (e != cudaSuccess) {
+    WARN("CUDA executor: launching rank %d's kernel (%u blocks) failed: %s "
+         "(CUDA error %d)", args->rank, p->nblocks, cudaGetErrorString(e), (int)e);
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
+                                   cudaStream_t stream) {
+  if (c->nseg == 0 || c->seg_bytes == 0) return ncclSuccess;
+  if (c->status == NULL || c->src == NULL || c->dst == NULL) {
+    WARN("CUDA executor: copy-out without a %s",
+         c->status == NULL ? "status block" : c->src == NULL ? "source" : "destination");
+    return ncclInvalidArgument;
+  }
+  if ((c->nseg - 1) * c->src_stride + c->seg_bytes > c->half_bytes) {
+    WARN("CUDA executor: copy-out of %u segments of %zu bytes %zu apart leaves a "
+         "staging half of %zu bytes", c->nseg, c->seg_bytes, c->src_stride,
+         c->half_bytes);
+    return ncclInvalidArgument;
+  }
+  uintptr_t any = (uintptr_t)c->src | (uintptr_t)c->dst | c->seg_bytes | c->half_bytes |
+                  c->src_stride | c->dst_stride;
+  int w = any % 16 == 0 ? 16 : any % 8 == 0 ? 8 : any % 4 == 0 ? 4 : 1;
+  unsigned long long units = c->seg_bytes / (size_t)w;
+  unsigned long long total = units * c->nseg;
+  unsigned long long want = (total + BRD_EXEC_CUDA_NTHREADS - 1) / BRD_EXEC_CUDA_NTHREADS;
+  unsigned int blocks = want < 256 ? (unsigned int)want : 256u;
+  brd_exec_copyout_kargs_t ck;
+  memset(&ck, 0, sizeof(ck));
+  ck.state = c->status->state;
+  ck.src = (const char *)c->src;
+  ck.half = c->half_bytes;
+  ck.dst = (char *)c->dst;
+  ck.units = units;
+  ck.nseg = c->nseg;
+  ck.src_stride = c->src_stride;
+  ck.dst_stride = c->dst_stride;
+  ck.width = (unsigned int)w;
+  ck.blocks = blocks;
+  cudaError_t e = brd_exec_kernel_copyout(&ck, stream);
+  if (e != cudaSuccess) {
+    WARN("CUDA executor: launching a copy-out of %u x %zu bytes failed: %s (CUDA "
+         "error %d)", c->nseg, c->seg_bytes, cudaGetErrorString(e), (int)e);
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+#endif /* BRAID_CUDA */
