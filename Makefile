@@ -206,7 +206,7 @@ $(BUILD)/plugins/%.so: plugins/%.c
 
 # CUDA builds also run the CUDA-mode host code on the simulator, with both
 # executors (cudasim: exec_sim.c; cudasim-dev: exec.cu's own kernels).
-test: all $(if $(filter 1,$(CUDA)),cudasim)
+test: all check-layers $(if $(filter 1,$(CUDA)),cudasim)
 	@BUILD=$(BUILD) CUDA=$(CUDA) NCCL_REF_HEADER="$(NCCL_REF)" CUDA_HOME=$(CUDA_HOME) \
 	  scripts/run-tests unit abi host $(if $(filter 1,$(CUDA)),cudasim cudasim-dev gpucheck)
 
