@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/api.h"
+#include "base/array.h"
 #include "base/check.h"
 #include "core/comm.h"
 #include "core/group.h"
@@ -64,34 +65,25 @@ ncclResult_t brd_group_add(const brd_call_t *call) {
          call->comm->rank, blocking ? "blocking" : "nonblocking");
     return ncclInvalidArgument;
   }
-  if (queue_len == queue_cap) {
-    int cap = queue_cap ? 2 * queue_cap : 64;
-    brd_call_t *q = realloc(queue, (size_t)cap * sizeof(*q));
-    if (q == NULL) {
-      WARN("%s : out of host memory queueing call %d of a group", call->fn,
-           queue_len + 1);
-      return ncclSystemError;
-    }
-    queue = q;
-    queue_cap = cap;
+  brd_call_t *q = brd_array_grow(queue, queue_len, &queue_cap, sizeof(*queue), 64);
+  if (q == NULL) {
+    WARN("%s : out of host memory queueing call %d of a group", call->fn, queue_len + 1);
+    return ncclSystemError;
   }
+  queue = q;
   queue[queue_len++] = *call;
   return ncclSuccess;
 }
 
 /* See group.h. */
 ncclResult_t brd_group_add_job(struct ncclComm *comm, brd_group_job_fn fn, void *arg) {
-  if (njobs == cap_jobs) {
-    int cap = cap_jobs ? 2 * cap_jobs : 8;
-    group_job_t *j = realloc(jobs, (size_t)cap * sizeof(*j));
-    if (j == NULL) {
-      free(arg);
-      WARN("ncclGroupEnd : out of host memory queueing work of a group");
-      return ncclSystemError;
-    }
-    jobs = j;
-    cap_jobs = cap;
+  group_job_t *j = brd_array_grow(jobs, njobs, &cap_jobs, sizeof(*jobs), 8);
+  if (j == NULL) {
+    free(arg);
+    WARN("ncclGroupEnd : out of host memory queueing work of a group");
+    return ncclSystemError;
   }
+  jobs = j;
   jobs[njobs].comm = comm;
   jobs[njobs].fn = fn;
   jobs[njobs].arg = arg;

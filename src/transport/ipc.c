@@ -68,6 +68,31 @@ static socklen_t sockaddr_fill(struct sockaddr_un *sa, uint32_t pid, uint32_t se
                      strlen(sa->sun_path + 1));
 }
 
+
+/* One descriptor-passing message: a uint32_t payload (the server's serial)
+ * and room for one descriptor. The message points into the struct itself,
+ * so it must not be copied once initialised. */
+typedef struct {
+  uint32_t payload;
+  struct iovec iov;
+  union {
+    struct cmsghdr align;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct msghdr msg;
+} fd_msg_t;
+
+static void fd_msg_init(fd_msg_t *m, uint32_t payload) {
+  memset(m, 0, sizeof(*m));
+  m->payload = payload;
+  m->iov.iov_base = &m->payload;
+  m->iov.iov_len = sizeof(m->payload);
+  m->msg.msg_iov = &m->iov;
+  m->msg.msg_iovlen = 1;
+  m->msg.msg_control = m->ctl.buf;
+  m->msg.msg_controllen = sizeof(m->ctl.buf);
+}
+
 /* Sends the serial as payload and the descriptor as ancillary data. */
 static void fdsrv_reply(brd_ipc_fdsrv_t *s, int c) {
   struct ucred cred;
@@ -82,29 +107,18 @@ static void fdsrv_reply(brd_ipc_fdsrv_t *s, int c) {
   struct timeval tv = {1, 0};
   (void)setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 
-  uint32_t payload = s->serial;
-  struct iovec iov = {.iov_base = &payload, .iov_len = sizeof(payload)};
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } ctl;
-  memset(&ctl, 0, sizeof(ctl));
-  struct msghdr msg;
-  memset(&msg, 0, sizeof(msg));
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctl.buf;
-  msg.msg_controllen = sizeof(ctl.buf);
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+  fd_msg_t m;
+  fd_msg_init(&m, s->serial);
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m.msg);
   cm->cmsg_level = SOL_SOCKET;
   cm->cmsg_type = SCM_RIGHTS;
   cm->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(cm), &s->fd, sizeof(int));
   ssize_t n;
   do {
-    n = sendmsg(c, &msg, MSG_NOSIGNAL);
+    n = sendmsg(c, &m.msg, MSG_NOSIGNAL);
   } while (n < 0 && errno == EINTR);
-  if (n != (ssize_t)sizeof(payload))
+  if (n != (ssize_t)sizeof(m.payload))
     INFO(BRD_SUBSYS_P2P, "IPC: sending descriptor %u failed: %s", s->serial,
          n < 0 ? strerror(errno) : "short write");
 }
@@ -203,22 +217,11 @@ void brd_ipc_fdsrv_destroy(brd_ipc_fdsrv_t *srv) {
 
 /* Receives the reply of a server: the serial, and one descriptor. */
 static ncclResult_t fd_recv(int s, uint32_t pid, uint32_t serial, int *fd_out) {
-  uint32_t payload = 0;
-  struct iovec iov = {.iov_base = &payload, .iov_len = sizeof(payload)};
-  union {
-    struct cmsghdr align;
-    char buf[CMSG_SPACE(sizeof(int))];
-  } ctl;
-  memset(&ctl, 0, sizeof(ctl));
-  struct msghdr msg;
-  memset(&msg, 0, sizeof(msg));
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = ctl.buf;
-  msg.msg_controllen = sizeof(ctl.buf);
+  fd_msg_t m;
+  fd_msg_init(&m, 0);
   ssize_t n;
   do {
-    n = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
+    n = recvmsg(s, &m.msg, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
     WARN("IPC: receiving a memory descriptor from pid %u failed: %s", pid,
@@ -226,16 +229,16 @@ static ncclResult_t fd_recv(int s, uint32_t pid, uint32_t serial, int *fd_out) {
     return ncclSystemError;
   }
   int fd = -1;
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&m.msg);
   if (cm != NULL && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
       cm->cmsg_len == CMSG_LEN(sizeof(int)))
     memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-  if (n != (ssize_t)sizeof(payload) || payload != serial || fd < 0 ||
-      (msg.msg_flags & MSG_CTRUNC) != 0) {
+  if (n != (ssize_t)sizeof(m.payload) || m.payload != serial || fd < 0 ||
+      (m.msg.msg_flags & MSG_CTRUNC) != 0) {
     if (fd >= 0) close(fd);
     WARN("IPC: pid %u closed the descriptor connection for serial %u without a "
          "valid reply (%zd bytes, serial %u, %s); every rank of a host must run "
-         "as the same user", pid, serial, n, payload,
+         "as the same user", pid, serial, n, m.payload,
          fd >= 0 ? "a descriptor" : "no descriptor");
     return ncclRemoteError;
   }
