@@ -688,6 +688,38 @@ static void test_comm_id_taken_rank(void **state) {
 
 /* ---- 6. liveness: a rank killed with SIGKILL ------------------------------ */
 
+/* A unique id whose rendezvous root runs in a process of its own (*holder,
+ * which the caller kills when the ranks are done), so the ranks can be
+ * forked from a process without threads: a fork while the root thread
+ * holds a lock of the allocator (ASan's in particular) would leave the
+ * child waiting on that lock for ever. */
+static int id_from_holder(ncclUniqueId *id, pid_t *holder) {
+  int fds[2];
+  CHECKX(pipe(fds) == 0, "pipe");
+  fflush(NULL);
+  pid_t p = fork();
+  CHECKX(p >= 0, "fork");
+  if (p == 0) {
+    ncclUniqueId mine;
+    close(fds[0]);
+    if (ncclGetUniqueId(&mine) != ncclSuccess) _exit(1);
+    if (write(fds[1], &mine, sizeof(mine)) != (ssize_t)sizeof(mine)) _exit(1);
+    close(fds[1]);
+    for (;;) pause(); /* the root thread serves until the caller kills us */
+  }
+  close(fds[1]);
+  ssize_t n = read(fds[0], id, sizeof(*id));
+  close(fds[0]);
+  *holder = p;
+  CHECKX(n == (ssize_t)sizeof(*id), "the id holder did not send an id");
+  return 0;
+}
+
+static void holder_stop(pid_t holder) {
+  kill(holder, SIGKILL);
+  (void)waitpid(holder, NULL, 0);
+}
+
 /* n ranks as processes on id; each child's exit status is its result
  * (a rank killed on purpose is expected to die of SIGKILL). */
 static int run_processes(const ncclUniqueId *id, int n, int (*fn)(struct rank_arg *),
@@ -758,8 +790,11 @@ static int rank_killed(struct rank_arg *a) {
 
 static int body_killed(void) {
   ncclUniqueId id;
-  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
-  if (run_processes(&id, 3, rank_killed, 2)) return 1;
+  pid_t holder;
+  if (id_from_holder(&id, &holder)) return 1;
+  int rc = run_processes(&id, 3, rank_killed, 2);
+  holder_stop(holder);
+  if (rc) return 1;
   fprintf(stderr, "observed: liveness error after %lld ms (rank 0), %lld ms (rank 1)\n",
           (long long)(sh->t_err_ns[0] / 1000000), (long long)(sh->t_err_ns[1] / 1000000));
   return 0;
@@ -882,8 +917,11 @@ static int rank_killed_cuda(struct rank_arg *a) {
 
 static int body_killed_cuda(void) {
   ncclUniqueId id;
-  CHECKX(ncclGetUniqueId(&id) == ncclSuccess, "id");
-  return run_processes(&id, 3, rank_killed_cuda, 2);
+  pid_t holder;
+  if (id_from_holder(&id, &holder)) return 1;
+  int rc = run_processes(&id, 3, rank_killed_cuda, 2);
+  holder_stop(holder);
+  return rc;
 }
 
 static void test_killed_rank_cuda(void **state) {
