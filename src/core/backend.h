@@ -60,6 +60,9 @@ typedef struct brd_backend_ops {
   /* Message sizes (bytes) from which a collective asks for 2, 4, 8 ...
    * blocks per rank; 0 ends the list. The same on every rank. */
   size_t nb_sizes[4];
+  /* Most sends (or receives) of one rank a point-to-point work carries;
+   * the works builder batches a group's transfers to fit (works.h). */
+  int p2p_round_ops;
 
   /* The cost model's link figures for comm (t->nranks..local_nranks are
    * set; p2p: GPU peer-to-peer between the ranks): host_mode,

@@ -157,6 +157,7 @@ static void works_view(struct ncclComm *comm, const struct brd_rt *rt, brd_works
   v->topo = &rt->topo;
   v->deterministic = rt->deterministic;
   v->p2p_piece = rt->p2p_piece;
+  v->p2p_round_ops = rt->be->p2p_round_ops;
   v->reg.any = comm->regs != NULL;
   v->reg.direct = reg_direct;
   v->reg.share = reg_share;

@@ -970,6 +970,7 @@ const brd_backend_ops_t brd_backend_cuda = {
     .reg_needs_p2p = 1,
     /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 1 MiB, 8 from 16 MiB. */
     .nb_sizes = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, 0},
+    .p2p_round_ops = 48, /* BRD_EXEC_CUDA_INLINE_SEGS: segments ride in the kernel's parameters */
     .topo = cuda_topo,
     .caps = cuda_caps,
     CUDA_OPS_RUN,

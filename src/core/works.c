@@ -30,10 +30,10 @@ void brd_works_free(brd_works_t *ws) {
 /* See works.h. */
 void brd_works_snap_use(brd_works_t *ws, int s, char *copy) {
   const brd_works_snap_t *sn = &ws->snaps[s];
-  for (int i = 0; i < ws->n; i++) {
+  for (int i = sn->w_lo; i < sn->w_hi && i < ws->n; i++) {
     brd_work_t *w = &ws->w[i];
-    if (!w->p2p || (uint32_t)sn->send >= w->args.n_in_segs) continue;
-    brd_exec_seg_t *seg = &w->segs[sn->send];
+    if (!w->p2p || (uint32_t)sn->seg >= w->args.n_in_segs) continue;
+    brd_exec_seg_t *seg = &w->segs[sn->seg];
     if (seg->ptr != NULL) seg->ptr = copy + ((const char *)seg->ptr - sn->src);
   }
 }
@@ -411,6 +411,8 @@ out:
 /* One send or receive of the launch. */
 typedef struct p2p_xfer {
   int peer;
+  int batch;      /* (index among the pair's transfers this way) / m */
+  int sub;        /* index among its batch's sends (or receives) */
   char *buf;      /* borrowed (or a snapshot in the works): the user buffer */
   size_t bytes;
   size_t pieces;
@@ -473,7 +475,7 @@ static ncclResult_t p2p_overlaps(p2p_xfer_t *s, int ns, const p2p_xfer_t *r,
   }
   for (int i = 0; i < ns; i++) {
     if (!spans_hit(sp, nr, (uintptr_t)s[i].buf, (uintptr_t)s[i].buf + s[i].bytes)) continue;
-    ws->snaps[ws->nsnaps++] = (brd_works_snap_t){i, s[i].buf, s[i].bytes};
+    ws->snaps[ws->nsnaps++] = (brd_works_snap_t){.send = i, .src = s[i].buf, .bytes = s[i].bytes};
     ws->snap_bytes += (s[i].bytes + 255) & ~(size_t)255;
   }
 out:
@@ -573,7 +575,42 @@ static ncclResult_t add_p2p_round(const brd_works_view_t *v, brd_works_seq_t *se
   return ncclSuccess;
 }
 
-/* The works of the launch's sends and receives, if any. */
+/* See works.h. */
+int brd_works_p2p_batch_ops(int nranks, int round_ops) {
+  if (round_ops <= 0 || round_ops > BRD_WORKS_ROUND_MAX_OPS) round_ops = BRD_WORKS_ROUND_MAX_OPS;
+  int m = round_ops / (nranks > 0 ? nranks : 1);
+  return m > 0 ? m : 1;
+}
+
+/* Batch of every transfer of x (one direction, call order): the i-th
+ * with a given peer goes into batch i / m. Returns the number of batches. */
+static int p2p_batches(p2p_xfer_t *x, int nx, int nranks, int m, int *per_peer) {
+  int nb = 0;
+  memset(per_peer, 0, (size_t)nranks * sizeof(*per_peer));
+  for (int i = 0; i < nx; i++) {
+    x[i].batch = per_peer[x[i].peer]++ / m;
+    if (x[i].batch + 1 > nb) nb = x[i].batch + 1;
+  }
+  return nb;
+}
+
+/* Copies the transfers of batch b out of x[nx] into out (call order),
+ * noting each one's index there; returns how many, and the batch's
+ * rounds of 16 pieces in *rounds_out (the larger of it and its value). */
+static int p2p_batch(p2p_xfer_t *x, int nx, int b, p2p_xfer_t *out, size_t *rounds_out) {
+  int n = 0;
+  for (int i = 0; i < nx; i++) {
+    if (x[i].batch != b) continue;
+    x[i].sub = n;
+    out[n++] = x[i];
+    size_t rounds = (x[i].pieces + BRD_WORKS_ROUND_CHUNKS - 1) / BRD_WORKS_ROUND_CHUNKS;
+    if (rounds > *rounds_out) *rounds_out = rounds;
+  }
+  return n;
+}
+
+/* The works of the launch's sends and receives, if any: batch by batch,
+ * round by round (works.h). */
 static ncclResult_t add_p2p(const brd_works_view_t *v, brd_works_seq_t *seq,
                             const brd_call_t *calls, int ncalls, brd_works_t *ws) {
   ncclResult_t res = ncclSuccess;
@@ -584,23 +621,29 @@ static ncclResult_t add_p2p(const brd_works_view_t *v, brd_works_seq_t *seq,
     if (calls[i].coll == BRD_COLL_RECV) nr++;
   }
   if (ns + nr == 0) return ncclSuccess;
-  if (ns > BRD_WORKS_SENDRECV_MAX_OPS || nr > BRD_WORKS_SENDRECV_MAX_OPS) {
-    WARN("ncclGroupEnd : rank %d has %d sends and %d receives in one group; "
-         "host mode runs at most %d of each per group and communicator: "
-         "split the group", me, ns, nr, BRD_WORKS_SENDRECV_MAX_OPS);
+  int m = brd_works_p2p_batch_ops(n, v->p2p_round_ops);
+  int cap = v->p2p_round_ops > 0 && v->p2p_round_ops < BRD_WORKS_ROUND_MAX_OPS
+                ? v->p2p_round_ops : BRD_WORKS_ROUND_MAX_OPS;
+  /* Only with more ranks than a round holds transfers can a batch of one
+   * per pair overflow a round. */
+  if ((size_t)m * (size_t)n > (size_t)cap && (ns > cap || nr > cap)) {
+    WARN("ncclGroupEnd : rank %d has %d sends and %d receives in one group on a "
+         "communicator of %d ranks; with more than %d ranks at most %d of each run "
+         "per group and communicator: split the group", me, ns, nr, n, cap, cap);
     return ncclInvalidUsage;
   }
-  p2p_xfer_t *x = calloc((size_t)ns + (size_t)nr, sizeof(*x));
+  p2p_xfer_t *x = calloc(2 * ((size_t)ns + (size_t)nr), sizeof(*x));
   brd_algos_sendrecv_op_t *ops = calloc((size_t)ns + (size_t)nr, sizeof(*ops));
   brd_algos_sendrecv_rank_t *ranks = calloc((size_t)n, sizeof(*ranks));
-  if (x == NULL || ops == NULL || ranks == NULL) {
+  int *per_peer = calloc((size_t)n, sizeof(*per_peer));
+  int *w_lo = NULL;
+  if (x == NULL || ops == NULL || ranks == NULL || per_peer == NULL) {
     WARN("out of host memory for %d point-to-point transfers", ns + nr);
     res = ncclSystemError;
     goto out;
   }
-  p2p_xfer_t *s = x, *r = x + ns;
+  p2p_xfer_t *s = x, *r = x + ns, *bs = x + ns + nr, *br = bs + ns;
   int is = 0, ir = 0;
-  size_t nrounds = 0;
   for (int i = 0; i < ncalls; i++) {
     const brd_call_t *c = &calls[i];
     if (c->count == 0 || (c->coll != BRD_COLL_SEND && c->coll != BRD_COLL_RECV)) continue;
@@ -609,19 +652,39 @@ static ncclResult_t add_p2p(const brd_works_view_t *v, brd_works_seq_t *seq,
     t->buf = c->coll == BRD_COLL_SEND ? (char *)(uintptr_t)c->sendbuff : (char *)c->recvbuff;
     t->bytes = c->count * brd_dtype_size(c->dtype);
     t->pieces = (t->bytes + v->p2p_piece - 1) / v->p2p_piece;
-    size_t rounds = (t->pieces + BRD_WORKS_ROUND_CHUNKS - 1) / BRD_WORKS_ROUND_CHUNKS;
-    if (rounds > nrounds) nrounds = rounds;
   }
   CHECK_GOTO(p2p_overlaps(s, ns, r, nr, me, ws), res, out);
-  for (size_t k = 0; k < nrounds; k++)
-    CHECK_GOTO(add_p2p_round(v, seq, s, ns, r, nr, k, ops, ranks, ws), res, out);
+  int sb = p2p_batches(s, ns, n, m, per_peer), rb = p2p_batches(r, nr, n, m, per_peer);
+  int nbatch = sb > rb ? sb : rb;
+  w_lo = calloc((size_t)nbatch + 1, sizeof(*w_lo));
+  if (w_lo == NULL) {
+    WARN("out of host memory for %d batches of point-to-point transfers", nbatch);
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int b = 0; b < nbatch; b++) {
+    size_t nrounds = 0;
+    int nbs = p2p_batch(s, ns, b, bs, &nrounds), nbr = p2p_batch(r, nr, b, br, &nrounds);
+    w_lo[b] = ws->n;
+    for (size_t k = 0; k < nrounds; k++)
+      CHECK_GOTO(add_p2p_round(v, seq, bs, nbs, br, nbr, k, ops, ranks, ws), res, out);
+  }
+  w_lo[nbatch] = ws->n;
+  for (int i = 0; i < ws->nsnaps; i++) {
+    brd_works_snap_t *sn = &ws->snaps[i];
+    const p2p_xfer_t *t = &s[sn->send];
+    sn->seg = t->sub;
+    sn->w_lo = w_lo[t->batch];
+    sn->w_hi = w_lo[t->batch + 1];
+  }
 out:
+  free(w_lo);
+  free(per_peer);
   free(ranks);
   free(ops);
   free(x);
   return res;
 }
-
 
 /* See works.h. */
 ncclResult_t brd_works_build(const brd_works_view_t *v, brd_plan_cache_t *plans,

@@ -27,8 +27,17 @@
  *  - Registered output without the symmetric promise: outputs exchanged at
  *    run time (device/ir.h), pieces as for the staging.
  *  - Sends and receives: one point-to-point plan per round for the whole
- *    launch (brd_algos_sendrecv); round k moves pieces [16k, 16k + 16) of every
- *    transfer, which both ends derive from the count alone. Receives into
+ *    launch (brd_algos_sendrecv). The i-th transfer between a pair of ranks
+ *    (in one direction) belongs to batch i / m, m = max(1, R / nranks)
+ *    (brd_works_p2p_batch_ops), so a round never holds more than R sends
+ *    or receives per rank: R = 4096 (the IR's 16-bit segment indices at
+ *    16 pieces each) in host mode, 48 in CUDA mode (the segments a kernel
+ *    carries in its parameters); within a batch, round k moves pieces [16k, 16k + 16) of
+ *    each of its transfers. Rounds run batch by batch, k within a batch,
+ *    skipping empty ones. Both ends of a pair derive every piece's
+ *    (batch, k) from pair-local counts alone, and every rank runs them in
+ *    the same order, so the rounds never wait on each other in a cycle.
+ *    Receives into
  *    overlapping memory are refused (they run concurrently); a send whose
  *    buffer overlaps a receive of the launch sends a snapshot taken before
  *    any work runs (ws->snaps, taken by the backend).
@@ -48,8 +57,8 @@
 #include "plan/tune.h"
 
 #define BRD_WORKS_ROUND_CHUNKS 16 /* pieces of one transfer per round */
-#define BRD_WORKS_SENDRECV_MAX_OPS (65536 / BRD_WORKS_ROUND_CHUNKS) /* sends (or
-                                     receives) per launch */
+#define BRD_WORKS_ROUND_MAX_OPS (65536 / BRD_WORKS_ROUND_CHUNKS) /* sends (or
+                                     receives) of one rank per round */
 #define BRD_WORKS_PEER_MIN_BYTES ((size_t)64 << 10) /* zero-copy plans from here */
 
 /* One executor run of one plan over one piece (or round), and what to
@@ -58,7 +67,8 @@ typedef struct brd_work {
   brd_exec_args_t args;
   brd_exec_chan_t *chans;     /* owned: [the plan's channels of this rank] */
   uint64_t *chan_epoch;       /* owned: point-to-point only */
-  brd_exec_seg_t *segs;       /* owned: point-to-point only, sends then receives */
+  brd_exec_seg_t *segs;       /* owned: point-to-point only, sends then receives
+                               * of the round's batch */
   brd_ir_plan_t *plan_owned;  /* owned: point-to-point only */
   const brd_call_t *call;     /* borrowed: the call to copy out, or NULL */
   int direct;                 /* the output is the user's buffer: nothing
@@ -71,9 +81,11 @@ typedef struct brd_work {
 } brd_work_t;
 
 /* A send buffer to copy before any work runs: send `send` (its index
- * among the launch's sends with a count) reads [src, src + bytes). */
+ * among the launch's sends with a count) reads [src, src + bytes); it is
+ * input segment `seg` of works [w_lo, w_hi) (its batch's rounds). */
 typedef struct brd_works_snap {
   int send;
+  int seg, w_lo, w_hi;
   const char *src;            /* borrowed: the user's buffer */
   size_t bytes;
 } brd_works_snap_t;
@@ -115,9 +127,18 @@ typedef struct brd_works_view {
   const brd_tune_topo_t *topo;
   int deterministic;
   size_t p2p_piece;            /* bytes per point-to-point piece */
+  int p2p_round_ops;           /* backend: most sends (or receives) of a rank
+                                * per point-to-point work; 0 or above
+                                * BRD_WORKS_ROUND_MAX_OPS: that */
   brd_works_reg_t reg;
   _Atomic int *abort_flag;     /* into every work's args */
 } brd_works_view_t;
+
+/* Transfers per pair and direction in one batch of point-to-point rounds
+ * on a communicator of nranks whose backend carries round_ops sends (or
+ * receives) per work (0: BRD_WORKS_ROUND_MAX_OPS): the same on every
+ * rank. */
+int brd_works_p2p_batch_ops(int nranks, int round_ops);
 
 /* Appends the works of ncalls calls (collectives in call order, then the
  * sends and receives as rounds) to ws, generating plans into plans and

@@ -10,10 +10,12 @@
  * instance storing a final credit signal into this rank's semaphores) thus
  * never frees memory the peer still writes, without any wait on the peer.
  */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/check.h"
@@ -27,13 +29,15 @@ static _Atomic int *refcount(void *seg_ptr) {
 }
 
 static ncclResult_t host_create(size_t size, const char *tag, brd_seg_t *out) {
-  void *base = NULL;
-  if (posix_memalign(&base, 4096, size + HOST_HDR) != 0) {
-    WARN("out of host memory allocating %zu bytes for %s", size,
-         tag ? tag : "a channel segment");
+  /* Anonymous pages read as zero and become resident only when touched:
+   * a window sized for the largest plan costs what the plans run use. */
+  void *base = mmap(NULL, size + HOST_HDR, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    WARN("out of host memory mapping %zu bytes for %s: %s", size,
+         tag ? tag : "a channel segment", strerror(errno));
     return ncclSystemError;
   }
-  memset(base, 0, size + HOST_HDR);
   void *p = (char *)base + HOST_HDR;
   atomic_init(refcount(p), 1);
   memset(out, 0, sizeof(*out));
@@ -66,7 +70,7 @@ static void host_seal(brd_seg_t *seg) { (void)seg; }
 static void host_close(brd_seg_t *seg) {
   if (seg == NULL || seg->ptr == NULL) return;
   if (atomic_fetch_sub(refcount(seg->ptr), 1) == 1)
-    free((char *)seg->ptr - HOST_HDR);
+    munmap((char *)seg->ptr - HOST_HDR, seg->size + HOST_HDR);
   memset(seg, 0, sizeof(*seg));
 }
 

@@ -16,7 +16,12 @@
  *   - send/recv rounds: 40000 and 17000 bytes are 40 and 17 pieces, three
  *     rounds of 16, with the segment pointers, counts and per-pair
  *     sequence numbers of each; overlapping receives are refused; a send
- *     overlapping a receive gets a snapshot that every round then reads.
+ *     overlapping a receive gets a snapshot that every round then reads;
+ *   - batches: on 3 ranks a batch holds 4096 / 3 = 1365 transfers per pair
+ *     and direction, so 5000 sends to rank 2 (one piece each) interleaved
+ *     with 2000 receives from rank 0 and 3000 sends to rank 0 are rounds of
+ *     (1365 + 1365, 1365 recv), (1365 + 1365, 635 recv), (1365 + 270, 0),
+ *     (905, 0): send i to rank 2 is segment i % 1365 of round i / 1365.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -513,6 +518,132 @@ static void test_p2p_overlaps(void **state) {
   fx_fini(&f);
 }
 
+/* More transfers per pair than one round holds (3 ranks: 1365 per pair
+ * and direction and batch). The calls interleave the three streams, so
+ * the batches are per pair, not per call index. */
+static void test_p2p_batches(void **state) {
+  (void)state;
+  enum { NS2 = 5000, NS0 = 3000, NR0 = 2000, NC = NS2 + NS0 + NR0, M = 1365 };
+  fixture_t f;
+  fx_init(&f, 0);
+  assert_int_equal(brd_works_p2p_batch_ops(N, 0), M);
+  assert_int_equal(brd_works_p2p_batch_ops(2, 4096), 2048);
+  assert_int_equal(brd_works_p2p_batch_ops(8192, 4096), 1);
+  assert_int_equal(brd_works_p2p_batch_ops(4, 48), 12);  /* CUDA's figure */
+  assert_int_equal(brd_works_p2p_batch_ops(64, 48), 1);
+  brd_call_t *c = calloc(NC, sizeof(*c));
+  assert_non_null(c);
+  char *sb2 = fake(0x7000000000ull), *sb0 = fake(0x7100000000ull),
+       *rb0 = fake(0x7200000000ull);
+  int k2 = 0, k0 = 0, kr = 0;
+  for (int i = 0; i < NC; i++) {
+    /* A cycle of send-to-2, send-to-0, recv-from-0, send-to-2, ... until a
+     * stream is used up. */
+    int pick = i % 3;
+    if (pick == 2 && kr == NR0) pick = 0;
+    if (pick == 1 && k0 == NS0) pick = 0;
+    if (pick == 0 && k2 == NS2) pick = k0 < NS0 ? 1 : 2;
+    if (pick == 0) {
+      c[i] = call(BRD_COLL_SEND, sb2 + (size_t)k2++ * 4096, NULL, 250); /* 1000 bytes */
+      c[i].root = 2;
+    } else if (pick == 1) {
+      c[i] = call(BRD_COLL_SEND, sb0 + (size_t)k0++ * 4096, NULL, 25); /* 100 bytes */
+      c[i].root = 0;
+    } else {
+      c[i] = call(BRD_COLL_RECV, NULL, rb0 + (size_t)kr++ * 4096, 50); /* 200 bytes */
+      c[i].root = 0;
+    }
+  }
+  assert_int_equal(k2, NS2);
+  assert_int_equal(k0, NS0);
+  assert_int_equal(kr, NR0);
+  assert_int_equal(build(&f, c, NC), ncclSuccess);
+  /* ceil(5000 / 1365) = 4 batches of one round each (one piece per send). */
+  assert_int_equal(f.ws.n, 4);
+  static const int to2[4] = {1365, 1365, 1365, 905}, to0[4] = {1365, 1365, 270, 0},
+                   from0[4] = {1365, 635, 0, 0};
+  uint64_t e2 = 0, e0 = 0;
+  for (int b = 0; b < 4; b++) {
+    const brd_work_t *w = &f.ws.w[b];
+    assert_true(w->p2p);
+    assert_int_equal(w->args.n_in_segs, to2[b] + to0[b]);
+    assert_int_equal(w->args.n_out_segs, from0[b]);
+    /* Sends of the batch in call order: each stream's next ones. */
+    int j2 = 0, j0 = 0;
+    for (uint32_t j = 0; j < w->args.n_in_segs; j++) {
+      const brd_exec_seg_t *sg = &w->args.in_segs[j];
+      char *p = (char *)sg->ptr;
+      if (p >= sb2 && p < sb0) {
+        assert_ptr_equal(p, sb2 + ((size_t)b * M + (size_t)j2++) * 4096);
+        assert_int_equal(sg->count, 1000);
+      } else {
+        assert_ptr_equal(p, sb0 + ((size_t)b * M + (size_t)j0++) * 4096);
+        assert_int_equal(sg->count, 100);
+      }
+    }
+    assert_int_equal(j2, to2[b]);
+    assert_int_equal(j0, to0[b]);
+    for (int j = 0; j < from0[b]; j++) {
+      assert_ptr_equal(w->args.out_segs[j].ptr, rb0 + ((size_t)b * M + (size_t)j) * 4096);
+      assert_int_equal(w->args.out_segs[j].count, 200);
+    }
+    /* Per-pair sequence numbers: one piece per transfer. */
+    int ch2 = chan_of(w, 2), ch0 = chan_of(w, 0);
+    assert_true(ch2 >= 0);
+    assert_int_equal(w->chan_epoch[ch2], e2);
+    e2 += (uint64_t)to2[b];
+    if (to0[b] + from0[b] > 0) {
+      assert_true(ch0 >= 0);
+      assert_int_equal(w->chan_epoch[ch0], e0);
+      e0 += (uint64_t)(to0[b] > from0[b] ? to0[b] : from0[b]);
+    } else {
+      assert_int_equal(ch0, -1);
+    }
+  }
+  assert_int_equal(f.cursor[2], NS2);
+  assert_int_equal(f.cursor[0], 1365 + 1365 + 270);
+  fx_fini(&f);
+
+  /* A snapshot follows its send into its batch's round only: send 1366
+   * to rank 2 (the second of batch 1) overlaps a receive. */
+  fx_init(&f, 0);
+  c[0] = call(BRD_COLL_RECV, NULL, sb2 + 1366 * 4096 + 8, 2); /* inside send 1366 */
+  c[0].root = 0;
+  for (int i = 0; i < 1400; i++) {
+    c[1 + i] = call(BRD_COLL_SEND, sb2 + (size_t)i * 4096, NULL, 250);
+    c[1 + i].root = 2;
+  }
+  assert_int_equal(build(&f, c, 1401), ncclSuccess);
+  assert_int_equal(f.ws.n, 2);
+  assert_int_equal(f.ws.nsnaps, 1);
+  assert_int_equal(f.ws.snaps[0].send, 1366);
+  char *copy = fake(0x7700000000ull);
+  brd_works_snap_use(&f.ws, 0, copy);
+  /* Send 1366 is the second send of batch 1 (1366 - 1365). */
+  assert_int_equal(f.ws.w[1].args.n_in_segs, 35);
+  assert_ptr_equal(f.ws.w[1].args.in_segs[1].ptr, copy);
+  assert_ptr_equal(f.ws.w[1].args.in_segs[0].ptr, sb2 + 1365 * 4096);
+  assert_ptr_equal(f.ws.w[1].args.in_segs[2].ptr, sb2 + 1367 * 4096);
+  for (int j = 0; j < M; j++)
+    assert_ptr_equal(f.ws.w[0].args.in_segs[j].ptr, sb2 + (size_t)j * 4096);
+  fx_fini(&f);
+
+  /* CUDA's figure, 48 segments per work: 16 per pair on 3 ranks, so 40
+   * sends to rank 2 are batches of 16, 16 and 8. */
+  fx_init(&f, 0);
+  f.v.p2p_round_ops = 48;
+  f.v.device_seq = 1;
+  assert_int_equal(build(&f, c + 1, 40), ncclSuccess);
+  assert_int_equal(f.ws.n, 3);
+  static const uint32_t cuda_n[3] = {16, 16, 8};
+  for (int b = 0; b < 3; b++) {
+    assert_int_equal(f.ws.w[b].args.n_in_segs, cuda_n[b]);
+    assert_ptr_equal(f.ws.w[b].args.in_segs[0].ptr, sb2 + (size_t)b * 16 * 4096);
+  }
+  fx_fini(&f);
+  free(c);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pieces_allreduce),
@@ -524,6 +655,7 @@ int main(void) {
       cmocka_unit_test(test_zero_copy_input),
       cmocka_unit_test(test_p2p_rounds),
       cmocka_unit_test(test_p2p_overlaps),
+      cmocka_unit_test(test_p2p_batches),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
