@@ -115,6 +115,11 @@ $(BUILD)/obj/tools-obj/%.o: %.c | $(DEPS_STAMP)
 TESTCOMMON_SRC := $(sort $(wildcard tests/common/*.c))
 TESTCOMMON_OBJ := $(TESTCOMMON_SRC:%.c=$(BUILD)/obj/%.o)
 
+# The shared test and tool objects are prerequisites of pattern rules only,
+# which makes them intermediate: make would delete them after each run and
+# relink everything, racing parallel links that still need them.
+.SECONDARY: $(TESTCOMMON_OBJ) $(TOOLCOMMON_OBJ)
+
 DEPS_STAMP := $(BUILD)/.deps-ok
 # Re-run scripts/install-deps whenever a header or tool it knows is missing.
 ifneq ($(shell scripts/install-deps --check >/dev/null 2>&1 || echo missing),)

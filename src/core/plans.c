@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/array.h"
 #include "base/check.h"
 #include "base/param.h"
 #include "algos/algos.h"
@@ -73,16 +74,12 @@ ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint
       return ncclSuccess;
     }
   }
-  if (c->n == c->cap) {
-    int cap = c->cap ? 2 * c->cap : 64;
-    brd_plan_entry_t *p = realloc(c->e, (size_t)cap * sizeof(*p));
-    if (p == NULL) {
-      WARN("out of host memory growing the plan cache to %d plans", cap);
-      return ncclSystemError;
-    }
-    c->e = p;
-    c->cap = cap;
+  brd_plan_entry_t *grown = brd_array_grow(c->e, c->n, &c->cap, sizeof(*c->e), 64);
+  if (grown == NULL) {
+    WARN("out of host memory growing the plan cache past %d plans", c->n);
+    return ncclSystemError;
   }
+  c->e = grown;
   brd_ir_plan_t *plan;
   CHECK(generate(c, coll, algo, proto, nblocks, root, det, &plan));
   ncclResult_t res = plan_check(plan);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/array.h"
 #include "base/check.h"
 #include "algos/algos.h"
 #include "core/works.h"
@@ -41,16 +42,12 @@ void brd_works_snap_use(brd_works_t *ws, int s, char *copy) {
 /* Appends a zeroed work with a channel array for `plan` on `rank`. */
 static ncclResult_t work_add(brd_works_t *ws, const brd_ir_plan_t *plan, int rank,
                              brd_work_t **w_out) {
-  if (ws->n == ws->cap) {
-    int cap = ws->cap ? 2 * ws->cap : 16;
-    brd_work_t *p = realloc(ws->w, (size_t)cap * sizeof(*p));
-    if (p == NULL) {
-      WARN("out of host memory growing a launch to %d works", cap);
-      return ncclSystemError;
-    }
-    ws->w = p;
-    ws->cap = cap;
+  brd_work_t *grown = brd_array_grow(ws->w, ws->n, &ws->cap, sizeof(*ws->w), 16);
+  if (grown == NULL) {
+    WARN("out of host memory growing a launch past %d works", ws->n);
+    return ncclSystemError;
   }
+  ws->w = grown;
   brd_work_t *w = &ws->w[ws->n];
   memset(w, 0, sizeof(*w));
   uint32_t nch = brd_ir_plan_rank(plan, rank)->nchans;
