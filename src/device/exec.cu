@@ -1170,6 +1170,9 @@ fail_free:
 }
 
 /* See exec_cuda.h. */
+extern "C" size_t brd_exec_cuda_status_device_bytes(void) { return sizeof(state_t); }
+
+/* See exec_cuda.h. */
 extern "C" void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st) {
   if (st == NULL) return;
   cudaFree(st->state);
