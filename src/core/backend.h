@@ -124,6 +124,16 @@ typedef struct brd_backend_ops {
   /* Makes running and later work of this rank stop at its next wait.
    * Never blocks; any thread. */
   void (*abort)(struct brd_backend *b);
+  /* Device memory b owns, in bytes: the sum of its allocations' sizes
+   * (window, cursors, status blocks, snapshots, plans), counted where each
+   * is made; what destroy gives back. NULL when the backend allocates no
+   * device memory (host). Never blocks; any thread. */
+  uint64_t (*mem_bytes)(const struct brd_backend *b);
+  /* Waits until the rank's launched work has left the executor (BRAID_TIMEOUT
+   * at most, then ncclRemoteError naming what still runs), so that peers may
+   * free what it reads. NULL when launches complete before they return
+   * (host). The launching thread. */
+  ncclResult_t (*drain)(struct ncclComm *comm, struct brd_backend *b);
   /* Frees the state, first waiting (bounded) for the rank's work to
    * leave the executor. NULL is a no-op. The tearing-down thread. */
   void (*destroy)(struct brd_backend *b);

@@ -59,6 +59,9 @@ struct ncclComm {
                                     (stored with release: poll and abort read
                                     it from other threads), freed by
                                     brd_comm_destroy */
+  _Atomic int rt_readers;        /* threads reading rt outside the launch
+                                    (poll, abort, statistics); the release
+                                    on suspend waits for 0 (launch.c) */
   struct brd_redops *redops;     /* owned: ncclRedOpCreatePreMulSum table,
                                     NULL until the first one */
 

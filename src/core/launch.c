@@ -52,26 +52,77 @@ void brd_rt_destroy(struct brd_rt *rt) {
   free(rt);
 }
 
-/* The backend's state of comm's runtime, or NULL before its connection. */
-static struct brd_backend *backend_of(const struct ncclComm *comm,
-                                      const struct brd_rt **rt_out) {
-  const struct brd_rt *rt = __atomic_load_n(&comm->rt, __ATOMIC_ACQUIRE);
-  *rt_out = rt;
+/*
+ * Threads other than the launching one (ncclCommGetAsyncError, which
+ * PyTorch's watchdog polls; ncclCommAbort; ncclCommMemStats) read comm->rt
+ * between rt_enter and rt_leave, and never block there. A suspend frees
+ * the runtime while they may run: it unpublishes comm->rt, then waits for
+ * rt_readers to reach 0 before freeing (brd_rt_release). Both sides are
+ * sequentially consistent, so either a reader's load sees NULL or the
+ * releaser sees its count: no reader holds a freed runtime.
+ */
+static const struct brd_rt *rt_enter(struct ncclComm *comm) {
+  atomic_fetch_add_explicit(&comm->rt_readers, 1, memory_order_seq_cst);
+  return __atomic_load_n(&comm->rt, __ATOMIC_SEQ_CST);
+}
+
+static void rt_leave(struct ncclComm *comm) {
+  atomic_fetch_sub_explicit(&comm->rt_readers, 1, memory_order_release);
+}
+
+/* The backend's state of rt, or NULL before its connection. */
+static struct brd_backend *backend_of(const struct brd_rt *rt) {
   return rt != NULL ? __atomic_load_n(&rt->bk, __ATOMIC_ACQUIRE) : NULL;
 }
 
 /* See launch.h. */
 ncclResult_t brd_rt_poll(struct ncclComm *comm) {
-  const struct brd_rt *rt;
-  struct brd_backend *bk = backend_of(comm, &rt);
-  return bk != NULL ? rt->be->poll(comm, bk) : ncclSuccess;
+  const struct brd_rt *rt = rt_enter(comm);
+  struct brd_backend *bk = backend_of(rt);
+  ncclResult_t res = bk != NULL ? rt->be->poll(comm, bk) : ncclSuccess;
+  rt_leave(comm);
+  return res;
 }
 
 /* See launch.h. */
 void brd_rt_abort(struct ncclComm *comm) {
-  const struct brd_rt *rt;
-  struct brd_backend *bk = backend_of(comm, &rt);
+  const struct brd_rt *rt = rt_enter(comm);
+  struct brd_backend *bk = backend_of(rt);
   if (bk != NULL) rt->be->abort(bk);
+  rt_leave(comm);
+}
+
+/* See launch.h. */
+uint64_t brd_rt_mem_bytes(struct ncclComm *comm) {
+  const struct brd_rt *rt = rt_enter(comm);
+  struct brd_backend *bk = backend_of(rt);
+  uint64_t bytes = bk != NULL && rt->be->mem_bytes != NULL ? rt->be->mem_bytes(bk) : 0;
+  rt_leave(comm);
+  return bytes;
+}
+
+/* See launch.h. */
+ncclResult_t brd_rt_drain(struct ncclComm *comm) {
+  struct brd_rt *rt = comm->rt;
+  struct brd_backend *bk = backend_of(rt);
+  return bk != NULL && rt->be->drain != NULL ? rt->be->drain(comm, bk) : ncclSuccess;
+}
+
+/* See launch.h. */
+ncclResult_t brd_rt_release(struct ncclComm *comm) {
+  struct brd_rt *rt = __atomic_exchange_n(&comm->rt, NULL, __ATOMIC_SEQ_CST);
+  struct timespec nap = {0, 100000L};
+  /* Readers never block: they leave within microseconds. */
+  for (int i = 0; atomic_load_explicit(&comm->rt_readers, memory_order_seq_cst) != 0; i++) {
+    if (i == 100000) {
+      WARN("rank %d: a thread reading the communicator's state did not leave it in 10 s; "
+           "the collective runtime is left allocated", comm->rank);
+      return ncclInternalError;
+    }
+    nanosleep(&nap, NULL);
+  }
+  brd_rt_destroy(rt);
+  return ncclSuccess;
 }
 
 /* The runtime shell (no window yet), with comm's backend. Local. */
@@ -234,6 +285,9 @@ void brd_launch_async_end(struct ncclComm *comm, ncclResult_t res) {
 }
 
 /* See launch.h. */
-uint64_t brd_launch_count(const struct ncclComm *comm) {
-  return comm->rt != NULL ? atomic_load(&comm->rt->launches) : 0;
+uint64_t brd_launch_count(struct ncclComm *comm) {
+  const struct brd_rt *rt = rt_enter(comm);
+  uint64_t n = rt != NULL ? atomic_load(&rt->launches) : 0;
+  rt_leave(comm);
+  return n;
 }

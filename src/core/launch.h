@@ -44,7 +44,7 @@ void brd_launch_async_end(struct ncclComm *comm, ncclResult_t res);
 /* Launches comm has run so far (each ends with every call it held done):
  * a group of many calls on one communicator counts one. 0 before the
  * first. Any thread; a plain read for tests and logs. */
-uint64_t brd_launch_count(const struct ncclComm *comm);
+uint64_t brd_launch_count(struct ncclComm *comm);
 
 /* The cost model's estimate, in microseconds, of one checked call on comm
  * (ncclGroupSimulateEnd). Local: no peer is contacted and nothing runs.
@@ -70,5 +70,24 @@ ncclResult_t brd_rt_poll(struct ncclComm *comm);
  * leaves at its next wait (host mode watches comm->abort_flag itself).
  * Never blocks; any thread (ncclCommAbort's, before the teardown). */
 void brd_rt_abort(struct ncclComm *comm);
+
+/* Device memory comm's runtime owns now, in bytes (the backend's count of
+ * its allocations): 0 before the first launch, after a release, and in
+ * host mode. Never blocks; any thread (ncclCommMemStats'). */
+uint64_t brd_rt_mem_bytes(struct ncclComm *comm);
+
+/* Waits (BRAID_TIMEOUT at most) until this rank's launched work has left
+ * the executor, so that no kernel of it still reads a peer's window:
+ * ncclSuccess at once in host mode or before the first launch;
+ * ncclRemoteError (WARN) when it still runs at the deadline or abort. The
+ * launching thread. */
+ncclResult_t brd_rt_drain(struct ncclComm *comm);
+
+/* Unpublishes and frees comm's runtime (suspend): the next launch builds
+ * it again, with the peers, as the first did. Waits for threads reading it
+ * (brd_rt_poll, brd_rt_abort, brd_rt_mem_bytes) to leave first; the caller
+ * has drained every rank (brd_rt_drain, then a barrier). Local. The
+ * launching thread, no launch running. */
+ncclResult_t brd_rt_release(struct ncclComm *comm);
 
 #endif /* BRD_CORE_LAUNCH_H */

@@ -56,6 +56,7 @@
  * switches to the peer's context.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,7 @@
 #endif
 
 #include "core/api.h"
+#include "base/array.h"
 #include "base/check.h"
 #include "core/comm.h"
 #include "core/backend.h"
@@ -123,6 +125,8 @@ struct brd_backend {
                                       waits for the whole device, including
                                       peers' kernels that wait for this rank */
   int nretired;
+  _Atomic uint64_t dev_bytes;      /* device memory the above own, added where
+                                      each is allocated (cuda_mem_bytes) */
 };
 
 /* One launch's state, in brd_backend_launch_t.priv. */
@@ -308,6 +312,41 @@ static void cuda_destroy(struct brd_backend *rt) {
   if (saved >= 0 && cudaSetDevice(saved) != cudaSuccess) (void)cudaGetLastError();
 }
 
+/* Reads the count kept at each allocation; nothing is freed before
+ * destroy, so it only grows while b lives. */
+static uint64_t cuda_mem_bytes(const struct brd_backend *rt) {
+  return atomic_load(&((struct brd_backend *)rt)->dev_bytes);
+}
+
+/* Polls the event of the rank's last launch: its kernels end when every
+ * peer's matching kernels have, so once each rank has drained, none reads
+ * another's window. No abort is raised: a kernel still running at the
+ * deadline is reported, and the caller frees nothing. */
+static ncclResult_t cuda_drain(struct ncclComm *comm, struct brd_backend *rt) {
+  if (!rt->done_valid) return ncclSuccess;
+  int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
+  int64_t deadline = brd_time_now_ns() + (t > 0 ? t : 300) * 1000000000LL;
+  for (;;) {
+    cudaError_t e = cudaEventQuery(rt->done);
+    if (e == cudaSuccess) return ncclSuccess;
+    if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      WARN("rank %d: waiting for its last launch to finish failed: %s (%d)", comm->rank,
+           cudaGetErrorString(e), (int)e);
+      return ncclUnhandledCudaError;
+    }
+    if (atomic_load(&comm->abort_flag) || brd_time_now_ns() >= deadline) {
+      WARN("rank %d: its last launch still runs after %lld s (BRAID_TIMEOUT)%s; is a "
+           "peer missing from the collective? Nothing was freed", comm->rank,
+           (long long)(t > 0 ? t : 300),
+           atomic_load(&comm->abort_flag) ? " or the communicator was aborted" : "");
+      return ncclRemoteError;
+    }
+    struct timespec ts = {0, 200000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_out, char *why,
                               size_t nwhy) {
   ncclResult_t res = ncclSuccess;
@@ -372,7 +411,9 @@ static ncclResult_t cuda_window_create(struct ncclComm *comm, const brd_transpor
   CUDA_CHECK_GOTO(cudaSetDevice(rt->dev), "cudaSetDevice to the communicator's GPU", res, fail);
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_coll), res, fail);
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_p2p), res, fail);
+  atomic_fetch_add(&rt->dev_bytes, 2 * (uint64_t)brd_exec_cuda_status_device_bytes());
   CHECK_GOTO(cursors_create(n, &rt->p2p_cursor), res, fail);
+  atomic_fetch_add(&rt->dev_bytes, (uint64_t)n * sizeof(*rt->p2p_cursor));
   CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&rt->done, cudaEventDisableTiming),
             "cudaEventCreateWithFlags", res, fail);
   if (cudaEventCreateWithFlags(&rt->join, cudaEventDisableTiming) != cudaSuccess) {
@@ -396,6 +437,7 @@ static ncclResult_t cuda_window_create(struct ncclComm *comm, const brd_transpor
               "cudaHostGetDevicePointer of the rank's channel window", res, fail);
   } else {
     base = rt->self.ptr;
+    atomic_fetch_add(&rt->dev_bytes, (uint64_t)rt->self.size);
   }
   INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_P2P, "rank %d: %s window of %zu bytes on device %d",
        me, rt->ops->name, win_bytes, rt->dev);
@@ -546,6 +588,7 @@ static ncclResult_t snapshot(struct brd_backend *rt, cuda_launch_t *ctx, const v
       rt->retired = list;
       CUDA_CHECK_GOTO(cudaMalloc((void **)&grown, cap), "cudaMalloc for send snapshots", res,
                       out);
+      atomic_fetch_add(&rt->dev_bytes, (uint64_t)cap);
       if (own) {
         rt->retired[rt->nretired++] = grown;
       } else {
@@ -612,16 +655,12 @@ static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan,
          "group) have been uploaded to the GPU; each stays until the "
          "communicator is destroyed", rt->rank, P2P_PLANS_WARN);
   (void)capturing;
-  if (rt->nplans == rt->cap_plans) {
-    int cap = rt->cap_plans ? 2 * rt->cap_plans : 64;
-    dplan_t *p = realloc(rt->plans, (size_t)cap * sizeof(*p));
-    if (p == NULL) {
-      WARN("out of host memory growing the device plan table to %d plans", cap);
-      return ncclSystemError;
-    }
-    rt->plans = p;
-    rt->cap_plans = cap;
+  dplan_t *grown = brd_array_grow(rt->plans, rt->nplans, &rt->cap_plans, sizeof(*rt->plans), 64);
+  if (grown == NULL) {
+    WARN("out of host memory growing the device plan table past %d plans", rt->nplans);
+    return ncclSystemError;
   }
+  rt->plans = grown;
   dplan_t d;
   memset(&d, 0, sizeof(d));
   d.key = p2p ? NULL : plan;
@@ -636,6 +675,7 @@ static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan,
   }
   /* The thread's capture mode is relaxed (cuda_begin). */
   CHECK_GOTO(brd_exec_cuda_plan_create(plan, &d.dev), res, fail);
+  atomic_fetch_add(&rt->dev_bytes, (uint64_t)plan->total_bytes);
   rt->plans[rt->nplans++] = d;
   if (p2p) rt->np2p++;
   *out = d.dev;
@@ -888,7 +928,7 @@ static ncclResult_t cuda_run_local(struct ncclComm *comm, brd_backend_launch_t *
   .window_seal = cuda_window_seal, .begin = cuda_begin, .run_local = cuda_run_local,     \
   .order = cuda_order, .run_works = cuda_run_works, .end = cuda_end, .poll = cuda_poll,  \
   .abort = cuda_abort, .destroy = cuda_destroy, .reg_export = cuda_reg_export,          \
-  .reg_import = cuda_reg_import
+  .reg_import = cuda_reg_import, .mem_bytes = cuda_mem_bytes, .drain = cuda_drain
 
 #else /* !BRAID_CUDA */
 

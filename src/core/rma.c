@@ -7,22 +7,26 @@
  * anything dereferences it. ncclWinGetUserPtr answers from the
  * registration record (mem.c).
  *
- * ncclPutSignal / ncclSignal / ncclWaitSignal, host mode with every rank a
- * thread of this process (BRAID_DEVICE=host, ranks made by one process):
+ * ncclPutSignal / ncclSignal / ncclWaitSignal, host mode with the ranks on
+ * one host (BRAID_DEVICE=host; threads of one process, or processes):
  *   - signals: each rank owns counters [numRmaCtx][RMA_SIGNALS][nranks];
- *     counter (ctx, sig, src) counts the signals rank src sent it. They are
- *     made, and their addresses exchanged, when the communicator registers
+ *     counter (ctx, sig, src) counts the signals rank src sent it. They
+ *     live in a segment of the transport that connects the ranks' host
+ *     memory (HOST for threads of one process, SHM for processes), made,
+ *     exchanged and mapped by every rank when the communicator registers
  *     its first window (a collective call), and freed with its last.
  *   - put: the data is copied into the peer's window (mapped here by the
- *     registration), then the counter is raised with release order, so a
- *     waiter that sees the signal (acquire) sees the data.
+ *     registration: across processes the window must be ncclMemAlloc
+ *     memory, which the registration shares), then the counter is raised
+ *     with release order, so a waiter that sees the signal (acquire) sees
+ *     the data.
  *   - wait: until each descriptor's counter reaches what this rank has
  *     consumed plus opCnt, then those signals are consumed; BRAID_TIMEOUT
  *     seconds at most (ncclRemoteError naming rank, peer, signal, count
  *     expected and seen) and the abort flag is honoured.
  *   The calls complete before they return, as host mode's collectives do,
  *   and are refused inside a group (they are not deferred to its end).
- * Elsewhere (CUDA mode, ranks in several processes) they check their
+ * Elsewhere (CUDA mode, ranks on several hosts) they check their
  * arguments and return ncclInvalidUsage: not implemented yet.
  */
 #include <pthread.h>
@@ -40,6 +44,7 @@
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/rma.h"
+#include "transport/transport.h"
 
 /* Signal indices per context. */
 #define RMA_SIGNALS 64
@@ -57,9 +62,13 @@ struct rma_comm {
   struct ncclComm *comm;   /* borrowed */
   int nwin;                /* live windows; freed at 0 */
   int nctx;
-  uint64_t *sig;           /* owned: [nctx][RMA_SIGNALS][nranks], raised by peers */
+  const brd_transport_ops_t *t; /* HOST or SHM: makes and maps the segments */
+  brd_seg_t self;          /* owned: this rank's counters, raised by peers */
+  brd_seg_t *peer;         /* owned: [nranks] the peers' segments, mapped */
+  uint64_t *sig;           /* self.ptr: [nctx][RMA_SIGNALS][nranks] */
   uint64_t *consumed;      /* owned: same shape, this rank's waits */
-  uint64_t **peer_sig;     /* owned array: [nranks] each rank's sig (borrowed) */
+  uint64_t **peer_sig;     /* owned array: [nranks] each rank's sig, as
+                              mapped here (peer[p].ptr, self for this rank) */
   struct rma_comm *next;
 };
 
@@ -67,9 +76,15 @@ static pthread_mutex_t win_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct win_entry *win_list;   /* owned, under win_lock */
 static struct rma_comm *rma_list;    /* owned, under win_lock */
 
-static int rma_supported(const struct ncclComm *comm) {
-  return comm->host_mode && brd_comm_all_in_process(comm);
+/* The transport that connects the ranks' host memory, or NULL (CUDA mode,
+ * ranks on several hosts). */
+static const brd_transport_ops_t *rma_transport(const struct ncclComm *comm) {
+  if (!comm->host_mode) return NULL;
+  return brd_transport_choose(comm->peers, comm->nranks, comm->rank, BRD_TRANSPORT_MEM_HOST,
+                              NULL, 0);
 }
+
+static int rma_supported(const struct ncclComm *comm) { return rma_transport(comm) != NULL; }
 
 static struct rma_comm *rma_find(const struct ncclComm *comm) {
   for (struct rma_comm *c = rma_list; c != NULL; c = c->next)
@@ -79,7 +94,10 @@ static struct rma_comm *rma_find(const struct ncclComm *comm) {
 
 static void rma_free(struct rma_comm *c) {
   if (c == NULL) return;
-  free(c->sig);
+  if (c->peer != NULL && c->t != NULL)
+    for (int p = 0; p < c->comm->nranks; p++) c->t->seg_close(&c->peer[p]);
+  if (c->t != NULL) c->t->seg_close(&c->self);
+  free(c->peer);
   free(c->consumed);
   free(c->peer_sig);
   free(c);
@@ -89,22 +107,56 @@ static void rma_free(struct rma_comm *c) {
  * rank registers the window), so the addresses are exchanged here. */
 static ncclResult_t rma_create(struct ncclComm *comm, struct rma_comm **out) {
   ncclResult_t res = ncclSuccess;
-  int n = comm->nranks;
+  int n = comm->nranks, me = comm->rank, ok = 1;
   struct rma_comm *c = calloc(1, sizeof(*c));
-  uint64_t *addrs = calloc((size_t)n, sizeof(*addrs));
-  if (c == NULL || addrs == NULL) goto oom;
+  brd_seg_handle_t *handles = calloc((size_t)n, sizeof(*handles));
+  int *oks = calloc((size_t)n, sizeof(*oks));
+  if (c == NULL || handles == NULL || oks == NULL) goto oom;
   c->comm = comm;
+  c->t = rma_transport(comm);
   c->nctx = comm->config.numRmaCtx > 0 ? comm->config.numRmaCtx : 1;
   if (c->nctx > RMA_MAX_CTX) c->nctx = RMA_MAX_CTX;
   size_t cells = (size_t)c->nctx * RMA_SIGNALS * (size_t)n;
-  c->sig = calloc(cells, sizeof(*c->sig));
   c->consumed = calloc(cells, sizeof(*c->consumed));
   c->peer_sig = calloc((size_t)n, sizeof(*c->peer_sig));
-  if (c->sig == NULL || c->consumed == NULL || c->peer_sig == NULL) goto oom;
-  addrs[comm->rank] = (uint64_t)(uintptr_t)c->sig;
-  CHECK_GOTO(brd_boot_allgather(comm->boot, addrs, sizeof(*addrs)), res, fail);
-  for (int p = 0; p < n; p++) c->peer_sig[p] = (uint64_t *)(uintptr_t)addrs[p];
-  free(addrs);
+  c->peer = calloc((size_t)n, sizeof(*c->peer));
+  if (c->consumed == NULL || c->peer_sig == NULL || c->peer == NULL) goto oom;
+  /* A rank that fails to make or map a segment still takes part in both
+   * exchanges, so no peer waits for it; all fail together. */
+  if (c->t->seg_create(cells * sizeof(uint64_t), "rma-sig", &c->self) == ncclSuccess) {
+    memset(c->self.ptr, 0, cells * sizeof(uint64_t));
+    handles[me] = c->self.handle;
+  } else {
+    ok = 0;
+  }
+  oks[me] = ok;
+  CHECK_GOTO(brd_boot_allgather(comm->boot, handles, sizeof(*handles)), res, fail);
+  CHECK_GOTO(brd_boot_allgather(comm->boot, oks, sizeof(*oks)), res, fail);
+  for (int p = 0; p < n; p++) ok &= oks[p];
+  for (int p = 0; p < n && ok; p++) {
+    if (p == me) {
+      c->peer_sig[p] = c->self.ptr;
+    } else if (c->t->seg_import(&handles[p], &c->peer[p]) == ncclSuccess) {
+      c->peer_sig[p] = c->peer[p].ptr;
+    } else {
+      ok = 0;
+    }
+  }
+  /* Every rank has mapped every segment (or failed) before names go. */
+  oks[me] = ok;
+  CHECK_GOTO(brd_boot_allgather(comm->boot, oks, sizeof(*oks)), res, fail);
+  for (int p = 0; p < n; p++) ok &= oks[p];
+  if (!ok) {
+    WARN("ncclCommWindowRegister : rank %d: the one-sided signals could not be shared "
+         "between the ranks (%s transport; see the WARN above, or a peer's)", me,
+         c->t->name);
+    res = ncclSystemError;
+    goto fail;
+  }
+  c->t->seg_seal(&c->self);
+  c->sig = c->self.ptr;
+  free(handles);
+  free(oks);
   *out = c;
   return ncclSuccess;
 oom:
@@ -112,7 +164,8 @@ oom:
        comm->rank);
   res = ncclSystemError;
 fail:
-  free(addrs);
+  free(handles);
+  free(oks);
   rma_free(c);
   return res;
 }
@@ -245,8 +298,9 @@ static ncclResult_t rma_get(ncclComm_t comm, const char *fn, struct rma_comm **o
   struct rma_comm *c;
   if (!rma_supported(comm)) {
     WARN("%s is not implemented yet in braid %s for this communicator: one-sided "
-         "put/signal/wait runs in host mode with every rank in one process; use "
-         "ncclSend/ncclRecv meanwhile", fn, BRAID_VERSION);
+         "put/signal/wait runs in host mode (BRAID_DEVICE=host) with the ranks on one "
+         "host, not yet in CUDA mode or across hosts; use ncclSend/ncclRecv meanwhile",
+         fn, BRAID_VERSION);
     return ncclInvalidUsage;
   }
   if (brd_group_depth() > 0) {
@@ -316,8 +370,9 @@ ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t 
   CHECK(rma_check_ctx(c, ctx, fn));
   if (bytes > 0) {
     if (v.peer_base == NULL) {
-      WARN("%s : rank %d's part of window %p is not mapped in rank %d's process", fn,
-           peer, (void *)peerWin, comm->rank);
+      WARN("%s : rank %d's part of window %p is not mapped in rank %d's process; ranks in "
+           "different processes share a window only when every rank's buffer comes from "
+           "ncclMemAlloc", fn, peer, (void *)peerWin, comm->rank);
       return ncclInvalidUsage;
     }
     if (peerWinOffset > v.peer_size || bytes > v.peer_size - peerWinOffset) {

@@ -15,17 +15,19 @@
  * and the runtime is rebuilt by the ranks together at their first launch
  * after resuming.
  *
- * CUDA mode: the device backend may be polled by other threads at any time
- * (ncclCommGetAsyncError), so it cannot be freed under them yet;
- * NCCL_SUSPEND_MEM there returns ncclInvalidUsage (not implemented yet),
- * while a suspend without flags works.
+ * The same in both modes: each rank first waits for its launched work to
+ * leave the executor (CUDA mode: its kernels, which end only when the
+ * peers' matching kernels have), then the barrier, then the runtime is
+ * unpublished and freed once no other thread (ncclCommGetAsyncError,
+ * which PyTorch's watchdog polls) is reading it (launch.c).
  *
- * ncclCommMemStats answers what is known exactly: a host-mode communicator
- * (BRAID_DEVICE=host) holds no device memory, so its byte counts are 0, and
- * whether the communicator is suspended. A CUDA-mode communicator's device
- * bytes are not counted yet; asking for them returns ncclInvalidUsage
- * rather than an estimate.
- *
+ * ncclCommMemStats measures: ncclStatGpuMemSuspend is the device memory
+ * the runtime owns now, summed by the backend where each allocation is
+ * made (host mode allocates none: 0); it is what NCCL_SUSPEND_MEM gives
+ * back, and 0 while suspended. Braid keeps no other device memory per
+ * communicator (registered buffers and windows are the caller's), so
+ * ncclStatGpuMemPersist is 0 and ncclStatGpuMemTotal equals
+ * ncclStatGpuMemSuspend.
  */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -36,11 +38,6 @@
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/launch.h"
-
-static ncclResult_t not_yet(const char *fn, const char *what) {
-  WARN("%s is not implemented yet in braid %s: %s", fn, BRAID_VERSION, what);
-  return ncclInvalidUsage;
-}
 
 /* A communicator that may be suspended or resumed now: ready, not revoked,
  * and not inside a group (the group would launch on it). */
@@ -79,14 +76,11 @@ ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags) {
          "ncclCommResume first", fn, comm->rank);
     return ncclInvalidUsage;
   }
-  if ((flags & NCCL_SUSPEND_MEM) && !comm->host_mode)
-    return not_yet(fn, "NCCL_SUSPEND_MEM in CUDA mode (the device memory stays; a "
-                       "suspend without flags works)");
   if (flags & NCCL_SUSPEND_MEM) {
-    /* Every rank has finished its launches before any frees its windows. */
+    /* Every rank's work has left the executor before any frees its windows. */
+    CHECK(brd_rt_drain(comm));
     CHECK(brd_boot_barrier(comm->boot));
-    brd_rt_destroy(comm->rt);
-    comm->rt = NULL;
+    CHECK(brd_rt_release(comm));
   }
   atomic_store(&comm->suspended, 1);
   INFO(BRD_SUBSYS_INIT, "comm %p rank %d suspended%s", (void *)comm, comm->rank,
@@ -120,15 +114,12 @@ ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t
     *value = atomic_load(&comm->suspended) ? 1 : 0;
     return ncclSuccess;
   case ncclStatGpuMemSuspend:
-  case ncclStatGpuMemPersist:
   case ncclStatGpuMemTotal:
-    if (comm->host_mode) {
-      *value = 0;
-      return ncclSuccess;
-    }
-    return not_yet(fn, "the device memory of a CUDA-mode communicator is not "
-                       "counted yet (ncclStatGpuMemSuspend, ncclStatGpuMemPersist, "
-                       "ncclStatGpuMemTotal)");
+    *value = brd_rt_mem_bytes(comm);
+    return ncclSuccess;
+  case ncclStatGpuMemPersist:
+    *value = 0;
+    return ncclSuccess;
   }
   WARN("%s : unknown statistic %d (ncclStatGpuMemSuspend 0 to ncclStatGpuMemTotal 3)",
        fn, (int)stat);

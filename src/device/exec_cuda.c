@@ -390,6 +390,9 @@ fail_free:
 }
 
 /* See exec_cuda.h. */
+size_t brd_exec_cuda_status_device_bytes(void) { return sizeof(brd_exec_state_t); }
+
+/* See exec_cuda.h. */
 void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st) {
   if (st == NULL) return;
   cudaFree(st->state);

@@ -217,6 +217,10 @@ ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out);
  * is a no-op. */
 void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st);
 
+/* Bytes of device memory one status block allocates (its barrier and
+ * cursor), for the owner's memory accounting. Any thread. */
+size_t brd_exec_cuda_status_device_bytes(void);
+
 /* Raises the abort flag: every running or later kernel on this status
  * leaves at its next wait and reports ncclSystemError. Never blocks; any
  * thread (ncclCommAbort's). */

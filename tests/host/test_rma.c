@@ -12,8 +12,13 @@
  *    peer, then for 0 more (no wait), then the counts carry on (a second
  *    round of 150).
  *  - a wait for a signal nobody sends ends after BRAID_TIMEOUT (set to 3 s
- *    here) with ncclRemoteError and a message naming the peer and counts.
+ *    here) with ncclRemoteError and a message naming the peer and counts,
+ *    not ncclTimeout: NCCL 2.30.7 returns ncclTimeout only from the device
+ *    API's timed barriers, never from a host call (docs/abi.md).
  *  - errors: signal index, context, window bounds, inside a group.
+ *  - the same with the ranks as processes (3 ranks, forked before any
+ *    other case touches the library): signals in shared memory, windows
+ *    from ncclMemAlloc mapped by the registration.
  * Host mode only; in CUDA mode the calls are not implemented yet and the
  * test checks that they say so.
  */
@@ -25,6 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -38,7 +46,7 @@
 
 static int g_n;
 static ncclUniqueId g_id;
-static pthread_barrier_t g_barrier;
+static pthread_barrier_t *g_barrier; /* process-shared in the process case */
 static pthread_mutex_t g_err = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct {
@@ -124,13 +132,15 @@ static void *rank_main(void *arg) {
   }
 
   /* Everyone is past the signal traffic before the error checks. */
-  pthread_barrier_wait(&g_barrier);
+  pthread_barrier_wait(g_barrier);
   waited = 1;
   pthread_mutex_lock(&g_err);
   locked = 1;
   {
     ncclWaitSignalDesc_t never = {1, prev, 9, 0};
-    EXPECT(ncclWaitSignal(1, &never, comm, NULL) == ncclRemoteError);
+    ncclResult_t late = ncclWaitSignal(1, &never, comm, NULL);
+    EXPECT(late == ncclRemoteError);
+    EXPECT(strcmp(ncclGetErrorString(ncclTimeout), "timeout") == 0);
     EXPECT(has("expected 1 in all, seen 0"));
     EXPECT(ncclSignal(next, 64, 0, 0, comm, NULL) == ncclInvalidArgument);
     EXPECT(ncclSignal(next, 0, 2, 0, comm, NULL) == ncclInvalidArgument);
@@ -145,9 +155,9 @@ static void *rank_main(void *arg) {
   }
 out:
   if (locked) pthread_mutex_unlock(&g_err);
-  if (!waited) pthread_barrier_wait(&g_barrier);
+  if (!waited) pthread_barrier_wait(g_barrier);
   /* Nobody deregisters while a peer may still put into its window. */
-  pthread_barrier_wait(&g_barrier);
+  pthread_barrier_wait(g_barrier);
   if (win != NULL && ncclCommWindowDeregister(comm, win) != ncclSuccess && !R->failed) {
     snprintf(R->msg, sizeof(R->msg), "rank %d: ncclCommWindowDeregister failed", me);
     R->failed = 1;
@@ -161,23 +171,75 @@ out:
 static void run_case(int n) {
   pthread_t th[MAXR];
   rank_t ranks[MAXR];
+  pthread_barrier_t bar;
   char why[256];
   if (!tdev_usable(why, sizeof(why))) {
     printf("SKIP: %s\n", why);
     skip();
   }
   g_n = n;
+  g_barrier = &bar;
   assert_int_equal(ncclGetUniqueId(&g_id), ncclSuccess);
-  assert_int_equal(pthread_barrier_init(&g_barrier, NULL, (unsigned)n), 0);
+  assert_int_equal(pthread_barrier_init(g_barrier, NULL, (unsigned)n), 0);
   for (int r = 0; r < n; r++) {
     memset(&ranks[r], 0, sizeof(ranks[r]));
     ranks[r].rank = r;
     assert_int_equal(pthread_create(&th[r], NULL, rank_main, &ranks[r]), 0);
   }
   for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-  pthread_barrier_destroy(&g_barrier);
+  pthread_barrier_destroy(g_barrier);
   for (int r = 0; r < n; r++)
     if (ranks[r].failed) fail_msg("%d ranks: %s", n, ranks[r].msg);
+}
+
+/* The ranks as processes: barrier and results in shared memory. */
+static void test_rma_procs(void **state) {
+  struct shared {
+    pthread_barrier_t bar;
+    rank_t ranks[MAXR];
+  } *sh;
+  pthread_barrierattr_t attr;
+  pid_t pids[MAXR];
+  int n = 3;
+  char why[256];
+  (void)state;
+  if (tdev_kind() != TDEV_HOST) {
+    printf("SKIP: the process case runs in host mode (CUDA mode's refusal is checked by "
+           "the thread cases)\n");
+    skip();
+  }
+  if (!tdev_usable(why, sizeof(why))) {
+    printf("SKIP: %s\n", why);
+    skip();
+  }
+  sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(sh != MAP_FAILED);
+  memset(sh, 0, sizeof(*sh));
+  assert_int_equal(pthread_barrierattr_init(&attr), 0);
+  assert_int_equal(pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED), 0);
+  assert_int_equal(pthread_barrier_init(&sh->bar, &attr, (unsigned)n), 0);
+  g_n = n;
+  g_barrier = &sh->bar;
+  assert_int_equal(ncclGetUniqueId(&g_id), ncclSuccess);
+  for (int r = 0; r < n; r++) {
+    sh->ranks[r].rank = r;
+    pids[r] = fork();
+    assert_true(pids[r] >= 0);
+    if (pids[r] == 0) {
+      rank_main(&sh->ranks[r]);
+      _exit(0);
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    int st = 0;
+    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      fail_msg("rank %d (process) ended with status %d", r, st);
+  }
+  for (int r = 0; r < n; r++)
+    if (sh->ranks[r].failed) fail_msg("%d ranks as processes: %s", n, sh->ranks[r].msg);
+  pthread_barrier_destroy(&sh->bar);
+  munmap(sh, sizeof(*sh));
 }
 
 static void test_rma_3(void **state) {
@@ -194,6 +256,7 @@ int main(void) {
   /* The never-sent signal gives up after this long. */
   setenv("BRAID_TIMEOUT", "3", 1);
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rma_procs), /* first: forks before threads exist */
       cmocka_unit_test(test_rma_3),
       cmocka_unit_test(test_rma_5),
   };
