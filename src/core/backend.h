@@ -57,6 +57,10 @@ typedef struct brd_backend_ops {
   /* 1: ranks map each other's registered buffers only with GPU P2P; 0:
    * always (host memory; the exchange decides per buffer). */
   int reg_needs_p2p;
+  /* 1: the user's buffers and windows are host memory the ranks reach
+   * through a host-memory transport, so the one-sided calls (rma.c) can
+   * act on them directly; 0: they cannot (device memory, not yet). */
+  int host_rma;
   /* Message sizes (bytes) from which a collective asks for 2, 4, 8 ...
    * blocks per rank; 0 ends the list. The same on every rank. */
   size_t nb_sizes[4];

@@ -930,68 +930,6 @@ static ncclResult_t cuda_run_local(struct ncclComm *comm, brd_backend_launch_t *
   .abort = cuda_abort, .destroy = cuda_destroy, .reg_export = cuda_reg_export,          \
   .reg_import = cuda_reg_import, .mem_bytes = cuda_mem_bytes, .drain = cuda_drain
 
-#else /* !BRAID_CUDA */
-
-static ncclResult_t no_cuda(void) {
-  WARN("no CUDA backend in this build (CUDA=0): a CUDA-mode collective cannot run; set "
-       "BRAID_DEVICE=host");
-  return ncclInvalidUsage;
-}
-
-static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_out, char *why,
-                              size_t nwhy) {
-  (void)comm, (void)caps_out, (void)why, (void)nwhy;
-  return no_cuda();
-}
-
-static ncclResult_t cuda_window_create(struct ncclComm *comm, const brd_transport_ops_t *t,
-                                       int p2p, size_t bytes, brd_seg_handle_t *handle_out,
-                                       char **base_out, struct brd_backend **b_out) {
-  (void)comm, (void)t, (void)p2p, (void)bytes, (void)handle_out, (void)base_out, (void)b_out;
-  return no_cuda();
-}
-
-static ncclResult_t cuda_begin(struct ncclComm *comm, struct brd_backend *b,
-                               brd_backend_launch_t *l) {
-  (void)comm, (void)b, (void)l;
-  return no_cuda();
-}
-
-static ncclResult_t cuda_end(struct ncclComm *comm, struct brd_backend *b,
-                             brd_backend_launch_t *l, ncclResult_t res) {
-  (void)comm, (void)b, (void)l;
-  return res;
-}
-
-static ncclResult_t cuda_poll(struct ncclComm *comm, struct brd_backend *b) {
-  (void)comm, (void)b;
-  return ncclSuccess;
-}
-
-static void cuda_nothing(struct brd_backend *b) { (void)b; }
-
-static ncclResult_t cuda_reg_export(const struct ncclComm *comm, const char *ptr, size_t size,
-                                    brd_seg_handle_t *handle_out, uint64_t *offset_out,
-                                    brd_p2p_export_t *ex, char *why, size_t nwhy, int *ok_out) {
-  (void)comm, (void)ptr, (void)size, (void)handle_out, (void)offset_out, (void)ex;
-  snprintf(why, nwhy, "no CUDA backend in this build");
-  *ok_out = 0;
-  return no_cuda();
-}
-
-static ncclResult_t cuda_reg_import(struct ncclComm *comm, const brd_seg_handle_t *h,
-                                    uint64_t offset, brd_seg_t *imp, char **addr_out) {
-  (void)comm, (void)h, (void)offset, (void)imp, (void)addr_out;
-  return no_cuda();
-}
-
-/* begin and caps refuse, so nothing else is ever called. */
-#define CUDA_OPS_RUN                                                                     \
-  .window_create = cuda_window_create, .begin = cuda_begin, .end = cuda_end,             \
-  .poll = cuda_poll, .abort = cuda_nothing, .destroy = cuda_nothing,                     \
-  .reg_export = cuda_reg_export, .reg_import = cuda_reg_import
-
-#endif /* BRAID_CUDA */
 
 /* Rough link figures: GPU peer access (NVLink or PCIe) against host memory
  * across PCIe. Every rank sees the same numbers, which is all the tuner
@@ -1015,3 +953,4 @@ const brd_backend_ops_t brd_backend_cuda = {
     .caps = cuda_caps,
     CUDA_OPS_RUN,
 };
+#endif /* BRAID_CUDA; launch_nocuda.c has this backend in CUDA=0 builds */

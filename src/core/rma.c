@@ -41,6 +41,7 @@
 #include "base/time.h"
 #include "core/api.h"
 #include "core/bootstrap.h"
+#include "core/backend.h"
 #include "core/comm.h"
 #include "core/group.h"
 #include "core/rma.h"
@@ -79,7 +80,7 @@ static struct rma_comm *rma_list;    /* owned, under win_lock */
 /* The transport that connects the ranks' host memory, or NULL (CUDA mode,
  * ranks on several hosts). */
 static const brd_transport_ops_t *rma_transport(const struct ncclComm *comm) {
-  if (!comm->host_mode) return NULL;
+  if (!brd_backend_choose(comm)->host_rma) return NULL;
   return brd_transport_choose(comm->peers, comm->nranks, comm->rank, BRD_TRANSPORT_MEM_HOST,
                               NULL, 0);
 }
