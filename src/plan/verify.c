@@ -695,6 +695,21 @@ static int packets_ready(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
   return STEP_OK;
 }
 
+/* A one-phase plan's scratch slot has one writer rank: records r as the
+ * writer of l, or fails when another rank wrote it. */
+static int one_writer(vstate_t *v, vloc_t *l, int r, int b, int opi, int owner,
+                      uint32_t index) {
+  if (l->wrank >= 0 && l->wrank != r) {
+    vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
+          "rank %d block %d op %d writes scratch slot %u of rank %d, "
+          "which rank %d writes too: a one-phase plan needs one writer "
+          "rank per slot", r, b, opi, index, owner, l->wrank);
+    return STEP_FAIL;
+  }
+  l->wrank = r;
+  return STEP_OK;
+}
+
 /* A read of another rank's input: that rank must have joined the launch
  * (its input may still be in use before), and it must not finish before
  * the read (the caller may reuse the buffer then; checked at the end). */
@@ -833,16 +848,9 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
       }
       if (check_overwrite(v, th, opi, l, owner, ref, index) != STEP_OK)
         return vfail_chunk(v, (int)index);
-      if (v->one_phase && kind == BRD_IR_BUF_SCRATCH) {
-        if (l->wrank >= 0 && l->wrank != r) {
-          vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
-                "rank %d block %d op %d writes scratch slot %u of rank %d, "
-                "which rank %d writes too: a one-phase plan needs one writer "
-                "rank per slot", r, b, opi, index, owner, l->wrank);
-          return vfail_chunk(v, (int)index);
-        }
-        l->wrank = r;
-      }
+      if (v->one_phase && kind == BRD_IR_BUF_SCRATCH &&
+          one_writer(v, l, r, b, opi, owner, index) != STEP_OK)
+        return vfail_chunk(v, (int)index);
       int ll = (ref->buf & BRD_IR_REF_LL) != 0;
       if (ll && l->ll && l->w_thr >= 0 &&
           (int64_t)t->iter * v->S + op->k <= (int64_t)l->w_iter * v->S + l->ll_k) {
