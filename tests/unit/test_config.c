@@ -16,11 +16,12 @@
 
 #include <cmocka.h>
 
+#include "testenv.h"
+
 #include "core/config.h"
 #include "base/debug.h"
 #include "base/param.h"
 
-extern char **environ;
 
 static char tmpdir[] = "/tmp/brd_test_config.XXXXXX";
 
@@ -35,26 +36,9 @@ char *strdup(const char *s) {
   return p;
 }
 
-static void clear_env(void) {
-  for (;;) {
-    char name[256] = "";
-    for (char **e = environ; *e != NULL; e++) {
-      if (strncmp(*e, "NCCL_", 5) == 0 || strncmp(*e, "BRAID_", 6) == 0) {
-        size_t n = strcspn(*e, "=");
-        if (n >= sizeof(name)) n = sizeof(name) - 1;
-        memcpy(name, *e, n);
-        name[n] = '\0';
-        break;
-      }
-    }
-    if (name[0] == '\0') break;
-    unsetenv(name);
-  }
-}
-
 static int setup(void **state) {
   (void)state;
-  clear_env();
+  brd_test_env_clear();
   strdup_fail_in = -1;
   brd_param_reload();
   brd_log_reset();

@@ -18,30 +18,14 @@
 
 #include <cmocka.h>
 
+#include "testenv.h"
+
 #include "base/debug.h"
 #include "base/param.h"
 
-extern char **environ;
 
 static char tmpdir[] = "/tmp/brd_test_debug.XXXXXX";
 static char log_path[256];
-
-static void clear_env(void) {
-  for (;;) {
-    char name[256] = "";
-    for (char **e = environ; *e != NULL; e++) {
-      if (strncmp(*e, "NCCL_", 5) == 0 || strncmp(*e, "BRAID_", 6) == 0) {
-        size_t n = strcspn(*e, "=");
-        if (n >= sizeof(name)) n = sizeof(name) - 1;
-        memcpy(name, *e, n);
-        name[n] = '\0';
-        break;
-      }
-    }
-    if (name[0] == '\0') break;
-    unsetenv(name);
-  }
-}
 
 static void reset(void) {
   brd_param_reload();
@@ -51,7 +35,7 @@ static void reset(void) {
 static int setup(void **state) {
   (void)state;
   brd_log_reset(); /* closes a file left open by the previous test */
-  clear_env();
+  brd_test_env_clear();
   unlink(log_path);
   brd_log_set_thread_dev(-1);
   reset();

@@ -15,10 +15,11 @@
 
 #include <cmocka.h>
 
+#include "testenv.h"
+
 #include "base/debug.h"
 #include "base/param.h"
 
-extern char **environ;
 
 static char tmpdir[] = "/tmp/brd_test_param.XXXXXX";
 static char home_conf[256];   /* $HOME/.nccl.conf */
@@ -32,25 +33,6 @@ static void write_file(const char *path, const char *text) {
   fclose(f);
 }
 
-/* Removes every NCCL_* and BRAID_* variable so the machine's settings
- * cannot leak into expectations. */
-static void clear_env(void) {
-  for (;;) {
-    char name[256] = "";
-    for (char **e = environ; *e != NULL; e++) {
-      if (strncmp(*e, "NCCL_", 5) == 0 || strncmp(*e, "BRAID_", 6) == 0) {
-        size_t n = strcspn(*e, "=");
-        if (n >= sizeof(name)) n = sizeof(name) - 1;
-        memcpy(name, *e, n);
-        name[n] = '\0';
-        break;
-      }
-    }
-    if (name[0] == '\0') break;
-    unsetenv(name);
-  }
-}
-
 static void reload(void) {
   brd_param_reload();
   brd_log_reset();
@@ -58,7 +40,7 @@ static void reload(void) {
 
 static int setup(void **state) {
   (void)state;
-  clear_env();
+  brd_test_env_clear();
   unlink(home_conf);
   unlink(sys_conf);
   unlink(alt_conf);

@@ -17,28 +17,16 @@
 
 #include <cmocka.h>
 
+#include "testenv.h"
+
 #include "nccl.h"
 #include "base/debug.h"
 #include "base/param.h"
 
-extern char **environ;
 
 /* Removes every NCCL_* and BRAID_* variable and forgets cached values. */
 static void clear_env(void) {
-  for (;;) {
-    char name[256] = "";
-    for (char **e = environ; *e != NULL; e++) {
-      if (strncmp(*e, "NCCL_", 5) == 0 || strncmp(*e, "BRAID_", 6) == 0) {
-        size_t n = strcspn(*e, "=");
-        if (n >= sizeof(name)) n = sizeof(name) - 1;
-        memcpy(name, *e, n);
-        name[n] = '\0';
-        break;
-      }
-    }
-    if (name[0] == '\0') break;
-    unsetenv(name);
-  }
+  brd_test_env_clear();
   /* No conf file of this machine may leak in. */
   setenv("NCCL_CONF_FILE", "/nonexistent/braid-test.conf", 1);
   brd_param_sysconf_set("/nonexistent/braid-test-sys.conf");
