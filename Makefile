@@ -183,7 +183,9 @@ $(BUILD)/tests/unit/%: tests/unit/%.c $(STLIB) $(TESTCOMMON_OBJ)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(STLIB) -lcmocka $(LDLIBS)
 
 # End-to-end tests and tools use only the public API of the shared library.
-$(BUILD)/tests/host/% $(BUILD)/tests/gpu/%: LINKSO = -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../../lib' -lnccl
+# They name the library by path: `-lnccl` would find NVIDIA's libnccl.so in
+# the CUDA library folder whenever our libnccl.so link is not made yet.
+$(BUILD)/tests/host/% $(BUILD)/tests/gpu/%: LINKSO = $(SHLIB) -Wl,-rpath,'$$ORIGIN/../../lib'
 $(BUILD)/tests/host/%: tests/host/%.c $(SHLIB) $(TESTCOMMON_OBJ)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
@@ -197,7 +199,7 @@ $(BUILD)/bin/%: tools/%.c $(SHLIB) $(TOOLCOMMON_OBJ)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(TOOL_CC) $(CPPFLAGS) $(TOOL_CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) -o $@ \
-	  -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lnccl $(LDLIBS)
+	  $(SHLIB) -Wl,-rpath,'$$ORIGIN/../lib' $(LDLIBS)
 
 # braid-* tools inspect internals (plans), so they link the static archive.
 $(BUILD)/bin/braid-%: tools/braid-%.c $(STLIB)
