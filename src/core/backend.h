@@ -61,6 +61,9 @@ typedef struct brd_backend_ops {
    * through a host-memory transport, so the one-sided calls (rma.c) can
    * act on them directly; 0: they cannot (device memory, not yet). */
   int host_rma;
+  /* 1: the executor drives port channels (proxy.h): ranks that share no
+   * memory may be in one communicator. 0: every pair must share memory. */
+  int port_channels;
   /* Message sizes (bytes) from which a collective asks for 2, 4, 8 ...
    * blocks per rank; 0 ends the list. The same on every rank. */
   size_t nb_sizes[4];

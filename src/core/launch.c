@@ -28,6 +28,7 @@
 #include "core/backend.h"
 #include "core/comm.h"
 #include "core/launch.h"
+#include "core/proxy.h"
 #include "core/window.h"
 #include "core/works.h"
 
@@ -214,6 +215,8 @@ static void works_view(struct ncclComm *comm, const struct brd_rt *rt, brd_works
   v->reg.share = reg_share;
   v->reg.ctx = comm;
   v->abort_flag = &comm->abort_flag;
+  v->ports = rt->nports > 0 ? rt->ports : NULL;
+  v->port_failed = brd_proxy_failed(rt->proxy);
 }
 
 /* The launch between the backend's begin and end. */

@@ -11,6 +11,7 @@
 #include "base/param.h"
 #include "algos/algos.h"
 #include "core/bootstrap.h"
+#include "core/proxy.h"
 #include "core/window.h"
 #include "plan/plan.h"
 
@@ -20,7 +21,15 @@ void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, i
   memset(t, 0, sizeof(*t));
   t->nranks = comm->nranks;
   t->nnodes = comm->n_nodes > 0 ? comm->n_nodes : 1;
-  t->local_nranks = comm->local_nranks > 0 ? comm->local_nranks : 1;
+  /* The most ranks any host has: the same on every rank (hosts may hold
+   * different numbers of ranks), so every rank's tuner chooses alike. */
+  t->local_nranks = 1;
+  for (int r = 0; comm->peers != NULL && r < comm->nranks; r++) {
+    int on_host = 0;
+    for (int q = 0; q < comm->nranks; q++)
+      on_host += comm->peers[q].host_hash == comm->peers[r].host_hash;
+    if (on_host > t->local_nranks) t->local_nranks = on_host;
+  }
   t->ll128_ok = 0; /* no LL128 generator */
   be->topo(comm, p2p, t);
   t->inter_bw = t->intra_bw;
@@ -140,6 +149,11 @@ static size_t window_layout(int n, size_t nsems, size_t scratch, size_t p2p_byte
   return mw->stage_off + 2 * mw->stage_bytes;
 }
 
+/* Bytes of the window a record describes (the same on every rank). */
+static size_t window_bytes(const brd_window_rec_t *w) {
+  return (size_t)(w->stage_off + 2 * w->stage_bytes);
+}
+
 /* Whether rank r's record has the sizes of this rank's (WARN if not). */
 static ncclResult_t window_agree(int me, int r, const brd_window_rec_t *mw,
                                  const brd_window_rec_t *w) {
@@ -169,7 +183,17 @@ static ncclResult_t window_exchange(struct ncclComm *comm, struct brd_rt *rt) {
   for (int r = 0; r < n; r++) {
     if (r == me) continue;
     CHECK(window_agree(me, r, &rt->win[me], &rt->win[r]));
+    /* A port peer's window is its mirror here (proxy.h). */
+    if (rt->port[r]) continue;
     CHECK(rt->be->window_import(rt->bk, r, &rt->win[r].handle, &rt->base[r]));
+  }
+  if (rt->nports > 0) {
+    CHECK(brd_proxy_create(comm, rt->port, rt->base[me], window_bytes(&rt->win[me]),
+                           &rt->proxy));
+    for (int r = 0; r < n; r++) {
+      rt->ports[r] = brd_proxy_port(rt->proxy, r);
+      if (rt->ports[r] != NULL) rt->base[r] = rt->ports[r]->mirror;
+    }
   }
   /* Every rank has mapped every window: names may go. */
   return brd_boot_barrier(comm->boot);
@@ -197,8 +221,10 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   rt->base = calloc((size_t)n, sizeof(*rt->base));
   rt->seq.p2p_cursor = calloc((size_t)n, sizeof(*rt->seq.p2p_cursor));
   rt->svc_peers = calloc((size_t)n, sizeof(*rt->svc_peers));
+  rt->port = calloc((size_t)n, sizeof(*rt->port));
+  rt->ports = calloc((size_t)n, sizeof(*rt->ports));
   if (rt->win == NULL || rt->base == NULL || rt->seq.p2p_cursor == NULL ||
-      rt->svc_peers == NULL) {
+      rt->svc_peers == NULL || rt->port == NULL || rt->ports == NULL) {
     WARN("out of host memory for the channel tables of rank %d (%d ranks)", me, n);
     res = ncclSystemError;
     goto fail;
@@ -206,19 +232,35 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   brd_window_rec_t *mw = &rt->win[me];
   size_t total = window_layout(n, nsems, scratch, p2p_bytes, &caps, rt->deterministic, mw);
   /* GPU peer-to-peer when every pair has it, else host memory (threads of
-   * this process, or processes): chosen once per runtime. */
+   * this process, or processes), and port channels over the net to the
+   * peers that share no memory with this rank: chosen once per runtime. */
   char twhy[512];
   const brd_transport_ops_t *t =
-      brd_transport_choose(comm->peers, n, me,
-                           caps.p2p_ok ? BRD_TRANSPORT_MEM_GPU : BRD_TRANSPORT_MEM_HOST,
-                           twhy, sizeof(twhy));
+      n > 1 ? brd_transport_split(comm->peers, n, me,
+                                  caps.p2p_ok ? BRD_TRANSPORT_MEM_GPU : BRD_TRANSPORT_MEM_HOST,
+                                  rt->port, twhy, sizeof(twhy))
+            : brd_transport_choose(comm->peers, n, me,
+                                   caps.p2p_ok ? BRD_TRANSPORT_MEM_GPU : BRD_TRANSPORT_MEM_HOST,
+                                   twhy, sizeof(twhy));
   if (t == NULL) {
-    WARN("rank %d: no transport reaches every peer for the channel windows (%s); "
-         "collectives across hosts need a network transport, which braid does not "
-         "have yet", me, twhy);
+    WARN("rank %d: no transport reaches the peers sharing memory with this rank (%s)",
+         me, twhy);
+    res = ncclInternalError;
+    goto fail;
+  }
+  for (int r = 0; r < n; r++) rt->nports += rt->port[r];
+  if (rt->nports > 0 && !rt->be->port_channels) {
+    int r = 0;
+    while (!rt->port[r]) r++;
+    WARN("rank %d: rank %d shares no memory with this rank (another host, or "
+         "NCCL_P2P_DISABLE=1 with NCCL_SHM_DISABLE=1), so their channels need the network; "
+         "the %s executor does not drive port channels yet. Run with BRAID_DEVICE=host, or "
+         "keep the ranks on one host", me, r, rt->be->name);
     res = ncclInvalidUsage;
     goto fail;
   }
+  /* Registered buffers cannot be mapped over a net. */
+  if (rt->nports > 0) rt->reg_shareable = 0;
   CHECK_GOTO(rt->be->window_create(comm, t, caps.p2p_ok, total, &mw->handle, &rt->base[me],
                                    &bk), res, fail);
   __atomic_store_n(&rt->bk, bk, __ATOMIC_RELEASE);
@@ -248,7 +290,10 @@ fail:
 /* See window.h. */
 void brd_window_disconnect(struct brd_rt *rt) {
   struct brd_backend *bk = __atomic_exchange_n(&rt->bk, NULL, __ATOMIC_ACQ_REL);
-  /* The backend first: it waits for the executor to leave the windows and
+  /* The proxy writes into this rank's window: it goes before the window. */
+  brd_proxy_destroy(rt->proxy);
+  rt->proxy = NULL;
+  /* The backend next: it waits for the executor to leave the windows and
    * the registered buffers the service maps. */
   if (bk != NULL) rt->be->destroy(bk);
   brd_ipc_svc_destroy(rt->svc);
@@ -257,6 +302,11 @@ void brd_window_disconnect(struct brd_rt *rt) {
   free(rt->base);
   free(rt->win);
   free(rt->seq.p2p_cursor);
+  free(rt->port);
+  free(rt->ports);
+  rt->port = NULL;
+  rt->ports = NULL;
+  rt->nports = 0;
   rt->svc_peers = NULL;
   rt->base = NULL;
   rt->win = NULL;

@@ -91,6 +91,13 @@ struct brd_rt {
   struct brd_ipc_svc *svc;      /* owned: registration service, when some
                                  * rank is in another process */
   brd_reg_peer_t *svc_peers;    /* owned: [nranks] every rank's service */
+  /* Port channels (proxy.h): peers whose windows are not mapped here. */
+  uint8_t *port;                /* owned: [nranks] 1 where the channel is a port */
+  int nports;
+  struct brd_proxy *proxy;      /* owned: NULL when nports is 0 */
+  struct brd_exec_port **ports; /* owned: [nranks] the proxy's ports, NULL
+                                 * for memory channels (the ports are the
+                                 * proxy's) */
 };
 
 /* Makes this rank's window, exchanges the records and maps the peers'.

@@ -108,6 +108,7 @@ static void coll_chans(const brd_works_view_t *v,
         (_Atomic uint64_t *)(pw + pwr->sem_off) + (size_t)me * pwr->nsems;
     w->chans[ch].sems = (_Atomic uint64_t *)(v->base[me] + mw->sem_off) +
                         (size_t)p * mw->nsems;
+    w->chans[ch].port = v->ports != NULL ? v->ports[p] : NULL;
   }
 }
 
@@ -392,6 +393,7 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
                                       brd_plan_epoch_span(plan, &layout));
     a->phase = phase;
     a->abort_flag = v->abort_flag;
+    a->port_failed = v->port_failed;
     w->call = c;
     w->scalar_dev = scalar_dev;
     w->off = off;
@@ -552,6 +554,7 @@ static ncclResult_t add_p2p_round(const brd_works_view_t *v, brd_works_seq_t *se
     w->chans[ch].peer_sems = (_Atomic uint64_t *)(pw + pwr->p2p_sem_off) + (size_t)me * 2;
     w->chans[ch].sems = (_Atomic uint64_t *)(v->base[me] + mw->p2p_sem_off) +
                         (size_t)p * 2;
+    w->chans[ch].port = v->ports != NULL ? v->ports[p] : NULL;
   }
   brd_exec_args_t *a = &w->args;
   a->plan = plan;
@@ -569,6 +572,7 @@ static ncclResult_t add_p2p_round(const brd_works_view_t *v, brd_works_seq_t *se
   a->out_segs = w->segs + ns;
   a->n_out_segs = (uint32_t)nr;
   a->abort_flag = v->abort_flag;
+  a->port_failed = v->port_failed;
   return ncclSuccess;
 }
 

@@ -132,6 +132,9 @@ typedef struct brd_works_view {
                                 * BRD_WORKS_ROUND_MAX_OPS: that */
   brd_works_reg_t reg;
   _Atomic int *abort_flag;     /* into every work's args */
+  brd_exec_port_t *const *ports; /* [nranks] port channels' far ends (NULL:
+                                  * memory channel); NULL: none */
+  int *port_failed;            /* the proxy's failure flag; NULL: none */
 } brd_works_view_t;
 
 /* Transfers per pair and direction in one batch of point-to-point rounds

@@ -42,4 +42,29 @@ typedef struct brd_exec_hang {
   uint64_t seen;
 } brd_exec_hang_t;
 
+/* A port channel's far end (device/ir.h: BRD_IR_CHAN_PORT), as an
+ * executor sees it: the peer's window is not mapped here, so the channel's
+ * pointers address `mirror`, a local stand-in of the peer's window, and
+ * every write the executor makes there is handed to `put`, which ships it
+ * to the same offset of the peer's window (core/proxy.c). Writes of one
+ * port arrive in the order they were put; a SEM put lands after every
+ * earlier put of its port. Plans over ports only write through channels
+ * (brd_plan_reads_peers is 0). */
+enum {
+  BRD_EXEC_PUT_DATA = 0, /* plain bytes */
+  BRD_EXEC_PUT_LL = 1,   /* LL packets: each 8-byte packet lands whole */
+  BRD_EXEC_PUT_SEM = 2,  /* 64-bit words; the first lands last, released */
+};
+typedef struct brd_exec_port {
+  /* Ships [mirror + off, mirror + off + len) to the peer. Blocks while
+   * the port's queue is full (deadline and abort as every executor wait);
+   * ncclRemoteError when the port has failed. Any executor thread. */
+  int (*put)(struct brd_exec_port *port, size_t off, size_t len, int kind);
+  char *mirror;          /* owned by the proxy: the peer's window, here */
+  size_t bytes;          /* of the mirror (and of the peer's window) */
+  int *failed;           /* owned by the proxy: non-zero once the net
+                          * failed (ncclResult_t); read with __atomic
+                          * builtins (this header is C++-safe) */
+} brd_exec_port_t;
+
 #endif /* BRD_DEVICE_EXEC_H */

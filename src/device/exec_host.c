@@ -67,6 +67,11 @@ static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
     int res = atomic_load(&l->result);
     return res == ncclSuccess ? ncclSystemError : (ncclResult_t)res;
   }
+  if (l->args.port_failed != NULL && __atomic_load_n(l->args.port_failed, __ATOMIC_ACQUIRE)) {
+    /* The proxy WARNed with the peer and the cause. */
+    launch_fail(l, ncclRemoteError);
+    return ncclRemoteError;
+  }
   /* Yield while the wait is young; once it has lasted, sleep a little so
    * that oversubscribed cores go to the threads that can progress. */
   if (s->n < SLEEP_AFTER) {
@@ -159,12 +164,30 @@ static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
   return ncclSuccess;
 }
 
-static void run_signal(blk_ctx_t *b, const brd_ir_op_t *op) {
+/* A write through port channel `chan` of [addr, addr + len) onto the
+ * port (ncclSuccess at once for a memory channel). */
+static ncclResult_t port_put(blk_ctx_t *b, unsigned chan, const void *addr, size_t len,
+                             int kind) {
+  if (chan == BRD_IR_CHAN_LOCAL) return ncclSuccess;
+  brd_exec_port_t *port = b->l->args.chans[chan].port;
+  if (port == NULL) return ncclSuccess;
+  size_t off = (size_t)((const char *)addr - port->mirror);
+  if ((const char *)addr < port->mirror || off + len > port->bytes) {
+    WARN("rank %d block %d op %d: a write of %zu bytes through port channel %u falls "
+         "outside the peer's window (%zu bytes)", b->l->args.rank, b->block, b->opi, len,
+         chan, port->bytes);
+    return ncclInternalError;
+  }
+  return (ncclResult_t)port->put(port, off, len, kind);
+}
+
+static ncclResult_t run_signal(blk_ctx_t *b, const brd_ir_op_t *op) {
   brd_exec_run_t *l = b->l;
   uint64_t value = brd_ir_sem_value(&l->view, op->ref[0].chan, b->iter, op->k);
   const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
-  atomic_store_explicit(&ch->peer_sems[op->ref[0].index], value,
-                        memory_order_release);
+  _Atomic uint64_t *sem = &ch->peer_sems[op->ref[0].index];
+  atomic_store_explicit(sem, value, memory_order_release);
+  return port_put(b, op->ref[0].chan, (const void *)sem, sizeof(*sem), BRD_EXEC_PUT_SEM);
 }
 
 static ncclResult_t run_barrier(blk_ctx_t *b) {
@@ -311,6 +334,11 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
         }
       }
     }
+    for (int d = op->nsrc; d < nref; d++) {
+      int ll = (op->ref[d].buf & BRD_IR_REF_LL) != 0;
+      CHECK(port_put(b, op->ref[d].chan, addr[d], ll ? (nbytes + 3) / 4 * 8 : nbytes,
+                     ll ? BRD_EXEC_PUT_LL : BRD_EXEC_PUT_DATA));
+    }
   }
   return ncclSuccess;
 }
@@ -320,7 +348,7 @@ static ncclResult_t run_op(blk_ctx_t *b, const brd_ir_op_t *op) {
   switch (op->code) {
   case BRD_IR_OP_NOP: return ncclSuccess;
   case BRD_IR_OP_WAIT: return run_wait(b, op);
-  case BRD_IR_OP_SIGNAL: run_signal(b, op); return ncclSuccess;
+  case BRD_IR_OP_SIGNAL: return run_signal(b, op);
   case BRD_IR_OP_BARRIER: return run_barrier(b);
   default:
     WARN("rank %d block %d op %d: opcode %u is not supported by the host "
@@ -442,7 +470,8 @@ ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
 /* Output exchange (device/ir.h): this rank's output, as each channel
  * peer should address it, into the peer's slot. A seqlock: the tag is 0
  * while the words change. */
-static void xchg_publish(const brd_exec_run_t *l) {
+static ncclResult_t xchg_publish(blk_ctx_t *b) {
+  const brd_exec_run_t *l = b->l;
   const brd_exec_args_t *a = &l->args;
   uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
   uint64_t stride = a->out_stride ? a->out_stride : a->count;
@@ -454,7 +483,9 @@ static void xchg_publish(const brd_exec_run_t *l) {
                           memory_order_relaxed);
     atomic_store_explicit(&s[2], stride, memory_order_relaxed);
     atomic_store_explicit(&s[0], a->epoch + 1, memory_order_release);
+    CHECK(port_put(b, c, (const void *)s, 3 * sizeof(*s), BRD_EXEC_PUT_SEM));
   }
+  return ncclSuccess;
 }
 
 /* Output exchange: every channel peer's output for this launch into
@@ -503,8 +534,8 @@ ncclResult_t brd_exec_host_block_run(brd_exec_run_t *l, int block) {
   if (l->args.xchg && l->view.layout.niter > 0) {
     /* Every rank publishes before it waits: no rank waits on one that
      * has not published. */
-    if (block == 0) xchg_publish(l);
-    ncclResult_t res = xchg_resolve(&b);
+    ncclResult_t res = block == 0 ? xchg_publish(&b) : ncclSuccess;
+    if (res == ncclSuccess) res = xchg_resolve(&b);
     if (res != ncclSuccess) {
       launch_fail(l, res);
       return (ncclResult_t)atomic_load(&l->result);

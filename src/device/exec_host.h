@@ -79,6 +79,10 @@ typedef struct brd_exec_chan {
   _Atomic uint64_t *xchg_slot;  /* the peer's slot in this rank's window */
   void *xchg_output;            /* this rank's output as the peer maps it;
                                  * NULL: its staging (output, out_stride) */
+  /* A port channel (device/exec.h): the peer_* pointers above address
+   * port->mirror, and every write through them is put on the port. NULL
+   * for a memory channel. */
+  brd_exec_port_t *port;
 } brd_exec_chan_t;
 
 typedef struct brd_exec_args {
@@ -96,6 +100,9 @@ typedef struct brd_exec_args {
   uint64_t epoch;
   uint32_t phase;               /* 0 or 1 */
   _Atomic int *abort_flag;      /* borrowed; may be NULL */
+  int *port_failed;             /* borrowed; may be NULL: the proxy's
+                                 * failure flag (device/exec.h), polled by
+                                 * every wait like abort_flag */
   double timeout_s;             /* <= 0: BRAID_TIMEOUT */
   /* Segments (all optional, zero means "one buffer as above"). */
   size_t in_stride;             /* elements between input segments; 0: count */

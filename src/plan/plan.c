@@ -337,3 +337,14 @@ size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan) {
   size_t phases = (plan->flags & BRD_IR_PLAN_F_ONE_PHASE) ? 1 : 2;
   return phases * (size_t)plan->nslots * (size_t)slot;
 }
+
+/* See plan.h. */
+int brd_plan_reads_peers(const brd_ir_plan_t *plan) {
+  const brd_ir_op_t *ops = (const brd_ir_op_t *)((const char *)plan + plan->op_off);
+  for (uint32_t i = 0; i < plan->nops; i++) {
+    if (!brd_ir_op_is_data(ops[i].code)) continue;
+    for (int s = 0; s < ops[i].nsrc; s++)
+      if (ops[i].ref[s].chan != BRD_IR_CHAN_LOCAL) return 1;
+  }
+  return 0;
+}

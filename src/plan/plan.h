@@ -128,4 +128,9 @@ ncclResult_t brd_plan_builder_finish(const brd_plan_builder_t *b,
  * thread. */
 size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan);
 
+/* 1 when some op of plan reads memory through a channel (a peer's
+ * scratch, output or input as a source): such plans need load/store
+ * channels, and a port channel, which only writes, cannot run them. Pure. */
+int brd_plan_reads_peers(const brd_ir_plan_t *plan);
+
 #endif /* BRD_PLAN_PLAN_H */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/param.h"
 #include "transport/transport.h"
 
 /* The reference count lives in the page before the segment. */
@@ -81,6 +82,12 @@ static int host_can_connect(const brd_peer_info_t *a, const brd_peer_info_t *b, 
   if (a->pid_hash != b->pid_hash) {
     snprintf(why, n, "the ranks are in different processes (pids %d and %d)", (int)a->pid,
              (int)b->pid);
+    return 0;
+  }
+  /* Threads of one process share memory as GPUs of one process share
+   * P2P: with P2P and SHM both disabled, NCCL would send over the net. */
+  if (brd_param_int(BRD_P_P2P_DISABLE) == 1 && brd_param_int(BRD_P_SHM_DISABLE) == 1) {
+    snprintf(why, n, "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1");
     return 0;
   }
   snprintf(why, n, "the ranks are threads of one process");

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/param.h"
 #include "transport/transport.h"
 
 /* The header page before every segment; it holds the reference count. */
@@ -142,6 +143,10 @@ static int shm_can_connect(const brd_peer_info_t *a, const brd_peer_info_t *b, c
                            size_t n) {
   if (a->host_hash != b->host_hash) {
     snprintf(why, n, "the ranks are on different hosts (no shared /dev/shm)");
+    return 0;
+  }
+  if (brd_param_int(BRD_P_SHM_DISABLE) == 1) {
+    snprintf(why, n, "NCCL_SHM_DISABLE=1");
     return 0;
   }
   snprintf(why, n, "the ranks share a host");

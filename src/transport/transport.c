@@ -8,6 +8,7 @@
  * a transport.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "transport/transport.h"
 
@@ -25,10 +26,10 @@ static const brd_transport_ops_t *const gpu_candidates[] = {
 /* 1 when t connects me with every other rank, else 0 with
  * "rank <r>: <reason>" for the first rank it refuses. */
 static int connects_all(const brd_transport_ops_t *t, const brd_peer_info_t *peers,
-                        int nranks, int me, char *why, size_t n) {
+                        int nranks, int me, const uint8_t *skip, char *why, size_t n) {
   for (int r = 0; r < nranks; r++) {
     char w[384];
-    if (r == me) continue;
+    if (r == me || (skip != NULL && skip[r])) continue;
     if (!t->can_connect(&peers[me], &peers[r], w, sizeof(w))) {
       snprintf(why, n, "rank %d: %s", r, w);
       return 0;
@@ -45,7 +46,30 @@ const brd_transport_ops_t *brd_transport_choose(const brd_peer_info_t *peers, in
       mem == BRD_TRANSPORT_MEM_GPU ? gpu_candidates : host_candidates;
   if (n > 0) why[0] = '\0';
   for (; *c != NULL; c++) {
-    if (connects_all(*c, peers, nranks, me, why, n)) {
+    if (connects_all(*c, peers, nranks, me, NULL, why, n)) {
+      if (n > 0) why[0] = '\0';
+      return *c;
+    }
+  }
+  return NULL;
+}
+
+/* See transport.h. */
+const brd_transport_ops_t *brd_transport_split(const brd_peer_info_t *peers, int nranks, int me,
+                                               brd_transport_mem_t mem, uint8_t *port_out,
+                                               char *why, size_t n) {
+  memset(port_out, 0, (size_t)nranks);
+  if (mem == BRD_TRANSPORT_MEM_GPU)
+    return brd_transport_choose(peers, nranks, me, mem, why, n);
+  for (int r = 0; r < nranks; r++) {
+    int reach = r == me;
+    for (const brd_transport_ops_t *const *c = host_candidates; *c != NULL && !reach; c++)
+      reach = (*c)->can_connect(&peers[me], &peers[r], NULL, 0);
+    port_out[r] = (uint8_t)!reach;
+  }
+  if (n > 0) why[0] = '\0';
+  for (const brd_transport_ops_t *const *c = host_candidates; *c != NULL; c++) {
+    if (connects_all(*c, peers, nranks, me, port_out, why, n)) {
       if (n > 0) why[0] = '\0';
       return *c;
     }

@@ -111,6 +111,20 @@ const brd_transport_ops_t *brd_transport_choose(const brd_peer_info_t *peers, in
                                                 int me, brd_transport_mem_t mem,
                                                 char *why, size_t n);
 
+/* Like brd_transport_choose, for a communicator whose ranks need not all
+ * share memory. For host memory: port_out[r] (nranks bytes) is set for
+ * each peer no host-memory transport connects with me (another host, or
+ * NCCL_SHM_DISABLE=1 and NCCL_P2P_DISABLE=1 for ranks of one host): its
+ * channels are port channels, over a net. The transport returned makes
+ * this rank's window and connects it with every other peer (those
+ * sharing memory are the same set on each of them: the relation is one
+ * host, or one process). For GPU memory: every port_out[r] is 0 and the
+ * result is brd_transport_choose's. NULL with the reason in why when no
+ * transport connects the memory peers. Any thread; never blocks. */
+const brd_transport_ops_t *brd_transport_split(const brd_peer_info_t *peers, int nranks, int me,
+                                               brd_transport_mem_t mem, uint8_t *port_out,
+                                               char *why, size_t n);
+
 /* ---- P2P: GPU memory shared between the ranks of one host (p2p.c) -------
  *
  * Segments live on the calling thread's current CUDA device and are zeroed.

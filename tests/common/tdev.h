@@ -90,6 +90,13 @@ int tdev_cuda_touched(void);
 int tdev_rank_counts(int host_n, int quick_n, int out[4]);
 
 /* One rank's work: returns its failure count and, if any, a message. */
+/* In a forked rank process, before its first library call: with
+ * BRAID_TEST_HOSTS=k (k > 1) set, stages rank `rank` of n on host
+ * "node-<rank * k / n>" (BRAID_HOSTID), so the ranks of different hosts
+ * share no memory and their channels go over the net. Returns the host
+ * index (0 without BRAID_TEST_HOSTS). */
+int tdev_stage_host(int rank, int n);
+
 typedef int (*tdev_rank_fn)(ncclUniqueId id, int n, int rank, char *msg, size_t msglen);
 
 /* Runs fn for ranks 0..n-1 (n <= 8) of a fresh unique id, one thread each,

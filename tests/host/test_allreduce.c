@@ -378,6 +378,7 @@ static void run_processes(int n) {
     if (pids[r] == 0) {
       char msg[256] = "";
       ncclUniqueId id;
+      tdev_stage_host(r, n);
       if (r == 0) {
         if (ncclGetUniqueId(&id) != ncclSuccess) _exit(3);
         for (int p = 1; p < n; p++)

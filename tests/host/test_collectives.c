@@ -730,6 +730,7 @@ static void run_processes(int n) {
     assert_true(pids[r] >= 0);
     if (pids[r] == 0) {
       char msg[256] = "";
+      tdev_stage_host(r, n);
       int f = run_rank(id, n, r, msg, sizeof(msg));
       (void)!write(pipes[r][1], msg, strlen(msg) + 1);
       _exit(f ? 1 : 0);

@@ -1,0 +1,579 @@
+/*
+ * Braid proxy: port channels over the process's net. See proxy.h.
+ *
+ * Per port (one per peer reached over the net), a ring of NSEND send
+ * slots registered once with the net. Executor threads append records
+ * ({offset, length, kind} + bytes) to the open slot under the port's
+ * lock; the progress thread closes a slot that holds data once every
+ * earlier one is posted, isends slots in order and frees them when the
+ * net says they are done. So small puts (a semaphore, an LL chunk)
+ * travel together, and a put waits only when all NSEND slots are in
+ * flight. On the other side NRECV receives stay posted; completed ones
+ * are applied in order (the net matches in order per connection), then
+ * posted again.
+ *
+ *   slots [tail, post)  posted, not yet done
+ *         [post, head)  closed, not yet posted
+ *         head          open (filling) while head - tail < NSEND
+ *
+ * A peer that is done sends BYE last; its connection closing after that
+ * is the normal end. A connection that fails or closes without BYE fails
+ * the communicator's launches (ncclRemoteError) with one WARN.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/check.h"
+#include "base/param.h"
+#include "base/socket.h"
+#include "base/time.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/proxy.h"
+#include "transport/net.h"
+#include "transport/transport.h"
+
+#define SLOT_BYTES ((size_t)256 << 10) /* one net message at most */
+#define NSEND 8
+#define NRECV 4
+#define BOOT_TAG 0x0b2a1d00 /* bootstrap tag of the listen handles */
+#define SEND_BROKEN_GRACE_NS 2000000000LL /* how long a failed send waits for BYE */
+#define DRAIN_NS 5000000000LL             /* destroy's wait for queued sends */
+
+enum { REC_DATA = 0, REC_LL = 1, REC_SEM = 2, REC_BYE = 3 };
+
+typedef struct rec_hdr {
+  uint64_t off;
+  uint32_t len;
+  uint32_t kind;
+} rec_hdr_t;
+
+typedef struct send_slot {
+  size_t fill;  /* bytes of records */
+  void *req;    /* the net's request while posted */
+} send_slot_t;
+
+typedef struct port {
+  brd_exec_port_t ex;     /* first: the executor's view */
+  struct brd_proxy *px;
+  int peer;
+  void *listen_comm, *send_comm, *recv_comm; /* the net's */
+  void *send_mh, *recv_mh;                   /* registrations of sbuf, rbuf */
+  char *sbuf;             /* owned: NSEND slots */
+  char *rbuf;             /* owned: NRECV slots */
+  char handle[BRD_NET_HANDLE_BYTES];         /* this rank's listen handle */
+  char peer_handle[BRD_NET_HANDLE_BYTES];    /* the peer's, for this rank */
+  pthread_mutex_t mu;     /* guards the send ring */
+  pthread_cond_t cv;      /* a slot went free, or the port failed */
+  send_slot_t send[NSEND];
+  uint64_t head, post, tail;
+  void *rreq[NRECV];      /* posted receives (NULL: not posted) */
+  uint64_t rnext;         /* the oldest posted receive */
+  int bye_seen;           /* the peer said it is done */
+  int dead;               /* no more traffic on this port */
+  int64_t send_broken_ns; /* when a send failed (0: none) */
+} port_t;
+
+struct brd_proxy {
+  struct ncclComm *comm;  /* borrowed */
+  const brd_net_ops_t *net;
+  void *ctx;              /* the net's, from init */
+  int dev;
+  char *own;              /* borrowed: this rank's window */
+  size_t bytes;
+  int nranks;
+  port_t **ports;         /* owned: [nranks], NULL for memory channels */
+  int failed;             /* ncclResult_t, __atomic; 0 while healthy */
+  _Atomic int stop;
+  pthread_t thread;
+  int thread_started;
+};
+
+static int port_failed(const port_t *pt) {
+  return __atomic_load_n(&pt->px->failed, __ATOMIC_ACQUIRE);
+}
+
+/* The first failure of the proxy: WARNs it once and wakes every put. */
+static void proxy_fail(brd_proxy_t *px, port_t *pt, ncclResult_t res, const char *what) {
+  int expected = 0;
+  __atomic_store_n(&pt->dead, 1, __ATOMIC_RELEASE);
+  if (__atomic_compare_exchange_n(&px->failed, &expected, (int)res, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE)) {
+    char addr[BRD_SOCK_ADDR_STRLEN];
+    brd_sock_addr_str(brd_boot_peer_addr(px->comm->boot, pt->peer), addr);
+    WARN("rank %d: the network connection to rank %d (host %s, net %s) failed: %s. The "
+         "peer process may have exited or its host become unreachable; every launch on "
+         "this communicator now fails. Check that every rank is alive and that "
+         "NCCL_SOCKET_IFNAME names an interface that reaches every host",
+         px->comm->rank, pt->peer, addr, px->net->name, what);
+  }
+  for (int r = 0; r < px->nranks; r++) {
+    port_t *q = px->ports[r];
+    if (q == NULL) continue;
+    pthread_mutex_lock(&q->mu);
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+  }
+}
+
+/* The open slot has room for a record of `need` bytes, or the put must
+ * wait. Called with pt->mu held; returns the slot or NULL. */
+static send_slot_t *open_slot(port_t *pt, size_t need) {
+  if (pt->head - pt->tail >= NSEND) return NULL;
+  send_slot_t *s = &pt->send[pt->head % NSEND];
+  if (s->fill + need <= SLOT_BYTES) return s;
+  /* Full: close it, open the next one if it is free. */
+  if (s->fill > 0) pt->head++;
+  if (pt->head - pt->tail >= NSEND) return NULL;
+  return &pt->send[pt->head % NSEND];
+}
+
+/* Appends one record: the header, then len bytes from src. pt->mu held. */
+static void rec_append(port_t *pt, send_slot_t *s, uint64_t off, size_t len, int kind,
+                       const void *src) {
+  char *at = pt->sbuf + (size_t)(s - pt->send) * SLOT_BYTES + s->fill;
+  rec_hdr_t h = {off, (uint32_t)len, (uint32_t)kind};
+  memcpy(at, &h, sizeof(h));
+  if (len > 0) memcpy(at + sizeof(h), src, len);
+  s->fill += sizeof(h) + ((len + 7) & ~(size_t)7);
+}
+
+/* Waits for a free slot with room for need bytes: BRAID_TIMEOUT, the
+ * comm's abort and the proxy's failure end it. pt->mu held. */
+static ncclResult_t slot_wait(port_t *pt, size_t need, send_slot_t **s_out) {
+  int64_t deadline = 0;
+  for (;;) {
+    send_slot_t *s = open_slot(pt, need);
+    if (s != NULL) {
+      *s_out = s;
+      return ncclSuccess;
+    }
+    if (port_failed(pt)) return ncclRemoteError;
+    if (__atomic_load_n(&pt->bye_seen, __ATOMIC_ACQUIRE)) {
+      *s_out = NULL; /* the peer is done: drop */
+      return ncclSuccess;
+    }
+    if (atomic_load(&pt->px->comm->abort_flag)) return ncclSystemError;
+    int64_t now = brd_time_now_ns();
+    if (deadline == 0) deadline = now + (int64_t)brd_param_int(BRD_P_BRAID_TIMEOUT) * 1000000000LL;
+    if (now > deadline) {
+      WARN("rank %d: no progress for %d s sending to rank %d over net %s: every send slot "
+           "stays in flight. The peer stopped receiving; check that it is alive, or raise "
+           "BRAID_TIMEOUT", pt->px->comm->rank, (int)brd_param_int(BRD_P_BRAID_TIMEOUT),
+           pt->peer, pt->px->net->name);
+      return ncclRemoteError;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&pt->cv, &pt->mu, &ts);
+  }
+}
+
+/* brd_exec_port_t.put: records of at most a slot each. */
+static int port_put(brd_exec_port_t *ex, size_t off, size_t len, int kind) {
+  port_t *pt = (port_t *)ex;
+  ncclResult_t res = ncclSuccess;
+  int rk = kind == BRD_EXEC_PUT_LL ? REC_LL : kind == BRD_EXEC_PUT_SEM ? REC_SEM : REC_DATA;
+  const size_t max_piece = SLOT_BYTES - sizeof(rec_hdr_t);
+  /* A peer that said it is done reads nothing more: late writes (credits
+   * it never waits for) go nowhere. */
+  if (__atomic_load_n(&pt->bye_seen, __ATOMIC_ACQUIRE) &&
+      __atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE))
+    return ncclSuccess;
+  pthread_mutex_lock(&pt->mu);
+  while (res == ncclSuccess && len > 0) {
+    size_t piece = len < max_piece ? len : max_piece;
+    send_slot_t *s;
+    /* Big data fills what is left of the open slot rather than wait for
+     * a whole one; semaphores are never split. */
+    if (rk != REC_SEM) {
+      send_slot_t *cur = pt->head - pt->tail < NSEND ? &pt->send[pt->head % NSEND] : NULL;
+      if (cur != NULL && cur->fill + sizeof(rec_hdr_t) + 4096 <= SLOT_BYTES) {
+        size_t room = (SLOT_BYTES - cur->fill - sizeof(rec_hdr_t)) & ~(size_t)7;
+        if (room < piece) piece = room;
+      }
+    }
+    res = slot_wait(pt, sizeof(rec_hdr_t) + ((piece + 7) & ~(size_t)7), &s);
+    if (res != ncclSuccess || s == NULL) break;
+    rec_append(pt, s, off, piece, rk, pt->ex.mirror + off);
+    off += piece;
+    len -= piece;
+  }
+  pthread_mutex_unlock(&pt->mu);
+  return (int)res;
+}
+
+/* Lays one received message (bytes of records) into this rank's window. */
+static ncclResult_t apply(port_t *pt, const char *msg, size_t bytes) {
+  brd_proxy_t *px = pt->px;
+  size_t at = 0;
+  while (at + sizeof(rec_hdr_t) <= bytes) {
+    rec_hdr_t h;
+    memcpy(&h, msg + at, sizeof(h));
+    const char *data = msg + at + sizeof(h);
+    size_t padded = ((size_t)h.len + 7) & ~(size_t)7;
+    if (h.kind == REC_BYE) {
+      __atomic_store_n(&pt->bye_seen, 1, __ATOMIC_RELEASE);
+    } else if (at + sizeof(h) + h.len > bytes || h.off > px->bytes ||
+               h.len > px->bytes - h.off) {
+      proxy_fail(px, pt, ncclInternalError, "a damaged message (a write outside the window)");
+      return ncclInternalError;
+    } else if (h.kind == REC_DATA) {
+      memcpy(px->own + h.off, data, h.len);
+    } else {
+      /* LL packets and semaphore words land whole: 8-byte atomic stores.
+       * A semaphore record's first word is stored last (a release): it
+       * publishes the others (the output exchange's tag). */
+      _Atomic uint64_t *dst = (_Atomic uint64_t *)(void *)(px->own + h.off);
+      size_t nw = h.len / 8;
+      for (size_t w = h.kind == REC_SEM ? 1 : 0; w < nw; w++) {
+        uint64_t v;
+        memcpy(&v, data + w * 8, 8);
+        atomic_store_explicit(&dst[w], v, memory_order_release);
+      }
+      if (h.kind == REC_SEM && nw > 0) {
+        uint64_t v;
+        memcpy(&v, data, 8);
+        atomic_store_explicit(&dst[0], v, memory_order_release);
+      }
+    }
+    at += sizeof(h) + padded;
+  }
+  return ncclSuccess;
+}
+
+/* A net call on pt failed: the end of a peer that said BYE is normal; a
+ * failed send waits a little for the BYE that may be in flight. */
+static void net_error(port_t *pt, int is_send, ncclResult_t res, const char *what) {
+  if (__atomic_load_n(&pt->bye_seen, __ATOMIC_ACQUIRE)) {
+    __atomic_store_n(&pt->dead, 1, __ATOMIC_RELEASE);
+    return;
+  }
+  if (is_send) {
+    if (pt->send_broken_ns == 0) pt->send_broken_ns = brd_time_now_ns();
+    return;
+  }
+  proxy_fail(pt->px, pt, res, what);
+}
+
+/* One pass over one port. Returns 1 when something happened. */
+static int port_progress(port_t *pt) {
+  brd_proxy_t *px = pt->px;
+  const brd_net_ops_t *net = px->net;
+  int busy = 0;
+  if (pt->dead) return 0;
+  if (pt->send_broken_ns != 0) {
+    if (pt->bye_seen) {
+      __atomic_store_n(&pt->dead, 1, __ATOMIC_RELEASE);
+      return 0;
+    }
+    if (brd_time_now_ns() - pt->send_broken_ns > SEND_BROKEN_GRACE_NS)
+      proxy_fail(px, pt, ncclRemoteError, "a send failed and the peer never said it was done");
+  } else {
+    /* Close the open slot when everything before it is posted. */
+    pthread_mutex_lock(&pt->mu);
+    if (pt->post == pt->head && pt->head - pt->tail < NSEND && pt->send[pt->head % NSEND].fill > 0)
+      pt->head++;
+    uint64_t head = pt->head;
+    pthread_mutex_unlock(&pt->mu);
+    while (pt->post < head) {
+      send_slot_t *s = &pt->send[pt->post % NSEND];
+      void *req = NULL;
+      ncclResult_t res = net->isend(pt->send_comm, pt->sbuf + (pt->post % NSEND) * SLOT_BYTES,
+                                    s->fill, 0, pt->send_mh, NULL, &req);
+      if (res != ncclSuccess) {
+        net_error(pt, 1, res, "isend");
+        return 1;
+      }
+      if (req == NULL) break; /* the net is full: later */
+      s->req = req;
+      pt->post++;
+      busy = 1;
+    }
+    while (pt->tail < pt->post) {
+      send_slot_t *s = &pt->send[pt->tail % NSEND];
+      int done = 0, size = 0;
+      ncclResult_t res = net->test(s->req, &done, &size);
+      if (res != ncclSuccess) {
+        net_error(pt, 1, res, "a send");
+        return 1;
+      }
+      if (!done) break;
+      pthread_mutex_lock(&pt->mu);
+      s->fill = 0;
+      s->req = NULL;
+      pt->tail++;
+      pthread_cond_broadcast(&pt->cv);
+      pthread_mutex_unlock(&pt->mu);
+      busy = 1;
+    }
+  }
+  /* Receives: keep NRECV posted, apply completions in order. */
+  for (int i = 0; i < NRECV && !pt->dead; i++) {
+    uint64_t k = pt->rnext + (uint64_t)i;
+    if (pt->rreq[k % NRECV] != NULL) continue;
+    void *data = pt->rbuf + (k % NRECV) * SLOT_BYTES;
+    size_t size = SLOT_BYTES;
+    int tag = 0;
+    void *req = NULL;
+    ncclResult_t res = net->irecv(pt->recv_comm, 1, &data, &size, &tag, &pt->recv_mh, NULL, &req);
+    if (res != ncclSuccess) {
+      net_error(pt, 0, res, "irecv");
+      return 1;
+    }
+    if (req == NULL) break;
+    pt->rreq[k % NRECV] = req;
+  }
+  while (!pt->dead && pt->rreq[pt->rnext % NRECV] != NULL) {
+    int done = 0, size = 0;
+    ncclResult_t res = net->test(pt->rreq[pt->rnext % NRECV], &done, &size);
+    if (res != ncclSuccess) {
+      net_error(pt, 0, res, "a receive (the connection closed before the peer was done)");
+      return 1;
+    }
+    if (!done) break;
+    pt->rreq[pt->rnext % NRECV] = NULL;
+    if (apply(pt, pt->rbuf + (pt->rnext % NRECV) * SLOT_BYTES, (size_t)size) != ncclSuccess)
+      return 1;
+    pt->rnext++;
+    busy = 1;
+  }
+  return busy;
+}
+
+static void *proxy_main(void *arg) {
+  brd_proxy_t *px = arg;
+  uint32_t idle = 0;
+  while (!atomic_load(&px->stop)) {
+    int busy = 0;
+    for (int r = 0; r < px->nranks; r++)
+      if (px->ports[r] != NULL) busy |= port_progress(px->ports[r]);
+    if (busy) {
+      idle = 0;
+    } else if (++idle < 64) {
+      sched_yield();
+    } else {
+      struct timespec nap = {0, 20000};
+      nanosleep(&nap, NULL);
+    }
+  }
+  return NULL;
+}
+
+/* Listen, exchange handles, then connect and accept every port until all
+ * are up. */
+static ncclResult_t ports_connect(brd_proxy_t *px) {
+  struct ncclComm *comm = px->comm;
+  const brd_net_ops_t *net = px->net;
+  for (int r = 0; r < px->nranks; r++) {
+    port_t *pt = px->ports[r];
+    if (pt == NULL) continue;
+    CHECK(net->listen(px->ctx, px->dev, pt->handle, &pt->listen_comm));
+    CHECK(brd_boot_send(comm->boot, r, BOOT_TAG, pt->handle, sizeof(pt->handle)));
+  }
+  for (int r = 0; r < px->nranks; r++) {
+    port_t *pt = px->ports[r];
+    if (pt == NULL) continue;
+    CHECK(brd_boot_recv(comm->boot, r, BOOT_TAG, pt->peer_handle, sizeof(pt->peer_handle)));
+  }
+  int64_t deadline =
+      brd_time_now_ns() + (int64_t)brd_param_int(BRD_P_BRAID_BOOTSTRAP_TIMEOUT) * 1000000000LL;
+  for (;;) {
+    int pending = 0, progressed = 0;
+    for (int r = 0; r < px->nranks; r++) {
+      port_t *pt = px->ports[r];
+      if (pt == NULL) continue;
+      if (pt->send_comm == NULL) {
+        CHECK(net->connect(px->ctx, px->dev, pt->peer_handle, &pt->send_comm, NULL));
+        progressed |= pt->send_comm != NULL;
+      }
+      if (pt->recv_comm == NULL) {
+        CHECK(net->accept(pt->listen_comm, &pt->recv_comm, NULL));
+        progressed |= pt->recv_comm != NULL;
+      }
+      pending += (pt->send_comm == NULL) + (pt->recv_comm == NULL);
+    }
+    if (pending == 0) break;
+    if (atomic_load(&comm->abort_flag)) return ncclSystemError;
+    if (brd_time_now_ns() > deadline) {
+      for (int r = 0; r < px->nranks; r++) {
+        port_t *pt = px->ports[r];
+        if (pt == NULL || (pt->send_comm != NULL && pt->recv_comm != NULL)) continue;
+        WARN("rank %d: no network connection to rank %d over net %s after %d s (%s side "
+             "pending). Check that both hosts reach each other on the interface "
+             "NCCL_SOCKET_IFNAME selects, or raise BRAID_BOOTSTRAP_TIMEOUT",
+             comm->rank, r, net->name, (int)brd_param_int(BRD_P_BRAID_BOOTSTRAP_TIMEOUT),
+             pt->send_comm == NULL ? "connect" : "accept");
+        break;
+      }
+      return ncclRemoteError;
+    }
+    if (!progressed) {
+      struct timespec nap = {0, 100000};
+      nanosleep(&nap, NULL);
+    }
+  }
+  for (int r = 0; r < px->nranks; r++) {
+    port_t *pt = px->ports[r];
+    if (pt == NULL) continue;
+    CHECK(net->regMr(pt->send_comm, pt->sbuf, NSEND * SLOT_BYTES, BRD_NET_PTR_HOST,
+                     &pt->send_mh));
+    CHECK(net->regMr(pt->recv_comm, pt->rbuf, NRECV * SLOT_BYTES, BRD_NET_PTR_HOST,
+                     &pt->recv_mh));
+  }
+  return ncclSuccess;
+}
+
+static void port_free(brd_proxy_t *px, port_t *pt) {
+  const brd_net_ops_t *net = px->net;
+  if (pt->send_mh != NULL) net->deregMr(pt->send_comm, pt->send_mh);
+  if (pt->recv_mh != NULL) net->deregMr(pt->recv_comm, pt->recv_mh);
+  if (pt->send_comm != NULL) net->closeSend(pt->send_comm);
+  if (pt->recv_comm != NULL) net->closeRecv(pt->recv_comm);
+  if (pt->listen_comm != NULL) net->closeListen(pt->listen_comm);
+  pthread_cond_destroy(&pt->cv);
+  pthread_mutex_destroy(&pt->mu);
+  free(pt->ex.mirror);
+  free(pt->sbuf);
+  free(pt->rbuf);
+  free(pt);
+}
+
+static ncclResult_t port_alloc(brd_proxy_t *px, int peer, port_t **pt_out) {
+  port_t *pt = calloc(1, sizeof(*pt));
+  if (pt == NULL) goto oom;
+  pt->px = px;
+  pt->peer = peer;
+  pthread_mutex_init(&pt->mu, NULL);
+  pthread_cond_init(&pt->cv, NULL);
+  pt->ex.put = port_put;
+  pt->ex.bytes = px->bytes;
+  pt->ex.failed = &px->failed;
+  pt->ex.mirror = calloc(1, px->bytes);
+  pt->sbuf = malloc(NSEND * SLOT_BYTES);
+  pt->rbuf = malloc(NRECV * SLOT_BYTES);
+  if (pt->ex.mirror == NULL || pt->sbuf == NULL || pt->rbuf == NULL) {
+    port_free(px, pt);
+    goto oom;
+  }
+  *pt_out = pt;
+  return ncclSuccess;
+oom:
+  WARN("rank %d: out of host memory for the port channel to rank %d (%zu bytes)",
+       px->comm->rank, peer, 2 * px->bytes);
+  return ncclSystemError;
+}
+
+/* See proxy.h. */
+ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *own,
+                              size_t bytes, brd_proxy_t **proxy_out) {
+  ncclResult_t res = ncclSuccess;
+  char why[512] = "";
+  int nports = 0, first = -1;
+  for (int r = 0; r < comm->nranks; r++)
+    if (port[r]) {
+      nports++;
+      if (first < 0) first = r;
+    }
+  const brd_net_ops_t *net = brd_net_get(why, sizeof(why));
+  if (net == NULL) {
+    WARN("rank %d: %d peers (rank %d first) cannot share memory with this rank and no "
+         "network is usable (%s). Put the ranks on one host, allow shared memory and "
+         "peer-to-peer (NCCL_SHM_DISABLE, NCCL_P2P_DISABLE), or fix NCCL_NET / "
+         "NCCL_NET_PLUGIN / NCCL_SOCKET_IFNAME", comm->rank, nports, first, why);
+    return ncclInvalidUsage;
+  }
+  brd_proxy_t *px = calloc(1, sizeof(*px));
+  if (px != NULL) px->ports = calloc((size_t)comm->nranks, sizeof(*px->ports));
+  if (px == NULL || px->ports == NULL) {
+    free(px);
+    WARN("rank %d: out of host memory for the proxy", comm->rank);
+    return ncclSystemError;
+  }
+  px->comm = comm;
+  px->net = net;
+  px->own = own;
+  px->bytes = bytes;
+  px->nranks = comm->nranks;
+  brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
+  CHECK_GOTO(net->init(&px->ctx, comm->comm_hash, &cfg, brd_net_log, NULL), res, fail);
+  int ndev = 0;
+  CHECK_GOTO(net->devices(&ndev), res, fail);
+  if (ndev <= 0) {
+    WARN("rank %d: net %s has no device", comm->rank, net->name);
+    res = ncclInvalidUsage;
+    goto fail;
+  }
+  px->dev = comm->local_rank % ndev;
+  for (int r = 0; r < comm->nranks; r++)
+    if (port[r]) CHECK_GOTO(port_alloc(px, r, &px->ports[r]), res, fail);
+  CHECK_GOTO(ports_connect(px), res, fail);
+  int err = pthread_create(&px->thread, NULL, proxy_main, px);
+  if (err != 0) {
+    WARN("rank %d: cannot start the proxy thread: %s", comm->rank, strerror(err));
+    res = ncclSystemError;
+    goto fail;
+  }
+  px->thread_started = 1;
+  INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NET, "rank %d: %d port channels over net %s device %d "
+       "(%d send slots of %zu KiB per peer)", comm->rank, nports, net->name, px->dev, NSEND,
+       SLOT_BYTES >> 10);
+  *proxy_out = px;
+  return ncclSuccess;
+fail:
+  brd_proxy_destroy(px);
+  return res;
+}
+
+/* See proxy.h. */
+brd_exec_port_t *brd_proxy_port(brd_proxy_t *p, int peer) {
+  return p != NULL && p->ports[peer] != NULL ? &p->ports[peer]->ex : NULL;
+}
+
+/* See proxy.h. */
+int *brd_proxy_failed(brd_proxy_t *p) { return p != NULL ? &p->failed : NULL; }
+
+/* See proxy.h. */
+void brd_proxy_destroy(brd_proxy_t *px) {
+  if (px == NULL) return;
+  if (px->thread_started) {
+    /* BYE last on every healthy port, then a bounded wait for the sends. */
+    for (int r = 0; r < px->nranks; r++) {
+      port_t *pt = px->ports[r];
+      if (pt == NULL || __atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE) || port_failed(pt)) continue;
+      pthread_mutex_lock(&pt->mu);
+      send_slot_t *s = open_slot(pt, sizeof(rec_hdr_t));
+      if (s != NULL) rec_append(pt, s, 0, 0, REC_BYE, NULL);
+      pthread_mutex_unlock(&pt->mu);
+    }
+    int64_t deadline = brd_time_now_ns() + DRAIN_NS;
+    for (int r = 0; r < px->nranks; r++) {
+      port_t *pt = px->ports[r];
+      while (pt != NULL && !__atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE) && !port_failed(pt) &&
+             brd_time_now_ns() < deadline) {
+        pthread_mutex_lock(&pt->mu);
+        int drained = pt->tail == pt->head && pt->send[pt->head % NSEND].fill == 0;
+        pthread_mutex_unlock(&pt->mu);
+        if (drained) break;
+        struct timespec nap = {0, 200000};
+        nanosleep(&nap, NULL);
+      }
+    }
+    atomic_store(&px->stop, 1);
+    pthread_join(px->thread, NULL);
+  }
+  for (int r = 0; r < px->nranks; r++)
+    if (px->ports[r] != NULL) port_free(px, px->ports[r]);
+  if (px->ctx != NULL && px->net->finalize != NULL) px->net->finalize(px->ctx);
+  free(px->ports);
+  free(px);
+}

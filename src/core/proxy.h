@@ -1,0 +1,57 @@
+/*
+ * Braid proxy: port channels over a net (transport/net.h).
+ *
+ * Where two ranks cannot map each other's memory (other hosts, or P2P and
+ * SHM disabled), the channel between them is a port. The writer's
+ * executor writes into a mirror of the peer's window (same layout, same
+ * offsets) and puts each written range on the port (device/exec.h); the
+ * proxy copies it into a send slot, ships it over the net and, on the
+ * reader's side, lays it into the reader's own window at the same offset.
+ * The reader's executor then sees plain writes in its window, as from a
+ * memory channel: its waits and LL flags are unchanged.
+ *
+ * One progress thread per communicator runs every port of it: posts
+ * filled send slots, tests sends and receives, applies what arrived. A
+ * port's sends are one ordered stream, so data put before a semaphore
+ * lands before it. See docs/architecture.md "Port channels and the proxy"
+ * for why this shape (MSCCL++'s FIFO of small triggers) and not NCCL's.
+ */
+#ifndef BRD_CORE_PROXY_H
+#define BRD_CORE_PROXY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "device/exec.h"
+
+struct ncclComm;
+typedef struct brd_proxy brd_proxy_t;
+
+/* Connects this rank to every rank r with port[r] != 0 over the process's
+ * net (brd_net_get): a send and a receive connection each, the listen
+ * handles exchanged over the bootstrap; gives each such peer a zeroed
+ * mirror of `bytes` (every window has that size); starts the progress
+ * thread, which applies what peers put into `own` (this rank's window,
+ * `bytes` long, borrowed until destroy). port must be symmetric across
+ * ranks (port[r] on rank q iff port[q] on rank r). Collective over the
+ * ranks with ports to this one; blocks up to BRAID_BOOTSTRAP_TIMEOUT or
+ * the comm's abort. ncclInvalidUsage (WARN) when no net is usable,
+ * ncclRemoteError when a peer cannot be reached, ncclSystemError when out
+ * of memory. The launching thread. */
+ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *own,
+                              size_t bytes, brd_proxy_t **proxy_out);
+
+/* Peer's port, or NULL when the channel to peer is a memory channel.
+ * Owned by the proxy. Any thread. */
+brd_exec_port_t *brd_proxy_port(brd_proxy_t *p, int peer);
+
+/* The flag every executor wait polls (brd_exec_port_t.failed). */
+int *brd_proxy_failed(brd_proxy_t *p);
+
+/* Tells every peer this rank is done (so its closing is not a failure),
+ * waits (a few seconds at most) for queued sends, stops the thread and
+ * closes the connections. Local. NULL is a no-op. */
+void brd_proxy_destroy(brd_proxy_t *p);
+
+#endif /* BRD_CORE_PROXY_H */
