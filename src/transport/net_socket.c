@@ -329,6 +329,7 @@ typedef struct sock_comm {
   sock_helper_t helpers[SOCK_MAX_THREADS];
   _Atomic int stop;
   _Atomic int error;               /* sticky ncclResult_t of the first failure */
+  _Atomic int fail_claimed;        /* set by the one that WARNs about it */
   int next_sock;                   /* next data socket a piece goes to */
   uint32_t post_seq, ctrl_seq;     /* next message to post / on the control socket */
   size_t inline_max, min_task;
@@ -421,16 +422,20 @@ static ncclResult_t comm_create(int is_send, int nsocks, int nthreads, sock_comm
 static ncclResult_t comm_fail(sock_comm_t *c, ncclResult_t res, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static ncclResult_t comm_fail(sock_comm_t *c, ncclResult_t res, const char *fmt, ...) {
-  int expected = ncclSuccess;
-  if (atomic_compare_exchange_strong(&c->error, &expected, (int)res)) {
+  int expected = 0, err;
+  if (atomic_compare_exchange_strong(&c->fail_claimed, &expected, 1)) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     (void)vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     SOCK_WARN("%s", msg);
+    /* Published after the WARN: whoever sees the error finds the text. */
+    atomic_store(&c->error, (int)res);
+    return res;
   }
-  return (ncclResult_t)atomic_load(&c->error);
+  err = atomic_load(&c->error);
+  return err != ncclSuccess ? (ncclResult_t)err : res;
 }
 
 /* ---- non-blocking transfers ---------------------------------------------- */
