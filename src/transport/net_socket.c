@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
@@ -711,7 +712,7 @@ static void nsocks_nthreads(int dev, int *nsocks_out, int *nthreads_out) {
 }
 
 static ncclResult_t sock_listen(void *ctx, int dev, void *handle, void **listen_comm) {
-  sock_handle_t *h = handle;
+  sock_handle_t hd;
   sock_listen_t *l;
   union brd_sock_addr addr;
   socklen_t len;
@@ -747,12 +748,15 @@ static ncclResult_t sock_listen(void *ctx, int dev, void *handle, void **listen_
   }
   l->sock.addr = addr;
   nsocks_nthreads(dev, &l->nsocks, &l->nthreads);
+  /* The caller's handle may be unaligned: built here, copied out. */
+  memset(&hd, 0, sizeof(hd));
+  hd.addr = addr;
+  hd.magic = l->magic;
+  hd.nsocks = l->nsocks;
+  hd.nthreads = l->nthreads;
+  hd.stage = NULL;
   memset(handle, 0, BRD_NET_HANDLE_BYTES);
-  h->addr = addr;
-  h->magic = l->magic;
-  h->nsocks = l->nsocks;
-  h->nthreads = l->nthreads;
-  h->stage = NULL;
+  memcpy(handle, &hd, sizeof(hd));
   *listen_comm = l;
   return ncclSuccess;
 fail_close:
@@ -848,9 +852,13 @@ static ncclResult_t dial_progress(sock_comm_t *c, int *ready_out) {
   return ncclSuccess;
 }
 
+static void set_stage(void *handle, sock_comm_t *c) {
+  memcpy((char *)handle + offsetof(sock_handle_t, stage), &c, sizeof(c));
+}
+
 static ncclResult_t sock_connect(void *ctx, int dev, void *handle, void **send_comm,
                                  void **send_dev_comm) {
-  sock_handle_t *h = handle;
+  sock_handle_t hd, *h = &hd; /* an aligned copy; stage is written back */
   sock_comm_t *c;
   ncclResult_t res;
   int ready = 0;
@@ -862,6 +870,7 @@ static ncclResult_t sock_connect(void *ctx, int dev, void *handle, void **send_c
               __atomic_load_n(&sock_ndev, __ATOMIC_ACQUIRE));
     return ncclInternalError;
   }
+  memcpy(&hd, handle, sizeof(hd));
   c = h->stage;
   if (c == NULL) {
     if (brd_sock_addr_len(&h->addr) == 0 || h->nsocks < 0 || h->nsocks > SOCK_MAX_SOCKS ||
@@ -873,18 +882,18 @@ static ncclResult_t sock_connect(void *ctx, int dev, void *handle, void **send_c
     }
     CHECK(comm_create(1, h->nsocks, h->nthreads, &c));
     brd_sock_addr_str(&h->addr, c->peer);
-    h->stage = c;
+    set_stage(handle, c);
     CHECK_GOTO(dial_start(c, h), res, fail);
   }
   CHECK_GOTO(dial_progress(c, &ready), res, fail);
   if (!ready) return ncclSuccess;
   free(c->dial);
   c->dial = NULL;
-  h->stage = NULL;
+  set_stage(handle, NULL);
   *send_comm = c;
   return ncclSuccess;
 fail:
-  h->stage = NULL;
+  set_stage(handle, NULL);
   comm_destroy(c);
   return res;
 }
