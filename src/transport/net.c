@@ -1,0 +1,36 @@
+/*
+ * Braid nets: what every net shares. For now the logger Braid hands to
+ * each net's init (NCCL's prototype, forwarding to base/debug.c).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "base/debug.h"
+#include "transport/net.h"
+
+/* NCCL's level numbers and subsystem bits are Braid's own (debug.h), so a
+ * net's message passes through unchanged. */
+_Static_assert(BRD_LOG_WARN == 2 && BRD_LOG_INFO == 3 && BRD_LOG_ABORT == 4 &&
+                   BRD_LOG_TRACE == 5, "NCCL's ncclDebugLogLevel numbering");
+_Static_assert(BRD_SUBSYS_INIT == 0x1 && BRD_SUBSYS_NET == 0x10 && BRD_SUBSYS_ENV == 0x80 &&
+                   BRD_SUBSYS_PROXY == 0x400 && BRD_SUBSYS_BOOTSTRAP == 0x1000 &&
+                   BRD_SUBSYS_RAS == 0x8000, "NCCL's subsystem bits");
+
+/* See net.h. */
+void brd_net_log(int level, unsigned long flags, const char *file, int line,
+                 const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  if (level <= BRD_LOG_NONE || level > BRD_LOG_TRACE || fmt == NULL) return;
+  /* A filtered INFO or TRACE costs no formatting; a WARN always counts
+   * (it becomes the last error even when not printed). */
+  if (level != BRD_LOG_WARN && !brd_log_on((brd_log_level_t)level, flags)) return;
+  va_start(ap, fmt);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+#pragma GCC diagnostic pop
+  va_end(ap);
+  brd_log((brd_log_level_t)level, level == BRD_LOG_WARN ? BRD_SUBSYS_ALL : flags, file, line,
+          "%s", msg);
+}
