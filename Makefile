@@ -251,7 +251,8 @@ $(TESTNET_DIR)/libnccl-net-testv%.so: $(BUILD)/obj/tests/plugins/net_test_v%.o
 	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
 .SECONDARY: $(TESTNET_VERSIONS:%=$(BUILD)/obj/tests/plugins/net_test_v%.o) \
             $(BUILD)/obj/tests/plugins/net_test_lazy.o
-# The loader's unit test opens them from $(TESTNET_DIR).
+# The loader's unit test opens them from $(TESTNET_DIR), by path and by
+# name (it puts that folder on LD_LIBRARY_PATH).
 $(BUILD)/tests/unit/test_net_plugin: | $(TESTNET_SO)
 
 # CUDA builds also run the CUDA-mode host code on the simulator, with both
