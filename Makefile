@@ -53,7 +53,7 @@ OPT := $(if $(filter 1,$(DEBUG)),-O0 -DBRAID_DEBUG=1,-O2)
 
 WARNINGS := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
             -Wmissing-prototypes -Wformat=2 -Wvla
-CPPFLAGS := -Iinclude -Isrc -D_GNU_SOURCE \
+CPPFLAGS := -Iinclude -Iplugins/include -Isrc -D_GNU_SOURCE \
             -DBRAID_VERSION=\"$(BRAID_VERSION)\" -DBRAID_CUDA=$(CUDA)
 CFLAGS   := -std=c11 $(OPT) -g -fPIC -fvisibility=hidden -pthread \
             $(WARNINGS) $(SAN_FLAGS) $(EXTRA_CFLAGS)
@@ -95,8 +95,17 @@ GPU_SRC   := $(sort $(wildcard tests/gpu/*.c))
 GPU_BIN   := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
-PLUGIN_SRC := $(sort $(wildcard plugins/*/*.c))
-PLUGIN_SO  := $(patsubst plugins/%.c,$(BUILD)/plugins/%.so,$(PLUGIN_SRC))
+# Net plugins: each folder plugins/<name>/ (but include/) with C files
+# becomes $(BUILD)/plugins/libnccl-net-<name>.so, built against the public
+# headers only (include/nccl.h, plugins/include/nccl_net.h).
+NET_PLUGIN_DIRS := $(sort $(patsubst plugins/%/,%,$(filter-out plugins/include/,$(dir $(wildcard plugins/*/*.c)))))
+PLUGIN_SO  := $(NET_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-net-%.so)
+# Test plugins (tests/plugins/net_test.c): one library per ABI version, one
+# filling its table only in init, one exporting v8 and v12 together.
+TESTNET_VERSIONS := 6 8 10 11 12
+TESTNET_DIR := $(BUILD)/tests/plugins
+TESTNET_SO  := $(TESTNET_VERSIONS:%=$(TESTNET_DIR)/libnccl-net-testv%.so) \
+               $(TESTNET_DIR)/libnccl-net-testv12lazy.so $(TESTNET_DIR)/libnccl-net-testmulti.so
 
 # Shared helpers for tools and tests (linked into executables, never the lib).
 TOOLCOMMON_SRC := $(sort $(wildcard tools/common/*.c))
@@ -134,7 +143,7 @@ all: lib tools tests
 
 lib: $(SHLIB) $(STLIB) $(HEADER) $(BUILD)/lib/libnccl.so $(BUILD)/lib/libnccl.so.$(NCCL_SOVER) $(PLUGIN_SO)
 tools: $(TOOL_BIN)
-tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN)
+tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO)
 
 # Missing headers: install them (root) or print the exact command.
 deps: $(DEPS_STAMP)
@@ -207,9 +216,44 @@ $(BUILD)/bin/braid-%: tools/braid-%.c $(STLIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(STLIB) $(LDLIBS)
 
-$(BUILD)/plugins/%.so: plugins/%.c
+# Plugins see only the public headers (and CUDA's, in CUDA builds).
+PLUGIN_CPPFLAGS := -Iinclude -Iplugins/include -D_GNU_SOURCE \
+                   $(filter -I$(CUDA_HOME)/include -DBRAID_NO_CUDA=1,$(CPPFLAGS))
+PLUGIN_LD := -shared -Wl,--no-undefined -Wl,-z,noexecstack $(SAN_FLAGS)
+
+define net_plugin_rule
+$(BUILD)/plugins/libnccl-net-$(1).so: $(sort $(wildcard plugins/$(1)/*.c)) plugins/include/nccl_net.h include/nccl.h
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(PLUGIN_CPPFLAGS) -Iplugins/$(1) $$(CFLAGS) $$(PLUGIN_LD) -o $$@ \
+	  $(sort $(wildcard plugins/$(1)/*.c)) -lpthread
+endef
+$(foreach d,$(NET_PLUGIN_DIRS),$(eval $(call net_plugin_rule,$(d))))
+
+TESTNET_DEPS := tests/plugins/net_test.c tests/plugins/net_test.h plugins/include/nccl_net.h include/nccl.h
+$(BUILD)/obj/tests/plugins/net_test_v%.o: $(TESTNET_DEPS)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -Iplugins $(CFLAGS) -shared -o $@ $<
+	@echo "  CC      $< (ncclNet_v$*)"
+	$(Q)$(CC) $(PLUGIN_CPPFLAGS) $(CFLAGS) -DNET_VERSION=$* -c $< -o $@
+$(BUILD)/obj/tests/plugins/net_test_lazy.o: $(TESTNET_DEPS)
+	@mkdir -p $(@D)
+	@echo "  CC      $< (ncclNet_v12, table filled in init)"
+	$(Q)$(CC) $(PLUGIN_CPPFLAGS) $(CFLAGS) -DNET_VERSION=12 -DNET_LAZY=1 -c $< -o $@
+$(TESTNET_DIR)/libnccl-net-testv12lazy.so: $(BUILD)/obj/tests/plugins/net_test_lazy.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
+$(TESTNET_DIR)/libnccl-net-testmulti.so: $(BUILD)/obj/tests/plugins/net_test_v8.o \
+                                         $(BUILD)/obj/tests/plugins/net_test_v12.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
+$(TESTNET_DIR)/libnccl-net-testv%.so: $(BUILD)/obj/tests/plugins/net_test_v%.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
+.SECONDARY: $(TESTNET_VERSIONS:%=$(BUILD)/obj/tests/plugins/net_test_v%.o) \
+            $(BUILD)/obj/tests/plugins/net_test_lazy.o
+# The loader's unit test opens them from $(TESTNET_DIR), by path and by
+# name (it puts that folder on LD_LIBRARY_PATH).
+$(BUILD)/tests/unit/test_net_plugin: | $(TESTNET_SO)
 
 # CUDA builds also run the CUDA-mode host code on the simulator, with both
 # executors (cudasim: exec_sim.c; cudasim-dev: exec.cu's own kernels).

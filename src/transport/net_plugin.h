@@ -1,0 +1,59 @@
+/*
+ * Braid: external net plugins (ncclNetPlugin_v6 .. v12) adapted to the
+ * net interface, brd_net_ops_t (net.h). brd_net_get uses these to pick the
+ * process's net; tests use them to load several plugins in one process.
+ *
+ * Each loaded plugin owns one of a few adapter slots, whose table calls
+ * the plugin with its own version's arguments: refcounted init for v6 ..
+ * v10 (the plugin's own init runs once per load), a ncclNetCommConfig_v10_t
+ * as v10's connect config, property structs converted per version, int
+ * sizes (1 GiB cap) for v6 .. v8 transfers. The plugin's function pointers
+ * are read only after its init returned (some plugins fill them in init).
+ */
+#ifndef BRD_TRANSPORT_NET_PLUGIN_H
+#define BRD_TRANSPORT_NET_PLUGIN_H
+
+#include "transport/net.h"
+
+/* Adapter slots: plugins loaded at once in one process. */
+#define BRD_NET_PLUGIN_SLOTS 8
+
+typedef struct brd_net_plugin brd_net_plugin_t;
+
+/* Opens one plugin library by NCCL's rules: spec NULL or "" means
+ * libnccl-net.so; otherwise spec as given (a file name searched like any
+ * dlopen, or a path), then, for a bare name that is not lib*.so,
+ * libnccl-net-<spec>.so; "STATIC_PLUGIN" searches the executable. Takes
+ * the newest ncclNetPlugin_vN (N = 12 .. 6) and notes the newest
+ * ncclCollNetPlugin_vN. Does not call the plugin's init. On success
+ * *out holds the adapter (unload with brd_net_plugin_unload). Errors,
+ * each WARNed with the dlerror text and what to do: ncclSystemError when
+ * no file opens, ncclInvalidUsage when the library exports no net (or is
+ * loaded already), ncclInternalError when every slot is taken. Any
+ * thread; blocks on dlopen. */
+ncclResult_t brd_net_plugin_load(const char *spec, brd_net_plugin_t **out);
+
+/* Closes the library and frees the slot. Every context from the table's
+ * init must be finalized first, every comm closed. NULL is a no-op. */
+void brd_net_plugin_unload(brd_net_plugin_t *p);
+
+/* The adapted table (v12 semantics). name and init are set on load; the
+ * other mandatory members fail with ncclInternalError until an init has
+ * succeeded; the optional ones (regMrDmaBuf, iflush, getDeviceMr,
+ * irecvConsumed, makeVDevice, setNetAttr) are NULL until then, and stay
+ * NULL where the plugin lacks them. Owned by p. */
+const brd_net_ops_t *brd_net_plugin_ops(const brd_net_plugin_t *p);
+
+/* The ABI version loaded (6 .. 12), and the collnet version (0: none). */
+int brd_net_plugin_version(const brd_net_plugin_t *p);
+int brd_net_plugin_collnet_version(const brd_net_plugin_t *p);
+
+/* The file dlopen found (from the link map), or the name given. */
+const char *brd_net_plugin_path(const brd_net_plugin_t *p);
+
+/* Forgets brd_net_get's choice and unloads the plugin it kept, so the next
+ * call reads NCCL_NET_PLUGIN and NCCL_NET again. For tests: nothing may
+ * still use the old net. */
+void brd_net_reset(void);
+
+#endif /* BRD_TRANSPORT_NET_PLUGIN_H */
