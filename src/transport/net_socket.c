@@ -331,6 +331,7 @@ typedef struct sock_comm {
   _Atomic int stop;
   _Atomic int error;               /* sticky ncclResult_t of the first failure */
   _Atomic int fail_claimed;        /* set by the one that WARNs about it */
+  int quiet_close;                 /* the failure is a close between messages */
   int next_sock;                   /* next data socket a piece goes to */
   uint32_t post_seq, ctrl_seq;     /* next message to post / on the control socket */
   size_t inline_max, min_task;
@@ -430,7 +431,12 @@ static ncclResult_t comm_fail(sock_comm_t *c, ncclResult_t res, const char *fmt,
     va_start(ap, fmt);
     (void)vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    SOCK_WARN("%s", msg);
+    /* A peer that closed between messages may simply be done: the caller
+     * decides whether that is a failure, and WARNs if so. */
+    if (c->quiet_close)
+      SOCK_INFO(BRD_SUBSYS_NET, "%s", msg);
+    else
+      SOCK_WARN("%s", msg);
     /* Published after the WARN: whoever sees the error finds the text. */
     atomic_store(&c->error, (int)res);
     return res;
@@ -492,6 +498,8 @@ static int io_step(int fd, int is_send, char *a, size_t na, char *b, size_t nb, 
  * error. what: "receiving a message header", ... */
 static ncclResult_t io_fail(sock_comm_t *c, int rc, int err, const char *what, size_t done,
                             size_t size) {
+  c->quiet_close = rc == IO_CLOSED && done == 0 && err == 0 && !c->is_send &&
+                   strcmp(what, "receiving a message header") == 0;
   if (rc == IO_CLOSED)
     return comm_fail(c, ncclRemoteError,
                      "NET/Socket : connection with %s closed while %s (%zu of %zu bytes, %s); "
@@ -1110,15 +1118,17 @@ static ncclResult_t sock_test(void *request, int *done, int *sizes) {
     return ncclInternalError;
   }
   c = r->comm;
-  res = (ncclResult_t)atomic_load(&c->error);
-  if (res != ncclSuccess) return res;
-  CHECK(ctrl_progress(c));
+  /* Progress first: a request whose bytes all moved is done even when the
+   * connection failed right after it (the peer closed after its last
+   * message, seen while reading the next header). */
+  ncclResult_t pr = atomic_load(&c->error) == ncclSuccess ? ctrl_progress(c) : ncclSuccess;
   if (r->state == REQ_TASKS &&
       atomic_load_explicit(&r->tasks_left, memory_order_acquire) == 0)
     r->state = REQ_DONE;
   if (r->state != REQ_DONE) {
     /* A helper may have failed meanwhile. */
-    return (ncclResult_t)atomic_load(&c->error);
+    res = (ncclResult_t)atomic_load(&c->error);
+    return res != ncclSuccess ? res : pr;
   }
   *done = 1;
   if (sizes != NULL) sizes[0] = r->size > (size_t)INT_MAX ? INT_MAX : (int)r->size;
