@@ -98,8 +98,11 @@ TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 # Net plugins: each folder plugins/<name>/ (but include/) with C files
 # becomes $(BUILD)/plugins/libnccl-net-<name>.so, built against the public
 # headers only (include/nccl.h, plugins/include/nccl_net.h).
-NET_PLUGIN_DIRS := $(sort $(patsubst plugins/%/,%,$(filter-out plugins/include/,$(dir $(wildcard plugins/*/*.c)))))
-PLUGIN_SO  := $(NET_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-net-%.so)
+# plugins/net-socket/ is Braid's own socket net as a plugin: it links the
+# net's objects too (its own rule below).
+NET_PLUGIN_DIRS := $(filter-out net-socket,$(sort $(patsubst plugins/%/,%,$(filter-out plugins/include/,$(dir $(wildcard plugins/*/*.c))))))
+PLUGIN_SO  := $(NET_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-net-%.so) \
+              $(BUILD)/plugins/libnccl-net-braidsock.so
 # Test plugins (tests/plugins/net_test.c): one library per ABI version, one
 # filling its table only in init, one exporting v8 and v12 together.
 TESTNET_VERSIONS := 6 8 10 11 12
@@ -229,6 +232,15 @@ $(BUILD)/plugins/libnccl-net-$(1).so: $(sort $(wildcard plugins/$(1)/*.c)) plugi
 	  $(sort $(wildcard plugins/$(1)/*.c)) -lpthread
 endef
 $(foreach d,$(NET_PLUGIN_DIRS),$(eval $(call net_plugin_rule,$(d))))
+
+# The socket net and what it stands on (base: sockets, parameters, the log).
+BRAIDSOCK_OBJ := $(addprefix $(BUILD)/obj/src/,transport/net_socket.o base/socket.o \
+                   base/param.o base/debug.o)
+$(BUILD)/plugins/libnccl-net-braidsock.so: plugins/net-socket/plugin.c $(BRAIDSOCK_OBJ) \
+                                          plugins/include/nccl_net.h include/nccl.h
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(PLUGIN_LD) -o $@ $< $(BRAIDSOCK_OBJ) -lpthread
 
 TESTNET_DEPS := tests/plugins/net_test.c tests/plugins/net_test.h plugins/include/nccl_net.h include/nccl.h
 $(BUILD)/obj/tests/plugins/net_test_v%.o: $(TESTNET_DEPS)

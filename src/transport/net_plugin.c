@@ -99,8 +99,15 @@ static ncclResult_t failed(const brd_net_plugin_t *p, const char *call, ncclResu
                      : r == ncclInternalError
                          ? "the plugin reports misuse"
                          : "see the plugin's own messages above";
-  WARN("NET/Plugin: %s (v%d) %s failed: %s (%s)", p->name, p->version, call,
-       res_name(r), hint);
+  /* A remote error in the data path is the peer's end, which may be its
+   * normal goodbye: the proxy decides and WARNs; here it is INFO. */
+  if (r == ncclRemoteError && (strcmp(call, "test") == 0 || strcmp(call, "isend") == 0 ||
+                                strcmp(call, "irecv") == 0))
+    INFO(BRD_SUBSYS_NET, "NET/Plugin: %s (v%d) %s failed: %s (%s)", p->name, p->version, call,
+         res_name(r), hint);
+  else
+    WARN("NET/Plugin: %s (v%d) %s failed: %s (%s)", p->name, p->version, call,
+         res_name(r), hint);
   return r;
 }
 #define PCALL(p, what, expr)                                                  \

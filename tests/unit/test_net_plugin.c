@@ -526,7 +526,9 @@ static void test_fault_short_recv(void **state) {
     assert_int_equal(conn_open(t.net, ctx, &cn), ncclSuccess);
     setenv("NETTEST_FAULT", "short_recv", 1);
     assert_int_equal(transfer(t.net, &cn, 65536), ncclRemoteError);
-    expect_last_error("test failed: ncclRemoteError");
+    /* A remote error in the data path is left to the proxy to WARN; the
+     * plugin's own message is what the user sees. */
+    expect_last_error("nettest: connection closed after 32768 of 65536 bytes");
     unsetenv("NETTEST_FAULT");
     conn_close(t.net, &cn);
     assert_int_equal(t.net->finalize(ctx), ncclSuccess);
