@@ -257,6 +257,56 @@ ncclResult_t brd_algos_build(const brd_plan_shape_t *shape, const brd_algos_args
                              brd_algos_block_fn body, const void *ctx, const char *what,
                              brd_ir_plan_t **plan_out);
 
+/* ---- ring plans (ring all-reduce, all-gather, reduce-scatter) ----------------
+ *
+ * Each block moves `steps` transfers per iteration around the ring; transfer
+ * t lands in slot t % depth of the block's `depth` slots at the successor
+ * (depth = min(steps, BRD_ALGOS_RING_DEPTH), so a rank runs depth-1
+ * transfers ahead of it). Semaphore 2 blk carries data forward (Simple; LL
+ * flags carry it), 2 blk + 1 credits back. */
+#define BRD_ALGOS_RING_DEPTH 4
+
+typedef struct brd_algos_ring {
+  int steps;        /* transfers per block and iteration */
+  int depth;        /* slots per block */
+  int ll;           /* 1: LL protocol */
+  uint32_t nchunks; /* chunks per window (all blocks) */
+} brd_algos_ring_t;
+
+/* The scratch slot of block blk that transfer t (t >= -1) lands in. */
+static inline uint32_t brd_algos_ring_slot(const brd_algos_ring_t *ring, int blk,
+                                           int t) {
+  return (uint32_t)(blk * ring->depth + (t + ring->depth) % ring->depth);
+}
+
+/* Opens step j (0..steps) of position p's block: waits for the
+ * predecessor's transfer j-1 (Simple, j >= 1) and, when the step sends
+ * (j < steps), for the successor's credit on the slot it overwrites. */
+ncclResult_t brd_algos_ring_step_open(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                      const brd_algos_ring_t *ring, int p, int blk,
+                                      int j);
+
+/* Closes step j: credits the predecessor for the slot the step read
+ * (j >= 1) and signals transfer j to the successor (Simple, j < steps). */
+ncclResult_t brd_algos_ring_step_close(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                       const brd_algos_ring_t *ring, int p, int blk,
+                                       int j);
+
+/* Builds a ring plan of coll (args checked, nranks >= 2): `steps`
+ * transfers and `nchunks` chunks per window, body for every (position,
+ * block) with the brd_algos_ring_t as ctx. Codes as brd_algos_build. */
+ncclResult_t brd_algos_ring_build(const brd_algos_args_t *args, uint8_t coll, int steps,
+                                  uint32_t nchunks, brd_algos_block_fn body,
+                                  const char *what, brd_ir_plan_t **plan_out);
+
+/* The whole ring generator of a collective over nranks segments of one
+ * chunk per block (all-gather, reduce-scatter): n-1 steps. Checks args for
+ * the generator named `what` ("ring all-gather"), gives the one-rank plan
+ * for one rank; otherwise brd_algos_ring_build's. */
+ncclResult_t brd_algos_ring_segments(const brd_algos_args_t *args, uint8_t coll,
+                                     brd_algos_block_fn body, const char *what,
+                                     brd_ir_plan_t **plan_out);
+
 /* Appends a data op of one chunk; see brd_plan_op_move. */
 static inline ncclResult_t brd_algos_move(brd_plan_builder_t *b, int rank,
                                           int block, uint8_t code,

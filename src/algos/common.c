@@ -1,7 +1,7 @@
 /*
  * What every plan generator shares: the argument checks, the frame that
- * runs a block body for every (position, block), the one-rank plan and the
- * rank positions. A generator is one function of src/algos/<family>.c
+ * runs a block body for every (position, block), the ring frame, the
+ * one-rank plan and the rank positions. A generator is one function of src/algos/<family>.c
  * written with these, listed once in the table of generate.c.
  */
 #include <stdlib.h>
@@ -113,4 +113,70 @@ ncclResult_t brd_algos_single(const brd_algos_args_t *args, uint8_t coll,
 fail_destroy_builder:
   brd_plan_builder_destroy(b);
   return res;
+}
+
+/* One sync op of position p's block with the rank `dir` positions away. */
+static ncclResult_t ring_sync(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
+                              int blk, uint8_t code, int dir, uint32_t sem, int32_t k) {
+  return brd_plan_op_sync(b, brd_algos_rank_at(a, p), blk, code,
+                          brd_algos_rank_at(a, p + dir), sem, k);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_ring_step_open(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                      const brd_algos_ring_t *ring, int p, int blk,
+                                      int j) {
+  uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
+  int32_t credit_k = brd_algos_ring_credit_k(ring->depth, ring->steps, j);
+  if (j >= 1 && !ring->ll) CHECK(ring_sync(b, a, p, blk, BRD_IR_OP_WAIT, -1, data_sem, j));
+  if (j < ring->steps)
+    CHECK(ring_sync(b, a, p, blk, BRD_IR_OP_WAIT, 1, credit_sem, credit_k));
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_ring_step_close(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                       const brd_algos_ring_t *ring, int p, int blk,
+                                       int j) {
+  uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
+  if (j >= 1) CHECK(ring_sync(b, a, p, blk, BRD_IR_OP_SIGNAL, -1, credit_sem, j));
+  if (j < ring->steps && !ring->ll)
+    CHECK(ring_sync(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, data_sem, j + 1));
+  return ncclSuccess;
+}
+
+static int ring_depth(int steps) {
+  return steps < BRD_ALGOS_RING_DEPTH ? steps : BRD_ALGOS_RING_DEPTH;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_ring_build(const brd_algos_args_t *args, uint8_t coll, int steps,
+                                  uint32_t nchunks, brd_algos_block_fn body,
+                                  const char *what, brd_ir_plan_t **plan_out) {
+  brd_algos_ring_t ring = {.steps = steps, .depth = ring_depth(steps),
+                           .ll = args->proto == BRD_IR_PROTO_LL, .nchunks = nchunks};
+  brd_plan_shape_t shape = {
+      .nranks = args->nranks, .nblocks = args->nblocks, .nchunks = nchunks,
+      .nslots = (uint32_t)args->nblocks * (uint32_t)ring.depth,
+      .slot_div = (uint32_t)ring.depth, .nsems = 2u * (uint32_t)args->nblocks,
+      .seq_per_iter = (uint32_t)steps, .proto = (uint8_t)args->proto,
+      .algo = BRD_IR_ALGO_RING, .coll = coll};
+  return brd_algos_build(&shape, args, body, &ring, what, plan_out);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_ring_segments(const brd_algos_args_t *args, uint8_t coll,
+                                     brd_algos_block_fn body, const char *what,
+                                     brd_ir_plan_t **plan_out) {
+  CHECK(brd_algos_check(args, -1, what));
+  if (args->nranks == 1)
+    return brd_algos_single(args, coll, BRD_IR_ALGO_RING, 0, plan_out);
+  int n = args->nranks, depth = ring_depth(n - 1);
+  if ((size_t)args->nblocks * n > 65536 || (size_t)args->nblocks * depth > 65535) {
+    WARN("%s: %d blocks x %d ranks exceed the IR's 16-bit chunk and slot "
+         "indices", what, args->nblocks, n);
+    return ncclInvalidArgument;
+  }
+  return brd_algos_ring_build(args, coll, n - 1, (uint32_t)args->nblocks, body, what,
+                              plan_out);
 }
