@@ -257,6 +257,75 @@ ncclResult_t brd_algos_build(const brd_plan_shape_t *shape, const brd_algos_args
                              brd_algos_block_fn body, const void *ctx, const char *what,
                              brd_ir_plan_t **plan_out);
 
+/* ---- direct plans: every rank talks to every other ---------------------------- */
+
+/* Slot at the receiver (position pr) for data from the sender (ps) where
+ * each block `blk` has n-1 slots, one per sender, nearest predecessor
+ * first. An area of several blocks' slots is a block index past them. */
+static inline uint32_t brd_algos_direct_slot(int n, int blk, int ps, int pr) {
+  int rel = ((ps - pr - 1) % n + n) % n;
+  return (uint32_t)(blk * (n - 1) + rel);
+}
+
+/* Appends to position p's block one sync op (code, semaphore sem, target
+ * k) with each peer, at positions p + dir, p + 2 dir, ... (dir 1 or -1). */
+ncclResult_t brd_algos_sync_peers(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
+                                  int blk, uint8_t code, int dir, uint32_t sem, int32_t k);
+
+/* Position p's block pushes `in` (chunk `chunk`) into its slot
+ * (brd_algos_direct_slot) at every peer in one op: first it waits for
+ * each peer's credit (credit_sem, k 0: the slot's previous use was read),
+ * after it signals each peer's data_sem (Simple; LL flags carry the data).
+ * refs is scratch of nranks - 1 references. */
+ncclResult_t brd_algos_direct_push(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
+                                   int blk, brd_plan_ref_t in, uint32_t chunk,
+                                   uint32_t data_sem, uint32_t credit_sem,
+                                   brd_plan_ref_t *refs);
+
+/* Rooted direct plans (one chunk, blk, per block), a rank other than the
+ * root at position p. Pushes `in` into its slot at the root
+ * (brd_algos_direct_slot), signals the root's data_sem (Simple; LL flags
+ * carry it), then waits for the root's done_sem (the slot is free again). */
+ncclResult_t brd_algos_push_to_root(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                    int p, int blk, int root, brd_plan_ref_t in,
+                                    uint32_t data_sem, uint32_t done_sem);
+
+/* The other way: copies what the root put into its own slot blk (after
+ * data_sem, Simple) into its output chunk, acknowledges on ack_sem, then
+ * waits for the root's done_sem. */
+ncclResult_t brd_algos_recv_from_root(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                      int p, int blk, int root, uint32_t data_sem,
+                                      uint32_t ack_sem, uint32_t done_sem);
+
+/* The n sources of a direct reduction at position p: the rank's own data
+ * and, for each peer, the slot it pushed into (brd_algos_direct_slot of
+ * block blk). */
+typedef struct brd_algos_sources {
+  brd_plan_ref_t own; /* the rank's own contribution */
+  uint32_t chunk;     /* the chunk reduced */
+  int ordered;        /* 1: in rank order 0..n-1, own at its rank's place;
+                       * 0: own first, then the peers at p + dir, p + 2 dir, ... */
+  int dir;            /* 1 or -1 */
+  uint8_t llf;        /* BRD_IR_REF_LL where the slots hold LL packets */
+  uint32_t own_slot;  /* ordered, n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN: the
+                       * scratch slot own is copied into first, and read from */
+} brd_algos_sources_t;
+
+/* Reduces those sources into the output chunk src->chunk in one op with
+ * the post-op (after the copy of own where src->own_slot applies). refs
+ * is scratch of nranks references; on return it holds the sources. */
+ncclResult_t brd_algos_reduce_slots(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                    int p, int blk, const brd_algos_sources_t *src,
+                                    brd_plan_ref_t *refs);
+
+/* Block bodies of the one-shot and two-shot all-reduce
+ * (allreduce_oneshot.c, allreduce_twoshot.c), for brd_algos_build: ctx
+ * points to an int, 1 to reduce in rank order (allreduce_ordered.c). */
+ncclResult_t brd_algos_oneshot_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                     int p, int blk, brd_plan_ref_t *refs, const void *ctx);
+ncclResult_t brd_algos_twoshot_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                     int p, int blk, brd_plan_ref_t *refs, const void *ctx);
+
 /* ---- ring plans (ring all-reduce, all-gather, reduce-scatter) ----------------
  *
  * Each block moves `steps` transfers per iteration around the ring; transfer

@@ -71,12 +71,6 @@ ncclResult_t brd_algos_ring_allgather(const brd_algos_args_t *args,
                                  "ring all-gather", plan_out);
 }
 
-/* Slot at the receiver (position pr) for data from the sender (ps). */
-static uint32_t direct_slot(int n, int blk, int ps, int pr) {
-  int rel = ((ps - pr - 1) % n + n) % n;
-  return (uint32_t)(blk * (n - 1) + rel);
-}
-
 static ncclResult_t ag_direct_block(brd_plan_builder_t *b,
                                     const brd_algos_args_t *a, int p, int blk,
                                     brd_plan_ref_t *refs, const void *ctx) {
@@ -87,27 +81,15 @@ static ncclResult_t ag_direct_block(brd_plan_builder_t *b,
   uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
   uint8_t llf = ll ? BRD_IR_REF_LL : 0;
 
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
-                           credit_sem, 0));
   brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
-  for (int i = 1; i < n; i++)
-    refs[i - 1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, brd_algos_rank_at(a, p + i),
-                               direct_slot(n, blk, p, p + i));
-  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
-                       chunk, 1, 0, 1, &in, n - 1, refs));
-  if (!ll) {
-    for (int i = 1; i < n; i++)
-      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL,
-                             brd_algos_rank_at(a, p + i), data_sem, 1));
-  }
+  CHECK(brd_algos_direct_push(b, a, p, blk, in, chunk, data_sem, credit_sem, refs));
   brd_plan_ref_t own = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
                                     brd_algos_seg(nchunks, rank, chunk));
   CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &in, 1, &own));
   for (int i = 1; i < n; i++) {
     int from = brd_algos_rank_at(a, p - i);
     brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
-                                      direct_slot(n, blk, p - i, p));
+                                      brd_algos_direct_slot(n, blk, p - i, p));
     brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
                                       brd_algos_seg(nchunks, from, chunk));
     if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, from, data_sem, 1));

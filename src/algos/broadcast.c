@@ -113,33 +113,20 @@ static ncclResult_t direct_block(brd_plan_builder_t *b, const brd_algos_args_t *
   uint32_t chunk = (uint32_t)blk;
   uint32_t data_sem = 3u * (uint32_t)blk, ack_sem = data_sem + 1, done_sem = data_sem + 2;
   uint8_t llf = ll ? BRD_IR_REF_LL : 0;
-  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
 
-  if (rank != root) {
-    brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1, chunk);
-    if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, data_sem, 1));
-    CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_COPY,
-                         0, chunk, 0, 1, 1, &src, 1, &out));
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, ack_sem, 1));
-    return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
-  }
+  if (rank != root)
+    return brd_algos_recv_from_root(b, a, p, blk, root, data_sem, ack_sem, done_sem);
   brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
   for (int i = 1; i < n; i++)
     refs[i - 1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, brd_algos_rank_at(a, p + i),
                                chunk);
   CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
                        chunk, 1, 0, 1, &in, n - 1, refs));
-  for (int i = 1; i < n && !ll; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
-                           data_sem, 1));
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, data_sem, 1));
   CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &in, 1, &out));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
-                           ack_sem, 1));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
-                           done_sem, 1));
-  return ncclSuccess;
+  CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, 1, ack_sem, 1));
+  return brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, done_sem, 1);
 }
 
 /* See algos.h. */

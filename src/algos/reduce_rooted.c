@@ -97,54 +97,23 @@ fail_destroy_builder:
   return res;
 }
 
-/* Slot at the root (position pr) for data from the sender (ps). */
-static uint32_t root_slot(int n, int blk, int ps, int pr) {
-  int rel = ((ps - pr - 1) % n + n) % n;
-  return (uint32_t)(blk * (n - 1) + rel);
-}
-
 static ncclResult_t direct_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
                                  int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
   int root = ((const int *)ctx)[0], det = ((const int *)ctx)[1]; /* {root, rank-ordered} */
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
-  int rank = brd_algos_rank_at(a, p), proot = brd_algos_pos_of(a, root);
+  int rank = brd_algos_rank_at(a, p);
   uint32_t chunk = (uint32_t)blk;
   uint32_t data_sem = 2u * (uint32_t)blk, done_sem = data_sem + 1;
-  uint8_t llf = ll ? BRD_IR_REF_LL : 0;
   brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
 
-  if (rank != root) {
-    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, root,
-                                      root_slot(n, blk, p, proot));
-    CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
-                         chunk, 1, 0, 1, &in, 1, &dst));
-    if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, data_sem, 1));
-    return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
-  }
-  for (int i = 1; i < n && !ll; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
-                           data_sem, 1));
-  /* In rank order with many ranks, the own input is read from a copy (see
-   * BRD_ALGOS_ORDERED_OWN_SLOT_MIN). */
-  brd_plan_ref_t own = in;
-  if (det && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN) {
-    own = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, (uint32_t)(a->nblocks * (n - 1) + blk));
-    CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &in, 1, &own));
-  }
-  for (int i = 0; i < n; i++) {
-    int q = det ? i : brd_algos_rank_at(a, p + i);
-    int pq = det ? brd_algos_pos_of(a, q) : p + i;
-    refs[i] = q == rank ? own
-                        : brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
-                                       root_slot(n, blk, pq, p));
-  }
-  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
-  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE,
-                       BRD_IR_F_POSTOP, chunk, 0, 1, n, refs, 1, &out));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
-                           done_sem, 1));
-  return ncclSuccess;
+  if (rank != root)
+    return brd_algos_push_to_root(b, a, p, blk, root, in, data_sem, done_sem);
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, 1, data_sem, 1));
+  brd_algos_sources_t src = {.own = in, .chunk = chunk, .ordered = det, .dir = 1,
+                             .llf = ll ? BRD_IR_REF_LL : 0,
+                             .own_slot = (uint32_t)(a->nblocks * (n - 1) + blk)};
+  CHECK(brd_algos_reduce_slots(b, a, p, blk, &src, refs));
+  return brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, done_sem, 1);
 }
 
 /* See algos.h. */

@@ -70,12 +70,6 @@ ncclResult_t brd_algos_ring_reducescatter(const brd_algos_args_t *args,
                                  "ring reduce-scatter", plan_out);
 }
 
-/* Slot at the receiver (position pr) for data from the sender (ps). */
-static uint32_t direct_slot(int n, int blk, int ps, int pr) {
-  int rel = ((ps - pr - 1) % n + n) % n;
-  return (uint32_t)(blk * (n - 1) + rel);
-}
-
 static ncclResult_t rs_direct_block(brd_plan_builder_t *b,
                                     const brd_algos_args_t *a, int p, int blk,
                                     brd_plan_ref_t *refs, const void *ctx) {
@@ -90,42 +84,21 @@ static ncclResult_t rs_direct_block(brd_plan_builder_t *b,
     int q = brd_algos_rank_at(a, p + i);
     brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(nchunks, q, chunk));
     brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, q,
-                                      direct_slot(n, blk, p, p + i));
+                                      brd_algos_direct_slot(n, blk, p, p + i));
     CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, q, credit_sem, 0));
     CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
                          chunk, 1, 0, 1, &src, 1, &dst));
     if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, q, data_sem, 1));
   }
-  if (!ll) {
-    for (int i = 1; i < n; i++)
-      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT,
-                             brd_algos_rank_at(a, p - i), data_sem, 1));
-  }
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, -1, data_sem, 1));
   /* Sources: the own segment and one slot per peer, either in rank order
-   * or own input first then the nearest predecessor onwards. In rank order
-   * with many ranks the own segment is read from a copy (see
-   * BRD_ALGOS_ORDERED_OWN_SLOT_MIN). */
-  brd_plan_ref_t own = brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(nchunks, rank, chunk));
-  if (det && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN) {
-    brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1,
-                                       (uint32_t)(a->nblocks * (n - 1) + blk));
-    CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &own, 1, &slot));
-    own = slot;
-  }
-  for (int i = 0; i < n; i++) {
-    int q = det ? i : brd_algos_rank_at(a, p - i);
-    int pq = det ? brd_algos_pos_of(a, q) : p - i;
-    refs[i] = q == rank ? own
-                        : brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
-                                       direct_slot(n, blk, pq, p));
-  }
-  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
-  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE,
-                       BRD_IR_F_POSTOP, chunk, 0, 1, n, refs, 1, &out));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL,
-                           brd_algos_rank_at(a, p - i), credit_sem, 1));
-  return ncclSuccess;
+   * or own input first then the nearest predecessor onwards. */
+  brd_algos_sources_t src = {
+      .own = brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(nchunks, rank, chunk)),
+      .chunk = chunk, .ordered = det, .dir = -1, .llf = llf,
+      .own_slot = (uint32_t)(a->nblocks * (n - 1) + blk)};
+  CHECK(brd_algos_reduce_slots(b, a, p, blk, &src, refs));
+  return brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, -1, credit_sem, 1);
 }
 
 /* See algos.h. */
