@@ -326,6 +326,21 @@ ncclResult_t brd_algos_oneshot_block(brd_plan_builder_t *b, const brd_algos_args
 ncclResult_t brd_algos_twoshot_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
                                      int p, int blk, brd_plan_ref_t *refs, const void *ctx);
 
+/* ---- chain plans (chain broadcast, chain reduce) ------------------------------
+ *
+ * Positions form a chain through the root; each block moves
+ * BRD_ALGOS_CHAIN_CHUNKS chunks per window, each into its own slot at the
+ * next rank (semaphore 2 blk data, 2 blk + 1 acknowledgements). */
+#define BRD_ALGOS_CHAIN_CHUNKS 4
+
+/* The whole chain generator of coll: checks args and root for `what`
+ * ("chain broadcast"), gives the one-rank plan for one rank, else runs
+ * body for every (position, block) with ctx pointing to the root's
+ * position (an int). Codes as brd_algos_check and brd_algos_build. */
+ncclResult_t brd_algos_chain_build(const brd_algos_args_t *args, int root, uint8_t coll,
+                                   brd_algos_block_fn body, const char *what,
+                                   brd_ir_plan_t **plan_out);
+
 /* ---- ring plans (ring all-reduce, all-gather, reduce-scatter) ----------------
  *
  * Each block moves `steps` transfers per iteration around the ring; transfer

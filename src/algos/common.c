@@ -1,7 +1,7 @@
 /*
  * What every plan generator shares: the argument checks, the frame that
- * runs a block body for every (position, block), the ring frame, the
- * pieces of direct plans (pushes to every peer, reduction sources), the
+ * runs a block body for every (position, block), the ring and chain
+ * frames, the pieces of direct plans (pushes to every peer, reduction sources), the
  * one-rank plan and the rank positions. A generator is one function of src/algos/<family>.c
  * written with these, listed once in the table of generate.c.
  */
@@ -261,4 +261,26 @@ ncclResult_t brd_algos_recv_from_root(brd_plan_builder_t *b, const brd_algos_arg
                        0, 1, 1, &src, 1, &out));
   CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, ack_sem, 1));
   return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_chain_build(const brd_algos_args_t *args, int root, uint8_t coll,
+                                   brd_algos_block_fn body, const char *what,
+                                   brd_ir_plan_t **plan_out) {
+  CHECK(brd_algos_check(args, root, what));
+  if (args->nranks == 1)
+    return brd_algos_single(args, coll, BRD_IR_ALGO_RING, root, plan_out);
+  if ((size_t)args->nblocks * BRD_ALGOS_CHAIN_CHUNKS > 65535) {
+    WARN("%s: %d blocks exceed the IR's 16-bit chunk indices", what, args->nblocks);
+    return ncclInvalidArgument;
+  }
+  uint32_t nchunks = (uint32_t)args->nblocks * BRD_ALGOS_CHAIN_CHUNKS;
+  brd_plan_shape_t shape = {
+      .nranks = args->nranks, .nblocks = args->nblocks, .nchunks = nchunks,
+      .nslots = nchunks, .slot_div = BRD_ALGOS_CHAIN_CHUNKS,
+      .nsems = 2u * (uint32_t)args->nblocks, .seq_per_iter = BRD_ALGOS_CHAIN_CHUNKS,
+      .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_RING, .coll = coll,
+      .root = (uint16_t)root};
+  int proot = brd_algos_pos_of(args, root);
+  return brd_algos_build(&shape, args, body, &proot, what, plan_out);
 }

@@ -4,8 +4,8 @@
  * other ranks' outputs are never written.
  *
  * Chain. Algorithm: the ranks in ring order ending at the root form a
- * chain; each block owns CHAIN_CHUNKS chunks of every window. The first
- * rank sends its input chunk to the next, each rank adds its input to what
+ * chain; each block owns BRD_ALGOS_CHAIN_CHUNKS chunks of every window.
+ * The first rank sends its input chunk to the next, each rank adds its input to what
  * arrived and passes it on, and the root adds its own and applies the
  * post-op into its output; the chunks of a window are in flight along the
  * chain at once. Memory ordering: partials go into the successor's scratch
@@ -29,10 +29,10 @@
 #include "base/check.h"
 #include "algos/algos.h"
 
-#define CHAIN_CHUNKS 4 /* chunks (and slots) per block and window */
-
 static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
-                                int proot, int p, int blk) {
+                                int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  (void)refs;
+  int proot = *(const int *)ctx;
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
   int d = ((proot - p) % n + n) % n; /* hops to the root */
   int rank = brd_algos_rank_at(a, p);
@@ -41,8 +41,8 @@ static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a
   uint8_t llf = ll ? BRD_IR_REF_LL : 0;
   int first = d == n - 1;
 
-  for (int c = 0; c < CHAIN_CHUNKS; c++) {
-    uint32_t chunk = (uint32_t)(blk * CHAIN_CHUNKS + c);
+  for (int c = 0; c < BRD_ALGOS_CHAIN_CHUNKS; c++) {
+    uint32_t chunk = (uint32_t)(blk * BRD_ALGOS_CHAIN_CHUNKS + c);
     brd_plan_ref_t src[2];
     src[0] = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
     src[1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1, chunk);
@@ -67,34 +67,7 @@ static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a
 /* See algos.h. */
 ncclResult_t brd_algos_chain_reduce(const brd_algos_args_t *args, int root,
                                     brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
-  CHECK(brd_algos_check(args, root, "chain reduce"));
-  if (args->nranks == 1)
-    return brd_algos_single(args, BRD_IR_COLL_REDUCE, BRD_IR_ALGO_RING, root,
-                            plan_out);
-  int n = args->nranks;
-  if ((size_t)args->nblocks * CHAIN_CHUNKS > 65535) {
-    WARN("chain reduce: %d blocks exceed the IR's 16-bit chunk indices",
-         args->nblocks);
-    return ncclInvalidArgument;
-  }
-  brd_plan_shape_t shape = {
-      .nranks = n, .nblocks = args->nblocks,
-      .nchunks = (uint32_t)args->nblocks * CHAIN_CHUNKS,
-      .nslots = (uint32_t)args->nblocks * CHAIN_CHUNKS, .slot_div = CHAIN_CHUNKS,
-      .nsems = 2u * (uint32_t)args->nblocks, .seq_per_iter = CHAIN_CHUNKS,
-      .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_RING,
-      .coll = BRD_IR_COLL_REDUCE, .root = (uint16_t)root};
-  int proot = brd_algos_pos_of(args, root);
-  CHECK(brd_plan_builder_create(&shape, &b));
-  for (int p = 0; p < n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(chain_block(b, args, proot, p, blk), res, fail_destroy_builder);
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-  return res;
+  return brd_algos_chain_build(args, root, BRD_IR_COLL_REDUCE, chain_block, "chain reduce", plan_out);
 }
 
 static ncclResult_t direct_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
