@@ -257,6 +257,140 @@ ncclResult_t brd_algos_build(const brd_plan_shape_t *shape, const brd_algos_args
                              brd_algos_block_fn body, const void *ctx, const char *what,
                              brd_ir_plan_t **plan_out);
 
+/* ---- direct plans: every rank talks to every other ---------------------------- */
+
+/* Slot at the receiver (position pr) for data from the sender (ps) where
+ * each block `blk` has n-1 slots, one per sender, nearest predecessor
+ * first. An area of several blocks' slots is a block index past them. */
+static inline uint32_t brd_algos_direct_slot(int n, int blk, int ps, int pr) {
+  int rel = ((ps - pr - 1) % n + n) % n;
+  return (uint32_t)(blk * (n - 1) + rel);
+}
+
+/* Appends to position p's block one sync op (code, semaphore sem, target
+ * k) with each peer, at positions p + dir, p + 2 dir, ... (dir 1 or -1). */
+ncclResult_t brd_algos_sync_peers(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
+                                  int blk, uint8_t code, int dir, uint32_t sem, int32_t k);
+
+/* Position p's block pushes `in` (chunk `chunk`) into its slot
+ * (brd_algos_direct_slot) at every peer in one op: first it waits for
+ * each peer's credit (credit_sem, k 0: the slot's previous use was read),
+ * after it signals each peer's data_sem (Simple; LL flags carry the data).
+ * refs is scratch of nranks - 1 references. */
+ncclResult_t brd_algos_direct_push(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
+                                   int blk, brd_plan_ref_t in, uint32_t chunk,
+                                   uint32_t data_sem, uint32_t credit_sem,
+                                   brd_plan_ref_t *refs);
+
+/* Rooted direct plans (one chunk, blk, per block), a rank other than the
+ * root at position p. Pushes `in` into its slot at the root
+ * (brd_algos_direct_slot), signals the root's data_sem (Simple; LL flags
+ * carry it), then waits for the root's done_sem (the slot is free again). */
+ncclResult_t brd_algos_push_to_root(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                    int p, int blk, int root, brd_plan_ref_t in,
+                                    uint32_t data_sem, uint32_t done_sem);
+
+/* The other way: copies what the root put into its own slot blk (after
+ * data_sem, Simple) into its output chunk, acknowledges on ack_sem, then
+ * waits for the root's done_sem. */
+ncclResult_t brd_algos_recv_from_root(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                      int p, int blk, int root, uint32_t data_sem,
+                                      uint32_t ack_sem, uint32_t done_sem);
+
+/* The n sources of a direct reduction at position p: the rank's own data
+ * and, for each peer, the slot it pushed into (brd_algos_direct_slot of
+ * block blk). */
+typedef struct brd_algos_sources {
+  brd_plan_ref_t own; /* the rank's own contribution */
+  uint32_t chunk;     /* the chunk reduced */
+  int ordered;        /* 1: in rank order 0..n-1, own at its rank's place;
+                       * 0: own first, then the peers at p + dir, p + 2 dir, ... */
+  int dir;            /* 1 or -1 */
+  uint8_t llf;        /* BRD_IR_REF_LL where the slots hold LL packets */
+  uint32_t own_slot;  /* ordered, n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN: the
+                       * scratch slot own is copied into first, and read from */
+} brd_algos_sources_t;
+
+/* Reduces those sources into the output chunk src->chunk in one op with
+ * the post-op (after the copy of own where src->own_slot applies). refs
+ * is scratch of nranks references; on return it holds the sources. */
+ncclResult_t brd_algos_reduce_slots(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                    int p, int blk, const brd_algos_sources_t *src,
+                                    brd_plan_ref_t *refs);
+
+/* Block bodies of the one-shot and two-shot all-reduce
+ * (allreduce_oneshot.c, allreduce_twoshot.c), for brd_algos_build: ctx
+ * points to an int, 1 to reduce in rank order (allreduce_ordered.c). */
+ncclResult_t brd_algos_oneshot_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                     int p, int blk, brd_plan_ref_t *refs, const void *ctx);
+ncclResult_t brd_algos_twoshot_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                     int p, int blk, brd_plan_ref_t *refs, const void *ctx);
+
+/* ---- chain plans (chain broadcast, chain reduce) ------------------------------
+ *
+ * Positions form a chain through the root; each block moves
+ * BRD_ALGOS_CHAIN_CHUNKS chunks per window, each into its own slot at the
+ * next rank (semaphore 2 blk data, 2 blk + 1 acknowledgements). */
+#define BRD_ALGOS_CHAIN_CHUNKS 4
+
+/* The whole chain generator of coll: checks args and root for `what`
+ * ("chain broadcast"), gives the one-rank plan for one rank, else runs
+ * body for every (position, block) with ctx pointing to the root's
+ * position (an int). Codes as brd_algos_check and brd_algos_build. */
+ncclResult_t brd_algos_chain_build(const brd_algos_args_t *args, int root, uint8_t coll,
+                                   brd_algos_block_fn body, const char *what,
+                                   brd_ir_plan_t **plan_out);
+
+/* ---- ring plans (ring all-reduce, all-gather, reduce-scatter) ----------------
+ *
+ * Each block moves `steps` transfers per iteration around the ring; transfer
+ * t lands in slot t % depth of the block's `depth` slots at the successor
+ * (depth = min(steps, BRD_ALGOS_RING_DEPTH), so a rank runs depth-1
+ * transfers ahead of it). Semaphore 2 blk carries data forward (Simple; LL
+ * flags carry it), 2 blk + 1 credits back. */
+#define BRD_ALGOS_RING_DEPTH 4
+
+typedef struct brd_algos_ring {
+  int steps;        /* transfers per block and iteration */
+  int depth;        /* slots per block */
+  int ll;           /* 1: LL protocol */
+  uint32_t nchunks; /* chunks per window (all blocks) */
+} brd_algos_ring_t;
+
+/* The scratch slot of block blk that transfer t (t >= -1) lands in. */
+static inline uint32_t brd_algos_ring_slot(const brd_algos_ring_t *ring, int blk,
+                                           int t) {
+  return (uint32_t)(blk * ring->depth + (t + ring->depth) % ring->depth);
+}
+
+/* Opens step j (0..steps) of position p's block: waits for the
+ * predecessor's transfer j-1 (Simple, j >= 1) and, when the step sends
+ * (j < steps), for the successor's credit on the slot it overwrites. */
+ncclResult_t brd_algos_ring_step_open(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                      const brd_algos_ring_t *ring, int p, int blk,
+                                      int j);
+
+/* Closes step j: credits the predecessor for the slot the step read
+ * (j >= 1) and signals transfer j to the successor (Simple, j < steps). */
+ncclResult_t brd_algos_ring_step_close(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                       const brd_algos_ring_t *ring, int p, int blk,
+                                       int j);
+
+/* Builds a ring plan of coll (args checked, nranks >= 2): `steps`
+ * transfers and `nchunks` chunks per window, body for every (position,
+ * block) with the brd_algos_ring_t as ctx. Codes as brd_algos_build. */
+ncclResult_t brd_algos_ring_build(const brd_algos_args_t *args, uint8_t coll, int steps,
+                                  uint32_t nchunks, brd_algos_block_fn body,
+                                  const char *what, brd_ir_plan_t **plan_out);
+
+/* The whole ring generator of a collective over nranks segments of one
+ * chunk per block (all-gather, reduce-scatter): n-1 steps. Checks args for
+ * the generator named `what` ("ring all-gather"), gives the one-rank plan
+ * for one rank; otherwise brd_algos_ring_build's. */
+ncclResult_t brd_algos_ring_segments(const brd_algos_args_t *args, uint8_t coll,
+                                     brd_algos_block_fn body, const char *what,
+                                     brd_ir_plan_t **plan_out);
+
 /* Appends a data op of one chunk; see brd_plan_op_move. */
 static inline ncclResult_t brd_algos_move(brd_plan_builder_t *b, int rank,
                                           int block, uint8_t code,

@@ -7,8 +7,8 @@
  * each of the next n-1 steps stores the segment that arrived from the
  * predecessor and forwards it, until every segment has gone n-1 hops.
  * Memory ordering and slot reuse are the ring all-reduce's (data
- * semaphore or LL flags forward, credits back, RING_DEPTH slots per
- * block). Every rank's output holds every rank's data, so no rank finishes
+ * semaphore or LL flags forward, credits back, BRD_ALGOS_RING_DEPTH slots
+ * per block). Every rank's output holds every rank's data, so no rank finishes
  * before all have joined. Blocks split the message: more blocks, more
  * transfers in flight.
  *
@@ -25,21 +25,12 @@
 #include "base/check.h"
 #include "algos/algos.h"
 
-#define RING_DEPTH 4
-
-typedef struct ag_ring {
-  brd_plan_builder_t *b;
-  const brd_algos_args_t *a;
-  int n, depth, steps, ll;
-  uint32_t nchunks;
-} ag_ring_t;
-
-static ncclResult_t ag_ring_block(const ag_ring_t *c, int p, int blk) {
-  const brd_algos_args_t *a = c->a;
+static ncclResult_t ag_ring_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                  int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  (void)refs;
+  const brd_algos_ring_t *c = ctx;
   int T = c->steps;
-  int rank = brd_algos_rank_at(a, p);
-  int next = brd_algos_rank_at(a, p + 1), prev = brd_algos_rank_at(a, p - 1);
-  uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
+  int rank = brd_algos_rank_at(a, p), next = brd_algos_rank_at(a, p + 1);
   uint32_t chunk = (uint32_t)blk;
   uint8_t llf = c->ll ? BRD_IR_REF_LL : 0;
 
@@ -47,34 +38,28 @@ static ncclResult_t ag_ring_block(const ag_ring_t *c, int p, int blk) {
     /* Step j stores (and, before the last, forwards) the segment of
      * position p - j: step 0 the own input, later ones what came in. */
     int owner = brd_algos_rank_at(a, p - j);
-    uint32_t in_slot = (uint32_t)(blk * c->depth + (j + c->depth - 1) % c->depth);
-    uint32_t out_slot = (uint32_t)(blk * c->depth + j % c->depth);
     brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
                                       brd_algos_seg(c->nchunks, owner, chunk));
-    brd_plan_ref_t fwd = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, next, out_slot);
+    brd_plan_ref_t fwd = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, next,
+                                      brd_algos_ring_slot(c, blk, j));
 
-    if (j >= 1 && !c->ll)
-      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_WAIT, prev, data_sem, j));
-    if (j < T)
-      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_WAIT, next, credit_sem,
-                             brd_algos_ring_credit_k(c->depth, T, j)));
+    CHECK(brd_algos_ring_step_open(b, a, c, p, blk, j));
     if (j == 0) {
       brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
-      CHECK(brd_algos_move(c->b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1,
+      CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1,
                            &in, 1, &out));
-      CHECK(brd_algos_move(c->b, rank, blk, c->ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT,
+      CHECK(brd_algos_move(b, rank, blk, c->ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT,
                            0, chunk, 1, 0, 1, &in, 1, &fwd));
     } else {
-      brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1, in_slot);
+      brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
+                                        brd_algos_ring_slot(c, blk, j - 1));
       brd_plan_ref_t dst[2] = {out, fwd};
       uint8_t code = c->ll ? BRD_IR_OP_PKT_REDUCE
                            : j < T ? BRD_IR_OP_REDUCE : BRD_IR_OP_COPY;
-      CHECK(brd_algos_move(c->b, rank, blk, code, 0, chunk, j + 1, j, 1, &src,
+      CHECK(brd_algos_move(b, rank, blk, code, 0, chunk, j + 1, j, 1, &src,
                            j < T ? 2 : 1, dst));
-      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_SIGNAL, prev, credit_sem, j));
     }
-    if (j < T && !c->ll)
-      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_SIGNAL, next, data_sem, j + 1));
+    CHECK(brd_algos_ring_step_close(b, a, c, p, blk, j));
   }
   return ncclSuccess;
 }
@@ -82,43 +67,8 @@ static ncclResult_t ag_ring_block(const ag_ring_t *c, int p, int blk) {
 /* See algos.h. */
 ncclResult_t brd_algos_ring_allgather(const brd_algos_args_t *args,
                                       brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  CHECK(brd_algos_check(args, -1, "ring all-gather"));
-  if (args->nranks == 1)
-    return brd_algos_single(args, BRD_IR_COLL_ALLGATHER, BRD_IR_ALGO_RING, 0,
-                            plan_out);
-  ag_ring_t c;
-  c.a = args;
-  c.n = args->nranks;
-  c.steps = c.n - 1;
-  c.depth = c.steps < RING_DEPTH ? c.steps : RING_DEPTH;
-  c.ll = args->proto == BRD_IR_PROTO_LL;
-  c.nchunks = (uint32_t)args->nblocks;
-  if ((size_t)c.nchunks * c.n > 65536 || (size_t)args->nblocks * c.depth > 65535) {
-    WARN("ring all-gather: %d blocks x %d ranks exceed the IR's 16-bit "
-         "chunk and slot indices", args->nblocks, c.n);
-    return ncclInvalidArgument;
-  }
-  brd_plan_shape_t shape = {
-      .nranks = c.n, .nblocks = args->nblocks, .nchunks = c.nchunks,
-      .nslots = (uint32_t)args->nblocks * (uint32_t)c.depth,
-      .slot_div = (uint32_t)c.depth, .nsems = 2u * (uint32_t)args->nblocks,
-      .seq_per_iter = (uint32_t)c.steps, .proto = (uint8_t)args->proto,
-      .algo = BRD_IR_ALGO_RING, .coll = BRD_IR_COLL_ALLGATHER};
-  CHECK(brd_plan_builder_create(&shape, &c.b));
-  for (int p = 0; p < c.n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(ag_ring_block(&c, p, blk), res, fail_destroy_builder);
-  res = brd_plan_builder_finish(c.b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(c.b);
-  return res;
-}
-
-/* Slot at the receiver (position pr) for data from the sender (ps). */
-static uint32_t direct_slot(int n, int blk, int ps, int pr) {
-  int rel = ((ps - pr - 1) % n + n) % n;
-  return (uint32_t)(blk * (n - 1) + rel);
+  return brd_algos_ring_segments(args, BRD_IR_COLL_ALLGATHER, ag_ring_block,
+                                 "ring all-gather", plan_out);
 }
 
 static ncclResult_t ag_direct_block(brd_plan_builder_t *b,
@@ -131,27 +81,15 @@ static ncclResult_t ag_direct_block(brd_plan_builder_t *b,
   uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
   uint8_t llf = ll ? BRD_IR_REF_LL : 0;
 
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
-                           credit_sem, 0));
   brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
-  for (int i = 1; i < n; i++)
-    refs[i - 1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, brd_algos_rank_at(a, p + i),
-                               direct_slot(n, blk, p, p + i));
-  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
-                       chunk, 1, 0, 1, &in, n - 1, refs));
-  if (!ll) {
-    for (int i = 1; i < n; i++)
-      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL,
-                             brd_algos_rank_at(a, p + i), data_sem, 1));
-  }
+  CHECK(brd_algos_direct_push(b, a, p, blk, in, chunk, data_sem, credit_sem, refs));
   brd_plan_ref_t own = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
                                     brd_algos_seg(nchunks, rank, chunk));
   CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &in, 1, &own));
   for (int i = 1; i < n; i++) {
     int from = brd_algos_rank_at(a, p - i);
     brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
-                                      direct_slot(n, blk, p - i, p));
+                                      brd_algos_direct_slot(n, blk, p - i, p));
     brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
                                       brd_algos_seg(nchunks, from, chunk));
     if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, from, data_sem, 1));

@@ -22,50 +22,25 @@
 #include "base/check.h"
 #include "algos/algos.h"
 
-/* Slot at the receiver (position pr) for data from the sender (ps). */
-static uint32_t oneshot_slot(int n, int blk, int ps, int pr) {
-  int rel = ((ps - pr - 1) % n + n) % n;
-  return (uint32_t)(blk * (n - 1) + rel);
-}
-
-static ncclResult_t oneshot_block(brd_plan_builder_t *b,
-                                  const brd_algos_args_t *a, int p, int blk,
-                                  brd_plan_ref_t *refs, const void *ctx) {
-  (void)ctx;
+/* See algos.h. The rank-ordered variant keeps its credits on their own
+ * semaphore in LL too (the plain one shares the block's one). */
+ncclResult_t brd_algos_oneshot_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                     int p, int blk, brd_plan_ref_t *refs,
+                                     const void *ctx) {
+  int det = *(const int *)ctx;
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
-  int rank = brd_algos_rank_at(a, p);
   uint32_t chunk = (uint32_t)blk;
-  uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = ll ? (uint32_t)blk : data_sem + 1;
-  uint8_t llf = ll ? BRD_IR_REF_LL : 0;
-
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
-                           credit_sem, 0));
+  uint32_t data_sem = 2u * (uint32_t)blk;
+  uint32_t credit_sem = ll && !det ? (uint32_t)blk : data_sem + 1;
   brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
-  for (int i = 1; i < n; i++)
-    refs[i - 1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, brd_algos_rank_at(a, p + i),
-                               oneshot_slot(n, blk, p, p + i));
-  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
-                       chunk, 1, 0, 1, &in, n - 1, refs));
-  if (!ll) {
-    for (int i = 1; i < n; i++)
-      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL,
-                             brd_algos_rank_at(a, p + i), data_sem, 1));
-    for (int i = 1; i < n; i++)
-      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT,
-                             brd_algos_rank_at(a, p - i), data_sem, 1));
-  }
-  refs[0] = in;
-  for (int i = 1; i < n; i++)
-    refs[i] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
-                           oneshot_slot(n, blk, p - i, p));
-  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
-  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE,
-                       BRD_IR_F_POSTOP, chunk, 0, 1, n, refs, 1, &out));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL,
-                           brd_algos_rank_at(a, p - i), credit_sem, 1));
-  return ncclSuccess;
+
+  CHECK(brd_algos_direct_push(b, a, p, blk, in, chunk, data_sem, credit_sem, refs));
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, -1, data_sem, 1));
+  brd_algos_sources_t src = {.own = in, .chunk = chunk, .ordered = det, .dir = -1,
+                             .llf = ll ? BRD_IR_REF_LL : 0,
+                             .own_slot = (uint32_t)(a->nblocks * (n - 1) + blk)};
+  CHECK(brd_algos_reduce_slots(b, a, p, blk, &src, refs));
+  return brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, -1, credit_sem, 1);
 }
 
 /* See algos.h. */
@@ -87,5 +62,7 @@ ncclResult_t brd_algos_oneshot_allreduce(const brd_algos_args_t *args,
       .nsems = (ll ? 1u : 2u) * (uint32_t)args->nblocks, .seq_per_iter = 1,
       .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_ONESHOT,
       .coll = BRD_IR_COLL_ALLREDUCE};
-  return brd_algos_build(&shape, args, oneshot_block, NULL, "a one-shot plan", plan_out);
+  static const int plain = 0;
+  return brd_algos_build(&shape, args, brd_algos_oneshot_block, &plain, "a one-shot plan",
+                         plan_out);
 }

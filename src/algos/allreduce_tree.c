@@ -203,19 +203,25 @@ static ncclResult_t tree_down(const tree_ctx_t *c, int pos, int blk, int j) {
   return ncclSuccess;
 }
 
+/* Every chunk of position pos's block: up both trees, then down. */
+static ncclResult_t tree_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                               int pos, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  (void)refs;
+  (void)ctx;
+  tree_ctx_t c = {.b = b, .a = a, .n = a->nranks, .ll = a->proto == BRD_IR_PROTO_LL};
+  for (int j = 0; j < TREE_CHUNKS; j++) CHECK(tree_up(&c, pos, blk, j));
+  for (int j = 0; j < TREE_CHUNKS; j++) CHECK(tree_down(&c, pos, blk, j));
+  return ncclSuccess;
+}
+
 /* See algos.h. */
 ncclResult_t brd_algos_tree_allreduce(const brd_algos_args_t *args,
                                       brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
   CHECK(brd_algos_check(args, -1, "tree all-reduce"));
   if (args->nranks == 1)
     return brd_algos_single(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_TREE, 0, plan_out);
 
-  tree_ctx_t c;
-  c.a = args;
-  c.n = args->nranks;
-  c.ll = args->proto == BRD_IR_PROTO_LL;
-  int per = c.ll ? 3 : 2;
+  int ll = args->proto == BRD_IR_PROTO_LL, per = ll ? 3 : 2;
   size_t nchunks = (size_t)args->nblocks * TREE_CHUNKS;
   if (nchunks * per > 65535) {
     WARN("tree all-reduce: %d blocks need more than 65535 chunks or slots",
@@ -223,23 +229,11 @@ ncclResult_t brd_algos_tree_allreduce(const brd_algos_args_t *args,
     return ncclInvalidArgument;
   }
   brd_plan_shape_t shape = {
-      .nranks = c.n, .nblocks = args->nblocks, .nchunks = (uint32_t)nchunks,
+      .nranks = args->nranks, .nblocks = args->nblocks, .nchunks = (uint32_t)nchunks,
       .nslots = (uint32_t)(nchunks * per),
       .slot_div = (uint32_t)(TREE_CHUNKS * per),
-      .nsems = c.ll ? 0 : 4u * (uint32_t)args->nblocks,
-      .seq_per_iter = c.ll ? 1 : TREE_CHUNKS / 2, .proto = (uint8_t)args->proto,
+      .nsems = ll ? 0 : 4u * (uint32_t)args->nblocks,
+      .seq_per_iter = ll ? 1 : TREE_CHUNKS / 2, .proto = (uint8_t)args->proto,
       .algo = BRD_IR_ALGO_TREE, .coll = BRD_IR_COLL_ALLREDUCE};
-  CHECK(brd_plan_builder_create(&shape, &c.b));
-  for (int pos = 0; pos < c.n; pos++) {
-    for (int blk = 0; blk < args->nblocks; blk++) {
-      for (int j = 0; j < TREE_CHUNKS; j++)
-        CHECK_GOTO(tree_up(&c, pos, blk, j), res, fail_destroy_builder);
-      for (int j = 0; j < TREE_CHUNKS; j++)
-        CHECK_GOTO(tree_down(&c, pos, blk, j), res, fail_destroy_builder);
-    }
-  }
-  res = brd_plan_builder_finish(c.b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(c.b);
-  return res;
+  return brd_algos_build(&shape, args, tree_block, NULL, "a tree all-reduce", plan_out);
 }

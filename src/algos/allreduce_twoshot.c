@@ -29,16 +29,15 @@
 
 /* Slot at the receiver (position pr) for data from the sender (ps), in the
  * reduce-scatter (ag = 0) or all-gather (ag = 1) area. */
-static uint32_t twoshot_slot(int n, int nblocks, int blk, int ps, int pr,
-                             int ag) {
-  int rel = ((ps - pr - 1) % n + n) % n;
-  return (uint32_t)((ag * nblocks + blk) * (n - 1) + rel);
+static uint32_t twoshot_slot(int n, int nblocks, int blk, int ps, int pr, int ag) {
+  return brd_algos_direct_slot(n, ag * nblocks + blk, ps, pr);
 }
 
-static ncclResult_t twoshot_block(brd_plan_builder_t *b,
-                                  const brd_algos_args_t *a, int p, int blk,
-                                  brd_plan_ref_t *refs, const void *ctx) {
-  (void)ctx;
+/* See algos.h. */
+ncclResult_t brd_algos_twoshot_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                     int p, int blk, brd_plan_ref_t *refs,
+                                     const void *ctx) {
+  int det = *(const int *)ctx;
   int n = a->nranks, nb = a->nblocks, ll = a->proto == BRD_IR_PROTO_LL;
   int rank = brd_algos_rank_at(a, p);
   uint32_t own = (uint32_t)(blk * n + p);
@@ -56,18 +55,12 @@ static ncclResult_t twoshot_block(brd_plan_builder_t *b,
                          0, chunk, 1, 0, 1, &src, 1, &dst));
     if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, q, rs_sem, 1));
   }
-  if (!ll) {
-    for (int i = 1; i < n; i++)
-      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT,
-                             brd_algos_rank_at(a, p - i), rs_sem, 1));
-  }
-  refs[0] = brd_plan_ref(BRD_IR_BUF_INPUT, -1, own);
-  for (int i = 1; i < n; i++)
-    refs[i] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
-                           twoshot_slot(n, nb, blk, p - i, p, 0));
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, -1, rs_sem, 1));
+  brd_algos_sources_t sources = {
+      .own = brd_plan_ref(BRD_IR_BUF_INPUT, -1, own), .chunk = own, .ordered = det,
+      .dir = -1, .llf = llf, .own_slot = (uint32_t)(nb * (n - 1) * (ll ? 2 : 1) + blk)};
+  CHECK(brd_algos_reduce_slots(b, a, p, blk, &sources, refs));
   brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, own);
-  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE,
-                       BRD_IR_F_POSTOP, own, 0, 1, n, refs, 1, &out));
 
   /* All-gather of the own shard. */
   for (int i = 1; i < n; i++) {
@@ -92,11 +85,7 @@ static ncclResult_t twoshot_block(brd_plan_builder_t *b,
                              brd_algos_rank_at(a, p + i), ag_sem, 1));
     }
   }
-  if (!ll) {
-    for (int i = 1; i < n; i++)
-      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT,
-                             brd_algos_rank_at(a, p - i), ag_sem, 1));
-  }
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, -1, ag_sem, 1));
   return ncclSuccess;
 }
 
@@ -120,5 +109,7 @@ ncclResult_t brd_algos_twoshot_allreduce(const brd_algos_args_t *args,
       .nsems = ll ? 0 : 2u * (uint32_t)args->nblocks, .seq_per_iter = 1,
       .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_TWOSHOT,
       .coll = BRD_IR_COLL_ALLREDUCE};
-  return brd_algos_build(&shape, args, twoshot_block, NULL, "a two-shot plan", plan_out);
+  static const int plain = 0;
+  return brd_algos_build(&shape, args, brd_algos_twoshot_block, &plain, "a two-shot plan",
+                         plan_out);
 }

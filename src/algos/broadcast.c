@@ -4,9 +4,9 @@
  * inputs are never read.
  *
  * Chain. Algorithm: the ranks in ring order starting at the root form a
- * chain; each block owns CHAIN_CHUNKS chunks of every window, and each
- * chunk moves down the chain as soon as it arrives, so the chunks of a
- * window are in flight along the chain at once. Memory ordering: the data
+ * chain; each block owns BRD_ALGOS_CHAIN_CHUNKS chunks of every window,
+ * and each chunk moves down the chain as soon as it arrives, so the chunks
+ * of a window are in flight along the chain at once. Memory ordering: the data
  * goes into the successor's scratch (one slot per chunk) with a data
  * semaphore signal (Simple) or as LL packets. At the end of its window
  * the last rank acknowledges to its predecessor, and each rank passes the
@@ -28,10 +28,10 @@
 #include "base/check.h"
 #include "algos/algos.h"
 
-#define CHAIN_CHUNKS 4 /* chunks (and slots) per block and window */
-
 static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
-                                int proot, int p, int blk) {
+                                int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  (void)refs;
+  int proot = *(const int *)ctx;
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
   int d = ((p - proot) % n + n) % n; /* hops from the root */
   int rank = brd_algos_rank_at(a, p);
@@ -39,8 +39,8 @@ static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a
   uint32_t data_sem = 2u * (uint32_t)blk, ack_sem = data_sem + 1;
   uint8_t llf = ll ? BRD_IR_REF_LL : 0;
 
-  for (int c = 0; c < CHAIN_CHUNKS; c++) {
-    uint32_t chunk = (uint32_t)(blk * CHAIN_CHUNKS + c);
+  for (int c = 0; c < BRD_ALGOS_CHAIN_CHUNKS; c++) {
+    uint32_t chunk = (uint32_t)(blk * BRD_ALGOS_CHAIN_CHUNKS + c);
     brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
     brd_plan_ref_t fwd = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, next, chunk);
     if (d == 0) {
@@ -75,34 +75,7 @@ static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a
 /* See algos.h. */
 ncclResult_t brd_algos_chain_broadcast(const brd_algos_args_t *args, int root,
                                        brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
-  CHECK(brd_algos_check(args, root, "chain broadcast"));
-  if (args->nranks == 1)
-    return brd_algos_single(args, BRD_IR_COLL_BROADCAST, BRD_IR_ALGO_RING, root,
-                            plan_out);
-  int n = args->nranks;
-  if ((size_t)args->nblocks * CHAIN_CHUNKS > 65535) {
-    WARN("chain broadcast: %d blocks exceed the IR's 16-bit chunk indices",
-         args->nblocks);
-    return ncclInvalidArgument;
-  }
-  brd_plan_shape_t shape = {
-      .nranks = n, .nblocks = args->nblocks,
-      .nchunks = (uint32_t)args->nblocks * CHAIN_CHUNKS,
-      .nslots = (uint32_t)args->nblocks * CHAIN_CHUNKS, .slot_div = CHAIN_CHUNKS,
-      .nsems = 2u * (uint32_t)args->nblocks, .seq_per_iter = CHAIN_CHUNKS,
-      .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_RING,
-      .coll = BRD_IR_COLL_BROADCAST, .root = (uint16_t)root};
-  int proot = brd_algos_pos_of(args, root);
-  CHECK(brd_plan_builder_create(&shape, &b));
-  for (int p = 0; p < n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(chain_block(b, args, proot, p, blk), res, fail_destroy_builder);
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-  return res;
+  return brd_algos_chain_build(args, root, BRD_IR_COLL_BROADCAST, chain_block, "chain broadcast", plan_out);
 }
 
 static ncclResult_t direct_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
@@ -113,33 +86,20 @@ static ncclResult_t direct_block(brd_plan_builder_t *b, const brd_algos_args_t *
   uint32_t chunk = (uint32_t)blk;
   uint32_t data_sem = 3u * (uint32_t)blk, ack_sem = data_sem + 1, done_sem = data_sem + 2;
   uint8_t llf = ll ? BRD_IR_REF_LL : 0;
-  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
 
-  if (rank != root) {
-    brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1, chunk);
-    if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, data_sem, 1));
-    CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_COPY,
-                         0, chunk, 0, 1, 1, &src, 1, &out));
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, ack_sem, 1));
-    return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
-  }
+  if (rank != root)
+    return brd_algos_recv_from_root(b, a, p, blk, root, data_sem, ack_sem, done_sem);
   brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
   for (int i = 1; i < n; i++)
     refs[i - 1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, brd_algos_rank_at(a, p + i),
                                chunk);
   CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
                        chunk, 1, 0, 1, &in, n - 1, refs));
-  for (int i = 1; i < n && !ll; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
-                           data_sem, 1));
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, data_sem, 1));
   CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &in, 1, &out));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
-                           ack_sem, 1));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
-                           done_sem, 1));
-  return ncclSuccess;
+  CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, 1, ack_sem, 1));
+  return brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, done_sem, 1);
 }
 
 /* See algos.h. */

@@ -1,7 +1,8 @@
 /*
  * What every plan generator shares: the argument checks, the frame that
- * runs a block body for every (position, block), the one-rank plan and the
- * rank positions. A generator is one function of src/algos/<family>.c
+ * runs a block body for every (position, block), the ring and chain
+ * frames, the pieces of direct plans (pushes to every peer, reduction sources), the
+ * one-rank plan and the rank positions. A generator is one function of src/algos/<family>.c
  * written with these, listed once in the table of generate.c.
  */
 #include <stdlib.h>
@@ -113,4 +114,173 @@ ncclResult_t brd_algos_single(const brd_algos_args_t *args, uint8_t coll,
 fail_destroy_builder:
   brd_plan_builder_destroy(b);
   return res;
+}
+
+/* One sync op of position p's block with the rank `dir` positions away. */
+static ncclResult_t ring_sync(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
+                              int blk, uint8_t code, int dir, uint32_t sem, int32_t k) {
+  return brd_plan_op_sync(b, brd_algos_rank_at(a, p), blk, code,
+                          brd_algos_rank_at(a, p + dir), sem, k);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_ring_step_open(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                      const brd_algos_ring_t *ring, int p, int blk,
+                                      int j) {
+  uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
+  int32_t credit_k = brd_algos_ring_credit_k(ring->depth, ring->steps, j);
+  if (j >= 1 && !ring->ll) CHECK(ring_sync(b, a, p, blk, BRD_IR_OP_WAIT, -1, data_sem, j));
+  if (j < ring->steps)
+    CHECK(ring_sync(b, a, p, blk, BRD_IR_OP_WAIT, 1, credit_sem, credit_k));
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_ring_step_close(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                       const brd_algos_ring_t *ring, int p, int blk,
+                                       int j) {
+  uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
+  if (j >= 1) CHECK(ring_sync(b, a, p, blk, BRD_IR_OP_SIGNAL, -1, credit_sem, j));
+  if (j < ring->steps && !ring->ll)
+    CHECK(ring_sync(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, data_sem, j + 1));
+  return ncclSuccess;
+}
+
+static int ring_depth(int steps) {
+  return steps < BRD_ALGOS_RING_DEPTH ? steps : BRD_ALGOS_RING_DEPTH;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_ring_build(const brd_algos_args_t *args, uint8_t coll, int steps,
+                                  uint32_t nchunks, brd_algos_block_fn body,
+                                  const char *what, brd_ir_plan_t **plan_out) {
+  brd_algos_ring_t ring = {.steps = steps, .depth = ring_depth(steps),
+                           .ll = args->proto == BRD_IR_PROTO_LL, .nchunks = nchunks};
+  brd_plan_shape_t shape = {
+      .nranks = args->nranks, .nblocks = args->nblocks, .nchunks = nchunks,
+      .nslots = (uint32_t)args->nblocks * (uint32_t)ring.depth,
+      .slot_div = (uint32_t)ring.depth, .nsems = 2u * (uint32_t)args->nblocks,
+      .seq_per_iter = (uint32_t)steps, .proto = (uint8_t)args->proto,
+      .algo = BRD_IR_ALGO_RING, .coll = coll};
+  return brd_algos_build(&shape, args, body, &ring, what, plan_out);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_ring_segments(const brd_algos_args_t *args, uint8_t coll,
+                                     brd_algos_block_fn body, const char *what,
+                                     brd_ir_plan_t **plan_out) {
+  CHECK(brd_algos_check(args, -1, what));
+  if (args->nranks == 1)
+    return brd_algos_single(args, coll, BRD_IR_ALGO_RING, 0, plan_out);
+  int n = args->nranks, depth = ring_depth(n - 1);
+  if ((size_t)args->nblocks * n > 65536 || (size_t)args->nblocks * depth > 65535) {
+    WARN("%s: %d blocks x %d ranks exceed the IR's 16-bit chunk and slot "
+         "indices", what, args->nblocks, n);
+    return ncclInvalidArgument;
+  }
+  return brd_algos_ring_build(args, coll, n - 1, (uint32_t)args->nblocks, body, what,
+                              plan_out);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_sync_peers(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
+                                  int blk, uint8_t code, int dir, uint32_t sem, int32_t k) {
+  int rank = brd_algos_rank_at(a, p);
+  for (int i = 1; i < a->nranks; i++)
+    CHECK(brd_plan_op_sync(b, rank, blk, code, brd_algos_rank_at(a, p + dir * i), sem, k));
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_direct_push(brd_plan_builder_t *b, const brd_algos_args_t *a, int p,
+                                   int blk, brd_plan_ref_t in, uint32_t chunk,
+                                   uint32_t data_sem, uint32_t credit_sem,
+                                   brd_plan_ref_t *refs) {
+  int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
+  uint8_t llf = ll ? BRD_IR_REF_LL : 0;
+  CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, 1, credit_sem, 0));
+  for (int i = 1; i < n; i++)
+    refs[i - 1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, brd_algos_rank_at(a, p + i),
+                               brd_algos_direct_slot(n, blk, p, p + i));
+  CHECK(brd_algos_move(b, brd_algos_rank_at(a, p), blk,
+                       ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0, chunk, 1, 0, 1, &in,
+                       n - 1, refs));
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, data_sem, 1));
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_reduce_slots(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                    int p, int blk, const brd_algos_sources_t *src,
+                                    brd_plan_ref_t *refs) {
+  int n = a->nranks, rank = brd_algos_rank_at(a, p);
+  brd_plan_ref_t own = src->own;
+  if (src->ordered && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN) {
+    brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, src->own_slot);
+    CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, src->chunk, 0, 0, 1, &own, 1,
+                         &slot));
+    own = slot;
+  }
+  for (int i = 0; i < n; i++) {
+    int q = src->ordered ? i : brd_algos_rank_at(a, p + src->dir * i);
+    int pq = src->ordered ? brd_algos_pos_of(a, q) : p + src->dir * i;
+    refs[i] = q == rank ? own
+                        : brd_plan_ref(BRD_IR_BUF_SCRATCH | src->llf, -1,
+                                       brd_algos_direct_slot(n, blk, pq, p));
+  }
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, src->chunk);
+  return brd_algos_move(b, rank, blk,
+                        a->proto == BRD_IR_PROTO_LL ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE,
+                        BRD_IR_F_POSTOP, src->chunk, 0, 1, n, refs, 1, &out);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_push_to_root(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                    int p, int blk, int root, brd_plan_ref_t in,
+                                    uint32_t data_sem, uint32_t done_sem) {
+  int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
+  int rank = brd_algos_rank_at(a, p);
+  brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | (ll ? BRD_IR_REF_LL : 0), root,
+                                    brd_algos_direct_slot(n, blk, p, brd_algos_pos_of(a, root)));
+  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
+                       (uint32_t)blk, 1, 0, 1, &in, 1, &dst));
+  if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, data_sem, 1));
+  return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_recv_from_root(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                      int p, int blk, int root, uint32_t data_sem,
+                                      uint32_t ack_sem, uint32_t done_sem) {
+  int ll = a->proto == BRD_IR_PROTO_LL, rank = brd_algos_rank_at(a, p);
+  uint32_t chunk = (uint32_t)blk;
+  brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | (ll ? BRD_IR_REF_LL : 0), -1, chunk);
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
+  if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, data_sem, 1));
+  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_COPY, 0, chunk,
+                       0, 1, 1, &src, 1, &out));
+  CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, ack_sem, 1));
+  return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_chain_build(const brd_algos_args_t *args, int root, uint8_t coll,
+                                   brd_algos_block_fn body, const char *what,
+                                   brd_ir_plan_t **plan_out) {
+  CHECK(brd_algos_check(args, root, what));
+  if (args->nranks == 1)
+    return brd_algos_single(args, coll, BRD_IR_ALGO_RING, root, plan_out);
+  if ((size_t)args->nblocks * BRD_ALGOS_CHAIN_CHUNKS > 65535) {
+    WARN("%s: %d blocks exceed the IR's 16-bit chunk indices", what, args->nblocks);
+    return ncclInvalidArgument;
+  }
+  uint32_t nchunks = (uint32_t)args->nblocks * BRD_ALGOS_CHAIN_CHUNKS;
+  brd_plan_shape_t shape = {
+      .nranks = args->nranks, .nblocks = args->nblocks, .nchunks = nchunks,
+      .nslots = nchunks, .slot_div = BRD_ALGOS_CHAIN_CHUNKS,
+      .nsems = 2u * (uint32_t)args->nblocks, .seq_per_iter = BRD_ALGOS_CHAIN_CHUNKS,
+      .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_RING, .coll = coll,
+      .root = (uint16_t)root};
+  int proot = brd_algos_pos_of(args, root);
+  return brd_algos_build(&shape, args, body, &proot, what, plan_out);
 }

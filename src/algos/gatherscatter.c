@@ -26,45 +26,30 @@
 #include "base/check.h"
 #include "algos/algos.h"
 
-/* Slot at the root (position pr) for data from the sender (ps). */
-static uint32_t root_slot(int n, int blk, int ps, int pr) {
-  int rel = ((ps - pr - 1) % n + n) % n;
-  return (uint32_t)(blk * (n - 1) + rel);
-}
-
 static ncclResult_t gather_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
                                  int root, int p, int blk) {
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
-  int rank = brd_algos_rank_at(a, p), proot = brd_algos_pos_of(a, root);
+  int rank = brd_algos_rank_at(a, p);
   uint32_t nchunks = (uint32_t)a->nblocks, chunk = (uint32_t)blk;
   uint32_t data_sem = 2u * (uint32_t)blk, done_sem = data_sem + 1;
   uint8_t llf = ll ? BRD_IR_REF_LL : 0;
   brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
 
-  if (rank != root) {
-    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, root,
-                                      root_slot(n, blk, p, proot));
-    CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
-                         chunk, 1, 0, 1, &in, 1, &dst));
-    if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, data_sem, 1));
-    return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
-  }
+  if (rank != root)
+    return brd_algos_push_to_root(b, a, p, blk, root, in, data_sem, done_sem);
   brd_plan_ref_t own = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, brd_algos_seg(nchunks, rank, chunk));
   CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &in, 1, &own));
   for (int i = 1; i < n; i++) {
     int from = brd_algos_rank_at(a, p + i);
     brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
-                                      root_slot(n, blk, p + i, p));
+                                      brd_algos_direct_slot(n, blk, p + i, p));
     brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
                                       brd_algos_seg(nchunks, from, chunk));
     if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, from, data_sem, 1));
     CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_COPY,
                          0, chunk, 0, 1, 1, &src, 1, &dst));
   }
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
-                           done_sem, 1));
-  return ncclSuccess;
+  return brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, done_sem, 1);
 }
 
 static ncclResult_t scatter_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
@@ -74,16 +59,9 @@ static ncclResult_t scatter_block(brd_plan_builder_t *b, const brd_algos_args_t 
   uint32_t nchunks = (uint32_t)a->nblocks, chunk = (uint32_t)blk;
   uint32_t data_sem = 3u * (uint32_t)blk, ack_sem = data_sem + 1, done_sem = data_sem + 2;
   uint8_t llf = ll ? BRD_IR_REF_LL : 0;
-  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
 
-  if (rank != root) {
-    brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1, chunk);
-    if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, data_sem, 1));
-    CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_COPY,
-                         0, chunk, 0, 1, 1, &src, 1, &out));
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, ack_sem, 1));
-    return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
-  }
+  if (rank != root)
+    return brd_algos_recv_from_root(b, a, p, blk, root, data_sem, ack_sem, done_sem);
   for (int i = 1; i < n; i++) {
     int to = brd_algos_rank_at(a, p + i);
     brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(nchunks, to, chunk));
@@ -93,14 +71,10 @@ static ncclResult_t scatter_block(brd_plan_builder_t *b, const brd_algos_args_t 
     if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, to, data_sem, 1));
   }
   brd_plan_ref_t own = brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(nchunks, rank, chunk));
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
   CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &own, 1, &out));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
-                           ack_sem, 1));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
-                           done_sem, 1));
-  return ncclSuccess;
+  CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, 1, ack_sem, 1));
+  return brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, done_sem, 1);
 }
 
 /* Shared driver: shape check, builder, every (position, block). */

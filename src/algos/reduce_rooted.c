@@ -4,8 +4,8 @@
  * other ranks' outputs are never written.
  *
  * Chain. Algorithm: the ranks in ring order ending at the root form a
- * chain; each block owns CHAIN_CHUNKS chunks of every window. The first
- * rank sends its input chunk to the next, each rank adds its input to what
+ * chain; each block owns BRD_ALGOS_CHAIN_CHUNKS chunks of every window.
+ * The first rank sends its input chunk to the next, each rank adds its input to what
  * arrived and passes it on, and the root adds its own and applies the
  * post-op into its output; the chunks of a window are in flight along the
  * chain at once. Memory ordering: partials go into the successor's scratch
@@ -29,10 +29,10 @@
 #include "base/check.h"
 #include "algos/algos.h"
 
-#define CHAIN_CHUNKS 4 /* chunks (and slots) per block and window */
-
 static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
-                                int proot, int p, int blk) {
+                                int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  (void)refs;
+  int proot = *(const int *)ctx;
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
   int d = ((proot - p) % n + n) % n; /* hops to the root */
   int rank = brd_algos_rank_at(a, p);
@@ -41,8 +41,8 @@ static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a
   uint8_t llf = ll ? BRD_IR_REF_LL : 0;
   int first = d == n - 1;
 
-  for (int c = 0; c < CHAIN_CHUNKS; c++) {
-    uint32_t chunk = (uint32_t)(blk * CHAIN_CHUNKS + c);
+  for (int c = 0; c < BRD_ALGOS_CHAIN_CHUNKS; c++) {
+    uint32_t chunk = (uint32_t)(blk * BRD_ALGOS_CHAIN_CHUNKS + c);
     brd_plan_ref_t src[2];
     src[0] = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
     src[1] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1, chunk);
@@ -67,84 +67,26 @@ static ncclResult_t chain_block(brd_plan_builder_t *b, const brd_algos_args_t *a
 /* See algos.h. */
 ncclResult_t brd_algos_chain_reduce(const brd_algos_args_t *args, int root,
                                     brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  brd_plan_builder_t *b = NULL;
-  CHECK(brd_algos_check(args, root, "chain reduce"));
-  if (args->nranks == 1)
-    return brd_algos_single(args, BRD_IR_COLL_REDUCE, BRD_IR_ALGO_RING, root,
-                            plan_out);
-  int n = args->nranks;
-  if ((size_t)args->nblocks * CHAIN_CHUNKS > 65535) {
-    WARN("chain reduce: %d blocks exceed the IR's 16-bit chunk indices",
-         args->nblocks);
-    return ncclInvalidArgument;
-  }
-  brd_plan_shape_t shape = {
-      .nranks = n, .nblocks = args->nblocks,
-      .nchunks = (uint32_t)args->nblocks * CHAIN_CHUNKS,
-      .nslots = (uint32_t)args->nblocks * CHAIN_CHUNKS, .slot_div = CHAIN_CHUNKS,
-      .nsems = 2u * (uint32_t)args->nblocks, .seq_per_iter = CHAIN_CHUNKS,
-      .proto = (uint8_t)args->proto, .algo = BRD_IR_ALGO_RING,
-      .coll = BRD_IR_COLL_REDUCE, .root = (uint16_t)root};
-  int proot = brd_algos_pos_of(args, root);
-  CHECK(brd_plan_builder_create(&shape, &b));
-  for (int p = 0; p < n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(chain_block(b, args, proot, p, blk), res, fail_destroy_builder);
-  res = brd_plan_builder_finish(b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(b);
-  return res;
-}
-
-/* Slot at the root (position pr) for data from the sender (ps). */
-static uint32_t root_slot(int n, int blk, int ps, int pr) {
-  int rel = ((ps - pr - 1) % n + n) % n;
-  return (uint32_t)(blk * (n - 1) + rel);
+  return brd_algos_chain_build(args, root, BRD_IR_COLL_REDUCE, chain_block, "chain reduce", plan_out);
 }
 
 static ncclResult_t direct_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
                                  int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
   int root = ((const int *)ctx)[0], det = ((const int *)ctx)[1]; /* {root, rank-ordered} */
   int n = a->nranks, ll = a->proto == BRD_IR_PROTO_LL;
-  int rank = brd_algos_rank_at(a, p), proot = brd_algos_pos_of(a, root);
+  int rank = brd_algos_rank_at(a, p);
   uint32_t chunk = (uint32_t)blk;
   uint32_t data_sem = 2u * (uint32_t)blk, done_sem = data_sem + 1;
-  uint8_t llf = ll ? BRD_IR_REF_LL : 0;
   brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
 
-  if (rank != root) {
-    brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, root,
-                                      root_slot(n, blk, p, proot));
-    CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
-                         chunk, 1, 0, 1, &in, 1, &dst));
-    if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, root, data_sem, 1));
-    return brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, root, done_sem, 1);
-  }
-  for (int i = 1; i < n && !ll; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, brd_algos_rank_at(a, p + i),
-                           data_sem, 1));
-  /* In rank order with many ranks, the own input is read from a copy (see
-   * BRD_ALGOS_ORDERED_OWN_SLOT_MIN). */
-  brd_plan_ref_t own = in;
-  if (det && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN) {
-    own = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, (uint32_t)(a->nblocks * (n - 1) + blk));
-    CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &in, 1, &own));
-  }
-  for (int i = 0; i < n; i++) {
-    int q = det ? i : brd_algos_rank_at(a, p + i);
-    int pq = det ? brd_algos_pos_of(a, q) : p + i;
-    refs[i] = q == rank ? own
-                        : brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
-                                       root_slot(n, blk, pq, p));
-  }
-  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
-  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE,
-                       BRD_IR_F_POSTOP, chunk, 0, 1, n, refs, 1, &out));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, brd_algos_rank_at(a, p + i),
-                           done_sem, 1));
-  return ncclSuccess;
+  if (rank != root)
+    return brd_algos_push_to_root(b, a, p, blk, root, in, data_sem, done_sem);
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, 1, data_sem, 1));
+  brd_algos_sources_t src = {.own = in, .chunk = chunk, .ordered = det, .dir = 1,
+                             .llf = ll ? BRD_IR_REF_LL : 0,
+                             .own_slot = (uint32_t)(a->nblocks * (n - 1) + blk)};
+  CHECK(brd_algos_reduce_slots(b, a, p, blk, &src, refs));
+  return brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, 1, done_sem, 1);
 }
 
 /* See algos.h. */

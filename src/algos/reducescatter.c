@@ -10,9 +10,9 @@
  * transfers the partial of its own segment arrives, to which it adds its
  * input and applies the post-op into the output. Memory ordering and slot
  * reuse are the ring all-reduce's (data semaphore or LL flags forward,
- * credits back, RING_DEPTH slots per block). Every output holds every
- * rank's contribution, so no rank finishes before all have joined. Blocks
- * split the message.
+ * credits back, BRD_ALGOS_RING_DEPTH slots per block). Every output holds
+ * every rank's contribution, so no rank finishes before all have joined.
+ * Blocks split the message.
  *
  * Direct. Algorithm: every rank pushes its segment q into one slot of rank
  * q's scratch, and reduces its own segment with the n-1 slots it received,
@@ -28,21 +28,12 @@
 #include "base/check.h"
 #include "algos/algos.h"
 
-#define RING_DEPTH 4
-
-typedef struct rs_ring {
-  brd_plan_builder_t *b;
-  const brd_algos_args_t *a;
-  int n, depth, steps, ll;
-  uint32_t nchunks;
-} rs_ring_t;
-
-static ncclResult_t rs_ring_block(const rs_ring_t *c, int p, int blk) {
-  const brd_algos_args_t *a = c->a;
+static ncclResult_t rs_ring_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
+                                  int p, int blk, brd_plan_ref_t *refs, const void *ctx) {
+  (void)refs;
+  const brd_algos_ring_t *c = ctx;
   int T = c->steps;
-  int rank = brd_algos_rank_at(a, p);
-  int next = brd_algos_rank_at(a, p + 1), prev = brd_algos_rank_at(a, p - 1);
-  uint32_t data_sem = 2u * (uint32_t)blk, credit_sem = data_sem + 1;
+  int rank = brd_algos_rank_at(a, p), next = brd_algos_rank_at(a, p + 1);
   uint32_t chunk = (uint32_t)blk;
   uint8_t llf = c->ll ? BRD_IR_REF_LL : 0;
 
@@ -50,31 +41,24 @@ static ncclResult_t rs_ring_block(const rs_ring_t *c, int p, int blk) {
     /* Step j consumes transfer j-1 and produces transfer j, both carrying
      * segment (p - 1 - j); the last step's segment is the rank's own. */
     int seg = brd_algos_rank_at(a, p - 1 - j);
-    uint32_t in_slot = (uint32_t)(blk * c->depth + (j + c->depth - 1) % c->depth);
-    uint32_t out_slot = (uint32_t)(blk * c->depth + j % c->depth);
     brd_plan_ref_t src[2], dst;
     int nsrc = 0;
     uint8_t code;
 
-    if (j >= 1 && !c->ll)
-      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_WAIT, prev, data_sem, j));
-    if (j < T)
-      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_WAIT, next, credit_sem,
-                             brd_algos_ring_credit_k(c->depth, T, j)));
+    CHECK(brd_algos_ring_step_open(b, a, c, p, blk, j));
     src[nsrc++] = brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(c->nchunks, seg, chunk));
-    if (j >= 1) src[nsrc++] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1, in_slot);
+    if (j >= 1)
+      src[nsrc++] = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
+                                 brd_algos_ring_slot(c, blk, j - 1));
     if (j < T)
-      dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, next, out_slot);
+      dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, next, brd_algos_ring_slot(c, blk, j));
     else
       dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
     if (c->ll) code = j == 0 ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PKT_REDUCE;
     else code = j == 0 ? BRD_IR_OP_PUT : BRD_IR_OP_REDUCE;
-    CHECK(brd_algos_move(c->b, rank, blk, code, j == T ? BRD_IR_F_POSTOP : 0,
+    CHECK(brd_algos_move(b, rank, blk, code, j == T ? BRD_IR_F_POSTOP : 0,
                          chunk, j + 1, j, nsrc, src, 1, &dst));
-    if (j >= 1)
-      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_SIGNAL, prev, credit_sem, j));
-    if (j < T && !c->ll)
-      CHECK(brd_plan_op_sync(c->b, rank, blk, BRD_IR_OP_SIGNAL, next, data_sem, j + 1));
+    CHECK(brd_algos_ring_step_close(b, a, c, p, blk, j));
   }
   return ncclSuccess;
 }
@@ -82,43 +66,8 @@ static ncclResult_t rs_ring_block(const rs_ring_t *c, int p, int blk) {
 /* See algos.h. */
 ncclResult_t brd_algos_ring_reducescatter(const brd_algos_args_t *args,
                                           brd_ir_plan_t **plan_out) {
-  ncclResult_t res = ncclSuccess;
-  CHECK(brd_algos_check(args, -1, "ring reduce-scatter"));
-  if (args->nranks == 1)
-    return brd_algos_single(args, BRD_IR_COLL_REDUCESCATTER, BRD_IR_ALGO_RING,
-                            0, plan_out);
-  rs_ring_t c;
-  c.a = args;
-  c.n = args->nranks;
-  c.steps = c.n - 1;
-  c.depth = c.steps < RING_DEPTH ? c.steps : RING_DEPTH;
-  c.ll = args->proto == BRD_IR_PROTO_LL;
-  c.nchunks = (uint32_t)args->nblocks;
-  if ((size_t)c.nchunks * c.n > 65536 || (size_t)args->nblocks * c.depth > 65535) {
-    WARN("ring reduce-scatter: %d blocks x %d ranks exceed the IR's 16-bit "
-         "chunk and slot indices", args->nblocks, c.n);
-    return ncclInvalidArgument;
-  }
-  brd_plan_shape_t shape = {
-      .nranks = c.n, .nblocks = args->nblocks, .nchunks = c.nchunks,
-      .nslots = (uint32_t)args->nblocks * (uint32_t)c.depth,
-      .slot_div = (uint32_t)c.depth, .nsems = 2u * (uint32_t)args->nblocks,
-      .seq_per_iter = (uint32_t)c.steps, .proto = (uint8_t)args->proto,
-      .algo = BRD_IR_ALGO_RING, .coll = BRD_IR_COLL_REDUCESCATTER};
-  CHECK(brd_plan_builder_create(&shape, &c.b));
-  for (int p = 0; p < c.n; p++)
-    for (int blk = 0; blk < args->nblocks; blk++)
-      CHECK_GOTO(rs_ring_block(&c, p, blk), res, fail_destroy_builder);
-  res = brd_plan_builder_finish(c.b, plan_out);
-fail_destroy_builder:
-  brd_plan_builder_destroy(c.b);
-  return res;
-}
-
-/* Slot at the receiver (position pr) for data from the sender (ps). */
-static uint32_t direct_slot(int n, int blk, int ps, int pr) {
-  int rel = ((ps - pr - 1) % n + n) % n;
-  return (uint32_t)(blk * (n - 1) + rel);
+  return brd_algos_ring_segments(args, BRD_IR_COLL_REDUCESCATTER, rs_ring_block,
+                                 "ring reduce-scatter", plan_out);
 }
 
 static ncclResult_t rs_direct_block(brd_plan_builder_t *b,
@@ -135,42 +84,21 @@ static ncclResult_t rs_direct_block(brd_plan_builder_t *b,
     int q = brd_algos_rank_at(a, p + i);
     brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(nchunks, q, chunk));
     brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, q,
-                                      direct_slot(n, blk, p, p + i));
+                                      brd_algos_direct_slot(n, blk, p, p + i));
     CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT, q, credit_sem, 0));
     CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_PUT : BRD_IR_OP_PUT, 0,
                          chunk, 1, 0, 1, &src, 1, &dst));
     if (!ll) CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL, q, data_sem, 1));
   }
-  if (!ll) {
-    for (int i = 1; i < n; i++)
-      CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_WAIT,
-                             brd_algos_rank_at(a, p - i), data_sem, 1));
-  }
+  if (!ll) CHECK(brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_WAIT, -1, data_sem, 1));
   /* Sources: the own segment and one slot per peer, either in rank order
-   * or own input first then the nearest predecessor onwards. In rank order
-   * with many ranks the own segment is read from a copy (see
-   * BRD_ALGOS_ORDERED_OWN_SLOT_MIN). */
-  brd_plan_ref_t own = brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(nchunks, rank, chunk));
-  if (det && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN) {
-    brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1,
-                                       (uint32_t)(a->nblocks * (n - 1) + blk));
-    CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1, &own, 1, &slot));
-    own = slot;
-  }
-  for (int i = 0; i < n; i++) {
-    int q = det ? i : brd_algos_rank_at(a, p - i);
-    int pq = det ? brd_algos_pos_of(a, q) : p - i;
-    refs[i] = q == rank ? own
-                        : brd_plan_ref(BRD_IR_BUF_SCRATCH | llf, -1,
-                                       direct_slot(n, blk, pq, p));
-  }
-  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
-  CHECK(brd_algos_move(b, rank, blk, ll ? BRD_IR_OP_PKT_REDUCE : BRD_IR_OP_REDUCE,
-                       BRD_IR_F_POSTOP, chunk, 0, 1, n, refs, 1, &out));
-  for (int i = 1; i < n; i++)
-    CHECK(brd_plan_op_sync(b, rank, blk, BRD_IR_OP_SIGNAL,
-                           brd_algos_rank_at(a, p - i), credit_sem, 1));
-  return ncclSuccess;
+   * or own input first then the nearest predecessor onwards. */
+  brd_algos_sources_t src = {
+      .own = brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(nchunks, rank, chunk)),
+      .chunk = chunk, .ordered = det, .dir = -1, .llf = llf,
+      .own_slot = (uint32_t)(a->nblocks * (n - 1) + blk)};
+  CHECK(brd_algos_reduce_slots(b, a, p, blk, &src, refs));
+  return brd_algos_sync_peers(b, a, p, blk, BRD_IR_OP_SIGNAL, -1, credit_sem, 1);
 }
 
 /* See algos.h. */

@@ -12,6 +12,7 @@
  * release order; readers load async_error first.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -946,29 +947,34 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
   return ncclSuccess;
 }
 
+/* The int getters: NCCL's checks on comm, the output `arg` and the
+ * communicator's readiness, then the int member at `offset` of comm. */
+static ncclResult_t comm_get_int(const ncclComm_t comm, size_t offset, int *out,
+                                 const char *fn, const char *arg) {
+  CHECK(brd_comm_check(comm, fn));
+  if (out == NULL) {
+    WARN("%s : %s argument is NULL", fn, arg);
+    return ncclInvalidArgument;
+  }
+  CHECK(ensure_ready(comm, fn));
+  *out = *(const int *)((const char *)comm + offset);
+  return ncclSuccess;
+}
+
 BRD_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count)
 ncclResult_t pncclCommCount(const ncclComm_t comm, int *count) {
-  CHECK(brd_comm_check(comm, "ncclCommCount"));
-  ARG_NOT_NULL(count, "ncclCommCount");
-  CHECK(ensure_ready(comm, "ncclCommCount"));
-  *count = comm->nranks;
-  return ncclSuccess;
+  return comm_get_int(comm, offsetof(struct ncclComm, nranks), count, "ncclCommCount",
+                      "count");
 }
 
 BRD_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device)
 ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int *device) {
-  CHECK(brd_comm_check(comm, "ncclCommCuDevice"));
-  ARG_NOT_NULL(device, "ncclCommCuDevice");
-  CHECK(ensure_ready(comm, "ncclCommCuDevice"));
-  *device = comm->cuda_dev;
-  return ncclSuccess;
+  return comm_get_int(comm, offsetof(struct ncclComm, cuda_dev), device,
+                      "ncclCommCuDevice", "device");
 }
 
 BRD_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank)
 ncclResult_t pncclCommUserRank(const ncclComm_t comm, int *rank) {
-  CHECK(brd_comm_check(comm, "ncclCommUserRank"));
-  ARG_NOT_NULL(rank, "ncclCommUserRank");
-  CHECK(ensure_ready(comm, "ncclCommUserRank"));
-  *rank = comm->rank;
-  return ncclSuccess;
+  return comm_get_int(comm, offsetof(struct ncclComm, rank), rank, "ncclCommUserRank",
+                      "rank");
 }
