@@ -271,7 +271,7 @@ $(BUILD)/tests/unit/test_net_plugin: | $(TESTNET_SO)
 # executors (cudasim: exec_sim.c; cudasim-dev: exec.cu's own kernels).
 test: all check-layers $(if $(filter 1,$(CUDA)),cudasim)
 	@BUILD=$(BUILD) CUDA=$(CUDA) NCCL_REF_HEADER="$(NCCL_REF)" CUDA_HOME=$(CUDA_HOME) \
-	  scripts/run-tests unit abi host faults-san $(if $(filter 1,$(CUDA)),cudasim cudasim-dev gpucheck)
+	  scripts/run-tests unit abi host net faults-san $(if $(filter 1,$(CUDA)),cudasim cudasim-dev gpucheck)
 
 test-unit: all
 	@BUILD=$(BUILD) scripts/run-tests unit
