@@ -44,7 +44,10 @@
 #define SEND_BROKEN_GRACE_NS 2000000000LL /* how long a failed send waits for BYE */
 #define DRAIN_NS 5000000000LL             /* destroy's wait for queued sends */
 
-enum { REC_DATA = 0, REC_LL = 1, REC_SEM = 2, REC_BYE = 3 };
+/* Record kinds. BYE: the sender is done (its connection closing next is
+ * normal). FAIL: the sender stops because it lost rank `off` (so its
+ * peers name the rank that failed, not the one that gave up). */
+enum { REC_DATA = 0, REC_LL = 1, REC_SEM = 2, REC_BYE = 3, REC_FAIL = 4 };
 
 typedef struct rec_hdr {
   uint64_t off;
@@ -88,6 +91,7 @@ struct brd_proxy {
   int nranks;
   port_t **ports;         /* owned: [nranks], NULL for memory channels */
   int failed;             /* ncclResult_t, __atomic; 0 while healthy */
+  int culprit;            /* the rank whose loss failed the proxy; -1 */
   _Atomic int stop;
   pthread_t thread;
   int thread_started;
@@ -97,19 +101,27 @@ static int port_failed(const port_t *pt) {
   return __atomic_load_n(&pt->px->failed, __ATOMIC_ACQUIRE);
 }
 
-/* The first failure of the proxy: WARNs it once and wakes every put. */
-static void proxy_fail(brd_proxy_t *px, port_t *pt, ncclResult_t res, const char *what) {
+/* The first failure of the proxy: WARNs it once and wakes every put.
+ * lost >= 0: pt's peer gave up because it lost rank `lost` (REC_FAIL). */
+static void proxy_fail(brd_proxy_t *px, port_t *pt, ncclResult_t res, const char *what,
+                       int lost) {
   int expected = 0;
   __atomic_store_n(&pt->dead, 1, __ATOMIC_RELEASE);
   if (__atomic_compare_exchange_n(&px->failed, &expected, (int)res, 0, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
     char addr[BRD_SOCK_ADDR_STRLEN];
     brd_sock_addr_str(brd_boot_peer_addr(px->comm->boot, pt->peer), addr);
-    WARN("rank %d: the network connection to rank %d (host %s, net %s) failed: %s. The "
-         "peer process may have exited or its host become unreachable; every launch on "
-         "this communicator now fails. Check that every rank is alive and that "
-         "NCCL_SOCKET_IFNAME names an interface that reaches every host",
-         px->comm->rank, pt->peer, addr, px->net->name, what);
+    __atomic_store_n(&px->culprit, lost >= 0 ? lost : pt->peer, __ATOMIC_RELEASE);
+    if (lost >= 0)
+      WARN("rank %d: rank %d (host %s) stopped because it lost rank %d; every launch on "
+           "this communicator now fails. Check why rank %d exited or became unreachable",
+           px->comm->rank, pt->peer, addr, lost, lost);
+    else
+      WARN("rank %d: the network connection to rank %d (host %s, net %s) failed: %s. The "
+           "peer process may have exited or its host become unreachable; every launch on "
+           "this communicator now fails. Check that every rank is alive and that "
+           "NCCL_SOCKET_IFNAME names an interface that reaches every host",
+           px->comm->rank, pt->peer, addr, px->net->name, what);
   }
   for (int r = 0; r < px->nranks; r++) {
     port_t *q = px->ports[r];
@@ -223,9 +235,13 @@ static ncclResult_t apply(port_t *pt, const char *msg, size_t bytes) {
     size_t padded = ((size_t)h.len + 7) & ~(size_t)7;
     if (h.kind == REC_BYE) {
       __atomic_store_n(&pt->bye_seen, 1, __ATOMIC_RELEASE);
+    } else if (h.kind == REC_FAIL) {
+      proxy_fail(px, pt, ncclRemoteError, "", (int)h.off);
+      return ncclRemoteError;
     } else if (at + sizeof(h) + h.len > bytes || h.off > px->bytes ||
                h.len > px->bytes - h.off) {
-      proxy_fail(px, pt, ncclInternalError, "a damaged message (a write outside the window)");
+      proxy_fail(px, pt, ncclInternalError, "a damaged message (a write outside the window)",
+                 -1);
       return ncclInternalError;
     } else if (h.kind == REC_DATA) {
       memcpy(px->own + h.off, data, h.len);
@@ -262,7 +278,7 @@ static void net_error(port_t *pt, int is_send, ncclResult_t res, const char *wha
     if (pt->send_broken_ns == 0) pt->send_broken_ns = brd_time_now_ns();
     return;
   }
-  proxy_fail(pt->px, pt, res, what);
+  proxy_fail(pt->px, pt, res, what, -1);
 }
 
 /* One pass over one port. Returns 1 when something happened. */
@@ -277,7 +293,8 @@ static int port_progress(port_t *pt) {
       return 0;
     }
     if (brd_time_now_ns() - pt->send_broken_ns > SEND_BROKEN_GRACE_NS)
-      proxy_fail(px, pt, ncclRemoteError, "a send failed and the peer never said it was done");
+      proxy_fail(px, pt, ncclRemoteError, "a send failed and the peer never said it was done",
+                 -1);
   } else {
     /* Close the open slot when everything before it is posted. */
     pthread_mutex_lock(&pt->mu);
@@ -500,6 +517,7 @@ ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *
     return ncclSystemError;
   }
   px->comm = comm;
+  px->culprit = -1;
   px->net = net;
   px->own = own;
   px->bytes = bytes;
@@ -546,19 +564,23 @@ int *brd_proxy_failed(brd_proxy_t *p) { return p != NULL ? &p->failed : NULL; }
 void brd_proxy_destroy(brd_proxy_t *px) {
   if (px == NULL) return;
   if (px->thread_started) {
-    /* BYE last on every healthy port, then a bounded wait for the sends. */
+    /* BYE last on every healthy port (FAIL, naming the lost rank, when
+     * this rank gives up), then a bounded wait for the sends. */
+    int failed = __atomic_load_n(&px->failed, __ATOMIC_ACQUIRE) != 0;
+    int culprit = __atomic_load_n(&px->culprit, __ATOMIC_ACQUIRE);
     for (int r = 0; r < px->nranks; r++) {
       port_t *pt = px->ports[r];
-      if (pt == NULL || __atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE) || port_failed(pt)) continue;
+      if (pt == NULL || __atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE)) continue;
       pthread_mutex_lock(&pt->mu);
       send_slot_t *s = open_slot(pt, sizeof(rec_hdr_t));
-      if (s != NULL) rec_append(pt, s, 0, 0, REC_BYE, NULL);
+      if (s != NULL)
+        rec_append(pt, s, failed ? (uint64_t)culprit : 0, 0, failed ? REC_FAIL : REC_BYE, NULL);
       pthread_mutex_unlock(&pt->mu);
     }
     int64_t deadline = brd_time_now_ns() + DRAIN_NS;
     for (int r = 0; r < px->nranks; r++) {
       port_t *pt = px->ports[r];
-      while (pt != NULL && !__atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE) && !port_failed(pt) &&
+      while (pt != NULL && !__atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE) &&
              brd_time_now_ns() < deadline) {
         pthread_mutex_lock(&pt->mu);
         int drained = pt->tail == pt->head && pt->send[pt->head % NSEND].fill == 0;

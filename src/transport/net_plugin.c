@@ -786,15 +786,20 @@ static char net_why[512];
 
 /* A net is usable when init works, devices() reports at least one device
  * and device 0 is one Braid can drive (host memory; no device offload). */
+/* Why the last net usable() refused was refused, for the final message. */
+static const char *unusable_why = "";
+
 static int usable(const brd_net_ops_t *net, int loud) {
   void *ctx = NULL;
   brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
   int ndev = 0, ok = 0;
   brd_net_props_t props;
+  unusable_why = "init failed";
   if (net->init(&ctx, 0, &cfg, brd_net_log, NULL) != ncclSuccess) {
     INFO(NET_SUBSYS, "Failed to initialize NET plugin %s", net->name);
     return 0;
   }
+  unusable_why = "no device";
   if (net->devices(&ndev) != ncclSuccess || ndev <= 0) {
     if (loud)
       WARN("NET/Plugin: %s reports no device (devices() gave %d); skipping it", net->name,
@@ -803,7 +808,9 @@ static int usable(const brd_net_ops_t *net, int loud) {
       INFO(NET_SUBSYS, "NET/Plugin: %s reports no device; skipping it", net->name);
     goto out;
   }
+  unusable_why = "no properties";
   if (net->getProperties(0, &props) != ncclSuccess) goto out;
+  unusable_why = "a device type Braid does not drive";
   switch (props.netDeviceType) {
   case NCCL_NET_DEVICE_HOST: ok = 1; break;
   case NCCL_NET_DEVICE_UNPACK:
@@ -885,9 +892,16 @@ static const brd_net_ops_t *choose(void) {
   const brd_net_ops_t *builtin[] = {&brd_net_socket};
   for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++) {
     const brd_net_ops_t *net = builtin[i];
-    names_add(seen, sizeof(seen), net->name);
-    if (want != NULL && strcasecmp(want, net->name) != 0) continue;
-    if (!usable(net, 1)) continue;
+    if (want != NULL && strcasecmp(want, net->name) != 0) {
+      names_add(seen, sizeof(seen), net->name);
+      continue;
+    }
+    if (!usable(net, 1)) {
+      char entry[128];
+      snprintf(entry, sizeof(entry), "%s: %s", net->name, unusable_why);
+      names_add(seen, sizeof(seen), entry);
+      continue;
+    }
     INFO(NET_SUBSYS, "Using network %s", net->name);
     return net;
   }

@@ -1,0 +1,257 @@
+/*
+ * Faults on port channels (core/proxy.c) in host mode, ranks staged on two
+ * hosts (BRAID_HOSTID) so that their channels cross the socket net:
+ *   - a rank that dies in the middle of a stream of all-reduces: every
+ *     other rank's call returns an error within seconds (well inside
+ *     BRAID_TIMEOUT, which is set high to show the error does not come
+ *     from the timeout), naming the dead rank where the net saw it;
+ *   - a net with no usable interface (NCCL_SOCKET_IFNAME names none, the
+ *     bootstrap running on loopback through NCCL_COMM_ID): the first
+ *     collective returns ncclInvalidUsage at once, and the message names
+ *     NCCL_SOCKET_IFNAME;
+ *   - a normal end: ranks that finish at different times (one leaves
+ *     right after its last call while the others still run) see no
+ *     failure at all.
+ * Every rank is a forked process; the parent bounds each with a deadline.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "nccl.h"
+
+#define NRANKS 4
+#define COUNT (1 << 20)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* What a rank reports to the parent through its pipe. */
+typedef struct {
+  int result;        /* ncclResult_t of the failing call, 0 when all passed */
+  int calls;         /* calls that completed and checked out */
+  double fail_after; /* seconds from the death to the failure, if any */
+  char msg[400];
+} report_t;
+
+static void stage(int rank) {
+  setenv("BRAID_DEVICE", "host", 1);
+  setenv("BRAID_HOSTID", rank < NRANKS / 2 ? "node-a" : "node-b", 1);
+  setenv("BRAID_BOOTSTRAP_TIMEOUT", "20", 1);
+}
+
+/* Runs `iters` all-reduces of COUNT floats, checking each result. The
+ * victim (rank `victim`, -1: none) exits abruptly during call `die_at`;
+ * the time of its death is in *t_death (shared through a pipe-free
+ * convention: every rank computes it from a common start). */
+static void rank_loop(ncclUniqueId id, int rank, int iters, int victim, int die_at, int fd) {
+  report_t rep;
+  memset(&rep, 0, sizeof(rep));
+  stage(rank);
+  ncclComm_t comm;
+  ncclResult_t res = ncclCommInitRank(&comm, NRANKS, id, rank);
+  if (res != ncclSuccess) {
+    rep.result = res;
+    snprintf(rep.msg, sizeof(rep.msg), "init: %s", ncclGetLastError(NULL));
+    goto out;
+  }
+  float *buf = malloc(COUNT * sizeof(float));
+  for (int it = 0; it < iters; it++) {
+    for (int i = 0; i < COUNT; i++) buf[i] = (float)(rank + 1 + (i % 5));
+    if (rank == victim && it == die_at) {
+      /* Die while the peers are in this call with us: 20 ms in. */
+      pid_t killer = fork();
+      if (killer == 0) {
+        usleep(20000);
+        kill(getppid(), SIGKILL);
+        _exit(0);
+      }
+    }
+    double t0 = now_s();
+    res = ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL);
+    if (res != ncclSuccess) {
+      rep.result = res;
+      rep.fail_after = now_s() - t0;
+      snprintf(rep.msg, sizeof(rep.msg), "%s", ncclGetLastError(comm));
+      break;
+    }
+    for (int i = 0; i < COUNT; i++) {
+      float want = (float)(NRANKS * (NRANKS + 1) / 2 + NRANKS * (i % 5));
+      if (buf[i] != want) {
+        rep.result = -1;
+        snprintf(rep.msg, sizeof(rep.msg), "call %d element %d: %g, want %g", it, i,
+                 (double)buf[i], (double)want);
+        goto out;
+      }
+    }
+    rep.calls++;
+  }
+  if (rep.result == ncclSuccess) ncclCommDestroy(comm);
+  else ncclCommAbort(comm);
+out:
+  (void)!write(fd, &rep, sizeof(rep));
+  _exit(0);
+}
+
+/* Forks NRANKS ranks running fn-like loops; collects their reports. */
+static void run_ranks(int iters, int victim, int die_at, report_t reps[NRANKS], int got[NRANKS]) {
+  ncclUniqueId id;
+  assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+  int fds[NRANKS][2];
+  pid_t pids[NRANKS];
+  fflush(NULL);
+  for (int r = 0; r < NRANKS; r++) {
+    assert_int_equal(pipe(fds[r]), 0);
+    pids[r] = fork();
+    assert_true(pids[r] >= 0);
+    if (pids[r] == 0) {
+      close(fds[r][0]);
+      rank_loop(id, r, iters, victim, die_at, fds[r][1]);
+    }
+    close(fds[r][1]);
+  }
+  double deadline = now_s() + 60;
+  for (int r = 0; r < NRANKS; r++) {
+    int st;
+    got[r] = read(fds[r][0], &reps[r], sizeof(reps[r])) == (ssize_t)sizeof(reps[r]);
+    close(fds[r][0]);
+    while (waitpid(pids[r], &st, WNOHANG) == 0) {
+      if (now_s() > deadline) {
+        kill(pids[r], SIGKILL);
+        fail_msg("rank %d still runs 60 s after the start: a hang", r);
+      }
+      usleep(10000);
+    }
+  }
+}
+
+static void test_peer_dies(void **state) {
+  (void)state;
+  report_t reps[NRANKS];
+  int got[NRANKS];
+  const int victim = 3;
+  setenv("BRAID_TIMEOUT", "120", 1);
+  run_ranks(40, victim, 3, reps, got);
+  assert_false(got[victim]); /* killed: it never reported */
+  for (int r = 0; r < NRANKS; r++) {
+    if (r == victim) continue;
+    assert_true(got[r]);
+    printf("rank %d: %d calls, result %d after %.1f s: %s\n", r, reps[r].calls, reps[r].result,
+           reps[r].fail_after, reps[r].msg);
+    assert_int_not_equal(reps[r].result, ncclSuccess);
+    assert_int_not_equal(reps[r].result, -1); /* never a wrong result */
+    assert_true(reps[r].calls >= 3);
+    /* Far inside BRAID_TIMEOUT (120 s): the dead connection, not the
+     * timeout, ended the call. */
+    assert_true(reps[r].fail_after < 30.0);
+    /* Every survivor names the rank that died: the other host's saw its
+     * connection end; its host-mate hears it from them (FAIL records). */
+    if (strstr(reps[r].msg, "rank 3") == NULL)
+      fail_msg("rank %d's error does not name rank 3: %s", r, reps[r].msg);
+  }
+}
+
+static void test_staggered_end(void **state) {
+  (void)state;
+  report_t reps[NRANKS];
+  int got[NRANKS];
+  setenv("BRAID_TIMEOUT", "60", 1);
+  run_ranks(6, -1, 0, reps, got);
+  for (int r = 0; r < NRANKS; r++) {
+    assert_true(got[r]);
+    if (reps[r].result != ncclSuccess)
+      fail_msg("rank %d: %d (%s)", r, reps[r].result, reps[r].msg);
+    assert_int_equal(reps[r].calls, 6);
+  }
+}
+
+static void test_no_interface(void **state) {
+  (void)state;
+  /* Bootstrap on loopback through NCCL_COMM_ID; the net's interface
+   * choice finds nothing. */
+  struct sockaddr_in a;
+  socklen_t len = sizeof(a);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, len), 0);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  char comm_id[64];
+  snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", ntohs(a.sin_port));
+  int fds[2][2];
+  pid_t pids[2];
+  fflush(NULL);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(pipe(fds[r]), 0);
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      report_t rep;
+      memset(&rep, 0, sizeof(rep));
+      setenv("BRAID_DEVICE", "host", 1);
+      setenv("BRAID_HOSTID", r == 0 ? "node-a" : "node-b", 1);
+      setenv("NCCL_COMM_ID", comm_id, 1);
+      setenv("NCCL_SOCKET_IFNAME", "=nosuchif0", 1);
+      setenv("BRAID_BOOTSTRAP_TIMEOUT", "20", 1);
+      /* With NCCL_COMM_ID every rank's id names the same root. */
+      ncclUniqueId id;
+      ncclComm_t comm;
+      ncclResult_t res = ncclGetUniqueId(&id);
+      if (res == ncclSuccess) res = ncclCommInitRank(&comm, 2, id, r);
+      if (res == ncclSuccess) {
+        float x[4] = {1, 2, 3, 4};
+        double t0 = now_s();
+        res = ncclAllReduce(x, x, 4, ncclFloat, ncclSum, comm, NULL);
+        rep.fail_after = now_s() - t0;
+        snprintf(rep.msg, sizeof(rep.msg), "%s", ncclGetLastError(comm));
+        ncclCommAbort(comm);
+      } else {
+        snprintf(rep.msg, sizeof(rep.msg), "init: %s", ncclGetLastError(NULL));
+      }
+      rep.result = res;
+      (void)!write(fds[r][1], &rep, sizeof(rep));
+      _exit(0);
+    }
+    close(fds[r][1]);
+  }
+  for (int r = 0; r < 2; r++) {
+    report_t rep;
+    int st;
+    assert_int_equal(read(fds[r][0], &rep, sizeof(rep)), (ssize_t)sizeof(rep));
+    close(fds[r][0]);
+    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+    printf("rank %d: result %d after %.1f s: %s\n", r, rep.result, rep.fail_after, rep.msg);
+    assert_int_equal(rep.result, ncclInvalidUsage);
+    assert_true(rep.fail_after < 15.0);
+    assert_non_null(strstr(rep.msg, "NCCL_SOCKET_IFNAME"));
+  }
+}
+
+int main(void) {
+  /* test_no_interface first: its ranks' NCCL_COMM_ID and
+   * NCCL_SOCKET_IFNAME must reach a library this process has not used yet
+   * (parameters are read once per process, and forked ranks inherit). */
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_no_interface),
+      cmocka_unit_test(test_staggered_end),
+      cmocka_unit_test(test_peer_dies),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
