@@ -82,6 +82,7 @@ ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint
   c->e = grown;
   brd_ir_plan_t *plan;
   CHECK(generate(c, coll, algo, proto, nblocks, root, det, &plan));
+  if (c->port != NULL) brd_plan_chans_mark(plan, c->port);
   ncclResult_t res = plan_check(plan);
   if (res != ncclSuccess) {
     brd_plan_destroy(plan);

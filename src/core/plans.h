@@ -26,6 +26,9 @@ typedef struct brd_plan_entry {
 
 typedef struct brd_plan_cache {
   int nranks;
+  const uint8_t *port;            /* borrowed: [nranks * nranks] pairs whose
+                                   * channels are ports (brd_plan_chans_mark);
+                                   * NULL: every channel is memory */
   brd_plan_entry_t *e;            /* owned: [n] */
   int n, cap;
 } brd_plan_cache_t;
@@ -52,7 +55,8 @@ void brd_plans_fini(brd_plan_cache_t *c);
  * algo | BRD_PLANS_ALGO_PEER picks the zero-copy plan (all-reduce,
  * reduce-scatter, all-gather). The plan stays owned by the cache.
  * Generator and verifier errors pass through; ncclSystemError when out of
- * memory. Not thread-safe: the runtime's launching thread. */
+ * memory. Plans get port channels where c->port says. Not thread-safe:
+ * the runtime's launching thread. */
 ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint8_t proto,
                            int nblocks, int root, int det, const brd_ir_plan_t **plan_out);
 

@@ -214,8 +214,23 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   rt->nb_count = 0;
   for (int b = 1; b <= caps.nb_max && rt->nb_count < BRD_RT_NB_MAX_OPTS; b *= 2)
     rt->nb_opts[rt->nb_count++] = b;
-  CHECK(plans_size(rt, &scratch, &nsems));
-  CHECK(p2p_size(n, me, &p2p_bytes, &rt->p2p_piece));
+  if (n > 1 && !caps.p2p_ok) {
+    /* Every pair's link, as every rank sees it, for the plans' channels. */
+    rt->port_matrix = calloc((size_t)n * (size_t)n, 1);
+    if (rt->port_matrix == NULL) {
+      WARN("out of host memory for the link table of %d ranks", n);
+      res = ncclSystemError;
+      goto fail;
+    }
+    int any = 0;
+    for (int q = 0; q < n; q++)
+      for (int r = 0; r < n; r++)
+        any |= rt->port_matrix[(size_t)q * n + r] =
+            (uint8_t)(q != r && brd_transport_host_port(&comm->peers[q], &comm->peers[r]));
+    if (any) rt->plans.port = rt->port_matrix;
+  }
+  CHECK_GOTO(plans_size(rt, &scratch, &nsems), res, fail);
+  CHECK_GOTO(p2p_size(n, me, &p2p_bytes, &rt->p2p_piece), res, fail);
 
   rt->win = calloc((size_t)n, sizeof(*rt->win));
   rt->base = calloc((size_t)n, sizeof(*rt->base));
@@ -304,6 +319,9 @@ void brd_window_disconnect(struct brd_rt *rt) {
   free(rt->seq.p2p_cursor);
   free(rt->port);
   free(rt->ports);
+  free(rt->port_matrix);
+  rt->port_matrix = NULL;
+  rt->plans.port = NULL;
   rt->port = NULL;
   rt->ports = NULL;
   rt->nports = 0;

@@ -93,6 +93,8 @@ struct brd_rt {
   brd_reg_peer_t *svc_peers;    /* owned: [nranks] every rank's service */
   /* Port channels (proxy.h): peers whose windows are not mapped here. */
   uint8_t *port;                /* owned: [nranks] 1 where the channel is a port */
+  uint8_t *port_matrix;         /* owned: [nranks * nranks] the same for
+                                 * every pair (plans mark their channels) */
   int nports;
   struct brd_proxy *proxy;      /* owned: NULL when nports is 0 */
   struct brd_exec_port **ports; /* owned: [nranks] the proxy's ports, NULL

@@ -520,6 +520,7 @@ static ncclResult_t add_p2p_round(const brd_works_view_t *v, brd_works_seq_t *se
   ranks[me].recv = ops + ns;
   brd_algos_sendrecv_args_t args = {n, me, ranks};
   CHECK(brd_algos_sendrecv(&args, &plan));
+  if (v->port_matrix != NULL) brd_plan_chans_mark(plan, v->port_matrix);
   ncclResult_t res = work_add(ws, plan, me, &w);
   if (res != ncclSuccess) {
     brd_plan_destroy(plan);

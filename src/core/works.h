@@ -135,6 +135,8 @@ typedef struct brd_works_view {
   brd_exec_port_t *const *ports; /* [nranks] port channels' far ends (NULL:
                                   * memory channel); NULL: none */
   int *port_failed;            /* the proxy's failure flag; NULL: none */
+  const uint8_t *port_matrix;  /* [nranks * nranks] port pairs, for the
+                                * point-to-point plans; NULL: none */
 } brd_works_view_t;
 
 /* Transfers per pair and direction in one batch of point-to-point rounds

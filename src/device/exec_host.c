@@ -409,6 +409,15 @@ ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
            "%u channels", args->rank, brd_ir_plan_rank(p, args->rank)->nchans);
       return ncclInvalidArgument;
     }
+    for (uint32_t c = 0; c < brd_ir_plan_rank(p, args->rank)->nchans; c++) {
+      int port = brd_ir_plan_chan(p, args->rank, (int)c)->type == BRD_IR_CHAN_PORT;
+      if (port != (args->chans[c].port != NULL)) {
+        WARN("host executor: rank %d channel %u is a %s channel in the plan but %s at "
+             "launch", args->rank, c, port ? "port" : "memory",
+             args->chans[c].port != NULL ? "has a port" : "has no port");
+        return ncclInvalidArgument;
+      }
+    }
     if (p->nslots > 0 && args->scratch == NULL) {
       WARN("host executor: rank %d has no scratch buffer", args->rank);
       return ncclInvalidArgument;

@@ -348,3 +348,18 @@ int brd_plan_reads_peers(const brd_ir_plan_t *plan) {
   }
   return 0;
 }
+
+/* See plan.h. */
+int brd_plan_chans_mark(brd_ir_plan_t *plan, const uint8_t *port) {
+  int nport = 0;
+  for (int r = 0; r < plan->nranks; r++) {
+    const brd_ir_rank_t *rk = brd_ir_plan_rank(plan, r);
+    brd_ir_chan_t *chans = (brd_ir_chan_t *)((char *)plan + plan->chan_off) + rk->chan_first;
+    for (uint32_t c = 0; c < rk->nchans; c++) {
+      int is_port = port[(size_t)r * plan->nranks + (size_t)chans[c].peer] != 0;
+      chans[c].type = is_port ? BRD_IR_CHAN_PORT : BRD_IR_CHAN_MEMORY;
+      nport += is_port;
+    }
+  }
+  return nport;
+}

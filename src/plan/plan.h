@@ -133,4 +133,10 @@ size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan);
  * channels, and a port channel, which only writes, cannot run them. Pure. */
 int brd_plan_reads_peers(const brd_ir_plan_t *plan);
 
+/* Marks the channels of plan between ranks q and r with port[q * nranks
+ * + r] != 0 as port channels (BRD_IR_CHAN_PORT), the others as memory
+ * channels. port is symmetric, nranks x nranks (the plan's). Returns the
+ * number of port channels. In place; any thread. */
+int brd_plan_chans_mark(brd_ir_plan_t *plan, const uint8_t *port);
+
 #endif /* BRD_PLAN_PLAN_H */

@@ -322,6 +322,14 @@ static int check_ref(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op,
     return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
                  "rank %d block %d op %d: reference %d uses channel %u of %u",
                  r, b, i, ri, ref->chan, nch);
+  /* A port channel only writes: the proxy ships what this rank put into
+   * the peer's memory, and nothing carries the peer's memory back. */
+  if (is_src && brd_ir_op_is_data(op->code) && ref->chan != BRD_IR_CHAN_LOCAL &&
+      chan_of(v, r, ref->chan)->type == BRD_IR_CHAN_PORT)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, chan_of(v, r, ref->chan)->peer,
+                 "rank %d block %d op %d: reference %d reads rank %d's memory through a "
+                 "port channel, which only writes", r, b, i, ri,
+                 chan_of(v, r, ref->chan)->peer);
   if (kind == BRD_IR_BUF_INPUT &&
       (!is_src || (ref->chan != BRD_IR_CHAN_LOCAL &&
                    !(v->p->flags & BRD_IR_PLAN_F_PEER_INPUT))))
@@ -466,10 +474,11 @@ static int check_structure(vstate_t *v) {
           return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, peer,
                        "rank %d has two channels (%u, %u) to rank %d", r, d, c,
                        peer);
-      if (chan_of(v, r, (int)c)->type != BRD_IR_CHAN_MEMORY)
+      uint8_t type = chan_of(v, r, (int)c)->type;
+      if (type != BRD_IR_CHAN_MEMORY && type != BRD_IR_CHAN_PORT)
         return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, peer,
-                     "rank %d channel %u has type %u; only memory channels "
-                     "are verified", r, c, chan_of(v, r, (int)c)->type);
+                     "rank %d channel %u has type %u; only memory and port "
+                     "channels are verified", r, c, type);
     }
   }
   for (int r = 0; r < v->n; r++) {
@@ -481,6 +490,13 @@ static int check_structure(vstate_t *v) {
       for (uint32_t d = 0; d < pk->nchans; d++)
         if (chan_of(v, peer, (int)d)->peer == r)
           v->rev_chan[rk->chan_first + c] = (int)d;
+      /* Both ends of a pair see the same kind of link. */
+      int d = v->rev_chan[rk->chan_first + c];
+      if (d >= 0 && chan_of(v, peer, d)->type != chan_of(v, r, (int)c)->type)
+        return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, peer,
+                     "rank %d reaches rank %d through a channel of type %u, and rank %d "
+                     "reaches it back through type %u", r, peer, chan_of(v, r, (int)c)->type,
+                     peer, chan_of(v, peer, d)->type);
     }
   }
   for (int r = 0; r < v->n; r++) {

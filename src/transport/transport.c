@@ -55,18 +55,21 @@ const brd_transport_ops_t *brd_transport_choose(const brd_peer_info_t *peers, in
 }
 
 /* See transport.h. */
+int brd_transport_host_port(const brd_peer_info_t *a, const brd_peer_info_t *b) {
+  for (const brd_transport_ops_t *const *c = host_candidates; *c != NULL; c++)
+    if ((*c)->can_connect(a, b, NULL, 0)) return 0;
+  return 1;
+}
+
+/* See transport.h. */
 const brd_transport_ops_t *brd_transport_split(const brd_peer_info_t *peers, int nranks, int me,
                                                brd_transport_mem_t mem, uint8_t *port_out,
                                                char *why, size_t n) {
   memset(port_out, 0, (size_t)nranks);
   if (mem == BRD_TRANSPORT_MEM_GPU)
     return brd_transport_choose(peers, nranks, me, mem, why, n);
-  for (int r = 0; r < nranks; r++) {
-    int reach = r == me;
-    for (const brd_transport_ops_t *const *c = host_candidates; *c != NULL && !reach; c++)
-      reach = (*c)->can_connect(&peers[me], &peers[r], NULL, 0);
-    port_out[r] = (uint8_t)!reach;
-  }
+  for (int r = 0; r < nranks; r++)
+    port_out[r] = (uint8_t)(r != me && brd_transport_host_port(&peers[me], &peers[r]));
   if (n > 0) why[0] = '\0';
   for (const brd_transport_ops_t *const *c = host_candidates; *c != NULL; c++) {
     if (connects_all(*c, peers, nranks, me, port_out, why, n)) {

@@ -121,6 +121,11 @@ const brd_transport_ops_t *brd_transport_choose(const brd_peer_info_t *peers, in
  * host, or one process). For GPU memory: every port_out[r] is 0 and the
  * result is brd_transport_choose's. NULL with the reason in why when no
  * transport connects the memory peers. Any thread; never blocks. */
+/* 1 when no host-memory transport connects ranks a and b, so that their
+ * channels are port channels (brd_transport_split's rule for one pair).
+ * Symmetric; any thread; never blocks. */
+int brd_transport_host_port(const brd_peer_info_t *a, const brd_peer_info_t *b);
+
 const brd_transport_ops_t *brd_transport_split(const brd_peer_info_t *peers, int nranks, int me,
                                                brd_transport_mem_t mem, uint8_t *port_out,
                                                char *why, size_t n);

@@ -184,6 +184,73 @@ static void test_generated_plans_verify(void **state) {
     }
 }
 
+/* Port channels (ranks that share no memory): every generated plan that
+ * only writes through channels verifies with its cross-host channels
+ * marked as ports; a plan that reads through one (zero-copy, reading
+ * peers' inputs) is refused; both ends of a pair must agree. */
+static void test_port_channels(void **state) {
+  (void)state;
+  for (int n = 2; n <= 6; n++) {
+    /* Two "hosts": ranks below n / 2 and the rest. */
+    uint8_t port[36];
+    for (int q = 0; q < n; q++)
+      for (int r = 0; r < n; r++) port[q * n + r] = (uint8_t)((q < n / 2) != (r < n / 2));
+    for (int algo = 0; algo < 4; algo++)
+      for (int proto = 0; proto < 2; proto++) {
+        brd_algos_args_t args = {n, NULL, 2, proto};
+        brd_ir_plan_t *plan;
+        assert_int_equal(gens[algo](&args, &plan), ncclSuccess);
+        int marked = brd_plan_chans_mark(plan, port);
+        /* Count the cross pairs' channels independently. */
+        int want = 0;
+        for (int r = 0; r < n; r++)
+          for (uint32_t c = 0; c < brd_ir_plan_rank(plan, r)->nchans; c++) {
+            const brd_ir_chan_t *ch = brd_ir_plan_chan(plan, r, (int)c);
+            int cross = (r < n / 2) != (ch->peer < n / 2);
+            want += cross;
+            assert_int_equal(ch->type, cross ? BRD_IR_CHAN_PORT : BRD_IR_CHAN_MEMORY);
+          }
+        assert_int_equal(marked, want);
+        assert_true(want > 0);
+        for (int ip = 0; ip < 2; ip++) {
+          brd_verify_opts_t opts = {ip, 3};
+          brd_verify_report_t rep;
+          if (brd_plan_verify(plan, &opts, &rep) != ncclSuccess)
+            fail_msg("%s %s n=%d with ports: %s", gen_names[algo], proto ? "LL" : "Simple",
+                     n, rep.msg);
+        }
+        brd_plan_destroy(plan);
+      }
+  }
+  /* A read through a port: a zero-copy plan reads peers' inputs. */
+  brd_algos_args_t zargs = {4, NULL, 1, BRD_IR_PROTO_SIMPLE};
+  brd_ir_plan_t *zc;
+  assert_int_equal(brd_algos_generate(BRD_IR_COLL_ALLREDUCE,
+                                      BRD_IR_ALGO_TWOSHOT | BRD_ALGOS_ZEROCOPY, &zargs, 0, 0,
+                                      &zc),
+                   ncclSuccess);
+  assert_true(brd_plan_reads_peers(zc));
+  uint8_t all[16];
+  for (int i = 0; i < 16; i++) all[i] = (uint8_t)(i / 4 != i % 4);
+  brd_plan_chans_mark(zc, all);
+  brd_verify_opts_t opts = {0, 2};
+  brd_verify_report_t rep;
+  assert_int_not_equal(brd_plan_verify(zc, &opts, &rep), ncclSuccess);
+  assert_int_equal(rep.kind, BRD_VERIFY_MALFORMED);
+  assert_non_null(strstr(rep.msg, "port channel"));
+  brd_plan_destroy(zc);
+  /* One end a port, the other memory. */
+  brd_algos_args_t args = {3, NULL, 1, BRD_IR_PROTO_SIMPLE};
+  brd_ir_plan_t *ring;
+  assert_int_equal(brd_algos_ring_allreduce(&args, &ring), ncclSuccess);
+  uint8_t lop[9] = {0, 1, 0, 0, 0, 0, 0, 0, 0}; /* 0 -> 1 a port, 1 -> 0 not */
+  assert_int_equal(brd_plan_chans_mark(ring, lop), 1);
+  assert_int_not_equal(brd_plan_verify(ring, &opts, &rep), ncclSuccess);
+  assert_int_equal(rep.kind, BRD_VERIFY_MALFORMED);
+  assert_non_null(strstr(rep.msg, "reaches it back"));
+  brd_plan_destroy(ring);
+}
+
 /* Removing any data op breaks the result, and the verifier says so. */
 static void test_dropped_data_op_caught(void **state) {
   (void)state;
@@ -538,6 +605,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_generated_plans_verify),
       cmocka_unit_test(test_dropped_data_op_caught),
+      cmocka_unit_test(test_port_channels),
       cmocka_unit_test(test_exchange_is_correct),
       cmocka_unit_test(test_missing_contribution),
       cmocka_unit_test(test_duplicate_contribution),
