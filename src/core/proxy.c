@@ -491,9 +491,7 @@ oom:
 }
 
 /* See proxy.h. */
-ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *own,
-                              size_t bytes, brd_proxy_t **proxy_out) {
-  ncclResult_t res = ncclSuccess;
+ncclResult_t brd_proxy_check(struct ncclComm *comm, const uint8_t *port) {
   char why[512] = "";
   int nports = 0, first = -1;
   for (int r = 0; r < comm->nranks; r++)
@@ -501,14 +499,24 @@ ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *
       nports++;
       if (first < 0) first = r;
     }
+  if (nports == 0 || brd_net_get(why, sizeof(why)) != NULL) return ncclSuccess;
+  WARN("rank %d: %d peers (rank %d first) cannot share memory with this rank and no "
+       "network is usable (%s). Put the ranks on one host, allow shared memory and "
+       "peer-to-peer (NCCL_SHM_DISABLE, NCCL_P2P_DISABLE), or fix NCCL_NET / "
+       "NCCL_NET_PLUGIN / NCCL_SOCKET_IFNAME", comm->rank, nports, first, why);
+  return ncclInvalidUsage;
+}
+
+/* See proxy.h. */
+ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *own,
+                              size_t bytes, brd_proxy_t **proxy_out) {
+  ncclResult_t res = ncclSuccess;
+  char why[512] = "";
+  int nports = 0;
+  for (int r = 0; r < comm->nranks; r++) nports += port[r] != 0;
+  CHECK(brd_proxy_check(comm, port));
   const brd_net_ops_t *net = brd_net_get(why, sizeof(why));
-  if (net == NULL) {
-    WARN("rank %d: %d peers (rank %d first) cannot share memory with this rank and no "
-         "network is usable (%s). Put the ranks on one host, allow shared memory and "
-         "peer-to-peer (NCCL_SHM_DISABLE, NCCL_P2P_DISABLE), or fix NCCL_NET / "
-         "NCCL_NET_PLUGIN / NCCL_SOCKET_IFNAME", comm->rank, nports, first, why);
-    return ncclInvalidUsage;
-  }
+  if (net == NULL) return ncclInternalError; /* brd_proxy_check said yes */
   brd_proxy_t *px = calloc(1, sizeof(*px));
   if (px != NULL) px->ports = calloc((size_t)comm->nranks, sizeof(*px->ports));
   if (px == NULL || px->ports == NULL) {

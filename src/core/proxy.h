@@ -28,6 +28,12 @@
 struct ncclComm;
 typedef struct brd_proxy brd_proxy_t;
 
+/* ncclSuccess when no port[r] (nranks entries) is set or the process has
+ * a usable net; else ncclInvalidUsage with a WARN naming the ranks and
+ * what to change. Local (it never waits on peers), so every rank of a
+ * communicator that needs the net finds out alike. The launching thread. */
+ncclResult_t brd_proxy_check(struct ncclComm *comm, const uint8_t *port);
+
 /* Connects this rank to every rank r with port[r] != 0 over the process's
  * net (brd_net_get): a send and a receive connection each, the listen
  * handles exchanged over the bootstrap; gives each such peer a zeroed

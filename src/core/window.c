@@ -276,6 +276,7 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   }
   /* Registered buffers cannot be mapped over a net. */
   if (rt->nports > 0) rt->reg_shareable = 0;
+  CHECK_GOTO(brd_proxy_check(comm, rt->port), res, fail);
   CHECK_GOTO(rt->be->window_create(comm, t, caps.p2p_ok, total, &mw->handle, &rt->base[me],
                                    &bk), res, fail);
   __atomic_store_n(&rt->bk, bk, __ATOMIC_RELEASE);
