@@ -3,7 +3,11 @@
 # each, distinct BRAID_HOSTID per node (host mode). Round 1 rendezvous
 # through NCCL_COMM_ID (the interface on its subnet is chosen); round 2
 # through a unique id passed in a file, with NCCL_SOCKET_IFNAME picking the
-# veth. Checks every rank's result and which interface the bootstrap used.
+# veth. Checks every rank's result (an all-reduce, an all-gather and a
+# send/recv ring, whose channels between the nodes cross the veth over the
+# socket net), which interface the bootstrap and the net used. Round 3
+# takes the veth down while the ranks run all-reduces: every rank must
+# fail with an error, none may hang (BRAID_TIMEOUT=10).
 #
 # Needs root (or CAP_NET_ADMIN) and iproute2; otherwise it skips, saying so.
 # Environment: BUILD (build directory, default "build").
@@ -58,7 +62,7 @@ run_rank() {
   ip netns exec "$ns" env BRAID_DEVICE=host BRAID_BOOTSTRAP_TIMEOUT=10 \
     BRAID_HOSTID="$host" BRAID_TEST_RANK="$rank" BRAID_TEST_NRANKS=4 \
     BRAID_TEST_EXPECT_DEV="$dev" BRAID_TEST_NODE="$node" BRAID_TEST_NODE_RANKS=2 \
-    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=BOOTSTRAP "$@" "$BIN" >"$work/rank$rank.log" 2>&1
+    NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=BOOTSTRAP,NET "$@" "$BIN" >"$work/rank$rank.log" 2>&1
 }
 
 round() {
@@ -86,7 +90,49 @@ round() {
     grep Bootstrap "$work/rank2.log" | sed 's/^/    /'
     failed=1
   fi
+  if ! grep -q "port channels over net Socket" "$work/rank0.log"; then
+    echo "FAIL: $name: rank 0 did not connect port channels over the socket net"
+    failed=1
+  fi
+  if ! grep -q "NET/Socket : Using .*$want_if_a:10.77.0.1" "$work/rank0.log"; then
+    echo "FAIL: $name: rank 0's socket net did not use $want_if_a:10.77.0.1"
+    grep "NET/Socket" "$work/rank0.log" | sed 's/^/    /'
+    failed=1
+  fi
   [[ $failed -eq 0 ]] && echo "PASS: $name"
+  return $failed
+}
+
+# Round 3: the link between the nodes goes down mid-stream.
+link_down() {
+  local pids=() failed=0 port=$1
+  run_rank 0 "$NSA" node-a 0 0 NCCL_COMM_ID="10.77.0.1:$port" BRAID_TIMEOUT=10 BRAID_TEST_LOOP_SECONDS=60 & pids+=($!)
+  run_rank 1 "$NSA" node-a 1 0 NCCL_COMM_ID="10.77.0.1:$port" BRAID_TIMEOUT=10 BRAID_TEST_LOOP_SECONDS=60 & pids+=($!)
+  run_rank 2 "$NSB" node-b 0 1 NCCL_COMM_ID="10.77.0.1:$port" BRAID_TIMEOUT=10 BRAID_TEST_LOOP_SECONDS=60 & pids+=($!)
+  run_rank 3 "$NSB" node-b 1 1 NCCL_COMM_ID="10.77.0.1:$port" BRAID_TIMEOUT=10 BRAID_TEST_LOOP_SECONDS=60 & pids+=($!)
+  sleep 4
+  ip -n "$NSB" link set "$IFB" down
+  local start=$SECONDS
+  for i in 0 1 2 3; do
+    local rc=0
+    wait "${pids[$i]}" || rc=$?
+    if [[ $rc -eq 0 ]]; then
+      echo "FAIL: link down: rank $i finished its calls although the link went down"
+      failed=1
+    elif ! grep -q "failed after" "$work/rank$i.log"; then
+      echo "FAIL: link down: rank $i exited $rc without reporting a failed call; its log:"
+      tail -n 20 "$work/rank$i.log" | sed 's/^/    /'
+      failed=1
+    fi
+  done
+  local took=$((SECONDS - start))
+  if [[ $took -gt 45 ]]; then
+    echo "FAIL: link down: the ranks took ${took}s to give up (BRAID_TIMEOUT=10)"
+    failed=1
+  fi
+  ip -n "$NSB" link set "$IFB" up
+  for i in 0 2; do grep -m1 "failed after" "$work/rank$i.log" | cut -c1-240 | sed 's/^/    /'; done
+  [[ $failed -eq 0 ]] && echo "PASS: link down mid-stream: every rank failed within ${took}s"
   return $failed
 }
 
@@ -96,4 +142,5 @@ round "NCCL_COMM_ID across two namespaces" "$IFA" "$IFB" \
   NCCL_COMM_ID="10.77.0.1:$port" || status=1
 round "unique id file with NCCL_SOCKET_IFNAME=bv" "$IFA" "$IFB" \
   BRAID_TEST_ID_FILE="$work/id" NCCL_SOCKET_IFNAME=bv || status=1
+link_down $((port + 1)) || status=1
 exit $status

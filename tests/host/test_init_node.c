@@ -7,7 +7,12 @@
  * comes from NCCL_COMM_ID, or, with BRAID_TEST_ID_FILE, rank 0 creates it
  * and writes it there for the others. Checks count, rank and
  * BRAID_TEST_EXPECT_DEV, splits by BRAID_TEST_NODE to check the other
- * ranks agree on who shares a node, and exits 0 on success.
+ * ranks agree on who shares a node, runs an all-reduce, an all-gather and
+ * a ring of send/recv across the nodes (channels between nodes go over
+ * the net) checked against values computed here, and exits 0 on success.
+ * With BRAID_TEST_LOOP_SECONDS=s it then keeps running all-reduces for s
+ * seconds and exits 3 at the first failure, printing the error (netns.sh
+ * takes a link down meanwhile).
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -66,6 +71,62 @@ static int get_id(int rank, ncclUniqueId *id) {
   return 1;
 }
 
+/* Collectives across the nodes, checked element by element. */
+static int check_data(ncclComm_t c, int rank, int nranks) {
+  const size_t n = (1 << 20) + 3;
+  float *a = malloc(n * sizeof(float));
+  int32_t *g = malloc((size_t)nranks * 1000 * sizeof(int32_t));
+  int32_t mine[1000], from[1000];
+  if (a == NULL || g == NULL) return 1;
+  for (size_t i = 0; i < n; i++) a[i] = (float)(rank + 1) * (float)(i % 13);
+  if (ncclAllReduce(a, a, n, ncclFloat, ncclSum, c, NULL) != ncclSuccess) return 1;
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != (float)(nranks * (nranks + 1) / 2) * (float)(i % 13)) return 1;
+  for (int i = 0; i < 1000; i++) mine[i] = rank * 100000 + i;
+  if (ncclAllGather(mine, g, 1000, ncclInt32, c, NULL) != ncclSuccess) return 1;
+  for (int r = 0; r < nranks; r++)
+    for (int i = 0; i < 1000; i++)
+      if (g[r * 1000 + i] != r * 100000 + i) return 1;
+  int to = (rank + 1) % nranks, fr = (rank + nranks - 1) % nranks;
+  if (ncclGroupStart() != ncclSuccess ||
+      ncclSend(mine, 1000, ncclInt32, to, c, NULL) != ncclSuccess ||
+      ncclRecv(from, 1000, ncclInt32, fr, c, NULL) != ncclSuccess ||
+      ncclGroupEnd() != ncclSuccess)
+    return 1;
+  for (int i = 0; i < 1000; i++)
+    if (from[i] != fr * 100000 + i) return 1;
+  free(a);
+  free(g);
+  return 0;
+}
+
+/* All-reduces for `seconds`; 0 when they all passed, 3 at a failure. */
+static int loop_data(ncclComm_t c, int rank, int seconds) {
+  const size_t n = 1 << 20;
+  float *a = malloc(n * sizeof(float));
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int calls = 0;
+  for (;;) {
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (t.tv_sec - t0.tv_sec >= seconds) break;
+    for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+    ncclResult_t res = ncclAllReduce(a, a, n, ncclFloat, ncclSum, c, NULL);
+    if (res != ncclSuccess) {
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      printf("rank %d: call %d failed after %ld s: %s: %s\n", rank, calls,
+             (long)(t.tv_sec - t0.tv_sec), ncclGetErrorString(res), ncclGetLastError(c));
+      fflush(stdout);
+      free(a);
+      return 3;
+    }
+    calls++;
+  }
+  printf("rank %d: %d calls passed\n", rank, calls);
+  free(a);
+  return 0;
+}
+
 static int run_rank(void) {
   int rank = env_int("BRAID_TEST_RANK", -1), nranks = env_int("BRAID_TEST_NRANKS", 0);
   int want_dev = env_int("BRAID_TEST_EXPECT_DEV", -1), node = env_int("BRAID_TEST_NODE", 0);
@@ -82,6 +143,16 @@ static int run_rank(void) {
   if (ncclCommSplit(c, node, rank, &s, NULL) != ncclSuccess) FAILX("split by node");
   if (want_local > 0 && (ncclCommCount(s, &n) != ncclSuccess || n != want_local))
     FAILX("node has %d ranks, want %d", n, want_local);
+  if (check_data(c, rank, nranks) != 0) FAILX("collectives across the nodes");
+  int loop = env_int("BRAID_TEST_LOOP_SECONDS", 0);
+  if (loop > 0) {
+    int rc = loop_data(c, rank, loop);
+    if (rc != 0) {
+      ncclCommAbort(s);
+      ncclCommAbort(c);
+      return rc;
+    }
+  }
   if (ncclCommDestroy(s) != ncclSuccess || ncclCommDestroy(c) != ncclSuccess) FAILX("destroy");
   printf("rank %d of %d: device %d, node %d: ok\n", rank, nranks, dev, node);
   return 0;
