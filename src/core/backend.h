@@ -23,6 +23,7 @@
 
 #include "nccl.h"
 #include "core/enqueue.h"
+#include "core/proxy.h"
 #include "transport/transport.h"
 
 struct ncclComm;
@@ -131,6 +132,21 @@ typedef struct brd_backend_ops {
   /* Makes running and later work of this rank stop at its next wait.
    * Never blocks; any thread. */
   void (*abort)(struct brd_backend *b);
+  /* Port channels (proxy.h), all NULL when port_channels is 0. How the
+   * proxy allocates mirrors for this executor (NULL: plain host memory). */
+  void (*port_mem)(struct brd_backend *b, brd_proxy_mem_t *mem_out);
+  /* This rank's window as the host addresses it (the proxy writes there);
+   * NULL op: the executor's address is the host's. */
+  char *(*window_host)(struct brd_backend *b);
+  /* Hands the proxy to the executor (CUDA: trigger FIFOs holding every
+   * port peer's mirror, brd_proxy_mirror_dev). NULL op: the executor
+   * calls the ports itself. The launching thread. */
+  ncclResult_t (*ports_bind)(struct brd_backend *b, brd_proxy_t *px, int nranks);
+  /* Waits, bounded, until no work of this rank runs (raising the abort at
+   * the deadline), before the proxy that work may need goes. NULL op:
+   * nothing runs once a launch returned. Any thread. */
+  void (*quiesce)(struct brd_backend *b);
+
   /* Device memory b owns, in bytes: the sum of its allocations' sizes
    * (window, cursors, status blocks, snapshots, plans), counted where each
    * is made; what destroy gives back. NULL when the backend allocates no

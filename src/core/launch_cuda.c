@@ -353,13 +353,19 @@ static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_ou
   int me = comm->rank, nsm = 0;
   brd_backend_caps_t caps = {1, 0, 0};
   why[0] = '\0';
-  for (int r = 0; r < comm->nranks; r++) {
-    if (comm->peers[r].host_hash != comm->peers[me].host_hash)
-      return brd_api_not_implemented("collectives across hosts in CUDA mode (no "
-                                     "network transport yet)");
+  int remote = 0;
+  for (int r = 0; r < comm->nranks; r++)
+    remote |= comm->peers[r].host_hash != comm->peers[me].host_hash;
+  if (remote) {
+    /* Ranks on other hosts are reached over port channels (proxy.h), whose
+     * windows are host memory: no GPU peer-to-peer, and nothing to warn. */
+    caps.p2p_ok = 0;
+    INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NET, "rank %d: the communicator spans hosts; channels "
+         "use host memory, port channels to the other hosts", me);
+  } else {
+    caps.p2p_ok = brd_transport_choose(comm->peers, comm->nranks, me, BRD_TRANSPORT_MEM_GPU,
+                                       why, nwhy) != NULL;
   }
-  caps.p2p_ok = brd_transport_choose(comm->peers, comm->nranks, me, BRD_TRANSPORT_MEM_GPU,
-                                     why, nwhy) != NULL;
   CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, comm->cuda_dev),
             "cudaDeviceGetAttribute(multiProcessorCount)", res, out);
   int share = brd_comm_ranks_per_device(comm);
@@ -923,7 +929,90 @@ static ncclResult_t cuda_run_local(struct ncclComm *comm, brd_backend_launch_t *
   return ncclSuccess;
 }
 
+/* ---- port channels (proxy.h) ------------------------------------------------ */
+
+/* Mirrors the kernels write: mapped, portable host memory. */
+static ncclResult_t mirror_alloc(void *ctx, size_t bytes, void **host_out, char **dev_out) {
+  (void)ctx;
+  void *h = NULL;
+  char *d = NULL;
+  cudaError_t e = cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    WARN("CUDA: cudaHostAlloc of a port channel's mirror (%zu bytes) failed: %s (%d)", bytes,
+         cudaGetErrorString(e), (int)e);
+    return ncclUnhandledCudaError;
+  }
+  memset(h, 0, bytes);
+  e = cudaHostGetDevicePointer((void **)&d, h, 0);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaFreeHost(h);
+    WARN("CUDA: cudaHostGetDevicePointer of a port channel's mirror failed: %s (%d)",
+         cudaGetErrorString(e), (int)e);
+    return ncclUnhandledCudaError;
+  }
+  *host_out = h;
+  *dev_out = d;
+  return ncclSuccess;
+}
+
+static void mirror_free(void *ctx, void *host) {
+  (void)ctx;
+  if (cudaFreeHost(host) != cudaSuccess) (void)cudaGetLastError();
+}
+
+static void cuda_port_mem(struct brd_backend *rt, brd_proxy_mem_t *mem) {
+  (void)rt;
+  mem->ctx = NULL;
+  mem->alloc = mirror_alloc;
+  mem->free = mirror_free;
+}
+
+/* Port peers exist only when some pair has no GPU peer-to-peer, so the
+ * windows are host memory, which the proxy writes directly. */
+static char *cuda_window_host(struct brd_backend *rt) {
+  return rt->host_memory ? (char *)rt->self.ptr : NULL;
+}
+
+/* Both statuses (collectives, point-to-point) get a trigger FIFO the
+ * proxy drains. */
+static ncclResult_t cuda_ports_bind(struct brd_backend *rt, brd_proxy_t *px, int n) {
+  ncclResult_t res = ncclSuccess;
+  int saved = -1;
+  if (!rt->host_memory) {
+    WARN("rank %d: port channels need host-memory windows", rt->rank);
+    return ncclInternalError;
+  }
+  uint64_t *mirror = calloc((size_t)n, sizeof(*mirror));
+  if (mirror == NULL) {
+    WARN("out of host memory for the port table of %d ranks", n);
+    return ncclSystemError;
+  }
+  for (int r = 0; r < n; r++) mirror[r] = (uint64_t)(uintptr_t)brd_proxy_mirror_dev(px, r);
+  if (cudaGetDevice(&saved) != cudaSuccess) {
+    (void)cudaGetLastError();
+    saved = -1;
+  }
+  brd_exec_cuda_status_t *sts[2] = {rt->st_coll, rt->st_p2p};
+  CUDA_CHECK_GOTO(cudaSetDevice(rt->dev), "cudaSetDevice to the communicator's GPU", res, out);
+  for (int i = 0; i < 2; i++) {
+    brd_exec_fifo_t *fifo;
+    CHECK_GOTO(brd_exec_cuda_status_ports(sts[i], n, mirror, &fifo), res, out);
+    CHECK_GOTO(brd_proxy_fifo_add(px, fifo), res, out);
+  }
+out:
+  if (saved >= 0 && saved != rt->dev && cudaSetDevice(saved) != cudaSuccess)
+    (void)cudaGetLastError();
+  free(mirror);
+  return res;
+}
+
+static void cuda_quiesce(struct brd_backend *rt) { (void)wait_idle(rt); }
+
 #define CUDA_OPS_RUN                                                                     \
+  .port_mem = cuda_port_mem, .window_host = cuda_window_host,                            \
+  .ports_bind = cuda_ports_bind, .quiesce = cuda_quiesce,                                \
   .window_create = cuda_window_create, .window_import = cuda_window_import,              \
   .window_seal = cuda_window_seal, .begin = cuda_begin, .run_local = cuda_run_local,     \
   .order = cuda_order, .run_works = cuda_run_works, .end = cuda_end, .poll = cuda_poll,  \
@@ -946,6 +1035,7 @@ const brd_backend_ops_t brd_backend_cuda = {
     .device_seq = 1,
     .scalar_on_device = 1,
     .reg_needs_p2p = 1,
+    .port_channels = 1, /* kernels post triggers to the proxy's FIFOs */
     /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 1 MiB, 8 from 16 MiB. */
     .nb_sizes = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, 0},
     .p2p_round_ops = 48, /* BRD_EXEC_CUDA_INLINE_SEGS: segments ride in the kernel's parameters */

@@ -61,7 +61,8 @@ typedef struct send_slot {
 } send_slot_t;
 
 typedef struct port {
-  brd_exec_port_t ex;     /* first: the executor's view */
+  brd_exec_port_t ex;     /* first: the host executor's view (mirror: host) */
+  char *mirror_dev;       /* the mirror as the CUDA executor addresses it */
   struct brd_proxy *px;
   int peer;
   void *listen_comm, *send_comm, *recv_comm; /* the net's */
@@ -81,8 +82,23 @@ typedef struct port {
   int64_t send_broken_ns; /* when a send failed (0: none) */
 } port_t;
 
+/* The trigger a FIFO's drain is in the middle of. */
+typedef struct fifo_cursor {
+  int active;
+  int peer, kind;
+  size_t off, len;
+  uint64_t val[3];   /* a SEM trigger's words */
+} fifo_cursor_t;
+
+#define MAX_FIFOS 4
+
 struct brd_proxy {
   struct ncclComm *comm;  /* borrowed */
+  brd_proxy_mem_t mem;    /* how mirrors are allocated */
+  brd_exec_fifo_t *fifos[MAX_FIFOS]; /* borrowed: the CUDA executor's */
+  fifo_cursor_t fifo_cur[MAX_FIFOS];
+  _Atomic int nfifos;
+  int first;              /* the first port peer */
   const brd_net_ops_t *net;
   void *ctx;              /* the net's, from init */
   int dev;
@@ -190,20 +206,15 @@ static ncclResult_t slot_wait(port_t *pt, size_t need, send_slot_t **s_out) {
   }
 }
 
-/* brd_exec_port_t.put: records of at most a slot each. */
-static int port_put(brd_exec_port_t *ex, size_t off, size_t len, int kind) {
-  port_t *pt = (port_t *)ex;
-  ncclResult_t res = ncclSuccess;
-  int rk = kind == BRD_EXEC_PUT_LL ? REC_LL : kind == BRD_EXEC_PUT_SEM ? REC_SEM : REC_DATA;
+/* Appends [off, off + len) of the mirror as records of at most a slot
+ * each, advancing *off and *len. wait: block for free slots (executor
+ * threads); else return as soon as none is free (the proxy thread, which
+ * frees them). pt->mu held. */
+static ncclResult_t append_range(port_t *pt, size_t *off, size_t *len, int rk, int wait,
+                                 const char *src) {
   const size_t max_piece = SLOT_BYTES - sizeof(rec_hdr_t);
-  /* A peer that said it is done reads nothing more: late writes (credits
-   * it never waits for) go nowhere. */
-  if (__atomic_load_n(&pt->bye_seen, __ATOMIC_ACQUIRE) &&
-      __atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE))
-    return ncclSuccess;
-  pthread_mutex_lock(&pt->mu);
-  while (res == ncclSuccess && len > 0) {
-    size_t piece = len < max_piece ? len : max_piece;
+  while (*len > 0) {
+    size_t piece = *len < max_piece ? *len : max_piece;
     send_slot_t *s;
     /* Big data fills what is left of the open slot rather than wait for
      * a whole one; semaphores are never split. */
@@ -214,14 +225,83 @@ static int port_put(brd_exec_port_t *ex, size_t off, size_t len, int kind) {
         if (room < piece) piece = room;
       }
     }
-    res = slot_wait(pt, sizeof(rec_hdr_t) + ((piece + 7) & ~(size_t)7), &s);
-    if (res != ncclSuccess || s == NULL) break;
-    rec_append(pt, s, off, piece, rk, pt->ex.mirror + off);
-    off += piece;
-    len -= piece;
+    size_t need = sizeof(rec_hdr_t) + ((piece + 7) & ~(size_t)7);
+    if (wait) {
+      CHECK(slot_wait(pt, need, &s));
+      if (s == NULL) { /* the peer is done: drop */
+        *len = 0;
+        return ncclSuccess;
+      }
+    } else if ((s = open_slot(pt, need)) == NULL) {
+      return ncclSuccess;
+    }
+    rec_append(pt, s, *off, piece, rk, src != NULL ? src : pt->ex.mirror + *off);
+    *off += piece;
+    *len -= piece;
   }
+  return ncclSuccess;
+}
+
+static int rec_kind(int kind) {
+  return kind == BRD_EXEC_PUT_LL ? REC_LL : kind == BRD_EXEC_PUT_SEM ? REC_SEM : REC_DATA;
+}
+
+/* A peer that said it is done reads nothing more: late writes (credits it
+ * never waits for) go nowhere. */
+static int port_gone(const port_t *pt) {
+  return __atomic_load_n(&pt->bye_seen, __ATOMIC_ACQUIRE) &&
+         __atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE);
+}
+
+/* brd_exec_port_t.put. */
+static int port_put(brd_exec_port_t *ex, size_t off, size_t len, int kind) {
+  port_t *pt = (port_t *)ex;
+  if (port_gone(pt)) return ncclSuccess;
+  pthread_mutex_lock(&pt->mu);
+  ncclResult_t res = append_range(pt, &off, &len, rec_kind(kind), 1, NULL);
   pthread_mutex_unlock(&pt->mu);
   return (int)res;
+}
+
+/* The proxy thread: takes what the CUDA executor posted to fifo, in slot
+ * order, as far as send slots allow (the entry being taken keeps its
+ * progress in px->fifo_cur). Returns 1 when something was taken. */
+static int fifo_drain(brd_proxy_t *px, int fi) {
+  brd_exec_fifo_t *f = px->fifos[fi];
+  fifo_cursor_t *cur = &px->fifo_cur[fi];
+  int busy = 0;
+  for (;;) {
+    uint64_t tail = f->tail;
+    brd_exec_trigger_t *e = &f->ring[tail % BRD_EXEC_FIFO_ENTRIES];
+    if (!cur->active) {
+      if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != tail + 1) return busy;
+      cur->active = 1;
+      cur->off = (size_t)__atomic_load_n(&e->off, __ATOMIC_RELAXED);
+      cur->len = (size_t)__atomic_load_n(&e->len, __ATOMIC_RELAXED);
+      cur->peer = (int)__atomic_load_n(&e->peer, __ATOMIC_RELAXED);
+      cur->kind = (int)__atomic_load_n(&e->kind, __ATOMIC_RELAXED);
+      for (int i = 0; i < 3; i++) cur->val[i] = __atomic_load_n(&e->val[i], __ATOMIC_RELAXED);
+      if (cur->peer < 0 || cur->peer >= px->nranks || px->ports[cur->peer] == NULL ||
+          cur->off > px->bytes || cur->len > px->bytes - cur->off ||
+          (cur->kind == BRD_EXEC_PUT_SEM && cur->len > sizeof(cur->val))) {
+        proxy_fail(px, px->ports[cur->peer >= 0 && cur->peer < px->nranks &&
+                                         px->ports[cur->peer] != NULL ? cur->peer : px->first],
+                   ncclInternalError, "a trigger outside every port's window", -1);
+        return busy;
+      }
+    }
+    port_t *pt = px->ports[cur->peer];
+    if (!port_gone(pt)) {
+      pthread_mutex_lock(&pt->mu);
+      (void)append_range(pt, &cur->off, &cur->len, rec_kind(cur->kind), 0,
+                         cur->kind == BRD_EXEC_PUT_SEM ? (const char *)cur->val : NULL);
+      pthread_mutex_unlock(&pt->mu);
+      if (cur->len > 0) return busy; /* no free slot: after the next sends */
+    }
+    cur->active = 0;
+    __atomic_store_n(&f->tail, tail + 1, __ATOMIC_RELEASE);
+    busy = 1;
+  }
 }
 
 /* Lays one received message (bytes of records) into this rank's window. */
@@ -372,6 +452,9 @@ static void *proxy_main(void *arg) {
   uint32_t idle = 0;
   while (!atomic_load(&px->stop)) {
     int busy = 0;
+    int nf = atomic_load(&px->nfifos);
+    for (int f = 0; f < nf && !__atomic_load_n(&px->failed, __ATOMIC_ACQUIRE); f++)
+      busy |= fifo_drain(px, f);
     for (int r = 0; r < px->nranks; r++)
       if (px->ports[r] != NULL) busy |= port_progress(px->ports[r]);
     if (busy) {
@@ -450,6 +533,21 @@ static ncclResult_t ports_connect(brd_proxy_t *px) {
   return ncclSuccess;
 }
 
+/* Mirrors of the host executor: plain zeroed memory. */
+static ncclResult_t host_alloc(void *ctx, size_t bytes, void **host_out, char **dev_out) {
+  (void)ctx;
+  void *p = calloc(1, bytes);
+  if (p == NULL) return ncclSystemError;
+  *host_out = p;
+  *dev_out = p;
+  return ncclSuccess;
+}
+
+static void host_free(void *ctx, void *host) {
+  (void)ctx;
+  free(host);
+}
+
 static void port_free(brd_proxy_t *px, port_t *pt) {
   const brd_net_ops_t *net = px->net;
   if (pt->send_mh != NULL) net->deregMr(pt->send_comm, pt->send_mh);
@@ -459,7 +557,7 @@ static void port_free(brd_proxy_t *px, port_t *pt) {
   if (pt->listen_comm != NULL) net->closeListen(pt->listen_comm);
   pthread_cond_destroy(&pt->cv);
   pthread_mutex_destroy(&pt->mu);
-  free(pt->ex.mirror);
+  if (pt->ex.mirror != NULL) px->mem.free(px->mem.ctx, pt->ex.mirror);
   free(pt->sbuf);
   free(pt->rbuf);
   free(pt);
@@ -475,7 +573,9 @@ static ncclResult_t port_alloc(brd_proxy_t *px, int peer, port_t **pt_out) {
   pt->ex.put = port_put;
   pt->ex.bytes = px->bytes;
   pt->ex.failed = &px->failed;
-  pt->ex.mirror = calloc(1, px->bytes);
+  void *host = NULL;
+  if (px->mem.alloc(px->mem.ctx, px->bytes, &host, &pt->mirror_dev) == ncclSuccess)
+    pt->ex.mirror = host;
   pt->sbuf = malloc(NSEND * SLOT_BYTES);
   pt->rbuf = malloc(NRECV * SLOT_BYTES);
   if (pt->ex.mirror == NULL || pt->sbuf == NULL || pt->rbuf == NULL) {
@@ -509,7 +609,8 @@ ncclResult_t brd_proxy_check(struct ncclComm *comm, const uint8_t *port) {
 
 /* See proxy.h. */
 ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *own,
-                              size_t bytes, brd_proxy_t **proxy_out) {
+                              size_t bytes, const brd_proxy_mem_t *mem,
+                              brd_proxy_t **proxy_out) {
   ncclResult_t res = ncclSuccess;
   char why[512] = "";
   int nports = 0;
@@ -526,6 +627,9 @@ ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *
   }
   px->comm = comm;
   px->culprit = -1;
+  px->mem = mem != NULL ? *mem : (brd_proxy_mem_t){NULL, host_alloc, host_free};
+  for (int r = comm->nranks - 1; r >= 0; r--)
+    if (port[r]) px->first = r;
   px->net = net;
   px->own = own;
   px->bytes = bytes;
@@ -558,6 +662,23 @@ ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *
 fail:
   brd_proxy_destroy(px);
   return res;
+}
+
+/* See proxy.h. */
+char *brd_proxy_mirror_dev(brd_proxy_t *p, int peer) {
+  return p != NULL && p->ports[peer] != NULL ? p->ports[peer]->mirror_dev : NULL;
+}
+
+/* See proxy.h. */
+ncclResult_t brd_proxy_fifo_add(brd_proxy_t *p, brd_exec_fifo_t *fifo) {
+  int n = atomic_load(&p->nfifos);
+  if (n >= MAX_FIFOS) {
+    WARN("rank %d: the proxy drains at most %d trigger FIFOs", p->comm->rank, MAX_FIFOS);
+    return ncclInternalError;
+  }
+  p->fifos[n] = fifo;
+  atomic_store(&p->nfifos, n + 1); /* published after the pointer */
+  return ncclSuccess;
 }
 
 /* See proxy.h. */

@@ -28,6 +28,15 @@
 struct ncclComm;
 typedef struct brd_proxy brd_proxy_t;
 
+/* How the proxy allocates the mirrors: zeroed memory the proxy reads and
+ * writes at *host_out and the executor addresses at *dev_out (the same
+ * for the host executor; mapped host memory for the CUDA executor). */
+typedef struct brd_proxy_mem {
+  void *ctx;
+  ncclResult_t (*alloc)(void *ctx, size_t bytes, void **host_out, char **dev_out);
+  void (*free)(void *ctx, void *host);
+} brd_proxy_mem_t;
+
 /* ncclSuccess when no port[r] (nranks entries) is set or the process has
  * a usable net; else ncclInvalidUsage with a WARN naming the ranks and
  * what to change. Local (it never waits on peers), so every rank of a
@@ -39,14 +48,25 @@ ncclResult_t brd_proxy_check(struct ncclComm *comm, const uint8_t *port);
  * handles exchanged over the bootstrap; gives each such peer a zeroed
  * mirror of `bytes` (every window has that size); starts the progress
  * thread, which applies what peers put into `own` (this rank's window,
- * `bytes` long, borrowed until destroy). port must be symmetric across
+ * `bytes` long, borrowed until destroy; its host address); mem says how
+ * mirrors are allocated (NULL: calloc). port must be symmetric across
  * ranks (port[r] on rank q iff port[q] on rank r). Collective over the
  * ranks with ports to this one; blocks up to BRAID_BOOTSTRAP_TIMEOUT or
  * the comm's abort. ncclInvalidUsage (WARN) when no net is usable,
  * ncclRemoteError when a peer cannot be reached, ncclSystemError when out
  * of memory. The launching thread. */
 ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *own,
-                              size_t bytes, brd_proxy_t **proxy_out);
+                              size_t bytes, const brd_proxy_mem_t *mem,
+                              brd_proxy_t **proxy_out);
+
+/* Peer's mirror as the executor addresses it (mem's dev), or NULL for a
+ * memory channel. Any thread. */
+char *brd_proxy_mirror_dev(brd_proxy_t *p, int peer);
+
+/* The progress thread also drains fifo (the CUDA executor's triggers,
+ * device/exec.h; host view), from now until destroy; fifo must outlive
+ * the proxy. At most 4. The launching thread. */
+ncclResult_t brd_proxy_fifo_add(brd_proxy_t *p, brd_exec_fifo_t *fifo);
 
 /* Peer's port, or NULL when the channel to peer is a memory channel.
  * Owned by the proxy. Any thread. */

@@ -188,12 +188,16 @@ static ncclResult_t window_exchange(struct ncclComm *comm, struct brd_rt *rt) {
     CHECK(rt->be->window_import(rt->bk, r, &rt->win[r].handle, &rt->base[r]));
   }
   if (rt->nports > 0) {
-    CHECK(brd_proxy_create(comm, rt->port, rt->base[me], window_bytes(&rt->win[me]),
-                           &rt->proxy));
+    brd_proxy_mem_t mem = {NULL, NULL, NULL};
+    if (rt->be->port_mem != NULL) rt->be->port_mem(rt->bk, &mem);
+    char *own = rt->be->window_host != NULL ? rt->be->window_host(rt->bk) : rt->base[me];
+    CHECK(brd_proxy_create(comm, rt->port, own, window_bytes(&rt->win[me]),
+                           mem.alloc != NULL ? &mem : NULL, &rt->proxy));
     for (int r = 0; r < n; r++) {
       rt->ports[r] = brd_proxy_port(rt->proxy, r);
-      if (rt->ports[r] != NULL) rt->base[r] = rt->ports[r]->mirror;
+      if (rt->ports[r] != NULL) rt->base[r] = brd_proxy_mirror_dev(rt->proxy, r);
     }
+    if (rt->be->ports_bind != NULL) CHECK(rt->be->ports_bind(rt->bk, rt->proxy, n));
   }
   /* Every rank has mapped every window: names may go. */
   return brd_boot_barrier(comm->boot);
@@ -306,7 +310,9 @@ fail:
 /* See window.h. */
 void brd_window_disconnect(struct brd_rt *rt) {
   struct brd_backend *bk = __atomic_exchange_n(&rt->bk, NULL, __ATOMIC_ACQ_REL);
-  /* The proxy writes into this rank's window: it goes before the window. */
+  /* The proxy writes into this rank's window: it goes before the window,
+   * once no work that may need it runs. */
+  if (rt->proxy != NULL && bk != NULL && rt->be->quiesce != NULL) rt->be->quiesce(bk);
   brd_proxy_destroy(rt->proxy);
   rt->proxy = NULL;
   /* The backend next: it waits for the executor to leave the windows and

@@ -255,7 +255,48 @@ __device__ __noinline__ bool run_wait(const ctx_t &c, pos_t w,
   return true;
 }
 
-__device__ __noinline__ void run_signal(const ctx_t &c, pos_t w,
+/* ---- port channels (thread 0 only; device/exec.h) ------------------------ */
+
+/* Is channel `chan` of this rank a port channel? */
+__device__ __forceinline__ bool is_port(const ctx_t &c, unsigned chan) {
+  return chan != BRD_IR_CHAN_LOCAL &&
+         brd_ir_plan_chan(c.a->plan, c.a->rank, (int)chan)->type == BRD_IR_CHAN_PORT;
+}
+
+/* Posts "ship [addr, addr + len) of the mirror of chan's peer" to the
+ * proxy: reserves a slot, waits while the FIFO is full, writes the entry
+ * and, after a system-scope fence (which also orders the block's writes
+ * to the mirror, made visible to thread 0 by the op's __syncthreads),
+ * its seq. false: the wait timed out (reported) or was told to leave. */
+__device__ __noinline__ bool port_post(const ctx_t &c, pos_t w, unsigned chan,
+                                       const void *addr, uint64_t len, uint32_t kind) {
+  brd_exec_fifo_t *f = c.a->state->fifo;
+  int peer = brd_ir_plan_chan(c.a->plan, c.a->rank, (int)chan)->peer;
+  uint64_t base = ld_volatile_u64(&f->mirror[peer]);
+  unsigned long long slot = atomicAdd(&c.a->state->port_head, 1ull);
+  spin_t s = {0, 0};
+  uint64_t tail;
+  while (slot - (tail = ld_volatile_u64(&f->tail)) >= BRD_EXEC_FIFO_ENTRIES) {
+    int r = spin_step(c, s);
+    if (r == SPIN_TIMEOUT) {
+      report_hang(c, w, BRD_EXEC_WAIT_PORT, peer, -1, slot, tail);
+      return false;
+    }
+    if (r == SPIN_LEAVE) return false;
+  }
+  brd_exec_trigger_t *e = &f->ring[slot % BRD_EXEC_FIFO_ENTRIES];
+  if (kind == BRD_EXEC_PUT_SEM)
+    for (uint64_t i = 0; i < len / 8 && i < 3; i++)
+      st_volatile_u64(&e->val[i], ld_volatile_u64((const uint64_t *)addr + i));
+  st_volatile_u64(&e->off, (uint64_t)((const char *)addr - (const char *)(uintptr_t)base));
+  st_volatile_u64(&e->len, len);
+  st_volatile_u64((uint64_t *)&e->peer, (uint64_t)(uint32_t)peer | ((uint64_t)kind << 32));
+  __threadfence_system();
+  st_volatile_u64(&e->seq, slot + 1);
+  return true;
+}
+
+__device__ __noinline__ bool run_signal(const ctx_t &c, pos_t w,
                                         const brd_ir_op_t *op) {
   uint64_t value = brd_ir_sem_value(&c.v, op->ref[0].chan, w.iter, op->k);
   uint64_t *sem = c.chans[op->ref[0].chan].peer_sems + op->ref[0].index;
@@ -264,6 +305,9 @@ __device__ __noinline__ void run_signal(const ctx_t &c, pos_t w,
    * before the semaphore moves. */
   __threadfence_system();
   st_release_sys(sem, value);
+  if (is_port(c, op->ref[0].chan))
+    return port_post(c, w, op->ref[0].chan, sem, sizeof(*sem), BRD_EXEC_PUT_SEM);
+  return true;
 }
 
 /* Barrier number `seen` among the rank's blocks. */
@@ -303,7 +347,7 @@ __device__ __noinline__ bool run_barrier(const ctx_t &c, pos_t w, uint32_t seen)
  * so a reader never takes words of one launch under the tag of another.
  * The stride is the launch's, already normalised (0 -> count) as the host
  * executor publishes it. */
-__device__ __noinline__ void xchg_publish(const ctx_t &c) {
+__device__ __noinline__ bool xchg_publish(const ctx_t &c) {
   const kargs_t &a = *c.a;
   uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
   for (uint32_t ch = 0; ch < nch; ch++) {
@@ -314,7 +358,11 @@ __device__ __noinline__ void xchg_publish(const ctx_t &c) {
     st_volatile_u64(s + 1, (uint64_t)(uintptr_t)c.chans[ch].xchg_output);
     st_volatile_u64(s + 2, a.out_stride);
     st_release_sys(s, c.v.epoch + 1);
+    pos_t w = {0, -1};
+    if (is_port(c, ch) && !port_post(c, w, ch, s, 3 * sizeof(*s), BRD_EXEC_PUT_SEM))
+      return false;
   }
+  return true;
 }
 
 /* Every channel peer's output for this launch into c.xout / c.xstride,
@@ -710,6 +758,24 @@ __device__ __forceinline__ char *ref_addr(const ctx_t &c, uint64_t iter,
                            iter, index % c.v.layout.nchunks);
 }
 
+/* Thread 0, after a data op: every chunk it wrote through a port channel
+ * to the proxy (LL chunks as whole packets). */
+__device__ __noinline__ bool post_data(const ctx_t &c, pos_t w, const brd_ir_op_t *op) {
+  for (int d = op->nsrc; d < op->nsrc + op->ndst; d++) {
+    if (!is_port(c, op->ref[d].chan)) continue;
+    bool ll = (op->ref[d].buf & BRD_IR_REF_LL) != 0;
+    for (uint32_t t = 0; t < op->nchunks; t++) {
+      uint64_t nbytes = brd_ir_op_chunk_len(&c.v, op, w.iter, t) * c.a->layout.esize;
+      if (nbytes == 0) continue;
+      if (!port_post(c, w, op->ref[d].chan, ref_addr(c, w.iter, op->ref[d], t),
+                     ll ? (nbytes + 3) / 4 * 8 : nbytes,
+                     ll ? BRD_EXEC_PUT_LL : BRD_EXEC_PUT_DATA))
+        return false;
+    }
+  }
+  return true;
+}
+
 /* A data op (COPY .. PKT_REDUCE): every thread of the block. Out of line,
  * so the op loop and the data path are register-allocated apart. */
 template <int DT, int FN>
@@ -815,8 +881,8 @@ exec_kernel(const __grid_constant__ kargs_t a) {
      * are resident). A failed resolve leaves like a failed op. */
     bool ok = true;
     if (threadIdx.x == 0) {
-      if (blockIdx.x == 0) xchg_publish(s_ctx);
-      ok = xchg_resolve(s_ctx);
+      if (blockIdx.x == 0) ok = xchg_publish(s_ctx);
+      ok = ok && xchg_resolve(s_ctx);
     }
     leave = __syncthreads_or(!ok);
   }
@@ -837,7 +903,7 @@ exec_kernel(const __grid_constant__ kargs_t a) {
       } else if (threadIdx.x == 0) {
         switch (op->code) {
         case BRD_IR_OP_WAIT: ok = run_wait(c, w, op); break;
-        case BRD_IR_OP_SIGNAL: run_signal(c, w, op); break;
+        case BRD_IR_OP_SIGNAL: ok = run_signal(c, w, op); break;
         case BRD_IR_OP_BARRIER: ok = run_barrier(c, w, bar_seen++); break;
         default: break; /* NOP; plan creation rejected every other code */
         }
@@ -845,6 +911,15 @@ exec_kernel(const __grid_constant__ kargs_t a) {
       if (__syncthreads_or(!ok)) {
         leave = true;
         break;
+      }
+      /* Writes through port channels go to the proxy once the whole block
+       * has made them (the __syncthreads_or above). */
+      if (brd_ir_op_is_data(op->code) && a.state->fifo != NULL) {
+        if (threadIdx.x == 0) ok = post_data(c, w, op);
+        if (__syncthreads_or(!ok)) {
+          leave = true;
+          break;
+        }
       }
     }
   }

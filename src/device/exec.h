@@ -23,6 +23,7 @@ enum {
   BRD_EXEC_WAIT_PACKET = 1, /* LL flag in own scratch */
   BRD_EXEC_WAIT_BARRIER = 2,
   BRD_EXEC_WAIT_XCHG = 3,   /* a peer's output exchange slot */
+  BRD_EXEC_WAIT_PORT = 4,   /* a free slot of the port channels' FIFO */
 };
 
 /* Where a launch stopped making progress: the first wait of the rank's
@@ -66,5 +67,37 @@ typedef struct brd_exec_port {
                           * failed (ncclResult_t); read with __atomic
                           * builtins (this header is C++-safe) */
 } brd_exec_port_t;
+
+/* The CUDA executor's side of port channels: kernels cannot call `put`,
+ * so they post the same puts as triggers into a FIFO in mapped host
+ * memory, which the proxy drains in slot order (core/proxy.c). A slot is
+ * reserved with a device-scope atomic on the executor state's head
+ * counter; its entry is written, then, after a system-scope fence, `seq`
+ * becomes slot + 1: the proxy takes the entry once seq says so, and
+ * advances `tail`, which bounds how far heads may run ahead. Entries are
+ * taken in slot order, so a trigger reserved after a barrier (a SIGNAL)
+ * is shipped after every trigger reserved before it (the data). */
+#define BRD_EXEC_FIFO_ENTRIES 1024u
+typedef struct brd_exec_trigger {
+  uint64_t seq;   /* slot + 1 once the entry is complete; written last */
+  uint64_t off;   /* bytes into the peer's window */
+  uint64_t len;
+  uint32_t peer;  /* rank */
+  uint32_t kind;  /* BRD_EXEC_PUT_* */
+  /* A SEM put's words (len <= 24), carried here rather than read from the
+   * mirror when the proxy takes the entry: by then the executor may have
+   * stored a later value there, which would overtake the data put before
+   * it. Data needs no such copy: the peer's slots are reused only after
+   * it has read them, which it does after the semaphore that follows. */
+  uint64_t val[3];
+  uint64_t pad;
+} brd_exec_trigger_t;
+typedef struct brd_exec_fifo {
+  brd_exec_trigger_t ring[BRD_EXEC_FIFO_ENTRIES];
+  uint64_t tail;      /* the next slot the proxy takes (written by the proxy) */
+  uint64_t nranks;
+  uint64_t mirror[1]; /* [nranks] each port peer's mirror as the executor
+                       * addresses it; 0 for memory channels */
+} brd_exec_fifo_t;
 
 #endif /* BRD_DEVICE_EXEC_H */

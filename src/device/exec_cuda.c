@@ -83,8 +83,8 @@ static ncclResult_t plan_check(const brd_ir_plan_t *p) {
       const brd_ir_chan_t *ch = brd_ir_plan_chan(p, r, (int)c);
       if (ch->peer < 0 || ch->peer >= p->nranks || ch->peer == r)
         return bad_plan(r, -1, -1, "channel to an invalid peer");
-      if (ch->type != BRD_IR_CHAN_MEMORY)
-        return bad_plan(r, -1, -1, "channel type other than memory");
+      if (ch->type != BRD_IR_CHAN_MEMORY && ch->type != BRD_IR_CHAN_PORT)
+        return bad_plan(r, -1, -1, "channel type other than memory or port");
     }
     for (int bi = 0; bi < p->nblocks; bi++) {
       const brd_ir_block_t *blk = brd_ir_plan_block(p, r, bi);
@@ -260,6 +260,13 @@ static void hang_warn(const brd_exec_cuda_hang_t *h, double secs) {
          "same collective, or raise BRAID_TIMEOUT",
          h->rank, h->block, secs, h->peer, h->index, (unsigned long long)h->expected,
          (unsigned long long)h->seen, h->peer);
+  } else if (h->what == BRD_EXEC_WAIT_PORT) {
+    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+         "waiting for a free slot of the port channels' trigger FIFO (slot %llu, "
+         "the proxy has taken %llu). The proxy stopped draining it: a peer across "
+         "the net stopped receiving. Check that every rank is alive, or raise "
+         "BRAID_TIMEOUT", h->rank, h->block, h->op, (unsigned long long)h->iter, secs,
+         (unsigned long long)h->expected, (unsigned long long)h->seen);
   } else {
     WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
          "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
@@ -306,6 +313,7 @@ struct brd_exec_cuda_status {
   brd_exec_report_t *host;   /* owned: cudaHostAlloc (mapped) */
   brd_exec_report_t *dev;    /* the device's view of host */
   brd_exec_state_t *state;   /* owned: cudaMalloc */
+  brd_exec_fifo_t *fifo;     /* owned: cudaHostAlloc (mapped); NULL: no ports */
   int reported;     /* the current failure was logged */
 };
 
@@ -393,8 +401,38 @@ fail_free:
 size_t brd_exec_cuda_status_device_bytes(void) { return sizeof(brd_exec_state_t); }
 
 /* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_status_ports(brd_exec_cuda_status_t *st, int nranks,
+                                        const uint64_t *mirror, brd_exec_fifo_t **fifo_out) {
+  ncclResult_t res = ncclSuccess;
+  brd_exec_fifo_t *f = NULL, *fdev = NULL;
+  size_t bytes = offsetof(brd_exec_fifo_t, mirror) + (size_t)nranks * sizeof(uint64_t);
+  if (st->fifo != NULL) {
+    WARN("CUDA executor: the status already has a port FIFO");
+    return ncclInternalError;
+  }
+  CUDA_CHECK_GOTO(cudaHostAlloc((void **)&f, bytes, cudaHostAllocMapped),
+                  "cudaHostAlloc (mapped) for the port channels' trigger FIFO", res, out);
+  memset(f, 0, bytes);
+  f->nranks = (uint64_t)nranks;
+  memcpy(f->mirror, mirror, (size_t)nranks * sizeof(uint64_t));
+  CUDA_CHECK_GOTO(cudaHostGetDevicePointer((void **)&fdev, f, 0),
+                  "cudaHostGetDevicePointer for the trigger FIFO", res, fail_free);
+  CHECK_GOTO(private_copy((char *)st->state + offsetof(brd_exec_state_t, fifo), &fdev,
+                          sizeof(fdev), cudaMemcpyHostToDevice, "publishing the trigger FIFO"),
+             res, fail_free);
+  st->fifo = f;
+  *fifo_out = f;
+  goto out;
+fail_free:
+  cudaFreeHost(f);
+out:
+  return res;
+}
+
+/* See exec_cuda.h. */
 void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st) {
   if (st == NULL) return;
+  if (st->fifo != NULL) cudaFreeHost(st->fifo);
   cudaFree(st->state);
   cudaFreeHost(st->host);
   free(st);
@@ -496,6 +534,13 @@ ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
 
   uint32_t nchans = brd_ir_plan_rank(p, args->rank)->nchans;
   CHECK(args_check(args, p, nchans));
+  for (uint32_t c = 0; c < nchans && args->status->fifo == NULL; c++) {
+    if (brd_ir_plan_chan(p, args->rank, (int)c)->type == BRD_IR_CHAN_PORT) {
+      WARN("CUDA executor: rank %d channel %u is a port channel, and the launch's status "
+           "has no trigger FIFO (brd_exec_cuda_status_ports)", args->rank, c);
+      return ncclInvalidArgument;
+    }
+  }
   brd_plan_layout_t l;
   CHECK(brd_plan_layout_init(p, args->count, args->dtype, args->scratch_bytes, &l));
   if (l.half_bytes % 16 != 0) {

@@ -221,6 +221,15 @@ void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st);
  * cursor), for the owner's memory accounting. Any thread. */
 size_t brd_exec_cuda_status_device_bytes(void);
 
+/* Gives st's launches a trigger FIFO for port channels (device/exec.h):
+ * mapped host memory holding mirror[0 .. nranks) (each port peer's mirror
+ * as the kernels address it, 0 for memory channels), freed with st.
+ * *fifo_out is the host's view, for the proxy to drain. Plans with port
+ * channels run only on a status that has one. Errors from CUDA as
+ * ncclUnhandledCudaError (WARN). The status's owner, no launch running. */
+ncclResult_t brd_exec_cuda_status_ports(brd_exec_cuda_status_t *st, int nranks,
+                                        const uint64_t *mirror, brd_exec_fifo_t **fifo_out);
+
 /* Raises the abort flag: every running or later kernel on this status
  * leaves at its next wait and reports ncclSystemError. Never blocks; any
  * thread (ncclCommAbort's). */

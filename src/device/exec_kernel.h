@@ -49,6 +49,9 @@ typedef struct brd_exec_state {
   unsigned int done;          /* blocks finished (device epochs) */
   unsigned int launches;      /* launches finished (device epochs) */
   unsigned long long cursor;  /* next sequence number (device epochs) */
+  unsigned long long port_head; /* next trigger slot of fifo */
+  brd_exec_fifo_t *fifo;      /* port channels' trigger FIFO (device view of
+                               * mapped host memory); NULL: none */
 } brd_exec_state_t;
 
 /* Everything the executor kernel needs, passed by value (exec.cu:

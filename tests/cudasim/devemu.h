@@ -238,6 +238,10 @@ static inline unsigned int atomicAdd(unsigned int *p, unsigned int v) {
   brd_emu_pend_evict(p);
   return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
+static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+  brd_emu_pend_evict(p);
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
 static inline unsigned int atomicExch(unsigned int *p, unsigned int v) {
   brd_emu_pend_evict(p);
   return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);

@@ -23,6 +23,9 @@
  * device (cudaErrorIllegalAddress), as the kernel would.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -47,6 +50,46 @@ typedef struct sim_kargs {
 } sim_kargs_t;
 
 const char *brd_cudasim_executor(void) { return "exec_sim.c"; }
+
+/* ---- port channels ---------------------------------------------------------- */
+
+/* What exec.cu's port_post does, for the host executor's puts: a trigger
+ * into the status's FIFO, in slot order. */
+typedef struct sim_port {
+  brd_exec_port_t ex;
+  brd_exec_state_t *st;
+  brd_exec_fifo_t *fifo;
+  int peer;
+  _Atomic int *abort_flag;
+  double timeout_s;
+} sim_port_t;
+
+static int sim_port_put(brd_exec_port_t *ex, size_t off, size_t len, int kind) {
+  sim_port_t *p = (sim_port_t *)ex;
+  uint64_t slot = __atomic_fetch_add(&p->st->port_head, 1ull, __ATOMIC_ACQ_REL);
+  double deadline = 0;
+  while (slot - __atomic_load_n(&p->fifo->tail, __ATOMIC_ACQUIRE) >= BRD_EXEC_FIFO_ENTRIES) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    if (deadline == 0) deadline = now + p->timeout_s;
+    if (now > deadline || atomic_load(p->abort_flag)) return ncclRemoteError;
+    sched_yield();
+  }
+  brd_exec_trigger_t *e = &p->fifo->ring[slot % BRD_EXEC_FIFO_ENTRIES];
+  if (kind == BRD_EXEC_PUT_SEM)
+    for (size_t i = 0; i < len / 8 && i < 3; i++)
+      __atomic_store_n(&e->val[i],
+                       __atomic_load_n((const uint64_t *)(p->ex.mirror + off) + i,
+                                       __ATOMIC_RELAXED),
+                       __ATOMIC_RELAXED);
+  __atomic_store_n(&e->off, (uint64_t)off, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->len, (uint64_t)len, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->peer, (uint32_t)p->peer, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->kind, (uint32_t)kind, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->seq, slot + 1, __ATOMIC_RELEASE);
+  return ncclSuccess;
+}
 
 /* ---- the kernels ------------------------------------------------------------ */
 
@@ -190,11 +233,12 @@ static void exec_kernel(void *p) {
   /* A launch after a failure leaves at once (brd_exec_cuda_status_reset). */
   if (__atomic_load_n(&st->stop, __ATOMIC_ACQUIRE) == 0) {
     brd_exec_chan_t *chans = calloc(sk->nchans ? sk->nchans : 1, sizeof(*chans));
+    sim_port_t *ports = calloc(sk->nchans ? sk->nchans : 1, sizeof(*ports));
     brd_exec_run_t *l = malloc(sizeof(*l));
     uint32_t nblocks = a->plan->nblocks;
     pthread_t *th = calloc(nblocks, sizeof(*th));
     block_arg_t *ba = calloc(nblocks, sizeof(*ba));
-    if (chans == NULL || l == NULL || th == NULL || ba == NULL) {
+    if (chans == NULL || ports == NULL || l == NULL || th == NULL || ba == NULL) {
       brd_cudasim_fault(cudaErrorMemoryAllocation, "out of host memory starting a kernel");
       goto out;
     }
@@ -213,6 +257,19 @@ static void exec_kernel(void *p) {
       chans[c].xchg_pub = (_Atomic uint64_t *)src[c].xchg_pub;
       chans[c].xchg_slot = (_Atomic uint64_t *)src[c].xchg_slot;
       chans[c].xchg_output = src[c].xchg_output;
+      const brd_ir_chan_t *ic = brd_ir_plan_chan(a->plan, a->rank, (int)c);
+      if (ic->type == BRD_IR_CHAN_PORT) {
+        brd_exec_fifo_t *f = st->fifo;
+        ports[c].ex.put = sim_port_put;
+        ports[c].ex.mirror = (char *)(uintptr_t)f->mirror[ic->peer];
+        ports[c].ex.bytes = SIZE_MAX / 2; /* the proxy checks the window's bounds */
+        ports[c].st = st;
+        ports[c].fifo = f;
+        ports[c].peer = ic->peer;
+        ports[c].abort_flag = (_Atomic int *)&a->report->abort;
+        ports[c].timeout_s = (double)a->timeout_ns * 1e-9;
+        chans[c].port = &ports[c].ex;
+      }
     }
     brd_exec_args_t ea;
     memset(&ea, 0, sizeof(ea));
@@ -279,6 +336,7 @@ static void exec_kernel(void *p) {
     free(ba);
     free(th);
     free(l);
+    free(ports);
     free(chans);
   }
 
