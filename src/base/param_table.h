@@ -42,6 +42,8 @@ BRD_PARAM(CHECK_POINTERS, "NCCL_CHECK_POINTERS", BRD_PARAM_INT, "0", "check that
 
 /* Bootstrap and network. */
 BRD_PARAM(COMM_ID, "NCCL_COMM_ID", BRD_PARAM_STR, NULL, "host:port of the rendezvous root, replacing the unique id's address")
+BRD_PARAM(TOPO_DUMP_FILE, "NCCL_TOPO_DUMP_FILE", BRD_PARAM_STR, NULL, "write the topology this rank found (hosts, CPU/NUMA, GPU, NICs with their path types) as XML to this file")
+BRD_PARAM(TOPO_DUMP_FILE_RANK, "NCCL_TOPO_DUMP_FILE_RANK", BRD_PARAM_INT, "0", "the rank that writes NCCL_TOPO_DUMP_FILE (NCCL's rule: one rank of the communicator)")
 BRD_PARAM(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", BRD_PARAM_STR, NULL, "interfaces to use: prefixes, ^ to exclude, = for exact names")
 BRD_PARAM(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", BRD_PARAM_STR, NULL, "AF_INET or AF_INET6 to force an address family")
 BRD_PARAM(SOCKET_NTHREADS, "NCCL_SOCKET_NTHREADS", BRD_PARAM_INT, "-2", "socket net: helper threads per connection that move data over NCCL_NSOCKS_PERTHREAD sockets each (at most 16; -2: 2 on AWS, 4 on GCP, else 0, all data on one socket moved by the proxy)")

@@ -131,6 +131,36 @@ static int children_wait(struct ncclComm *comm, int64_t deadline_ns) {
 /* ---------------------------------------------------------------------- */
 /* What every init does after the bootstrap: identities and topology.     */
 
+/* NCCL_TOPO_DUMP_FILE: the rank NCCL_TOPO_DUMP_FILE_RANK (0 unless set;
+ * NCCL's rule, one rank of the communicator) writes what it found about
+ * its host, with every host of the communicator by hash. A failed write is
+ * WARNed and does not fail the init, as a missing dump loses nothing. */
+static void topo_dump(const struct ncclComm *comm) {
+  const char *path = brd_param_str(BRD_P_TOPO_DUMP_FILE);
+  if (path == NULL || path[0] == '\0' || comm->rank != brd_param_int(BRD_P_TOPO_DUMP_FILE_RANK))
+    return;
+  const brd_peer_info_t *p = comm->peers;
+  brd_topo_host_ref_t *hosts = calloc((size_t)comm->nranks, sizeof(*hosts));
+  brd_topo_rank_t *me = calloc(1, sizeof(*me));
+  int nhosts = 0;
+  if (hosts == NULL || me == NULL) {
+    WARN("NCCL_TOPO_DUMP_FILE=%s: out of host memory; no dump written", path);
+    goto out;
+  }
+  for (int r = 0; r < comm->nranks; r++) {
+    int h = 0;
+    while (h < nhosts && hosts[h].hash != p[r].host_hash) h++;
+    if (h == nhosts) hosts[nhosts++] = (brd_topo_host_ref_t){p[r].host_hash, 0, r};
+    hosts[h].nranks++;
+  }
+  brd_topo_rank_discover(p[comm->rank].host_hash,
+                         p[comm->rank].backend == BRD_DEVICE_HOST ? NULL : p[comm->rank].bus_id_str, me);
+  (void)brd_topo_dump_write(path, comm->rank, me, hosts, nhosts);
+out:
+  free(me);
+  free(hosts);
+}
+
 static ncclResult_t topology(struct ncclComm *comm, const char *fn) {
   brd_peer_info_t *p = comm->peers;
   int n = comm->nranks, me = comm->rank;
@@ -188,6 +218,7 @@ static ncclResult_t topology(struct ncclComm *comm, const char *fn) {
   comm->node = node;
   comm->n_nodes = n_nodes;
   comm->cuda_dev = p[me].dev;
+  topo_dump(comm);
   return ncclSuccess;
 }
 

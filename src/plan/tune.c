@@ -43,6 +43,21 @@
  *   CollNetChain AllReduce       2(L-1) intra, 1 inter; S and S
  *   PAT      AllGather/RedScat   clog2(n) inter; v = fS
  *
+ * With NIC counts (inter_nics > 0) the inter term is per node instead:
+ * the bytes leaving one node over inter_nics x inter_bw. Ring, Tree and
+ * CollNetChain cross between nodes once per ring or tree edge, whichever
+ * rank does it, so v_inter above already is a node's egress; a tree on two
+ * nodes is one exchange each way (each node is the root of one of the two
+ * trees), so Tree and NVLSTree AllReduce move S, not 2S, at N = 2 (how
+ * they "go beyond the network bottleneck" at 2 nodes, nvls-ib.md §4.2);
+ * the other patterns send from every rank, so a node moves L x v_inter.
+ * nvls_bw, when set, is the rate NVLS moves S at inside a node.
+ *
+ *   Hierarchical AllReduce (model only: no generator, never chosen):
+ *            2(L-1) intra + 2(N-1) inter hops; v_intra = 2(L-1)S/L
+ *            (reduce-scatter, then all-gather); v_inter = 2(N-1)/N x S/L
+ *            per rank, 2(N-1)/N x S per node (a ring per rank position).
+ *
  * Intra terms vanish on one rank per node, inter terms on one node. Any
  * other (algorithm, collective) pair cannot run. NVLS, NVLSTree, CollNet
  * and PAT move only Simple; NVLS needs multicast, one rank per GPU, no host
@@ -379,8 +394,10 @@ static const char *topo_problem(const brd_tune_topo_t *t) {
   if ((long long)t->nnodes * t->local_nranks < t->nranks)
     return "nodes x ranks per node below the rank count";
   if (!finite_nonneg(t->intra_lat) || !finite_nonneg(t->inter_lat) ||
-      !finite_nonneg(t->intra_bw) || !finite_nonneg(t->inter_bw))
+      !finite_nonneg(t->intra_bw) || !finite_nonneg(t->inter_bw) ||
+      !finite_nonneg(t->nvls_bw))
     return "a negative or non-finite bandwidth or latency";
+  if (t->inter_nics < 0) return "a negative NIC count";
   if (t->local_nranks > 1 && !(t->intra_bw > 0.0f)) return "no intra-node bandwidth";
   if (t->nnodes > 1 && !(t->inter_bw > 0.0f)) return "no inter-node bandwidth";
   return NULL;
@@ -519,6 +536,30 @@ static int algo_shape(const brd_tune_topo_t *t, brd_coll_t coll, brd_algo_t a,
   return 1;
 }
 
+/* The model's time for shape s: vol_inter is one rank's bytes, or with
+ * NIC counts node_inter is the node's (see the NIC paragraph at the top);
+ * nvls: the intra term runs at nvls_bw when that is set. */
+static double shape_time(const brd_tune_topo_t *t, const shape_t *s, double node_inter,
+                         int nvls, double fit, brd_proto_t p) {
+  double rpd = t->ranks_per_device;
+  double wire_intra = 0.0, wire_inter = 0.0;
+  if (s->vol_intra > 0.0) {
+    if (nvls && t->nvls_bw > 0.0f)
+      wire_intra = s->vol_intra * fit / (t->nvls_bw / rpd); /* fit is in nvls_bw */
+    else
+      wire_intra = s->vol_intra / (t->intra_bw / rpd);
+  }
+  if (s->vol_inter > 0.0) {
+    if (t->inter_nics > 0)
+      wire_inter = node_inter / (t->inter_nics * (double)t->inter_bw);
+    else
+      wire_inter = s->vol_inter / (t->inter_bw / rpd);
+  }
+  double wire = wire_intra > wire_inter ? wire_intra : wire_inter;
+  double lat = (s->hops_intra * t->intra_lat + s->hops_inter * t->inter_lat) * proto_step[p];
+  return BASE_US + lat + wire / (1000.0 * proto_eff[p] * fit);
+}
+
 /* The model's time, or -1 when (a, p) cannot run coll here. topo is valid. */
 static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
                    brd_algo_t a, brd_proto_t p) {
@@ -526,12 +567,30 @@ static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
   if (t->nranks == 1) return 0.0;
   if ((algo_protos[a] & BRD_PROTO_BIT(p)) == 0) return -1.0;
   if (!algo_shape(t, coll, a, (double)bytes, &s)) return -1.0;
-  double rpd = t->ranks_per_device;
-  double wire_intra = s.vol_intra > 0.0 ? s.vol_intra / (t->intra_bw / rpd) : 0.0;
-  double wire_inter = s.vol_inter > 0.0 ? s.vol_inter / (t->inter_bw / rpd) : 0.0;
-  double wire = wire_intra > wire_inter ? wire_intra : wire_inter;
-  double lat = (s.hops_intra * t->intra_lat + s.hops_inter * t->inter_lat) * proto_step[p];
-  return BASE_US + lat + wire / (1000.0 * proto_eff[p] * algo_fit[a]);
+  double node = s.vol_inter;
+  if (a == BRD_ALGO_TREE || a == BRD_ALGO_NVLS_TREE) {
+    if (coll == BRD_COLL_ALLREDUCE && t->nnodes == 2) node = (double)bytes;
+    else if (a == BRD_ALGO_NVLS_TREE) node *= t->local_nranks;
+  } else if (a != BRD_ALGO_RING && a != BRD_ALGO_COLLNET_CHAIN) {
+    node *= t->local_nranks;
+  }
+  return shape_time(t, &s, node, a == BRD_ALGO_NVLS || a == BRD_ALGO_NVLS_TREE, algo_fit[a], p);
+}
+
+/* See tune.h. */
+float brd_tune_estimate_hier(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,
+                             brd_proto_t proto) {
+  if (topo == NULL || topo_problem(topo) != NULL || coll != BRD_COLL_ALLREDUCE ||
+      topo->nnodes < 2 || (unsigned)proto >= BRD_PROTO_COUNT)
+    return -1.0f;
+  const double S = (double)bytes, N = topo->nnodes, L = topo->local_nranks;
+  shape_t s;
+  s.hops_intra = 2.0 * (L - 1.0);
+  s.hops_inter = 2.0 * (N - 1.0);
+  s.vol_intra = 2.0 * (L - 1.0) * S / L;
+  /* Per rank S/L around a ring of N; per node L of those. */
+  s.vol_inter = 2.0 * (N - 1.0) / N * S / L;
+  return (float)shape_time(topo, &s, s.vol_inter * L, 0, 1.0, proto);
 }
 
 /* Whether mask lets (a, p) run coll on this topology. */
@@ -557,8 +616,9 @@ float brd_tune_estimate(const brd_tune_topo_t *topo, brd_coll_t coll,
 /* FNV-1a over the fields that shape a table, never 0. */
 static uint64_t table_key(const brd_tune_topo_t *t, brd_coll_t coll) {
   const int ints[] = {t->nranks, t->nnodes, t->local_nranks, t->ranks_per_device,
-                      t->host_mode, t->nvls, t->collnet, t->ll128_ok, (int)coll};
-  const float floats[] = {t->intra_bw, t->intra_lat, t->inter_bw, t->inter_lat};
+                      t->host_mode, t->nvls, t->collnet, t->ll128_ok, (int)coll,
+                      t->inter_nics};
+  const float floats[] = {t->intra_bw, t->intra_lat, t->inter_bw, t->inter_lat, t->nvls_bw};
   uint64_t h = 1469598103934665603ull;
   const unsigned char *b = (const unsigned char *)ints;
   for (size_t i = 0; i < sizeof(ints); i++) h = (h ^ b[i]) * 1099511628211ull;

@@ -107,6 +107,13 @@ typedef struct {
   float intra_lat;         /* us per hop inside a node */
   float inter_bw;          /* GB/s, link between nodes; > 0 when nnodes > 1 */
   float inter_lat;         /* us per hop between nodes */
+  /* NICs per node. 0: inter_bw is one rank's own link and the inter term
+   * counts a rank's bytes (the model before NIC counts). > 0: inter_bw is
+   * one NIC's achievable GB/s and the inter term counts the bytes leaving
+   * a node over all its NICs (tune.c). */
+  int inter_nics;
+  float nvls_bw;           /* GB/s NVLS moves S at inside a node (algbw,
+                              fit included); 0: intra_bw with NVLS's fit */
 } brd_tune_topo_t;
 
 typedef struct {
@@ -160,5 +167,59 @@ ncclResult_t brd_tune_select(const brd_tune_topo_t *topo, brd_coll_t coll,
  * 0 for a single rank. Any thread. */
 float brd_tune_estimate(const brd_tune_topo_t *topo, brd_coll_t coll,
                         size_t bytes, brd_algo_t algo, brd_proto_t proto);
+
+/* The model's time for the hierarchical AllReduce: a reduce-scatter
+ * inside each node, an all-reduce of each rank's 1/L share across the
+ * nodes (one ring per rank position, over that rank's NIC share), an
+ * all-gather inside the node, the three pipelined. Braid has no generator
+ * for it yet, so the tuner never picks it; the simulator prints it beside
+ * the others. -1.0f for another collective, a malformed topology, one
+ * node, or a protocol out of range. Any thread. */
+float brd_tune_estimate_hier(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,
+                             brd_proto_t proto);
+
+/* ---- hardware figures (tune_hw.c) ---------------------------------------- */
+
+/* Every constant the cluster model uses, with where it comes from. */
+typedef enum {
+  BRD_HW_NVLINK4_LINK_BW,    /* GB/s per NVLink 4 link */
+  BRD_HW_H100_NVLINKS,       /* links per H100 SXM */
+  BRD_HW_H100_RING_BUSBW,    /* GB/s ring busbw over NVLink, 8 x H100 */
+  BRD_HW_H100_NVLS_BUSBW,    /* GB/s NVLS busbw, 8 x H100 */
+  BRD_HW_H200_NVLS_BUSBW,    /* GB/s NVLS busbw, 8 x H200 */
+  BRD_HW_PCI_BW,             /* GB/s, PCIe Gen3 x16 */
+  BRD_HW_NIC_EFF,            /* achievable / line rate of one NIC */
+  BRD_HW_LAT_NVLINK,         /* us per hop */
+  BRD_HW_LAT_PCI,            /* us per hop */
+  BRD_HW_LAT_NET,            /* us per hop */
+  BRD_HW_PUB_MULTI_LO,       /* published multi-node busbw range, 8 x H100, 8 x 400G */
+  BRD_HW_PUB_MULTI_HI,
+  BRD_HW_PUB_2NODE_NVLSTREE, /* published 2-node NVLSTree busbw, same layout */
+  BRD_HW_COUNT
+} brd_hw_id_t;
+
+typedef struct {
+  const char *name;          /* "h100.nvlink.ring_busbw" */
+  double value;
+  const char *unit;
+  const char *source;        /* where the figure is published */
+} brd_hw_const_t;
+
+/* The table, indexed by brd_hw_id_t. Static. */
+extern const brd_hw_const_t brd_hw_consts[BRD_HW_COUNT];
+
+typedef enum { BRD_HW_GPU_H100, BRD_HW_GPU_H200, BRD_HW_GPU_PCIE, BRD_HW_GPU_COUNT } brd_hw_gpu_t;
+
+/* "h100", "h200", "pcie" (case-insensitive) into *out; 0 when unknown. */
+int brd_hw_gpu_parse(const char *name, brd_hw_gpu_t *out);
+
+/* A model topology for nodes x gpus_per_node GPUs of one kind (NVLink and
+ * NVSwitch for H100/H200, PCIe otherwise) joined by nics NICs of nic_gbps
+ * Gbit/s per node: intra link, NVLS rate, per-NIC achievable GB/s and
+ * per-hop latencies from brd_hw_consts. Returns ncclInvalidArgument with a
+ * WARN for a count below 1 or a speed <= 0 (nics may be 0 on one node).
+ * Writes *out only on success. Any thread. */
+ncclResult_t brd_hw_topo(brd_hw_gpu_t gpu, int nodes, int gpus_per_node, int nics,
+                         double nic_gbps, brd_tune_topo_t *out);
 
 #endif /* BRD_PLAN_TUNE_H */

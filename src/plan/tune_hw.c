@@ -1,0 +1,104 @@
+/*
+ * Braid: the hardware figures of the cluster cost model, one table with
+ * each figure's source, and the model topology built from them (tune.h).
+ *
+ * Sources are NCCL's code (nccl:path at v2.28.9), NVIDIA's issue threads
+ * (nccl#N, nccl-tests#N) and the notes that collect them (nvls-ib.md,
+ * nccl-2.28.md, section and line). docs/perf/cost-model.md compares the
+ * predictions with the published figures.
+ */
+#include <strings.h>
+
+#include "base/check.h"
+#include "plan/tune.h"
+
+/* See tune.h. */
+const brd_hw_const_t brd_hw_consts[BRD_HW_COUNT] = {
+    [BRD_HW_NVLINK4_LINK_BW] = {"nvlink4.link_bw", 20.6, "GB/s",
+                                "nccl:src/graph/topo.h SM90_NVLINK_BW"},
+    [BRD_HW_H100_NVLINKS] = {"h100.nvlinks", 18, "links",
+                             "H100 SXM has 18 NVLink 4 links (18 x 20.6 = 370.8 GB/s)"},
+    [BRD_HW_H100_RING_BUSBW] = {"h100.ring_busbw", 370, "GB/s",
+                                "nccl#1442 (app-level NVLink bw 370 GB/s per direction), "
+                                "nccl#1455 (ring 365-370); nvls-ib.md 1.6 lines 149-150"},
+    [BRD_HW_H100_NVLS_BUSBW] = {"h100.nvls_busbw_8gpu", 480, "GB/s",
+                                "nccl-tests#212 (NVLS AllReduce ~480 GB/s at >= 1 GiB), "
+                                "nccl#1455; nvls-ib.md 1.6 lines 148-149"},
+    [BRD_HW_H200_NVLS_BUSBW] = {"h200.nvls_busbw_8gpu", 475, "GB/s",
+                                "nccl-tests#272; nvls-ib.md 1.6 line 151"},
+    [BRD_HW_PCI_BW] = {"pcie.gen3x16_bw", 12.0, "GB/s", "nccl:src/graph/topo.h PCI_BW"},
+    [BRD_HW_NIC_EFF] = {"nic.efficiency", 0.94, "ratio",
+                        "46-48 GB/s per 400G NIC through NCCL (nccl-tests#290): 47/50; "
+                        "nvls-ib.md 4.3 lines 410, 419"},
+    [BRD_HW_LAT_NVLINK] = {"lat.nvlink", 0.6, "us/hop",
+                           "nccl:src/graph/tuning.cc hwLat NVLink Ring LL; nccl-2.28.md cost "
+                           "model table"},
+    [BRD_HW_LAT_PCI] = {"lat.pci", 1.0, "us/hop",
+                        "nccl:src/graph/tuning.cc hwLat PCI Ring LL; nccl-2.28.md"},
+    [BRD_HW_LAT_NET] = {"lat.net", 2.7, "us/hop",
+                        "nccl:src/graph/tuning.cc hwLat NET Ring LL (x5 for Simple = 13.5 vs "
+                        "NCCL's 14); nccl-2.28.md, nvls-ib.md 4.1 line 374"},
+    [BRD_HW_PUB_MULTI_LO] = {"pub.h100x8_8x400g.busbw_lo", 350, "GB/s",
+                             "nccl-tests#283 (~350 typical, 248 nodes x 8 H200); "
+                             "nvls-ib.md 4.3 lines 414, 419"},
+    [BRD_HW_PUB_MULTI_HI] = {"pub.h100x8_8x400g.busbw_hi", 385, "GB/s",
+                             "flat NIC ceiling 8 x 46-48 = 370-385 GB/s; nvls-ib.md 4.3 "
+                             "line 419"},
+    [BRD_HW_PUB_2NODE_NVLSTREE] = {"pub.h100x8_8x400g.2node_nvlstree", 470, "GB/s",
+                                   "nccl#2409 citing nccl-tests#309 (~470 expected), "
+                                   "nccl#1221 (430); nvls-ib.md 4.3 lines 411-412"},
+};
+
+static const char *const gpu_names[BRD_HW_GPU_COUNT] = {
+    [BRD_HW_GPU_H100] = "h100", [BRD_HW_GPU_H200] = "h200", [BRD_HW_GPU_PCIE] = "pcie"};
+
+/* See tune.h. */
+int brd_hw_gpu_parse(const char *name, brd_hw_gpu_t *out) {
+  for (int g = 0; name != NULL && g < BRD_HW_GPU_COUNT; g++) {
+    if (strcasecmp(name, gpu_names[g]) == 0) {
+      *out = (brd_hw_gpu_t)g;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+#define HW(id) (brd_hw_consts[id].value)
+
+/* See tune.h. */
+ncclResult_t brd_hw_topo(brd_hw_gpu_t gpu, int nodes, int gpus_per_node, int nics,
+                         double nic_gbps, brd_tune_topo_t *out) {
+  if (nodes < 1 || gpus_per_node < 1 || (unsigned)gpu >= BRD_HW_GPU_COUNT ||
+      (nodes > 1 && (nics < 1 || !(nic_gbps > 0.0)))) {
+    WARN("cluster model: %d nodes of %d GPUs with %d NICs of %.0f Gbit/s is not a "
+         "topology; give at least one node and GPU, and NICs with a positive speed "
+         "when there are several nodes", nodes, gpus_per_node, nics, nic_gbps);
+    return ncclInvalidArgument;
+  }
+  brd_tune_topo_t t = {0};
+  int L = gpus_per_node;
+  t.nranks = nodes * L;
+  t.nnodes = nodes;
+  t.local_nranks = L;
+  t.ranks_per_device = 1;
+  t.ll128_ok = gpu != BRD_HW_GPU_PCIE; /* NCCL: LL128 on NVLink paths only */
+  if (gpu == BRD_HW_GPU_PCIE) {
+    t.intra_bw = (float)HW(BRD_HW_PCI_BW);
+    t.intra_lat = (float)HW(BRD_HW_LAT_PCI);
+  } else {
+    /* Ring busbw over NVLink is what one GPU's links carry per direction. */
+    t.intra_bw = (float)HW(BRD_HW_H100_RING_BUSBW);
+    t.intra_lat = (float)HW(BRD_HW_LAT_NVLINK);
+    t.nvls = L > 1;
+    /* The published NVLS busbw is for 8 GPUs: algbw = busbw x 8 / 14. */
+    double busbw = HW(gpu == BRD_HW_GPU_H200 ? BRD_HW_H200_NVLS_BUSBW : BRD_HW_H100_NVLS_BUSBW);
+    t.nvls_bw = (float)(busbw * 8.0 / 14.0);
+  }
+  if (nodes > 1) {
+    t.inter_nics = nics;
+    t.inter_bw = (float)(nic_gbps / 8.0 * HW(BRD_HW_NIC_EFF));
+    t.inter_lat = (float)HW(BRD_HW_LAT_NET);
+  }
+  *out = t;
+  return ncclSuccess;
+}
