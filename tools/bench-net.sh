@@ -106,6 +106,22 @@ part1() {
     [[ -n $braid ]] && echo "$braid" >>"$work/braid"
     [[ -n $bip ]] && echo "$bip" >>"$work/braid_inplace"
   done
+  # The socket net alone (no executor, no proxy copies), one way, REPS
+  # repetitions of 64 MiB in one connection.
+  local nb=$BUILD/bin/braid-netbw
+  : >"$work/raw"
+  if [[ -x $nb ]]; then
+    ip netns exec "$NSB" env NCCL_SOCKET_IFNAME=bnv timeout 120 "$nb" recv "$work/netbw-handle" 64 "$REPS" \
+      >"$work/netbw-recv.txt" 2>&1 &
+    local nbr=$!
+    ip netns exec "$NSA" env NCCL_SOCKET_IFNAME=bnv timeout 120 "$nb" send "$work/netbw-handle" 64 "$REPS" \
+      >"$work/netbw-send.txt" 2>&1 || { ok=0; echo "FAIL: braid-netbw send:"; cat "$work/netbw-send.txt"; }
+    wait "$nbr" || { ok=0; echo "FAIL: braid-netbw recv:"; cat "$work/netbw-recv.txt"; }
+    awk '/^recv/ {print $(NF-1)}' "$work/netbw-recv.txt" >"$work/raw"
+    echo "  socket net alone (braid-netbw, one way): $(tr '\n' ' ' <"$work/raw")Gbit/s"
+  else
+    echo "  (socket net alone skipped: $nb is not built)"
+  fi
   if [[ $ok -eq 1 ]] && ! grep -q 'Out of bounds values : 0 OK' "$work/braid-p2p-1-0.txt"; then
     echo "FAIL: sendrecv_perf's values did not check out"; ok=0
   fi
@@ -114,6 +130,7 @@ part1() {
   mbr=$(median <"$work/braid"); mbi=$(median <"$work/braid_inplace")
   echo "  median of $REPS: iperf3 $mu Gbit/s one way ($(awk -v g="$mu" 'BEGIN{printf "%.3f", g/8}') GB/s), $mb Gbit/s per direction both ways ($(awk -v g="$mb" 'BEGIN{printf "%.3f", g/8}') GB/s)"
   echo "  median of $REPS: Braid sendrecv 64 MiB busbw $mbr GB/s per direction ($(awk -v b="$mbr" 'BEGIN{printf "%.2f", b*8}') Gbit/s) out of place, $mbi GB/s in place"
+  [[ -s $work/raw ]] && echo "  median of $REPS: socket net alone $(median <"$work/raw") Gbit/s one way"
   echo "  Braid / iperf3: $(awk -v b="$mbr" -v g="$mu" 'BEGIN{printf "%.0f%%", 100*b*8/g}') of one way, $(awk -v b="$mbr" -v g="$mb" 'BEGIN{printf "%.0f%%", 100*b*8/g}') of both ways (target >= 80%)"
   ip netns del "$NSA"; ip netns del "$NSB"; ns_made=0
   return $((1 - ok))

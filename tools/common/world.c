@@ -85,7 +85,7 @@ void brd_perf_host_name(char *buf, size_t len) {
  * slots work as they do for forked processes. The file starts empty (or
  * absent); each process grows it to the same length, which reads as zeros.
  * A file left by an earlier run is noticed when more processes join it
- * than the run has. */
+ * than the run has, or when that run failed (its abort flag is up). */
 static ncclResult_t map_file(brd_perf_world_t *w, const char *path) {
   int fd = open(path, O_RDWR | O_CREAT, 0600);
   if (fd < 0) {
@@ -113,9 +113,11 @@ static ncclResult_t map_file(brd_perf_world_t *w, const char *path) {
     return ncclSystemError;
   }
   w->sh = m;
-  if (atomic_fetch_add(&w->sh->joined, 1) >= (unsigned)w->nprocs) {
-    printf("# the world file %s was already joined by %d processes: it is "
-           "left from another run; delete it\n", path, w->nprocs);
+  unsigned before = atomic_fetch_add(&w->sh->joined, 1);
+  if (before >= (unsigned)w->nprocs || atomic_load(&w->sh->abort)) {
+    printf("# the world file %s was already joined by %u process%s%s: it is "
+           "left from another run; delete it\n", path, before, before == 1 ? "" : "es",
+           atomic_load(&w->sh->abort) ? " and marks a failed run" : "");
     munmap(m, w->sh_len);
     w->sh = NULL;
     return ncclInvalidUsage;
