@@ -90,6 +90,8 @@ typedef struct {
   int average;
   int reg;
   int mpi;
+  const char *world_file; /* BRAID_PERF_WORLD, or NULL */
+  int world_proc;         /* BRAID_PERF_PROC */
   const char *json;
 } opts_t;
 
@@ -270,7 +272,11 @@ static void usage(const char *prog) {
          "\t[-R,--local_register <0/1/2> register buffers locally (1) or as "
          "symmetric windows (2)]\n"
          "\t[-h,--help]\n"
-         "Sizes take K, M, G suffixes (powers of 1024).\n", prog);
+         "Sizes take K, M, G suffixes (powers of 1024).\n"
+         "Processes started one by one (e.g. one per network namespace) meet "
+         "through a file\nthey all map: BRAID_PERF_WORLD=<file, absent or "
+         "empty at the start>\nBRAID_PERF_NPROCS=<processes> "
+         "BRAID_PERF_PROC=<this process, 0..n-1>.\n", prog);
 }
 
 /* nccl-tests' size syntax: a number and an optional K/M/G (binary). */
@@ -413,6 +419,25 @@ static int parse_options(int argc, char **argv, const char *prog, opts_t *o,
     fprintf(stderr, "invalid options: %s\n", bad);
     *status = EXIT_USAGE;
     return 1;
+  }
+  const char *wf = getenv("BRAID_PERF_WORLD");
+  if (wf != NULL && wf[0] != '\0') {
+    const char *np = getenv("BRAID_PERF_NPROCS"), *pr = getenv("BRAID_PERF_PROC");
+    char *end1 = NULL, *end2 = NULL;
+    long n = np ? strtol(np, &end1, 10) : 0, p = pr ? strtol(pr, &end2, 10) : -1;
+    if (o->nprocs != 1) bad = "-P cannot be combined with BRAID_PERF_WORLD";
+    else if (np == NULL || *end1 != '\0' || n < 1 || n > 65536)
+      bad = "BRAID_PERF_WORLD needs BRAID_PERF_NPROCS, the number of processes (1..65536)";
+    else if (pr == NULL || *end2 != '\0' || p < 0 || p >= n)
+      bad = "BRAID_PERF_WORLD needs BRAID_PERF_PROC, this process's index (0..BRAID_PERF_NPROCS-1)";
+    if (bad != NULL) {
+      fprintf(stderr, "invalid options: %s\n", bad);
+      *status = EXIT_USAGE;
+      return 1;
+    }
+    o->world_file = wf;
+    o->nprocs = (int)n;
+    o->world_proc = (int)p;
   }
   if (o->blocking == 3 && o->graph > 0) {
     fprintf(stderr, "blocking mode (-z 3) is incompatible with CUDA graph mode (-G). Disabling.\n");
@@ -557,7 +582,8 @@ static void print_preamble(thr_t *t) {
   printf("# Braid launch: %d process%s x %d thread%s x %d rank%s = %d rank%s%s\n",
          r->nprocs, r->nprocs > 1 ? "es" : "", o->nthreads,
          o->nthreads > 1 ? "s" : "", o->ngpus, o->ngpus > 1 ? "s" : "",
-         r->nranks, r->nranks > 1 ? "s" : "", o->mpi ? " (MPI)" : "");
+         r->nranks, r->nranks > 1 ? "s" : "",
+         o->mpi ? " (MPI)" : o->world_file != NULL ? " (world file)" : "");
   printf("# %s\n", r->mode_note);
   if (!r->host_mode) {
     int per_host = (o->mpi ? 1 : r->nprocs) * o->nthreads * o->ngpus;
@@ -1593,8 +1619,9 @@ int brd_perf_main(const brd_perf_coll_t *coll, int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     int mpi_size = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
-    if (mpi_size > 1 && o->nprocs > 1) {
-      fprintf(stderr, "invalid options: -P cannot be combined with an MPI launch\n");
+    if (mpi_size > 1 && (o->nprocs > 1 || o->world_file != NULL)) {
+      fprintf(stderr, "invalid options: -P and BRAID_PERF_WORLD cannot be "
+              "combined with an MPI launch\n");
       MPI_Finalize();
       return EXIT_USAGE;
     }
@@ -1605,7 +1632,7 @@ int brd_perf_main(const brd_perf_coll_t *coll, int argc, char **argv) {
   struct tm tm;
   strftime(r->start_time, sizeof(r->start_time), "%Y-%m-%d %H:%M:%S",
            localtime_r(&now, &tm));
-  int first_proc = 1;
+  int first_proc = o->world_file == NULL || o->world_proc == 0;
 #ifdef BRAID_MPI
   if (use_mpi) {
     int mpi_rank = 0;
@@ -1621,7 +1648,8 @@ int brd_perf_main(const brd_perf_coll_t *coll, int argc, char **argv) {
   size_t slot = (size_t)o->ngpus * sizeof(brd_perf_rank_info_t);
   if (slot < sizeof(double)) slot = sizeof(double);
   if (brd_perf_world_create(o->nprocs, o->nthreads, slot, wait_s, o->timeout,
-                            o->mpi, &r->world) != ncclSuccess) {
+                            o->mpi, o->mpi ? NULL : o->world_file, o->world_proc,
+                            &r->world) != ncclSuccess) {
     drop_tuning_dir(r);
     return 1;
   }
@@ -1640,7 +1668,7 @@ int brd_perf_main(const brd_perf_coll_t *coll, int argc, char **argv) {
     write_json(r);
     code = atomic_load(&r->exit_code);
   }
-  if (r->proc == 0 || o->mpi) drop_tuning_dir(r);
+  if (r->proc == 0 || o->mpi || o->world_file != NULL) drop_tuning_dir(r);
   brd_perf_world_destroy(r->world);
   free(r->ranks);
   free(r->rows);

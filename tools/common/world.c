@@ -9,6 +9,7 @@
  * except under -z 1, where nccl-tests times them too.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -34,6 +36,7 @@
 #define ABORT_GRACE_S 15
 
 struct world_shared {
+  _Atomic unsigned joined;     /* world file: processes that mapped it */
   _Atomic int abort;           /* 1 once any participant failed */
   _Atomic unsigned arrived;    /* arrivals in the current barrier round */
   _Atomic unsigned generation; /* completed barrier rounds */
@@ -47,6 +50,7 @@ struct brd_perf_world {
   int proc;
   int local_proc;
   int use_mpi;
+  char *file;                  /* owned: the world file, or NULL */
   int nlocal;                  /* participants sharing `sh` */
   size_t slot_bytes;
   int wait_s;
@@ -77,9 +81,61 @@ void brd_perf_host_name(char *buf, size_t len) {
   buf[strcspn(buf, ".")] = '\0';
 }
 
+/* World file mode: every process maps the same file, so the barrier and
+ * slots work as they do for forked processes. The file starts empty (or
+ * absent); each process grows it to the same length, which reads as zeros.
+ * A file left by an earlier run is noticed when more processes join it
+ * than the run has, or when that run failed (its abort flag is up). */
+static ncclResult_t map_file(brd_perf_world_t *w, const char *path) {
+  int fd = open(path, O_RDWR | O_CREAT, 0600);
+  if (fd < 0) {
+    printf("# cannot open the world file %s: %s\n", path, strerror(errno));
+    return ncclSystemError;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 ||
+      (st.st_size != 0 && (size_t)st.st_size != w->sh_len)) {
+    printf("# the world file %s has %lld bytes, this run needs %zu: it is left "
+           "from another run; delete it, or give every process the same "
+           "options\n", path, (long long)st.st_size, w->sh_len);
+    close(fd);
+    return ncclInvalidUsage;
+  }
+  if (ftruncate(fd, (off_t)w->sh_len) != 0) {
+    printf("# cannot size the world file %s: %s\n", path, strerror(errno));
+    close(fd);
+    return ncclSystemError;
+  }
+  void *m = mmap(NULL, w->sh_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) {
+    printf("# mmap of the world file %s failed: %s\n", path, strerror(errno));
+    return ncclSystemError;
+  }
+  w->sh = m;
+  unsigned before = atomic_fetch_add(&w->sh->joined, 1);
+  if (before >= (unsigned)w->nprocs || atomic_load(&w->sh->abort)) {
+    printf("# the world file %s was already joined by %u process%s%s: it is "
+           "left from another run; delete it\n", path, before, before == 1 ? "" : "es",
+           atomic_load(&w->sh->abort) ? " and marks a failed run" : "");
+    munmap(m, w->sh_len);
+    w->sh = NULL;
+    return ncclInvalidUsage;
+  }
+  w->file = strdup(path);
+  if (w->file == NULL) {
+    munmap(m, w->sh_len);
+    w->sh = NULL;
+    printf("# out of host memory creating the benchmark world\n");
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
 /* See world.h. */
 ncclResult_t brd_perf_world_create(int nprocs, int nthreads, size_t slot_bytes,
                                    int wait_s, int timeout_s, int use_mpi,
+                                   const char *file, int file_proc,
                                    brd_perf_world_t **out) {
   ncclResult_t res = ncclSuccess;
   brd_perf_world_t *w = calloc(1, sizeof(*w));
@@ -122,6 +178,14 @@ ncclResult_t brd_perf_world_create(int nprocs, int nthreads, size_t slot_bytes,
     }
   }
   w->sh_len = sizeof(struct world_shared) + (size_t)w->nlocal * w->slot_bytes;
+  if (file != NULL) {
+    w->proc = file_proc;
+    w->local_proc = file_proc;
+    res = map_file(w, file);
+    if (res != ncclSuccess) goto fail_free_mpi;
+    *out = w;
+    return ncclSuccess;
+  }
   /* Shared and anonymous: forked processes inherit it at the same address. */
   void *m = mmap(NULL, w->sh_len, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -156,7 +220,7 @@ fail_free:
 
 /* See world.h. */
 ncclResult_t brd_perf_world_spawn(brd_perf_world_t *w, int *proc_out) {
-  if (w->use_mpi || w->nprocs == 1) {
+  if (w->use_mpi || w->file != NULL || w->nprocs == 1) {
     *proc_out = w->proc;
     return ncclSuccess;
   }
@@ -436,6 +500,9 @@ void brd_perf_world_destroy(brd_perf_world_t *w) {
     pthread_join(w->watchdog, NULL);
   }
   munmap(w->sh, w->sh_len);
+  /* Every process mapped the file before the first barrier passed. */
+  if (w->file != NULL && w->proc == 0) unlink(w->file);
+  free(w->file);
   free(w->children);
   free(w->global);
   free(w->pack);

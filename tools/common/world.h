@@ -4,8 +4,10 @@
  * A participant is one benchmark thread; it drives one or more ranks. The
  * world is nprocs processes x nthreads participants, numbered
  * proc*nthreads + thread. Processes come from the built-in launcher (-P,
- * fork) or, in a build with BRAID_MPI, from MPI; MPI then carries only the
- * unique id, barriers and result exchange.
+ * fork), from the caller through a world file (processes started one by one
+ * on one host, e.g. in separate network namespaces, that map one file), or,
+ * in a build with BRAID_MPI, from MPI; MPI then carries only the unique id,
+ * barriers and result exchange.
  *
  * Forked processes share one anonymous shared mapping made before the fork:
  * a barrier, exchange slots, the unique id and an abort flag. Every wait
@@ -37,9 +39,13 @@ typedef struct brd_perf_world brd_perf_world_t;
  * one participant's contribution to brd_perf_world_allgather. wait_s is the
  * deadline of every wait, timeout_s (0: none) the -T limit on one
  * collective. With use_mpi, MPI must already be initialised and nprocs is
- * taken from it. Call before any thread or fork; the caller owns *out. */
+ * taken from it. With a file (not NULL, use_mpi 0), this process is process
+ * file_proc of nprocs started separately, all mapping that file, which must
+ * be absent or empty at the start; process 0 deletes it at destroy. Call
+ * before any thread or fork; the caller owns *out. */
 ncclResult_t brd_perf_world_create(int nprocs, int nthreads, size_t slot_bytes,
                                    int wait_s, int timeout_s, int use_mpi,
+                                   const char *file, int file_proc,
                                    brd_perf_world_t **out);
 
 /* Forks the other nprocs-1 processes (built-in launcher); the caller stays

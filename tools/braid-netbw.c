@@ -1,0 +1,187 @@
+/*
+ * braid-netbw: the built-in socket net alone, one way, between two
+ * processes (e.g. in two network namespaces), driven the way the proxy
+ * drives it: messages of 256 KiB, up to 8 sends in flight, 4 receives
+ * posted, sched_yield when a request is not done yet. No executor, no
+ * proxy copies: the net's own cost.
+ *
+ *   braid-netbw recv <handle-file> [MiB [reps]]   listens, writes its handle
+ *   braid-netbw send <handle-file> [MiB [reps]]   waits for the file, sends
+ *
+ * The receiver prints, per repetition, MiB/s and Gbit/s from its first
+ * byte's arrival to its last (so connection setup is not timed). Interface:
+ * NCCL_SOCKET_IFNAME as for the library. Exit status 0 on success, 1 on a
+ * net failure or timeout (60 s), 2 for bad arguments.
+ */
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/time.h"
+#include "transport/net.h"
+
+#define MSG ((size_t)256 << 10)
+#define NSEND 8
+#define NRECV 4
+#define DEADLINE_NS (60LL * 1000000000LL)
+
+static const brd_net_ops_t *net = &brd_net_socket;
+
+static int fail(const char *what, ncclResult_t r) {
+  fprintf(stderr, "braid-netbw: %s failed (%d)\n", what, (int)r);
+  return 1;
+}
+
+/* Receives reps x total bytes; prints the rate of each repetition. */
+static int run_recv(void *rc, char *buf, void *mh, size_t total, int reps) {
+  void *req[NRECV] = {0};
+  for (int rep = 0; rep < reps; rep++) {
+    size_t got = 0, posted = 0;
+    uint64_t next = 0, post = 0;
+    int64_t t0 = 0, deadline = brd_time_now_ns() + DEADLINE_NS;
+    while (got < total) {
+      while (post - next < NRECV && posted < total) {
+        void *data = buf + (post % NRECV) * MSG;
+        size_t size = MSG;
+        int tag = 0;
+        void *r = NULL;
+        ncclResult_t res = net->irecv(rc, 1, &data, &size, &tag, &mh, NULL, &r);
+        if (res != ncclSuccess) return fail("irecv", res);
+        if (r == NULL) break;
+        req[post % NRECV] = r;
+        post++;
+        posted += MSG;
+      }
+      int done = 0, size = 0;
+      ncclResult_t res = net->test(req[next % NRECV], &done, &size);
+      if (res != ncclSuccess) return fail("test (receive)", res);
+      if (done) {
+        if (t0 == 0) t0 = brd_time_now_ns();
+        got += (size_t)size;
+        next++;
+      } else if (brd_time_now_ns() > deadline) {
+        fprintf(stderr, "braid-netbw: receive timed out\n");
+        return 1;
+      } else {
+        sched_yield(); /* as the proxy does when a pass made no progress */
+      }
+    }
+    double s = (double)(brd_time_now_ns() - t0) / 1e9;
+    /* The first message's bytes arrived before t0: leave them out. */
+    double bytes = (double)(total - MSG);
+    printf("recv %zu MiB: %.1f MiB/s %.2f Gbit/s\n", total >> 20, bytes / s / 1048576.0,
+           bytes * 8 / s / 1e9);
+  }
+  return 0;
+}
+
+static int run_send(void *sc, char *buf, void *mh, size_t total, int reps) {
+  void *req[NSEND] = {0};
+  for (int rep = 0; rep < reps; rep++) {
+    size_t sent = 0;
+    uint64_t post = 0, tail = 0, nmsg = total / MSG;
+    int64_t deadline = brd_time_now_ns() + DEADLINE_NS;
+    while (tail < nmsg) {
+      while (post < nmsg && post - tail < NSEND) {
+        void *r = NULL;
+        ncclResult_t res = net->isend(sc, buf + (post % NSEND) * MSG, MSG, 0, mh, NULL, &r);
+        if (res != ncclSuccess) return fail("isend", res);
+        if (r == NULL) break;
+        req[post % NSEND] = r;
+        post++;
+      }
+      int done = 0, size = 0;
+      ncclResult_t res = net->test(req[tail % NSEND], &done, &size);
+      if (res != ncclSuccess) return fail("test (send)", res);
+      if (done) {
+        sent += MSG;
+        tail++;
+      } else if (brd_time_now_ns() > deadline) {
+        fprintf(stderr, "braid-netbw: send timed out\n");
+        return 1;
+      } else {
+        sched_yield(); /* as the proxy does when a pass made no progress */
+      }
+    }
+  }
+  return 0;
+}
+
+/* See the header comment. */
+int main(int argc, char **argv) {
+  if (argc < 3 || (strcmp(argv[1], "send") != 0 && strcmp(argv[1], "recv") != 0)) {
+    fprintf(stderr, "usage: %s send|recv <handle-file> [MiB [reps]]\n", argv[0]);
+    return 2;
+  }
+  int is_send = strcmp(argv[1], "send") == 0;
+  const char *path = argv[2];
+  size_t total = (argc > 3 ? (size_t)atol(argv[3]) : 64) << 20;
+  int reps = argc > 4 ? atoi(argv[4]) : 5;
+  if (total < MSG || reps < 1) {
+    fprintf(stderr, "braid-netbw: at least 1 MiB and 1 repetition\n");
+    return 2;
+  }
+  total -= total % MSG;
+  void *ctx = NULL;
+  brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
+  ncclResult_t res = net->init(&ctx, 1, &cfg, brd_net_log, NULL);
+  if (res != ncclSuccess) return fail("init", res);
+  int ndev = 0;
+  if (net->devices(&ndev) != ncclSuccess || ndev < 1) {
+    fprintf(stderr, "braid-netbw: the socket net found no interface (NCCL_SOCKET_IFNAME?)\n");
+    return 1;
+  }
+  size_t nslots = is_send ? NSEND : NRECV;
+  char *buf = aligned_alloc(4096, nslots * MSG);
+  if (buf == NULL) return fail("allocation", ncclSystemError);
+  memset(buf, 1, nslots * MSG);
+  char handle[BRD_NET_HANDLE_BYTES];
+  void *comm = NULL, *lc = NULL, *mh = NULL;
+  int64_t deadline = brd_time_now_ns() + DEADLINE_NS;
+  if (!is_send) {
+    res = net->listen(ctx, 0, handle, &lc);
+    if (res != ncclSuccess) return fail("listen", res);
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (f == NULL || fwrite(handle, 1, sizeof(handle), f) != sizeof(handle) || fclose(f) != 0 ||
+        rename(tmp, path) != 0)
+      return fail("writing the handle file", ncclSystemError);
+    while (comm == NULL) {
+      res = net->accept(lc, &comm, NULL);
+      if (res != ncclSuccess) return fail("accept", res);
+      if (brd_time_now_ns() > deadline) return fail("accept (timeout)", ncclSystemError);
+    }
+  } else {
+    FILE *f = NULL;
+    while ((f = fopen(path, "rb")) == NULL) {
+      if (brd_time_now_ns() > deadline) return fail("waiting for the handle file", ncclSystemError);
+      usleep(10000);
+    }
+    size_t n = fread(handle, 1, sizeof(handle), f);
+    fclose(f);
+    if (n != sizeof(handle)) return fail("reading the handle file", ncclSystemError);
+    while (comm == NULL) {
+      res = net->connect(ctx, 0, handle, &comm, NULL);
+      if (res != ncclSuccess) return fail("connect", res);
+      if (brd_time_now_ns() > deadline) return fail("connect (timeout)", ncclSystemError);
+    }
+  }
+  res = net->regMr(comm, buf, nslots * MSG, BRD_NET_PTR_HOST, &mh);
+  if (res != ncclSuccess) return fail("regMr", res);
+  int rc = is_send ? run_send(comm, buf, mh, total, reps) : run_recv(comm, buf, mh, total, reps);
+  net->deregMr(comm, mh);
+  if (is_send) net->closeSend(comm);
+  else {
+    net->closeRecv(comm);
+    net->closeListen(lc);
+    unlink(path);
+  }
+  net->finalize(ctx);
+  free(buf);
+  return rc;
+}
