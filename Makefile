@@ -120,6 +120,10 @@ TESTNET_SO  := $(TESTNET_VERSIONS:%=$(TESTNET_DIR)/libnccl-net-testv%.so) \
 TESTTUNER_VERSIONS := 2 3 4 5 6
 TESTTUNER_SO := $(TESTTUNER_VERSIONS:%=$(TESTNET_DIR)/libnccl-tuner-testv%.so) \
                 $(TESTNET_DIR)/libnccl-tuner-testmulti.so $(TESTNET_DIR)/libnccl-net-withtuner.so
+# Test env plugins (tests/plugins/env_test.c): v1, v2, and both in one.
+TESTENV_SO := $(TESTNET_DIR)/libnccl-env-testv1.so $(TESTNET_DIR)/libnccl-env-testv2.so \
+              $(TESTNET_DIR)/libnccl-env-testboth.so
+
 
 # Shared helpers for tools and tests (linked into executables, never the lib).
 TOOLCOMMON_SRC := $(sort $(wildcard tools/common/*.c))
@@ -157,7 +161,7 @@ all: lib tools tests
 
 lib: $(SHLIB) $(STLIB) $(HEADER) $(BUILD)/lib/libnccl.so $(BUILD)/lib/libnccl.so.$(NCCL_SOVER) $(PLUGIN_SO)
 tools: $(TOOL_BIN)
-tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO) $(TESTTUNER_SO)
+tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO) $(TESTTUNER_SO) $(TESTENV_SO)
 
 # Missing headers: install them (root) or print the exact command.
 deps: $(DEPS_STAMP)
@@ -254,13 +258,13 @@ endef
 $(foreach d,$(TUNER_PLUGIN_DIRS),$(eval $(call tuner_plugin_rule,$(d))))
 
 # The socket net and what it stands on (base: sockets, parameters, the log).
-BRAIDSOCK_OBJ := $(addprefix $(BUILD)/obj/src/,transport/net_socket.o base/socket.o \
+BRAIDSOCK_OBJ := $(addprefix $(BUILD)/obj/src/,transport/net_socket.o base/socket.o base/env_plugin.o \
                    base/param.o base/debug.o)
 $(BUILD)/plugins/libnccl-net-braidsock.so: plugins/net-socket/plugin.c $(BRAIDSOCK_OBJ) \
                                           plugins/include/nccl_net.h include/nccl.h
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(PLUGIN_LD) -o $@ $< $(BRAIDSOCK_OBJ) -lpthread
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(PLUGIN_LD) -o $@ $< $(BRAIDSOCK_OBJ) -lpthread -ldl
 
 TESTNET_DEPS := tests/plugins/net_test.c tests/plugins/net_test.h plugins/include/nccl_net.h include/nccl.h
 $(BUILD)/obj/tests/plugins/net_test_v%.o: $(TESTNET_DEPS)
@@ -300,6 +304,23 @@ $(TESTNET_DIR)/libnccl-net-withtuner.so: $(BUILD)/obj/tests/plugins/net_test_v12
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
 .SECONDARY: $(TESTTUNER_VERSIONS:%=$(BUILD)/obj/tests/plugins/tuner_test_v%.o)
+
+# Test env plugins (tests/plugins/env_test.c): v1, v2, and both in one.
+TESTENV_DEPS := tests/plugins/env_test.c tests/plugins/env_test.h \
+                plugins/include/nccl_env.h plugins/include/nccl_common.h include/nccl.h
+$(BUILD)/obj/tests/plugins/env_test_v%.o: $(TESTENV_DEPS)
+	@mkdir -p $(@D)
+	@echo "  CC      $< (ncclEnv_v$*)"
+	$(Q)$(CC) $(PLUGIN_CPPFLAGS) $(CFLAGS) -DENV_VERSION=$* -c $< -o $@
+$(TESTNET_DIR)/libnccl-env-testv%.so: $(BUILD)/obj/tests/plugins/env_test_v%.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^
+$(TESTNET_DIR)/libnccl-env-testboth.so: $(BUILD)/obj/tests/plugins/env_test_v1.o \
+                                        $(BUILD)/obj/tests/plugins/env_test_v2.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^
+.SECONDARY: $(BUILD)/obj/tests/plugins/env_test_v1.o $(BUILD)/obj/tests/plugins/env_test_v2.o
+$(BUILD)/tests/unit/test_env_plugin: | $(TESTENV_SO)
 $(BUILD)/tests/unit/test_tuner_plugin: | $(TESTTUNER_SO) $(TUNER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-tuner-%.so)
 
 # The loader's unit test opens them from $(TESTNET_DIR), by path and by
