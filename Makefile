@@ -320,8 +320,9 @@ $(TESTNET_DIR)/libnccl-env-testboth.so: $(BUILD)/obj/tests/plugins/env_test_v1.o
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^
 .SECONDARY: $(BUILD)/obj/tests/plugins/env_test_v1.o $(BUILD)/obj/tests/plugins/env_test_v2.o
-$(BUILD)/tests/unit/test_env_plugin: | $(TESTENV_SO)
-$(BUILD)/tests/unit/test_tuner_plugin: | $(TESTTUNER_SO) $(TUNER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-tuner-%.so)
+$(BUILD)/tests/unit/test_env_plugin: | $(TESTENV_SO) $(TESTNET_DIR)/libnccl-tuner-testv5.so
+$(BUILD)/tests/unit/test_tuner_plugin: | $(TESTTUNER_SO) $(TESTNET_DIR)/libnccl-net-testv12.so \
+                                        $(TUNER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-tuner-%.so)
 
 # The loader's unit test opens them from $(TESTNET_DIR), by path and by
 # name (it puts that folder on LD_LIBRARY_PATH).
