@@ -100,8 +100,13 @@ TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 # headers only (include/nccl.h, plugins/include/nccl_net.h).
 # plugins/net-socket/ is Braid's own socket net as a plugin: it links the
 # net's objects too (its own rule below).
-NET_PLUGIN_DIRS := $(filter-out net-socket,$(sort $(patsubst plugins/%/,%,$(filter-out plugins/include/,$(dir $(wildcard plugins/*/*.c))))))
+# Folders plugins/tuner-<name>/ are tuner plugins instead:
+# $(BUILD)/plugins/libnccl-tuner-<name>.so.
+PLUGIN_DIRS := $(sort $(patsubst plugins/%/,%,$(filter-out plugins/include/,$(dir $(wildcard plugins/*/*.c)))))
+TUNER_PLUGIN_DIRS := $(patsubst tuner-%,%,$(filter tuner-%,$(PLUGIN_DIRS)))
+NET_PLUGIN_DIRS := $(filter-out net-socket tuner-%,$(PLUGIN_DIRS))
 PLUGIN_SO  := $(NET_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-net-%.so) \
+              $(TUNER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-tuner-%.so) \
               $(BUILD)/plugins/libnccl-net-braidsock.so
 # Test plugins (tests/plugins/net_test.c): one library per ABI version, one
 # filling its table only in init, one exporting v8 and v12 together.
@@ -109,6 +114,16 @@ TESTNET_VERSIONS := 6 8 10 11 12
 TESTNET_DIR := $(BUILD)/tests/plugins
 TESTNET_SO  := $(TESTNET_VERSIONS:%=$(TESTNET_DIR)/libnccl-net-testv%.so) \
                $(TESTNET_DIR)/libnccl-net-testv12lazy.so $(TESTNET_DIR)/libnccl-net-testmulti.so
+# Test tuners (tests/plugins/tuner_test.c): one library per ABI version,
+# one exporting v2, v3, v5 and v6 together, and a net plugin library that
+# also exports a tuner (v5).
+TESTTUNER_VERSIONS := 2 3 4 5 6
+TESTTUNER_SO := $(TESTTUNER_VERSIONS:%=$(TESTNET_DIR)/libnccl-tuner-testv%.so) \
+                $(TESTNET_DIR)/libnccl-tuner-testmulti.so $(TESTNET_DIR)/libnccl-net-withtuner.so
+# Test env plugins (tests/plugins/env_test.c): v1, v2, and both in one.
+TESTENV_SO := $(TESTNET_DIR)/libnccl-env-testv1.so $(TESTNET_DIR)/libnccl-env-testv2.so \
+              $(TESTNET_DIR)/libnccl-env-testboth.so
+
 
 # Shared helpers for tools and tests (linked into executables, never the lib).
 TOOLCOMMON_SRC := $(sort $(wildcard tools/common/*.c))
@@ -146,7 +161,7 @@ all: lib tools tests
 
 lib: $(SHLIB) $(STLIB) $(HEADER) $(BUILD)/lib/libnccl.so $(BUILD)/lib/libnccl.so.$(NCCL_SOVER) $(PLUGIN_SO)
 tools: $(TOOL_BIN)
-tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO)
+tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO) $(TESTTUNER_SO) $(TESTENV_SO)
 
 # Missing headers: install them (root) or print the exact command.
 deps: $(DEPS_STAMP)
@@ -233,14 +248,23 @@ $(BUILD)/plugins/libnccl-net-$(1).so: $(sort $(wildcard plugins/$(1)/*.c)) plugi
 endef
 $(foreach d,$(NET_PLUGIN_DIRS),$(eval $(call net_plugin_rule,$(d))))
 
+define tuner_plugin_rule
+$(BUILD)/plugins/libnccl-tuner-$(1).so: $(sort $(wildcard plugins/tuner-$(1)/*.c)) plugins/include/nccl_tuner.h plugins/include/nccl_common.h include/nccl.h
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(PLUGIN_CPPFLAGS) -Iplugins/tuner-$(1) $$(CFLAGS) $$(PLUGIN_LD) -o $$@ \
+	  $(sort $(wildcard plugins/tuner-$(1)/*.c))
+endef
+$(foreach d,$(TUNER_PLUGIN_DIRS),$(eval $(call tuner_plugin_rule,$(d))))
+
 # The socket net and what it stands on (base: sockets, parameters, the log).
-BRAIDSOCK_OBJ := $(addprefix $(BUILD)/obj/src/,transport/net_socket.o base/socket.o \
+BRAIDSOCK_OBJ := $(addprefix $(BUILD)/obj/src/,transport/net_socket.o base/socket.o base/env_plugin.o \
                    base/param.o base/debug.o)
 $(BUILD)/plugins/libnccl-net-braidsock.so: plugins/net-socket/plugin.c $(BRAIDSOCK_OBJ) \
                                           plugins/include/nccl_net.h include/nccl.h
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(PLUGIN_LD) -o $@ $< $(BRAIDSOCK_OBJ) -lpthread
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $(PLUGIN_LD) -o $@ $< $(BRAIDSOCK_OBJ) -lpthread -ldl
 
 TESTNET_DEPS := tests/plugins/net_test.c tests/plugins/net_test.h plugins/include/nccl_net.h include/nccl.h
 $(BUILD)/obj/tests/plugins/net_test_v%.o: $(TESTNET_DEPS)
@@ -263,6 +287,43 @@ $(TESTNET_DIR)/libnccl-net-testv%.so: $(BUILD)/obj/tests/plugins/net_test_v%.o
 	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
 .SECONDARY: $(TESTNET_VERSIONS:%=$(BUILD)/obj/tests/plugins/net_test_v%.o) \
             $(BUILD)/obj/tests/plugins/net_test_lazy.o
+TESTTUNER_DEPS := tests/plugins/tuner_test.c tests/plugins/tuner_test.h \
+                  plugins/include/nccl_tuner.h plugins/include/nccl_common.h include/nccl.h
+$(BUILD)/obj/tests/plugins/tuner_test_v%.o: $(TESTTUNER_DEPS)
+	@mkdir -p $(@D)
+	@echo "  CC      $< (ncclTuner_v$*)"
+	$(Q)$(CC) $(PLUGIN_CPPFLAGS) $(CFLAGS) -DTUNER_VERSION=$* -c $< -o $@
+$(TESTNET_DIR)/libnccl-tuner-testv%.so: $(BUILD)/obj/tests/plugins/tuner_test_v%.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^
+$(TESTNET_DIR)/libnccl-tuner-testmulti.so: $(foreach v,2 3 5 6,$(BUILD)/obj/tests/plugins/tuner_test_v$(v).o)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^
+$(TESTNET_DIR)/libnccl-net-withtuner.so: $(BUILD)/obj/tests/plugins/net_test_v12.o \
+                                         $(BUILD)/obj/tests/plugins/tuner_test_v5.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
+.SECONDARY: $(TESTTUNER_VERSIONS:%=$(BUILD)/obj/tests/plugins/tuner_test_v%.o)
+
+# Test env plugins (tests/plugins/env_test.c): v1, v2, and both in one.
+TESTENV_DEPS := tests/plugins/env_test.c tests/plugins/env_test.h \
+                plugins/include/nccl_env.h plugins/include/nccl_common.h include/nccl.h
+$(BUILD)/obj/tests/plugins/env_test_v%.o: $(TESTENV_DEPS)
+	@mkdir -p $(@D)
+	@echo "  CC      $< (ncclEnv_v$*)"
+	$(Q)$(CC) $(PLUGIN_CPPFLAGS) $(CFLAGS) -DENV_VERSION=$* -c $< -o $@
+$(TESTNET_DIR)/libnccl-env-testv%.so: $(BUILD)/obj/tests/plugins/env_test_v%.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^
+$(TESTNET_DIR)/libnccl-env-testboth.so: $(BUILD)/obj/tests/plugins/env_test_v1.o \
+                                        $(BUILD)/obj/tests/plugins/env_test_v2.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^
+.SECONDARY: $(BUILD)/obj/tests/plugins/env_test_v1.o $(BUILD)/obj/tests/plugins/env_test_v2.o
+$(BUILD)/tests/unit/test_env_plugin: | $(TESTENV_SO) $(TESTNET_DIR)/libnccl-tuner-testv5.so
+$(BUILD)/tests/unit/test_tuner_plugin: | $(TESTTUNER_SO) $(TESTNET_DIR)/libnccl-net-testv12.so \
+                                        $(TUNER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-tuner-%.so)
+
 # The loader's unit test opens them from $(TESTNET_DIR), by path and by
 # name (it puts that folder on LD_LIBRARY_PATH).
 $(BUILD)/tests/unit/test_net_plugin: | $(TESTNET_SO)

@@ -31,6 +31,7 @@
 
 #include "nccl.h"
 #include "base/debug.h"
+#include "base/env_plugin.h"
 #include "base/param.h"
 
 #define LOG_LINE_MAX 1024
@@ -249,6 +250,9 @@ static void log_init_locked(void) {
 /* See debug.h. */
 void brd_log_init(void) {
   int saved_errno = errno;
+  /* The settings may come from an env plugin, whose load logs: load it
+   * before taking the log's lock. */
+  brd_env_plugin_init();
   pthread_mutex_lock(&log_mutex);
   if (__atomic_load_n(&brd_log_level_cur, __ATOMIC_RELAXED) < 0) log_init_locked();
   pthread_mutex_unlock(&log_mutex);
@@ -320,6 +324,7 @@ static const char *short_file(const char *file) {
 __attribute__((format(printf, 5, 0)))
 static void log_write(brd_log_level_t level, unsigned long subsys, const char *file,
                       int line, const char *fmt, va_list ap) {
+  if (__atomic_load_n(&brd_log_level_cur, __ATOMIC_ACQUIRE) < 0) brd_env_plugin_init();
   pthread_mutex_lock(&log_mutex);
   if (brd_log_level_cur < 0) log_init_locked();
   if (brd_log_level_cur >= (int)level && (brd_log_mask_cur & subsys) != 0) {

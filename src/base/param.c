@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "base/debug.h"
+#include "base/env_plugin.h"
 #include "base/param.h"
 
 #define SYS_CONF_DEFAULT "/etc/nccl.conf"
@@ -172,7 +173,7 @@ static void conf_ensure_loaded(void) {
 
 /* See param.h. */
 const char *brd_param_getenv(const char *name) {
-  const char *v = getenv(name);
+  const char *v = brd_env_get(name);
   if (v != NULL) return v;
   conf_ensure_loaded();
   const struct conf_entry *e =
@@ -217,7 +218,7 @@ static const char *keep_copy(const char *text) {
 static void slot_resolve(brd_param_id_t id) {
   const brd_param_info_t *info = &brd_param_table[id];
   struct param_slot *s = &slots[id];
-  const char *env = getenv(info->name);
+  const char *env = brd_env_get(info->name);
   const struct conf_entry *e = NULL;
   if (env == NULL) {
     conf_ensure_loaded();

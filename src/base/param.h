@@ -2,7 +2,8 @@
  * Braid parameters: one table (param_table.h) of every knob, with its name,
  * kind, default and a one-line description.
  *
- * Resolution order for a value: the process environment, then
+ * Resolution order for a value: the process environment (or, when
+ * NCCL_ENV_PLUGIN loaded an env plugin, its getEnv: base/env_plugin.h), then
  * NCCL_CONF_FILE (or ~/.nccl.conf when it is unset), then /etc/nccl.conf,
  * then the table default. A malformed integer WARNs once and falls back to
  * the default. With NCCL_DEBUG=INFO and ENV in NCCL_DEBUG_SUBSYS, every

@@ -25,6 +25,8 @@ BRD_PARAM(MIN_CTAS, "NCCL_MIN_CTAS", BRD_PARAM_INT, NULL, "overrides ncclConfig_
 BRD_PARAM(MAX_CTAS, "NCCL_MAX_CTAS", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.maxCTAs, the maximum thread blocks per collective (default 64)")
 BRD_PARAM(NET, "NCCL_NET", BRD_PARAM_STR, NULL, "overrides ncclConfig_t.netName, the network backend: IB or Socket")
 BRD_PARAM(NET_PLUGIN, "NCCL_NET_PLUGIN", BRD_PARAM_STR, NULL, "net plugin libraries tried in order (comma-separated): a name X loads X or libnccl-net-X.so, a path loads that file, none disables plugins; unset tries libnccl-net.so")
+BRD_PARAM(TUNER_PLUGIN, "NCCL_TUNER_PLUGIN", BRD_PARAM_STR, NULL, "tuner plugin library: a name X loads X or libnccl-tuner-X.so, a path loads that file, none disables it; unset tries libnccl-tuner.so, then the net plugin's library")
+BRD_PARAM(ENV_PLUGIN, "NCCL_ENV_PLUGIN", BRD_PARAM_STR, NULL, "env plugin library through which every parameter is read (read from the process environment only): a name X loads X or libnccl-env-X.so, a path that file, none disables it; unset tries libnccl-env.so")
 BRD_PARAM(SPLIT_SHARE, "NCCL_COMM_SPLIT_SHARE_RESOURCES", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.splitShare: share parent resources with ncclCommSplit children (default 0)")
 BRD_PARAM(SHRINK_SHARE, "NCCL_COMM_SHRINK_SHARE_RESOURCES", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.shrinkShare: share parent resources with ncclCommShrink children (default 0)")
 BRD_PARAM(CTA_POLICY, "NCCL_CTA_POLICY", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.CTAPolicy: 0 default, 1 efficiency, 2 zero")

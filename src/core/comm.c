@@ -19,6 +19,7 @@
 #include "core/config.h"
 #include "core/gpu.h"
 #include "core/reg.h"
+#include "plan/tuner_plugin.h"
 #include "base/time.h"
 
 #define LIVE_PERIOD_MS 50
@@ -198,6 +199,8 @@ void brd_comm_destroy(struct ncclComm *comm) {
   /* The runtime waits (bounded) for a launch another thread still runs on
    * comm, and that launch reads comm; only then is the handle marked dead. */
   brd_rt_destroy(comm->rt);
+  brd_tuner_destroy(comm->tuner);
+  comm->tuner = NULL;
   comm->magic = 0;
   brd_regs_destroy(comm);
   free(comm->redops);

@@ -62,6 +62,10 @@ struct ncclComm {
   _Atomic int rt_readers;        /* threads reading rt outside the launch
                                     (poll, abort, statistics); the release
                                     on suspend waits for 0 (launch.c) */
+  struct brd_tuner *tuner;       /* owned: the tuner plugin's context for this
+                                    comm (plan/tuner_plugin.h), made by init,
+                                    NULL without a plugin; destroyed by
+                                    brd_comm_destroy */
   struct brd_redops *redops;     /* owned: ncclRedOpCreatePreMulSum table,
                                     NULL until the first one */
 

@@ -23,6 +23,7 @@
 #include "base/check.h"
 #include "core/comm.h"
 #include "plan/topo.h"
+#include "plan/tuner_plugin.h"
 #include "transport/ibverbs.h"
 #include "core/config.h"
 #include "core/gpu.h"
@@ -230,6 +231,26 @@ static void log_timings(const struct ncclComm *comm, const char *fn, int64_t t0,
        (t_gather - t_boot) / 1e9, (t_end - t_gather) / 1e9);
 }
 
+/* The tuner plugin's context for comm (none without a plugin): its
+ * NVLink domains are the communicator's hosts. */
+static ncclResult_t tuner_attach(struct ncclComm *comm) {
+  brd_tuner_comm_t tc;
+  memset(&tc, 0, sizeof(tc));
+  tc.comm_id = comm->comm_hash;
+  tc.nranks = comm->nranks;
+  tc.nnodes = comm->n_nodes > 0 ? comm->n_nodes : 1;
+  tc.nvl_domains = tc.nnodes;
+  tc.min_per_domain = comm->nranks;
+  for (int r = 0; r < comm->nranks; r++) {
+    int k = 0;
+    for (int q = 0; q < comm->nranks; q++)
+      k += comm->peers[q].host_hash == comm->peers[r].host_hash;
+    if (k < tc.min_per_domain) tc.min_per_domain = k;
+    if (k > tc.max_per_domain) tc.max_per_domain = k;
+  }
+  return brd_tuner_create(&tc, &comm->tuner);
+}
+
 static ncclResult_t run_root_init(struct brd_init_job *job) {
   struct ncclComm *comm = job->comm;
   brd_peer_info_t mine;
@@ -261,6 +282,7 @@ static ncclResult_t run_root_init(struct brd_init_job *job) {
 
   res = topology(comm, job->fn);
   if (res != ncclSuccess) return res;
+  CHECK(tuner_attach(comm));
   brd_log_set_thread_dev(comm->cuda_dev);
   log_timings(comm, job->fn, t0, t_boot, t_gather, brd_time_now_ns());
   INFO(BRD_SUBSYS_INIT, "%s comm %p rank %d nranks %d cudaDev %d busId %s "
@@ -367,6 +389,7 @@ static ncclResult_t run_child_init(struct brd_init_job *job) {
   for (int i = 0; i < n; i++) comm->peers[i] = parent->peers[ranks[i]];
   t_gather = brd_time_now_ns();
   CHECK_GOTO(topology(comm, job->fn), res, out);
+  CHECK_GOTO(tuner_attach(comm), res, out);
   log_timings(comm, job->fn, t0, t_boot, t_gather, brd_time_now_ns());
   INFO(BRD_SUBSYS_INIT, "%s comm %p rank %d nranks %d cudaDev %d parent %p "
        "splitCount %u color %d key %d - Init COMPLETE", job->fn, (void *)comm,

@@ -207,6 +207,7 @@ static void works_view(struct ncclComm *comm, const struct brd_rt *rt, brd_works
   v->scalar_on_device = rt->be->scalar_on_device;
   v->mask = &rt->mask;
   v->topo = &rt->topo;
+  v->tuner = comm->tuner;
   v->deterministic = rt->deterministic;
   v->p2p_piece = rt->p2p_piece;
   v->p2p_round_ops = rt->be->p2p_round_ops;

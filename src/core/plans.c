@@ -70,6 +70,7 @@ ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint
     const brd_plan_entry_t *e = &c->e[i];
     if (e->coll == coll && e->algo == algo && e->proto == proto && e->det == det &&
         e->nblocks == nblocks && e->root == root) {
+      c->last = i;
       *plan_out = e->plan;
       return ncclSuccess;
     }
@@ -96,6 +97,21 @@ ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint
   e->nblocks = (uint16_t)nblocks;
   e->root = (uint16_t)root;
   e->plan = plan;
+  e->runs = 0;
+  c->last = c->n - 1;
   *plan_out = plan;
   return ncclSuccess;
+}
+
+/* See plans.h. */
+void brd_plans_ran(brd_plan_cache_t *c, const brd_ir_plan_t *plan) {
+  if (c->last >= 0 && c->last < c->n && c->e[c->last].plan == plan) {
+    c->e[c->last].runs++;
+    return;
+  }
+  for (int i = 0; i < c->n; i++)
+    if (c->e[i].plan == plan) {
+      c->e[i].runs++;
+      return;
+    }
 }

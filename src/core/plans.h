@@ -22,6 +22,8 @@ typedef struct brd_plan_entry {
   uint8_t coll, algo, proto, det; /* BRD_IR_COLL_*, BRD_IR_ALGO_* (| PEER), BRD_IR_PROTO_* */
   uint16_t nblocks, root;
   brd_ir_plan_t *plan;            /* owned */
+  uint64_t runs;                  /* works built from it (brd_plans_ran): what
+                                   * actually ran, for tests and statistics */
 } brd_plan_entry_t;
 
 typedef struct brd_plan_cache {
@@ -31,6 +33,7 @@ typedef struct brd_plan_cache {
                                    * NULL: every channel is memory */
   brd_plan_entry_t *e;            /* owned: [n] */
   int n, cap;
+  int last;                       /* entry brd_plans_get returned last */
 } brd_plan_cache_t;
 
 /* The algorithms and protocols the runtime generates plans for. */
@@ -59,5 +62,9 @@ void brd_plans_fini(brd_plan_cache_t *c);
  * the runtime's launching thread. */
 ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint8_t proto,
                            int nblocks, int root, int det, const brd_ir_plan_t **plan_out);
+
+/* Counts one collective work built from plan (a plan of c) in its
+ * entry's runs. Not thread-safe: the runtime's launching thread. */
+void brd_plans_ran(brd_plan_cache_t *c, const brd_ir_plan_t *plan);
 
 #endif /* BRD_CORE_PLANS_H */

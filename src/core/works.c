@@ -11,6 +11,7 @@
 #include "core/works.h"
 #include "device/redop.h"
 #include "plan/plan.h"
+#include "plan/tuner_plugin.h"
 
 static int is_reduction(uint8_t coll) { return brd_ir_coll_traits(coll).reduction; }
 static int is_rooted(uint8_t coll) { return brd_ir_coll_traits(coll).rooted; }
@@ -65,7 +66,7 @@ static int is_multi_out(uint8_t coll) { return brd_ir_coll_traits(coll).out_segs
 
 /* The algorithm and protocol for a call (tuner, overrides, determinism). */
 static ncclResult_t choose(const brd_works_view_t *v, const brd_call_t *c, uint8_t coll,
-                           brd_tune_choice_t *choice_out) {
+                           int pipe_ops, brd_tune_choice_t *choice_out, int *nchannels_out) {
   size_t bytes = c->count * brd_dtype_size(c->dtype);
   int det = v->deterministic && is_reduction(coll);
   uint32_t avail = brd_plans_available(coll, det);
@@ -79,7 +80,11 @@ static ncclResult_t choose(const brd_works_view_t *v, const brd_call_t *c, uint8
          v->mask->algo_env, coll == BRD_IR_COLL_ALLREDUCE ? "both" : "it");
     return ncclInvalidUsage;
   }
-  CHECK(brd_tune_select(v->topo, c->coll, bytes, avail, v->mask, choice_out));
+  /* Without a tuner plugin this is brd_tune_select. */
+  uint32_t protos = 0;
+  for (int i = 0; i < BRD_PLANS_NPROTOS; i++) protos |= BRD_PROTO_BIT(brd_plans_protos[i]);
+  CHECK(brd_tuner_select(v->tuner, v->topo, c->coll, bytes, avail, protos, v->mask, pipe_ops, 0,
+                         choice_out, nchannels_out));
   if (choice_out->proto == BRD_PROTO_LL128) {
     WARN("%s : protocol LL128 is not available in host mode; choose LL or "
          "Simple (NCCL_PROTO)", c->fn);
@@ -271,14 +276,15 @@ static ncclResult_t exchange_output(const brd_works_view_t *v,
 
 /* The works of one collective call: one per piece. */
 static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *plans,
-                                   brd_works_seq_t *seq, const brd_call_t *c,
+                                   brd_works_seq_t *seq, const brd_call_t *c, int pipe_ops,
                                    brd_works_t *ws) {
   int me = v->rank, n = v->nranks;
   uint8_t coll = (uint8_t)c->coll;
   size_t esize = brd_dtype_size(c->dtype);
   int root = is_rooted(coll) ? c->root : 0;
   brd_tune_choice_t choice;
-  CHECK(choose(v, c, coll, &choice));
+  int plugin_nch = 0;
+  CHECK(choose(v, c, coll, pipe_ops, &choice, &plugin_nch));
   size_t bytes = c->count * esize;
   /* Blocks grow with the message; the same sizes give the same choice on
    * every rank, as the plans must be the same everywhere. GPU blocks are
@@ -286,6 +292,9 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
   int want = 1;
   for (int i = 0; i < 4 && v->nb_sizes[i] != 0 && bytes >= v->nb_sizes[i]; i++) want *= 2;
   int nb = v->nb_opts[0];
+  /* A tuner plugin's nChannels replaces the size rule (the plugin must
+   * answer alike on every rank, as under NCCL). */
+  if (plugin_nch > 0) want = plugin_nch;
   for (int i = 0; i < v->nb_count; i++)
     if (v->nb_opts[i] <= want) nb = v->nb_opts[i];
   const brd_ir_plan_t *plan;
@@ -335,6 +344,7 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
       CHECK_GOTO(brd_plans_get(plans, coll, zc_algo, BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res,
                  out);
   }
+  brd_plans_ran(plans, plan);
 
   for (size_t off = 0; off < c->count; off += piece) {
     size_t cnt = c->count - off < piece ? c->count - off : piece;
@@ -696,7 +706,11 @@ ncclResult_t brd_works_build(const brd_works_view_t *v, brd_plan_cache_t *plans,
   for (int i = 0; i < ncalls; i++) {
     const brd_call_t *c = &calls[i];
     if (c->count == 0 || c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV) continue;
-    CHECK(add_collective(v, plans, seq, c, ws));
+    /* NCCL's numPipeOps: the calls of this collective in the launch. */
+    int pipe_ops = 0;
+    for (int j = 0; j < ncalls; j++)
+      pipe_ops += calls[j].coll == c->coll && calls[j].count != 0;
+    CHECK(add_collective(v, plans, seq, c, pipe_ops, ws));
   }
   return add_p2p(v, seq, calls, ncalls, ws);
 }

@@ -125,6 +125,9 @@ typedef struct brd_works_view {
   int scalar_on_device;        /* backend reads ncclScalarDevice scalars itself */
   const brd_tune_mask_t *mask;
   const brd_tune_topo_t *topo;
+  struct brd_tuner *tuner;     /* the communicator's tuner plugin context
+                                * (tuner_plugin.h), NULL: Braid's own
+                                * choice */
   int deterministic;
   size_t p2p_piece;            /* bytes per point-to-point piece */
   int p2p_round_ops;           /* backend: most sends (or receives) of a rank

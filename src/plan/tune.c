@@ -795,3 +795,38 @@ ncclResult_t brd_tune_select(const brd_tune_topo_t *topo, brd_coll_t coll,
   *choice_out = best;
   return ncclSuccess;
 }
+
+/* See tune.h. */
+const char *brd_coll_name(brd_coll_t coll) { return coll_name(coll); }
+
+/* See tune.h. */
+ncclResult_t brd_tune_costs(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,
+                            uint32_t available_algos, const brd_tune_mask_t *mask,
+                            float costs_out[BRD_ALGO_COUNT][BRD_PROTO_COUNT]) {
+  if (topo == NULL || mask == NULL || costs_out == NULL || topo_problem(topo) != NULL ||
+      (unsigned)coll >= BRD_COLL_COUNT || coll_names[coll] == NULL) {
+    WARN("brd_tune_costs: malformed arguments (collective %d)", (int)coll);
+    return ncclInternalError;
+  }
+  available_algos &= BRD_ALGO_ALL;
+  for (int a = 0; a < BRD_ALGO_COUNT; a++)
+    for (int p = 0; p < BRD_PROTO_COUNT; p++) costs_out[a][p] = -1.0f;
+  if (topo->nranks == 1) {
+    /* A local copy, as brd_tune_select runs it. */
+    if (available_algos != 0) {
+      int a = (available_algos & BRD_ALGO_BIT(BRD_ALGO_RING)) ? BRD_ALGO_RING
+                                                              : __builtin_ctz(available_algos);
+      costs_out[a][BRD_PROTO_SIMPLE] = 0.0f;
+    }
+    return ncclSuccess;
+  }
+  for (int a = 0; a < BRD_ALGO_COUNT; a++) {
+    if ((available_algos & BRD_ALGO_BIT(a)) == 0) continue;
+    for (int p = 0; p < BRD_PROTO_COUNT; p++) {
+      if (!pair_allowed(topo, mask, coll, (brd_algo_t)a, (brd_proto_t)p)) continue;
+      double c = cost(topo, coll, bytes, (brd_algo_t)a, (brd_proto_t)p);
+      if (c >= 0.0) costs_out[a][p] = (float)c;
+    }
+  }
+  return ncclSuccess;
+}

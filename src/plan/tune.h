@@ -127,6 +127,8 @@ typedef struct {
  * strings are static. Any thread. */
 const char *brd_algo_name(brd_algo_t algo);
 const char *brd_proto_name(brd_proto_t proto);
+/* NCCL's spelling of a collective ("AllReduce"); "Unknown" out of range. */
+const char *brd_coll_name(brd_coll_t coll);
 
 /* Parses NCCL_ALGO and NCCL_PROTO (either may be NULL or "" for unset) with
  * NCCL 2.28's syntax: entries separated by ';', each "[func:]name,name" or
@@ -221,5 +223,16 @@ int brd_hw_gpu_parse(const char *name, brd_hw_gpu_t *out);
  * Writes *out only on success. Any thread. */
 ncclResult_t brd_hw_topo(brd_hw_gpu_t gpu, int nodes, int gpus_per_node, int nics,
                          double nic_gbps, brd_tune_topo_t *out);
+
+/* The model's time in microseconds for every (algorithm, protocol) pair
+ * brd_tune_select would weigh for this call (same arguments), in
+ * costs_out[algo][proto]; -1.0f for every other pair. With one rank only
+ * the local copy's pair (Ring, or the lowest available algorithm, with
+ * Simple) is set, to 0. Used to build a tuner plugin's cost table.
+ * ncclInternalError with a WARN for a malformed topo or coll; writes
+ * costs_out only on success. Any thread. */
+ncclResult_t brd_tune_costs(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,
+                            uint32_t available_algos, const brd_tune_mask_t *mask,
+                            float costs_out[BRD_ALGO_COUNT][BRD_PROTO_COUNT]);
 
 #endif /* BRD_PLAN_TUNE_H */

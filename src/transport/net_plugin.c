@@ -928,6 +928,51 @@ const brd_net_ops_t *brd_net_get(char *why, size_t n) {
   return net;
 }
 
+/* dlopen of one NCCL_NET_PLUGIN entry by the loader's naming rules, with
+ * no message (a net library is opened here only to look inside it). */
+static void *open_quiet(const char *spec) {
+  const char *name = (spec != NULL && spec[0] != '\0') ? spec : "libnccl-net.so";
+  const char *file = strncasecmp(name, "STATIC_PLUGIN", strlen(name)) == 0 ? NULL : name;
+  void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+  size_t len = strlen(name);
+  int full_lib = strncmp(name, "lib", 3) == 0 && len >= 3 && strcmp(name + len - 3, ".so") == 0;
+  if (h == NULL && spec != NULL && spec[0] != '\0' && strchr(spec, '/') == NULL && !full_lib) {
+    char alt[NAME_MAX_LEN + 32];
+    snprintf(alt, sizeof(alt), "libnccl-net-%s.so", spec);
+    h = dlopen(alt, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (h == NULL) (void)dlerror();
+  return h;
+}
+
+void *brd_net_plugin_lib_open(char *path_out, size_t n) {
+  void *h = NULL;
+  pthread_mutex_lock(&net_mu);
+  if (net_plugin != NULL) {
+    h = dlopen(net_plugin->path, RTLD_NOW | RTLD_LOCAL);
+    if (h != NULL && path_out != NULL && n > 0) snprintf(path_out, n, "%s", net_plugin->path);
+    pthread_mutex_unlock(&net_mu);
+    return h;
+  }
+  pthread_mutex_unlock(&net_mu);
+  const char *spec = brd_param_str(BRD_P_NET_PLUGIN);
+  if (spec != NULL && strcasecmp(spec, "none") == 0) return NULL;
+  char *list = strdup(spec != NULL ? spec : "");
+  if (list == NULL) return NULL;
+  char *save = NULL;
+  int count = 0;
+  if (spec == NULL) {
+    h = open_quiet(NULL);
+  } else {
+    for (char *tok = strtok_r(list, ",", &save); tok != NULL && h == NULL && count < MAX_LIST;
+         tok = strtok_r(NULL, ",", &save), count++)
+      if (strlen(tok) + 1 <= NAME_MAX_LEN) h = open_quiet(tok);
+  }
+  free(list);
+  if (h != NULL && path_out != NULL && n > 0) lib_path(h, spec ? spec : "libnccl-net.so", path_out, n);
+  return h;
+}
+
 void brd_net_reset(void) {
   pthread_mutex_lock(&net_mu);
   brd_net_plugin_t *p = net_plugin;

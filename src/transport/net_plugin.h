@@ -51,6 +51,16 @@ int brd_net_plugin_collnet_version(const brd_net_plugin_t *p);
 /* The file dlopen found (from the link map), or the name given. */
 const char *brd_net_plugin_path(const brd_net_plugin_t *p);
 
+/* A new dlopen reference (RTLD_NOW | RTLD_LOCAL) to the net plugin
+ * library, for other plugin types to look inside (NCCL finds a tuner
+ * there when none is named): the library of the process's net when
+ * brd_net_get chose a plugin; before that, the first NCCL_NET_PLUGIN entry
+ * (libnccl-net.so when unset) that opens, by the loader's naming rules.
+ * NULL when NCCL_NET_PLUGIN is none or nothing opens. Logs nothing. The
+ * caller dlcloses it; *path_out (n bytes) gets the file's path. Any
+ * thread; blocks on dlopen. */
+void *brd_net_plugin_lib_open(char *path_out, size_t n);
+
 /* Forgets brd_net_get's choice and unloads the plugin it kept, so the next
  * call reads NCCL_NET_PLUGIN and NCCL_NET again. For tests: nothing may
  * still use the old net. */

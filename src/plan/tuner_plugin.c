@@ -1,0 +1,435 @@
+/*
+ * Braid: the tuner plugin loader, the per-version calls, and the choice
+ * from NCCL's cost table (tuner_plugin.h).
+ *
+ * One library per process (NCCL's rule), counted by the communicators
+ * holding a context; the exported table is the plugin's and is read at
+ * each call (only name and init are needed to accept it).
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
+#include "nccl_tuner.h"
+#include "plan/tuner_plugin.h"
+#include "transport/net.h"
+#include "transport/net_plugin.h"
+
+#define SUBSYS (BRD_SUBSYS_INIT | BRD_SUBSYS_TUNING)
+#define OLDEST 2
+#define NEWEST 6
+#define BASE_LATENCY_US 5.0 /* Braid's per-call base cost (tune.c) */
+
+/* NCCL's table index -> Braid's algorithm, and protocols both ways. */
+static const brd_algo_t algo_of_nccl[NCCL_NUM_ALGORITHMS] = {
+    [NCCL_ALGO_TREE] = BRD_ALGO_TREE,
+    [NCCL_ALGO_RING] = BRD_ALGO_RING,
+    [NCCL_ALGO_COLLNET_DIRECT] = BRD_ALGO_COLLNET_DIRECT,
+    [NCCL_ALGO_COLLNET_CHAIN] = BRD_ALGO_COLLNET_CHAIN,
+    [NCCL_ALGO_NVLS] = BRD_ALGO_NVLS,
+    [NCCL_ALGO_NVLS_TREE] = BRD_ALGO_NVLS_TREE,
+    [NCCL_ALGO_PAT] = BRD_ALGO_PAT,
+};
+static const brd_proto_t proto_of_nccl[NCCL_NUM_PROTOCOLS] = {
+    [NCCL_PROTO_LL] = BRD_PROTO_LL,
+    [NCCL_PROTO_LL128] = BRD_PROTO_LL128,
+    [NCCL_PROTO_SIMPLE] = BRD_PROTO_SIMPLE,
+};
+
+typedef union {
+  ncclTuner_v2_t v2;
+  ncclTuner_v3_t v3;
+  ncclTuner_v4_t v4;
+  ncclTuner_v5_t v5;
+  ncclTuner_v6_t v6;
+} any_tuner_t;
+
+enum { LOAD_READY = 0, LOAD_DONE = 1, LOAD_FAILED = -1 };
+
+/* The process's library (under lib_mu). */
+static pthread_mutex_t lib_mu = PTHREAD_MUTEX_INITIALIZER;
+static int lib_status = LOAD_READY;
+static int lib_refs;                 /* contexts alive */
+static void *lib_dl;                 /* dlopen handle, owned */
+static const any_tuner_t *lib_sym;   /* the plugin's exported table */
+static int lib_version;
+static char lib_name[128];
+static char lib_path[PATH_MAX];
+
+struct brd_tuner {
+  void *ctx;                         /* the plugin's context, the plugin's */
+  const any_tuner_t *sym;            /* lib_sym, valid while this holds a reference */
+  int version;
+  int warned;                        /* a getCollInfo error was WARNed */
+  int warned_unoffered;              /* a pick of a pair Braid lacks was logged */
+  ncclNvlDomainInfo_v6_t nvl;
+  ncclTunerConstants_v6_t constants; /* the full 1152 bytes, rewritable by init */
+};
+
+static ncclDebugLogger_t logger(void) {
+  /* brd_net_log has the logger's exact prototype but for the level's
+   * type (int for the enum): one ABI, two C spellings. */
+  return (ncclDebugLogger_t)(void (*)(void))brd_net_log;
+}
+
+static const char *res_text(ncclResult_t r) { return ncclGetErrorString(r); }
+
+static void path_of(void *dl, const char *fallback, char *out, size_t n) {
+  struct link_map *lm = NULL;
+  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL && lm->l_name && lm->l_name[0])
+    snprintf(out, n, "%s", lm->l_name);
+  else
+    snprintf(out, n, "%s", fallback);
+}
+
+/* dlopen by NCCL's rules for a tuner library. missing gets the names that
+ * were not found, err the last other dlerror. */
+static void *open_tuner_lib(const char *spec, char *missing, size_t mlen, char *err,
+                            size_t elen) {
+  const char *name = spec != NULL ? spec : "libnccl-tuner.so";
+  char alt[PATH_MAX];
+  const char *tries[2] = {name, NULL};
+  size_t len = strlen(name);
+  int full_lib = strncmp(name, "lib", 3) == 0 && len >= 3 && strcmp(name + len - 3, ".so") == 0;
+  if (spec != NULL && strchr(spec, '/') == NULL && !full_lib) {
+    snprintf(alt, sizeof(alt), "libnccl-tuner-%s.so", spec);
+    tries[1] = alt;
+  }
+  for (int i = 0; i < 2 && tries[i] != NULL; i++) {
+    const char *file = strncasecmp(tries[i], "STATIC_PLUGIN", strlen(tries[i])) == 0
+                           ? NULL : tries[i];
+    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    if (h != NULL) return h;
+    const char *e = dlerror();
+    if (e != NULL && strstr(e, "No such file or directory") != NULL) {
+      size_t used = strlen(missing);
+      snprintf(missing + used, mlen - used, " %s", tries[i]);
+    } else {
+      snprintf(err, elen, "%s", e != NULL ? e : "unknown dlopen error");
+    }
+  }
+  return NULL;
+}
+
+/* The newest ncclTunerPlugin_vN of dl with a name and an init. */
+static const any_tuner_t *find_symbol(void *dl, int *version_out) {
+  char symname[32];
+  for (int v = NEWEST; v >= OLDEST; v--) {
+    snprintf(symname, sizeof(symname), "ncclTunerPlugin_v%d", v);
+    const any_tuner_t *sym = dlsym(dl, symname);
+    if (sym != NULL && sym->v2.name != NULL && sym->v2.init != NULL) {
+      *version_out = v;
+      return sym;
+    }
+  }
+  return NULL;
+}
+
+/* Loads the library once. lib_mu held. */
+static void load_locked(void) {
+  char missing[2 * PATH_MAX] = "", err[512] = "", netpath[PATH_MAX] = "";
+  const char *spec = brd_param_str(BRD_P_TUNER_PLUGIN);
+  int requested = spec != NULL && spec[0] != '\0';
+  if (!requested) spec = NULL;
+  if (requested) {
+    INFO(BRD_SUBSYS_ENV | BRD_SUBSYS_TUNING, "NCCL_TUNER_PLUGIN set by environment to %s",
+         spec);
+    if (strcasecmp(spec, "none") == 0) {
+      lib_status = LOAD_FAILED;
+      return;
+    }
+  }
+  const char *where = NULL;
+  void *dl = open_tuner_lib(spec, missing, sizeof(missing), err, sizeof(err));
+  if (dl != NULL) {
+    path_of(dl, spec ? spec : "libnccl-tuner.so", lib_path, sizeof(lib_path));
+    where = lib_path;
+  } else {
+    if (missing[0] != '\0')
+      INFO(SUBSYS, "TUNER/Plugin: Could not find:%s", missing);
+    if (err[0] != '\0') INFO(SUBSYS, "TUNER/Plugin: %s", err);
+    /* NCCL looks for a tuner inside the net plugin's library next. */
+    dl = brd_net_plugin_lib_open(netpath, sizeof(netpath));
+    if (dl != NULL) {
+      snprintf(lib_path, sizeof(lib_path), "%s", netpath);
+      where = NULL;
+    }
+  }
+  if (dl == NULL) {
+    if (requested)
+      WARN("TUNER/Plugin: cannot load NCCL_TUNER_PLUGIN=%s: could not find%s%s%s (and no "
+           "tuner in the net plugin library). Give NCCL_TUNER_PLUGIN a path, put the library "
+           "on LD_LIBRARY_PATH, or set NCCL_TUNER_PLUGIN=none; Braid tunes by itself",
+           spec, missing[0] ? missing : " it", err[0] ? ": " : "", err);
+    else
+      INFO(SUBSYS, "TUNER/Plugin: no tuner plugin (optional); Braid tunes by itself");
+    lib_status = LOAD_FAILED;
+    return;
+  }
+  int version = 0;
+  const any_tuner_t *sym = find_symbol(dl, &version);
+  if (sym == NULL) {
+    if (where != NULL && requested)
+      WARN("External tuner plugin %s is unsupported: it exports no usable "
+           "ncclTunerPlugin_v%d .. v%d (Braid loads those versions); Braid tunes by itself",
+           lib_path, OLDEST, NEWEST);
+    else
+      INFO(SUBSYS, "TUNER/Plugin: %s exports no ncclTunerPlugin_v%d .. v%d", lib_path,
+           OLDEST, NEWEST);
+    dlclose(dl);
+    lib_status = LOAD_FAILED;
+    return;
+  }
+  lib_dl = dl;
+  lib_sym = sym;
+  lib_version = version;
+  snprintf(lib_name, sizeof(lib_name), "%s", sym->v2.name);
+  lib_status = LOAD_DONE;
+  INFO(SUBSYS, "TUNER/Plugin: Using %s (v%d)", lib_name, version);
+  INFO(SUBSYS, "Successfully loaded external tuner plugin %s", lib_path);
+}
+
+/* Drops one reference; closes the library with the last. lib_mu held. */
+static void unref_locked(void) {
+  if (--lib_refs > 0) return;
+  INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_TUNING, "TUNER/Plugin: Closing tuner: '%s'", lib_name);
+  dlclose(lib_dl);
+  lib_dl = NULL;
+  lib_sym = NULL;
+  lib_version = 0;
+  lib_status = LOAD_READY;
+}
+
+ncclResult_t brd_tuner_create(const brd_tuner_comm_t *comm, brd_tuner_t **out) {
+  *out = NULL;
+  pthread_mutex_lock(&lib_mu);
+  if (lib_status == LOAD_READY) load_locked();
+  if (lib_status != LOAD_DONE) {
+    pthread_mutex_unlock(&lib_mu);
+    return ncclSuccess;
+  }
+  lib_refs++;
+  pthread_mutex_unlock(&lib_mu);
+
+  brd_tuner_t *t = calloc(1, sizeof(*t));
+  if (t == NULL) {
+    WARN("out of host memory creating the tuner plugin's context");
+    pthread_mutex_lock(&lib_mu);
+    unref_locked();
+    pthread_mutex_unlock(&lib_mu);
+    return ncclSystemError;
+  }
+  t->sym = lib_sym;
+  t->version = lib_version;
+  t->nvl.nNvlDomains = comm->nvl_domains;
+  t->nvl.minRanksPerNvlDomain = comm->min_per_domain;
+  t->nvl.maxRanksPerNvlDomain = comm->max_per_domain;
+  for (int a = 0; a < NCCL_NUM_ALGORITHMS; a++)
+    for (int p = 0; p < NCCL_NUM_PROTOCOLS; p++) t->constants.baseLatencies[a][p] = BASE_LATENCY_US;
+
+  ncclResult_t r;
+  size_t nr = (size_t)comm->nranks, nn = (size_t)comm->nnodes;
+  switch (t->version) {
+  case 2: r = t->sym->v2.init(nr, nn, logger(), &t->ctx); break;
+  case 3: r = t->sym->v3.init(nr, nn, logger(), &t->ctx); break;
+  case 4: r = t->sym->v4.init(nr, nn, logger(), &t->ctx); break;
+  case 5:
+    r = t->sym->v5.init(&t->ctx, comm->comm_id, nr, nn, logger(), &t->nvl, &t->constants);
+    break;
+  default:
+    r = t->sym->v6.init(&t->ctx, comm->comm_id, nr, nn, logger(), &t->nvl, &t->constants);
+    break;
+  }
+  if (r != ncclSuccess) {
+    WARN("TUNER/Plugin: %s (v%d) init failed: %s (for %d ranks on %d nodes); this "
+         "communicator uses Braid's own tuning. See the plugin's messages above, or set "
+         "NCCL_TUNER_PLUGIN=none", lib_name, t->version, res_text(r), comm->nranks,
+         comm->nnodes);
+    free(t);
+    pthread_mutex_lock(&lib_mu);
+    unref_locked();
+    pthread_mutex_unlock(&lib_mu);
+    return ncclSuccess;
+  }
+  *out = t;
+  return ncclSuccess;
+}
+
+void brd_tuner_destroy(brd_tuner_t *t) {
+  if (t == NULL) return;
+  ncclResult_t r;
+  switch (t->version) {
+  case 2: r = t->sym->v2.destroy ? t->sym->v2.destroy(t->ctx) : ncclSuccess; break;
+  case 3: r = t->sym->v3.destroy ? t->sym->v3.destroy(t->ctx) : ncclSuccess; break;
+  case 4: r = t->sym->v4.destroy ? t->sym->v4.destroy(t->ctx) : ncclSuccess; break;
+  case 5: r = t->sym->v5.finalize ? t->sym->v5.finalize(t->ctx) : ncclSuccess; break;
+  default: r = t->sym->v6.finalize ? t->sym->v6.finalize(t->ctx) : ncclSuccess; break;
+  }
+  if (r != ncclSuccess)
+    WARN("TUNER/Plugin: %s (v%d) %s failed: %s (ignored: the communicator is going away)",
+         lib_name, t->version, t->version < 5 ? "destroy" : "finalize", res_text(r));
+  free(t);
+  pthread_mutex_lock(&lib_mu);
+  unref_locked();
+  pthread_mutex_unlock(&lib_mu);
+}
+
+const char *brd_tuner_name(const brd_tuner_t *t) { return t != NULL ? t->sym->v2.name : ""; }
+int brd_tuner_version(const brd_tuner_t *t) { return t != NULL ? t->version : 0; }
+
+void brd_tuner_reset(void) {
+  pthread_mutex_lock(&lib_mu);
+  if (lib_refs == 0) {
+    if (lib_dl != NULL) dlclose(lib_dl);
+    lib_dl = NULL;
+    lib_sym = NULL;
+    lib_version = 0;
+    lib_status = LOAD_READY;
+  }
+  pthread_mutex_unlock(&lib_mu);
+}
+
+/* NCCL's number for the collectives it tunes; -1 for the others. */
+static int func_of(brd_coll_t coll) {
+  switch (coll) {
+  case BRD_COLL_BROADCAST: return ncclFuncBroadcast;
+  case BRD_COLL_REDUCE: return ncclFuncReduce;
+  case BRD_COLL_ALLGATHER: return ncclFuncAllGather;
+  case BRD_COLL_REDUCESCATTER: return ncclFuncReduceScatter;
+  case BRD_COLL_ALLREDUCE: return ncclFuncAllReduce;
+  default: return -1;
+  }
+}
+
+/* The version's getCollInfo, with v2's pair turned into a 0.0 entry as
+ * NCCL's adapter does. */
+static ncclResult_t call_plugin(brd_tuner_t *t, ncclFunc_t func, size_t bytes, int pipe_ops,
+                                float table[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS],
+                                int reg_buff, int *nch) {
+  float **as_nccl = (float **)(void *)table; /* NCCL's cast: one contiguous block */
+  switch (t->version) {
+  case 2: {
+    int algo = NCCL_ALGO_UNDEF, proto = NCCL_PROTO_UNDEF;
+    int nvls = table[NCCL_ALGO_NVLS][NCCL_PROTO_SIMPLE] != NCCL_ALGO_PROTO_IGNORE ||
+               table[NCCL_ALGO_NVLS_TREE][NCCL_PROTO_SIMPLE] != NCCL_ALGO_PROTO_IGNORE;
+    int collnet = table[NCCL_ALGO_COLLNET_CHAIN][NCCL_PROTO_SIMPLE] != NCCL_ALGO_PROTO_IGNORE;
+    if (t->sym->v2.getCollInfo == NULL) return ncclInternalError;
+    ncclResult_t r = t->sym->v2.getCollInfo(t->ctx, func, bytes, collnet, nvls, pipe_ops,
+                                            &algo, &proto, nch);
+    if (r != ncclSuccess) return r;
+    if (algo >= 0 && algo < NCCL_NUM_ALGORITHMS && proto >= 0 && proto < NCCL_NUM_PROTOCOLS &&
+        table[algo][proto] != NCCL_ALGO_PROTO_IGNORE)
+      table[algo][proto] = 0.0f;
+    return ncclSuccess;
+  }
+  case 3:
+    if (t->sym->v3.getCollInfo == NULL) return ncclInternalError;
+    return t->sym->v3.getCollInfo(t->ctx, func, bytes, pipe_ops, as_nccl, NCCL_NUM_ALGORITHMS,
+                                  NCCL_NUM_PROTOCOLS, nch);
+  case 4:
+    if (t->sym->v4.getCollInfo == NULL) return ncclInternalError;
+    return t->sym->v4.getCollInfo(t->ctx, func, bytes, pipe_ops, as_nccl, NCCL_NUM_ALGORITHMS,
+                                  NCCL_NUM_PROTOCOLS, reg_buff, nch);
+  case 5:
+    if (t->sym->v5.getCollInfo == NULL) return ncclInternalError;
+    return t->sym->v5.getCollInfo(t->ctx, func, bytes, pipe_ops, as_nccl, NCCL_NUM_ALGORITHMS,
+                                  NCCL_NUM_PROTOCOLS, reg_buff, nch);
+  default:
+    if (t->sym->v6.getCollInfo == NULL) return ncclInternalError;
+    return t->sym->v6.getCollInfo(t->ctx, func, bytes, pipe_ops, as_nccl, NCCL_NUM_ALGORITHMS,
+                                  NCCL_NUM_PROTOCOLS, reg_buff, nch);
+  }
+}
+
+ncclResult_t brd_tuner_select(brd_tuner_t *t, const brd_tune_topo_t *topo, brd_coll_t coll,
+                              size_t bytes, uint32_t available_algos,
+                              uint32_t available_protos, const brd_tune_mask_t *mask,
+                              int num_pipe_ops, int reg_buff, brd_tune_choice_t *choice_out,
+                              int *nchannels_out) {
+  *nchannels_out = 0;
+  int func = func_of(coll);
+  if (t == NULL || func < 0)
+    return brd_tune_select(topo, coll, bytes, available_algos, mask, choice_out);
+
+  float costs[BRD_ALGO_COUNT][BRD_PROTO_COUNT];
+  CHECK(brd_tune_costs(topo, coll, bytes, available_algos, mask, costs));
+  float table[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS], offered[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS];
+  int noffered = 0;
+  for (int a = 0; a < NCCL_NUM_ALGORITHMS; a++)
+    for (int p = 0; p < NCCL_NUM_PROTOCOLS; p++) {
+      brd_algo_t ba = algo_of_nccl[a];
+      brd_proto_t bp = proto_of_nccl[p];
+      float c = (float)NCCL_ALGO_PROTO_IGNORE;
+      if ((available_protos & BRD_PROTO_BIT(bp)) != 0 && costs[ba][bp] >= 0.0f) {
+        c = costs[ba][bp];
+        noffered++;
+      }
+      table[a][p] = offered[a][p] = c;
+    }
+  /* Only OneShot/TwoShot can run this call: nothing to ask about. */
+  if (noffered == 0)
+    return brd_tune_select(topo, coll, bytes, available_algos, mask, choice_out);
+
+  int nch = 0;
+  ncclResult_t r = call_plugin(t, (ncclFunc_t)func, bytes, num_pipe_ops, table, reg_buff, &nch);
+  if (r != ncclSuccess) {
+    if (!t->warned)
+      WARN("TUNER/Plugin: %s (v%d) getCollInfo failed for %s of %zu bytes: %s; Braid "
+           "chooses by itself (said once per communicator)", brd_tuner_name(t), t->version,
+           brd_coll_name(coll), bytes, res_text(r));
+    t->warned = 1;
+    return brd_tune_select(topo, coll, bytes, available_algos, mask, choice_out);
+  }
+  if (nch > 0) *nchannels_out = nch;
+  if (memcmp(table, offered, sizeof(table)) == 0) {
+    /* No opinion: Braid's choice, over every algorithm it has. */
+    return brd_tune_select(topo, coll, bytes, available_algos, mask, choice_out);
+  }
+
+  int best_a = -1, best_p = -1;
+  float best = 0.0f;
+  for (int a = 0; a < NCCL_NUM_ALGORITHMS; a++)
+    for (int p = 0; p < NCCL_NUM_PROTOCOLS; p++) {
+      float v = table[a][p];
+      if (!(v >= 0.0f)) continue; /* ignored, forbidden or NaN */
+      if (offered[a][p] < 0.0f) {
+        if (!t->warned_unoffered)
+          INFO(BRD_SUBSYS_TUNING, "TUNER/Plugin: %s set %s/%s for %s, which Braid cannot run "
+               "here; ignoring that entry", brd_tuner_name(t),
+               brd_algo_name(algo_of_nccl[a]), brd_proto_name(proto_of_nccl[p]),
+               brd_coll_name(coll));
+        t->warned_unoffered = 1;
+        continue;
+      }
+      if (best_a < 0 || v < best) {
+        best_a = a;
+        best_p = p;
+        best = v;
+      }
+    }
+  if (best_a < 0) {
+    int user = mask->algo_env[0] != '\0' || mask->proto_env[0] != '\0';
+    WARN("%s : no algorithm/protocol available for %zu bytes: the tuner plugin %s (v%d) "
+         "left no entry of the cost table that can run%s%s%s%s. Fix the plugin's "
+         "configuration%s, or set NCCL_TUNER_PLUGIN=none", brd_coll_name(coll), bytes,
+         brd_tuner_name(t), t->version, user ? " (NCCL_ALGO=" : "", user ? mask->algo_env : "",
+         user ? ", NCCL_PROTO=" : "", user ? mask->proto_env : "",
+         user ? " or NCCL_ALGO/NCCL_PROTO" : "");
+    return user ? ncclInvalidUsage : ncclInternalError;
+  }
+  choice_out->algo = algo_of_nccl[best_a];
+  choice_out->proto = proto_of_nccl[best_p];
+  choice_out->time_us = offered[best_a][best_p];
+  INFO(BRD_SUBSYS_TUNING, "%s: %zu Bytes -> Algo %s proto %s time %.2f us (tuner plugin %s, "
+       "nChannels %d)", brd_coll_name(coll), bytes, brd_algo_name(choice_out->algo),
+       brd_proto_name(choice_out->proto), (double)choice_out->time_us, brd_tuner_name(t), nch);
+  return ncclSuccess;
+}
