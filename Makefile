@@ -110,6 +110,8 @@ TESTNET_DIR := $(BUILD)/tests/plugins
 TESTNET_SO  := $(TESTNET_VERSIONS:%=$(TESTNET_DIR)/libnccl-net-testv%.so) \
                $(TESTNET_DIR)/libnccl-net-testv12lazy.so $(TESTNET_DIR)/libnccl-net-testmulti.so
 
+IBMOCK_SO := $(BUILD)/tests/mock/libibverbs-mock.so
+
 # Shared helpers for tools and tests (linked into executables, never the lib).
 TOOLCOMMON_SRC := $(sort $(wildcard tools/common/*.c))
 TOOLCOMMON_OBJ := $(TOOLCOMMON_SRC:%.c=$(BUILD)/obj/tools-obj/%.o)
@@ -146,7 +148,7 @@ all: lib tools tests
 
 lib: $(SHLIB) $(STLIB) $(HEADER) $(BUILD)/lib/libnccl.so $(BUILD)/lib/libnccl.so.$(NCCL_SOVER) $(PLUGIN_SO)
 tools: $(TOOL_BIN)
-tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO)
+tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO) $(IBMOCK_SO)
 
 # Missing headers: install them (root) or print the exact command.
 deps: $(DEPS_STAMP)
@@ -263,6 +265,14 @@ $(TESTNET_DIR)/libnccl-net-testv%.so: $(BUILD)/obj/tests/plugins/net_test_v%.o
 	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
 .SECONDARY: $(TESTNET_VERSIONS:%=$(BUILD)/obj/tests/plugins/net_test_v%.o) \
             $(BUILD)/obj/tests/plugins/net_test_lazy.o
+# The verbs mock (tests/mock/ibverbs_mock.c): a libibverbs for tests,
+# loaded through BRAID_IBVERBS_LIB by the IB net's tests and suite_net.
+$(IBMOCK_SO): tests/mock/ibverbs_mock.c tests/mock/ibverbs_mock.h
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -Itests/mock $(PLUGIN_LD) -o $@ $< -lpthread
+$(BUILD)/tests/unit/test_net_ib: | $(IBMOCK_SO)
+
 # The loader's unit test opens them from $(TESTNET_DIR), by path and by
 # name (it puts that folder on LD_LIBRARY_PATH).
 $(BUILD)/tests/unit/test_net_plugin: | $(TESTNET_SO)
