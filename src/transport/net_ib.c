@@ -603,12 +603,13 @@ static ncclResult_t comm_fail(ib_comm_t *c, ncclResult_t res, int quiet, const c
 
 static void comm_destroy(ib_comm_t *c) {
   if (c == NULL) return;
+  /* The TCP close first: a peer whose RDMA then fails sees why. */
+  brd_sock_close(&c->sock);
   for (int i = 0; i < c->nqps; i++)
     if (c->qps[i] != NULL) (void)ibv->destroy_qp(c->qps[i]);
   if (c->cq != NULL) (void)ibv->destroy_cq(c->cq);
   if (c->fifo_mr != NULL) (void)ibv->dereg_mr(c->fifo_mr);
   free(c->fifo);
-  brd_sock_close(&c->sock);
   free(c);
 }
 
@@ -835,6 +836,14 @@ static const char *wr_kind_name(int kind) {
                           : "RECV (immediate)";
 }
 
+/* 1 when the peer has closed the TCP connection (its comm is gone). */
+static int peer_gone(ib_comm_t *c) {
+  char b;
+  if (c->sock.fd < 0) return 0;
+  ssize_t r = recv(c->sock.fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+  return r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE));
+}
+
 /* Takes every completion of c's CQ. */
 static ncclResult_t comm_poll(ib_comm_t *c) {
   struct ibv_wc wc[16];
@@ -856,7 +865,9 @@ static ncclResult_t comm_poll(ib_comm_t *c) {
                      wc[i].status == IBV_WC_REM_INV_REQ_ERR || wc[i].status == IBV_WC_REM_OP_ERR ||
                      wc[i].status == IBV_WC_RETRY_EXC_ERR ||
                      wc[i].status == IBV_WC_RNR_RETRY_EXC_ERR;
-        (void)comm_fail(c, remote ? ncclRemoteError : ncclSystemError, 0,
+        /* A peer that closed its comm (its TCP side is shut) is likely
+         * done, not broken: INFO, and the caller decides. */
+        (void)comm_fail(c, remote ? ncclRemoteError : ncclSystemError, remote && peer_gone(c),
                         "NET/IB : %s:%d, QP %u, %s to %s (request %u): got completion with "
                         "status %s (%d), vendor error %u; local GID %s, remote GID %s. %s",
                         c->dev->name, c->dev->port, wc[i].qp_num, wr_kind_name(kind),
