@@ -125,6 +125,8 @@ TESTENV_SO := $(TESTNET_DIR)/libnccl-env-testv1.so $(TESTNET_DIR)/libnccl-env-te
               $(TESTNET_DIR)/libnccl-env-testboth.so
 
 
+IBMOCK_SO := $(BUILD)/tests/mock/libibverbs-mock.so
+
 # Shared helpers for tools and tests (linked into executables, never the lib).
 TOOLCOMMON_SRC := $(sort $(wildcard tools/common/*.c))
 TOOLCOMMON_OBJ := $(TOOLCOMMON_SRC:%.c=$(BUILD)/obj/tools-obj/%.o)
@@ -161,7 +163,7 @@ all: lib tools tests
 
 lib: $(SHLIB) $(STLIB) $(HEADER) $(BUILD)/lib/libnccl.so $(BUILD)/lib/libnccl.so.$(NCCL_SOVER) $(PLUGIN_SO)
 tools: $(TOOL_BIN)
-tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO) $(TESTTUNER_SO) $(TESTENV_SO)
+tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO) $(TESTTUNER_SO) $(TESTENV_SO) $(IBMOCK_SO)
 
 # Missing headers: install them (root) or print the exact command.
 deps: $(DEPS_STAMP)
@@ -323,6 +325,14 @@ $(TESTNET_DIR)/libnccl-env-testboth.so: $(BUILD)/obj/tests/plugins/env_test_v1.o
 $(BUILD)/tests/unit/test_env_plugin: | $(TESTENV_SO) $(TESTNET_DIR)/libnccl-tuner-testv5.so
 $(BUILD)/tests/unit/test_tuner_plugin: | $(TESTTUNER_SO) $(TESTNET_DIR)/libnccl-net-testv12.so \
                                         $(TUNER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-tuner-%.so)
+
+# The verbs mock (tests/mock/ibverbs_mock.c): a libibverbs for tests,
+# loaded through BRAID_IBVERBS_LIB by the IB net's tests and suite_net.
+$(IBMOCK_SO): tests/mock/ibverbs_mock.c tests/mock/ibverbs_mock.h
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -Itests/mock $(PLUGIN_LD) -o $@ $< -lpthread
+$(BUILD)/tests/unit/test_net_ib: | $(IBMOCK_SO)
 
 # The loader's unit test opens them from $(TESTNET_DIR), by path and by
 # name (it puts that folder on LD_LIBRARY_PATH).

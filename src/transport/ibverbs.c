@@ -25,16 +25,45 @@ static ncclResult_t load_locked(void) {
          "NIC to use them)", lib, dlerror());
     return ncclSystemError;
   }
-  ibv_ops.get_device_list =
-      (struct ibv_device **(*)(int *))dlsym(h, "ibv_get_device_list");
-  ibv_ops.free_device_list =
-      (void (*)(struct ibv_device **))dlsym(h, "ibv_free_device_list");
-  ibv_ops.get_device_name =
-      (const char *(*)(struct ibv_device *))dlsym(h, "ibv_get_device_name");
-  if (ibv_ops.get_device_list == NULL || ibv_ops.free_device_list == NULL ||
-      ibv_ops.get_device_name == NULL) {
-    INFO(BRD_SUBSYS_NET, "NET/IB : %s lacks the verbs entry points Braid "
-         "needs; InfiniBand/RoCE transports are off", lib);
+  /* Each entry point at the version NCCL asks for, else by plain name
+   * (a library without symbol versions, such as the test mock). */
+#define RESOLVE(field, sym, optional)                                        \
+  do {                                                                       \
+    void *p_ = dlvsym(h, sym, "IBVERBS_1.1");                                \
+    if (p_ == NULL) p_ = dlsym(h, sym);                                      \
+    memcpy(&ibv_ops.field, &p_, sizeof(p_));                                 \
+    if (p_ == NULL && !(optional)) missing = sym;                            \
+  } while (0)
+  const char *missing = NULL;
+  RESOLVE(get_device_list, "ibv_get_device_list", 0);
+  RESOLVE(free_device_list, "ibv_free_device_list", 0);
+  RESOLVE(get_device_name, "ibv_get_device_name", 0);
+  RESOLVE(open_device, "ibv_open_device", 0);
+  RESOLVE(close_device, "ibv_close_device", 0);
+  RESOLVE(query_device, "ibv_query_device", 0);
+  RESOLVE(query_port, "ibv_query_port", 0);
+  RESOLVE(query_gid, "ibv_query_gid", 0);
+  RESOLVE(alloc_pd, "ibv_alloc_pd", 0);
+  RESOLVE(dealloc_pd, "ibv_dealloc_pd", 0);
+  RESOLVE(reg_mr, "ibv_reg_mr", 0);
+  RESOLVE(dereg_mr, "ibv_dereg_mr", 0);
+  RESOLVE(create_cq, "ibv_create_cq", 0);
+  RESOLVE(destroy_cq, "ibv_destroy_cq", 0);
+  RESOLVE(create_qp, "ibv_create_qp", 0);
+  RESOLVE(modify_qp, "ibv_modify_qp", 0);
+  RESOLVE(destroy_qp, "ibv_destroy_qp", 0);
+  RESOLVE(get_async_event, "ibv_get_async_event", 0);
+  RESOLVE(ack_async_event, "ibv_ack_async_event", 0);
+  {
+    /* Versioned apart from the 1.1 set. */
+    void *p = dlvsym(h, "_ibv_query_gid_ex", "IBVERBS_1.11");
+    if (p == NULL) p = dlsym(h, "_ibv_query_gid_ex");
+    memcpy(&ibv_ops.query_gid_ex, &p, sizeof(p));
+  }
+#undef RESOLVE
+  if (missing != NULL) {
+    INFO(BRD_SUBSYS_NET, "NET/IB : %s lacks %s, a verbs entry point Braid needs; "
+         "InfiniBand/RoCE transports are off", lib, missing);
     memset(&ibv_ops, 0, sizeof(ibv_ops));
     dlclose(h);
     return ncclSystemError;

@@ -1,6 +1,6 @@
 /*
  * Braid nets: the one interface the proxy drives for every network, the
- * built-in socket net (net_socket.c), the IB verbs net (to come) and every
+ * built-in socket net (net_socket.c), the IB verbs net (net_ib.c) and every
  * external net plugin (net_plugin.c adapts ncclNet_v6 .. v12 to it).
  *
  * The table has ncclNet_v12's members, in its order and with its

@@ -24,6 +24,7 @@
 #include "base/param.h"
 #include "nccl_net.h"
 #include "transport/net.h"
+#include "transport/net_ib.h"
 #include "transport/net_plugin.h"
 
 #define NET_SUBSYS (BRD_SUBSYS_INIT | BRD_SUBSYS_NET)
@@ -889,14 +890,17 @@ static const brd_net_ops_t *choose(void) {
   free(list);
 
   /* The built-in nets. */
-  const brd_net_ops_t *builtin[] = {&brd_net_socket};
+  /* IB first, as NCCL: with no verbs library, no active port or
+   * NCCL_IB_DISABLE it has no device and Socket is next (INFO only, unless
+   * NCCL_NET asked for it). */
+  const brd_net_ops_t *builtin[] = {&brd_net_ib, &brd_net_socket};
   for (size_t i = 0; i < sizeof(builtin) / sizeof(builtin[0]); i++) {
     const brd_net_ops_t *net = builtin[i];
     if (want != NULL && strcasecmp(want, net->name) != 0) {
       names_add(seen, sizeof(seen), net->name);
       continue;
     }
-    if (!usable(net, 1)) {
+    if (!usable(net, want != NULL || net != &brd_net_ib)) {
       char entry[128];
       snprintf(entry, sizeof(entry), "%s: %s", net->name, unusable_why);
       names_add(seen, sizeof(seen), entry);

@@ -1,0 +1,1368 @@
+/*
+ * Braid's built-in IB verbs net ("IB"): RC queue pairs over InfiniBand or
+ * RoCE, reached through the dlopen'ed verbs table (ibverbs.h), with
+ * NCCL's device choice, GID choice and QP parameters (nvls-ib.md §2).
+ *
+ * Devices. Every ACTIVE port whose link layer is InfiniBand or Ethernet
+ * (RoCE) and that NCCL_IB_HCA keeps is one net device, with its own verbs
+ * context, protection domain and registration cache. NCCL_IB_DISABLE=1,
+ * a missing libibverbs or no active port leaves the net with no device,
+ * and the net choice falls back to the socket net.
+ *
+ * Connections. listen binds a TCP socket on the bootstrap interface; the
+ * handle carries its address and a random magic. connect dials it,
+ * creates the CQ, NCCL_IB_QPS_PER_CONNECTION RC QPs and the CTS FIFO and
+ * returns the comm once its metadata (QPNs, LID, GID, MTU, FIFO address
+ * and rkey) is written: it never needs the peer's accept. accept reads
+ * that metadata, brings its QPs to RTS against the sender's, and answers
+ * with its own. The sender finishes (its QPs to RTS, then one "ready"
+ * byte) the first time isend or test runs; the receiver posts nothing
+ * before that byte, so no RDMA ever reaches a QP that is not ready.
+ * Everything is non-blocking; connect and accept are retried.
+ *
+ * Data: the receiver-driven CTS protocol NCCL uses, one buffer per
+ * receive (maxRecvs 1). Message k travels on QP k mod nqps. irecv posts a
+ * receive WR with no SGE on that QP and RDMA-writes a 32-byte CTS entry
+ * {address, rkey, size, k+1} into slot k mod 32 of the sender's FIFO. isend
+ * returns NULL ("later") until slot k holds k+1; then it RDMA-writes the
+ * data into the receiver's buffer as one RDMA_WRITE_WITH_IMM carrying the
+ * size, so the receive completion comes after the data is in place. It
+ * gives flow control (nothing is sent before the receiver has a buffer),
+ * in-order matching, and no copy on either side. A send larger than its
+ * receive is an error, as in NCCL. Chosen over NCCL's separate
+ * RDMA_WRITE + zero-byte WRITE_WITH_IMM because without adaptive routing
+ * one WR gives the same guarantee; over the MSCCL++ put+signal because
+ * the proxy's buffers are not symmetric.
+ *
+ * Errors. A completion in error WARNs once with the QP number, the
+ * operation, the status, and both GIDs, and fails the comm
+ * (ncclRemoteError for remote and transport errors, ncclSystemError for
+ * local ones); an async event that takes the port down (or a fatal
+ * device event) fails every comm on that port. The peer closing its TCP
+ * socket fails waiting requests with ncclRemoteError (logged at INFO: a
+ * peer that is done closes too; the caller decides). Host memory only:
+ * NCCL_PTR_CUDA and DMA-BUF are reported unsupported.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
+#include "base/socket.h"
+#include "transport/ibverbs.h"
+#include "transport/net_ib.h"
+
+#define IB_MAX_DEVS 16
+#define IB_NREQ BRD_NET_MAX_REQUESTS /* requests and FIFO slots per comm */
+#define IB_MAX_QPS 128
+#define IB_NGID_MAX 256
+#define IB_MAX_MSG ((size_t)1 << 30)
+
+/* ---- pure pieces (net_ib.h) --------------------------------------------- */
+
+/* See net_ib.h. */
+int brd_ib_hca_match(const char *spec, const char *dev, int port) {
+  if (spec == NULL || spec[0] == '\0') return 1;
+  int exclude = 0, exact = 0, hit = 0;
+  if (*spec == '^') {
+    exclude = 1;
+    spec++;
+  }
+  if (*spec == '=') {
+    exact = 1;
+    spec++;
+  }
+  while (*spec != '\0' && !hit) {
+    const char *end = strchr(spec, ',');
+    size_t len = end != NULL ? (size_t)(end - spec) : strlen(spec);
+    char entry[128];
+    snprintf(entry, sizeof(entry), "%.*s", (int)(len < sizeof(entry) ? len : sizeof(entry) - 1),
+             spec);
+    int want_port = -1;
+    char *colon = strchr(entry, ':');
+    if (colon != NULL) {
+      *colon = '\0';
+      want_port = atoi(colon + 1); /* a rail or plane after it is ignored */
+    }
+    if (entry[0] != '\0') {
+      int name_ok = exact ? strcmp(entry, dev) == 0 : strncmp(entry, dev, strlen(entry)) == 0;
+      if (name_ok && (want_port < 0 || want_port == port)) hit = 1;
+    }
+    spec += len;
+    if (*spec == ',') spec++;
+  }
+  return exclude ? !hit : hit;
+}
+
+static int gid_family(const union ibv_gid *g) {
+  static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(g->raw, v4mapped, sizeof(v4mapped)) == 0 ? AF_INET : AF_INET6;
+}
+
+static int gid_valid(const union ibv_gid *g) {
+  for (int i = 0; i < 16; i++)
+    if (g->raw[i] != 0) return 1;
+  return 0;
+}
+
+/* See net_ib.h. */
+int brd_ib_gid_select(const brd_ib_gid_t *table, int n, int family, int roce_version) {
+  int cur = 0;
+  for (int c = 1; c < n; c++) {
+    int fc = gid_family(&table[c].gid), fcur = gid_family(&table[cur].gid);
+    if (fc != fcur && fc == family && gid_valid(&table[c].gid)) {
+      cur = c;
+      continue;
+    }
+    if (fc != family || !gid_valid(&table[c].gid)) continue;
+    if (table[c].roce_version == roce_version && table[cur].roce_version != roce_version)
+      cur = c;
+  }
+  return cur;
+}
+
+/* ---- devices ------------------------------------------------------------------ */
+
+typedef struct {
+  uintptr_t addr;  /* page-aligned start */
+  size_t pages;
+  int refs;
+  struct ibv_mr *mr;
+} ib_mr_entry_t;
+
+typedef struct {
+  char name[64];
+  int port;
+  int link;                   /* IBV_LINK_LAYER_* */
+  struct ibv_context *ctx;    /* owned */
+  struct ibv_pd *pd;          /* owned */
+  struct ibv_port_attr attr;
+  int gid_index;
+  union ibv_gid gid;
+  uint64_t guid;
+  int speed;                  /* Mbit/s */
+  char *pci_path;             /* realpath of the sysfs device, or NULL; owned */
+  pthread_mutex_t mu;         /* the cache, the failure and the async fd */
+  ib_mr_entry_t *mrs;         /* registration cache; owned */
+  int nmr, mr_cap;
+  int failed;                 /* the port went down: every comm fails */
+  char fail_why[160];
+} ib_dev_t;
+
+typedef struct {
+  uint64_t comm_id;
+  int tc;                     /* traffic class for RoCE */
+} ib_ctx_t;
+
+static const brd_ibv_ops_t *ibv;
+static pthread_mutex_t ib_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ib_refs;                 /* inits without finalize */
+static int ib_ndev = -1;
+static ib_dev_t ib_devs[IB_MAX_DEVS];
+static union brd_sock_addr ib_oob;  /* the out-of-band interface's address */
+static char ib_oob_name[BRD_SOCK_IFNAME_LEN];
+
+static const char *link_name(int link) {
+  return link == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB";
+}
+
+static int lane_mbps(int speed) {
+  switch (speed) {
+  case 1: return 2500;
+  case 2: return 5000;
+  case 4: case 8: return 10000;
+  case 16: return 14000;
+  case 32: return 25000;
+  case 64: return 50000;
+  case 128: return 100000;
+  case 256: return 200000;
+  default: return 10000;
+  }
+}
+
+static int width_lanes(int width) {
+  switch (width) {
+  case 1: return 1;
+  case 2: return 4;
+  case 4: return 8;
+  case 8: return 12;
+  case 16: return 2;
+  default: return 1;
+  }
+}
+
+/* RoCE version of GID idx: from the library when it says, else from
+ * sysfs (NCCL's source); 0 when neither knows. */
+static int gid_roce_version(struct ibv_context *ctx, const char *dev, int port, int idx) {
+  if (ibv->query_gid_ex != NULL) {
+    struct ibv_gid_entry e;
+    if (ibv->query_gid_ex(ctx, (uint32_t)port, (uint32_t)idx, &e, 0, sizeof(e)) == 0)
+      return e.gid_type == IBV_GID_TYPE_ROCE_V2 ? 2 : 1;
+  }
+  char path[PATH_MAX], text[32] = {0};
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/gid_attrs/types/%d", dev,
+           port, idx);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  if (strncmp(text, "RoCE v2", 7) == 0) return 2;
+  if (strncmp(text, "IB/RoCE v1", 10) == 0 || strncmp(text, "RoCE v1", 7) == 0) return 1;
+  return 0;
+}
+
+/* The GID index a port uses: 0 on IB; on RoCE NCCL_IB_GID_INDEX or the
+ * automatic choice. */
+static int pick_gid(ib_dev_t *d) {
+  if (d->link != IBV_LINK_LAYER_ETHERNET) return 0;
+  int64_t forced = brd_param_int(BRD_P_IB_GID_INDEX);
+  if (forced >= 0) return (int)forced;
+  const char *fam = brd_param_str(BRD_P_IB_ADDR_FAMILY);
+  int family = fam != NULL && strcmp(fam, "AF_INET6") == 0 ? AF_INET6 : AF_INET;
+  int n = d->attr.gid_tbl_len < IB_NGID_MAX ? d->attr.gid_tbl_len : IB_NGID_MAX;
+  brd_ib_gid_t *t = calloc(n > 0 ? (size_t)n : 1, sizeof(*t));
+  if (t == NULL) return 0;
+  for (int i = 0; i < n; i++) {
+    if (ibv->query_gid(d->ctx, (uint8_t)d->port, i, &t[i].gid) != 0) memset(&t[i].gid, 0, 16);
+    t[i].roce_version = gid_valid(&t[i].gid) ? gid_roce_version(d->ctx, d->name, d->port, i) : 0;
+  }
+  int idx = brd_ib_gid_select(t, n, family, (int)brd_param_int(BRD_P_IB_ROCE_VERSION_NUM));
+  free(t);
+  return idx;
+}
+
+static void gid_str(const union ibv_gid *g, char *buf, size_t n) {
+  if (inet_ntop(AF_INET6, g->raw, buf, (socklen_t)n) == NULL) snprintf(buf, n, "?");
+}
+
+static void dev_close(ib_dev_t *d) {
+  for (int i = 0; i < d->nmr; i++) (void)ibv->dereg_mr(d->mrs[i].mr);
+  free(d->mrs);
+  d->mrs = NULL;
+  d->nmr = d->mr_cap = 0;
+  if (d->pd != NULL) (void)ibv->dealloc_pd(d->pd);
+  if (d->ctx != NULL) (void)ibv->close_device(d->ctx);
+  free(d->pci_path);
+  pthread_mutex_destroy(&d->mu);
+  memset(d, 0, sizeof(*d));
+}
+
+/* Opens port `port` of dev as net device slot d; 0 when it is usable. */
+static int dev_open(struct ibv_device *dev, int port, ib_dev_t *d) {
+  memset(d, 0, sizeof(*d));
+  pthread_mutex_init(&d->mu, NULL);
+  snprintf(d->name, sizeof(d->name), "%s", ibv->get_device_name(dev));
+  d->port = port;
+  d->ctx = ibv->open_device(dev);
+  if (d->ctx == NULL) goto fail;
+  struct ibv_device_attr da;
+  if (ibv->query_device(d->ctx, &da) != 0) goto fail;
+  d->guid = da.node_guid;
+  memset(&d->attr, 0, sizeof(d->attr));
+  if (ibv->query_port(d->ctx, (uint8_t)port, &d->attr) != 0) goto fail;
+  d->link = d->attr.link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_LINK_LAYER_ETHERNET
+                                                          : IBV_LINK_LAYER_INFINIBAND;
+  d->gid_index = pick_gid(d);
+  if (ibv->query_gid(d->ctx, (uint8_t)port, d->gid_index, &d->gid) != 0 ||
+      (d->link == IBV_LINK_LAYER_ETHERNET && !gid_valid(&d->gid))) {
+    INFO(BRD_SUBSYS_NET, "NET/IB : %s:%d has no usable GID at index %d; skipping it (check "
+         "NCCL_IB_GID_INDEX and 'show_gids')", d->name, port, d->gid_index);
+    goto fail;
+  }
+  d->pd = ibv->alloc_pd(d->ctx);
+  if (d->pd == NULL) goto fail;
+  /* Async events are read without waiting, from whoever progresses. */
+  int fl = fcntl(d->ctx->async_fd, F_GETFL);
+  if (fl >= 0) (void)fcntl(d->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+  d->speed = lane_mbps(d->attr.active_speed) * width_lanes(d->attr.active_width);
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device", d->name);
+  d->pci_path = realpath(path, NULL);
+  return 0;
+fail:
+  dev_close(d);
+  return -1;
+}
+
+/* Fills ib_devs with the usable ports. ib_lock held. */
+static void scan_devices(void) {
+  ib_ndev = 0;
+  if (brd_param_int(BRD_P_IB_DISABLE) != 0) {
+    INFO(BRD_SUBSYS_NET, "NET/IB : disabled by NCCL_IB_DISABLE");
+    return;
+  }
+  if (brd_ibv_load(&ibv) != ncclSuccess) return; /* its INFO says why */
+  int n = 0;
+  struct ibv_device **list = ibv->get_device_list(&n);
+  if (list == NULL || n == 0) {
+    INFO(BRD_SUBSYS_NET, "NET/IB : No device found.");
+    if (list != NULL) ibv->free_device_list(list);
+    return;
+  }
+  const char *hca = brd_param_str(BRD_P_IB_HCA);
+  char line[1024] = "";
+  for (int i = 0; i < n && ib_ndev < IB_MAX_DEVS; i++) {
+    const char *name = ibv->get_device_name(list[i]);
+    struct ibv_context *probe = ibv->open_device(list[i]);
+    struct ibv_device_attr da;
+    if (probe == NULL || ibv->query_device(probe, &da) != 0) {
+      INFO(BRD_SUBSYS_NET, "NET/IB : cannot open or query %s (%s); skipping it", name,
+           strerror(errno));
+      if (probe != NULL) (void)ibv->close_device(probe);
+      continue;
+    }
+    for (int port = 1; port <= da.phys_port_cnt && ib_ndev < IB_MAX_DEVS; port++) {
+      struct ibv_port_attr pa;
+      memset(&pa, 0, sizeof(pa));
+      if (ibv->query_port(probe, (uint8_t)port, &pa) != 0) continue;
+      if (pa.state != IBV_PORT_ACTIVE) {
+        INFO(BRD_SUBSYS_NET, "NET/IB : %s:%d is not active; skipping it", name, port);
+        continue;
+      }
+      if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND &&
+          pa.link_layer != IBV_LINK_LAYER_ETHERNET)
+        continue;
+      if (!brd_ib_hca_match(hca, name, port)) {
+        INFO(BRD_SUBSYS_NET, "NET/IB : %s:%d is not selected by NCCL_IB_HCA=%s", name, port,
+             hca);
+        continue;
+      }
+      ib_dev_t *d = &ib_devs[ib_ndev];
+      if (dev_open(list[i], port, d) != 0) continue;
+      char gid[INET6_ADDRSTRLEN];
+      size_t len = strlen(line);
+      gid_str(&d->gid, gid, sizeof(gid));
+      snprintf(line + len, sizeof(line) - len, " [%d]%s:%d/%s", ib_ndev, d->name, port,
+               link_name(d->link));
+      INFO(BRD_SUBSYS_NET, "NET/IB : %s:%d %s, GID index %d (%s), LID %u, %d Mb/s", d->name,
+           port, link_name(d->link), d->gid_index, gid, d->attr.lid, d->speed);
+      ib_ndev++;
+    }
+    (void)ibv->close_device(probe);
+  }
+  ibv->free_device_list(list);
+  if (ib_ndev == 0) {
+    INFO(BRD_SUBSYS_NET, "NET/IB : No active port found%s%s.", hca != NULL ? " in NCCL_IB_HCA=" : "",
+         hca != NULL ? hca : "");
+    return;
+  }
+  if (brd_sock_boot_iface(&ib_oob, ib_oob_name) != ncclSuccess) {
+    INFO(BRD_SUBSYS_NET, "NET/IB : no interface for the out-of-band socket; IB net off");
+    for (int i = 0; i < ib_ndev; i++) dev_close(&ib_devs[i]);
+    ib_ndev = 0;
+    return;
+  }
+  char addr[BRD_SOCK_ADDR_STRLEN];
+  INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NET, "NET/IB : Using%s ; OOB %s:%s", line, ib_oob_name,
+       brd_sock_addr_str(&ib_oob, addr));
+}
+
+static int dev_valid(int dev) { return dev >= 0 && dev < __atomic_load_n(&ib_ndev, __ATOMIC_ACQUIRE); }
+
+static const char *event_name(enum ibv_event_type t) {
+  switch (t) {
+  case IBV_EVENT_PORT_ERR: return "IBV_EVENT_PORT_ERR (port down)";
+  case IBV_EVENT_DEVICE_FATAL: return "IBV_EVENT_DEVICE_FATAL";
+  case IBV_EVENT_QP_FATAL: return "IBV_EVENT_QP_FATAL";
+  case IBV_EVENT_QP_REQ_ERR: return "IBV_EVENT_QP_REQ_ERR";
+  case IBV_EVENT_QP_ACCESS_ERR: return "IBV_EVENT_QP_ACCESS_ERR";
+  case IBV_EVENT_CQ_ERR: return "IBV_EVENT_CQ_ERR";
+  case IBV_EVENT_PORT_ACTIVE: return "IBV_EVENT_PORT_ACTIVE";
+  case IBV_EVENT_LID_CHANGE: return "IBV_EVENT_LID_CHANGE";
+  case IBV_EVENT_GID_CHANGE: return "IBV_EVENT_GID_CHANGE";
+  default: return "async event";
+  }
+}
+
+/* Reads the device's pending async events without waiting; a port-down
+ * or fatal one marks the device failed. Returns d->failed. Any thread. */
+static int dev_check_events(ib_dev_t *d) {
+  pthread_mutex_lock(&d->mu);
+  struct pollfd pfd = {d->ctx->async_fd, POLLIN, 0};
+  while (!d->failed && poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
+    struct ibv_async_event ev;
+    if (ibv->get_async_event(d->ctx, &ev) != 0) break;
+    enum ibv_event_type t = ev.event_type;
+    int port = ev.element.port_num;
+    ibv->ack_async_event(&ev);
+    int fatal = t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR ||
+                (t == IBV_EVENT_PORT_ERR && port == d->port);
+    if (fatal) {
+      d->failed = 1;
+      snprintf(d->fail_why, sizeof(d->fail_why), "%s on %s:%d", event_name(t), d->name, d->port);
+    } else {
+      INFO(BRD_SUBSYS_NET, "NET/IB : %s:%d got %s", d->name, d->port, event_name(t));
+    }
+    pfd.revents = 0;
+  }
+  int failed = d->failed;
+  pthread_mutex_unlock(&d->mu);
+  return failed;
+}
+
+/* ---- init, devices, properties ------------------------------------------------------- */
+
+static ncclResult_t ib_init(void **ctx, uint64_t comm_id, brd_net_config_t *config,
+                            brd_net_logger_t log, brd_net_prof_cb_t prof) {
+  (void)log;
+  (void)prof;
+  if (ctx == NULL) return ncclInternalError;
+  ib_ctx_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) return ncclSystemError;
+  c->comm_id = comm_id;
+  c->tc = config != NULL && config->trafficClass != BRD_NET_TRAFFIC_CLASS_UNDEF
+              ? config->trafficClass
+              : (int)brd_param_int(BRD_P_IB_TC);
+  pthread_mutex_lock(&ib_lock);
+  if (ib_refs++ == 0) scan_devices();
+  pthread_mutex_unlock(&ib_lock);
+  *ctx = c;
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_finalize(void *ctx) {
+  pthread_mutex_lock(&ib_lock);
+  if (ib_refs > 0 && --ib_refs == 0) {
+    for (int i = 0; i < ib_ndev; i++) dev_close(&ib_devs[i]);
+    __atomic_store_n(&ib_ndev, -1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&ib_lock);
+  free(ctx);
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_devices(int *ndev) {
+  int n = __atomic_load_n(&ib_ndev, __ATOMIC_ACQUIRE);
+  *ndev = n > 0 ? n : 0;
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_get_properties(int dev, brd_net_props_t *props) {
+  if (!dev_valid(dev)) {
+    WARN("NET/IB : getProperties of device %d, but there are %d", dev, ib_ndev);
+    return ncclInternalError;
+  }
+  ib_dev_t *d = &ib_devs[dev];
+  memset(props, 0, sizeof(*props));
+  props->name = d->name;
+  props->pciPath = d->pci_path;
+  props->guid = d->guid;
+  props->ptrSupport = BRD_NET_PTR_HOST;
+  props->regIsGlobal = 1;
+  props->forceFlush = 0;
+  props->speed = d->speed;
+  props->port = d->port;
+  props->latency = 0;
+  props->maxComms = 65536;
+  props->maxRecvs = 1;
+  props->netDeviceType = 0;
+  props->netDeviceVersion = 0;
+  props->vProps.ndevs = 1;
+  props->vProps.devs[0] = dev;
+  props->maxP2pBytes = IB_MAX_MSG;
+  props->maxCollBytes = (size_t)512 << 20;
+  props->maxMultiRequestSize = 1;
+  props->railId = -1;
+  props->planeId = -1;
+  return ncclSuccess;
+}
+
+/* ---- wire formats ------------------------------------------------------------------------ */
+
+typedef struct ib_comm ib_comm_t;
+
+/* What listen writes into the caller's 128-byte handle; `stage` is the
+ * connecting side's comm in progress (NULL in the copy the peer gets). */
+typedef struct {
+  union brd_sock_addr addr;
+  uint64_t magic;
+  ib_comm_t *stage;
+} ib_handle_t;
+_Static_assert(sizeof(ib_handle_t) <= BRD_NET_HANDLE_BYTES, "IB handle too large");
+
+/* One clear-to-send entry: the receiver's buffer for message seq-1. The
+ * sender reads seq (written last) before the rest. */
+typedef struct {
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t pad;
+  uint64_t size;
+  uint64_t seq;
+} ib_cts_t;
+_Static_assert(sizeof(ib_cts_t) == 32, "a CTS entry is 32 bytes");
+
+/* Each side's connection metadata, sent once over the TCP socket. */
+typedef struct {
+  uint64_t magic;
+  uint32_t nqps;
+  uint32_t link;
+  uint32_t mtu;
+  uint32_t lid;
+  uint8_t gid[16];
+  uint64_t fifo_addr;   /* sender's FIFO (0 from the receiver) */
+  uint32_t fifo_rkey;
+  uint32_t pad;
+  uint32_t qpn[IB_MAX_QPS];
+} ib_meta_t;
+
+/* ---- comms ------------------------------------------------------------------------------- */
+
+enum { REQ_FREE = 0, REQ_BUSY };
+enum { NEED_SEND = 1, NEED_RECV = 2, NEED_CTS = 4 };
+enum { WR_SEND = 1, WR_RECV = 2, WR_CTS = 3 };
+
+typedef struct {
+  ib_dev_t *dev;
+  struct ibv_mr *mr;  /* the cache's */
+} ib_mh_t;
+
+typedef struct ib_req {
+  ib_comm_t *comm;
+  int state;
+  int need;           /* NEED_* completions still to come */
+  uint64_t seq;
+  size_t size;        /* send size; receive: bytes received */
+} ib_req_t;
+
+enum { ST_DIAL, ST_SEND_META, ST_RECV_META, ST_SEND_READY, ST_WAIT_READY, ST_READY };
+
+struct ib_comm {
+  int is_send;
+  int state;
+  ib_dev_t *dev;
+  int tc;
+  struct brd_sock sock;       /* the out-of-band TCP connection */
+  ib_meta_t mine, peer;
+  size_t io_done;             /* bytes of the current handshake step */
+  struct ibv_cq *cq;          /* owned */
+  int nqps;
+  struct ibv_qp *qps[IB_MAX_QPS]; /* owned */
+  ib_cts_t *fifo;             /* sender: where CTS entries land; receiver: staged CTS; owned */
+  struct ibv_mr *fifo_mr;     /* owned */
+  uint64_t post_seq;          /* next request number */
+  _Atomic int error;          /* sticky ncclResult_t */
+  int fail_claimed;
+  char peer_name[BRD_SOCK_ADDR_STRLEN];
+  ib_req_t reqs[IB_NREQ];
+};
+
+typedef struct {
+  struct brd_sock sock;
+  uint64_t magic;
+  int dev;
+  int tc;
+  ib_comm_t *pend;            /* an accept in progress; owned */
+} ib_listen_t;
+
+static uint64_t random_u64(void) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    v = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40);
+  }
+  return v;
+}
+
+static ncclResult_t comm_fail(ib_comm_t *c, ncclResult_t res, int quiet, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static ncclResult_t comm_fail(ib_comm_t *c, ncclResult_t res, int quiet, const char *fmt, ...) {
+  if (!c->fail_claimed) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    c->fail_claimed = 1;
+    if (quiet)
+      INFO(BRD_SUBSYS_NET, "%s", msg);
+    else
+      WARN("%s", msg);
+    atomic_store(&c->error, (int)res);
+    return res;
+  }
+  int err = atomic_load(&c->error);
+  return err != ncclSuccess ? (ncclResult_t)err : res;
+}
+
+static void comm_destroy(ib_comm_t *c) {
+  if (c == NULL) return;
+  /* The TCP close first: a peer whose RDMA then fails sees why. */
+  brd_sock_close(&c->sock);
+  for (int i = 0; i < c->nqps; i++)
+    if (c->qps[i] != NULL) (void)ibv->destroy_qp(c->qps[i]);
+  if (c->cq != NULL) (void)ibv->destroy_cq(c->cq);
+  if (c->fifo_mr != NULL) (void)ibv->dereg_mr(c->fifo_mr);
+  free(c->fifo);
+  free(c);
+}
+
+static int qp_count(void) {
+  int64_t n = brd_param_int(BRD_P_IB_QPS_PER_CONNECTION);
+  return n < 1 ? 1 : n > IB_MAX_QPS ? IB_MAX_QPS : (int)n;
+}
+
+/* CQ, QPs in INIT, the FIFO and its MR; fills c->mine. */
+static ncclResult_t comm_verbs_create(ib_comm_t *c, int nqps) {
+  ib_dev_t *d = c->dev;
+  c->nqps = nqps;
+  c->cq = ibv->create_cq(d->ctx, 4 * IB_NREQ * nqps, NULL, NULL, 0);
+  if (c->cq == NULL) {
+    WARN("NET/IB : ibv_create_cq on %s failed: %s", d->name, strerror(errno));
+    return ncclSystemError;
+  }
+  for (int i = 0; i < nqps; i++) {
+    struct ibv_qp_init_attr ia;
+    memset(&ia, 0, sizeof(ia));
+    ia.send_cq = c->cq;
+    ia.recv_cq = c->cq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = 2 * IB_NREQ;
+    ia.cap.max_recv_wr = IB_NREQ;
+    ia.cap.max_send_sge = 1;
+    ia.cap.max_recv_sge = 1;
+    c->qps[i] = ibv->create_qp(d->pd, &ia);
+    if (c->qps[i] == NULL) {
+      WARN("NET/IB : ibv_create_qp on %s failed: %s", d->name, strerror(errno));
+      return ncclSystemError;
+    }
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = (uint16_t)brd_param_int(BRD_P_IB_PKEY);
+    a.port_num = (uint8_t)d->port;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    int rc = ibv->modify_qp(c->qps[i], &a,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    if (rc != 0) {
+      WARN("NET/IB : QP %u on %s:%d to INIT failed: %s", c->qps[i]->qp_num, d->name, d->port,
+           strerror(rc));
+      return ncclSystemError;
+    }
+  }
+  if (posix_memalign((void **)&c->fifo, 4096, IB_NREQ * sizeof(ib_cts_t)) != 0) {
+    c->fifo = NULL;
+    WARN("NET/IB : out of host memory for a CTS FIFO");
+    return ncclSystemError;
+  }
+  memset(c->fifo, 0, IB_NREQ * sizeof(ib_cts_t));
+  c->fifo_mr = ibv->reg_mr(d->pd, c->fifo, IB_NREQ * sizeof(ib_cts_t),
+                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (c->fifo_mr == NULL) {
+    WARN("NET/IB : registering the %zu-byte CTS FIFO on %s failed: %s (raise the locked-memory "
+         "limit, ulimit -l)", IB_NREQ * sizeof(ib_cts_t), d->name, strerror(errno));
+    return ncclSystemError;
+  }
+  memset(&c->mine, 0, sizeof(c->mine));
+  c->mine.nqps = (uint32_t)nqps;
+  c->mine.link = (uint32_t)d->link;
+  c->mine.mtu = (uint32_t)d->attr.active_mtu;
+  c->mine.lid = d->attr.lid;
+  memcpy(c->mine.gid, d->gid.raw, 16);
+  c->mine.fifo_addr = c->is_send ? (uint64_t)(uintptr_t)c->fifo : 0;
+  c->mine.fifo_rkey = c->is_send ? c->fifo_mr->rkey : 0;
+  for (int i = 0; i < nqps; i++) c->mine.qpn[i] = c->qps[i]->qp_num;
+  return ncclSuccess;
+}
+
+/* Every QP to RTR then RTS against the peer's metadata. */
+static ncclResult_t comm_verbs_connect(ib_comm_t *c) {
+  ib_dev_t *d = c->dev;
+  if (c->peer.nqps != (uint32_t)c->nqps || c->peer.link != (uint32_t)d->link) {
+    WARN("NET/IB : peer %s has %u QPs on %s, this side %d on %s; set NCCL_IB_QPS_PER_CONNECTION "
+         "alike on every rank and connect IB to IB, RoCE to RoCE",
+         c->peer_name, c->peer.nqps, link_name((int)c->peer.link), c->nqps, link_name(d->link));
+    return ncclInvalidUsage;
+  }
+  for (int i = 0; i < c->nqps; i++) {
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = (enum ibv_mtu)(c->peer.mtu < (uint32_t)d->attr.active_mtu ? c->peer.mtu
+                                                                          : d->attr.active_mtu);
+    a.dest_qp_num = c->peer.qpn[i];
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    if (d->link == IBV_LINK_LAYER_ETHERNET) {
+      a.ah_attr.is_global = 1;
+      memcpy(a.ah_attr.grh.dgid.raw, c->peer.gid, 16);
+      a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
+      a.ah_attr.grh.hop_limit = 255;
+      a.ah_attr.grh.traffic_class = (uint8_t)c->tc;
+    } else {
+      a.ah_attr.is_global = 0;
+      a.ah_attr.dlid = (uint16_t)c->peer.lid;
+    }
+    a.ah_attr.sl = (uint8_t)brd_param_int(BRD_P_IB_SL);
+    a.ah_attr.port_num = (uint8_t)d->port;
+    int rc = ibv->modify_qp(c->qps[i], &a,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (rc != 0) {
+      WARN("NET/IB : QP %u on %s:%d to RTR (remote QP %u, LID %u) failed: %s", c->qps[i]->qp_num,
+           d->name, d->port, c->peer.qpn[i], c->peer.lid, strerror(rc));
+      return ncclSystemError;
+    }
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = (uint8_t)brd_param_int(BRD_P_IB_TIMEOUT);
+    a.retry_cnt = (uint8_t)brd_param_int(BRD_P_IB_RETRY_CNT);
+    a.rnr_retry = 7;
+    a.sq_psn = 0;
+    a.max_rd_atomic = 1;
+    rc = ibv->modify_qp(c->qps[i], &a,
+                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+    if (rc != 0) {
+      WARN("NET/IB : QP %u on %s:%d to RTS failed: %s", c->qps[i]->qp_num, d->name, d->port,
+           strerror(rc));
+      return ncclSystemError;
+    }
+  }
+  return ncclSuccess;
+}
+
+enum { IO_DONE, IO_AGAIN, IO_CLOSED, IO_ERROR };
+
+/* Moves bytes of buf[0..n) from *done on without waiting. */
+static int io_step(int fd, int is_send, void *buf, size_t n, size_t *done) {
+  while (*done < n) {
+    ssize_t r = is_send ? send(fd, (char *)buf + *done, n - *done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(fd, (char *)buf + *done, n - *done, MSG_DONTWAIT);
+    if (r > 0) {
+      *done += (size_t)r;
+      continue;
+    }
+    if (r == 0) return is_send ? IO_AGAIN : IO_CLOSED;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return IO_AGAIN;
+    if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN) return IO_CLOSED;
+    return IO_ERROR;
+  }
+  return IO_DONE;
+}
+
+static ncclResult_t io_fail(ib_comm_t *c, int rc, const char *what) {
+  if (rc == IO_CLOSED)
+    return comm_fail(c, ncclRemoteError, 0,
+                     "NET/IB : connection with %s closed while %s; the remote process may have "
+                     "exited or closed its communicator", c->peer_name, what);
+  return comm_fail(c, ncclSystemError, 0, "NET/IB : %s with %s failed: %s", what, c->peer_name,
+                   strerror(errno));
+}
+
+/* The handshake steps after the comm was handed out, without waiting. */
+static ncclResult_t comm_progress_setup(ib_comm_t *c) {
+  int rc;
+  if (c->state == ST_RECV_META) {
+    rc = io_step(c->sock.fd, 0, &c->peer, sizeof(c->peer), &c->io_done);
+    if (rc == IO_AGAIN) return ncclSuccess;
+    if (rc != IO_DONE) return io_fail(c, rc, "receiving the receiver's QP numbers");
+    if (c->peer.magic != c->mine.magic)
+      return comm_fail(c, ncclInternalError, 0, "NET/IB : bad metadata from %s", c->peer_name);
+    ncclResult_t res = comm_verbs_connect(c);
+    if (res != ncclSuccess) return comm_fail(c, res, 1, "NET/IB : connecting to %s failed",
+                                             c->peer_name);
+    c->state = ST_SEND_READY;
+    c->io_done = 0;
+  }
+  if (c->state == ST_SEND_READY) {
+    uint8_t one = 1;
+    rc = io_step(c->sock.fd, 1, &one, 1, &c->io_done);
+    if (rc == IO_AGAIN) return ncclSuccess;
+    if (rc != IO_DONE) return io_fail(c, rc, "sending the ready flag");
+    c->state = ST_READY;
+  }
+  if (c->state == ST_WAIT_READY) {
+    uint8_t one = 0;
+    size_t done = 0;
+    rc = io_step(c->sock.fd, 0, &one, 1, &done);
+    if (rc == IO_AGAIN) return ncclSuccess;
+    if (rc != IO_DONE) return io_fail(c, rc, "waiting for the sender's ready flag");
+    c->state = ST_READY;
+  }
+  return ncclSuccess;
+}
+
+/* A peer that closed the TCP connection after the handshake: its comm is
+ * gone. Quiet (the caller decides whether that is a failure). */
+static ncclResult_t check_peer_closed(ib_comm_t *c) {
+  char b;
+  ssize_t r = recv(c->sock.fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+  if (r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE)))
+    return comm_fail(c, ncclRemoteError, 1,
+                     "NET/IB : %s closed its connection; the remote process may have exited or "
+                     "closed its communicator", c->peer_name);
+  return ncclSuccess;
+}
+
+static const char *wc_status_name(enum ibv_wc_status s) {
+  switch (s) {
+  case IBV_WC_SUCCESS: return "IBV_WC_SUCCESS";
+  case IBV_WC_LOC_LEN_ERR: return "IBV_WC_LOC_LEN_ERR";
+  case IBV_WC_LOC_QP_OP_ERR: return "IBV_WC_LOC_QP_OP_ERR";
+  case IBV_WC_LOC_PROT_ERR: return "IBV_WC_LOC_PROT_ERR";
+  case IBV_WC_WR_FLUSH_ERR: return "IBV_WC_WR_FLUSH_ERR";
+  case IBV_WC_REM_INV_REQ_ERR: return "IBV_WC_REM_INV_REQ_ERR";
+  case IBV_WC_REM_ACCESS_ERR: return "IBV_WC_REM_ACCESS_ERR";
+  case IBV_WC_REM_OP_ERR: return "IBV_WC_REM_OP_ERR";
+  case IBV_WC_RETRY_EXC_ERR: return "IBV_WC_RETRY_EXC_ERR";
+  case IBV_WC_RNR_RETRY_EXC_ERR: return "IBV_WC_RNR_RETRY_EXC_ERR";
+  case IBV_WC_FATAL_ERR: return "IBV_WC_FATAL_ERR";
+  default: return "an error";
+  }
+}
+
+static const char *wr_kind_name(int kind) {
+  return kind == WR_SEND ? "RDMA_WRITE_WITH_IMM (data)"
+         : kind == WR_CTS ? "RDMA_WRITE (clear-to-send)"
+                          : "RECV (immediate)";
+}
+
+/* 1 when the peer has closed the TCP connection (its comm is gone). */
+static int peer_gone(ib_comm_t *c) {
+  char b;
+  if (c->sock.fd < 0) return 0;
+  ssize_t r = recv(c->sock.fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+  return r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE));
+}
+
+/* Takes every completion of c's CQ. */
+static ncclResult_t comm_poll(ib_comm_t *c) {
+  struct ibv_wc wc[16];
+  for (;;) {
+    int n = brd_ibv_poll_cq(c->cq, 16, wc);
+    if (n < 0)
+      return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_poll_cq on %s failed (%d); the CQ "
+                       "may have overflowed", c->dev->name, n);
+    for (int i = 0; i < n; i++) {
+      int kind = (int)(wc[i].wr_id >> 56);
+      unsigned slot = (unsigned)(wc[i].wr_id & 0xffff);
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        char lg[INET6_ADDRSTRLEN], rg[INET6_ADDRSTRLEN];
+        union ibv_gid pg;
+        memcpy(pg.raw, c->peer.gid, 16);
+        gid_str(&c->dev->gid, lg, sizeof(lg));
+        gid_str(&pg, rg, sizeof(rg));
+        int remote = wc[i].status == IBV_WC_REM_ACCESS_ERR ||
+                     wc[i].status == IBV_WC_REM_INV_REQ_ERR || wc[i].status == IBV_WC_REM_OP_ERR ||
+                     wc[i].status == IBV_WC_RETRY_EXC_ERR ||
+                     wc[i].status == IBV_WC_RNR_RETRY_EXC_ERR;
+        /* A peer that closed its comm (its TCP side is shut) is likely
+         * done, not broken: INFO, and the caller decides. */
+        (void)comm_fail(c, remote ? ncclRemoteError : ncclSystemError, remote && peer_gone(c),
+                        "NET/IB : %s:%d, QP %u, %s to %s (request %u): got completion with "
+                        "status %s (%d), vendor error %u; local GID %s, remote GID %s. %s",
+                        c->dev->name, c->dev->port, wc[i].qp_num, wr_kind_name(kind),
+                        c->peer_name, slot, wc_status_name(wc[i].status), (int)wc[i].status,
+                        wc[i].vendor_err, lg, rg,
+                        wc[i].status == IBV_WC_RETRY_EXC_ERR
+                            ? "The peer did not answer: it may have exited, or the fabric "
+                              "between the two ports is down (check NCCL_IB_GID_INDEX on RoCE)"
+                            : "The peer refused or lost the operation; check that every rank "
+                              "runs the same version with the same settings");
+        continue;
+      }
+      if (slot >= IB_NREQ) continue;
+      ib_req_t *r = &c->reqs[slot];
+      if (kind == WR_SEND) r->need &= ~NEED_SEND;
+      if (kind == WR_CTS) r->need &= ~NEED_CTS;
+      if (kind == WR_RECV) {
+        r->need &= ~NEED_RECV;
+        r->size = ntohl(wc[i].imm_data);
+      }
+    }
+    if (n < 16) return ncclSuccess;
+  }
+}
+
+/* Progress shared by isend, irecv and test: the handshake, the port's
+ * events, the CQ. */
+static ncclResult_t comm_progress(ib_comm_t *c) {
+  if (atomic_load(&c->error) != ncclSuccess) return (ncclResult_t)atomic_load(&c->error);
+  CHECK(comm_progress_setup(c));
+  if (dev_check_events(c->dev))
+    return comm_fail(c, ncclSystemError, 0,
+                     "NET/IB : %s; every connection on it fails (peer %s). Check the cable, the "
+                     "switch and 'ibstat', or exclude the port with NCCL_IB_HCA",
+                     c->dev->fail_why, c->peer_name);
+  if (c->state == ST_READY) CHECK(comm_poll(c));
+  return ncclSuccess;
+}
+
+/* ---- listen / connect / accept -------------------------------------------------------- */
+
+static ncclResult_t comm_alloc(int is_send, int dev, int tc, ib_comm_t **out) {
+  ib_comm_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    WARN("NET/IB : out of host memory allocating a comm (%zu bytes)", sizeof(*c));
+    return ncclSystemError;
+  }
+  c->is_send = is_send;
+  c->dev = &ib_devs[dev];
+  c->tc = tc;
+  c->sock.fd = -1;
+  for (int i = 0; i < IB_NREQ; i++) c->reqs[i].comm = c;
+  *out = c;
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_listen(void *ctx, int dev, void *handle, void **listen_comm) {
+  ib_ctx_t *x = ctx;
+  if (!dev_valid(dev)) {
+    WARN("NET/IB : listen on device %d, but there are %d", dev, ib_ndev);
+    return ncclInternalError;
+  }
+  ib_listen_t *l = calloc(1, sizeof(*l));
+  if (l == NULL) {
+    WARN("NET/IB : out of host memory allocating a listen comm");
+    return ncclSystemError;
+  }
+  union brd_sock_addr addr = ib_oob;
+  if (addr.sa.sa_family == AF_INET) addr.sin.sin_port = 0;
+  else addr.sin6.sin6_port = 0;
+  ncclResult_t res = brd_sock_listen(&addr, &l->sock);
+  if (res != ncclSuccess) {
+    free(l);
+    return res;
+  }
+  l->dev = dev;
+  l->tc = x != NULL ? x->tc : 0;
+  l->magic = random_u64();
+  ib_handle_t hd;
+  memset(&hd, 0, sizeof(hd));
+  hd.addr = l->sock.addr;
+  hd.magic = l->magic;
+  memset(handle, 0, BRD_NET_HANDLE_BYTES);
+  memcpy(handle, &hd, sizeof(hd));
+  *listen_comm = l;
+  return ncclSuccess;
+}
+
+static void set_stage(void *handle, ib_comm_t *c) {
+  memcpy((char *)handle + offsetof(ib_handle_t, stage), &c, sizeof(c));
+}
+
+static ncclResult_t ib_connect(void *ctx, int dev, void *handle, void **send_comm,
+                               void **send_dev_comm) {
+  ib_ctx_t *x = ctx;
+  ib_handle_t hd;
+  ncclResult_t res = ncclSuccess;
+  *send_comm = NULL;
+  if (send_dev_comm != NULL) *send_dev_comm = NULL;
+  if (!dev_valid(dev)) {
+    WARN("NET/IB : connect on device %d, but there are %d", dev, ib_ndev);
+    return ncclInternalError;
+  }
+  memcpy(&hd, handle, sizeof(hd));
+  ib_comm_t *c = hd.stage;
+  if (c == NULL) {
+    socklen_t len = brd_sock_addr_len(&hd.addr);
+    if (len == 0) {
+      WARN("NET/IB : connect with a handle that is not an IB net handle (family %d)",
+           hd.addr.sa.sa_family);
+      return ncclInternalError;
+    }
+    CHECK(comm_alloc(1, dev, x != NULL ? x->tc : 0, &c));
+    brd_sock_addr_str(&hd.addr, c->peer_name);
+    c->state = ST_DIAL;
+    c->sock.addr = hd.addr;
+    c->sock.fd = socket(hd.addr.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->sock.fd < 0) {
+      WARN("NET/IB : socket() failed: %s", strerror(errno));
+      res = ncclSystemError;
+      goto fail;
+    }
+    if (connect(c->sock.fd, &hd.addr.sa, len) != 0 && errno != EINPROGRESS && errno != EINTR) {
+      WARN("NET/IB : cannot connect to %s: %s", c->peer_name, strerror(errno));
+      res = errno == ECONNREFUSED ? ncclRemoteError : ncclSystemError;
+      goto fail;
+    }
+    set_stage(handle, c);
+  }
+  if (c->state == ST_DIAL) {
+    struct pollfd pfd = {c->sock.fd, POLLOUT, 0};
+    if (poll(&pfd, 1, 0) <= 0) return ncclSuccess;
+    int err = 0;
+    socklen_t elen = sizeof(err);
+    if (getsockopt(c->sock.fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) err = errno;
+    if (err != 0) {
+      WARN("NET/IB : cannot connect to %s: %s; the remote process may have exited or closed "
+           "its communicator", c->peer_name, strerror(err));
+      res = ncclRemoteError;
+      goto fail;
+    }
+    CHECK_GOTO(comm_verbs_create(c, qp_count()), res, fail);
+    c->mine.magic = hd.magic;
+    c->state = ST_SEND_META;
+    c->io_done = 0;
+  }
+  if (c->state == ST_SEND_META) {
+    int rc = io_step(c->sock.fd, 1, &c->mine, sizeof(c->mine), &c->io_done);
+    if (rc == IO_AGAIN) return ncclSuccess;
+    if (rc != IO_DONE) {
+      WARN("NET/IB : sending the connection metadata to %s failed: %s", c->peer_name,
+           rc == IO_CLOSED ? "connection closed" : strerror(errno));
+      res = ncclRemoteError;
+      goto fail;
+    }
+    c->state = ST_RECV_META;
+    c->io_done = 0;
+  }
+  set_stage(handle, NULL);
+  *send_comm = c;
+  return ncclSuccess;
+fail:
+  set_stage(handle, NULL);
+  comm_destroy(c);
+  return res;
+}
+
+static ncclResult_t ib_accept(void *listen_comm, void **recv_comm, void **recv_dev_comm) {
+  ib_listen_t *l = listen_comm;
+  ncclResult_t res = ncclSuccess;
+  *recv_comm = NULL;
+  if (recv_dev_comm != NULL) *recv_dev_comm = NULL;
+  if (l->pend == NULL) {
+    struct brd_sock s;
+    int got = 0;
+    CHECK(brd_sock_accept_try(&l->sock, &s, &got));
+    if (!got) return ncclSuccess;
+    CHECK(comm_alloc(0, l->dev, l->tc, &l->pend));
+    l->pend->sock = s;
+    l->pend->state = ST_RECV_META;
+    brd_sock_addr_str(&s.addr, l->pend->peer_name);
+  }
+  ib_comm_t *c = l->pend;
+  if (c->state == ST_RECV_META) {
+    int rc = io_step(c->sock.fd, 0, &c->peer, sizeof(c->peer), &c->io_done);
+    if (rc == IO_AGAIN) return ncclSuccess;
+    if (rc != IO_DONE || c->peer.magic != l->magic || c->peer.nqps < 1 ||
+        c->peer.nqps > IB_MAX_QPS) {
+      /* Not a peer of this listener (or one that gave up): drop it. */
+      INFO(BRD_SUBSYS_NET, "NET/IB : dropped a connection from %s: %s", c->peer_name,
+           rc != IO_DONE ? "closed before its metadata" : "not a peer of this listener");
+      comm_destroy(c);
+      l->pend = NULL;
+      return ncclSuccess;
+    }
+    CHECK_GOTO(comm_verbs_create(c, (int)c->peer.nqps), res, fail);
+    c->mine.magic = l->magic;
+    CHECK_GOTO(comm_verbs_connect(c), res, fail);
+    c->state = ST_SEND_META;
+    c->io_done = 0;
+  }
+  if (c->state == ST_SEND_META) {
+    int rc = io_step(c->sock.fd, 1, &c->mine, sizeof(c->mine), &c->io_done);
+    if (rc == IO_AGAIN) return ncclSuccess;
+    if (rc != IO_DONE) {
+      WARN("NET/IB : sending the connection metadata to %s failed: %s", c->peer_name,
+           rc == IO_CLOSED ? "connection closed" : strerror(errno));
+      res = ncclRemoteError;
+      goto fail;
+    }
+    c->state = ST_WAIT_READY;
+    c->io_done = 0;
+  }
+  l->pend = NULL;
+  *recv_comm = c;
+  return ncclSuccess;
+fail:
+  l->pend = NULL;
+  comm_destroy(c);
+  return res;
+}
+
+/* ---- registration ---------------------------------------------------------------------- */
+
+static ncclResult_t ib_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+  ib_comm_t *c = comm;
+  ib_dev_t *d = c->dev;
+  *mhandle = NULL;
+  if (type != BRD_NET_PTR_HOST) {
+    WARN("NET/IB : registering %s memory is not supported (host memory only: no GPUDirect "
+         "RDMA in this build)", type == BRD_NET_PTR_CUDA ? "CUDA" : "DMA-BUF");
+    return ncclInternalError;
+  }
+  long page = sysconf(_SC_PAGESIZE);
+  uintptr_t lo = (uintptr_t)data & ~((uintptr_t)page - 1);
+  uintptr_t hi = ((uintptr_t)data + size + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+  if (hi == lo) hi = lo + (uintptr_t)page;
+  size_t pages = (hi - lo) / (size_t)page;
+  ib_mh_t *mh = malloc(sizeof(*mh));
+  if (mh == NULL) {
+    WARN("NET/IB : out of host memory");
+    return ncclSystemError;
+  }
+  pthread_mutex_lock(&d->mu);
+  for (int i = 0; i < d->nmr; i++) {
+    ib_mr_entry_t *e = &d->mrs[i];
+    if (lo >= e->addr && hi <= e->addr + e->pages * (size_t)page) {
+      e->refs++;
+      mh->dev = d;
+      mh->mr = e->mr;
+      pthread_mutex_unlock(&d->mu);
+      *mhandle = mh;
+      return ncclSuccess;
+    }
+  }
+  if (d->nmr == d->mr_cap) {
+    int cap = d->mr_cap ? 2 * d->mr_cap : 32;
+    ib_mr_entry_t *n = realloc(d->mrs, (size_t)cap * sizeof(*n));
+    if (n == NULL) {
+      pthread_mutex_unlock(&d->mu);
+      free(mh);
+      WARN("NET/IB : out of host memory for the registration cache");
+      return ncclSystemError;
+    }
+    d->mrs = n;
+    d->mr_cap = cap;
+  }
+  struct ibv_mr *mr = ibv->reg_mr(d->pd, (void *)lo, hi - lo,
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                      IBV_ACCESS_REMOTE_READ);
+  if (mr == NULL) {
+    int err = errno;
+    pthread_mutex_unlock(&d->mu);
+    free(mh);
+    WARN("NET/IB : ibv_reg_mr of %zu bytes at %p on %s failed: %s%s", (size_t)(hi - lo),
+         (void *)lo, d->name, strerror(err),
+         err == ENOMEM ? " (raise the locked-memory limit: ulimit -l unlimited)" : "");
+    return ncclSystemError;
+  }
+  d->mrs[d->nmr++] = (ib_mr_entry_t){lo, pages, 1, mr};
+  mh->dev = d;
+  mh->mr = mr;
+  pthread_mutex_unlock(&d->mu);
+  *mhandle = mh;
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_dereg_mr(void *comm, void *mhandle) {
+  ib_mh_t *mh = mhandle;
+  (void)comm;
+  if (mh == NULL) return ncclSuccess;
+  ib_dev_t *d = mh->dev;
+  pthread_mutex_lock(&d->mu);
+  for (int i = 0; i < d->nmr; i++) {
+    if (d->mrs[i].mr != mh->mr) continue;
+    if (--d->mrs[i].refs == 0) {
+      (void)ibv->dereg_mr(d->mrs[i].mr);
+      d->mrs[i] = d->mrs[--d->nmr];
+    }
+    break;
+  }
+  pthread_mutex_unlock(&d->mu);
+  free(mh);
+  return ncclSuccess;
+}
+
+/* ---- data path ------------------------------------------------------------------------------ */
+
+static int mh_covers(const ib_mh_t *mh, const void *data, size_t size) {
+  uintptr_t lo = (uintptr_t)mh->mr->addr, p = (uintptr_t)data;
+  return p >= lo && size <= mh->mr->length && p - lo <= mh->mr->length - size;
+}
+
+static ncclResult_t ib_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                             void *phandle, void **request) {
+  ib_comm_t *c = send_comm;
+  ib_mh_t *mh = mhandle;
+  (void)tag;
+  (void)phandle;
+  *request = NULL;
+  CHECK(comm_progress(c));
+  if (c->state != ST_READY) return ncclSuccess;
+  if (mh == NULL || !mh_covers(mh, data, size) || size > IB_MAX_MSG) {
+    WARN("NET/IB : isend of %zu bytes at %p to %s outside its registration (%s)", size, data,
+         c->peer_name, mh == NULL ? "no memory handle" : "range");
+    return ncclInternalError;
+  }
+  unsigned slot = (unsigned)(c->post_seq % IB_NREQ);
+  ib_req_t *r = &c->reqs[slot];
+  if (r->state != REQ_FREE) return ncclSuccess;
+  volatile ib_cts_t *cts = &c->fifo[slot];
+  if (__atomic_load_n(&cts->seq, __ATOMIC_ACQUIRE) != c->post_seq + 1) {
+    /* No buffer from the receiver yet; a receiver that is gone says so. */
+    return check_peer_closed(c);
+  }
+  uint64_t raddr = cts->addr, rsize = cts->size;
+  uint32_t rkey = cts->rkey;
+  if (size > rsize)
+    return comm_fail(c, ncclInvalidUsage, 0,
+                     "NET/IB : message truncated : sending %zu bytes to %s, which posted a "
+                     "receive of %llu. The ranks may disagree on collective sizes or settings",
+                     size, c->peer_name, (unsigned long long)rsize);
+  struct ibv_sge sge = {(uint64_t)(uintptr_t)data, (uint32_t)size, mh->mr->lkey};
+  struct ibv_send_wr wr, *bad = NULL;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = ((uint64_t)WR_SEND << 56) | slot;
+  wr.sg_list = size > 0 ? &sge : NULL;
+  wr.num_sge = size > 0 ? 1 : 0;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl((uint32_t)size);
+  wr.wr.rdma.remote_addr = raddr;
+  wr.wr.rdma.rkey = rkey;
+  struct ibv_qp *qp = c->qps[c->post_seq % (uint64_t)c->nqps];
+  int rc = brd_ibv_post_send(qp, &wr, &bad);
+  if (rc != 0)
+    return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_send on QP %u (%s) failed: %s",
+                     qp->qp_num, c->dev->name, strerror(rc));
+  r->state = REQ_BUSY;
+  r->need = NEED_SEND;
+  r->seq = c->post_seq;
+  r->size = size;
+  c->post_seq++;
+  *request = r;
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                             void **mhandles, void **phandles, void **request) {
+  ib_comm_t *c = recv_comm;
+  (void)tags;
+  (void)phandles;
+  *request = NULL;
+  if (n != 1) {
+    WARN("NET/IB : irecv of %d buffers; this net receives one at a time (maxRecvs 1)", n);
+    return ncclInternalError;
+  }
+  CHECK(comm_progress(c));
+  if (c->state != ST_READY) return ncclSuccess;
+  ib_mh_t *mh = mhandles != NULL ? mhandles[0] : NULL;
+  if (mh == NULL || !mh_covers(mh, data[0], sizes[0])) {
+    WARN("NET/IB : irecv of %zu bytes at %p from %s outside its registration (%s)", sizes[0],
+         data[0], c->peer_name, mh == NULL ? "no memory handle" : "range");
+    return ncclInternalError;
+  }
+  unsigned slot = (unsigned)(c->post_seq % IB_NREQ);
+  ib_req_t *r = &c->reqs[slot];
+  if (r->state != REQ_FREE) return ncclSuccess;
+  struct ibv_qp *qp = c->qps[c->post_seq % (uint64_t)c->nqps];
+  struct ibv_recv_wr rw, *rbad = NULL;
+  memset(&rw, 0, sizeof(rw));
+  rw.wr_id = ((uint64_t)WR_RECV << 56) | slot;
+  int rc = brd_ibv_post_recv(qp, &rw, &rbad);
+  if (rc != 0)
+    return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_recv on QP %u (%s) failed: %s",
+                     qp->qp_num, c->dev->name, strerror(rc));
+  ib_cts_t *e = &c->fifo[slot];
+  e->addr = (uint64_t)(uintptr_t)data[0];
+  e->rkey = mh->mr->rkey;
+  e->size = sizes[0];
+  e->seq = c->post_seq + 1;
+  struct ibv_sge sge = {(uint64_t)(uintptr_t)e, sizeof(*e), c->fifo_mr->lkey};
+  struct ibv_send_wr wr, *bad = NULL;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = ((uint64_t)WR_CTS << 56) | slot;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = c->peer.fifo_addr + slot * sizeof(ib_cts_t);
+  wr.wr.rdma.rkey = c->peer.fifo_rkey;
+  rc = brd_ibv_post_send(qp, &wr, &bad);
+  if (rc != 0)
+    return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_send of a CTS on QP %u (%s) "
+                     "failed: %s", qp->qp_num, c->dev->name, strerror(rc));
+  r->state = REQ_BUSY;
+  r->need = NEED_RECV | NEED_CTS;
+  r->seq = c->post_seq;
+  r->size = 0;
+  c->post_seq++;
+  *request = r;
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
+                              void **request) {
+  (void)recv_comm;
+  (void)n;
+  (void)data;
+  (void)sizes;
+  (void)mhandles;
+  /* Host memory only: a completed receive is already visible. */
+  *request = NULL;
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_test(void *request, int *done, int *sizes) {
+  ib_req_t *r = request;
+  *done = 0;
+  if (r == NULL || r->state != REQ_BUSY) {
+    WARN("NET/IB : test called with a %s request", r == NULL ? "NULL" : "finished");
+    return ncclInternalError;
+  }
+  ib_comm_t *c = r->comm;
+  /* Completions first: a request whose bytes moved is done even when the
+   * connection failed right after it. */
+  ncclResult_t pr = comm_progress(c);
+  if (r->need != 0 && pr == ncclSuccess && c->state == ST_READY) {
+    pr = check_peer_closed(c);
+    /* Bytes that landed before the close count: look once more. */
+    if (pr != ncclSuccess) (void)comm_poll(c);
+  }
+  if (r->need != 0) return pr;
+  *done = 1;
+  if (sizes != NULL) sizes[0] = r->size > (size_t)INT_MAX ? INT_MAX : (int)r->size;
+  r->state = REQ_FREE;
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_close(void *comm) {
+  comm_destroy(comm);
+  return ncclSuccess;
+}
+
+static ncclResult_t ib_close_listen(void *listen_comm) {
+  ib_listen_t *l = listen_comm;
+  if (l == NULL) return ncclSuccess;
+  comm_destroy(l->pend);
+  brd_sock_close(&l->sock);
+  free(l);
+  return ncclSuccess;
+}
+
+/* See net_ib.h. */
+const brd_net_ops_t brd_net_ib = {
+    .name = "IB",
+    .init = ib_init,
+    .devices = ib_devices,
+    .getProperties = ib_get_properties,
+    .listen = ib_listen,
+    .connect = ib_connect,
+    .accept = ib_accept,
+    .regMr = ib_reg_mr,
+    .regMrDmaBuf = NULL,
+    .deregMr = ib_dereg_mr,
+    .isend = ib_isend,
+    .irecv = ib_irecv,
+    .iflush = ib_iflush,
+    .test = ib_test,
+    .closeSend = ib_close,
+    .closeRecv = ib_close,
+    .closeListen = ib_close_listen,
+    .getDeviceMr = NULL,
+    .irecvConsumed = NULL,
+    .makeVDevice = NULL,
+    .finalize = ib_finalize,
+    .setNetAttr = NULL,
+};

@@ -1,0 +1,35 @@
+/*
+ * Braid test support: the control surface of the verbs mock
+ * (libibverbs-mock.so, ibverbs_mock.c), for tests that dlsym it.
+ *
+ * The mock is configured by environment, read at each call so a test may
+ * change it between steps:
+ *   BRAID_MOCK_IB_DEVICES       "name:ports:IB|ETH[:DOWN],..."
+ *                               (default "mlx5_0:1:IB,mlx5_1:1:ETH")
+ *   BRAID_MOCK_IB_FAIL_AFTER    N: the (N+1)th RDMA write of this process
+ *                               completes in error (and its QP goes to ERR)
+ *   BRAID_MOCK_IB_FAIL_STATUS   REM_ACCESS (default) or RETRY_EXC
+ *   BRAID_MOCK_IB_REG_LIMIT     N: ibv_reg_mr of more than N bytes fails
+ *                               with ENOMEM (as a locked-memory limit does)
+ *   BRAID_MOCK_IB_PORT_DOWN_AFTER N: after N RDMA writes of this process
+ *                               the initiating port goes down (async
+ *                               IBV_EVENT_PORT_ERR; later writes fail)
+ */
+#ifndef BRAID_TESTS_IBVERBS_MOCK_H
+#define BRAID_TESTS_IBVERBS_MOCK_H
+
+#include <infiniband/verbs.h>
+
+/* Takes port `port` of device `name` down in this process: its state
+ * becomes DOWN, every open context of the device gets IBV_EVENT_PORT_ERR,
+ * and writes posted on it fail. 0 on success, -1 for an unknown port. */
+typedef int (*braid_mock_ib_port_down_fn)(const char *name, int port);
+
+/* The attributes of the last QP this process moved to RTS (as given to
+ * modify_qp, merged over its transitions). 0, or -1 when there is none. */
+typedef int (*braid_mock_ib_last_qp_fn)(struct ibv_qp_attr *attr_out);
+
+/* RDMA writes this process initiated so far. */
+typedef unsigned long (*braid_mock_ib_writes_fn)(void);
+
+#endif /* BRAID_TESTS_IBVERBS_MOCK_H */

@@ -1,0 +1,556 @@
+/*
+ * The IB verbs net over the verbs mock (tests/mock/ibverbs_mock.c, opened
+ * through BRAID_IBVERBS_LIB): NCCL_IB_HCA and GID choice against
+ * hand-made tables, device selection, the QP attributes NCCL_IB_* put in
+ * place, loopback connections in one thread, byte-exact transfers from 0
+ * bytes to 8 MiB + 5, in-order matching, the request limit, and each
+ * fault (completion error, refused registration, port down) ending in a
+ * clear error instead of a hang.
+ */
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/debug.h"
+#include "base/param.h"
+#include "transport/net_ib.h"
+#include "../mock/ibverbs_mock.h"
+
+static const brd_net_ops_t *net = &brd_net_ib;
+static void *mock;  /* the mock, for its controls */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void env(const char *name, const char *value) {
+  if (value != NULL) setenv(name, value, 1);
+  else unsetenv(name);
+  brd_param_reload();
+}
+
+/* ---- pure functions -------------------------------------------------------- */
+
+static void test_hca_match(void **state) {
+  (void)state;
+  static const struct {
+    const char *spec, *dev;
+    int port, keep;
+  } cases[] = {
+      {NULL, "mlx5_0", 1, 1},
+      {"", "mlx5_0", 1, 1},
+      {"mlx5", "mlx5_0", 1, 1},           /* prefix */
+      {"mlx5", "mlx4_0", 1, 0},
+      {"=mlx5", "mlx5_0", 1, 0},          /* exact */
+      {"=mlx5_0", "mlx5_0", 2, 1},
+      {"=mlx5_0", "mlx5_01", 1, 0},
+      {"mlx5_0:1", "mlx5_0", 1, 1},       /* port */
+      {"mlx5_0:1", "mlx5_0", 2, 0},
+      {"mlx5_1,mlx5_0:2", "mlx5_0", 2, 1}, /* list */
+      {"mlx5_1,mlx5_0:2", "mlx5_0", 1, 0},
+      {"^mlx5_0", "mlx5_0", 1, 0},        /* exclude */
+      {"^mlx5_0", "mlx5_1", 1, 1},
+      {"^mlx5_0:1", "mlx5_0", 2, 1},
+      {"^=mlx5", "mlx5_0", 1, 1},
+      {"^=mlx5_0,mlx5_1:1", "mlx5_1", 1, 0},
+      {"^=mlx5_0,mlx5_1:1", "mlx5_1", 2, 1},
+      {"mlx5_0:1:0:1", "mlx5_0", 1, 1},  /* rail and plane ignored */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int got = brd_ib_hca_match(cases[i].spec, cases[i].dev, cases[i].port);
+    if (got != cases[i].keep)
+      fail_msg("NCCL_IB_HCA=%s on %s:%d: got %d, want %d", cases[i].spec ? cases[i].spec : "(unset)",
+               cases[i].dev, cases[i].port, got, cases[i].keep);
+  }
+}
+
+static brd_ib_gid_t gid(const char *text, int version) {
+  brd_ib_gid_t g;
+  memset(&g, 0, sizeof(g));
+  if (text != NULL) assert_int_equal(inet_pton(AF_INET6, text, g.gid.raw), 1);
+  g.roce_version = version;
+  return g;
+}
+
+static void test_gid_select(void **state) {
+  (void)state;
+  /* mlx5's layout: link-local v1/v2, then IPv4-mapped v1/v2. */
+  brd_ib_gid_t mlx[4] = {gid("fe80::2c9:300:a0:1", 1), gid("fe80::2c9:300:a0:1", 2),
+                         gid("::ffff:10.1.1.1", 1), gid("::ffff:10.1.1.1", 2)};
+  assert_int_equal(brd_ib_gid_select(mlx, 4, AF_INET, 2), 3);
+  assert_int_equal(brd_ib_gid_select(mlx, 4, AF_INET, 1), 2);
+  assert_int_equal(brd_ib_gid_select(mlx, 4, AF_INET6, 2), 1);
+  assert_int_equal(brd_ib_gid_select(mlx, 4, AF_INET6, 1), 0);
+  assert_int_equal(brd_ib_gid_select(mlx, 1, AF_INET, 2), 0);
+  /* IPv4 entries before the link-local ones; an empty slot in between. */
+  brd_ib_gid_t odd[5] = {gid("::ffff:192.168.0.7", 2), gid(NULL, 0), gid("fe80::1", 2),
+                         gid("::ffff:192.168.0.7", 1), gid("2001:db8::5", 2)};
+  assert_int_equal(brd_ib_gid_select(odd, 5, AF_INET, 2), 0);
+  assert_int_equal(brd_ib_gid_select(odd, 5, AF_INET, 1), 3);
+  assert_int_equal(brd_ib_gid_select(odd, 5, AF_INET6, 2), 2);
+  /* Only RoCE v1 entries: the family still wins. */
+  brd_ib_gid_t v1[3] = {gid("fe80::9", 1), gid("::ffff:10.0.0.9", 1), gid(NULL, 0)};
+  assert_int_equal(brd_ib_gid_select(v1, 3, AF_INET, 2), 1);
+}
+
+/* ---- devices ---------------------------------------------------------------------- */
+
+static int count_devices(void) {
+  void *ctx = NULL;
+  int n = -1;
+  brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
+  assert_int_equal(net->init(&ctx, 1, &cfg, brd_net_log, NULL), ncclSuccess);
+  assert_int_equal(net->devices(&n), ncclSuccess);
+  assert_int_equal(net->finalize(ctx), ncclSuccess);
+  return n;
+}
+
+static void test_devices(void **state) {
+  (void)state;
+  void *ctx = NULL;
+  brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
+  brd_net_props_t p;
+  int n = 0;
+  assert_int_equal(net->init(&ctx, 1, &cfg, brd_net_log, NULL), ncclSuccess);
+  assert_int_equal(net->devices(&n), ncclSuccess);
+  assert_int_equal(n, 2);
+  assert_int_equal(net->getProperties(0, &p), ncclSuccess);
+  assert_string_equal(p.name, "mlx5_0");
+  assert_int_equal(p.port, 1);
+  assert_int_equal(p.ptrSupport, BRD_NET_PTR_HOST);
+  assert_int_equal(p.maxRecvs, 1);
+  assert_int_equal(p.speed, 100000); /* the mock's 4x EDR */
+  assert_int_equal(net->getProperties(1, &p), ncclSuccess);
+  assert_string_equal(p.name, "mlx5_1");
+  assert_int_equal(net->getProperties(2, &p), ncclInternalError);
+  assert_int_equal(net->finalize(ctx), ncclSuccess);
+
+  env("NCCL_IB_HCA", "^mlx5_0");
+  assert_int_equal(count_devices(), 1);
+  env("NCCL_IB_HCA", "=mlx5");
+  assert_int_equal(count_devices(), 0);
+  env("NCCL_IB_HCA", "mlx5_1:2");
+  assert_int_equal(count_devices(), 0);
+  env("NCCL_IB_HCA", "mlx5_1:1,mlx5_0");
+  assert_int_equal(count_devices(), 2);
+  env("NCCL_IB_HCA", NULL);
+  env("NCCL_IB_DISABLE", "1");
+  assert_int_equal(count_devices(), 0);
+  env("NCCL_IB_DISABLE", NULL);
+  /* A port that is not active is not a device; three ports over two HCAs. */
+  env("BRAID_MOCK_IB_DEVICES", "mlx5_0:1:IB:DOWN,mlx5_1:2:ETH,mlx5_2:1:IB");
+  assert_int_equal(count_devices(), 3);
+  env("BRAID_MOCK_IB_DEVICES", NULL);
+  assert_int_equal(count_devices(), 2);
+}
+
+/* ---- a loopback connection ------------------------------------------------------------- */
+
+typedef struct {
+  void *ctx, *lcomm, *scomm, *rcomm;
+} conn_t;
+
+static void conn_open(conn_t *k, int dev) {
+  brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
+  char handle[BRD_NET_HANDLE_BYTES];
+  memset(k, 0, sizeof(*k));
+  assert_int_equal(net->init(&k->ctx, 7, &cfg, brd_net_log, NULL), ncclSuccess);
+  assert_int_equal(net->listen(k->ctx, dev, handle, &k->lcomm), ncclSuccess);
+  /* Connect completes without accept ever being called. */
+  double end = now_s() + 10;
+  while (k->scomm == NULL && now_s() < end)
+    assert_int_equal(net->connect(k->ctx, dev, handle, &k->scomm, NULL), ncclSuccess);
+  assert_non_null(k->scomm);
+  while (k->rcomm == NULL && now_s() < end)
+    assert_int_equal(net->accept(k->lcomm, &k->rcomm, NULL), ncclSuccess);
+  assert_non_null(k->rcomm);
+}
+
+static void conn_close(conn_t *k) {
+  assert_int_equal(net->closeSend(k->scomm), ncclSuccess);
+  assert_int_equal(net->closeRecv(k->rcomm), ncclSuccess);
+  assert_int_equal(net->closeListen(k->lcomm), ncclSuccess);
+  assert_int_equal(net->finalize(k->ctx), ncclSuccess);
+}
+
+/* Posts a receive and a send until both are accepted, then tests both to
+ * the end. Returns the first error, with the received size. */
+static ncclResult_t transfer(conn_t *k, void *sbuf, size_t ssize, void *smh, void *rbuf,
+                             size_t rsize, void *rmh, int *got) {
+  void *rreq = NULL, *sreq = NULL;
+  int tag = 0, sdone = 0, rdone = 0, dummy;
+  ncclResult_t res;
+  double end = now_s() + 20;
+  while ((rreq == NULL || sreq == NULL) && now_s() < end) {
+    if (rreq == NULL &&
+        (res = net->irecv(k->rcomm, 1, &rbuf, &rsize, &tag, &rmh, NULL, &rreq)) != ncclSuccess)
+      return res;
+    if (sreq == NULL &&
+        (res = net->isend(k->scomm, sbuf, ssize, 0, smh, NULL, &sreq)) != ncclSuccess)
+      return res;
+  }
+  if (rreq == NULL || sreq == NULL) fail_msg("requests not accepted within 20 s");
+  while ((!sdone || !rdone) && now_s() < end) {
+    if (!sdone && (res = net->test(sreq, &sdone, &dummy)) != ncclSuccess) return res;
+    if (!rdone && (res = net->test(rreq, &rdone, got)) != ncclSuccess) return res;
+  }
+  if (!sdone || !rdone) fail_msg("transfer of %zu bytes not done within 20 s", ssize);
+  return ncclSuccess;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed) {
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 1103515245u + 12345u;
+    p[i] = (unsigned char)(x >> 16);
+  }
+}
+
+static void sizes_on(int dev) {
+  static const size_t sizes[] = {0, 1, 7, 128, 4095, 65536 + 3, (1 << 20) + 1, (8 << 20) + 5};
+  const size_t cap = (8 << 20) + 64;
+  conn_t k;
+  conn_open(&k, dev);
+  unsigned char *s = malloc(cap), *r = malloc(cap), *ref = malloc(cap);
+  assert_non_null(s);
+  assert_non_null(r);
+  assert_non_null(ref);
+  void *smh = NULL, *rmh = NULL;
+  assert_int_equal(net->regMr(k.scomm, s, cap, BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, cap, BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    size_t n = sizes[i];
+    size_t off = i % 3; /* unaligned buffers */
+    fill(s + off, n, (unsigned)(i + 1));
+    memcpy(ref, s + off, n);
+    memset(r, 0xa5, cap);
+    int got = -1;
+    /* The receive is larger than the send. */
+    assert_int_equal(transfer(&k, s + off, n, smh, r + 1, n + 40, rmh, &got), ncclSuccess);
+    assert_int_equal(got, (int)n);
+    assert_memory_equal(r + 1, ref, n);
+    assert_int_equal(r[0], 0xa5);
+    assert_int_equal(r[1 + n], 0xa5); /* nothing past the message */
+  }
+  assert_int_equal(net->deregMr(k.scomm, smh), ncclSuccess);
+  assert_int_equal(net->deregMr(k.rcomm, rmh), ncclSuccess);
+  conn_close(&k);
+  free(s);
+  free(r);
+  free(ref);
+}
+
+static void test_sizes_ib(void **state) {
+  (void)state;
+  sizes_on(0);
+}
+
+static void test_sizes_roce(void **state) {
+  (void)state;
+  /* Two QPs per connection: messages rotate over them. */
+  env("NCCL_IB_QPS_PER_CONNECTION", "2");
+  sizes_on(1);
+  env("NCCL_IB_QPS_PER_CONNECTION", NULL);
+}
+
+/* The QP attributes the NCCL_IB_* variables and the GID choice set. */
+static void test_qp_attrs(void **state) {
+  (void)state;
+  braid_mock_ib_last_qp_fn last = (braid_mock_ib_last_qp_fn)dlsym(mock, "braid_mock_ib_last_qp");
+  assert_non_null(last);
+  env("NCCL_IB_TC", "106");
+  env("NCCL_IB_SL", "3");
+  env("NCCL_IB_TIMEOUT", "18");
+  env("NCCL_IB_RETRY_CNT", "5");
+  conn_t k;
+  conn_open(&k, 1); /* RoCE: the receiver's QP is at RTS now */
+  struct ibv_qp_attr a;
+  assert_int_equal(last(&a), 0);
+  assert_int_equal(a.ah_attr.is_global, 1);
+  assert_int_equal(a.ah_attr.grh.sgid_index, 3); /* IPv4, RoCE v2 */
+  assert_int_equal(a.ah_attr.grh.traffic_class, 106);
+  assert_int_equal(a.ah_attr.grh.hop_limit, 255);
+  assert_int_equal(a.ah_attr.sl, 3);
+  assert_int_equal(a.timeout, 18);
+  assert_int_equal(a.retry_cnt, 5);
+  assert_int_equal(a.rnr_retry, 7);
+  assert_int_equal(a.path_mtu, IBV_MTU_1024); /* the mock's RoCE MTU */
+  conn_close(&k);
+  env("NCCL_IB_ROCE_VERSION_NUM", "1");
+  conn_open(&k, 1);
+  assert_int_equal(last(&a), 0);
+  assert_int_equal(a.ah_attr.grh.sgid_index, 2);
+  conn_close(&k);
+  env("NCCL_IB_ROCE_VERSION_NUM", NULL);
+  env("NCCL_IB_GID_INDEX", "1");
+  conn_open(&k, 1);
+  assert_int_equal(last(&a), 0);
+  assert_int_equal(a.ah_attr.grh.sgid_index, 1);
+  conn_close(&k);
+  env("NCCL_IB_GID_INDEX", NULL);
+  env("NCCL_IB_TC", NULL);
+  env("NCCL_IB_SL", NULL);
+  env("NCCL_IB_TIMEOUT", NULL);
+  env("NCCL_IB_RETRY_CNT", NULL);
+  conn_open(&k, 0); /* IB: a LID, no GRH */
+  assert_int_equal(last(&a), 0);
+  assert_int_equal(a.ah_attr.is_global, 0);
+  assert_int_equal(a.ah_attr.dlid, 0x11); /* mlx5_0 port 1 */
+  assert_int_equal(a.timeout, 20);
+  assert_int_equal(a.retry_cnt, 7);
+  assert_int_equal(a.path_mtu, IBV_MTU_4096);
+  conn_close(&k);
+}
+
+/* 32 receives of different buffers and 32 sends of different sizes: the
+ * 33rd of each is refused (NULL), and message k lands in buffer k. */
+static void test_order_and_limit(void **state) {
+  (void)state;
+  enum { N = BRD_NET_MAX_REQUESTS, SLOT = 4096 };
+  conn_t k;
+  conn_open(&k, 0);
+  unsigned char *s = malloc(N * SLOT), *r = malloc(N * SLOT);
+  assert_non_null(s);
+  assert_non_null(r);
+  memset(r, 0, N * SLOT);
+  void *smh, *rmh;
+  assert_int_equal(net->regMr(k.scomm, s, N * SLOT, BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, N * SLOT, BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  void *rreq[N + 1] = {0}, *sreq[N + 1] = {0};
+  int tag = 0;
+  for (int i = 0; i < N; i++) fill(s + i * SLOT, SLOT, 100u + (unsigned)i);
+  double end = now_s() + 20;
+  int nr = 0, ns = 0;
+  while ((nr < N || ns < N) && now_s() < end) {
+    if (nr < N) {
+      void *d = r + nr * SLOT;
+      size_t sz = SLOT;
+      assert_int_equal(net->irecv(k.rcomm, 1, &d, &sz, &tag, &rmh, NULL, &rreq[nr]), ncclSuccess);
+      if (rreq[nr] != NULL) nr++;
+    }
+    if (ns < N) {
+      assert_int_equal(net->isend(k.scomm, s + ns * SLOT, (size_t)(ns * 97 + 1), 0, smh, NULL,
+                                  &sreq[ns]), ncclSuccess);
+      if (sreq[ns] != NULL) ns++;
+    }
+  }
+  assert_int_equal(nr, N);
+  assert_int_equal(ns, N);
+  /* The 33rd of each: no room. */
+  void *d = r, *extra = (void *)1;
+  size_t sz = SLOT;
+  assert_int_equal(net->irecv(k.rcomm, 1, &d, &sz, &tag, &rmh, NULL, &extra), ncclSuccess);
+  assert_null(extra);
+  extra = (void *)1;
+  assert_int_equal(net->isend(k.scomm, s, 1, 0, smh, NULL, &extra), ncclSuccess);
+  assert_null(extra);
+  /* Test in reverse: completion order does not matter to the matching. */
+  for (int i = N - 1; i >= 0; i--) {
+    int done = 0, got = -1;
+    while (!done && now_s() < end) assert_int_equal(net->test(rreq[i], &done, &got), ncclSuccess);
+    assert_true(done);
+    assert_int_equal(got, i * 97 + 1);
+    assert_memory_equal(r + i * SLOT, s + i * SLOT, (size_t)got);
+    assert_int_equal(r[i * SLOT + got], 0);
+    done = 0;
+    while (!done && now_s() < end) assert_int_equal(net->test(sreq[i], &done, &got), ncclSuccess);
+    assert_true(done);
+  }
+  net->deregMr(k.scomm, smh);
+  net->deregMr(k.rcomm, rmh);
+  conn_close(&k);
+  free(s);
+  free(r);
+}
+
+/* A send larger than the receive: ncclInvalidUsage, as NCCL. */
+static void test_truncated(void **state) {
+  (void)state;
+  conn_t k;
+  conn_open(&k, 0);
+  static char s[256], r[256];
+  void *smh, *rmh;
+  int got;
+  assert_int_equal(net->regMr(k.scomm, s, sizeof(s), BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, sizeof(r), BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  assert_int_equal(transfer(&k, s, 200, smh, r, 100, rmh, &got), ncclInvalidUsage);
+  net->deregMr(k.scomm, smh);
+  net->deregMr(k.rcomm, rmh);
+  conn_close(&k);
+}
+
+/* The registration cache: a range inside a registered one shares it. */
+static void test_reg_cache_and_refusal(void **state) {
+  (void)state;
+  conn_t k;
+  conn_open(&k, 0);
+  size_t n = 1 << 20;
+  char *buf = malloc(n);
+  assert_non_null(buf);
+  void *a = NULL, *b = NULL, *c = NULL;
+  assert_int_equal(net->regMr(k.scomm, buf, n, BRD_NET_PTR_HOST, &a), ncclSuccess);
+  env("BRAID_MOCK_IB_REG_LIMIT", "65536");
+  /* Inside the first: served from the cache, no new registration. */
+  assert_int_equal(net->regMr(k.scomm, buf + 4096, n / 2, BRD_NET_PTR_HOST, &b), ncclSuccess);
+  /* A new 1 MiB range: refused by the verbs layer. */
+  char *other = malloc(n);
+  assert_non_null(other);
+  assert_int_equal(net->regMr(k.scomm, other, n, BRD_NET_PTR_HOST, &c), ncclSystemError);
+  assert_null(c);
+  assert_int_equal(net->regMr(k.scomm, other, n, BRD_NET_PTR_CUDA, &c), ncclInternalError);
+  env("BRAID_MOCK_IB_REG_LIMIT", NULL);
+  assert_int_equal(net->deregMr(k.scomm, b), ncclSuccess);
+  assert_int_equal(net->deregMr(k.scomm, a), ncclSuccess);
+  conn_close(&k);
+  free(buf);
+  free(other);
+}
+
+/* A completion error: the send and the receive both end in an error
+ * (the receiver's next CTS finds the sender's QP in error), no hang. */
+static void completion_error(const char *status, ncclResult_t want) {
+  braid_mock_ib_writes_fn writes = (braid_mock_ib_writes_fn)dlsym(mock, "braid_mock_ib_writes");
+  assert_non_null(writes);
+  conn_t k;
+  conn_open(&k, 0);
+  static char s[4096], r[4096];
+  void *smh, *rmh;
+  int got;
+  assert_int_equal(net->regMr(k.scomm, s, sizeof(s), BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, sizeof(r), BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  assert_int_equal(transfer(&k, s, 100, smh, r, 100, rmh, &got), ncclSuccess);
+  /* The next write is the receiver's CTS; the one after, the data. */
+  char v[32];
+  snprintf(v, sizeof(v), "%lu", writes() + 1);
+  env("BRAID_MOCK_IB_FAIL_AFTER", v);
+  env("BRAID_MOCK_IB_FAIL_STATUS", status);
+  double t0 = now_s();
+  assert_int_equal(transfer(&k, s, 100, smh, r, 100, rmh, &got), want);
+  assert_true(now_s() - t0 < 5);
+  const char *last = ncclGetLastError(NULL);
+  assert_non_null(strstr(last, "QP "));
+  assert_non_null(strstr(last, status[0] == 'R' && status[1] == 'E' && status[2] == 'T'
+                                   ? "IBV_WC_RETRY_EXC_ERR" : "IBV_WC_REM_ACCESS_ERR"));
+  assert_non_null(strstr(last, "local GID fe80::"));
+  assert_non_null(strstr(last, "remote GID fe80::"));
+  env("BRAID_MOCK_IB_FAIL_AFTER", NULL);
+  env("BRAID_MOCK_IB_FAIL_STATUS", NULL);
+  /* The comm stays failed; a fresh one works. */
+  void *req = NULL;
+  assert_int_equal(net->isend(k.scomm, s, 1, 0, smh, NULL, &req), want);
+  net->deregMr(k.scomm, smh);
+  net->deregMr(k.rcomm, rmh);
+  conn_close(&k);
+  conn_open(&k, 0);
+  assert_int_equal(net->regMr(k.scomm, s, sizeof(s), BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, sizeof(r), BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  assert_int_equal(transfer(&k, s, 100, smh, r, 100, rmh, &got), ncclSuccess);
+  net->deregMr(k.scomm, smh);
+  net->deregMr(k.rcomm, rmh);
+  conn_close(&k);
+}
+
+static void test_completion_error(void **state) {
+  (void)state;
+  completion_error("REM_ACCESS", ncclRemoteError);
+  completion_error("RETRY_EXC", ncclRemoteError);
+}
+
+/* The peer closing its side fails the waiting request, quietly. */
+static void test_peer_closed(void **state) {
+  (void)state;
+  conn_t k;
+  conn_open(&k, 0);
+  static char r[64];
+  void *rmh, *req = NULL;
+  size_t sz = sizeof(r);
+  int tag = 0, done = 0;
+  assert_int_equal(net->regMr(k.rcomm, r, sizeof(r), BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  assert_int_equal(net->closeSend(k.scomm), ncclSuccess);
+  void *d = r;
+  ncclResult_t res = ncclSuccess;
+  double end = now_s() + 10;
+  while (req == NULL && res == ncclSuccess && now_s() < end)
+    res = net->irecv(k.rcomm, 1, &d, &sz, &tag, &rmh, NULL, &req);
+  while (req != NULL && res == ncclSuccess && now_s() < end) res = net->test(req, &done, NULL);
+  assert_int_equal(res, ncclRemoteError);
+  net->deregMr(k.rcomm, rmh);
+  assert_int_equal(net->closeRecv(k.rcomm), ncclSuccess);
+  assert_int_equal(net->closeListen(k.lcomm), ncclSuccess);
+  assert_int_equal(net->finalize(k.ctx), ncclSuccess);
+}
+
+/* Last: the mock's port stays down for the rest of the process. */
+static void test_port_down(void **state) {
+  (void)state;
+  braid_mock_ib_port_down_fn down =
+      (braid_mock_ib_port_down_fn)dlsym(mock, "braid_mock_ib_port_down");
+  assert_non_null(down);
+  conn_t k;
+  conn_open(&k, 0);
+  static char s[4096], r[4096];
+  void *smh, *rmh;
+  int got;
+  assert_int_equal(net->regMr(k.scomm, s, sizeof(s), BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, sizeof(r), BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  assert_int_equal(transfer(&k, s, 10, smh, r, 10, rmh, &got), ncclSuccess);
+  assert_int_equal(down("mlx5_0", 1), 0);
+  double t0 = now_s();
+  assert_int_equal(transfer(&k, s, 10, smh, r, 10, rmh, &got), ncclSystemError);
+  assert_true(now_s() - t0 < 5);
+  assert_non_null(strstr(ncclGetLastError(NULL), "IBV_EVENT_PORT_ERR"));
+  net->deregMr(k.scomm, smh);
+  net->deregMr(k.rcomm, rmh);
+  conn_close(&k);
+  /* The down port is no device any more. */
+  assert_int_equal(count_devices(), 1);
+}
+
+int main(void) {
+  char self[PATH_MAX], lib[PATH_MAX + 64];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return 1;
+  self[n] = '\0';
+  *strrchr(self, '/') = '\0';
+  snprintf(lib, sizeof(lib), "%s/../mock/libibverbs-mock.so", self);
+  setenv("BRAID_IBVERBS_LIB", lib, 1);
+  unsetenv("BRAID_MOCK_IB_DEVICES");
+  unsetenv("NCCL_IB_HCA");
+  unsetenv("NCCL_IB_DISABLE");
+  brd_param_reload();
+  mock = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+  if (mock == NULL) mock = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (mock == NULL) {
+    fprintf(stderr, "cannot open the verbs mock %s: %s (make tests builds it)\n", lib, dlerror());
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_hca_match),
+      cmocka_unit_test(test_gid_select),
+      cmocka_unit_test(test_devices),
+      cmocka_unit_test(test_sizes_ib),
+      cmocka_unit_test(test_sizes_roce),
+      cmocka_unit_test(test_qp_attrs),
+      cmocka_unit_test(test_order_and_limit),
+      cmocka_unit_test(test_truncated),
+      cmocka_unit_test(test_reg_cache_and_refusal),
+      cmocka_unit_test(test_completion_error),
+      cmocka_unit_test(test_peer_closed),
+      cmocka_unit_test(test_port_down),
+  };
+  return cmocka_run_group_tests_name("net_ib", tests, NULL, NULL);
+}
