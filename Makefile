@@ -260,7 +260,7 @@ endef
 $(foreach d,$(TUNER_PLUGIN_DIRS),$(eval $(call tuner_plugin_rule,$(d))))
 
 # The socket net and what it stands on (base: sockets, parameters, the log).
-BRAIDSOCK_OBJ := $(addprefix $(BUILD)/obj/src/,transport/net_socket.o base/socket.o base/env_plugin.o \
+BRAIDSOCK_OBJ := $(addprefix $(BUILD)/obj/src/,transport/net_socket.o base/socket.o base/env_plugin.o base/plugin.o \
                    base/param.o base/debug.o)
 $(BUILD)/plugins/libnccl-net-braidsock.so: plugins/net-socket/plugin.c $(BRAIDSOCK_OBJ) \
                                           plugins/include/nccl_net.h include/nccl.h

@@ -20,6 +20,7 @@
 
 #include "base/debug.h"
 #include "base/env_plugin.h"
+#include "base/plugin.h"
 #include "base/param.h"
 #include "nccl_env.h"
 
@@ -58,18 +59,10 @@ static void note(int warn, const char *fmt, ...) {
 /* The logger a v2 plugin gets: NCCL's prototype. */
 static void plugin_log(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
                        const char *fmt, ...) {
-  char msg[1024];
   va_list ap;
-  if ((int)level <= BRD_LOG_NONE || (int)level > BRD_LOG_TRACE || fmt == NULL) return;
-  if ((int)level != BRD_LOG_WARN && !brd_log_on((brd_log_level_t)level, flags)) return;
   va_start(ap, fmt);
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
-#pragma GCC diagnostic pop
+  brd_plugin_vlog((int)level, flags, file, line, fmt, ap);
   va_end(ap);
-  brd_log((brd_log_level_t)level, (int)level == BRD_LOG_WARN ? BRD_SUBSYS_ALL : flags, file,
-          line, "%s", msg);
 }
 
 static void finalize_at_exit(void) {
@@ -82,32 +75,6 @@ static void finalize_at_exit(void) {
   pthread_mutex_unlock(&env_mu);
 }
 
-static void *open_env_lib(const char *spec, char *missing, size_t mlen, char *err, size_t elen) {
-  const char *name = spec != NULL ? spec : "libnccl-env.so";
-  char alt[PATH_MAX];
-  const char *tries[2] = {name, NULL};
-  size_t len = strlen(name);
-  int full_lib = strncmp(name, "lib", 3) == 0 && len >= 3 && strcmp(name + len - 3, ".so") == 0;
-  if (spec != NULL && strchr(spec, '/') == NULL && !full_lib) {
-    snprintf(alt, sizeof(alt), "libnccl-env-%s.so", spec);
-    tries[1] = alt;
-  }
-  for (int i = 0; i < 2 && tries[i] != NULL; i++) {
-    const char *file = strncasecmp(tries[i], "STATIC_PLUGIN", strlen(tries[i])) == 0
-                           ? NULL : tries[i];
-    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-    if (h != NULL) return h;
-    const char *e = dlerror();
-    if (e != NULL && strstr(e, "No such file or directory") != NULL) {
-      size_t used = strlen(missing);
-      snprintf(missing + used, mlen - used, " %s", tries[i]);
-    } else {
-      snprintf(err, elen, "%s", e != NULL ? e : "unknown dlopen error");
-    }
-  }
-  return NULL;
-}
-
 /* The load itself; env_mu held, loading_here set. */
 static void load_locked(void) {
   char missing[2 * PATH_MAX] = "", err[512] = "", path[PATH_MAX];
@@ -118,7 +85,7 @@ static void load_locked(void) {
     note(0, "NCCL_ENV_PLUGIN set by environment to %s", spec);
     if (strcasecmp(spec, "none") == 0) return;
   }
-  void *dl = open_env_lib(spec, missing, sizeof(missing), err, sizeof(err));
+  void *dl = brd_plugin_open(spec, "env", missing, sizeof(missing), err, sizeof(err));
   if (dl == NULL) {
     if (requested)
       note(1, "ENV/Plugin: cannot load NCCL_ENV_PLUGIN=%s: %s%s%s. Give it a path, put the "

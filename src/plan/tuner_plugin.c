@@ -20,6 +20,7 @@
 #include "base/param.h"
 #include "nccl_tuner.h"
 #include "plan/tuner_plugin.h"
+#include "base/plugin.h"
 #include "transport/net.h"
 #include "transport/net_plugin.h"
 
@@ -90,35 +91,6 @@ static void path_of(void *dl, const char *fallback, char *out, size_t n) {
     snprintf(out, n, "%s", fallback);
 }
 
-/* dlopen by NCCL's rules for a tuner library. missing gets the names that
- * were not found, err the last other dlerror. */
-static void *open_tuner_lib(const char *spec, char *missing, size_t mlen, char *err,
-                            size_t elen) {
-  const char *name = spec != NULL ? spec : "libnccl-tuner.so";
-  char alt[PATH_MAX];
-  const char *tries[2] = {name, NULL};
-  size_t len = strlen(name);
-  int full_lib = strncmp(name, "lib", 3) == 0 && len >= 3 && strcmp(name + len - 3, ".so") == 0;
-  if (spec != NULL && strchr(spec, '/') == NULL && !full_lib) {
-    snprintf(alt, sizeof(alt), "libnccl-tuner-%s.so", spec);
-    tries[1] = alt;
-  }
-  for (int i = 0; i < 2 && tries[i] != NULL; i++) {
-    const char *file = strncasecmp(tries[i], "STATIC_PLUGIN", strlen(tries[i])) == 0
-                           ? NULL : tries[i];
-    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-    if (h != NULL) return h;
-    const char *e = dlerror();
-    if (e != NULL && strstr(e, "No such file or directory") != NULL) {
-      size_t used = strlen(missing);
-      snprintf(missing + used, mlen - used, " %s", tries[i]);
-    } else {
-      snprintf(err, elen, "%s", e != NULL ? e : "unknown dlopen error");
-    }
-  }
-  return NULL;
-}
-
 /* The newest ncclTunerPlugin_vN of dl with a name and an init. */
 static const any_tuner_t *find_symbol(void *dl, int *version_out) {
   char symname[32];
@@ -148,7 +120,7 @@ static void load_locked(void) {
     }
   }
   const char *where = NULL;
-  void *dl = open_tuner_lib(spec, missing, sizeof(missing), err, sizeof(err));
+  void *dl = brd_plugin_open(spec, "tuner", missing, sizeof(missing), err, sizeof(err));
   if (dl != NULL) {
     path_of(dl, spec ? spec : "libnccl-tuner.so", lib_path, sizeof(lib_path));
     where = lib_path;

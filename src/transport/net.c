@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "base/debug.h"
+#include "base/plugin.h"
 #include "transport/net.h"
 
 /* NCCL's level numbers and subsystem bits are Braid's own (debug.h), so a
@@ -19,18 +20,8 @@ _Static_assert(BRD_SUBSYS_INIT == 0x1 && BRD_SUBSYS_NET == 0x10 && BRD_SUBSYS_EN
 /* See net.h. */
 void brd_net_log(int level, unsigned long flags, const char *file, int line,
                  const char *fmt, ...) {
-  char msg[1024];
   va_list ap;
-  if (level <= BRD_LOG_NONE || level > BRD_LOG_TRACE || fmt == NULL) return;
-  /* A filtered INFO or TRACE costs no formatting; a WARN always counts
-   * (it becomes the last error even when not printed). */
-  if (level != BRD_LOG_WARN && !brd_log_on((brd_log_level_t)level, flags)) return;
   va_start(ap, fmt);
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
-#pragma GCC diagnostic pop
+  brd_plugin_vlog(level, flags, file, line, fmt, ap);
   va_end(ap);
-  brd_log((brd_log_level_t)level, level == BRD_LOG_WARN ? BRD_SUBSYS_ALL : flags, file, line,
-          "%s", msg);
 }

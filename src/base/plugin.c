@@ -1,0 +1,54 @@
+/*
+ * Braid: plugin library opening and plugin logging. See plugin.h.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/debug.h"
+#include "base/plugin.h"
+
+/* See plugin.h. */
+void *brd_plugin_open(const char *spec, const char *kind, char *missing, size_t mlen,
+                      char *err, size_t elen) {
+  char deflt[64], alt[PATH_MAX];
+  snprintf(deflt, sizeof(deflt), "libnccl-%s.so", kind);
+  const char *name = spec != NULL ? spec : deflt;
+  const char *tries[2] = {name, NULL};
+  size_t len = strlen(name);
+  int full_lib = strncmp(name, "lib", 3) == 0 && len >= 3 && strcmp(name + len - 3, ".so") == 0;
+  if (spec != NULL && strchr(spec, '/') == NULL && !full_lib) {
+    snprintf(alt, sizeof(alt), "libnccl-%s-%s.so", kind, spec);
+    tries[1] = alt;
+  }
+  for (int i = 0; i < 2 && tries[i] != NULL; i++) {
+    const char *file = strncasecmp(tries[i], "STATIC_PLUGIN", strlen(tries[i])) == 0
+                           ? NULL : tries[i];
+    void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    if (h != NULL) return h;
+    const char *e = dlerror();
+    if (e != NULL && strstr(e, "No such file or directory") != NULL) {
+      size_t used = strlen(missing);
+      snprintf(missing + used, mlen - used, " %s", tries[i]);
+    } else {
+      snprintf(err, elen, "%s", e != NULL ? e : "unknown dlopen error");
+    }
+  }
+  return NULL;
+}
+
+/* See plugin.h. */
+void brd_plugin_vlog(int level, unsigned long flags, const char *file, int line,
+                     const char *fmt, va_list ap) {
+  char msg[1024];
+  if (level <= BRD_LOG_NONE || level > BRD_LOG_TRACE || fmt == NULL) return;
+  if (level != BRD_LOG_WARN && !brd_log_on((brd_log_level_t)level, flags)) return;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  (void)vsnprintf(msg, sizeof(msg), fmt, ap);
+#pragma GCC diagnostic pop
+  brd_log((brd_log_level_t)level, level == BRD_LOG_WARN ? BRD_SUBSYS_ALL : flags, file, line,
+          "%s", msg);
+}
