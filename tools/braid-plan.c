@@ -2,7 +2,8 @@
  * braid-plan: print or draw the plan Braid generates for a collective.
  *
  *   braid-plan [-c coll] [-a algo] [-p proto] [-n nranks] [-b blocks]
- *              [-r root] [-s bytes] [-t dtype] [-d] [-V] [-o out.svg]
+ *              [-r root] [-s bytes] [-t dtype] [-d] [-V] [-J] [-o out.svg]
+ *   braid-plan -f plan.json [-s bytes] [-t dtype] [-J] [-o out.svg]
  *
  * Text output lists, per rank and block, every op with its buffers in
  * channel terms resolved to peer ranks. With -s the chunks of the first
@@ -10,7 +11,9 @@
  * plan verifier. -o writes an SVG: one lane per (rank, block), ops in
  * program order left to right, and an arrow for every op that writes into
  * or signals a peer, from the op to the peer's lane, and for every op that
- * reads a peer's memory, from the peer's lane to the op.
+ * reads a peer's memory, from the peer's lane to the op. -J writes the plan
+ * as JSON (docs/plans.md) instead of the text. -f loads a JSON plan in
+ * place of a built-in one, checks it and always runs the verifier on it.
  *
  * Linked against the static library: it reads the internal plan API.
  */
@@ -23,6 +26,7 @@
 #include "algos/algos.h"
 #include "device/ir.h"
 #include "plan/plan.h"
+#include "plan/plan_json.h"
 #include "plan/verify.h"
 
 static const char *coll_names[] = {"allreduce", "allgather", "reducescatter",
@@ -46,13 +50,16 @@ static void usage(FILE *f) {
           "usage: braid-plan [-c coll] [-a algo] [-p LL|Simple] [-n nranks] "
           "[-b blocks]\n"
           "                  [-r root] [-s bytes] [-t dtype-size] [-d] [-V] "
+          "[-J] [-o out.svg]\n"
+          "       braid-plan -f plan.json [-s bytes] [-t dtype-size] [-J] "
           "[-o out.svg]\n"
           "  coll: allreduce allgather reducescatter broadcast reduce "
           "alltoall gather scatter\n"
           "  algo: ring tree oneshot twoshot (allreduce); ring oneshot (direct) for\n"
           "        the others; zerocopy (allreduce, allgather, reducescatter: reads and\n"
           "        writes registered buffers in place, Simple only)\n"
-          "  -d deterministic (rank-ordered) variant, -V verify the plan\n");
+          "  -d deterministic (rank-ordered) variant, -V verify the plan\n"
+          "  -J write the plan as JSON, -f load (and verify) a JSON plan\n");
 }
 
 static int ref_peer(const brd_ir_plan_t *p, int rank, brd_ir_ref_t r) {
@@ -216,10 +223,10 @@ static int write_svg(const char *path, const brd_ir_plan_t *p) {
 
 int main(int argc, char **argv) {
   const char *coll_s = "allreduce", *algo_s = "ring", *proto_s = "Simple";
-  const char *svg = NULL;
-  int nranks = 4, nblocks = 1, root = 0, det = 0, verify = 0, opt;
+  const char *svg = NULL, *json_in = NULL;
+  int nranks = 4, nblocks = 1, root = 0, det = 0, verify = 0, json_out = 0, opt;
   size_t bytes = 0, esize = 4;
-  while ((opt = getopt(argc, argv, "c:a:p:n:b:r:s:t:dVo:h")) != -1) {
+  while ((opt = getopt(argc, argv, "c:a:p:n:b:r:s:t:dVJf:o:h")) != -1) {
     switch (opt) {
     case 'c': coll_s = optarg; break;
     case 'a': algo_s = optarg; break;
@@ -232,6 +239,8 @@ int main(int argc, char **argv) {
     case 'd': det = 1; break;
     case 'V': verify = 1; break;
     case 'o': svg = optarg; break;
+    case 'J': json_out = 1; break;
+    case 'f': json_in = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -253,10 +262,24 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  brd_algos_args_t args = {.nranks = nranks, .order = NULL, .nblocks = nblocks,
-                           .proto = proto};
   brd_ir_plan_t *plan = NULL;
   ncclResult_t res;
+  if (json_in != NULL) {
+    /* Loading verifies: a plan that the verifier refuses is never shown
+     * as if it were usable. */
+    char err[640];
+    brd_verify_report_t rep;
+    res = brd_plan_json_load(json_in, NULL, &plan, &rep, err, sizeof(err));
+    if (res != ncclSuccess) {
+      fprintf(stderr, "braid-plan: %s\n", err);
+      return 1;
+    }
+    verify = 0;
+    if (!json_out && svg == NULL) printf("verifier: plan is correct\n");
+    goto show;
+  }
+  brd_algos_args_t args = {.nranks = nranks, .order = NULL, .nblocks = nblocks,
+                           .proto = proto};
   if (!zerocopy)
     res = brd_algos_generate(coll, algo, &args, root, det, &plan);
   else if (det)
@@ -274,8 +297,11 @@ int main(int argc, char **argv) {
             coll_s, algo_s, proto_s, nranks, ncclGetErrorString(res));
     return 1;
   }
+show:;
   int rc = 0;
-  if (svg != NULL) {
+  if (json_out) {
+    if (brd_plan_json_write(plan, stdout) != ncclSuccess) rc = 1;
+  } else if (svg != NULL) {
     rc = write_svg(svg, plan);
     if (rc == 0) printf("wrote %s\n", svg);
   } else {
@@ -287,7 +313,7 @@ int main(int argc, char **argv) {
     vo.niter = 2;
     brd_verify_report_t rep;
     res = brd_plan_verify(plan, &vo, &rep);
-    printf("verifier: %s\n", res == ncclSuccess ? "plan is correct"
+    fprintf(json_out ? stderr : stdout, "verifier: %s\n", res == ncclSuccess ? "plan is correct"
                                                  : "plan is WRONG (see above)");
     if (res != ncclSuccess) rc = 1;
   }
