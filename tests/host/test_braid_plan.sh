@@ -3,6 +3,9 @@
 # text lists one section per (rank, block) whose op counts add up to the
 # header's total, the verifier accepts the plan, and the SVG is well-formed
 # with one lane per (rank, block) and an arrow per peer write or signal.
+# JSON: -J writes a document Python's json module reads, -f loads it back
+# (verified) and prints the same listing, and -f -J writes it unchanged; a
+# document with a dropped signal or a typo is refused, naming what.
 set -euo pipefail
 BUILD=${BUILD:-build}
 tool=$BUILD/bin/braid-plan
@@ -39,7 +42,16 @@ PY
   if [[ $arrows -lt $expect ]]; then
     echo "FAIL $c/$a/$p: $arrows arrows for $expect peer-writing ops"; fail=1; return
   fi
-  echo "PASS $c/$a/$p n=$n b=$b ($total ops, $arrows arrows)"
+  # JSON round trip through the tool.
+  "$tool" -c "$c" -a "$a" -p "$p" -n "$n" -b "$b" -r $((n - 1)) -J >"$tmp/plan.json"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["ranks"]) == int(sys.argv[2])' \
+    "$tmp/plan.json" "$n" || { echo "FAIL $c/$a/$p: -J is not JSON with $n ranks"; fail=1; return; }
+  if ! "$tool" -f "$tmp/plan.json" -s 65536 >"$tmp/loaded.txt" 2>&1 ||
+     ! diff <(grep -v '^verifier' "$out") <(grep -v '^verifier' "$tmp/loaded.txt") >/dev/null ||
+     ! "$tool" -f "$tmp/plan.json" -J | cmp -s - "$tmp/plan.json"; then
+    echo "FAIL $c/$a/$p: -f does not give back the plan -J wrote"; fail=1; return
+  fi
+  echo "PASS $c/$a/$p n=$n b=$b ($total ops, $arrows arrows, JSON round trip)"
 }
 
 for p in LL Simple; do
@@ -53,6 +65,29 @@ for c in allreduce allgather reducescatter; do check $c zerocopy Simple 5 2; don
 # The zero-copy plan exists in Simple only.
 if "$tool" -c allreduce -a zerocopy -p LL -n 4 >/dev/null 2>&1; then
   echo "FAIL zerocopy with LL accepted"; fail=1
+fi
+# A loaded plan with the last signal of rank 1 dropped deadlocks; the
+# verifier says so and names the op; a typo names the JSON path.
+"$tool" -c allreduce -a ring -n 3 -J >"$tmp/r3.json"
+python3 - "$tmp/r3.json" "$tmp/bad.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ops = d["ranks"][1]["blocks"][0]["ops"]
+last = max(i for i, o in enumerate(ops) if o["op"] == "signal" and o["refs"][0]["index"] == 0)
+del ops[last]
+json.dump(d, open(sys.argv[2], "w"))
+PY
+if "$tool" -f "$tmp/bad.json" >"$tmp/bad.txt" 2>&1 || ! grep -q "deadlock: rank [0-9] block 0 op [0-9]" "$tmp/bad.txt"; then
+  echo "FAIL dropped signal not refused: $(cat "$tmp/bad.txt" | head -n 3)"; fail=1
+else
+  echo "PASS dropped signal refused by the verifier"
+fi
+sed 's/"op": "put"/"op": "putt"/' "$tmp/r3.json" >"$tmp/typo.json"
+if "$tool" -f "$tmp/typo.json" >"$tmp/typo.txt" 2>&1 ||
+   ! grep -q 'typo.json: ranks\[0\].blocks\[0\].ops\[1\].op: unknown name "putt"' "$tmp/typo.txt"; then
+  echo "FAIL unknown op not named: $(cat "$tmp/typo.txt")"; fail=1
+else
+  echo "PASS unknown op named with its JSON path"
 fi
 # A bad request fails with usage.
 if "$tool" -c nosuch >/dev/null 2>&1; then echo "FAIL unknown collective accepted"; fail=1; fi
