@@ -13,7 +13,8 @@
  * or signals a peer, from the op to the peer's lane, and for every op that
  * reads a peer's memory, from the peer's lane to the op. -J writes the plan
  * as JSON (docs/plans.md) instead of the text. -f loads a JSON plan in
- * place of a built-in one, checks it and always runs the verifier on it.
+ * place of a built-in one, checks it and always runs the verifier on it:
+ * out of place (a failure refuses the plan), then in place (reported).
  *
  * Linked against the static library: it reads the internal plan API.
  */
@@ -275,7 +276,15 @@ int main(int argc, char **argv) {
       return 1;
     }
     verify = 0;
-    if (!json_out && svg == NULL) printf("verifier: plan is correct\n");
+    /* Loading verified it out of place; say whether in place holds too
+     * (a plan may be meant for out-of-place calls only). */
+    brd_verify_opts_t ip = {1, 2};
+    int in_place_ok = brd_plan_verify(plan, &ip, &rep) == ncclSuccess;
+    if (!in_place_ok)
+      fprintf(stderr, "braid-plan: %s: wrong in place: %s\n", json_in, rep.msg);
+    fprintf(json_out || svg != NULL ? stderr : stdout,
+            "verifier: plan is correct%s\n",
+            in_place_ok ? "" : " out of place only (WRONG in place)");
     goto show;
   }
   brd_algos_args_t args = {.nranks = nranks, .order = NULL, .nblocks = nblocks,
