@@ -203,31 +203,9 @@ static void test_faults(void **state) {
 
 int main(int argc, char **argv) {
   (void)argc;
-  char exe[900];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) {
-    fprintf(stderr, "cannot read /proc/self/exe\n");
-    return 1;
-  }
-  exe[n] = '\0';
-  *strrchr(exe, '/') = '\0';
-  snprintf(plugdir, sizeof(plugdir), "%s/../plugins", exe);
-  char probe[PATH_MAX];
-  lib_file(probe, sizeof(probe), "testboth");
-  if (access(probe, R_OK) != 0) {
-    fprintf(stderr, "SKIP: test plugins not built (%s missing; run make tests)\n", probe);
-    return 77;
-  }
-  if (getenv("BRD_TEST_ENV_PLUGIN_PATHSET") == NULL) {
-    const char *old = getenv("LD_LIBRARY_PATH");
-    static char path[4096];
-    snprintf(path, sizeof(path), "%s%s%s", plugdir, old && old[0] ? ":" : "", old ? old : "");
-    setenv("LD_LIBRARY_PATH", path, 1);
-    setenv("BRD_TEST_ENV_PLUGIN_PATHSET", "1", 1);
-    execv("/proc/self/exe", argv);
-    fprintf(stderr, "cannot run /proc/self/exe again\n");
-    return 1;
-  }
+  int go = brd_test_plugin_dir(argv, "BRD_TEST_ENV_PLUGIN_PATHSET",
+                               "libnccl-env-testboth.so", plugdir, sizeof(plugdir));
+  if (go != 0) return go;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_v1, setup, teardown),
       cmocka_unit_test_setup_teardown(test_v2, setup, teardown),

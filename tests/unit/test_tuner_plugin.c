@@ -37,7 +37,7 @@
 #include "transport/net_plugin.h"
 
 static char plugdir[1024]; /* <build>/tests/plugins */
-static char exampledir[1024]; /* <build>/plugins */
+static char exampledir[1024 + 16]; /* <build>/plugins */
 
 static void lib_file(char *out, size_t n, const char *which) {
   snprintf(out, n, "%s/%s", plugdir, which);
@@ -610,34 +610,10 @@ static void test_example_tuner(void **state) {
 
 int main(int argc, char **argv) {
   (void)argc;
-  char exe[900];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) {
-    fprintf(stderr, "cannot read /proc/self/exe\n");
-    return 1;
-  }
-  exe[n] = '\0';
-  *strrchr(exe, '/') = '\0';
-  snprintf(plugdir, sizeof(plugdir), "%s/../plugins", exe);
-  snprintf(exampledir, sizeof(exampledir), "%s/../../plugins", exe);
-  char probe[PATH_MAX];
-  lib_file(probe, sizeof(probe), "libnccl-tuner-testmulti.so");
-  if (access(probe, R_OK) != 0) {
-    fprintf(stderr, "SKIP: test plugins not built (%s missing; run make tests)\n", probe);
-    return 77;
-  }
-  /* Bare names are found through LD_LIBRARY_PATH, which the dynamic loader
-   * reads at start: run again with the plugin folder on it. */
-  if (getenv("BRD_TEST_TUNER_PLUGIN_PATHSET") == NULL) {
-    const char *old = getenv("LD_LIBRARY_PATH");
-    static char path[4096];
-    snprintf(path, sizeof(path), "%s%s%s", plugdir, old && old[0] ? ":" : "", old ? old : "");
-    setenv("LD_LIBRARY_PATH", path, 1);
-    setenv("BRD_TEST_TUNER_PLUGIN_PATHSET", "1", 1);
-    execv("/proc/self/exe", argv);
-    fprintf(stderr, "cannot run /proc/self/exe again\n");
-    return 1;
-  }
+  int go = brd_test_plugin_dir(argv, "BRD_TEST_TUNER_PLUGIN_PATHSET",
+                               "libnccl-tuner-testmulti.so", plugdir, sizeof(plugdir));
+  if (go != 0) return go;
+  snprintf(exampledir, sizeof(exampledir), "%s/../../plugins", plugdir);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_every_version_loads, setup, teardown),
       cmocka_unit_test_setup_teardown(test_forced_pairs, setup, teardown),
