@@ -62,9 +62,6 @@ typedef struct brd_backend_ops {
    * through a host-memory transport, so the one-sided calls (rma.c) can
    * act on them directly; 0: they cannot (device memory, not yet). */
   int host_rma;
-  /* 1: the executor drives port channels (proxy.h): ranks that share no
-   * memory may be in one communicator. 0: every pair must share memory. */
-  int port_channels;
   /* Message sizes (bytes) from which a collective asks for 2, 4, 8 ...
    * blocks per rank; 0 ends the list. The same on every rank. */
   size_t nb_sizes[4];
@@ -132,8 +129,8 @@ typedef struct brd_backend_ops {
   /* Makes running and later work of this rank stop at its next wait.
    * Never blocks; any thread. */
   void (*abort)(struct brd_backend *b);
-  /* Port channels (proxy.h), all NULL when port_channels is 0. How the
-   * proxy allocates mirrors for this executor (NULL: plain host memory). */
+  /* Port channels (proxy.h). How the proxy allocates mirrors for this
+   * executor (NULL: plain host memory). */
   void (*port_mem)(struct brd_backend *b, brd_proxy_mem_t *mem_out);
   /* This rank's window as the host addresses it (the proxy writes there);
    * NULL op: the executor's address is the host's. */

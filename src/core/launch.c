@@ -218,7 +218,7 @@ static void works_view(struct ncclComm *comm, const struct brd_rt *rt, brd_works
   v->abort_flag = &comm->abort_flag;
   v->ports = rt->nports > 0 ? rt->ports : NULL;
   v->port_failed = brd_proxy_failed(rt->proxy);
-  v->port_matrix = rt->nports > 0 ? rt->port_matrix : NULL;
+  v->port_matrix = rt->plans.port; /* the table the cached plans were marked with */
 }
 
 /* The launch between the backend's begin and end. */

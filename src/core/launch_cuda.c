@@ -1035,7 +1035,6 @@ const brd_backend_ops_t brd_backend_cuda = {
     .device_seq = 1,
     .scalar_on_device = 1,
     .reg_needs_p2p = 1,
-    .port_channels = 1, /* kernels post triggers to the proxy's FIFOs */
     /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 1 MiB, 8 from 16 MiB. */
     .nb_sizes = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, 0},
     .p2p_round_ops = 48, /* BRD_EXEC_CUDA_INLINE_SEGS: segments ride in the kernel's parameters */

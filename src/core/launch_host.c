@@ -401,7 +401,6 @@ const brd_backend_ops_t brd_backend_host = {
     .scalar_on_device = 0,
     .reg_needs_p2p = 0,
     .host_rma = 1,
-    .port_channels = 1,
     /* Host threads are not cheap: a second block from 256 KiB. */
     .nb_sizes = {(size_t)256 << 10, 0, 0, 0},
     .p2p_round_ops = BRD_WORKS_ROUND_MAX_OPS,

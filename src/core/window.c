@@ -255,12 +255,9 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
    * peers that share no memory with this rank: chosen once per runtime. */
   char twhy[512];
   const brd_transport_ops_t *t =
-      n > 1 ? brd_transport_split(comm->peers, n, me,
-                                  caps.p2p_ok ? BRD_TRANSPORT_MEM_GPU : BRD_TRANSPORT_MEM_HOST,
-                                  rt->port, twhy, sizeof(twhy))
-            : brd_transport_choose(comm->peers, n, me,
-                                   caps.p2p_ok ? BRD_TRANSPORT_MEM_GPU : BRD_TRANSPORT_MEM_HOST,
-                                   twhy, sizeof(twhy));
+      brd_transport_split(comm->peers, n, me,
+                          caps.p2p_ok ? BRD_TRANSPORT_MEM_GPU : BRD_TRANSPORT_MEM_HOST,
+                          rt->port, twhy, sizeof(twhy));
   if (t == NULL) {
     WARN("rank %d: no transport reaches the peers sharing memory with this rank (%s)",
          me, twhy);
@@ -268,16 +265,6 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
     goto fail;
   }
   for (int r = 0; r < n; r++) rt->nports += rt->port[r];
-  if (rt->nports > 0 && !rt->be->port_channels) {
-    int r = 0;
-    while (!rt->port[r]) r++;
-    WARN("rank %d: rank %d shares no memory with this rank (another host, or "
-         "NCCL_P2P_DISABLE=1 with NCCL_SHM_DISABLE=1), so their channels need the network; "
-         "the %s executor does not drive port channels yet. Run with BRAID_DEVICE=host, or "
-         "keep the ranks on one host", me, r, rt->be->name);
-    res = ncclInvalidUsage;
-    goto fail;
-  }
   /* Registered buffers cannot be mapped over a net. */
   if (rt->nports > 0) rt->reg_shareable = 0;
   CHECK_GOTO(brd_proxy_check(comm, rt->port), res, fail);
