@@ -693,6 +693,22 @@ int *brd_proxy_failed(brd_proxy_t *p) { return p != NULL ? &p->failed : NULL; }
 void brd_proxy_destroy(brd_proxy_t *px) {
   if (px == NULL) return;
   if (px->thread_started) {
+    /* The executor is done (the backend quiesced it), but triggers it
+     * posted may still wait in a FIFO: they go before BYE, which must be
+     * the last record a peer gets. */
+    int64_t deadline = brd_time_now_ns() + DRAIN_NS;
+    for (int f = 0; f < atomic_load(&px->nfifos); f++) {
+      brd_exec_fifo_t *fifo = px->fifos[f];
+      for (;;) {
+        uint64_t tail = __atomic_load_n(&fifo->tail, __ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&fifo->ring[tail % BRD_EXEC_FIFO_ENTRIES].seq, __ATOMIC_ACQUIRE) !=
+                tail + 1 ||
+            __atomic_load_n(&px->failed, __ATOMIC_ACQUIRE) || brd_time_now_ns() >= deadline)
+          break;
+        struct timespec nap = {0, 200000};
+        nanosleep(&nap, NULL);
+      }
+    }
     /* BYE last on every healthy port (FAIL, naming the lost rank, when
      * this rank gives up), then a bounded wait for the sends. */
     int failed = __atomic_load_n(&px->failed, __ATOMIC_ACQUIRE) != 0;
@@ -706,7 +722,7 @@ void brd_proxy_destroy(brd_proxy_t *px) {
         rec_append(pt, s, failed ? (uint64_t)culprit : 0, 0, failed ? REC_FAIL : REC_BYE, NULL);
       pthread_mutex_unlock(&pt->mu);
     }
-    int64_t deadline = brd_time_now_ns() + DRAIN_NS;
+    deadline = brd_time_now_ns() + DRAIN_NS;
     for (int r = 0; r < px->nranks; r++) {
       port_t *pt = px->ports[r];
       while (pt != NULL && !__atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE) &&
