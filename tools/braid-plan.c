@@ -37,7 +37,8 @@ static const char *algo_names[] = {"copy", "ring", "tree", "oneshot",
                                    "twoshot", "nvls"};
 static const char *op_names[] = {"NOP", "COPY", "REDUCE", "PUT", "GET",
                                  "PKT_PUT", "PKT_REDUCE", "SIGNAL", "WAIT",
-                                 "BARRIER", "FLUSH", "MC_REDUCE", "MC_STORE"};
+                                 "BARRIER", "FLUSH", "MC_REDUCE", "MC_STORE",
+                                 "MC_RED", "MC_BARRIER"};
 static const char *buf_names[] = {"in", "out", "scr", "sem"};
 
 static int lookup(const char *s, const char *const *names, int n) {
@@ -174,7 +175,8 @@ static int write_svg(const char *path, const brd_ir_plan_t *p) {
   }
   static const char *colors[] = {"#ccc", "#8fd18f", "#f2b05e", "#7fb2e5",
                                  "#b39ddb", "#64c7c7", "#e57f7f", "#ffe066",
-                                 "#ffe066", "#999", "#999", "#999", "#999"};
+                                 "#ffe066", "#999", "#999", "#f48fb1", "#f48fb1",
+                                 "#f48fb1", "#999"};
   for (int r = 0; r < p->nranks; r++) {
     for (int b = 0; b < p->nblocks; b++) {
       const brd_ir_block_t *blk = brd_ir_plan_block(p, r, b);

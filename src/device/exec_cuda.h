@@ -99,6 +99,11 @@ typedef struct brd_exec_cuda_chan {
   void *xchg_output;    /* this rank's output as the peer maps it (only
                          * published, never dereferenced here); NULL: its
                          * staging (output, out_stride) */
+  /* A switch channel (BRD_IR_CHAN_SWITCH, device/ir.h) reuses three
+   * fields (kernel parameters hold no more bytes): peer_scratch is the
+   * scratch base through the multicast mapping, peer_sems the switch
+   * semaphores through it (multimem ops), sems this rank's own (unicast)
+   * copy of the switch semaphores, which MC_BARRIER polls. */
 } brd_exec_cuda_chan_t;
 
 /* The executor's objects; see the file comment. Opaque. */

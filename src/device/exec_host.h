@@ -83,6 +83,12 @@ typedef struct brd_exec_chan {
    * port->mirror, and every write through them is put on the port. NULL
    * for a memory channel. */
   brd_exec_port_t *port;
+  /* A switch channel (BRD_IR_CHAN_SWITCH, device/ir.h): the peer_* and
+   * xchg fields above are unused; every member's copy, in rank order
+   * ([plan nranks] each). NULL for other channels. */
+  void *const *member_scratch;            /* each member's scratch base */
+  _Atomic uint64_t *const *member_ssems;  /* each member's switch semaphores
+                                           * (nsems x nranks words) */
 } brd_exec_chan_t;
 
 typedef struct brd_exec_args {

@@ -113,7 +113,7 @@ enum {
   BRD_IR_ALGO_TREE = 2,
   BRD_IR_ALGO_ONESHOT = 3,
   BRD_IR_ALGO_TWOSHOT = 4,
-  BRD_IR_ALGO_NVLS = 5, /* reserved */
+  BRD_IR_ALGO_NVLS = 5, /* switch channels (NVLS multicast) */
 };
 
 /* Collectives (the verifier's expectation; executors never branch on it). */
@@ -222,12 +222,35 @@ enum {
   BRD_IR_OP_WAIT = 8,
   /* Every block of this rank reaches its n-th barrier before any leaves. */
   BRD_IR_OP_BARRIER = 9,
-  /* Reserved for the proxy (port channel) and NVLS (switch channel)
-   * executors; the verifier and host executor reject them today. */
+  /* Reserved for port channels (records land in order; no plan needs it
+   * yet); the verifier and executors reject it. */
   BRD_IR_OP_FLUSH = 10,
+  /* Switch-channel ops (NVLS multicast; see "Switch channels" below). No
+   * LL refs; nchunks and chunk as for data ops.
+   * MC_REDUCE (ld_reduce): ref[0] = {SCRATCH, switch chan, slot}, nsrc 1:
+   *   the reduction, with the communicator's operator, of that slot in
+   *   every member's copy (member order is rank order). Destinations
+   *   (ndst >= 1): local refs (any buffer a local write reaches) and/or
+   *   {SCRATCH, switch chan, slot} refs, each stored to every member's
+   *   copy (multimem st). BRD_IR_F_POSTOP applies the post-op once. */
   BRD_IR_OP_MC_REDUCE = 11,
+  /* MC_STORE (st): ref[0] = one local source (input, output or scratch);
+   *   destinations {SCRATCH, switch chan, slot}, each written in every
+   *   member's copy. */
   BRD_IR_OP_MC_STORE = 12,
-  BRD_IR_OP_COUNT = 13,
+  /* MC_RED (red): ref[0] = one local source; destinations {SCRATCH,
+   *   switch chan, slot}: every member's copy becomes copy (op) source,
+   *   element by element and atomically, so reds of several ranks into
+   *   one slot between two barriers combine in any order. Sum, min and
+   *   max only (no post-op). */
+  BRD_IR_OP_MC_RED = 13,
+  /* MC_BARRIER: ref[0] = {SEM, switch chan, index}: store seq(it, k) into
+   *   this rank's word of switch semaphore `index` in every member's copy
+   *   (release, after every earlier op's writes, multicast writes
+   *   included), then wait until this rank's own copy holds at least
+   *   seq(it, k) in every member's word (acquire). */
+  BRD_IR_OP_MC_BARRIER = 14,
+  BRD_IR_OP_COUNT = 15,
 };
 
 /* Op classes, the one statement of which code does what kind of work:
@@ -241,6 +264,14 @@ static inline BRD_IR_HD int brd_ir_op_is_data(unsigned code) {
 static inline BRD_IR_HD int brd_ir_op_is_sync(unsigned code) {
   return code == BRD_IR_OP_SIGNAL || code == BRD_IR_OP_WAIT;
 }
+/* Switch-channel ops (MC_REDUCE .. MC_BARRIER). MC_REDUCE, MC_STORE and
+ * MC_RED move chunks like data ops (refs as above); MC_BARRIER names one
+ * switch semaphore in ref[0]. */
+static inline BRD_IR_HD int brd_ir_op_is_switch(unsigned code) {
+  return code >= BRD_IR_OP_MC_REDUCE && code <= BRD_IR_OP_MC_BARRIER;
+}
+/* Ops every executor runs on every channel (switch ops need a switch
+ * channel and are tested apart). */
 static inline BRD_IR_HD int brd_ir_op_is_runnable(unsigned code) {
   return code == BRD_IR_OP_NOP || code == BRD_IR_OP_BARRIER ||
          brd_ir_op_is_sync(code) || brd_ir_op_is_data(code);
@@ -267,9 +298,24 @@ static inline BRD_IR_HD int brd_ir_buf_is_io(uint8_t buf) {
 /* Channel types: how the peer's memory is reached. */
 enum {
   BRD_IR_CHAN_MEMORY = 0, /* load/store (NVLink/PCIe P2P, host shm) */
-  BRD_IR_CHAN_PORT = 1,   /* reserved: puts go through a proxy FIFO */
-  BRD_IR_CHAN_SWITCH = 2, /* reserved: NVLS multicast object */
+  BRD_IR_CHAN_PORT = 1,   /* puts go through a proxy FIFO */
+  BRD_IR_CHAN_SWITCH = 2, /* NVLS multicast object: every rank's copy */
 };
+#define BRD_IR_SWITCH_PEER (-1) /* brd_ir_chan_t.peer of a switch channel */
+
+/* Switch channels. A switch channel (type BRD_IR_CHAN_SWITCH, peer
+ * BRD_IR_SWITCH_PEER, at most one per rank) reaches one location in
+ * every rank's window at once: its members are all the plan's ranks, in
+ * rank order, and every member's plan has one. Through it an op names
+ * SCRATCH slots (the same slot of every member's scratch, in the launch's
+ * phase) and, in MC_BARRIER only, SEM: switch semaphore `index`, which in
+ * every rank's window is nranks 64-bit words (word m written only by
+ * member m, values only grow; nsems of them). On a GPU the channel is a
+ * multicast mapping of the window; the host executor and the CUDA
+ * simulator address every member's copy instead. Plans with a switch
+ * channel use the SIMPLE protocol and the operators the NVLS rules allow
+ * (sum on every type but 8-bit ones; min/max on integers, f16, bf16);
+ * the plan cache asks the eligibility rule before choosing one. */
 
 /* Op flags. */
 #define BRD_IR_F_POSTOP 0x01u /* apply the reduction's post-op to the result */

@@ -41,7 +41,7 @@ static const char *const proto_names[] = {"Simple", "LL", "LL128"};
 static const char *const op_names[BRD_IR_OP_COUNT] = {
     "nop",        "copy",   "reduce", "put",     "get",       "pkt_put",
     "pkt_reduce", "signal", "wait",   "barrier", "flush",     "mc_reduce",
-    "mc_store"};
+    "mc_store",   "mc_red",  "mc_barrier"};
 static const char *const buf_names[] = {"input", "output", "scratch", "sem"};
 static const char *const chan_names[] = {"memory", "port", "switch"};
 static const struct {

@@ -476,9 +476,14 @@ static void test_op_classes(void **state) {
       {BRD_IR_OP_PKT_REDUCE, 1, 0, 1}, {BRD_IR_OP_SIGNAL, 0, 1, 1},
       {BRD_IR_OP_WAIT, 0, 1, 1},       {BRD_IR_OP_BARRIER, 0, 0, 1},
       {BRD_IR_OP_FLUSH, 0, 0, 0},      {BRD_IR_OP_MC_REDUCE, 0, 0, 0},
-      {BRD_IR_OP_MC_STORE, 0, 0, 0},   {BRD_IR_OP_COUNT, 0, 0, 0},
+      {BRD_IR_OP_MC_STORE, 0, 0, 0},   {BRD_IR_OP_MC_RED, 0, 0, 0},
+      {BRD_IR_OP_MC_BARRIER, 0, 0, 0}, {BRD_IR_OP_COUNT, 0, 0, 0},
       {255, 0, 0, 0},
   };
+  for (unsigned c = 0; c < 256; c++)
+    assert_int_equal(brd_ir_op_is_switch(c),
+                     c == BRD_IR_OP_MC_REDUCE || c == BRD_IR_OP_MC_STORE ||
+                         c == BRD_IR_OP_MC_RED || c == BRD_IR_OP_MC_BARRIER);
   for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
     assert_int_equal(brd_ir_op_is_data(want[i][0]), want[i][1]);
     assert_int_equal(brd_ir_op_is_sync(want[i][0]), want[i][2]);
