@@ -129,6 +129,12 @@ typedef struct brd_backend_ops {
   /* Makes running and later work of this rank stop at its next wait.
    * Never blocks; any thread. */
   void (*abort)(struct brd_backend *b);
+  /* A peer is known gone (comm.c's watchdog): work already queued whose
+   * waits see no progress for `ns` fails as a hang, work that progresses
+   * is left alone. NULL when launches end before they return (host: the
+   * watchdog raises the abort flag of a launch that outlives the grace).
+   * Never blocks; any thread. */
+  void (*peer_gone)(struct brd_backend *b, uint64_t ns);
   /* Port channels (proxy.h). How the proxy allocates mirrors for this
    * executor (NULL: plain host memory). */
   void (*port_mem)(struct brd_backend *b, brd_proxy_mem_t *mem_out);

@@ -78,6 +78,11 @@ static void live_scan(struct ncclComm *comm, int64_t now) {
      * cleanly leaves a launch that ends well within the grace.) */
     if (since != 0 && now - dead >= BRD_LIVE_GRACE_MS * 1000000LL)
       atomic_store_explicit(&comm->abort_flag, 1, memory_order_release);
+    /* Device work already queued: each of its waits that then sees no
+     * progress for the grace fails as a hang; work still progressing (a
+     * peer that finished the call and left) is not disturbed. Told at
+     * every scan: a runtime made (or resumed) after the death hears it too. */
+    brd_rt_peer_gone(comm, (uint64_t)BRD_LIVE_GRACE_MS * 1000000ull);
   }
 }
 

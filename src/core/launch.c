@@ -94,6 +94,14 @@ void brd_rt_abort(struct ncclComm *comm) {
 }
 
 /* See launch.h. */
+void brd_rt_peer_gone(struct ncclComm *comm, uint64_t ns) {
+  const struct brd_rt *rt = rt_enter(comm);
+  struct brd_backend *bk = backend_of(rt);
+  if (bk != NULL && rt->be->peer_gone != NULL) rt->be->peer_gone(bk, ns);
+  rt_leave(comm);
+}
+
+/* See launch.h. */
 uint64_t brd_rt_mem_bytes(struct ncclComm *comm) {
   const struct brd_rt *rt = rt_enter(comm);
   struct brd_backend *bk = backend_of(rt);

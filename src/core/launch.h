@@ -71,6 +71,10 @@ ncclResult_t brd_rt_poll(struct ncclComm *comm);
  * Never blocks; any thread (ncclCommAbort's, before the teardown). */
 void brd_rt_abort(struct ncclComm *comm);
 
+/* Tells the backend a peer is gone (backend.h peer_gone): queued device
+ * work stuck for `ns` fails as a hang. Never blocks; any thread. */
+void brd_rt_peer_gone(struct ncclComm *comm, uint64_t ns);
+
 /* Device memory comm's runtime owns now, in bytes (the backend's count of
  * its allocations): 0 before the first launch, after a release, and in
  * host mode. Never blocks; any thread (ncclCommMemStats'). */

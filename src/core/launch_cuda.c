@@ -831,6 +831,11 @@ static void cuda_abort(struct brd_backend *rt) {
   brd_exec_cuda_status_abort(rt->st_p2p);
 }
 
+static void cuda_peer_gone(struct brd_backend *rt, uint64_t ns) {
+  brd_exec_cuda_status_stuck(rt->st_coll, ns);
+  brd_exec_cuda_status_stuck(rt->st_p2p, ns);
+}
+
 /* A range of device memory exported by the P2P transport (cuMem or CUDA
  * IPC). */
 static ncclResult_t cuda_reg_export(const struct ncclComm *comm, const char *ptr, size_t size,
@@ -1016,8 +1021,9 @@ static void cuda_quiesce(struct brd_backend *rt) { (void)wait_idle(rt); }
   .window_create = cuda_window_create, .window_import = cuda_window_import,              \
   .window_seal = cuda_window_seal, .begin = cuda_begin, .run_local = cuda_run_local,     \
   .order = cuda_order, .run_works = cuda_run_works, .end = cuda_end, .poll = cuda_poll,  \
-  .abort = cuda_abort, .destroy = cuda_destroy, .reg_export = cuda_reg_export,          \
-  .reg_import = cuda_reg_import, .mem_bytes = cuda_mem_bytes, .drain = cuda_drain
+  .abort = cuda_abort, .peer_gone = cuda_peer_gone, .destroy = cuda_destroy,             \
+  .reg_export = cuda_reg_export, .reg_import = cuda_reg_import,                          \
+  .mem_bytes = cuda_mem_bytes, .drain = cuda_drain
 
 
 /* Rough link figures: GPU peer access (NVLink or PCIe) against host memory

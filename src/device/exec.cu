@@ -201,7 +201,8 @@ __device__ __noinline__ void report_hang(const ctx_t &c, pos_t w, int what,
     r->hang.index = index;
     r->hang.expected = expected;
     r->hang.seen = seen;
-    r->timeout_ns = c.a->timeout_ns;
+    uint64_t stuck = r->stuck_ns;
+    r->timeout_ns = stuck != 0 && stuck < c.a->timeout_ns ? stuck : c.a->timeout_ns;
     /* The fields reach host memory before `failed` says they are valid. */
     __threadfence_system();
     r->failed = BRD_EXEC_FAIL_HANG;
@@ -217,6 +218,13 @@ struct spin_t {
   uint64_t deadline; /* 0 until the first check */
 };
 
+/* The report's stuck_ns (exec_kernel.h): a shorter limit the host sets
+ * once a peer is known gone. */
+__device__ __forceinline__ bool spin_stuck(const ctx_t &c, const spin_t &s, uint64_t t) {
+  uint64_t stuck = *(volatile uint64_t *)&c.a->report->stuck_ns;
+  return stuck != 0 && t + c.a->timeout_ns > s.deadline + stuck;
+}
+
 /* One poll of a wait: SPIN_GO to keep polling, SPIN_TIMEOUT at the
  * deadline (the caller reports the hang), SPIN_LEAVE on abort or when
  * another block of the launch failed. */
@@ -229,7 +237,7 @@ __device__ __forceinline__ int spin_step(const ctx_t &c, spin_t &s) {
   if (*(volatile unsigned int *)&c.a->state->stop) return SPIN_LEAVE;
   uint64_t t = globaltimer_ns();
   if (s.deadline == 0) s.deadline = t + c.a->timeout_ns;
-  else if (t > s.deadline) return SPIN_TIMEOUT;
+  else if (t > s.deadline || spin_stuck(c, s, t)) return SPIN_TIMEOUT;
   return SPIN_GO;
 }
 

@@ -444,6 +444,11 @@ void brd_exec_cuda_status_abort(brd_exec_cuda_status_t *st) {
 }
 
 /* See exec_cuda.h. */
+void brd_exec_cuda_status_stuck(brd_exec_cuda_status_t *st, uint64_t ns) {
+  __atomic_store_n(&st->host->stuck_ns, ns, __ATOMIC_RELEASE);
+}
+
+/* See exec_cuda.h. */
 ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st) {
   ncclResult_t res = ncclSuccess;
   brd_exec_state_t s;

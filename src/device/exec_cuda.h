@@ -240,6 +240,12 @@ ncclResult_t brd_exec_cuda_status_ports(brd_exec_cuda_status_t *st, int nranks,
  * thread (ncclCommAbort's). */
 void brd_exec_cuda_status_abort(brd_exec_cuda_status_t *st);
 
+/* A peer is known gone: from now on a wait of any kernel on this status
+ * that sees no progress for `ns` fails as a hang (ncclRemoteError through
+ * brd_exec_cuda_poll), without waiting for the launch's timeout. Kernels
+ * whose waits progress are not disturbed. Never blocks; any thread. */
+void brd_exec_cuda_status_stuck(brd_exec_cuda_status_t *st, uint64_t ns);
+
 /* Clears a failure (hang report, abort flag, stop flag, block barrier) so
  * the status can run launches again; the sequence cursor is kept, since
  * semaphores keep their values. The stream must be idle. Blocks;

@@ -82,8 +82,16 @@ static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
   }
   if ((s->n & 63) == 0) {
     double t = brd_time_now_s();
-    if (s->deadline == 0) s->deadline = t + l->timeout_s;
-    else if (t > s->deadline) return ncclInProgress;
+    if (s->deadline == 0) {
+      s->deadline = t + l->timeout_s;
+    } else if (t > s->deadline) {
+      return ncclInProgress;
+    } else if (l->args.stuck_ns != NULL) {
+      /* A peer is known gone: a shorter limit (exec_host.h). */
+      uint64_t stuck = __atomic_load_n(l->args.stuck_ns, __ATOMIC_RELAXED);
+      if (stuck != 0 && t - (s->deadline - l->timeout_s) > (double)stuck * 1e-9)
+        return ncclInProgress;
+    }
   }
   return ncclSuccess;
 }
@@ -95,6 +103,9 @@ static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
   int unclaimed = 0;
   if (atomic_compare_exchange_strong(&l->hang_claimed, &unclaimed, 1)) {
     brd_exec_hang_t *h = &l->hang;
+    double limit = l->timeout_s; /* or the shorter one after a peer left */
+    uint64_t stuck = l->args.stuck_ns != NULL ? __atomic_load_n(l->args.stuck_ns, __ATOMIC_RELAXED) : 0;
+    if (stuck != 0 && (double)stuck * 1e-9 < limit) limit = (double)stuck * 1e-9;
     h->rank = l->args.rank;
     h->block = b->block;
     h->op = b->opi;
@@ -111,7 +122,7 @@ static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
            "called the same collective with the same count, datatype and op, "
            "or raise BRAID_TIMEOUT",
            h->rank, h->block, h->op, (unsigned long long)h->iter,
-           l->timeout_s, index, peer, (unsigned long long)expected,
+           limit, index, peer, (unsigned long long)expected,
            (unsigned long long)seen, peer);
     } else if (what == BRD_EXEC_WAIT_PACKET) {
       WARN("rank %d block %d op %d (iteration %llu): no progress for %.0f s "
@@ -120,7 +131,7 @@ static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
            "every rank called the same collective with the same count, "
            "datatype and op, or raise BRAID_TIMEOUT",
            h->rank, h->block, h->op, (unsigned long long)h->iter,
-           l->timeout_s, index, (unsigned long long)expected,
+           limit, index, (unsigned long long)expected,
            (unsigned long long)seen);
     } else if (what == BRD_EXEC_WAIT_XCHG) {
       WARN("rank %d block %d: no word for %.0f s from rank %d on where its "
@@ -129,14 +140,14 @@ static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
            "one rank passes registered buffers, every rank must (NCCL's "
            "rule). Check that rank %d registered its buffers and called the "
            "same collective, or raise BRAID_TIMEOUT",
-           h->rank, h->block, l->timeout_s, peer, index,
+           h->rank, h->block, limit, peer, index,
            (unsigned long long)expected, (unsigned long long)seen, peer);
     } else {
       WARN("rank %d block %d op %d (iteration %llu): no progress for %.0f s "
            "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
            "if the machine is oversubscribed",
            h->rank, h->block, h->op, (unsigned long long)h->iter,
-           l->timeout_s, index, (unsigned long long)seen,
+           limit, index, (unsigned long long)seen,
            (unsigned long long)expected);
     }
   }

@@ -110,6 +110,10 @@ typedef struct brd_exec_args {
                                  * failure flag (device/exec.h), polled by
                                  * every wait like abort_flag */
   double timeout_s;             /* <= 0: BRAID_TIMEOUT */
+  const uint64_t *stuck_ns;     /* borrowed; may be NULL: once it reads
+                                 * non-zero (a peer is known gone), a wait
+                                 * that sees no progress for that many ns
+                                 * fails as a hang, as at the timeout */
   /* Segments (all optional, zero means "one buffer as above"). */
   size_t in_stride;             /* elements between input segments; 0: count */
   size_t out_stride;            /* same for outputs, on every rank; 0: count */

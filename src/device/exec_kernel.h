@@ -37,6 +37,9 @@ typedef struct brd_exec_report {
   int failed;                 /* BRD_EXEC_FAIL_*, written last */
   uint64_t timeout_ns;        /* the timed-out launch's timeout */
   brd_exec_hang_t hang;       /* valid when failed == BRD_EXEC_FAIL_HANG */
+  uint64_t stuck_ns;          /* host: 0, or (a peer is known gone) how long
+                               * a wait may see no progress before it fails
+                               * as a hang; read at every deadline check */
 } brd_exec_report_t;
 
 /* Device-side state of a rank, in device memory; persists across

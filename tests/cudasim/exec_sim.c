@@ -164,7 +164,8 @@ static void note_failure(const brd_exec_kargs_t *a, ncclResult_t res, const brd_
     brd_exec_report_t *r = a->report;
     if (res == ncclRemoteError) {
       r->hang = *h;
-      r->timeout_ns = a->timeout_ns;
+      r->timeout_ns = r->stuck_ns != 0 && r->stuck_ns < a->timeout_ns ? r->stuck_ns
+                                                                       : a->timeout_ns;
       __atomic_store_n(&r->failed, BRD_EXEC_FAIL_HANG, __ATOMIC_RELEASE);
     } else {
       __atomic_store_n(&r->failed, BRD_EXEC_FAIL_ABORT, __ATOMIC_RELEASE);
@@ -290,6 +291,7 @@ static void exec_kernel(void *p) {
     ea.phase = launches & 1u;
     ea.abort_flag = (_Atomic int *)&a->report->abort;
     ea.timeout_s = (double)a->timeout_ns * 1e-9;
+    ea.stuck_ns = (const uint64_t *)&a->report->stuck_ns;
     ea.in_stride = a->in_stride;
     ea.out_stride = a->out_stride;
     ea.in_segs = a->in_segs_dev ? a->in_segs_dev : a->n_in_segs ? a->in_segs : NULL;
