@@ -186,6 +186,24 @@ typedef struct brd_algos_sendrecv_args {
 ncclResult_t brd_algos_sendrecv(const brd_algos_sendrecv_args_t *args,
                                 brd_ir_plan_t **plan_out);
 
+/* ---- one-sided put, signal and wait (rma.c) ------------------------------------ */
+
+/* The one-sided protocol between rank src and rank dst of nranks, as one
+ * plan (BRD_IR_COLL_SENDRECV, BRD_IR_PLAN_F_ONE_SIDED | ONE_PHASE, one
+ * block, one chunk, one semaphore, one sequence number per launch):
+ *   src  [PUT input segment 0 -> dst's output (with_data)], then SIGNAL
+ *        semaphore 0 of its channel to dst, k = 1;
+ *   dst  WAIT semaphore 0 of its channel from src, k = 1.
+ * Each side runs as a launch of its own (ncclPutSignal or ncclSignal;
+ * ncclWaitSignal), with its channel's epoch set to the signals counted so
+ * far (minus one more for a wait of several): the semaphore word is the
+ * count of signals src sent dst, written by src only. The whole plan is
+ * what brd_plan_verify_p2p checks: data is in dst's output when its wait
+ * sees the signal. ncclInvalidArgument (WARN) for ranks out of range or
+ * equal; ncclSystemError when out of memory. Any thread. */
+ncclResult_t brd_algos_rma(int nranks, int src, int dst, int with_data,
+                           brd_ir_plan_t **plan_out);
+
 /* ---- shared by the generators (common.c) ------------------------------------ */
 
 /* Validates args (and root, for rooted collectives; -1 otherwise) for the

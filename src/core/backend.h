@@ -24,6 +24,7 @@
 #include "nccl.h"
 #include "core/enqueue.h"
 #include "core/proxy.h"
+#include "device/exec_host.h"
 #include "transport/transport.h"
 
 struct ncclComm;
@@ -58,10 +59,11 @@ typedef struct brd_backend_ops {
   /* 1: ranks map each other's registered buffers only with GPU P2P; 0:
    * always (host memory; the exchange decides per buffer). */
   int reg_needs_p2p;
-  /* 1: the user's buffers and windows are host memory the ranks reach
-   * through a host-memory transport, so the one-sided calls (rma.c) can
-   * act on them directly; 0: they cannot (device memory, not yet). */
-  int host_rma;
+  /* The memory the one-sided calls' signal counters live in (rma.c), a
+   * brd_transport_mem_t: host memory (BRD_TRANSPORT_MEM_HOST, the host
+   * executor writes them) or GPU memory peers map (BRD_TRANSPORT_MEM_GPU,
+   * the kernels write them). */
+  int rma_mem;
   /* Message sizes (bytes) from which a collective asks for 2, 4, 8 ...
    * blocks per rank; 0 ends the list. The same on every rank. */
   size_t nb_sizes[4];
@@ -102,6 +104,13 @@ typedef struct brd_backend_ops {
   ncclResult_t (*order)(struct brd_backend *b, brd_backend_launch_t *l);
   /* Runs (or enqueues) every work in order, first taking the snapshots
    * the works ask for. Blocks until done in host mode. */
+  /* Runs this rank's part of a one-sided plan (algos/rma.c; core/rma.c
+   * fills a: pointers the executor dereferences, explicit per-channel
+   * epochs) between begin and end, on the launch's stream after order.
+   * Host: complete on return. CUDA: enqueued; refused (ncclInvalidUsage)
+   * while the stream is being captured. NULL: the backend has none. */
+  ncclResult_t (*rma_run)(struct ncclComm *comm, struct brd_backend *b,
+                          brd_backend_launch_t *l, const brd_exec_args_t *a);
   ncclResult_t (*run_works)(struct ncclComm *comm, struct brd_backend *b,
                             brd_backend_launch_t *l, struct brd_works *ws);
   /* Ends a launch; returns res, or the backend's own failure when res was

@@ -280,6 +280,62 @@ ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
   return res;
 }
 
+/* A launch of no calls but one on stream, named fn (one-sided calls). */
+static void bare_call(brd_call_t *c, cudaStream_t stream, const char *fn) {
+  memset(c, 0, sizeof(*c));
+  c->stream = stream;
+  c->fn = fn;
+}
+
+/* See launch.h. */
+ncclResult_t brd_launch_connect(struct ncclComm *comm, const char *fn) {
+  ncclResult_t res;
+  struct brd_rt *rt;
+  brd_call_t call;
+  brd_backend_launch_t l;
+  CHECK(rt_get(comm, &rt));
+  if (rt->ready) return ncclSuccess;
+  bare_call(&call, NULL, fn);
+  memset(&l, 0, sizeof(l));
+  l.calls = &call;
+  l.ncalls = 1;
+  atomic_fetch_add(&rt->busy, 1);
+  res = rt->be->begin(comm, rt->bk, &l);
+  if (res == ncclSuccess && !rt->ready) res = brd_window_connect(comm, rt);
+  res = rt->be->end(comm, rt->bk, &l, res);
+  record_error(comm, res);
+  atomic_fetch_sub(&rt->busy, 1);
+  return res;
+}
+
+/* See launch.h. */
+ncclResult_t brd_launch_rma(struct ncclComm *comm, const brd_exec_args_t *a,
+                            cudaStream_t stream, const char *fn) {
+  ncclResult_t res;
+  struct brd_rt *rt;
+  brd_call_t call;
+  brd_backend_launch_t l;
+  CHECK(rt_get(comm, &rt));
+  if (!rt->ready || rt->be->rma_run == NULL) {
+    WARN("%s : rank %d: the one-sided calls need a registered window first "
+         "(ncclCommWindowRegister)%s", fn, comm->rank,
+         rt->be->rma_run == NULL ? ", and a mode that runs them" : "");
+    return ncclInvalidUsage;
+  }
+  bare_call(&call, stream, fn);
+  memset(&l, 0, sizeof(l));
+  l.calls = &call;
+  l.ncalls = 1;
+  atomic_fetch_add(&rt->busy, 1);
+  res = rt->be->begin(comm, rt->bk, &l);
+  if (res == ncclSuccess && rt->be->order != NULL) res = rt->be->order(rt->bk, &l);
+  if (res == ncclSuccess) res = rt->be->rma_run(comm, rt->bk, &l, a);
+  res = rt->be->end(comm, rt->bk, &l, res);
+  record_error(comm, res);
+  atomic_fetch_sub(&rt->busy, 1);
+  return res;
+}
+
 /* See launch.h. */
 ncclResult_t brd_launch_async_begin(struct ncclComm *comm) {
   struct brd_rt *rt;

@@ -16,6 +16,7 @@
 
 #include "nccl.h"
 #include "core/enqueue.h"
+#include "device/exec_host.h"
 
 struct ncclComm;
 struct brd_rt;
@@ -40,6 +41,18 @@ ncclResult_t brd_launch_async_begin(struct ncclComm *comm);
  * caller must not touch comm afterwards (its owner may destroy it at
  * once). Never blocks. */
 void brd_launch_async_end(struct ncclComm *comm, ncclResult_t res);
+
+/* The one-sided calls (rma.c). brd_launch_connect makes the runtime's
+ * window if no launch has yet: collective (every rank calls it at the same
+ * point, as ncclCommWindowRegister is), with fn naming the call for
+ * messages. brd_launch_rma runs this rank's part of a one-sided plan on
+ * stream through the backend's rma_run, as a launch of its own: ordered
+ * after the rank's earlier launches, failures recorded as brd_launch_run
+ * does. ncclInvalidUsage (WARN) before brd_launch_connect or where the
+ * backend has no one-sided runs. The caller's thread. */
+ncclResult_t brd_launch_connect(struct ncclComm *comm, const char *fn);
+ncclResult_t brd_launch_rma(struct ncclComm *comm, const brd_exec_args_t *a,
+                            cudaStream_t stream, const char *fn);
 
 /* Launches comm has run so far (each ends with every call it held done):
  * a group of many calls on one communicator counts one. 0 before the

@@ -790,6 +790,60 @@ static ncclResult_t enqueue_work(struct brd_backend *rt, cuda_launch_t *ctx,
   return res;
 }
 
+/* One-sided runs (backend.h rma_run): the rank's part of a one-sided plan,
+ * uploaded by content like point-to-point plans, on the point-to-point
+ * status with explicit per-channel epochs (the host counts the signals),
+ * which is why a capture is refused: a replay would repeat the counts. */
+static ncclResult_t cuda_rma_run(struct ncclComm *comm, struct brd_backend *rt,
+                                 brd_backend_launch_t *l, const brd_exec_args_t *a) {
+  cuda_launch_t *ctx = ctx_of(l);
+  const brd_exec_cuda_plan_t *dp;
+  brd_exec_cuda_chan_t chans[1];
+  uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
+  (void)comm;
+  if (ctx->capturing) {
+    WARN("%s : the stream is being captured into a CUDA graph; braid %s runs one-sided "
+         "calls outside captures only (a replay would repeat their signal counts)",
+         l->calls[0].fn, BRAID_VERSION);
+    return ncclInvalidUsage;
+  }
+  if (nch > 1) {
+    WARN("%s : rank %d: a one-sided plan with %u channels (1 expected)", l->calls[0].fn,
+         a->rank, nch);
+    return ncclInternalError;
+  }
+  CHECK(dplan_get(rt, a->plan, 1, 0, &dp));
+  memset(chans, 0, sizeof(chans));
+  if (nch == 1) {
+    chans[0].peer_output = a->chans[0].peer_output;
+    chans[0].peer_sems = (uint64_t *)a->chans[0].peer_sems;
+    chans[0].sems = (uint64_t *)a->chans[0].sems;
+  }
+  brd_exec_cuda_args_t ca;
+  memset(&ca, 0, sizeof(ca));
+  ca.plan = dp;
+  ca.rank = a->rank;
+  ca.input = a->input;
+  ca.output = a->output;
+  ca.scratch = a->scratch;
+  ca.scratch_bytes = a->scratch_bytes;
+  ca.chans = nch > 0 ? chans : NULL;
+  ca.count = a->count;
+  ca.dtype = a->dtype;
+  ca.redop = a->redop;
+  ca.epoch = a->epoch;
+  ca.chan_epoch = a->chan_epoch;
+  ca.in_segs = (const brd_exec_cuda_seg_t *)a->in_segs;
+  ca.out_segs = (const brd_exec_cuda_seg_t *)a->out_segs;
+  ca.n_in_segs = a->n_in_segs;
+  ca.n_out_segs = a->n_out_segs;
+  ca.status = rt->st_p2p;
+  ca.timeout_s = a->timeout_s;
+  ncclResult_t res = brd_exec_cuda_launch(&ca, ctx->stream);
+  if (res != ncclSuccess && res != ncclInvalidArgument) rt->failed = res;
+  return res;
+}
+
 /* Ends a launch: records its completion (not while capturing), makes the
  * group's other streams wait for it, restores the thread's capture mode
  * and device. */
@@ -1020,7 +1074,8 @@ static void cuda_quiesce(struct brd_backend *rt) { (void)wait_idle(rt); }
   .ports_bind = cuda_ports_bind, .quiesce = cuda_quiesce,                                \
   .window_create = cuda_window_create, .window_import = cuda_window_import,              \
   .window_seal = cuda_window_seal, .begin = cuda_begin, .run_local = cuda_run_local,     \
-  .order = cuda_order, .run_works = cuda_run_works, .end = cuda_end, .poll = cuda_poll,  \
+  .order = cuda_order, .run_works = cuda_run_works, .rma_run = cuda_rma_run,            \
+  .end = cuda_end, .poll = cuda_poll,                                                    \
   .abort = cuda_abort, .peer_gone = cuda_peer_gone, .destroy = cuda_destroy,             \
   .reg_export = cuda_reg_export, .reg_import = cuda_reg_import,                          \
   .mem_bytes = cuda_mem_bytes, .drain = cuda_drain
@@ -1041,6 +1096,7 @@ const brd_backend_ops_t brd_backend_cuda = {
     .device_seq = 1,
     .scalar_on_device = 1,
     .reg_needs_p2p = 1,
+    .rma_mem = BRD_TRANSPORT_MEM_GPU,
     /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 1 MiB, 8 from 16 MiB. */
     .nb_sizes = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, 0},
     .p2p_round_ops = 48, /* BRD_EXEC_CUDA_INLINE_SEGS: segments ride in the kernel's parameters */

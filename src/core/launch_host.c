@@ -395,12 +395,20 @@ static ncclResult_t host_poll(struct ncclComm *comm, struct brd_backend *b) {
 
 static void host_abort(struct brd_backend *b) { (void)b; }
 
+/* One-sided runs complete here, on the caller's thread; the executor
+ * WARNs a hang itself. */
+static ncclResult_t host_rma_run(struct ncclComm *comm, struct brd_backend *b,
+                                 brd_backend_launch_t *l, const brd_exec_args_t *a) {
+  (void)comm, (void)b, (void)l;
+  return brd_exec_host_run(a, NULL);
+}
+
 const brd_backend_ops_t brd_backend_host = {
     .name = "host",
     .device_seq = 0,
     .scalar_on_device = 0,
     .reg_needs_p2p = 0,
-    .host_rma = 1,
+    .rma_mem = BRD_TRANSPORT_MEM_HOST,
     /* Host threads are not cheap: a second block from 256 KiB. */
     .nb_sizes = {(size_t)256 << 10, 0, 0, 0},
     .p2p_round_ops = BRD_WORKS_ROUND_MAX_OPS,
@@ -415,6 +423,7 @@ const brd_backend_ops_t brd_backend_host = {
     .run_local = NULL,
     .order = NULL,
     .run_works = host_run_works,
+    .rma_run = host_rma_run,
     .end = host_end,
     .poll = host_poll,
     .abort = host_abort,

@@ -7,27 +7,35 @@
  * anything dereferences it. ncclWinGetUserPtr answers from the
  * registration record (mem.c).
  *
- * ncclPutSignal / ncclSignal / ncclWaitSignal, host mode with the ranks on
- * one host (BRAID_DEVICE=host; threads of one process, or processes):
+ * ncclPutSignal / ncclSignal / ncclWaitSignal, with the ranks on one host
+ * (host mode: threads of one process, or processes; CUDA mode: GPUs with
+ * peer access):
  *   - signals: each rank owns counters [numRmaCtx][RMA_SIGNALS][nranks];
- *     counter (ctx, sig, src) counts the signals rank src sent it. They
- *     live in a segment of the transport that connects the ranks' host
- *     memory (HOST for threads of one process, SHM for processes), made,
- *     exchanged and mapped by every rank when the communicator registers
- *     its first window (a collective call), and freed with its last.
- *   - put: the data is copied into the peer's window (mapped here by the
+ *     counter (ctx, sig, src) counts the signals rank src sent it, and
+ *     only src writes it. They live in a segment of the transport the
+ *     backend names (rma_mem: HOST or SHM host memory in host mode, P2P
+ *     GPU memory in CUDA mode), made, exchanged and mapped by every rank
+ *     when the communicator registers its first window (a collective
+ *     call, which also makes the runtime's window if no collective has),
+ *     and freed with its last.
+ *   - every call is a plan (algos/rma.c: put, signal, wait between two
+ *     ranks, verified once per pair of ranks as brd_plan_verify_p2p) of
+ *     which this rank runs its part through the backend (brd_launch_rma):
+ *     the host executor, complete on return, or the CUDA executor, on the
+ *     call's stream. The put writes the peer's window (mapped here by the
  *     registration: across processes the window must be ncclMemAlloc
- *     memory, which the registration shares), then the counter is raised
- *     with release order, so a waiter that sees the signal (acquire) sees
- *     the data.
- *   - wait: until each descriptor's counter reaches what this rank has
- *     consumed plus opCnt, then those signals are consumed; BRAID_TIMEOUT
- *     seconds at most (ncclRemoteError naming rank, peer, signal, count
- *     expected and seen) and the abort flag is honoured.
- *   The calls complete before they return, as host mode's collectives do,
- *   and are refused inside a group (they are not deferred to its end).
- * Elsewhere (CUDA mode, ranks on several hosts) they check their
- * arguments and return ncclInvalidUsage: not implemented yet.
+ *     memory, which the registration shares), then the signal stores the
+ *     new count with release order, so a waiter that sees it (acquire)
+ *     sees the data. The counts are kept here: signals sent per (peer,
+ *     ctx, sig), consumed per (src, ctx, sig); a wait waits for consumed +
+ *     opCnt, one launch per descriptor. BRAID_TIMEOUT bounds each wait
+ *     (ncclRemoteError; host mode also names the peer, signal and counts)
+ *     and the abort flag is honoured.
+ *   The calls are refused inside a group (they are not deferred to its
+ *   end), and in CUDA mode while the stream is being captured (a replay
+ *   would repeat the counts).
+ * Across hosts they check their arguments and return ncclInvalidUsage:
+ * not implemented yet.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -44,7 +52,10 @@
 #include "core/backend.h"
 #include "core/comm.h"
 #include "core/group.h"
+#include "core/launch.h"
 #include "core/rma.h"
+#include "algos/algos.h"
+#include "plan/verify.h"
 #include "transport/transport.h"
 
 /* Signal indices per context. */
@@ -70,6 +81,11 @@ struct rma_comm {
   uint64_t *consumed;      /* owned: same shape, this rank's waits */
   uint64_t **peer_sig;     /* owned array: [nranks] each rank's sig, as
                               mapped here (peer[p].ptr, self for this rank) */
+  uint64_t *sent;          /* owned: [nctx][RMA_SIGNALS][nranks] signals this
+                              rank sent each peer */
+  brd_ir_plan_t **put;     /* owned: [2 * nranks] verified plans me -> peer,
+                              without data [peer], with data [nranks + peer] */
+  brd_ir_plan_t **wait;    /* owned: [nranks] verified plans src -> me */
   struct rma_comm *next;
 };
 
@@ -80,9 +96,8 @@ static struct rma_comm *rma_list;    /* owned, under win_lock */
 /* The transport that connects the ranks' host memory, or NULL (CUDA mode,
  * ranks on several hosts). */
 static const brd_transport_ops_t *rma_transport(const struct ncclComm *comm) {
-  if (!brd_backend_choose(comm)->host_rma) return NULL;
-  return brd_transport_choose(comm->peers, comm->nranks, comm->rank, BRD_TRANSPORT_MEM_HOST,
-                              NULL, 0);
+  return brd_transport_choose(comm->peers, comm->nranks, comm->rank,
+                              (brd_transport_mem_t)brd_backend_choose(comm)->rma_mem, NULL, 0);
 }
 
 static int rma_supported(const struct ncclComm *comm) { return rma_transport(comm) != NULL; }
@@ -98,6 +113,11 @@ static void rma_free(struct rma_comm *c) {
   if (c->peer != NULL && c->t != NULL)
     for (int p = 0; p < c->comm->nranks; p++) c->t->seg_close(&c->peer[p]);
   if (c->t != NULL) c->t->seg_close(&c->self);
+  for (int p = 0; c->put != NULL && p < 2 * c->comm->nranks; p++) brd_plan_destroy(c->put[p]);
+  for (int p = 0; c->wait != NULL && p < c->comm->nranks; p++) brd_plan_destroy(c->wait[p]);
+  free(c->put);
+  free(c->wait);
+  free(c->sent);
   free(c->peer);
   free(c->consumed);
   free(c->peer_sig);
@@ -119,13 +139,22 @@ static ncclResult_t rma_create(struct ncclComm *comm, struct rma_comm **out) {
   if (c->nctx > RMA_MAX_CTX) c->nctx = RMA_MAX_CTX;
   size_t cells = (size_t)c->nctx * RMA_SIGNALS * (size_t)n;
   c->consumed = calloc(cells, sizeof(*c->consumed));
+  c->sent = calloc(cells, sizeof(*c->sent));
   c->peer_sig = calloc((size_t)n, sizeof(*c->peer_sig));
   c->peer = calloc((size_t)n, sizeof(*c->peer));
-  if (c->consumed == NULL || c->peer_sig == NULL || c->peer == NULL) goto oom;
+  c->put = calloc(2 * (size_t)n, sizeof(*c->put));
+  c->wait = calloc((size_t)n, sizeof(*c->wait));
+  if (c->consumed == NULL || c->sent == NULL || c->peer_sig == NULL || c->peer == NULL ||
+      c->put == NULL || c->wait == NULL)
+    goto oom;
+  /* The runtime's window (and the backend's executor state) before the
+   * first one-sided call, which cannot make it: that is collective. */
+  CHECK_GOTO(brd_launch_connect(comm, "ncclCommWindowRegister"), res, fail);
   /* A rank that fails to make or map a segment still takes part in both
-   * exchanges, so no peer waits for it; all fail together. */
+   * exchanges, so no peer waits for it; all fail together. Segments read
+   * as zero when made (anonymous pages, a fresh shm file, zeroed device
+   * memory). */
   if (c->t->seg_create(cells * sizeof(uint64_t), "rma-sig", &c->self) == ncclSuccess) {
-    memset(c->self.ptr, 0, cells * sizeof(uint64_t));
     handles[me] = c->self.handle;
   } else {
     ok = 0;
@@ -334,13 +363,94 @@ static ncclResult_t rma_check_ctx(const struct rma_comm *c, int ctx, const char 
   return ncclSuccess;
 }
 
-/* Raises signal (ctx, sig) at peer, from this rank; release order. */
-static void rma_raise(struct rma_comm *c, int peer, int ctx, int sig) {
-  __atomic_fetch_add(&c->peer_sig[peer][sig_cell(c, ctx, sig, c->comm->rank)], 1,
-                     __ATOMIC_RELEASE);
+/* The verified one-sided plan src -> dst (algos/rma.c), made at its first
+ * use and kept in *slot. */
+static ncclResult_t rma_plan(struct rma_comm *c, int src, int dst, int with_data,
+                             brd_ir_plan_t **slot, const char *fn) {
+  ncclResult_t res = ncclSuccess;
+  int n = c->comm->nranks;
+  brd_ir_plan_t *plan = NULL;
+  brd_verify_p2p_t *p2p = NULL;
+  static const uint32_t one = 1;
+  brd_verify_p2p_seg_t seg = {src, 0, 1};
+  if (*slot != NULL) return ncclSuccess;
+  CHECK(brd_algos_rma(n, src, dst, with_data, &plan));
+  p2p = calloc((size_t)n, sizeof(*p2p));
+  if (p2p == NULL) {
+    WARN("%s : out of host memory checking a one-sided plan", fn);
+    res = ncclSystemError;
+    goto out;
+  }
+  if (with_data) {
+    p2p[src].nin = 1;
+    p2p[src].in_chunks = &one;
+    p2p[dst].nout = 1;
+    p2p[dst].out = &seg;
+  }
+  CHECK_GOTO(brd_plan_verify_p2p(plan, p2p, NULL), res, out);
+  *slot = plan;
+  plan = NULL;
+out:
+  free(p2p);
+  brd_plan_destroy(plan);
+  return res;
 }
 
-/* See the top of this file. Host mode: complete on return. */
+/* Executor arguments for this rank's part of a one-sided plan: one
+ * channel, count elements of dtype (at least one: a launch of 0 elements
+ * runs no op), one sequence number from chan_epoch. The chunk holds the
+ * whole message: the scratch size says so (no op touches scratch). */
+static void rma_args(struct rma_comm *c, const brd_ir_plan_t *plan, const brd_exec_chan_t *ch,
+                     const uint64_t *chan_epoch, const brd_exec_seg_t *in, size_t count,
+                     int dtype, size_t bytes, brd_exec_args_t *a) {
+  memset(a, 0, sizeof(*a));
+  a->plan = plan;
+  a->rank = c->comm->rank;
+  a->scratch = c->self.ptr; /* never touched */
+  a->scratch_bytes = bytes < 64 ? 64 : (bytes + 15) / 16 * 16;
+  a->chans = ch;
+  a->count = count;
+  a->dtype = dtype;
+  a->redop = ncclSum;
+  a->epoch = *chan_epoch;
+  a->chan_epoch = chan_epoch;
+  a->abort_flag = &c->comm->abort_flag;
+  if (in != NULL) {
+    a->in_segs = in;
+    a->n_in_segs = 1;
+  }
+}
+
+/* Signal (ctx, sig) to peer from this rank, after `bytes` of localbuff
+ * (count elements of dtype) into the peer's window at dst when bytes > 0. */
+static ncclResult_t rma_put(struct rma_comm *c, int peer, int ctx, int sig, const void *localbuff,
+                            size_t count, int dtype, size_t bytes, char *dst,
+                            cudaStream_t stream, const char *fn) {
+  int n = c->comm->nranks, me = c->comm->rank, data = bytes > 0;
+  if (peer == me) {
+    WARN("%s : rank %d names itself as the peer; braid's one-sided calls reach other "
+         "ranks only (copy locally instead)", fn, me);
+    return ncclInvalidArgument;
+  }
+  brd_ir_plan_t **slot = &c->put[(size_t)data * (size_t)n + (size_t)peer];
+  CHECK(rma_plan(c, me, peer, data, slot, fn));
+  size_t cell = sig_cell(c, ctx, sig, peer);
+  uint64_t epoch = c->sent[cell];
+  brd_exec_chan_t ch;
+  memset(&ch, 0, sizeof(ch));
+  ch.peer_output = dst;
+  ch.peer_sems = (_Atomic uint64_t *)&c->peer_sig[peer][sig_cell(c, ctx, sig, me)];
+  brd_exec_seg_t in = {(void *)localbuff, count};
+  brd_exec_args_t a;
+  if (data) rma_args(c, *slot, &ch, &epoch, &in, count, dtype, bytes, &a);
+  else rma_args(c, *slot, &ch, &epoch, NULL, 1, ncclUint8, 1, &a);
+  CHECK(brd_launch_rma(c->comm, &a, stream, fn));
+  c->sent[cell] = epoch + 1;
+  return ncclSuccess;
+}
+
+/* See the top of this file. Host mode: complete on return; CUDA mode:
+ * enqueued on stream. */
 BRD_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count,
         ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset,
         int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream)
@@ -353,7 +463,6 @@ ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t 
   brd_window_view_t v;
   struct rma_comm *c;
   size_t bytes;
-  (void)stream;
   CHECK(brd_comm_check(comm, fn));
   CHECK(rma_check_peer(comm, peer, sigIdx, ctx, flags, fn));
   ARG_NOT_NULL(peerWin, fn);
@@ -381,10 +490,9 @@ ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t 
            "bytes)", fn, bytes, peerWinOffset, peer, (void *)peerWin, v.peer_size);
       return ncclInvalidArgument;
     }
-    memcpy(v.peer_base + peerWinOffset, localbuff, bytes);
   }
-  rma_raise(c, peer, ctx, sigIdx);
-  return ncclSuccess;
+  return rma_put(c, peer, ctx, sigIdx, localbuff, count, datatype, bytes,
+                 bytes > 0 ? v.peer_base + peerWinOffset : NULL, stream, fn);
 }
 
 BRD_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags,
@@ -393,13 +501,11 @@ ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags,
                          ncclComm_t comm, cudaStream_t stream) {
   static const char fn[] = "ncclSignal";
   struct rma_comm *c;
-  (void)stream;
   CHECK(brd_comm_check(comm, fn));
   CHECK(rma_check_peer(comm, peer, sigIdx, ctx, flags, fn));
   CHECK(rma_get(comm, fn, &c));
   CHECK(rma_check_ctx(c, ctx, fn));
-  rma_raise(c, peer, ctx, sigIdx);
-  return ncclSuccess;
+  return rma_put(c, peer, ctx, sigIdx, NULL, 0, ncclUint8, 0, NULL, stream, fn);
 }
 
 /* See the top of this file. Blocks until every descriptor is satisfied,
@@ -410,7 +516,6 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs,
                              ncclComm_t comm, cudaStream_t stream) {
   static const char fn[] = "ncclWaitSignal";
   struct rma_comm *c;
-  (void)stream;
   CHECK(brd_comm_check(comm, fn));
   if (nDesc < 0) {
     WARN("%s : nDesc %d is negative", fn, nDesc);
@@ -427,33 +532,36 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs,
     }
   }
   CHECK(rma_get(comm, fn, &c));
-  for (int i = 0; i < nDesc; i++) CHECK(rma_check_ctx(c, signalDescs[i].ctx, fn));
-  int64_t deadline = brd_time_now_ns() + brd_param_int(BRD_P_BRAID_TIMEOUT) * 1000000000ll;
+  for (int i = 0; i < nDesc; i++) {
+    CHECK(rma_check_ctx(c, signalDescs[i].ctx, fn));
+    if (signalDescs[i].peer == comm->rank) {
+      WARN("%s : descriptor %d waits for signals from rank %d itself; a rank signals "
+           "its peers only", fn, i, comm->rank);
+      return ncclInvalidArgument;
+    }
+  }
   for (int i = 0; i < nDesc; i++) {
     const ncclWaitSignalDesc_t *d = &signalDescs[i];
+    if (d->opCnt == 0) continue;
     size_t cell = sig_cell(c, d->ctx, d->sigIdx, d->peer);
-    uint64_t want = c->consumed[cell] + (uint64_t)d->opCnt, seen;
-    struct timespec nap = {0, 20000};
-    for (int spins = 0;; spins++) {
-      seen = __atomic_load_n(&c->sig[cell], __ATOMIC_ACQUIRE);
-      if (seen >= want) break;
-      if (atomic_load(&comm->abort_flag)) {
-        WARN("%s : rank %d: the communicator was aborted while waiting for signal %d "
-             "(context %d) from rank %d", fn, comm->rank, d->sigIdx, d->ctx, d->peer);
-        return ncclSystemError;
-      }
-      if ((spins & 63) == 63) {
-        if (brd_time_now_ns() > deadline) {
-          WARN("%s : rank %d waited %lld s for signal %d (context %d) from rank %d: "
-               "expected %llu in all, seen %llu; does rank %d put or signal that many?",
-               fn, comm->rank, (long long)brd_param_int(BRD_P_BRAID_TIMEOUT), d->sigIdx,
-               d->ctx, d->peer, (unsigned long long)want, (unsigned long long)seen,
-               d->peer);
-          return ncclRemoteError;
-        }
-        nanosleep(&nap, NULL);
-      }
+    uint64_t want = c->consumed[cell] + (uint64_t)d->opCnt;
+    uint64_t epoch = want - 1; /* the plan's WAIT is for epoch + 1 */
+    CHECK(rma_plan(c, d->peer, comm->rank, 1, &c->wait[d->peer], fn));
+    brd_exec_chan_t ch;
+    memset(&ch, 0, sizeof(ch));
+    ch.sems = (_Atomic uint64_t *)&c->sig[cell];
+    brd_exec_args_t a;
+    rma_args(c, c->wait[d->peer], &ch, &epoch, NULL, 1, ncclUint8, 1, &a);
+    ncclResult_t res = brd_launch_rma(comm, &a, stream, fn);
+    if (res == ncclRemoteError && brd_backend_choose(comm)->rma_mem == BRD_TRANSPORT_MEM_HOST) {
+      /* The counter is host memory: say what the wait saw, in the call's terms. */
+      WARN("%s : rank %d waited %lld s for signal %d (context %d) from rank %d: "
+           "expected %llu in all, seen %llu; does rank %d put or signal that many?",
+           fn, comm->rank, (long long)brd_param_int(BRD_P_BRAID_TIMEOUT), d->sigIdx,
+           d->ctx, d->peer, (unsigned long long)want,
+           (unsigned long long)__atomic_load_n(&c->sig[cell], __ATOMIC_ACQUIRE), d->peer);
     }
+    if (res != ncclSuccess) return res;
     c->consumed[cell] = want;
   }
   return ncclSuccess;

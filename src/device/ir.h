@@ -176,7 +176,14 @@ static inline BRD_IR_HD int brd_ir_coll_has_output(unsigned coll, int rank, int 
 #define BRD_IR_PLAN_F_FIXED 0x01u     /* chunks never spread: see brd_plan_layout_chunk */
 #define BRD_IR_PLAN_F_ONE_PHASE 0x02u /* scratch has one area; phase ignored */
 #define BRD_IR_PLAN_F_PEER_INPUT 0x04u /* reads peers' inputs through channels */
-#define BRD_IR_PLAN_F_ALL 0x07u
+/* One-sided (ncclPutSignal / ncclSignal / ncclWaitSignal, algos/rma.c):
+ * outputs are registered windows that outlive launches and whose users
+ * order their own uses, so a rank may write a peer's output before it
+ * synchronised with that peer; each rank's part runs as a launch of its
+ * own (the writer's put and signal, the reader's wait), and the plan as
+ * a whole is the protocol the verifier checks. */
+#define BRD_IR_PLAN_F_ONE_SIDED 0x08u
+#define BRD_IR_PLAN_F_ALL 0x0fu
 
 /* Output exchange: before a launch's ops, a rank whose output may be the
  * user's registered buffer publishes, in a slot of each channel peer's

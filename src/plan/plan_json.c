@@ -49,7 +49,8 @@ static const struct {
   uint8_t bit;
 } plan_flag_names[] = {{"fixed", BRD_IR_PLAN_F_FIXED},
                        {"one_phase", BRD_IR_PLAN_F_ONE_PHASE},
-                       {"peer_input", BRD_IR_PLAN_F_PEER_INPUT}};
+                       {"peer_input", BRD_IR_PLAN_F_PEER_INPUT},
+                       {"one_sided", BRD_IR_PLAN_F_ONE_SIDED}};
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -855,7 +855,8 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
       int owner = ref_owner(v, r, ref);
       uint32_t index = ref->index + c;
       vloc_t *l = &v->locs[ref_loc(v, r, t->iter, ref, c)];
-      if (owner != r && kind == BRD_IR_BUF_OUTPUT && !knows_rank(v, th, owner)) {
+      if (owner != r && kind == BRD_IR_BUF_OUTPUT && !knows_rank(v, th, owner) &&
+          !(v->p->flags & BRD_IR_PLAN_F_ONE_SIDED)) {
         vfail(v, BRD_VERIFY_LAUNCH_ORDER, r, b, opi, owner,
               "rank %d block %d op %d writes output chunk %u of rank %d "
               "before synchronising with rank %d in this launch (its output "

@@ -14,13 +14,16 @@
  *  - a wait for a signal nobody sends ends after BRAID_TIMEOUT (set to 3 s
  *    here) with ncclRemoteError and a message naming the peer and counts,
  *    not ncclTimeout: NCCL 2.30.7 returns ncclTimeout only from the device
- *    API's timed barriers, never from a host call (docs/abi.md).
+ *    API's timed barriers, never from a host call (docs/abi.md). In CUDA
+ *    mode the wait is enqueued and ends as the communicator's async
+ *    ncclRemoteError.
  *  - errors: signal index, context, window bounds, inside a group.
  *  - the same with the ranks as processes (3 ranks, forked before any
  *    other case touches the library): signals in shared memory, windows
  *    from ncclMemAlloc mapped by the registration.
- * Host mode only; in CUDA mode the calls are not implemented yet and the
- * test checks that they say so.
+ * Host mode and CUDA mode (the calls on each rank's stream; windows from
+ * ncclMemAlloc, read back with copies after a stream synchronisation).
+ * The process case runs in host mode.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -31,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -79,42 +83,39 @@ static void *rank_main(void *arg) {
   rank_t *R = arg;
   int me = R->rank, n = g_n, next = (me + 1) % n, prev = (me + n - 1) % n;
   int locked = 0, waited = 0;
+  int cuda = tdev_kind() != TDEV_HOST, async_failed = 0;
   ncclComm_t comm = NULL;
   ncclWindow_t win = NULL;
-  uint32_t *buf = NULL, *src = NULL;
+  cudaStream_t st = NULL;
+  uint32_t *buf = NULL, *src = NULL, *host = NULL;
   size_t bytes = (size_t)CHUNKS * CHUNK_WORDS * sizeof(uint32_t);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.numRmaCtx = 2;
 
   EXPECT(ncclCommInitRankConfig(&comm, n, g_id, me, &config) == ncclSuccess);
+  EXPECT(tdev_stream_create(&st) == 0);
   EXPECT(ncclMemAlloc((void **)&buf, bytes) == ncclSuccess);
-  src = malloc(bytes);
-  EXPECT(src != NULL);
-  memset(buf, 0, bytes);
+  src = tdev_alloc(bytes);
+  host = calloc(1, bytes);
+  EXPECT(src != NULL && host != NULL);
+  EXPECT(tdev_copy(buf, host, bytes, st, 20) == 0); /* zeros */
   for (int k = 0; k < CHUNKS; k++)
     for (int w = 0; w < CHUNK_WORDS; w++) src[k * CHUNK_WORDS + w] = value(me, k, w);
   EXPECT(ncclCommWindowRegister(comm, buf, bytes, &win, 0) == ncclSuccess);
 
-  if (tdev_kind() != TDEV_HOST) {
-    pthread_mutex_lock(&g_err);
-    locked = 1;
-    EXPECT(ncclSignal(next, 0, 0, 0, comm, NULL) == ncclInvalidUsage);
-    EXPECT(has("ncclSignal is not implemented yet"));
-    goto out;
-  }
-
   /* Ordering: chunk k is complete once its signal is seen. */
   for (int k = 0; k < CHUNKS; k++) {
-    EXPECT(ncclPutSignal(src + k * CHUNK_WORDS, CHUNK_WORDS, ncclUint32, next, win,
-                         (size_t)k * CHUNK_WORDS * sizeof(uint32_t), 3, 0, 0, comm,
-                         NULL) == ncclSuccess);
+    size_t off = (size_t)k * CHUNK_WORDS;
+    EXPECT(ncclPutSignal(src + off, CHUNK_WORDS, ncclUint32, next, win,
+                         off * sizeof(uint32_t), 3, 0, 0, comm, st) == ncclSuccess);
     /* Interleave: receive as we send, so both directions are in flight. */
     ncclWaitSignalDesc_t d = {1, prev, 3, 0};
-    EXPECT(ncclWaitSignal(1, &d, comm, NULL) == ncclSuccess);
+    EXPECT(ncclWaitSignal(1, &d, comm, st) == ncclSuccess);
+    EXPECT(tdev_copy(host + off, buf + off, CHUNK_WORDS * sizeof(uint32_t), st, 20) == 0);
     for (int w = 0; w < CHUNK_WORDS; w++)
-      if (buf[k * CHUNK_WORDS + w] != value(prev, k, w))
+      if (host[off + w] != value(prev, k, w))
         FAILF("rank %d: chunk %d word %d is %#x after its signal, expected %#x", me, k, w,
-              buf[k * CHUNK_WORDS + w], value(prev, k, w));
+              host[off + w], value(prev, k, w));
   }
 
   /* Many signals from everyone, waited for with one descriptor per peer. */
@@ -123,13 +124,17 @@ static void *rank_main(void *arg) {
     int nd = 0;
     for (int i = 0; i < SIGS; i++)
       for (int p = 0; p < n; p++)
-        if (p != me) EXPECT(ncclSignal(p, 7, 1, 0, comm, NULL) == ncclSuccess);
+        if (p != me) EXPECT(ncclSignal(p, 7, 1, 0, comm, st) == ncclSuccess);
     for (int p = 0; p < n; p++)
       if (p != me) d[nd++] = (ncclWaitSignalDesc_t){SIGS, p, 7, 1};
-    EXPECT(ncclWaitSignal(nd, d, comm, NULL) == ncclSuccess);
+    EXPECT(ncclWaitSignal(nd, d, comm, st) == ncclSuccess);
     for (int i = 0; i < nd; i++) d[i].opCnt = 0;
-    EXPECT(ncclWaitSignal(nd, d, comm, NULL) == ncclSuccess);
+    EXPECT(ncclWaitSignal(nd, d, comm, st) == ncclSuccess);
+    EXPECT(tdev_stream_sync(st, 60) == 0);
   }
+  /* Self as the peer is refused, with a reason. */
+  EXPECT(ncclSignal(me, 0, 0, 0, comm, st) == ncclInvalidArgument);
+  EXPECT(has("names itself"));
 
   /* Everyone is past the signal traffic before the error checks. */
   pthread_barrier_wait(g_barrier);
@@ -138,14 +143,28 @@ static void *rank_main(void *arg) {
   locked = 1;
   {
     ncclWaitSignalDesc_t never = {1, prev, 9, 0};
-    ncclResult_t late = ncclWaitSignal(1, &never, comm, NULL);
-    EXPECT(late == ncclRemoteError);
+    ncclResult_t late = ncclWaitSignal(1, &never, comm, st);
+    if (cuda) {
+      /* Enqueued; the kernel's wait ends at BRAID_TIMEOUT as an async error. */
+      ncclResult_t async = ncclSuccess;
+      EXPECT(late == ncclSuccess);
+      for (int i = 0; i < 4000 && async == ncclSuccess; i++) {
+        struct timespec ts = {0, 5000000L};
+        nanosleep(&ts, NULL);
+        EXPECT(ncclCommGetAsyncError(comm, &async) == ncclSuccess);
+      }
+      EXPECT(async == ncclRemoteError);
+      async_failed = 1;
+      EXPECT(has("semaphore 0 from rank"));
+    } else {
+      EXPECT(late == ncclRemoteError);
+      EXPECT(has("expected 1 in all, seen 0"));
+    }
     EXPECT(strcmp(ncclGetErrorString(ncclTimeout), "timeout") == 0);
-    EXPECT(has("expected 1 in all, seen 0"));
     EXPECT(ncclSignal(next, 64, 0, 0, comm, NULL) == ncclInvalidArgument);
     EXPECT(ncclSignal(next, 0, 2, 0, comm, NULL) == ncclInvalidArgument);
     EXPECT(has("numRmaCtx"));
-    EXPECT(ncclPutSignal(src, 2, ncclUint32, next, win, bytes - 4, 0, 0, 0, comm, NULL) ==
+    EXPECT(ncclPutSignal(src, 2, ncclUint32, next, win, bytes - 4, 0, 0, 0, comm, st) ==
            ncclInvalidArgument);
     EXPECT(has("do not fit"));
     EXPECT(ncclGroupStart() == ncclSuccess);
@@ -158,13 +177,20 @@ out:
   if (!waited) pthread_barrier_wait(g_barrier);
   /* Nobody deregisters while a peer may still put into its window. */
   pthread_barrier_wait(g_barrier);
-  if (win != NULL && ncclCommWindowDeregister(comm, win) != ncclSuccess && !R->failed) {
-    snprintf(R->msg, sizeof(R->msg), "rank %d: ncclCommWindowDeregister failed", me);
-    R->failed = 1;
+  if (async_failed) {
+    /* The communicator is in error (the failed wait): abort frees it all. */
+    if (comm != NULL) ncclCommAbort(comm);
+  } else {
+    if (win != NULL && ncclCommWindowDeregister(comm, win) != ncclSuccess && !R->failed) {
+      snprintf(R->msg, sizeof(R->msg), "rank %d: ncclCommWindowDeregister failed", me);
+      R->failed = 1;
+    }
+    if (comm != NULL) ncclCommDestroy(comm);
   }
-  if (comm != NULL) ncclCommDestroy(comm);
   if (buf != NULL) ncclMemFree(buf);
-  free(src);
+  tdev_free(src);
+  free(host);
+  tdev_stream_destroy(st);
   return NULL;
 }
 
@@ -204,8 +230,7 @@ static void test_rma_procs(void **state) {
   char why[256];
   (void)state;
   if (tdev_kind() != TDEV_HOST) {
-    printf("SKIP: the process case runs in host mode (CUDA mode's refusal is checked by "
-           "the thread cases)\n");
+    printf("SKIP: the process case runs in host mode (the thread cases run CUDA mode)\n");
     skip();
   }
   if (!tdev_usable(why, sizeof(why))) {
