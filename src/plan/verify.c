@@ -634,8 +634,8 @@ static int check_switch_chans(vstate_t *v) {
     }
     if (v->swch[r] >= 0) {
       v->nswitch++;
-      with = r;
-    } else {
+      if (with < 0) with = r;
+    } else if (without < 0) {
       without = r;
     }
   }
