@@ -45,6 +45,15 @@ typedef struct brd_backend_launch {
   _Alignas(8) unsigned char priv[96]; /* the backend's own per-launch state */
 } brd_backend_launch_t;
 
+/* brd_backend_ops_t.switch_chans. */
+enum {
+  BRD_BACKEND_SWITCH_NONE = 0,     /* no switch channels (CUDA until its
+                                    * multicast mappings exist) */
+  BRD_BACKEND_SWITCH_EMULATED = 1, /* every member's copy addressed in
+                                    * shared memory: only when asked for */
+  BRD_BACKEND_SWITCH_NATIVE = 2,   /* multicast hardware: on by default */
+};
+
 typedef struct brd_backend_ops {
   const char *name;      /* "host", "CUDA": for messages */
   /* 1: the executor keeps collective sequence numbers and staging phases,
@@ -58,6 +67,10 @@ typedef struct brd_backend_ops {
   /* 1: ranks map each other's registered buffers only with GPU P2P; 0:
    * always (host memory; the exchange decides per buffer). */
   int reg_needs_p2p;
+  /* Switch channels (device/ir.h; NVLS multicast), BRD_BACKEND_SWITCH_*:
+   * whether the executor runs them and whether NCCL_NVLS_ENABLE's
+   * automatic setting turns them on (window.c). */
+  int switch_chans;
   /* 1: the user's buffers and windows are host memory the ranks reach
    * through a host-memory transport, so the one-sided calls (rma.c) can
    * act on them directly; 0: they cannot (device memory, not yet). */
