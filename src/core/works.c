@@ -106,6 +106,16 @@ static ncclResult_t choose(const brd_works_view_t *v, const brd_call_t *c, uint8
       avail &= ~BRD_ALGO_BIT(BRD_ALGO_NVLS);
     } else if (!brd_algos_nvls_supported(coll, c->dtype, redop)) {
       avail &= ~BRD_ALGO_BIT(BRD_ALGO_NVLS);
+      if ((v->mask->algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_NVLS)) && v->nranks > 1 &&
+          (v->mask->algos[c->coll] & avail) == 0) {
+        /* NCCL's answer when NCCL_ALGO leaves nothing that can run it. */
+        WARN("%s : no algorithm/protocol available for datatype %s with %s: NCCL_ALGO "
+             "(%s) allows only NVLS here, and NVLS cannot reduce them (sum on 32- and "
+             "64-bit integers, f16, bf16, f32 and f64, min/max on those integers, f16 and "
+             "bf16); allow another algorithm or unset NCCL_ALGO", c->fn,
+             dtype_name(c->dtype), redop_name(redop), v->mask->algo_env);
+        return ncclInvalidUsage;
+      }
       if (v->mask->algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_NVLS))
         INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_NVLS | BRD_SUBSYS_TUNING,
              "%s : NVLS cannot reduce %s with %s (multimem reduces sum on 32- and 64-bit "
@@ -365,8 +375,11 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
   uint8_t algo = (uint8_t)choice.algo;
   /* NVLS all-reduce: the one-barrier plan while latency dominates. */
   if (choice.algo == BRD_ALGO_NVLS && coll == BRD_IR_COLL_ALLREDUCE &&
-      brd_tune_nvls_lowlat(v->topo, bytes))
+      brd_tune_nvls_lowlat(v->topo, bytes)) {
     algo |= BRD_ALGOS_LOWLAT;
+    INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_NVLS, "%s : rank %d: low-latency NVLS all-reduce "
+         "(%zu bytes)", c->fn, me, bytes);
+  }
   CHECK(brd_plans_get(plans, coll, algo, (uint8_t)choice.proto, nb, root,
                  v->deterministic, &plan));
   if (brd_plan_scratch_bytes(plan) > v->win[me].scratch_bytes) {
