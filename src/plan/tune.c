@@ -643,7 +643,13 @@ static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
   } else if (a != BRD_ALGO_RING && a != BRD_ALGO_COLLNET_CHAIN) {
     node *= t->local_nranks;
   }
-  if (a == BRD_ALGO_NVLS && t->nnodes == 1) return nvls_time(t, coll, (double)bytes, 0);
+  if (a == BRD_ALGO_NVLS && t->nnodes == 1) {
+    /* The runtime runs whichever NVLS all-reduce plan is cheaper. */
+    double pipelined = nvls_time(t, coll, (double)bytes, 0);
+    if (coll != BRD_COLL_ALLREDUCE) return pipelined;
+    double lowlat = nvls_time(t, coll, (double)bytes, 1);
+    return lowlat < pipelined ? lowlat : pipelined;
+  }
   return shape_time(t, &s, node, a == BRD_ALGO_NVLS || a == BRD_ALGO_NVLS_TREE, algo_fit[a], p);
 }
 
