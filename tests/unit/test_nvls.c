@@ -8,7 +8,8 @@
  * so every summation order is exact in every type). Also: the eligibility
  * rule against NCCL's table, hand-written plans for MC_STORE, MC_RED
  * (16-bit and 64-bit compare-and-swap under contention) and MC_BARRIER,
- * and the executor's hang report at a switch barrier.
+ * and the executor's hang report at a switch barrier; allocation failures
+ * in the generators and in verifying a switch plan unwind without leaks.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -26,6 +27,8 @@
 #include "device/redop.h"
 #include "plan/plan.h"
 #include "plan/verify.h"
+
+#include "failalloc.h"
 
 #define MAXR 8
 
@@ -506,6 +509,50 @@ static void test_missing_members(void **state) {
   brd_plan_destroy(p);
 }
 
+/* Every allocation of a generator, then of the verifier on a switch plan
+ * with MC_RED, failing in turn: each fails cleanly, with nothing left. */
+static void test_alloc_failures(void **state) {
+  (void)state;
+  for (int gi = 0; gi < NGENS; gi++) {
+    int failures = 0;
+    for (long k = 0;; k++) {
+      brd_algos_args_t a = {5, NULL, 2, BRD_IR_PROTO_SIMPLE};
+      brd_ir_plan_t *p = NULL;
+      alloc_calls = 0;
+      fail_at = k;
+      live = 0;
+      armed = 1;
+      ncclResult_t res = brd_algos_generate(nvls_gens[gi].coll, nvls_gens[gi].code, &a, 0, 0, &p);
+      armed = 0;
+      if (res == ncclSuccess) {
+        assert_int_equal(live, 1);
+        brd_plan_destroy(p);
+        break;
+      }
+      assert_int_equal(res, ncclSystemError);
+      assert_int_equal(live, 0);
+      failures++;
+    }
+    assert_true(failures > 3);
+  }
+  brd_ir_plan_t *p = red_plan(4);
+  int failures = 0;
+  for (long k = 0;; k++) {
+    alloc_calls = 0;
+    fail_at = k;
+    live = 0;
+    armed = 1;
+    ncclResult_t res = brd_plan_verify(p, NULL, NULL);
+    armed = 0;
+    assert_int_equal(live, 0);
+    if (res == ncclSuccess) break;
+    assert_int_equal(res, ncclSystemError);
+    failures++;
+  }
+  assert_true(failures > 10);
+  brd_plan_destroy(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_eligibility),
@@ -516,6 +563,7 @@ int main(void) {
       cmocka_unit_test(test_mc_reduce_switch_dst),
       cmocka_unit_test(test_barrier_hang),
       cmocka_unit_test(test_missing_members),
+      cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
