@@ -16,6 +16,8 @@
  *             leaves no algorithm for.
  *   pieces    the same with NCCL_BUFFSIZE and BRAID_HOST_STAGING of 4 KiB,
  *             so calls run many iterations and pieces (fewer cases).
+ *   processes 4 ranks in 4 processes (windows and switch semaphores in
+ *             POSIX shared memory), each kind in and out of place.
  *   enabled   NCCL_NVLS_ENABLE=1, tuner's choice: ineligible calls (prod,
  *             avg, int8 sum, f32 max) fall back to the other plans, give
  *             exact results, and the log names their datatype and op.
@@ -29,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -183,6 +186,102 @@ static void child_forced(int pieces) {
   printf("%d NVLS calls checked\n", calls);
 }
 
+/* One rank of a process-per-rank communicator: each kind once per size,
+ * in and out of place, checking its own output. 0 when all were right;
+ * msg says what was not. */
+static int process_rank(ncclUniqueId id, int n, int r, char *msg, size_t msglen) {
+  static const struct {
+    kind_t k;
+    ncclDataType_t dt;
+    ncclRedOp_t op;
+  } cases[] = {{K_AR, ncclFloat32, ncclSum}, {K_AR, ncclBfloat16, ncclMax},
+               {K_AG, ncclUint8, ncclSum},   {K_RS, ncclInt64, ncclMin}};
+  static const size_t counts[] = {3, 100003};
+  ncclComm_t comm;
+  if (ncclCommInitRank(&comm, n, id, r) != ncclSuccess) {
+    snprintf(msg, msglen, "init: %s", ncclGetLastError(NULL));
+    return 1;
+  }
+  int bad = 0;
+  for (size_t i = 0; i < NELEM(cases) && !bad; i++) {
+    for (size_t ci = 0; ci < NELEM(counts) && !bad; ci++) {
+      for (int ip = 0; ip < 2 && !bad; ip++) {
+        ncclDataType_t dt = cases[i].dt;
+        size_t c = counts[ci], es = ref_dtype_size(dt), nc = (size_t)n * c;
+        char *mem = malloc(nc * es), *other = malloc(nc * es), *expect = malloc(c * es);
+        const void *send = mem;
+        void *recv = mem;
+        ncclResult_t res;
+        if (cases[i].k == K_AR) {
+          ref_fill_input(dt, cases[i].op, r, mem, c);
+          if (!ip) recv = other;
+          res = ncclAllReduce(send, recv, c, dt, cases[i].op, comm, NULL);
+        } else if (cases[i].k == K_AG) {
+          ref_poison(dt, mem, nc);
+          send = ip ? mem + (size_t)r * c * es : other;
+          ref_fill_move(dt, r, 0, (void *)send, c);
+          res = ncclAllGather(send, recv, c, dt, comm, NULL);
+        } else {
+          ref_fill_input(dt, cases[i].op, r, mem, nc);
+          recv = ip ? mem + (size_t)r * c * es : other;
+          res = ncclReduceScatter(send, recv, c, dt, cases[i].op, comm, NULL);
+        }
+        size_t wrong = 0;
+        if (res != ncclSuccess) {
+          snprintf(msg, msglen, "%s: %s", kind_names[cases[i].k], ncclGetLastError(comm));
+          bad = 1;
+        } else if (cases[i].k == K_AG) {
+          for (int q = 0; q < n && !wrong; q++)
+            wrong = ref_check_move(dt, q, 0, (const char *)recv + (size_t)q * c * es, c, msg,
+                                   msglen);
+        } else {
+          if (cases[i].k == K_AR) ref_reduce_expect(dt, cases[i].op, n, 1.0, expect, c);
+          else ref_reduce_expect_range(dt, cases[i].op, n, 1.0, expect, (size_t)r * c, c);
+          wrong = ref_compare(dt, 0, recv, expect, c, msg, msglen);
+        }
+        if (wrong) bad = 1;
+        free(mem);
+        free(other);
+        free(expect);
+      }
+    }
+  }
+  ncclCommDestroy(comm);
+  return bad;
+}
+
+/* The same plans with every rank in its own process (windows in POSIX
+ * shared memory, switch semaphores shared across processes). */
+static void child_processes(void) {
+  int n = 4;
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  int pipes[8][2];
+  pid_t pids[8];
+  fflush(NULL);
+  for (int r = 0; r < n; r++) {
+    assert_int_equal(pipe(pipes[r]), 0);
+    pids[r] = fork();
+    assert_true(pids[r] >= 0);
+    if (pids[r] == 0) {
+      char msg[256] = "";
+      int f = process_rank(id, n, r, msg, sizeof(msg));
+      (void)!write(pipes[r][1], msg, strlen(msg) + 1);
+      _exit(f ? 1 : 0);
+    }
+    close(pipes[r][1]);
+  }
+  for (int r = 0; r < n; r++) {
+    int st;
+    char msg[256] = "";
+    (void)!read(pipes[r][0], msg, sizeof(msg) - 1);
+    close(pipes[r][0]);
+    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      fail_msg("process rank %d of %d failed (status %d): %s", r, n, st, msg);
+  }
+}
+
 /* Ineligible calls with NVLS on fall back (enabled), and the default
  * (auto) keeps NVLS off in host mode. */
 static void child_fallback(void) {
@@ -202,6 +301,7 @@ static void child_fallback(void) {
 static void test_child(void **state) {
   const char *what = *state;
   if (strcmp(what, "forced") == 0) child_forced(0);
+  else if (strcmp(what, "processes") == 0) child_processes();
   else if (strcmp(what, "pieces") == 0) child_forced(1);
   else child_fallback();
 }
@@ -211,17 +311,34 @@ static int run_child(const char *what) {
   return cmocka_run_group_tests_name(what, tests, NULL, NULL);
 }
 
-/* The log of one run, read whole (NULL when missing). */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)len + 1);
-  if (s != NULL) s[fread(s, 1, (size_t)len, f)] = '\0';
-  fclose(f);
-  return s;
+/* The logs of one run (every process's file "<what>.<pid>.log" in dir),
+ * read whole and removed; NULL when there is none. */
+static char *slurp_logs(const char *dir, const char *what) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return NULL;
+  char *all = NULL;
+  size_t len = 0, wl = strlen(what);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, what, wl) != 0 || e->d_name[wl] != '.') continue;
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *grown = realloc(all, len + (size_t)n + 1);
+    if (grown != NULL) {
+      all = grown;
+      len += fread(all + len, 1, (size_t)n, f);
+      all[len] = '\0';
+    }
+    fclose(f);
+    unlink(path);
+  }
+  closedir(d);
+  return all;
 }
 
 static int count_lines(const char *log, const char *a, const char *b) {
@@ -269,7 +386,8 @@ static int check_log(const char *what, const char *log) {
     EXPECT(other > 0, "no ineligible call fell back");
     return bad;
   }
-  EXPECT(nvls > 100, "only %d calls chose NVLS", nvls);
+  int want = strcmp(what, "processes") == 0 ? 40 : 100;
+  EXPECT(nvls >= want, "only %d calls chose NVLS", nvls);
   EXPECT(other == 0, "%d calls chose another algorithm with only NVLS allowed", other);
   EXPECT(count_lines(log, "low-latency NVLS all-reduce", "") > 0,
          "the low-latency NVLS all-reduce never ran");
@@ -291,6 +409,7 @@ int main(int argc, char **argv) {
   static const config_t configs[] = {
       {"forced", {FORCED, NULL}},
       {"pieces", {FORCED, "NCCL_BUFFSIZE=4096", "BRAID_HOST_STAGING=4096", NULL}},
+      {"processes", {FORCED, NULL}},
       {"enabled", {"NCCL_NVLS_ENABLE=1", NULL}},
       {"auto", {NULL}},
   };
@@ -302,7 +421,7 @@ int main(int argc, char **argv) {
   int failed = 0;
   for (size_t i = 0; i < NELEM(configs); i++) {
     char log[600];
-    snprintf(log, sizeof(log), "%s/%s.log", dir, configs[i].what);
+    snprintf(log, sizeof(log), "%s/%s.%%p.log", dir, configs[i].what);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -319,7 +438,7 @@ int main(int argc, char **argv) {
     }
     int st;
     waitpid(pid, &st, 0);
-    char *text = slurp(log);
+    char *text = slurp_logs(dir, configs[i].what);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
       printf("FAIL: configuration %s (exit status %d)\n", configs[i].what, st);
       failed++;
@@ -330,7 +449,6 @@ int main(int argc, char **argv) {
       printf("ok: configuration %s\n", configs[i].what);
     }
     free(text);
-    unlink(log);
   }
   rmdir(dir);
   printf("%s: %d configuration(s) failed\n", failed ? "FAIL" : "PASS", failed);
