@@ -318,7 +318,8 @@ enum {
  * simulator address every member's copy instead. Plans with a switch
  * channel use the SIMPLE protocol and the operators the NVLS rules allow
  * (sum on every type but 8-bit ones; min/max on integers, f16, bf16);
- * the plan cache asks the eligibility rule before choosing one. */
+ * the runtime asks the eligibility rule (brd_algos_nvls_supported) before
+ * choosing one. */
 
 /* Op flags. */
 #define BRD_IR_F_POSTOP 0x01u /* apply the reduction's post-op to the result */
