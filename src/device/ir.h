@@ -317,7 +317,8 @@ enum {
  * multicast mapping of the window; the host executor and the CUDA
  * simulator address every member's copy instead. Plans with a switch
  * channel use the SIMPLE protocol and the operators the NVLS rules allow
- * (sum on every type but 8-bit ones; min/max on integers, f16, bf16);
+ * (sum on every type but 8-bit ones; min/max on 32- and 64-bit integers,
+ * f16, bf16);
  * the runtime asks the eligibility rule (brd_algos_nvls_supported) before
  * choosing one. */
 
