@@ -59,7 +59,9 @@ static void usage(FILE *f) {
           "alltoall gather scatter\n"
           "  algo: ring tree oneshot twoshot (allreduce); ring oneshot (direct) for\n"
           "        the others; zerocopy (allreduce, allgather, reducescatter: reads and\n"
-          "        writes registered buffers in place, Simple only)\n"
+          "        writes registered buffers in place, Simple only); nvls (allreduce,\n"
+          "        allgather, reducescatter: switch channels) and nvls-ll (the\n"
+          "        low-latency NVLS allreduce)\n"
           "  -d deterministic (rank-ordered) variant, -V verify the plan\n"
           "  -J write the plan as JSON, -f load (and verify) a JSON plan\n");
 }
@@ -76,6 +78,9 @@ static void print_ref(FILE *f, const brd_ir_plan_t *p, int rank,
   fprintf(f, "%s%s", buf < 4 ? buf_names[buf] : "?",
           (r.buf & BRD_IR_REF_LL) ? "(LL)" : "");
   if (peer >= 0) fprintf(f, "@%d", peer);
+  if (r.chan != BRD_IR_CHAN_LOCAL &&
+      brd_ir_plan_chan(p, rank, r.chan)->type == BRD_IR_CHAN_SWITCH)
+    fprintf(f, "@switch");
   fprintf(f, "[%u]", (unsigned)r.index);
 }
 
@@ -115,7 +120,9 @@ static void print_plan(FILE *f, const brd_ir_plan_t *p, size_t bytes,
         const brd_ir_op_t *op = &ops[i];
         fprintf(f, "  [%3u] %-10s", i,
                 op->code < BRD_IR_OP_COUNT ? op_names[op->code] : "?");
-        if (op->code == BRD_IR_OP_SIGNAL || op->code == BRD_IR_OP_WAIT) {
+        if (op->code == BRD_IR_OP_MC_BARRIER) {
+          fprintf(f, " switch sem %u k %d", (unsigned)op->ref[0].index, op->k);
+        } else if (op->code == BRD_IR_OP_SIGNAL || op->code == BRD_IR_OP_WAIT) {
           fprintf(f, " peer %d sem %u k %d", ref_peer(p, r, op->ref[0]),
                   (unsigned)op->ref[0].index, op->k);
         } else if (op->code != BRD_IR_OP_BARRIER && op->code != BRD_IR_OP_NOP) {
@@ -251,6 +258,7 @@ int main(int argc, char **argv) {
   int coll = lookup(coll_s, coll_names, 8);
   int algo = lookup(algo_s, algo_names, 6);
   int zerocopy = strcasecmp(algo_s, "zerocopy") == 0;
+  if (strcasecmp(algo_s, "nvls-ll") == 0) algo = BRD_IR_ALGO_NVLS | BRD_ALGOS_LOWLAT;
   if (zerocopy) algo = BRD_IR_ALGO_TWOSHOT;
   if (algo < 0 && strcasecmp(algo_s, "direct") == 0) algo = BRD_IR_ALGO_ONESHOT;
   if (algo < 0 && strcasecmp(algo_s, "chain") == 0) algo = BRD_IR_ALGO_RING;

@@ -46,6 +46,40 @@ ncclResult_t brd_algos_zerocopy_allgather(const brd_algos_args_t *args,
 ncclResult_t brd_algos_twoshot_allreduce(const brd_algos_args_t *args,
                                          brd_ir_plan_t **plan_out);
 
+/* ---- NVLS plans (nvls.c) ------------------------------------------------------
+ *
+ * Plans over a switch channel (device/ir.h, "Switch channels"; Simple,
+ * rank order, BRD_ALGOS_NVLS_DEPTH groups of chunks per block and window
+ * pipelined one barrier apart). nranks up to BRD_ALGOS_NVLS_MAX_RANKS.
+ * The runtime asks brd_algos_nvls_supported before it runs one. */
+#define BRD_ALGOS_NVLS_DEPTH 2
+#define BRD_ALGOS_NVLS_MAX_RANKS 32
+
+/* All-reduce: copy in, reduce each rank's slice over the switch and store
+ * it into every copy, copy out (three passes, D + 1 barriers per window). */
+ncclResult_t brd_algos_nvls_allreduce(const brd_algos_args_t *args,
+                                      brd_ir_plan_t **plan_out);
+/* Low-latency all-reduce: copy in, barrier, reduce the whole chunk over
+ * the switch into the output (one barrier per chunk). */
+ncclResult_t brd_algos_nvls_ll_allreduce(const brd_algos_args_t *args,
+                                         brd_ir_plan_t **plan_out);
+/* All-gather: store the own chunk into every copy, barrier, copy out. */
+ncclResult_t brd_algos_nvls_allgather(const brd_algos_args_t *args,
+                                      brd_ir_plan_t **plan_out);
+/* Reduce-scatter: copy the input segments in, barrier, reduce the own
+ * segment over the switch into the output. */
+ncclResult_t brd_algos_nvls_reducescatter(const brd_algos_args_t *args,
+                                          brd_ir_plan_t **plan_out);
+
+/* The one NVLS eligibility rule (NCCL's ncclNvlsSupported): 1 when a
+ * switch plan may run collective coll (BRD_IR_COLL_*) on dtype
+ * (ncclDataType_t) with redop (ncclRedOp_t; anything else, PreMulSum
+ * included, is not eligible): all-gather always; all-reduce and
+ * reduce-scatter with sum on 32- and 64-bit integers, f16, bf16, f32 and
+ * f64, and with min/max on those integers, f16 and bf16. 0 otherwise.
+ * Pure; any thread. */
+int brd_algos_nvls_supported(int coll, int dtype, int redop);
+
 /* ---- the other collectives ------------------------------------------------
  *
  * The same contract as the all-reduce generators (including in place, in
@@ -95,6 +129,9 @@ ncclResult_t brd_algos_ordered_twoshot_allreduce(const brd_algos_args_t *args,
  * algorithm (above; it reads peers' registered inputs in place). Above
  * every BRD_IR_ALGO_*. */
 #define BRD_ALGOS_ZEROCOPY 0x40
+/* Set in an algorithm code to ask for the low-latency variant of that
+ * algorithm (the NVLS all-reduce's one-barrier plan). */
+#define BRD_ALGOS_LOWLAT 0x20
 
 /* One signature for every generator: root is read by rooted collectives
  * only; deterministic (0 or 1) by the reductions with an ordered variant. */
@@ -106,6 +143,7 @@ typedef struct brd_algos_gen {
   uint8_t algo;          /* BRD_IR_ALGO_* */
   uint8_t deterministic; /* 1: combines the ranks' data in rank order */
   uint8_t zerocopy;      /* 1: reads peers' registered inputs in place */
+  uint8_t lowlat;        /* 1: the low-latency variant (BRD_ALGOS_LOWLAT) */
   const char *name;      /* "ring all-reduce", for messages and tools */
   brd_algos_gen_fn fn;
 } brd_algos_gen_t;
@@ -114,7 +152,7 @@ typedef struct brd_algos_gen {
 const brd_algos_gen_t *brd_algos_gens(int *count_out);
 
 /* The row of (coll, algo, deterministic), algo possibly carrying
- * BRD_ALGOS_ZEROCOPY; NULL when there is none. Pure. */
+ * BRD_ALGOS_ZEROCOPY or BRD_ALGOS_LOWLAT; NULL when there is none. Pure. */
 const brd_algos_gen_t *brd_algos_find(int coll, int algo, int deterministic);
 
 /* Runs the generator of (coll, algo, deterministic) (brd_algos_find's

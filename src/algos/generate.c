@@ -51,6 +51,10 @@ GEN_ROOTED(direct_scatter)
 GEN_PLAIN(zerocopy_allreduce)
 GEN_PLAIN(zerocopy_reducescatter)
 GEN_PLAIN(zerocopy_allgather)
+GEN_PLAIN(nvls_allreduce)
+GEN_PLAIN(nvls_ll_allreduce)
+GEN_PLAIN(nvls_allgather)
+GEN_PLAIN(nvls_reducescatter)
 
 /* brd_algos_direct_reduce already has the table's signature. */
 #define gen_direct_reduce brd_algos_direct_reduce
@@ -67,6 +71,7 @@ GEN_PLAIN(zerocopy_allgather)
 #define TREE BRD_IR_ALGO_TREE
 #define ONE BRD_IR_ALGO_ONESHOT
 #define TWO BRD_IR_ALGO_TWOSHOT
+#define NVLS BRD_IR_ALGO_NVLS
 
 /* Reductions have a row per determinism only where a rank-ordered variant
  * exists (the unordered ring and tree have none); the other collectives
@@ -75,36 +80,43 @@ GEN_PLAIN(zerocopy_allgather)
  * use them for reductions in deterministic mode; all-gather's plan is the
  * same either way). */
 static const brd_algos_gen_t gens[] = {
-    /* coll, algo, deterministic, zero-copy, name, generator */
-    {AR, RING, 0, 0, "ring all-reduce", gen_ring_allreduce},
-    {AR, TREE, 0, 0, "tree all-reduce", gen_tree_allreduce},
-    {AR, ONE, 0, 0, "one-shot all-reduce", gen_oneshot_allreduce},
-    {AR, ONE, 1, 0, "ordered one-shot all-reduce", gen_ordered_oneshot_allreduce},
-    {AR, TWO, 0, 0, "two-shot all-reduce", gen_twoshot_allreduce},
-    {AR, TWO, 1, 0, "ordered two-shot all-reduce", gen_ordered_twoshot_allreduce},
-    {AR, TWO, 0, 1, "zero-copy two-shot all-reduce", gen_zerocopy_allreduce},
-    {RS, RING, 0, 0, "ring reduce-scatter", gen_ring_reducescatter},
-    {RS, ONE, 0, 0, "direct reduce-scatter", gen_direct_reducescatter},
-    {RS, ONE, 1, 0, "ordered reduce-scatter", gen_direct_reducescatter},
-    {RS, ONE, 0, 1, "zero-copy reduce-scatter", gen_zerocopy_reducescatter},
-    {RE, RING, 0, 0, "chain reduce", gen_chain_reduce},
-    {RE, ONE, 0, 0, "direct reduce", gen_direct_reduce},
-    {RE, ONE, 1, 0, "ordered reduce", gen_direct_reduce},
-    {AG, RING, 0, 0, "ring all-gather", gen_ring_allgather},
-    {AG, RING, 1, 0, "ring all-gather", gen_ring_allgather},
-    {AG, ONE, 0, 0, "direct all-gather", gen_direct_allgather},
-    {AG, ONE, 1, 0, "direct all-gather", gen_direct_allgather},
-    {AG, ONE, 0, 1, "zero-copy all-gather", gen_zerocopy_allgather},
-    {BC, RING, 0, 0, "chain broadcast", gen_chain_broadcast},
-    {BC, RING, 1, 0, "chain broadcast", gen_chain_broadcast},
-    {BC, ONE, 0, 0, "direct broadcast", gen_direct_broadcast},
-    {BC, ONE, 1, 0, "direct broadcast", gen_direct_broadcast},
-    {A2A, ONE, 0, 0, "pairwise all-to-all", gen_pairwise_alltoall},
-    {A2A, ONE, 1, 0, "pairwise all-to-all", gen_pairwise_alltoall},
-    {GA, ONE, 0, 0, "direct gather", gen_direct_gather},
-    {GA, ONE, 1, 0, "direct gather", gen_direct_gather},
-    {SC, ONE, 0, 0, "direct scatter", gen_direct_scatter},
-    {SC, ONE, 1, 0, "direct scatter", gen_direct_scatter},
+    /* coll, algo, deterministic, zero-copy, low-latency, name, generator */
+    {AR, RING, 0, 0, 0, "ring all-reduce", gen_ring_allreduce},
+    {AR, TREE, 0, 0, 0, "tree all-reduce", gen_tree_allreduce},
+    {AR, ONE, 0, 0, 0, "one-shot all-reduce", gen_oneshot_allreduce},
+    {AR, ONE, 1, 0, 0, "ordered one-shot all-reduce", gen_ordered_oneshot_allreduce},
+    {AR, TWO, 0, 0, 0, "two-shot all-reduce", gen_twoshot_allreduce},
+    {AR, TWO, 1, 0, 0, "ordered two-shot all-reduce", gen_ordered_twoshot_allreduce},
+    {AR, TWO, 0, 1, 0, "zero-copy two-shot all-reduce", gen_zerocopy_allreduce},
+    {RS, RING, 0, 0, 0, "ring reduce-scatter", gen_ring_reducescatter},
+    {RS, ONE, 0, 0, 0, "direct reduce-scatter", gen_direct_reducescatter},
+    {RS, ONE, 1, 0, 0, "ordered reduce-scatter", gen_direct_reducescatter},
+    {RS, ONE, 0, 1, 0, "zero-copy reduce-scatter", gen_zerocopy_reducescatter},
+    {RE, RING, 0, 0, 0, "chain reduce", gen_chain_reduce},
+    {RE, ONE, 0, 0, 0, "direct reduce", gen_direct_reduce},
+    {RE, ONE, 1, 0, 0, "ordered reduce", gen_direct_reduce},
+    {AG, RING, 0, 0, 0, "ring all-gather", gen_ring_allgather},
+    {AG, RING, 1, 0, 0, "ring all-gather", gen_ring_allgather},
+    {AG, ONE, 0, 0, 0, "direct all-gather", gen_direct_allgather},
+    {AG, ONE, 1, 0, 0, "direct all-gather", gen_direct_allgather},
+    {AG, ONE, 0, 1, 0, "zero-copy all-gather", gen_zerocopy_allgather},
+    {BC, RING, 0, 0, 0, "chain broadcast", gen_chain_broadcast},
+    {BC, RING, 1, 0, 0, "chain broadcast", gen_chain_broadcast},
+    {BC, ONE, 0, 0, 0, "direct broadcast", gen_direct_broadcast},
+    {BC, ONE, 1, 0, 0, "direct broadcast", gen_direct_broadcast},
+    {A2A, ONE, 0, 0, 0, "pairwise all-to-all", gen_pairwise_alltoall},
+    {A2A, ONE, 1, 0, 0, "pairwise all-to-all", gen_pairwise_alltoall},
+    {GA, ONE, 0, 0, 0, "direct gather", gen_direct_gather},
+    {GA, ONE, 1, 0, 0, "direct gather", gen_direct_gather},
+    {SC, ONE, 0, 0, 0, "direct scatter", gen_direct_scatter},
+    {SC, ONE, 1, 0, 0, "direct scatter", gen_direct_scatter},
+    /* Switch plans (NVLS): not rank-ordered on hardware (the switch sums
+     * in its own order), so no deterministic rows. */
+    {AR, NVLS, 0, 0, 0, "NVLS all-reduce", gen_nvls_allreduce},
+    {AR, NVLS, 0, 0, 1, "low-latency NVLS all-reduce", gen_nvls_ll_allreduce},
+    {AG, NVLS, 0, 0, 0, "NVLS all-gather", gen_nvls_allgather},
+    {AG, NVLS, 1, 0, 0, "NVLS all-gather", gen_nvls_allgather},
+    {RS, NVLS, 0, 0, 0, "NVLS reduce-scatter", gen_nvls_reducescatter},
 };
 
 /* See algos.h. */
@@ -116,12 +128,13 @@ const brd_algos_gen_t *brd_algos_gens(int *count_out) {
 /* See algos.h. */
 const brd_algos_gen_t *brd_algos_find(int coll, int algo, int deterministic) {
   int zerocopy = (algo & BRD_ALGOS_ZEROCOPY) != 0;
-  algo &= ~BRD_ALGOS_ZEROCOPY;
+  int lowlat = (algo & BRD_ALGOS_LOWLAT) != 0;
+  algo &= ~(BRD_ALGOS_ZEROCOPY | BRD_ALGOS_LOWLAT);
   deterministic = deterministic != 0;
   for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]); i++) {
     const brd_algos_gen_t *g = &gens[i];
     if (g->coll == coll && g->algo == algo && g->deterministic == deterministic &&
-        g->zerocopy == zerocopy)
+        g->zerocopy == zerocopy && g->lowlat == lowlat)
       return g;
   }
   return NULL;
@@ -138,10 +151,11 @@ ncclResult_t brd_algos_generate(int coll, int algo, const brd_algos_args_t *args
                                 brd_ir_plan_t **plan_out) {
   const brd_algos_gen_t *g = brd_algos_find(coll, algo, deterministic);
   if (g == NULL) {
-    WARN("no %s%splan generator for collective %d with algorithm %d",
+    WARN("no %s%s%splan generator for collective %d with algorithm %d",
          deterministic ? "rank-ordered " : "",
-         (algo & BRD_ALGOS_ZEROCOPY) ? "zero-copy " : "", coll,
-         algo & ~BRD_ALGOS_ZEROCOPY);
+         (algo & BRD_ALGOS_ZEROCOPY) ? "zero-copy " : "",
+         (algo & BRD_ALGOS_LOWLAT) ? "low-latency " : "", coll,
+         algo & ~(BRD_ALGOS_ZEROCOPY | BRD_ALGOS_LOWLAT));
     return ncclInvalidArgument;
   }
   return g->fn(args, root, deterministic != 0, plan_out);

@@ -46,6 +46,15 @@ typedef struct brd_backend_launch {
   _Alignas(8) unsigned char priv[96]; /* the backend's own per-launch state */
 } brd_backend_launch_t;
 
+/* brd_backend_ops_t.switch_chans. */
+enum {
+  BRD_BACKEND_SWITCH_NONE = 0,     /* no switch channels (CUDA until its
+                                    * multicast mappings exist) */
+  BRD_BACKEND_SWITCH_EMULATED = 1, /* every member's copy addressed in
+                                    * shared memory: only when asked for */
+  BRD_BACKEND_SWITCH_NATIVE = 2,   /* multicast hardware: on by default */
+};
+
 typedef struct brd_backend_ops {
   const char *name;      /* "host", "CUDA": for messages */
   /* 1: the executor keeps collective sequence numbers and staging phases,
@@ -64,6 +73,10 @@ typedef struct brd_backend_ops {
    * executor writes them) or GPU memory peers map (BRD_TRANSPORT_MEM_GPU,
    * the kernels write them). */
   int rma_mem;
+  /* Switch channels (device/ir.h; NVLS multicast), BRD_BACKEND_SWITCH_*:
+   * whether the executor runs them and whether NCCL_NVLS_ENABLE's
+   * automatic setting turns them on (window.c). */
+  int switch_chans;
   /* Message sizes (bytes) from which a collective asks for 2, 4, 8 ...
    * blocks per rank; 0 ends the list. The same on every rank. */
   size_t nb_sizes[4];

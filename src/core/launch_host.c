@@ -412,6 +412,7 @@ const brd_backend_ops_t brd_backend_host = {
     /* Host threads are not cheap: a second block from 256 KiB. */
     .nb_sizes = {(size_t)256 << 10, 0, 0, 0},
     .p2p_round_ops = BRD_WORKS_ROUND_MAX_OPS,
+    .switch_chans = BRD_BACKEND_SWITCH_EMULATED,
     .topo = host_topo,
     .caps = host_caps,
     .window_create = host_window_create,

@@ -37,9 +37,12 @@ typedef struct brd_plan_cache {
 } brd_plan_cache_t;
 
 /* The algorithms and protocols the runtime generates plans for. */
-#define BRD_PLANS_NALGOS 4
+#define BRD_PLANS_NALGOS 5
 #define BRD_PLANS_NPROTOS 2
-extern const uint8_t brd_plans_algos[BRD_PLANS_NALGOS];   /* ring, tree, one-shot, two-shot */
+/* ring, tree, one-shot, two-shot, NVLS (switch channels: only where the
+ * runtime turned NVLS on, rt->nvls, and the call is eligible,
+ * brd_algos_nvls_supported) */
+extern const uint8_t brd_plans_algos[BRD_PLANS_NALGOS];
 extern const uint8_t brd_plans_protos[BRD_PLANS_NPROTOS]; /* LL, Simple */
 
 /* BRD_ALGO_BIT()s of the algorithms with a generator for coll (det: a
@@ -56,7 +59,8 @@ void brd_plans_fini(brd_plan_cache_t *c);
  * BRAID_VERIFY_PLANS asks, always in debug builds) on first use. root is
  * ignored for collectives without one, det for those without a reduction.
  * algo | BRD_PLANS_ALGO_PEER picks the zero-copy plan (all-reduce,
- * reduce-scatter, all-gather). The plan stays owned by the cache.
+ * reduce-scatter, all-gather); BRD_IR_ALGO_NVLS | BRD_ALGOS_LOWLAT the
+ * low-latency NVLS all-reduce. NVLS plans are Simple whatever proto says. The plan stays owned by the cache.
  * Generator and verifier errors pass through; ncclSystemError when out of
  * memory. Plans get port channels where c->port says. Not thread-safe:
  * the runtime's launching thread. */

@@ -3,6 +3,7 @@
  * is, which transport makes it, and the exchange that maps every rank's
  * window on every rank. See window.h for the layout.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,22 +38,29 @@ void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, i
 }
 
 /* Generates the plans every call may need (root 0; other roots have the
- * same sizes) and returns the scratch and semaphores they take. */
-static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *nsems_out) {
-  size_t scratch = 0, nsems = 1;
+ * same sizes) and returns the scratch and semaphores they take: per peer
+ * channel, and per switch channel (0 without NVLS). */
+static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *nsems_out,
+                               size_t *sw_nsems_out) {
+  size_t scratch = 0, nsems = 1, sw_nsems = 0;
   for (uint8_t coll = 0; coll < BRD_IR_COLL_SENDRECV; coll++) {
     for (int a = 0; a < BRD_PLANS_NALGOS; a++) {
       for (int det = 0; det <= brd_ir_coll_traits(coll).reduction; det++) {
-        uint8_t algo = brd_plans_algos[a];
-        if (!brd_algos_available(coll, algo, det)) continue;
-        for (int p = 0; p < BRD_PLANS_NPROTOS; p++) {
-          for (int bi = 0; bi < rt->nb_count; bi++) {
-            const brd_ir_plan_t *plan;
-            CHECK(brd_plans_get(&rt->plans, coll, algo, brd_plans_protos[p],
-                                rt->nb_opts[bi], 0, det, &plan));
-            size_t s = brd_plan_scratch_bytes(plan);
-            if (s > scratch) scratch = s;
-            if (plan->nsems > nsems) nsems = plan->nsems;
+        for (int ll = 0; ll < 2; ll++) {
+          uint8_t algo = (uint8_t)(brd_plans_algos[a] | (ll ? BRD_ALGOS_LOWLAT : 0));
+          int nvls = brd_plans_algos[a] == BRD_IR_ALGO_NVLS;
+          if ((nvls && !rt->nvls) || !brd_algos_available(coll, algo, det)) continue;
+          /* NVLS plans are Simple whatever the protocol asked. */
+          for (int p = nvls ? BRD_PLANS_NPROTOS - 1 : 0; p < BRD_PLANS_NPROTOS; p++) {
+            for (int bi = 0; bi < rt->nb_count; bi++) {
+              const brd_ir_plan_t *plan;
+              CHECK(brd_plans_get(&rt->plans, coll, algo, brd_plans_protos[p],
+                                  rt->nb_opts[bi], 0, det, &plan));
+              size_t s = brd_plan_scratch_bytes(plan);
+              if (s > scratch) scratch = s;
+              if (nvls && plan->nsems > sw_nsems) sw_nsems = plan->nsems;
+              else if (!nvls && plan->nsems > nsems) nsems = plan->nsems;
+            }
           }
         }
       }
@@ -60,7 +68,42 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *n
   }
   *scratch_out = scratch;
   *nsems_out = nsems;
+  *sw_nsems_out = sw_nsems;
   return ncclSuccess;
+}
+
+/* NVLS (switch channels, device/ir.h): on when NCCL_NVLS_ENABLE asks and
+ * the backend and the communicator allow it. Host mode has no switch, so
+ * its emulation needs NCCL_NVLS_ENABLE=1 or NCCL_ALGO naming NVLS; every
+ * rank must share memory with every other (no port channel anywhere).
+ * The inputs are the same on every rank, so is the answer. INFO says why
+ * NVLS stays off when it was asked for. */
+static int nvls_decide(const struct ncclComm *comm, const struct brd_rt *rt) {
+  int64_t en = brd_param_int(BRD_P_NVLS_ENABLE);
+  int asked = en == 1 || brd_tune_mask_names(&rt->mask, BRD_ALGO_NVLS);
+  int n = comm->nranks;
+  char why[160] = "";
+  if (en == 0) {
+    if (asked) snprintf(why, sizeof(why), "NCCL_NVLS_ENABLE=0");
+  } else if (rt->be->switch_chans == BRD_BACKEND_SWITCH_NONE) {
+    snprintf(why, sizeof(why), "the %s backend has no switch channels (multicast) yet",
+             rt->be->name);
+  } else if (rt->be->switch_chans == BRD_BACKEND_SWITCH_EMULATED && !asked) {
+    return 0; /* automatic: no switch here */
+  } else if (n < 2 || n > BRD_ALGOS_NVLS_MAX_RANKS) {
+    snprintf(why, sizeof(why), "%d ranks (NVLS needs 2 to %d)", n, BRD_ALGOS_NVLS_MAX_RANKS);
+  } else if (rt->plans.port != NULL) {
+    snprintf(why, sizeof(why), "some ranks share no memory with each other (they talk over "
+             "the network); every rank must reach every other's memory");
+  } else {
+    INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NVLS, "rank %d: NVLS on: switch channels over %d "
+         "ranks (%s)", comm->rank, n, rt->be->switch_chans == BRD_BACKEND_SWITCH_NATIVE
+                                         ? "multicast" : "emulated in shared memory");
+    return 1;
+  }
+  if (asked || why[0] != '\0')
+    INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NVLS, "rank %d: NVLS off: %s", comm->rank, why);
+  return 0;
 }
 
 /* Point-to-point scratch per rank and the bytes of one piece. */
@@ -131,14 +174,17 @@ out:
 
 /* This rank's window record: the layout of window.h, for the plans'
  * scratch and semaphores. Returns the window's size. */
-static size_t window_layout(int n, size_t nsems, size_t scratch, size_t p2p_bytes,
-                            const brd_backend_caps_t *caps, int det, brd_window_rec_t *mw) {
+static size_t window_layout(int n, size_t nsems, size_t sw_nsems, size_t scratch,
+                            size_t p2p_bytes, const brd_backend_caps_t *caps, int det,
+                            brd_window_rec_t *mw) {
   mw->nsems = nsems;
   mw->sem_off = 0;
   mw->p2p_sem_off = (uint64_t)n * nsems * sizeof(uint64_t);
   mw->xchg_off = mw->p2p_sem_off + (uint64_t)n * 2 * sizeof(uint64_t);
-  mw->scratch_off = (mw->xchg_off + (uint64_t)n * BRD_IR_XCHG_WORDS * sizeof(uint64_t) +
-                     4095) & ~(uint64_t)4095;
+  mw->sw_sem_off = mw->xchg_off + (uint64_t)n * BRD_IR_XCHG_WORDS * sizeof(uint64_t);
+  mw->sw_nsems = sw_nsems;
+  mw->scratch_off = (mw->sw_sem_off + (uint64_t)sw_nsems * n * sizeof(uint64_t) + 4095) &
+                    ~(uint64_t)4095;
   mw->scratch_bytes = (scratch + 4095) & ~(size_t)4095;
   mw->p2p_off = mw->scratch_off + mw->scratch_bytes;
   mw->p2p_bytes = (p2p_bytes + 4095) & ~(size_t)4095;
@@ -159,16 +205,17 @@ static ncclResult_t window_agree(int me, int r, const brd_window_rec_t *mw,
                                  const brd_window_rec_t *w) {
   if (w->nsems == mw->nsems && w->stage_bytes == mw->stage_bytes &&
       w->scratch_bytes == mw->scratch_bytes && w->p2p_bytes == mw->p2p_bytes &&
-      w->deterministic == mw->deterministic && w->nb_max == mw->nb_max)
+      w->deterministic == mw->deterministic && w->nb_max == mw->nb_max &&
+      w->sw_nsems == mw->sw_nsems)
     return ncclSuccess;
   WARN("rank %d and rank %d disagree on channel sizes (semaphores %zu "
        "vs %zu, scratch %zu vs %zu, staging %zu vs %zu, deterministic "
-       "%d vs %d); give every rank the same NCCL_BUFFSIZE, "
-       "NCCL_LL_BUFFSIZE, BRAID_HOST_STAGING, BRAID_CUDA_STAGING and "
-       "BRAID_DETERMINISTIC", me, r, (size_t)mw->nsems, (size_t)w->nsems,
-       (size_t)mw->scratch_bytes, (size_t)w->scratch_bytes,
-       (size_t)mw->stage_bytes, (size_t)w->stage_bytes,
-       (int)mw->deterministic, (int)w->deterministic);
+       "%d vs %d, switch semaphores %zu vs %zu); give every rank the same "
+       "NCCL_BUFFSIZE, NCCL_LL_BUFFSIZE, BRAID_HOST_STAGING, BRAID_CUDA_STAGING, "
+       "BRAID_DETERMINISTIC, NCCL_NVLS_ENABLE and NCCL_ALGO", me, r, (size_t)mw->nsems,
+       (size_t)w->nsems, (size_t)mw->scratch_bytes, (size_t)w->scratch_bytes,
+       (size_t)mw->stage_bytes, (size_t)w->stage_bytes, (int)mw->deterministic,
+       (int)w->deterministic, (size_t)mw->sw_nsems, (size_t)w->sw_nsems);
   return ncclInvalidUsage;
 }
 
@@ -207,7 +254,7 @@ static ncclResult_t window_exchange(struct ncclComm *comm, struct brd_rt *rt) {
 ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   ncclResult_t res = ncclSuccess;
   int n = comm->nranks, me = comm->rank;
-  size_t scratch, nsems, p2p_bytes;
+  size_t scratch, nsems, sw_nsems, p2p_bytes;
   brd_backend_caps_t caps;
   struct brd_backend *bk = NULL;
   CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO), &rt->mask));
@@ -233,7 +280,9 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
             (uint8_t)(q != r && brd_transport_host_port(&comm->peers[q], &comm->peers[r]));
     if (any) rt->plans.port = rt->port_matrix;
   }
-  CHECK_GOTO(plans_size(rt, &scratch, &nsems), res, fail);
+  rt->nvls = nvls_decide(comm, rt);
+  rt->topo.nvls = rt->nvls;
+  CHECK_GOTO(plans_size(rt, &scratch, &nsems, &sw_nsems), res, fail);
   CHECK_GOTO(p2p_size(n, me, &p2p_bytes, &rt->p2p_piece), res, fail);
 
   rt->win = calloc((size_t)n, sizeof(*rt->win));
@@ -249,7 +298,8 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
     goto fail;
   }
   brd_window_rec_t *mw = &rt->win[me];
-  size_t total = window_layout(n, nsems, scratch, p2p_bytes, &caps, rt->deterministic, mw);
+  size_t total = window_layout(n, nsems, sw_nsems, scratch, p2p_bytes, &caps,
+                               rt->deterministic, mw);
   /* GPU peer-to-peer when every pair has it, else host memory (threads of
    * this process, or processes), and port channels over the net to the
    * peers that share no memory with this rank: chosen once per runtime. */
@@ -316,6 +366,8 @@ void brd_window_disconnect(struct brd_rt *rt) {
   free(rt->port_matrix);
   rt->port_matrix = NULL;
   rt->plans.port = NULL;
+  rt->nvls = 0;
+  rt->topo.nvls = 0;
   rt->port = NULL;
   rt->ports = NULL;
   rt->nports = 0;

@@ -7,11 +7,18 @@
  *   [ inbound semaphores: nranks x nsems x 8 bytes ]
  *   [ point-to-point semaphores: nranks x 2 x 8 bytes ]
  *   [ output exchange slots: nranks x BRD_IR_XCHG_WORDS x 8 bytes ]
+ *   [ switch semaphores: sw_nsems x nranks x 8 bytes (NVLS only) ]
  *   [ scratch: the largest any collective plan needs, both phases ]
  *   [ point-to-point scratch: BRD_ALGOS_SENDRECV_DEPTH slots per sender ]
  *   [ staging output: two halves of stage_bytes ]
  *
  * Peers reach a rank's scratch, semaphores and output through this window.
+ * With NVLS on (rt->nvls), the window also holds the switch semaphores
+ * (device/ir.h, "Switch channels"): semaphore i is nranks words, word m
+ * written only by rank m, in every rank's window at once (MC_BARRIER);
+ * a switch channel's members are every rank's scratch and switch
+ * semaphores, in rank order (works.c). On a GPU these would be the
+ * multicast mapping's copies; host mode addresses each rank's window.
  * All ranks create the runtime at their first launch, agree on what every
  * rank can do, allgather their window records and map each other's
  * windows; from then on they generate the same plans and reserve the same
@@ -40,6 +47,8 @@ typedef struct brd_window_rec {
   uint64_t nsems;       /* inbound semaphores per peer */
   uint64_t p2p_sem_off; /* 2 per peer */
   uint64_t xchg_off;    /* output exchange slots, one per peer (device/ir.h) */
+  uint64_t sw_sem_off;  /* switch semaphores: sw_nsems x nranks words */
+  uint64_t sw_nsems;    /* 0 without NVLS */
   uint64_t svc_pid;     /* registration service (brd_reg_svc_create); 0: none */
   uint64_t svc_serial;
   uint64_t scratch_off;
@@ -81,7 +90,10 @@ struct brd_rt {
   brd_window_rec_t *win;        /* owned: [nranks] every rank's record */
   brd_plan_cache_t plans;       /* generated plans */
   brd_tune_mask_t mask;
-  brd_tune_topo_t topo;
+  brd_tune_topo_t topo;         /* topo.nvls: NVLS plans may run (nvls) */
+  int nvls;                     /* switch channels on (NCCL_NVLS_ENABLE,
+                                 * the backend, every rank sharing memory
+                                 * with every other): the same on every rank */
   int deterministic;            /* BRAID_DETERMINISTIC, same on every rank */
   brd_works_seq_t seq;
   size_t p2p_piece;             /* bytes per point-to-point piece (slot) */

@@ -16,10 +16,31 @@
 static int is_reduction(uint8_t coll) { return brd_ir_coll_traits(coll).reduction; }
 static int is_rooted(uint8_t coll) { return brd_ir_coll_traits(coll).rooted; }
 
+/* NCCL's names of a datatype and a reduction, for messages. */
+static const char *dtype_name(int dt) {
+  static const char *const names[] = {"ncclInt8",    "ncclUint8",    "ncclInt32",
+                                      "ncclUint32",  "ncclInt64",    "ncclUint64",
+                                      "ncclFloat16", "ncclFloat32",  "ncclFloat64",
+                                      "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
+  return dt >= 0 && dt < (int)(sizeof(names) / sizeof(names[0])) ? names[dt] : "unknown";
+}
+
+static const char *redop_name(int op) {
+  switch (op) {
+  case ncclSum: return "ncclSum";
+  case ncclProd: return "ncclProd";
+  case ncclMax: return "ncclMax";
+  case ncclMin: return "ncclMin";
+  case ncclAvg: return "ncclAvg";
+  default: return "a PreMulSum op";
+  }
+}
+
 /* See works.h. */
 void brd_works_free(brd_works_t *ws) {
   for (int i = 0; i < ws->n; i++) {
     free(ws->w[i].chans);
+    free(ws->w[i].members);
     free(ws->w[i].chan_epoch);
     free(ws->w[i].segs);
     brd_plan_destroy(ws->w[i].plan_owned);
@@ -64,12 +85,45 @@ static ncclResult_t work_add(brd_works_t *ws, const brd_ir_plan_t *plan, int ran
 
 static int is_multi_out(uint8_t coll) { return brd_ir_coll_traits(coll).out_segs_all; }
 
+/* The plan's switch channel on `rank`, or -1. */
+static int switch_chan(const brd_ir_plan_t *plan, int rank) {
+  for (uint32_t c = 0; c < brd_ir_plan_rank(plan, rank)->nchans; c++)
+    if (brd_ir_plan_chan(plan, rank, (int)c)->type == BRD_IR_CHAN_SWITCH) return (int)c;
+  return -1;
+}
+
 /* The algorithm and protocol for a call (tuner, overrides, determinism). */
 static ncclResult_t choose(const brd_works_view_t *v, const brd_call_t *c, uint8_t coll,
                            int pipe_ops, brd_tune_choice_t *choice_out, int *nchannels_out) {
   size_t bytes = c->count * brd_dtype_size(c->dtype);
   int det = v->deterministic && is_reduction(coll);
   uint32_t avail = brd_plans_available(coll, det);
+  /* NVLS plans only where the runtime turned switch channels on, and only
+   * for what multimem can reduce (NCCL's rule); otherwise the others. */
+  if (avail & BRD_ALGO_BIT(BRD_ALGO_NVLS)) {
+    int redop = is_reduction(coll) ? (c->premul ? BRD_REDOP_PREMULSUM : (int)c->op) : ncclSum;
+    if (!v->topo->nvls) {
+      avail &= ~BRD_ALGO_BIT(BRD_ALGO_NVLS);
+    } else if (!brd_algos_nvls_supported(coll, c->dtype, redop)) {
+      avail &= ~BRD_ALGO_BIT(BRD_ALGO_NVLS);
+      if ((v->mask->algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_NVLS)) && v->nranks > 1 &&
+          (v->mask->algos[c->coll] & avail) == 0) {
+        /* NCCL's answer when NCCL_ALGO leaves nothing that can run it. */
+        WARN("%s : no algorithm/protocol available for datatype %s with %s: NCCL_ALGO "
+             "(%s) allows only NVLS here, and NVLS cannot reduce them (sum on 32- and "
+             "64-bit integers, f16, bf16, f32 and f64, min/max on those integers, f16 and "
+             "bf16); allow another algorithm or unset NCCL_ALGO", c->fn,
+             dtype_name(c->dtype), redop_name(redop), v->mask->algo_env);
+        return ncclInvalidUsage;
+      }
+      if (v->mask->algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_NVLS))
+        INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_NVLS | BRD_SUBSYS_TUNING,
+             "%s : NVLS cannot reduce %s with %s (multimem reduces sum on 32- and 64-bit "
+             "integers, f16, bf16, f32 and f64, min/max on those integers, f16 and bf16); "
+             "using the other algorithms NCCL_ALGO allows", c->fn, dtype_name(c->dtype),
+             redop_name(redop));
+    }
+  }
   if (coll != BRD_IR_COLL_ALLREDUCE && coll != BRD_IR_COLL_BROADCAST &&
       coll != BRD_IR_COLL_REDUCE)
     bytes *= (size_t)v->nranks; /* NCCL tunes these on the larger buffer */
@@ -96,13 +150,30 @@ static ncclResult_t choose(const brd_works_view_t *v, const brd_call_t *c, uint8
 /* Fills the channels of a collective work: peers' scratch, staging half of
  * `phase` (or, with peer_out, their registered output buffers) and
  * semaphores, from the window records. */
-static void coll_chans(const brd_works_view_t *v,
-                       const brd_ir_plan_t *plan, uint32_t phase, char **peer_out,
-                       brd_work_t *w) {
+static ncclResult_t coll_chans(const brd_works_view_t *v,
+                               const brd_ir_plan_t *plan, uint32_t phase, char **peer_out,
+                               brd_work_t *w) {
   int me = v->rank;
   const brd_window_rec_t *mw = &v->win[me];
   const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
   for (uint32_t ch = 0; ch < pr->nchans; ch++) {
+    if (brd_ir_plan_chan(plan, me, (int)ch)->type == BRD_IR_CHAN_SWITCH) {
+      /* Every member's copy: each rank's scratch and switch semaphores,
+       * in rank order, as mapped here (window.h). */
+      int n = v->nranks;
+      w->members = calloc(2 * (size_t)n, sizeof(*w->members));
+      if (w->members == NULL) {
+        WARN("out of host memory for the %d members of a switch channel", n);
+        return ncclSystemError;
+      }
+      for (int m = 0; m < n; m++) {
+        w->members[m] = v->base[m] + v->win[m].scratch_off;
+        w->members[n + m] = v->base[m] + v->win[m].sw_sem_off;
+      }
+      w->chans[ch].member_scratch = w->members;
+      w->chans[ch].member_ssems = (_Atomic uint64_t *const *)(w->members + n);
+      continue;
+    }
     int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
     char *pw = v->base[p];
     const brd_window_rec_t *pwr = &v->win[p];
@@ -115,6 +186,7 @@ static void coll_chans(const brd_works_view_t *v,
                         (size_t)p * mw->nsems;
     w->chans[ch].port = v->ports != NULL ? v->ports[p] : NULL;
   }
+  return ncclSuccess;
 }
 
 /* Every rank's copy of registered buffer [buf, buf + bytes) as mapped here
@@ -246,6 +318,8 @@ static ncclResult_t exchange_output(const brd_works_view_t *v,
   if (n == 1 || !v->reg.any || coll == BRD_IR_COLL_REDUCE ||
       coll == BRD_IR_COLL_GATHER || coll == BRD_IR_COLL_SCATTER)
     return ncclSuccess;
+  /* A switch plan writes only its own output: nothing to exchange. */
+  if (switch_chan(plan, v->rank) >= 0) return ncclSuccess;
   for (int r = 0; r < n; r++)
     if (brd_ir_plan_rank(plan, r)->nchans > BRD_IR_XCHG_MAX_CHANS) return ncclSuccess;
   size_t bytes = c->count * brd_dtype_size(c->dtype) * (is_multi_out(coll) ? (size_t)n : 1);
@@ -298,7 +372,15 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
   for (int i = 0; i < v->nb_count; i++)
     if (v->nb_opts[i] <= want) nb = v->nb_opts[i];
   const brd_ir_plan_t *plan;
-  CHECK(brd_plans_get(plans, coll, (uint8_t)choice.algo, (uint8_t)choice.proto, nb, root,
+  uint8_t algo = (uint8_t)choice.algo;
+  /* NVLS all-reduce: the one-barrier plan while latency dominates. */
+  if (choice.algo == BRD_ALGO_NVLS && coll == BRD_IR_COLL_ALLREDUCE &&
+      brd_tune_nvls_lowlat(v->topo, bytes)) {
+    algo |= BRD_ALGOS_LOWLAT;
+    INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_NVLS, "%s : rank %d: low-latency NVLS all-reduce "
+         "(%zu bytes)", c->fn, me, bytes);
+  }
+  CHECK(brd_plans_get(plans, coll, algo, (uint8_t)choice.proto, nb, root,
                  v->deterministic, &plan));
   if (brd_plan_scratch_bytes(plan) > v->win[me].scratch_bytes) {
     WARN("%s : plan needs %zu scratch bytes, the window has %zu", c->fn,
@@ -336,8 +418,9 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
   int xchg = 0;
   if (peer_out == NULL)
     CHECK_GOTO(exchange_output(v, c, coll, plan, &remote, &xchg), res, out);
-  /* Registered inputs too: a zero-copy plan reads them in place. */
-  if (peer_out != NULL) {
+  /* Registered inputs too: a zero-copy plan reads them in place (not
+   * instead of a switch plan the tuner chose). */
+  if (peer_out != NULL && choice.algo != BRD_ALGO_NVLS) {
     uint8_t zc_algo = 0;
     CHECK_GOTO(peer_input(v, c, coll, peer_out, &peer_in, &zc_algo), res, out);
     if (peer_in != NULL)
@@ -357,7 +440,7 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
      * are the bases of both halves. */
     uint32_t phase = v->device_seq ? 0 : seq->phase;
     seq->phase ^= 1u;
-    coll_chans(v, plan, phase, peer_out, w);
+    CHECK_GOTO(coll_chans(v, plan, phase, peer_out, w), res, out);
     if (xchg) {
       const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
       for (uint32_t ch = 0; ch < pr->nchans; ch++) {

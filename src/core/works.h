@@ -66,6 +66,9 @@
 typedef struct brd_work {
   brd_exec_args_t args;
   brd_exec_chan_t *chans;     /* owned: [the plan's channels of this rank] */
+  void **members;             /* owned: a switch channel's member copies,
+                               * [nranks] scratch bases then [nranks]
+                               * switch semaphore arrays; NULL without one */
   uint64_t *chan_epoch;       /* owned: point-to-point only */
   brd_exec_seg_t *segs;       /* owned: point-to-point only, sends then receives
                                * of the round's batch */

@@ -142,6 +142,15 @@ static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
            "same collective, or raise BRAID_TIMEOUT",
            h->rank, h->block, limit, peer, index,
            (unsigned long long)expected, (unsigned long long)seen, peer);
+    } else if (what == BRD_EXEC_WAIT_SWITCH) {
+      WARN("rank %d block %d op %d (iteration %llu): no progress for %.0f s "
+           "at switch barrier %d waiting for rank %d's word to reach %llu; it "
+           "holds %llu. Rank %d stopped making progress: check that every rank "
+           "called the same collective with the same count, datatype and op, "
+           "or raise BRAID_TIMEOUT",
+           h->rank, h->block, h->op, (unsigned long long)h->iter,
+           l->timeout_s, index, peer, (unsigned long long)expected,
+           (unsigned long long)seen, peer);
     } else {
       WARN("rank %d block %d op %d (iteration %llu): no progress for %.0f s "
            "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
@@ -354,8 +363,160 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
   return ncclSuccess;
 }
 
+/* ---- switch channels (device/ir.h) ----------------------------------------
+ * Every member's copy is addressed directly (chans[c].member_scratch and
+ * member_ssems): ld_reduce reads the slot in every copy, st writes every
+ * copy, red combines into every copy with a compare-and-swap loop per
+ * element. */
+
+/* Slot index+t of member m's copy, for a ref through the switch channel. */
+static char *member_slot(const blk_ctx_t *b, const brd_ir_ref_t *ref, uint32_t t, int m) {
+  const brd_exec_run_t *l = b->l;
+  return brd_ir_slot_addr(&l->view, (char *)l->args.chans[ref->chan].member_scratch[m],
+                          ref->index + t);
+}
+
+static int ref_is_switch(const blk_ctx_t *b, const brd_ir_ref_t *ref) {
+  const brd_exec_run_t *l = b->l;
+  return ref->chan != BRD_IR_CHAN_LOCAL &&
+         brd_ir_plan_chan(l->args.plan, l->args.rank, ref->chan)->type == BRD_IR_CHAN_SWITCH;
+}
+
+/* *addr = *addr (op) *val for one element of esize bytes, atomically:
+ * a compare-and-swap loop on the element's own width. */
+static void red_element(const brd_reduce_op_t *op, char *addr, const char *val, size_t esize) {
+  _Alignas(8) char old[8], sum[8];
+  const void *srcs[2] = {old, val};
+  switch (esize) {
+  case 1: {
+    uint8_t o = __atomic_load_n((uint8_t *)addr, __ATOMIC_RELAXED), n;
+    do {
+      memcpy(old, &o, 1);
+      brd_reduce_host_apply(op, sum, srcs, 2, 0, 0, 1);
+      memcpy(&n, sum, 1);
+    } while (!__atomic_compare_exchange_n((uint8_t *)addr, &o, n, 0, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    break;
+  }
+  case 2: {
+    uint16_t o = __atomic_load_n((uint16_t *)addr, __ATOMIC_RELAXED), n;
+    do {
+      memcpy(old, &o, 2);
+      brd_reduce_host_apply(op, sum, srcs, 2, 0, 0, 1);
+      memcpy(&n, sum, 2);
+    } while (!__atomic_compare_exchange_n((uint16_t *)addr, &o, n, 0, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    break;
+  }
+  case 4: {
+    uint32_t o = __atomic_load_n((uint32_t *)addr, __ATOMIC_RELAXED), n;
+    do {
+      memcpy(old, &o, 4);
+      brd_reduce_host_apply(op, sum, srcs, 2, 0, 0, 1);
+      memcpy(&n, sum, 4);
+    } while (!__atomic_compare_exchange_n((uint32_t *)addr, &o, n, 0, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    break;
+  }
+  default: {
+    uint64_t o = __atomic_load_n((uint64_t *)addr, __ATOMIC_RELAXED), n;
+    do {
+      memcpy(old, &o, 8);
+      brd_reduce_host_apply(op, sum, srcs, 2, 0, 0, 1);
+      memcpy(&n, sum, 8);
+    } while (!__atomic_compare_exchange_n((uint64_t *)addr, &o, n, 0, __ATOMIC_RELAXED,
+                                          __ATOMIC_RELAXED));
+    break;
+  }
+  }
+}
+
+/* MC_REDUCE, MC_STORE, MC_RED. */
+static ncclResult_t run_switch_data(blk_ctx_t *b, const brd_ir_op_t *op) {
+  brd_exec_run_t *l = b->l;
+  int n = l->args.plan->nranks;
+  size_t esize = l->view.layout.esize;
+  int post = (op->flags & BRD_IR_F_POSTOP) != 0;
+  int mc_reduce = op->code == BRD_IR_OP_MC_REDUCE;
+  if (mc_reduce && n > 32) {
+    WARN("rank %d block %d op %d: MC_REDUCE over %d members; the host executor "
+         "reduces at most 32", l->args.rank, b->block, b->opi, n);
+    return ncclInternalError;
+  }
+  /* Only an INPUT source carries the pre-op (exec_host.c's rule). */
+  uint32_t pre_mask = !mc_reduce && (op->ref[0].buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT;
+  _Alignas(16) char result[TILE_BYTES];
+  for (uint32_t t = 0; t < op->nchunks; t++) {
+    size_t nbytes = brd_ir_op_chunk_len(&l->view, op, b->iter, t) * esize;
+    if (nbytes == 0) continue;
+    const char *src[32];
+    int nsrc = 1;
+    if (mc_reduce) {
+      nsrc = n;
+      for (int m = 0; m < n; m++) src[m] = member_slot(b, &op->ref[0], t, m);
+    } else {
+      src[0] = ref_addr(b, &op->ref[0], t);
+    }
+    for (size_t off = 0; off < nbytes; off += TILE_BYTES) {
+      size_t len = nbytes - off < TILE_BYTES ? nbytes - off : TILE_BYTES;
+      const void *tile[32];
+      for (int s = 0; s < nsrc; s++) tile[s] = src[s] + off;
+      const char *res = tile[0];
+      if (nsrc > 1 || (pre_mask && l->op.fn == BRD_REDUCE_FN_PREMULSUM) ||
+          (post && l->op.fn == BRD_REDUCE_FN_SUMPOSTDIV)) {
+        brd_reduce_host_apply(&l->op, result, tile, nsrc, pre_mask, post, len / esize);
+        res = result;
+      }
+      for (int d = op->nsrc; d < op->nsrc + op->ndst; d++) {
+        const brd_ir_ref_t *ref = &op->ref[d];
+        if (!ref_is_switch(b, ref)) {
+          char *dst = ref_addr(b, ref, t) + off;
+          if (dst != res) memmove(dst, res, len);
+          continue;
+        }
+        for (int m = 0; m < n; m++) {
+          char *dst = member_slot(b, ref, t, m) + off;
+          if (op->code == BRD_IR_OP_MC_RED) {
+            for (size_t e = 0; e < len; e += esize) red_element(&l->op, dst + e, res + e, esize);
+          } else if (dst != res) {
+            memmove(dst, res, len);
+          }
+        }
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
+/* MC_BARRIER: this rank's word of switch semaphore `index` in every
+ * member's copy gets seq(it, k) (release); then every member's word in
+ * this rank's copy must reach it (acquire). */
+static ncclResult_t run_mc_barrier(blk_ctx_t *b, const brd_ir_op_t *op) {
+  brd_exec_run_t *l = b->l;
+  int n = l->args.plan->nranks, me = l->args.rank;
+  const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
+  size_t word = (size_t)op->ref[0].index * (size_t)n;
+  uint64_t value = brd_ir_sem_value(&l->view, op->ref[0].chan, b->iter, op->k);
+  for (int m = 0; m < n; m++)
+    atomic_store_explicit(&ch->member_ssems[m][word + (size_t)me], value, memory_order_release);
+  _Atomic uint64_t *own = ch->member_ssems[me] + word;
+  for (int m = 0; m < n; m++) {
+    spin_t s = {0, 0};
+    uint64_t v;
+    while ((v = atomic_load_explicit(&own[m], memory_order_acquire)) < value) {
+      ncclResult_t res = spin_step(b, &s);
+      if (res == ncclInProgress)
+        return report_hang(b, BRD_EXEC_WAIT_SWITCH, m, op->ref[0].index, value, v);
+      if (res != ncclSuccess) return res;
+    }
+  }
+  return ncclSuccess;
+}
+
 static ncclResult_t run_op(blk_ctx_t *b, const brd_ir_op_t *op) {
   if (brd_ir_op_is_data(op->code)) return run_data(b, op);
+  if (op->code == BRD_IR_OP_MC_BARRIER) return run_mc_barrier(b, op);
+  if (brd_ir_op_is_switch(op->code)) return run_switch_data(b, op);
   switch (op->code) {
   case BRD_IR_OP_NOP: return ncclSuccess;
   case BRD_IR_OP_WAIT: return run_wait(b, op);
@@ -421,6 +582,15 @@ ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
       return ncclInvalidArgument;
     }
     for (uint32_t c = 0; c < brd_ir_plan_rank(p, args->rank)->nchans; c++) {
+      int sw = brd_ir_plan_chan(p, args->rank, (int)c)->type == BRD_IR_CHAN_SWITCH;
+      if (sw && (args->chans[c].member_scratch == NULL ||
+                 args->chans[c].member_ssems == NULL || args->xchg)) {
+        WARN("host executor: rank %d channel %u is a switch channel, but the launch "
+             "gives no member copies (or exchanges outputs, which switch plans never "
+             "need)", args->rank, c);
+        return ncclInvalidArgument;
+      }
+      if (sw) continue;
       int port = brd_ir_plan_chan(p, args->rank, (int)c)->type == BRD_IR_CHAN_PORT;
       if (port != (args->chans[c].port != NULL)) {
         WARN("host executor: rank %d channel %u is a %s channel in the plan but %s at "

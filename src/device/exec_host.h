@@ -45,6 +45,18 @@
  * an acquire load; LL packets are 8-byte atomic stores and loads (release /
  * acquire) of data and flag together; BARRIER is an acq_rel counter.
  *
+ * Switch channels (device/ir.h): the launch gives, for the rank's switch
+ * channel, every member's scratch base and switch semaphores
+ * (member_scratch, member_ssems; rank order). MC_REDUCE reduces the slot
+ * over every member's copy in rank order (with the post-op when flagged)
+ * and stores to its local destinations and to every copy of its switch
+ * destinations; MC_STORE writes every copy; MC_RED combines element by
+ * element with a compare-and-swap loop on the element's width (1, 2, 4 or
+ * 8 bytes); MC_BARRIER release-stores seq(it, k) into the rank's word in
+ * every copy, then waits (deadline, abort, hang report BRD_EXEC_WAIT_SWITCH
+ * naming the member) until every member's word in its own copy reaches it.
+ * A switch launch never exchanges outputs (args.xchg must be 0).
+ *
  * Errors: a wait that sees no progress for the timeout returns
  * ncclRemoteError (a peer stopped making progress, as NCCL reports a lost
  * peer), fills the hang report and WARNs with it; the other blocks of the

@@ -251,7 +251,8 @@ enum {
    *   one slot between two barriers combine in any order. Sum, min and
    *   max only (no post-op). */
   BRD_IR_OP_MC_RED = 13,
-  /* MC_BARRIER: ref[0] = {SEM, switch chan, index}: store seq(it, k) into
+  /* MC_BARRIER: ref[0] = {SEM, switch chan, index}, its one destination
+   *   (nsrc 0, ndst 1, as SIGNAL), k >= 1: store seq(it, k) into
    *   this rank's word of switch semaphore `index` in every member's copy
    *   (release, after every earlier op's writes, multicast writes
    *   included), then wait until this rank's own copy holds at least
@@ -264,7 +265,9 @@ enum {
  * data ops (COPY .. PKT_REDUCE) move chunks between references, ref[0 ..
  * nsrc) read and ref[nsrc .. nsrc + ndst) written; sync ops (SIGNAL,
  * WAIT) name one semaphore in ref[0]; NOP and BARRIER name nothing. The
- * executors run these classes and reject the reserved codes (FLUSH, MC_*). */
+ * executors run these classes and reject FLUSH; the switch ops (MC_*) run
+ * where the executor has switch channels (the host executor; the CUDA
+ * executor rejects them until it maps multicast objects). */
 static inline BRD_IR_HD int brd_ir_op_is_data(unsigned code) {
   return code >= BRD_IR_OP_COPY && code <= BRD_IR_OP_PKT_REDUCE;
 }
@@ -321,8 +324,10 @@ enum {
  * multicast mapping of the window; the host executor and the CUDA
  * simulator address every member's copy instead. Plans with a switch
  * channel use the SIMPLE protocol and the operators the NVLS rules allow
- * (sum on every type but 8-bit ones; min/max on integers, f16, bf16);
- * the plan cache asks the eligibility rule before choosing one. */
+ * (sum on every type but 8-bit ones; min/max on 32- and 64-bit integers,
+ * f16, bf16);
+ * the runtime asks the eligibility rule (brd_algos_nvls_supported) before
+ * choosing one. */
 
 /* Op flags. */
 #define BRD_IR_F_POSTOP 0x01u /* apply the reduction's post-op to the result */

@@ -71,15 +71,10 @@ void brd_plan_builder_destroy(brd_plan_builder_t *b) {
   free(b);
 }
 
-/* See plan.h. */
-ncclResult_t brd_plan_chan_get(brd_plan_builder_t *b, int rank, int peer,
-                               uint8_t *chan_out) {
-  if (rank < 0 || rank >= b->shape.nranks || peer < 0 ||
-      peer >= b->shape.nranks || peer == rank) {
-    WARN("plan builder: no channel from rank %d to rank %d in a plan of %d "
-         "ranks", rank, peer, b->shape.nranks);
-    return ncclInternalError;
-  }
+/* Index of `peer` (a rank or BRD_IR_SWITCH_PEER) in rank's table, added
+ * the first time. */
+static ncclResult_t chan_find_add(brd_plan_builder_t *b, int rank, int peer,
+                                  uint8_t *chan_out) {
   struct rank_chans *rc = &b->ranks[rank];
   for (uint32_t i = 0; i < rc->n; i++) {
     if (rc->peers[i] == peer) {
@@ -107,6 +102,28 @@ ncclResult_t brd_plan_chan_get(brd_plan_builder_t *b, int rank, int peer,
   *chan_out = (uint8_t)rc->n;
   rc->n++;
   return ncclSuccess;
+}
+
+/* See plan.h. */
+ncclResult_t brd_plan_chan_get(brd_plan_builder_t *b, int rank, int peer,
+                               uint8_t *chan_out) {
+  if (rank < 0 || rank >= b->shape.nranks || peer < 0 ||
+      peer >= b->shape.nranks || peer == rank) {
+    WARN("plan builder: no channel from rank %d to rank %d in a plan of %d "
+         "ranks", rank, peer, b->shape.nranks);
+    return ncclInternalError;
+  }
+  return chan_find_add(b, rank, peer, chan_out);
+}
+
+/* See plan.h. */
+ncclResult_t brd_plan_chan_switch(brd_plan_builder_t *b, int rank, uint8_t *chan_out) {
+  if (rank < 0 || rank >= b->shape.nranks) {
+    WARN("plan builder: no switch channel for rank %d in a plan of %d ranks", rank,
+         b->shape.nranks);
+    return ncclInternalError;
+  }
+  return chan_find_add(b, rank, BRD_IR_SWITCH_PEER, chan_out);
 }
 
 /* See plan.h. */
@@ -165,6 +182,7 @@ static ncclResult_t ref_resolve(brd_plan_builder_t *b, int rank,
   }
   out->buf = in->buf;
   out->index = (uint16_t)in->index;
+  if (in->peer == BRD_PLAN_PEER_SWITCH) return brd_plan_chan_switch(b, rank, &out->chan);
   if (in->peer < 0) {
     out->chan = BRD_IR_CHAN_LOCAL;
     return ncclSuccess;
@@ -310,7 +328,8 @@ ncclResult_t brd_plan_builder_finish(const brd_plan_builder_t *b,
     ranks[r].nchans = b->ranks[r].n;
     for (uint32_t i = 0; i < b->ranks[r].n; i++) {
       chans[c].peer = b->ranks[r].peers[i];
-      chans[c].type = BRD_IR_CHAN_MEMORY;
+      chans[c].type = chans[c].peer == BRD_IR_SWITCH_PEER ? BRD_IR_CHAN_SWITCH
+                                                          : BRD_IR_CHAN_MEMORY;
       c++;
     }
   }
@@ -356,6 +375,7 @@ int brd_plan_chans_mark(brd_ir_plan_t *plan, const uint8_t *port) {
     const brd_ir_rank_t *rk = brd_ir_plan_rank(plan, r);
     brd_ir_chan_t *chans = (brd_ir_chan_t *)((char *)plan + plan->chan_off) + rk->chan_first;
     for (uint32_t c = 0; c < rk->nchans; c++) {
+      if (chans[c].type == BRD_IR_CHAN_SWITCH) continue; /* no port carries one */
       int is_port = port[(size_t)r * plan->nranks + (size_t)chans[c].peer] != 0;
       chans[c].type = is_port ? BRD_IR_CHAN_PORT : BRD_IR_CHAN_MEMORY;
       nport += is_port;

@@ -17,7 +17,8 @@
  *   ... brd_plan_destroy(plan);
  *
  * Channels are created on demand: naming a peer rank in a sync op or a
- * move ref adds a memory channel rank -> peer to the rank's table once.
+ * move ref adds a memory channel rank -> peer to the rank's table once;
+ * naming BRD_PLAN_PEER_SWITCH adds the rank's switch channel once.
  */
 #ifndef BRD_PLAN_PLAN_H
 #define BRD_PLAN_PLAN_H
@@ -46,10 +47,12 @@ typedef struct brd_plan_shape {
 
 typedef struct brd_plan_builder brd_plan_builder_t;
 
-/* A buffer reference with the peer named by rank (-1: this rank). */
+/* A buffer reference with the peer named by rank (-1: this rank;
+ * BRD_PLAN_PEER_SWITCH: every rank's copy, through the switch channel). */
+#define BRD_PLAN_PEER_SWITCH (-2)
 typedef struct brd_plan_ref {
   uint8_t buf;    /* BRD_IR_BUF_* | BRD_IR_REF_LL */
-  int peer;       /* -1 for local */
+  int peer;       /* -1 for local, BRD_PLAN_PEER_SWITCH for the switch */
   uint32_t index; /* chunk or slot */
 } brd_plan_ref_t;
 
@@ -93,6 +96,11 @@ void brd_plan_builder_destroy(brd_plan_builder_t *b);
  * ncclSystemError when out of memory. */
 ncclResult_t brd_plan_chan_get(brd_plan_builder_t *b, int rank, int peer,
                                uint8_t *chan_out);
+
+/* Channel index of rank's switch channel (BRD_IR_CHAN_SWITCH, peer
+ * BRD_IR_SWITCH_PEER; device/ir.h), adding it the first time. Codes as
+ * brd_plan_chan_get. */
+ncclResult_t brd_plan_chan_switch(brd_plan_builder_t *b, int rank, uint8_t *chan_out);
 
 /* Appends one IR op, already in channel terms, to (rank, block). */
 ncclResult_t brd_plan_op_add(brd_plan_builder_t *b, int rank, int block,

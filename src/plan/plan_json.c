@@ -838,7 +838,12 @@ static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
       pathf(cp, "ranks[%d].chans[%u]", r, i);
       CHECK_GOTO(want(c, cp, ch, J_OBJ), res, out);
       CHECK_GOTO(obj_keys(c, cp, ch, chan_keys, NELEM(chan_keys)), res, out);
-      CHECK_GOTO(get_int(c, cp, ch, "peer", 1, 0, 0, nranks - 1, &peer), res, out);
+      CHECK_GOTO(get_name(c, cp, ch, "type", 0, BRD_IR_CHAN_MEMORY, chan_names,
+                          NELEM(chan_names), &type), res, out);
+      /* A switch channel reaches every rank: its peer is BRD_IR_SWITCH_PEER. */
+      int sw = type == BRD_IR_CHAN_SWITCH;
+      CHECK_GOTO(get_int(c, cp, ch, "peer", 1, 0, sw ? BRD_IR_SWITCH_PEER : 0,
+                         sw ? BRD_IR_SWITCH_PEER : nranks - 1, &peer), res, out);
       if (peer == r) {
         res = fail(c, ncclInvalidArgument, cp, "a channel from rank %d to itself", r);
         goto out;
@@ -851,8 +856,6 @@ static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
           goto out;
         }
       }
-      CHECK_GOTO(get_name(c, cp, ch, "type", 0, BRD_IR_CHAN_MEMORY, chan_names,
-                          NELEM(chan_names), &type), res, out);
       peers[chan_first[r] + i] = (int32_t)peer;
       types[chan_first[r] + i] = (uint8_t)type;
     }
@@ -865,7 +868,10 @@ static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
   for (int r = 0; r < nranks; r++) {
     for (uint32_t i = 0; i < nchans[r]; i++) {
       uint8_t got;
-      CHECK_GOTO(brd_plan_chan_get(b, r, peers[chan_first[r] + i], &got), res, fail_builder);
+      int32_t peer = peers[chan_first[r] + i];
+      CHECK_GOTO(peer == BRD_IR_SWITCH_PEER ? brd_plan_chan_switch(b, r, &got)
+                                            : brd_plan_chan_get(b, r, peer, &got),
+                 res, fail_builder);
     }
   }
 

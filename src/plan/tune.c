@@ -37,6 +37,8 @@
  *   TwoShot  AllReduce/Bcast/Red two hops; 2(L-1)S/n and 2(n-L)S/n
  *   NVLS     AllReduce           2 intra (+1 inter); v_intra=S, v_inter=S/L
  *            AllGather/RedScat   1 intra (+1 inter); (L-1)S/n, (n-L)S/n
+ *            (several nodes, with CollNet; on one node NVLS is timed as
+ *            Braid's switch plans run it: nvls_time below)
  *   NVLSTree AllReduce           2 intra, 2 clog2(N) inter; S and 2S/L
  *   CollNetDirect AllReduce      2 intra, 1 inter; 2(L-1)S/L and S/L
  *            AllGather/RedScat   1 intra, 1 inter; (L-1)S/n, (n-L)S/n
@@ -60,8 +62,8 @@
  *
  * Intra terms vanish on one rank per node, inter terms on one node. Any
  * other (algorithm, collective) pair cannot run. NVLS, NVLSTree, CollNet
- * and PAT move only Simple; NVLS needs multicast, one rank per GPU, no host
- * mode and one node or CollNet; NVLSTree several nodes; CollNet a network
+ * and PAT move only Simple; NVLS needs multicast (or, in host mode, the
+ * runtime's emulation), one rank per GPU and one node or CollNet; NVLSTree several nodes; CollNet a network
  * reduction and several nodes; PAT one rank per node (as NCCL enables it).
  * AlltoAll, Gather, Scatter, Send and Recv have one pattern, direct
  * exchange, which goes by OneShot.
@@ -395,7 +397,7 @@ static const char *topo_problem(const brd_tune_topo_t *t) {
     return "nodes x ranks per node below the rank count";
   if (!finite_nonneg(t->intra_lat) || !finite_nonneg(t->inter_lat) ||
       !finite_nonneg(t->intra_bw) || !finite_nonneg(t->inter_bw) ||
-      !finite_nonneg(t->nvls_bw))
+      !finite_nonneg(t->nvls_bw) || !finite_nonneg(t->nvls_lat))
     return "a negative or non-finite bandwidth or latency";
   if (t->inter_nics < 0) return "a negative NIC count";
   if (t->local_nranks > 1 && !(t->intra_bw > 0.0f)) return "no intra-node bandwidth";
@@ -414,7 +416,9 @@ static int algo_fits_topo(const brd_tune_topo_t *t, brd_algo_t a) {
   int gpu = !t->host_mode && t->ranks_per_device == 1;
   switch (a) {
     case BRD_ALGO_NVLS:
-      return t->nvls && gpu && t->local_nranks > 1 && (t->nnodes == 1 || t->collnet);
+      /* In host mode nvls means the runtime turned the emulation on. */
+      return t->nvls && t->ranks_per_device == 1 && t->local_nranks > 1 &&
+             (t->nnodes == 1 || (t->collnet && gpu));
     case BRD_ALGO_NVLS_TREE:
       return t->nvls && gpu && t->local_nranks > 1 && t->nnodes > 1;
     case BRD_ALGO_COLLNET_DIRECT:
@@ -425,6 +429,35 @@ static int algo_fits_topo(const brd_tune_topo_t *t, brd_algo_t a) {
     default:
       return 1;
   }
+}
+
+/* See tune.h. */
+int brd_tune_mask_names(const brd_tune_mask_t *m, brd_algo_t a) {
+  const char *name = brd_algo_name(a);
+  size_t nlen = strlen(name);
+  const char *p = m->algo_env;
+  while (*p != '\0') {
+    const char *end = strchr(p, ';');
+    if (end == NULL) end = p + strlen(p);
+    const char *list = p;
+    for (const char *q = p; q < end; q++)
+      if (*q == ':') list = q + 1;
+    while (list < end && (*list == ' ' || *list == '\t')) list++;
+    if (list < end && *list != '^') {
+      const char *t = list;
+      while (t < end) {
+        const char *comma = t;
+        while (comma < end && *comma != ',') comma++;
+        const char *s0 = t, *s1 = comma;
+        while (s0 < s1 && (*s0 == ' ' || *s0 == '\t')) s0++;
+        while (s1 > s0 && (s1[-1] == ' ' || s1[-1] == '\t')) s1--;
+        if ((size_t)(s1 - s0) == nlen && strncasecmp(s0, name, nlen) == 0) return 1;
+        t = comma < end ? comma + 1 : end;
+      }
+    }
+    p = *end == ';' ? end + 1 : end;
+  }
+  return 0;
 }
 
 /* Fills *out with a's shape for coll over S bytes; returns 0 when a cannot
@@ -560,6 +593,42 @@ static double shape_time(const brd_tune_topo_t *t, const shape_t *s, double node
   return BASE_US + lat + wire / (1000.0 * proto_eff[p] * fit);
 }
 
+/* NVLS on one node, as Braid's switch plans run it (algos/nvls.c, two
+ * groups of chunks per block and window, pipelined one barrier apart):
+ *
+ *   time = BASE + barriers x nvls_lat + bytes / rate
+ *
+ *   AllReduce        3 barriers; S at nvls_bw (each rank's slice reduced
+ *                    by the switch and multicast back: a GPU's link
+ *                    carries S each way, the published NVLS rate)
+ *   AllReduce, low latency
+ *                    2 barriers; L x S at intra_bw (every rank loads the
+ *                    whole message over the switch, so each GPU's copy is
+ *                    read L times)
+ *   AllGather / ReduceScatter
+ *                    2 barriers; (L-1)S/n at nvls_bw
+ *
+ * nvls_lat defaults to intra_lat, nvls_bw to intra_bw x NVLS's fit; both
+ * divide by ranks_per_device. S here is NCCL's tuning size (AllGather and
+ * ReduceScatter: the larger buffer). */
+static double nvls_time(const brd_tune_topo_t *t, brd_coll_t coll, double S, int lowlat) {
+  double rpd = t->ranks_per_device, L = t->local_nranks, n = t->nranks;
+  double bar = t->nvls_lat > 0.0f ? t->nvls_lat : t->intra_lat;
+  double rate = (t->nvls_bw > 0.0f ? t->nvls_bw : t->intra_bw * algo_fit[BRD_ALGO_NVLS]) / rpd;
+  double nbar, wire;
+  if (coll == BRD_COLL_ALLREDUCE && lowlat) {
+    nbar = 2.0;
+    wire = L * S / (t->intra_bw / rpd);
+  } else if (coll == BRD_COLL_ALLREDUCE) {
+    nbar = 3.0;
+    wire = S / rate;
+  } else {
+    nbar = 2.0;
+    wire = (L - 1.0) * S / n / rate;
+  }
+  return BASE_US + nbar * bar + wire / 1000.0;
+}
+
 /* The model's time, or -1 when (a, p) cannot run coll here. topo is valid. */
 static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
                    brd_algo_t a, brd_proto_t p) {
@@ -574,7 +643,36 @@ static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
   } else if (a != BRD_ALGO_RING && a != BRD_ALGO_COLLNET_CHAIN) {
     node *= t->local_nranks;
   }
+  if (a == BRD_ALGO_NVLS && t->nnodes == 1) {
+    /* The runtime runs whichever NVLS all-reduce plan is cheaper. */
+    double pipelined = nvls_time(t, coll, (double)bytes, 0);
+    if (coll != BRD_COLL_ALLREDUCE) return pipelined;
+    double lowlat = nvls_time(t, coll, (double)bytes, 1);
+    return lowlat < pipelined ? lowlat : pipelined;
+  }
   return shape_time(t, &s, node, a == BRD_ALGO_NVLS || a == BRD_ALGO_NVLS_TREE, algo_fit[a], p);
+}
+
+/* See tune.h. */
+int brd_tune_nvls_lowlat(const brd_tune_topo_t *topo, size_t bytes) {
+  if (topo == NULL || topo_problem(topo) != NULL || !algo_fits_topo(topo, BRD_ALGO_NVLS) ||
+      topo->nnodes != 1 || topo->nranks < 2)
+    return 0;
+  return nvls_time(topo, BRD_COLL_ALLREDUCE, (double)bytes, 1) <
+         nvls_time(topo, BRD_COLL_ALLREDUCE, (double)bytes, 0);
+}
+
+/* See tune.h. */
+float brd_tune_estimate_nvls(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,
+                             int lowlat) {
+  if (topo == NULL || topo_problem(topo) != NULL || !algo_fits_topo(topo, BRD_ALGO_NVLS) ||
+      topo->nnodes != 1)
+    return -1.0f;
+  if (coll != BRD_COLL_ALLREDUCE && coll != BRD_COLL_ALLGATHER &&
+      coll != BRD_COLL_REDUCESCATTER)
+    return -1.0f;
+  if (topo->nranks == 1) return 0.0f;
+  return (float)nvls_time(topo, coll, (double)bytes, lowlat && coll == BRD_COLL_ALLREDUCE);
 }
 
 /* See tune.h. */
@@ -618,7 +716,8 @@ static uint64_t table_key(const brd_tune_topo_t *t, brd_coll_t coll) {
   const int ints[] = {t->nranks, t->nnodes, t->local_nranks, t->ranks_per_device,
                       t->host_mode, t->nvls, t->collnet, t->ll128_ok, (int)coll,
                       t->inter_nics};
-  const float floats[] = {t->intra_bw, t->intra_lat, t->inter_bw, t->inter_lat, t->nvls_bw};
+  const float floats[] = {t->intra_bw, t->intra_lat, t->inter_bw, t->inter_lat, t->nvls_bw,
+                          t->nvls_lat};
   uint64_t h = 1469598103934665603ull;
   const unsigned char *b = (const unsigned char *)ints;
   for (size_t i = 0; i < sizeof(ints); i++) h = (h ^ b[i]) * 1099511628211ull;

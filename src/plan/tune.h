@@ -100,7 +100,8 @@ typedef struct {
   int local_nranks;        /* ranks per node */
   int ranks_per_device;    /* ranks sharing one GPU; they share its links */
   int host_mode;           /* 1: host executor (no NVLS, no CollNet) */
-  int nvls;                /* 1: NVLink SHARP multicast is present */
+  int nvls;                /* 1: NVLink SHARP multicast is present (host
+                              mode: the runtime turned its emulation on) */
   int collnet;             /* 1: an in-network reduction (CollNet) is usable */
   int ll128_ok;            /* 1: LL128 is safe here, so it is on by default */
   float intra_bw;          /* GB/s, link inside a node; > 0 when local_nranks > 1 */
@@ -114,6 +115,9 @@ typedef struct {
   int inter_nics;
   float nvls_bw;           /* GB/s NVLS moves S at inside a node (algbw,
                               fit included); 0: intra_bw with NVLS's fit */
+  float nvls_lat;          /* us per switch barrier (MC_BARRIER: a
+                              multicast release store, then an acquire
+                              wait on the local copy); 0: intra_lat */
 } brd_tune_topo_t;
 
 typedef struct {
@@ -144,6 +148,11 @@ const char *brd_coll_name(brd_coll_t coll);
  * Any thread; does not block. */
 ncclResult_t brd_tune_parse(const char *algo_env, const char *proto_env,
                             brd_tune_mask_t *mask_out);
+
+/* 1 when NCCL_ALGO, as parsed into m, names algorithm a in a list that
+ * allows it (an entry without ^), for any collective; 0 otherwise (unset,
+ * or a only allowed by omission, as in "^Ring"). Pure; any thread. */
+int brd_tune_mask_names(const brd_tune_mask_t *m, brd_algo_t a);
 
 /* Picks the cheapest (algorithm, protocol) for one call. bytes is NCCL's
  * tuning size: count x element size, times nranks for AllGather and
@@ -180,6 +189,18 @@ float brd_tune_estimate(const brd_tune_topo_t *topo, brd_coll_t coll,
 float brd_tune_estimate_hier(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,
                              brd_proto_t proto);
 
+/* 1 when the low-latency NVLS all-reduce (one barrier per chunk, every
+ * rank loading the whole message over the switch) is cheaper than the
+ * pipelined one for an all-reduce of `bytes` on topo (NVLS present, one
+ * node); 0 otherwise. Pure; any thread. */
+int brd_tune_nvls_lowlat(const brd_tune_topo_t *topo, size_t bytes);
+
+/* The model's time for either NVLS all-reduce plan (lowlat 1: the
+ * low-latency one) or, for all-gather and reduce-scatter, the NVLS plan;
+ * -1.0f where NVLS cannot run coll on topo. Any thread. */
+float brd_tune_estimate_nvls(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,
+                             int lowlat);
+
 /* ---- hardware figures (tune_hw.c) ---------------------------------------- */
 
 /* Every constant the cluster model uses, with where it comes from. */
@@ -189,6 +210,11 @@ typedef enum {
   BRD_HW_H100_RING_BUSBW,    /* GB/s ring busbw over NVLink, 8 x H100 */
   BRD_HW_H100_NVLS_BUSBW,    /* GB/s NVLS busbw, 8 x H100 */
   BRD_HW_H200_NVLS_BUSBW,    /* GB/s NVLS busbw, 8 x H200 */
+  BRD_HW_H100_NVLS_BUSBW_2_4, /* GB/s NVLS busbw, 2 to 4 x H100 */
+  BRD_HW_H100_NVLS_BUSBW_5,  /* GB/s NVLS busbw, 5 x H100 */
+  BRD_HW_H100_NVLS_BUSBW_6,  /* GB/s NVLS busbw, 6 x H100 */
+  BRD_HW_H100_NVLS_BUSBW_7,  /* GB/s NVLS busbw, 7 x H100 */
+  BRD_HW_LAT_NVLS_BARRIER,   /* us per switch barrier */
   BRD_HW_PCI_BW,             /* GB/s, PCIe Gen3 x16 */
   BRD_HW_NIC_EFF,            /* achievable / line rate of one NIC */
   BRD_HW_LAT_NVLINK,         /* us per hop */

@@ -26,6 +26,21 @@ const brd_hw_const_t brd_hw_consts[BRD_HW_COUNT] = {
                                 "nccl#1455; nvls-ib.md 1.6 lines 148-149"},
     [BRD_HW_H200_NVLS_BUSBW] = {"h200.nvls_busbw_8gpu", 475, "GB/s",
                                 "nccl-tests#272; nvls-ib.md 1.6 line 151"},
+    [BRD_HW_H100_NVLS_BUSBW_2_4] = {"h100.nvls_busbw_2to4gpu", 367, "GB/s",
+                                    "nccl#1455 (NVLS busbw 365-370 on 2-4 H100s, the same "
+                                    "as ring); nvls-ib.md 1.6"},
+    [BRD_HW_H100_NVLS_BUSBW_5] = {"h100.nvls_busbw_5gpu", 420, "GB/s",
+                                  "nccl#1455 (420/440/460/480 for 5/6/7/8 GPUs); "
+                                  "nvls-ib.md 1.6"},
+    [BRD_HW_H100_NVLS_BUSBW_6] = {"h100.nvls_busbw_6gpu", 440, "GB/s",
+                                  "nccl#1455; nvls-ib.md 1.6"},
+    [BRD_HW_H100_NVLS_BUSBW_7] = {"h100.nvls_busbw_7gpu", 460, "GB/s",
+                                  "nccl#1455; nvls-ib.md 1.6"},
+    [BRD_HW_LAT_NVLS_BARRIER] = {"lat.nvls_barrier", 1.5, "us",
+                                 "fit: MSCCL++ NVLS all-reduce ~6.5 us for 1-64 KiB on "
+                                 "H100 (mscclpp docs/dsl/results.md; nvls-ib.md 1.6) less "
+                                 "the model's 5 us base; a multimem.red release plus a local "
+                                 "acquire spin"},
     [BRD_HW_PCI_BW] = {"pcie.gen3x16_bw", 12.0, "GB/s", "nccl:src/graph/topo.h PCI_BW"},
     [BRD_HW_NIC_EFF] = {"nic.efficiency", 0.94, "ratio",
                         "46-48 GB/s per 400G NIC through NCCL (nccl-tests#290): 47/50; "
@@ -90,9 +105,18 @@ ncclResult_t brd_hw_topo(brd_hw_gpu_t gpu, int nodes, int gpus_per_node, int nic
     t.intra_bw = (float)HW(BRD_HW_H100_RING_BUSBW);
     t.intra_lat = (float)HW(BRD_HW_LAT_NVLINK);
     t.nvls = L > 1;
-    /* The published NVLS busbw is for 8 GPUs: algbw = busbw x 8 / 14. */
-    double busbw = HW(gpu == BRD_HW_GPU_H200 ? BRD_HW_H200_NVLS_BUSBW : BRD_HW_H100_NVLS_BUSBW);
-    t.nvls_bw = (float)(busbw * 8.0 / 14.0);
+    /* Published NVLS all-reduce busbw by GPU count (H100; H200 scaled by
+     * its 8-GPU figure), as algbw = busbw x L / (2 (L - 1)); more than 8
+     * GPUs per node (NVL72) take the 8-GPU figure. */
+    double busbw = L <= 4   ? HW(BRD_HW_H100_NVLS_BUSBW_2_4)
+                   : L == 5 ? HW(BRD_HW_H100_NVLS_BUSBW_5)
+                   : L == 6 ? HW(BRD_HW_H100_NVLS_BUSBW_6)
+                   : L == 7 ? HW(BRD_HW_H100_NVLS_BUSBW_7)
+                            : HW(BRD_HW_H100_NVLS_BUSBW);
+    if (gpu == BRD_HW_GPU_H200) busbw *= HW(BRD_HW_H200_NVLS_BUSBW) / HW(BRD_HW_H100_NVLS_BUSBW);
+    int Lb = L > 8 ? 8 : L;
+    t.nvls_bw = L > 1 ? (float)(busbw * Lb / (2.0 * (Lb - 1))) : 0.0f;
+    t.nvls_lat = (float)HW(BRD_HW_LAT_NVLS_BARRIER);
   }
   if (nodes > 1) {
     t.inter_nics = nics;

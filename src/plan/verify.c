@@ -23,7 +23,7 @@
 #define W_NONE (-1) /* never written */
 #define W_INIT (-2) /* initial content (in-place input), owned by its rank */
 
-enum { BLK_NONE = 0, BLK_SEM, BLK_PACKET, BLK_BARRIER };
+enum { BLK_NONE = 0, BLK_SEM, BLK_PACKET, BLK_BARRIER, BLK_SWITCH };
 enum { STEP_OK = 0, STEP_BLOCKED = 1, STEP_FAIL = -1 };
 
 typedef struct vread {
@@ -46,6 +46,9 @@ typedef struct vloc {
   uint32_t *w_vc;          /* owned: LL writer's clock at the write */
   vread_t *rd;             /* owned: reads of the current value */
   uint32_t nrd, caprd;
+  vread_t *red;            /* owned: MC_REDs combined into the value since
+                            * its last plain write (one per thread) */
+  uint32_t nred, capred;
 } vloc_t;
 
 typedef struct vsig {
@@ -65,6 +68,7 @@ typedef struct vthr {
   int done;
   uint32_t nbar;           /* barriers passed */
   int bar_arrived;         /* counted at barrier nbar */
+  int mcb_arrived;         /* stored its word of the MC_BARRIER at pc */
   int why;                 /* BLK_* of the last blocked step */
   int64_t want, seen;
   int peer, index;
@@ -92,6 +96,12 @@ typedef struct vstate {
   uint32_t *bar_gen;       /* [n][2] */
   uint32_t *bar_count;     /* [n][2] */
   uint32_t *bar_acc;       /* [n][2][T] */
+  int *swch;               /* [n]: each rank's switch channel, -1 none */
+  int nswitch;             /* ranks with a switch channel */
+  vsem_t *swsem;           /* [nsems][n]: word m of switch semaphore i,
+                            * the same in every member's copy */
+  int32_t *sw_blk;         /* [n][nsems]: the block storing the rank's word */
+  int32_t *sw_k;           /* [n][nsems]: last k seen in program order */
   uint8_t *acc;            /* [n] */
   struct vinrd *inrd;      /* reads of peers' inputs, for the end check */
   size_t ninrd, capinrd;
@@ -208,6 +218,23 @@ static int ref_owner(const vstate_t *v, int rank, const brd_ir_ref_t *ref) {
   return ref->chan == BRD_IR_CHAN_LOCAL ? rank : chan_of(v, rank, ref->chan)->peer;
 }
 
+/* Does ref go through rank's switch channel (every member's copy)? */
+static int ref_is_switch(const vstate_t *v, int rank, const brd_ir_ref_t *ref) {
+  return ref->chan != BRD_IR_CHAN_LOCAL && (int)ref->chan == v->swch[rank];
+}
+
+static const char *op_name(uint8_t code) {
+  switch (code) {
+  case BRD_IR_OP_MC_REDUCE: return "MC_REDUCE";
+  case BRD_IR_OP_MC_STORE: return "MC_STORE";
+  case BRD_IR_OP_MC_RED: return "MC_RED";
+  case BRD_IR_OP_MC_BARRIER: return "MC_BARRIER";
+  case BRD_IR_OP_SIGNAL: return "SIGNAL";
+  case BRD_IR_OP_WAIT: return "WAIT";
+  default: return "data op";
+  }
+}
+
 static size_t loc_out(const vstate_t *v, int rank, int iter, int seg,
                       uint32_t chunk) {
   return (size_t)rank * v->per_rank +
@@ -322,6 +349,10 @@ static int check_ref(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op,
     return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
                  "rank %d block %d op %d: reference %d uses channel %u of %u",
                  r, b, i, ri, ref->chan, nch);
+  if (ref_is_switch(v, r, ref))
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: reference %d names switch channel %u, which "
+                 "only the switch ops (MC_*) use", r, b, i, ri, ref->chan);
   /* A port channel only writes: the proxy ships what this rank put into
    * the peer's memory, and nothing carries the peer's memory back. */
   if (is_src && brd_ir_op_is_data(op->code) && ref->chan != BRD_IR_CHAN_LOCAL &&
@@ -432,6 +463,11 @@ static int check_sync_op(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op
                  "rank %d block %d op %d: %s must name semaphore 0..%u of a "
                  "channel (0..%u)", r, b, i, sig ? "SIGNAL" : "WAIT",
                  v->p->nsems ? v->p->nsems - 1 : 0, nch ? nch - 1 : 0);
+  if ((int)ref->chan == v->swch[r])
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: %s names switch channel %u; a switch channel "
+                 "synchronises with MC_BARRIER only", r, b, i, sig ? "SIGNAL" : "WAIT",
+                 ref->chan);
   int peer = chan_of(v, r, ref->chan)->peer;
   if (op->k > v->S || (sig && op->k < 1))
     return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, peer,
@@ -460,17 +496,174 @@ static int check_sync_op(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op
   return STEP_OK;
 }
 
+/* A switch op (MC_*): its shape and references (device/ir.h, "Switch
+ * channels"), and for MC_BARRIER the one writer of each semaphore word. */
+static int check_switch_op(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op) {
+  uint32_t nch = brd_ir_plan_rank(v->p, r)->nchans;
+  const char *name = op_name(op->code);
+  if (v->swch[r] < 0)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: %s in a plan where rank %d has no switch channel",
+                 r, b, i, name, r);
+  if (op->code == BRD_IR_OP_MC_BARRIER) {
+    const brd_ir_ref_t *ref = &op->ref[0];
+    if (op->nsrc != 0 || op->ndst != 1 || ref->buf != BRD_IR_BUF_SEM ||
+        ref->chan == BRD_IR_CHAN_LOCAL || ref->chan >= nch || ref->index >= v->p->nsems ||
+        op->flags != 0)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: MC_BARRIER names one switch semaphore "
+                   "0..%u in its one destination reference", r, b, i,
+                   v->p->nsems ? v->p->nsems - 1 : 0);
+    if (!ref_is_switch(v, r, ref))
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, chan_of(v, r, ref->chan)->peer,
+                   "rank %d block %d op %d: MC_BARRIER names channel %u to rank %d, "
+                   "which is not a switch channel", r, b, i, ref->chan,
+                   chan_of(v, r, ref->chan)->peer);
+    if (op->k < 1 || op->k > v->S)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: MC_BARRIER k=%d outside 1..%lld", r, b, i,
+                   op->k, (long long)v->S);
+    size_t s = (size_t)r * v->p->nsems + ref->index;
+    if (v->sw_blk[s] >= 0 && v->sw_blk[s] != b)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d blocks %d and %d both run MC_BARRIER on switch semaphore "
+                   "%u: each rank's word has one writer", r, v->sw_blk[s], b, ref->index);
+    if (v->sw_blk[s] == b && op->k <= v->sw_k[s])
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: MC_BARRIER on switch semaphore %u with k=%d "
+                   "after k=%d; values must increase", r, b, i, ref->index, op->k,
+                   v->sw_k[s]);
+    v->sw_blk[s] = b;
+    v->sw_k[s] = op->k;
+    return STEP_OK;
+  }
+  if (op->nsrc != 1 || op->ndst < 1 || op->nsrc + op->ndst > BRD_IR_MAX_REFS)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: %s with %u sources and %u destinations (one "
+                 "source, at least one destination)", r, b, i, name, op->nsrc, op->ndst);
+  if (op->nchunks < 1 || (uint32_t)op->chunk + op->nchunks > v->p->nchunks)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: chunks %u (+%u) beyond the plan's %u",
+                 r, b, i, op->chunk, op->nchunks, v->p->nchunks);
+  uint8_t allowed = op->code == BRD_IR_OP_MC_REDUCE ? BRD_IR_F_POSTOP : 0;
+  if (op->flags & ~allowed)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                 "rank %d block %d op %d: %s takes flags 0x%x, not 0x%x", r, b, i, name,
+                 allowed, op->flags);
+  for (int ri = 0; ri < op->nsrc + op->ndst; ri++) {
+    const brd_ir_ref_t *ref = &op->ref[ri];
+    uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
+    int is_src = ri < op->nsrc;
+    if (ref->buf & BRD_IR_REF_LL)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: %s reference %d is an LL reference; switch "
+                   "ops move plain data only", r, b, i, name, ri);
+    if ((ref->buf & ~BRD_IR_BUF_MASK) != 0 || kind > BRD_IR_BUF_SCRATCH)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: reference %d has buffer kind 0x%x",
+                   r, b, i, ri, ref->buf);
+    if (ref->chan != BRD_IR_CHAN_LOCAL && ref->chan >= nch)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: reference %d uses channel %u of %u",
+                   r, b, i, ri, ref->chan, nch);
+    int sw = ref_is_switch(v, r, ref);
+    if (ref->chan != BRD_IR_CHAN_LOCAL && !sw)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, chan_of(v, r, ref->chan)->peer,
+                   "rank %d block %d op %d: %s reference %d goes through channel %u to "
+                   "rank %d, which is not a switch channel: switch ops reach other "
+                   "ranks only through the switch", r, b, i, name, ri, ref->chan,
+                   chan_of(v, r, ref->chan)->peer);
+    if (sw && kind != BRD_IR_BUF_SCRATCH)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: %s reference %d names the %s through the "
+                   "switch channel; only scratch slots are reached through it", r, b, i,
+                   name, ri, kind == BRD_IR_BUF_INPUT ? "input" : "output");
+    /* MC_REDUCE loads through the switch and stores anywhere; MC_STORE
+     * and MC_RED read one local source and write through the switch. */
+    int want_sw = op->code == BRD_IR_OP_MC_REDUCE ? is_src : !is_src;
+    if (want_sw && !sw)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: %s reference %d is local; its %s is a "
+                   "scratch slot through the switch channel", r, b, i, name, ri,
+                   is_src ? "source" : "destination");
+    if (!want_sw && sw && is_src)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: %s reads through the switch channel; only "
+                   "MC_REDUCE does", r, b, i, name);
+    if (kind == BRD_IR_BUF_INPUT && !is_src)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: the input buffer is only a source", r, b, i);
+    if (kind == BRD_IR_BUF_SCRATCH) {
+      if ((uint32_t)ref->index + op->nchunks > v->p->nslots)
+        return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                     "rank %d block %d op %d: scratch slots %u..%u beyond the plan's %u",
+                     r, b, i, ref->index, ref->index + op->nchunks - 1, v->p->nslots);
+    } else if (ref_chunk(v, ref->index) != op->chunk) {
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
+                   "rank %d block %d op %d: %s %u (segment %d, chunk %u) differs from "
+                   "the op's chunk %u", r, b, i, buf_name(ref->buf), ref->index,
+                   ref_seg(v, ref->index), ref_chunk(v, ref->index), op->chunk);
+    } else if (check_segment(v, r, b, i, op, ref) != STEP_OK) {
+      return STEP_FAIL;
+    }
+  }
+  return STEP_OK;
+}
+
+/* Switch channels (device/ir.h): at most one per rank, peer
+ * BRD_IR_SWITCH_PEER, on every rank or none, in a Simple plan. */
+static int check_switch_chans(vstate_t *v) {
+  int with = -1, without = -1;
+  v->nswitch = 0;
+  for (int r = 0; r < v->n; r++) {
+    v->swch[r] = -1;
+    const brd_ir_rank_t *rk = brd_ir_plan_rank(v->p, r);
+    for (uint32_t c = 0; c < rk->nchans; c++) {
+      const brd_ir_chan_t *ch = chan_of(v, r, (int)c);
+      if (ch->type != BRD_IR_CHAN_SWITCH) continue;
+      if (ch->peer != BRD_IR_SWITCH_PEER)
+        return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, -1,
+                     "rank %d channel %u is a switch channel with peer %d; a switch "
+                     "channel reaches every rank and has peer %d", r, c, ch->peer,
+                     BRD_IR_SWITCH_PEER);
+      if (v->swch[r] >= 0)
+        return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, -1,
+                     "rank %d has two switch channels (%d, %u); a rank has at most one",
+                     r, v->swch[r], c);
+      v->swch[r] = (int)c;
+    }
+    if (v->swch[r] >= 0) {
+      v->nswitch++;
+      if (with < 0) with = r;
+    } else if (without < 0) {
+      without = r;
+    }
+  }
+  if (v->nswitch > 0 && without >= 0)
+    return vfail(v, BRD_VERIFY_MALFORMED, without, -1, -1, with,
+                 "rank %d has no switch channel while rank %d has one: a switch "
+                 "channel's members are every rank of the plan, and each has it",
+                 without, with);
+  if (v->nswitch > 0 && v->p->proto != BRD_IR_PROTO_SIMPLE)
+    return vfail(v, BRD_VERIFY_MALFORMED, -1, -1, -1, -1,
+                 "a plan with switch channels uses the Simple protocol (it has %u)",
+                 v->p->proto);
+  return STEP_OK;
+}
+
 static int check_structure(vstate_t *v) {
   const brd_ir_plan_t *p = v->p;
+  if (check_switch_chans(v) != STEP_OK) return STEP_FAIL;
   for (int r = 0; r < v->n; r++) {
     const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
     for (uint32_t c = 0; c < rk->nchans; c++) {
+      if ((int)c == v->swch[r]) continue;
       int peer = chan_of(v, r, (int)c)->peer;
       if (peer < 0 || peer >= v->n || peer == r)
         return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, -1,
                      "rank %d channel %u leads to rank %d", r, c, peer);
       for (uint32_t d = 0; d < c; d++)
-        if (chan_of(v, r, (int)d)->peer == peer)
+        if ((int)d != v->swch[r] && chan_of(v, r, (int)d)->peer == peer)
           return vfail(v, BRD_VERIFY_MALFORMED, r, -1, -1, peer,
                        "rank %d has two channels (%u, %u) to rank %d", r, d, c,
                        peer);
@@ -484,9 +677,10 @@ static int check_structure(vstate_t *v) {
   for (int r = 0; r < v->n; r++) {
     const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
     for (uint32_t c = 0; c < rk->nchans; c++) {
+      v->rev_chan[rk->chan_first + c] = -1;
+      if ((int)c == v->swch[r]) continue;
       int peer = chan_of(v, r, (int)c)->peer;
       const brd_ir_rank_t *pk = brd_ir_plan_rank(p, peer);
-      v->rev_chan[rk->chan_first + c] = -1;
       for (uint32_t d = 0; d < pk->nchans; d++)
         if (chan_of(v, peer, (int)d)->peer == r)
           v->rev_chan[rk->chan_first + c] = (int)d;
@@ -510,6 +704,8 @@ static int check_structure(vstate_t *v) {
           res = check_data_op(v, r, b, (int)i, op);
         else if (brd_ir_op_is_sync(op->code))
           res = check_sync_op(v, r, b, (int)i, op);
+        else if (brd_ir_op_is_switch(op->code))
+          res = check_switch_op(v, r, b, (int)i, op);
         else if (op->code == BRD_IR_OP_BARRIER && (op->nsrc || op->ndst))
           res = vfail(v, BRD_VERIFY_MALFORMED, r, b, (int)i, -1,
                       "rank %d block %d op %d: BARRIER takes no references",
@@ -757,6 +953,242 @@ static int note_input_read(vstate_t *v, int th, uint32_t clk, int opi,
   return STEP_OK;
 }
 
+/* A red (MC_RED) that thread th must have ordered before its plain access
+ * (read or write) of l, or NULL when all are. */
+static const vread_t *unordered_red(vstate_t *v, int th, const vloc_t *l) {
+  for (uint32_t i = 0; i < l->nred; i++) {
+    const vread_t *rd = &l->red[i];
+    if (rd->thr != th && vc_of(v, th)[rd->thr] < rd->clk) return rd;
+  }
+  return NULL;
+}
+
+/* Records a read (or red) of th at clk into list *lst (one entry per
+ * thread, the latest). */
+static int record_access(vstate_t *v, vread_t **lst, uint32_t *n, uint32_t *cap, int th,
+                         uint32_t clk, int op) {
+  for (uint32_t i = 0; i < *n; i++) {
+    if ((*lst)[i].thr == th) {
+      (*lst)[i].clk = clk;
+      (*lst)[i].op = op;
+      return STEP_OK;
+    }
+  }
+  if (*n == *cap) {
+    uint32_t c = *cap ? *cap * 2 : 4;
+    vread_t *g = realloc(*lst, c * sizeof(*g));
+    if (g == NULL) {
+      v->oom = 1;
+      return STEP_FAIL;
+    }
+    *lst = g;
+    *cap = c;
+  }
+  (*lst)[*n].thr = th;
+  (*lst)[*n].clk = clk;
+  (*lst)[*n].op = op;
+  (*n)++;
+  return STEP_OK;
+}
+
+/* What one chunk of a data or switch op has read so far. */
+typedef struct vval {
+  int32_t seg;   /* input segment of the value, -1 before the first */
+  uint16_t post; /* post-ops applied to the last source */
+  int multi;     /* the op combines several sources */
+} vval_t;
+
+/* Thread th (op opi, clock clk, iteration t->iter, chunk `chunk`) reads
+ * location li of rank `owner` through ref (slot or chunk `index`), adding
+ * its contributions to v->acc. */
+static int read_loc(vstate_t *v, int th, uint32_t clk, int opi, const brd_ir_ref_t *ref,
+                    int owner, size_t li, uint32_t index, uint32_t chunk, vval_t *val) {
+  vthr_t *t = &v->thr[th];
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  vloc_t *l = &v->locs[li];
+  if (l->w_thr == W_NONE) {
+    vfail(v, BRD_VERIFY_UNWRITTEN, r, b, opi, owner,
+          "rank %d block %d op %d (iteration %d) reads %s %u of rank %d, "
+          "which nothing has written", r, b, opi, t->iter, buf_name(ref->buf), index,
+          owner);
+    return vfail_chunk(v, (int)index);
+  }
+  if (ref->buf & BRD_IR_REF_LL) {
+    vc_join(vc_of(v, th), l->w_vc, v->T);
+  } else {
+    if (l->ll) {
+      vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
+            "rank %d block %d op %d reads scratch slot %u of rank %d as "
+            "plain data, but it holds LL packets", r, b, opi, index, owner);
+      return vfail_chunk(v, (int)index);
+    }
+    const vread_t *rd = unordered_red(v, th, l);
+    if (rd != NULL) {
+      vfail(v, BRD_VERIFY_RACE, r, b, opi, thr_rank(v, rd->thr),
+            "rank %d block %d op %d reads %s %u of rank %d while the MC_RED of rank "
+            "%d block %d op %d into it is not ordered before the read", r, b, opi,
+            buf_name(ref->buf), index, owner, thr_rank(v, rd->thr),
+            thr_block(v, rd->thr), rd->op);
+      return vfail_chunk(v, (int)index);
+    }
+    if (check_raw(v, th, opi, l, owner, ref, index) != STEP_OK)
+      return vfail_chunk(v, (int)index);
+  }
+  if (record_read(v, l, th, clk, opi) != STEP_OK) return STEP_FAIL;
+  if (l->iter != t->iter || (uint32_t)l->chunk != chunk ||
+      (val->seg >= 0 && l->seg != val->seg)) {
+    vfail(v, BRD_VERIFY_MISMATCH, r, b, opi, l->w_thr >= 0 ? thr_rank(v, l->w_thr) : owner,
+          "rank %d block %d op %d (iteration %d, chunk %u%s) reads %s %u "
+          "of rank %d holding chunk %d of iteration %d, segment %d", r,
+          b, opi, t->iter, chunk, val->seg >= 0 ? ", after other sources" : "",
+          buf_name(ref->buf), index, owner, l->chunk, l->iter, l->seg);
+    return vfail_chunk(v, (int)chunk);
+  }
+  val->seg = l->seg;
+  if (val->multi && l->post > 0) {
+    vfail(v, BRD_VERIFY_POSTOP, r, b, opi, owner,
+          "rank %d block %d op %d reduces %s %u of rank %d, which already "
+          "had the post-op applied", r, b, opi, buf_name(ref->buf), index, owner);
+    return vfail_chunk(v, (int)chunk);
+  }
+  val->post = l->post;
+  const uint8_t *src = contrib_of(v, li);
+  for (int q = 0; q < v->n; q++) {
+    unsigned sum = (unsigned)v->acc[q] + src[q];
+    v->acc[q] = (uint8_t)(sum > 255 ? 255 : sum);
+  }
+  return STEP_OK;
+}
+
+/* Thread th writes the value in v->acc (val) over location li of rank
+ * `owner` through ref. */
+static int write_loc(vstate_t *v, int th, uint32_t clk, int opi, const brd_ir_op_t *op,
+                     const brd_ir_ref_t *ref, int owner, size_t li, uint32_t index,
+                     uint32_t chunk, const vval_t *val) {
+  vthr_t *t = &v->thr[th];
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
+  vloc_t *l = &v->locs[li];
+  if (owner != r && kind == BRD_IR_BUF_OUTPUT && !knows_rank(v, th, owner) &&
+      !(v->p->flags & BRD_IR_PLAN_F_ONE_SIDED)) {
+    vfail(v, BRD_VERIFY_LAUNCH_ORDER, r, b, opi, owner,
+          "rank %d block %d op %d writes output chunk %u of rank %d "
+          "before synchronising with rank %d in this launch (its output "
+          "may still be in use)", r, b, opi, index, owner, owner);
+    return vfail_chunk(v, (int)index);
+  }
+  const vread_t *rd = unordered_red(v, th, l);
+  if (rd != NULL) {
+    vfail(v, BRD_VERIFY_RACE, r, b, opi, thr_rank(v, rd->thr),
+          "rank %d block %d op %d writes %s %u of rank %d while the MC_RED of rank "
+          "%d block %d op %d into it is not ordered before the write", r, b, opi,
+          buf_name(ref->buf), index, owner, thr_rank(v, rd->thr), thr_block(v, rd->thr),
+          rd->op);
+    return vfail_chunk(v, (int)index);
+  }
+  if (check_overwrite(v, th, opi, l, owner, ref, index) != STEP_OK)
+    return vfail_chunk(v, (int)index);
+  if (v->one_phase && kind == BRD_IR_BUF_SCRATCH &&
+      one_writer(v, l, r, b, opi, owner, index) != STEP_OK)
+    return vfail_chunk(v, (int)index);
+  int ll = (ref->buf & BRD_IR_REF_LL) != 0;
+  if (ll && l->ll && l->w_thr >= 0 &&
+      (int64_t)t->iter * v->S + op->k <= (int64_t)l->w_iter * v->S + l->ll_k) {
+    vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
+          "rank %d block %d op %d writes LL slot %u of rank %d with flag "
+          "sequence %lld, not above its last %lld: a reader could take "
+          "the old packets", r, b, opi, index, owner,
+          (long long)t->iter * v->S + op->k,
+          (long long)l->w_iter * v->S + l->ll_k);
+    return vfail_chunk(v, (int)index);
+  }
+  l->pw_thr = l->w_thr;
+  l->pw_clk = l->w_clk;
+  l->pw_op = l->w_op;
+  l->w_thr = th;
+  l->w_clk = clk;
+  l->w_op = opi;
+  l->w_iter = t->iter;
+  l->iter = t->iter;
+  l->chunk = (int32_t)chunk;
+  l->seg = val->seg;
+  l->post = val->post;
+  l->ll = (uint8_t)ll;
+  l->ll_k = op->k;
+  l->nrd = 0;
+  l->nred = 0;
+  memcpy(contrib_of(v, li), v->acc, (size_t)v->n);
+  if (ll) {
+    uint32_t *vc = vc_of(v, th);
+    if (l->w_vc == NULL && (l->w_vc = vc_copy(v, vc)) == NULL) return STEP_FAIL;
+    memcpy(l->w_vc, vc, (size_t)v->T * sizeof(*vc));
+  }
+  return STEP_OK;
+}
+
+/* Thread th combines the value in v->acc (val) into location li of rank
+ * `owner` (MC_RED): ordered after the write it combines with and every
+ * read of it, unordered against other reds. */
+static int red_loc(vstate_t *v, int th, uint32_t clk, int opi, const brd_ir_ref_t *ref,
+                   int owner, size_t li, uint32_t index, uint32_t chunk, const vval_t *val) {
+  vthr_t *t = &v->thr[th];
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  vloc_t *l = &v->locs[li];
+  if (l->w_thr == W_NONE) {
+    vfail(v, BRD_VERIFY_UNWRITTEN, r, b, opi, owner,
+          "rank %d block %d op %d (iteration %d) combines into %s %u of rank %d, "
+          "which nothing has written", r, b, opi, t->iter, buf_name(ref->buf), index,
+          owner);
+    return vfail_chunk(v, (int)index);
+  }
+  if (l->ll) {
+    vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
+          "rank %d block %d op %d combines into scratch slot %u of rank %d, which "
+          "holds LL packets", r, b, opi, index, owner);
+    return vfail_chunk(v, (int)index);
+  }
+  if (!ordered(v, th, l->w_thr, l->w_clk, owner)) {
+    char w[96];
+    describe_writer(v, l->w_thr, l->w_op, w, sizeof(w));
+    vfail(v, BRD_VERIFY_RACE, r, b, opi, l->w_thr >= 0 ? thr_rank(v, l->w_thr) : owner,
+          "rank %d block %d op %d combines into %s %u of rank %d, written by %s "
+          "without waiting for it", r, b, opi, buf_name(ref->buf), index, owner, w);
+    return vfail_chunk(v, (int)index);
+  }
+  for (uint32_t i = 0; i < l->nrd; i++) {
+    const vread_t *rd = &l->rd[i];
+    if (rd->thr == th || vc_of(v, th)[rd->thr] >= rd->clk) continue;
+    vfail(v, BRD_VERIFY_RACE, r, b, opi, thr_rank(v, rd->thr),
+          "rank %d block %d op %d combines into %s %u of rank %d while rank %d "
+          "block %d op %d may still be reading it", r, b, opi, buf_name(ref->buf),
+          index, owner, thr_rank(v, rd->thr), thr_block(v, rd->thr), rd->op);
+    return vfail_chunk(v, (int)index);
+  }
+  if (l->iter != t->iter || (uint32_t)l->chunk != chunk ||
+      (val->seg >= 0 && l->seg != val->seg)) {
+    vfail(v, BRD_VERIFY_MISMATCH, r, b, opi, -1,
+          "rank %d block %d op %d (iteration %d, chunk %u) combines into %s %u of "
+          "rank %d holding chunk %d of iteration %d, segment %d", r, b, opi, t->iter,
+          chunk, buf_name(ref->buf), index, owner, l->chunk, l->iter, l->seg);
+    return vfail_chunk(v, (int)chunk);
+  }
+  if (l->post > 0 || val->post > 0) {
+    vfail(v, BRD_VERIFY_POSTOP, r, b, opi, owner,
+          "rank %d block %d op %d combines into %s %u of rank %d with the post-op "
+          "already applied to one side", r, b, opi, buf_name(ref->buf), index, owner);
+    return vfail_chunk(v, (int)chunk);
+  }
+  uint8_t *dst = contrib_of(v, li);
+  for (int q = 0; q < v->n; q++) {
+    unsigned sum = (unsigned)dst[q] + v->acc[q];
+    dst[q] = (uint8_t)(sum > 255 ? 255 : sum);
+  }
+  return record_access(v, &l->red, &l->nred, &l->capred, th, clk, opi);
+}
+
+/* Data ops and the switch data ops (MC_REDUCE, MC_STORE, MC_RED): a ref
+ * through the switch channel stands for the slot in every member's copy
+ * (read: every member's contribution; write: every copy). */
 static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
   vthr_t *t = &v->thr[th];
   int r = thr_rank(v, th), b = thr_block(v, th);
@@ -764,140 +1196,71 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
   if (res != STEP_OK) return res;
   uint32_t *vc = vc_of(v, th);
   uint32_t clk = ++vc[th];
+  int nsrc_eff = 0;
+  for (int s = 0; s < op->nsrc; s++) nsrc_eff += ref_is_switch(v, r, &op->ref[s]) ? v->n : 1;
 
   for (uint32_t c = 0; c < op->nchunks; c++) {
     uint32_t chunk = op->chunk + c;
-    uint16_t post = 0;
-    int32_t vseg = -1; /* input segment of the value being combined */
+    vval_t val = {-1, 0, nsrc_eff > 1};
     memset(v->acc, 0, (size_t)v->n);
     for (int s = 0; s < op->nsrc; s++) {
       const brd_ir_ref_t *ref = &op->ref[s];
       uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
+      uint32_t index = ref->index + c;
+      if (ref_is_switch(v, r, ref)) {
+        for (int m = 0; m < v->n; m++)
+          if (read_loc(v, th, clk, opi, ref, m, loc_scratch(v, m, index), index, chunk,
+                       &val) != STEP_OK)
+            return STEP_FAIL;
+        continue;
+      }
       if (kind == BRD_IR_BUF_INPUT && ref->chan != BRD_IR_CHAN_LOCAL &&
           note_input_read(v, th, clk, opi, ref, c) != STEP_OK)
         return vfail_chunk(v, (int)(ref->index + c));
       if (kind == BRD_IR_BUF_INPUT &&
           alias_out(v, ref_owner(v, r, ref), ref_seg(v, ref->index + c)) < 0) {
         int32_t seg = ref_seg(v, ref->index + c);
-        if (vseg >= 0 && seg != vseg) {
+        if (val.seg >= 0 && seg != val.seg) {
           vfail(v, BRD_VERIFY_MISMATCH, r, b, opi, -1,
                 "rank %d block %d op %d (iteration %d, chunk %u) combines "
                 "input segment %d with data of segment %d", r, b, opi,
-                t->iter, chunk, seg, vseg);
+                t->iter, chunk, seg, val.seg);
           return vfail_chunk(v, (int)chunk);
         }
-        vseg = seg;
+        val.seg = seg;
         int owner = ref_owner(v, r, ref);
         if (v->acc[owner] < 255) v->acc[owner]++;
         continue;
       }
-      int owner = ref_owner(v, r, ref);
-      uint32_t index = ref->index + c;
-      size_t li = ref_loc(v, r, t->iter, ref, c);
-      vloc_t *l = &v->locs[li];
-      if (l->w_thr == W_NONE) {
-        vfail(v, BRD_VERIFY_UNWRITTEN, r, b, opi, owner,
-              "rank %d block %d op %d (iteration %d) reads %s %u of rank %d, "
-              "which nothing has written", r, b, opi, t->iter,
-              buf_name(ref->buf), index, owner);
-        return vfail_chunk(v, (int)index);
-      }
-      if (ref->buf & BRD_IR_REF_LL) {
-        vc_join(vc, l->w_vc, v->T);
-      } else {
-        if (l->ll) {
-          vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
-                "rank %d block %d op %d reads scratch slot %u of rank %d as "
-                "plain data, but it holds LL packets", r, b, opi, index, owner);
-          return vfail_chunk(v, (int)index);
-        }
-        if (check_raw(v, th, opi, l, owner, ref, index) != STEP_OK)
-          return vfail_chunk(v, (int)index);
-      }
-      if (record_read(v, l, th, clk, opi) != STEP_OK) return STEP_FAIL;
-      if (l->iter != t->iter || (uint32_t)l->chunk != chunk ||
-          (vseg >= 0 && l->seg != vseg)) {
-        vfail(v, BRD_VERIFY_MISMATCH, r, b, opi,
-              l->w_thr >= 0 ? thr_rank(v, l->w_thr) : owner,
-              "rank %d block %d op %d (iteration %d, chunk %u%s) reads %s %u "
-              "of rank %d holding chunk %d of iteration %d, segment %d", r,
-              b, opi, t->iter, chunk, vseg >= 0 ? ", after other sources" : "",
-              buf_name(ref->buf), index, owner, l->chunk, l->iter, l->seg);
-        return vfail_chunk(v, (int)chunk);
-      }
-      vseg = l->seg;
-      if (op->nsrc > 1 && l->post > 0) {
-        vfail(v, BRD_VERIFY_POSTOP, r, b, opi, owner,
-              "rank %d block %d op %d reduces %s %u of rank %d, which already "
-              "had the post-op applied", r, b, opi, buf_name(ref->buf), index,
-              owner);
-        return vfail_chunk(v, (int)chunk);
-      }
-      post = l->post;
-      const uint8_t *src = contrib_of(v, li);
-      for (int q = 0; q < v->n; q++) {
-        unsigned sum = (unsigned)v->acc[q] + src[q];
-        v->acc[q] = (uint8_t)(sum > 255 ? 255 : sum);
-      }
+      if (read_loc(v, th, clk, opi, ref, ref_owner(v, r, ref),
+                   ref_loc(v, r, t->iter, ref, c), index, chunk, &val) != STEP_OK)
+        return STEP_FAIL;
     }
     if (op->flags & BRD_IR_F_POSTOP) {
-      if (post > 0) {
+      if (val.post > 0) {
         vfail(v, BRD_VERIFY_POSTOP, r, b, opi, -1,
               "rank %d block %d op %d applies the post-op to chunk %u a "
               "second time", r, b, opi, chunk);
         return vfail_chunk(v, (int)chunk);
       }
-      post = 1;
+      val.post = 1;
     }
     for (int d = op->nsrc; d < op->nsrc + op->ndst; d++) {
       const brd_ir_ref_t *ref = &op->ref[d];
-      uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
-      int owner = ref_owner(v, r, ref);
       uint32_t index = ref->index + c;
-      vloc_t *l = &v->locs[ref_loc(v, r, t->iter, ref, c)];
-      if (owner != r && kind == BRD_IR_BUF_OUTPUT && !knows_rank(v, th, owner) &&
-          !(v->p->flags & BRD_IR_PLAN_F_ONE_SIDED)) {
-        vfail(v, BRD_VERIFY_LAUNCH_ORDER, r, b, opi, owner,
-              "rank %d block %d op %d writes output chunk %u of rank %d "
-              "before synchronising with rank %d in this launch (its output "
-              "may still be in use)", r, b, opi, index, owner, owner);
-        return vfail_chunk(v, (int)index);
+      if (ref_is_switch(v, r, ref)) {
+        for (int m = 0; m < v->n; m++) {
+          size_t li = loc_scratch(v, m, index);
+          int rc = op->code == BRD_IR_OP_MC_RED
+                       ? red_loc(v, th, clk, opi, ref, m, li, index, chunk, &val)
+                       : write_loc(v, th, clk, opi, op, ref, m, li, index, chunk, &val);
+          if (rc != STEP_OK) return STEP_FAIL;
+        }
+        continue;
       }
-      if (check_overwrite(v, th, opi, l, owner, ref, index) != STEP_OK)
-        return vfail_chunk(v, (int)index);
-      if (v->one_phase && kind == BRD_IR_BUF_SCRATCH &&
-          one_writer(v, l, r, b, opi, owner, index) != STEP_OK)
-        return vfail_chunk(v, (int)index);
-      int ll = (ref->buf & BRD_IR_REF_LL) != 0;
-      if (ll && l->ll && l->w_thr >= 0 &&
-          (int64_t)t->iter * v->S + op->k <= (int64_t)l->w_iter * v->S + l->ll_k) {
-        vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, owner,
-              "rank %d block %d op %d writes LL slot %u of rank %d with flag "
-              "sequence %lld, not above its last %lld: a reader could take "
-              "the old packets", r, b, opi, index, owner,
-              (long long)t->iter * v->S + op->k,
-              (long long)l->w_iter * v->S + l->ll_k);
-        return vfail_chunk(v, (int)index);
-      }
-      l->pw_thr = l->w_thr;
-      l->pw_clk = l->w_clk;
-      l->pw_op = l->w_op;
-      l->w_thr = th;
-      l->w_clk = clk;
-      l->w_op = opi;
-      l->w_iter = t->iter;
-      l->iter = t->iter;
-      l->chunk = (int32_t)chunk;
-      l->seg = vseg;
-      l->post = post;
-      l->ll = (uint8_t)ll;
-      l->ll_k = op->k;
-      l->nrd = 0;
-      memcpy(contrib_of(v, (size_t)(l - v->locs)), v->acc, (size_t)v->n);
-      if (ll) {
-        if (l->w_vc == NULL && (l->w_vc = vc_copy(v, vc)) == NULL) return STEP_FAIL;
-        memcpy(l->w_vc, vc, (size_t)v->T * sizeof(*vc));
-      }
+      if (write_loc(v, th, clk, opi, op, ref, ref_owner(v, r, ref),
+                    ref_loc(v, r, t->iter, ref, c), index, chunk, &val) != STEP_OK)
+        return STEP_FAIL;
     }
   }
   return STEP_OK;
@@ -907,20 +1270,8 @@ static vsem_t *sem_of(vstate_t *v, int rank, int chan, uint32_t index) {
   return &v->sems[v->sem_base[rank] + (size_t)chan * v->p->nsems + index];
 }
 
-static int exec_signal(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
-  int r = thr_rank(v, th), b = thr_block(v, th);
-  const brd_ir_ref_t *ref = &op->ref[0];
-  int peer = chan_of(v, r, ref->chan)->peer;
-  int back = v->rev_chan[brd_ir_plan_rank(v->p, r)->chan_first + ref->chan];
-  vsem_t *s = sem_of(v, peer, back, ref->index);
-  int64_t value = (int64_t)v->thr[th].iter * v->S + op->k;
-  if (value <= s->value)
-    return vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, peer,
-                 "rank %d block %d op %d stores %lld to semaphore %u of rank "
-                 "%d, which already holds %lld: values must increase", r, b,
-                 opi, (long long)value, ref->index, peer, (long long)s->value);
-  uint32_t *vc = vc_of(v, th);
-  ++vc[th];
+/* Appends a store of `value` with the storer's clock vc to s's history. */
+static int sem_push(vstate_t *v, vsem_t *s, int64_t value, const uint32_t *vc) {
   if (s->nhist == s->cap) {
     uint32_t cap = s->cap ? s->cap * 2 : 4;
     vsig_t *h = realloc(s->hist, cap * sizeof(*h));
@@ -938,6 +1289,72 @@ static int exec_signal(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
   s->nhist++;
   s->value = value;
   return STEP_OK;
+}
+
+/* Joins into vc the clock of the first store to s that reached want
+ * (a later one may not have been visible yet). s->value >= want. */
+static void sem_acquire(vstate_t *v, const vsem_t *s, int64_t want, uint32_t *vc) {
+  uint32_t lo = 0, hi = s->nhist - 1;
+  while (lo < hi) {
+    uint32_t mid = (lo + hi) / 2;
+    if (s->hist[mid].value >= want) hi = mid;
+    else lo = mid + 1;
+  }
+  vc_join(vc, s->hist[lo].vc, v->T);
+}
+
+/* MC_BARRIER: the rank's word of switch semaphore `index` (one value in
+ * every member's copy) gets seq(it, k) with the rank's clock (release);
+ * then the thread waits until every member's word reached it and joins
+ * their clocks (acquire). */
+static int exec_mc_barrier(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
+  vthr_t *t = &v->thr[th];
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  uint32_t idx = op->ref[0].index;
+  int64_t want = (int64_t)t->iter * v->S + op->k;
+  uint32_t *vc = vc_of(v, th);
+  if (!t->mcb_arrived) {
+    vsem_t *s = &v->swsem[(size_t)idx * v->n + r];
+    if (want <= s->value)
+      return vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, -1,
+                   "rank %d block %d op %d stores %lld to its word of switch semaphore "
+                   "%u, which already holds %lld: values must increase", r, b, opi,
+                   (long long)want, idx, (long long)s->value);
+    ++vc[th];
+    if (sem_push(v, s, want, vc) != STEP_OK) return STEP_FAIL;
+    t->mcb_arrived = 1;
+  }
+  for (int m = 0; m < v->n; m++) {
+    const vsem_t *s = &v->swsem[(size_t)idx * v->n + m];
+    if (s->value >= want) continue;
+    t->why = BLK_SWITCH;
+    t->want = want;
+    t->seen = s->value;
+    t->peer = m;
+    t->index = (int)idx;
+    return STEP_BLOCKED;
+  }
+  ++vc[th];
+  for (int m = 0; m < v->n; m++) sem_acquire(v, &v->swsem[(size_t)idx * v->n + m], want, vc);
+  t->mcb_arrived = 0;
+  return STEP_OK;
+}
+
+static int exec_signal(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
+  int r = thr_rank(v, th), b = thr_block(v, th);
+  const brd_ir_ref_t *ref = &op->ref[0];
+  int peer = chan_of(v, r, ref->chan)->peer;
+  int back = v->rev_chan[brd_ir_plan_rank(v->p, r)->chan_first + ref->chan];
+  vsem_t *s = sem_of(v, peer, back, ref->index);
+  int64_t value = (int64_t)v->thr[th].iter * v->S + op->k;
+  if (value <= s->value)
+    return vfail(v, BRD_VERIFY_MALFORMED, r, b, opi, peer,
+                 "rank %d block %d op %d stores %lld to semaphore %u of rank "
+                 "%d, which already holds %lld: values must increase", r, b,
+                 opi, (long long)value, ref->index, peer, (long long)s->value);
+  uint32_t *vc = vc_of(v, th);
+  ++vc[th];
+  return sem_push(v, s, value, vc);
 }
 
 static int exec_wait(vstate_t *v, int th, const brd_ir_op_t *op) {
@@ -959,16 +1376,8 @@ static int exec_wait(vstate_t *v, int th, const brd_ir_op_t *op) {
     t->index = ref->index;
     return STEP_BLOCKED;
   }
-  /* Synchronise with the first signal that satisfies the wait: a later one
-   * may not have been visible yet. */
-  uint32_t lo = 0, hi = s->nhist - 1;
-  while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (s->hist[mid].value >= want) hi = mid;
-    else lo = mid + 1;
-  }
   ++vc[th];
-  vc_join(vc, s->hist[lo].vc, v->T);
+  sem_acquire(v, s, want, vc);
   return STEP_OK;
 }
 
@@ -1022,6 +1431,7 @@ static int run_thread(vstate_t *v, int th, int *progress) {
     case BRD_IR_OP_SIGNAL: res = exec_signal(v, th, opi, op); break;
     case BRD_IR_OP_WAIT: res = exec_wait(v, th, op); break;
     case BRD_IR_OP_BARRIER: res = exec_barrier(v, th); break;
+    case BRD_IR_OP_MC_BARRIER: res = exec_mc_barrier(v, th, opi, op); break;
     default: res = exec_data(v, th, opi, op); break;
     }
     if (res != STEP_OK) return res;
@@ -1053,6 +1463,13 @@ static int report_deadlock(vstate_t *v) {
                  "remaining op raises it (%d blocks stuck)", r, b, t->pc,
                  t->iter, t->index, t->peer, (long long)t->want,
                  (long long)t->seen, nblocked);
+  case BLK_SWITCH:
+    return vfail(v, BRD_VERIFY_DEADLOCK, r, b, (int)t->pc, t->peer,
+                 "rank %d block %d op %d (iteration %d) waits at MC_BARRIER for rank "
+                 "%d's word of switch semaphore %d to reach sequence %lld; it holds "
+                 "%lld and no remaining op raises it (%d blocks stuck)", r, b, t->pc,
+                 t->iter, t->peer, t->index, (long long)t->want, (long long)t->seen,
+                 nblocked);
   case BLK_PACKET:
     return vfail(v, BRD_VERIFY_DEADLOCK, r, b, (int)t->pc, -1,
                  "rank %d block %d op %d (iteration %d) waits for LL packets "
@@ -1270,6 +1687,7 @@ static void vstate_free(vstate_t *v) {
     for (size_t i = 0; i < nlocs; i++) {
       free(v->locs[i].w_vc);
       free(v->locs[i].rd);
+      free(v->locs[i].red);
     }
   }
   if (v->sems != NULL) {
@@ -1279,6 +1697,17 @@ static void vstate_free(vstate_t *v) {
       free(v->sems[i].hist);
     }
   }
+  if (v->swsem != NULL) {
+    size_t nsw = (size_t)v->p->nsems * v->n;
+    for (size_t i = 0; i < nsw; i++) {
+      for (uint32_t h = 0; h < v->swsem[i].nhist; h++) free(v->swsem[i].hist[h].vc);
+      free(v->swsem[i].hist);
+    }
+  }
+  free(v->swsem);
+  free(v->swch);
+  free(v->sw_blk);
+  free(v->sw_k);
   free(v->vc);
   free(v->vc0);
   free(v->thr);
@@ -1343,6 +1772,13 @@ static int vstate_alloc(vstate_t *v) {
   v->bar_count = calloc(n * 2, sizeof(*v->bar_count));
   v->bar_acc = calloc(n * 2 * T, sizeof(*v->bar_acc));
   v->acc = calloc(n, 1);
+  size_t nsw = (size_t)p->nsems * n;
+  v->swch = calloc(n, sizeof(*v->swch));
+  v->swsem = calloc(nsw ? nsw : 1, sizeof(*v->swsem));
+  v->sw_blk = malloc((nsw ? nsw : 1) * sizeof(*v->sw_blk));
+  v->sw_k = calloc(nsw ? nsw : 1, sizeof(*v->sw_k));
+  if (!v->swch || !v->swsem || !v->sw_blk || !v->sw_k) return -1;
+  for (size_t i = 0; i < nsw; i++) v->sw_blk[i] = -1;
   if (!v->vc || !v->vc0 || !v->thr || !v->locs || !v->contrib || !v->sems ||
       !v->rev_chan || !v->sig_blk || !v->sig_k || !v->bar_gen ||
       !v->bar_count || !v->bar_acc || !v->acc)

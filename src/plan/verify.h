@@ -17,6 +17,18 @@
  * per op, joined at every acquire: a wait on a signal, a packet read, a
  * barrier) give happens-before, so races are found whatever the schedule.
  *
+ * Switch channels (device/ir.h): a reference through a rank's switch
+ * channel is the same slot in every rank's scratch. MC_REDUCE reads every
+ * member's copy (each copy's last write must happen before it, or it is a
+ * race, or unwritten: a missing contribution) and combines their
+ * contributions; MC_STORE and an MC_REDUCE switch destination write every
+ * copy; MC_RED combines into every copy: reds commute among themselves, but
+ * a plain read or write of the slot must be ordered after every red of the
+ * current value, and a red after the write and the reads it follows.
+ * MC_BARRIER stores the rank's word of its switch semaphore in every copy
+ * (release, the rank's clock) and waits for every member's word (acquire,
+ * joining their clocks), so it orders like a barrier across all ranks.
+ *
  * Reported faults, each as ncclInternalError with a WARN naming the rank,
  * block and op index (the same text is in the report):
  *   MISSING / DUPLICATE  an output lacks a rank's contribution / has one
@@ -46,7 +58,13 @@
  *   MALFORMED            a structural error: bad index, channel, opcode,
  *                        sequence number, semaphore with two writers, a
  *                        segment the collective does not have, an input it
- *                        does not give or an output it does not have.
+ *                        does not give or an output it does not have; for
+ *                        switch channels: an LL reference on a switch op,
+ *                        the input or output through the switch, a switch
+ *                        channel whose peer is not BRD_IR_SWITCH_PEER, two
+ *                        on one rank, one on some ranks only, a switch op
+ *                        naming another channel (or another op naming the
+ *                        switch), a switch plan not in Simple.
  */
 #ifndef BRD_PLAN_VERIFY_H
 #define BRD_PLAN_VERIFY_H

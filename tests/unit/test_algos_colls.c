@@ -701,17 +701,19 @@ static void test_bad_arguments(void **state) {
  * reduce-scatter and reduce; the rest do not reduce, so determinism does
  * not matter to them), plus the three zero-copy plans, asked for without
  * determinism. Each row's generator makes a plan of its own row. */
-static int table_expects(int coll, int algo, int det, int zc) {
+static int table_expects(int coll, int algo, int det, int zc, int lowlat) {
+  if (lowlat) /* the low-latency NVLS all-reduce */
+    return !det && !zc && coll == BRD_IR_COLL_ALLREDUCE && algo == BRD_IR_ALGO_NVLS;
   if (zc)
     return !det && ((coll == BRD_IR_COLL_ALLREDUCE && algo == BRD_IR_ALGO_TWOSHOT) ||
                     (coll == BRD_IR_COLL_REDUCESCATTER && algo == BRD_IR_ALGO_ONESHOT) ||
                     (coll == BRD_IR_COLL_ALLGATHER && algo == BRD_IR_ALGO_ONESHOT));
   static const char *const want[BRD_IR_COLL_COUNT] = {
       /* algorithms by letter: R ring, T tree, O one-shot, W two-shot;
-       * lower case: only without determinism */
-      [BRD_IR_COLL_ALLREDUCE] = "rtOW",
-      [BRD_IR_COLL_ALLGATHER] = "RO",
-      [BRD_IR_COLL_REDUCESCATTER] = "rO",
+       * N NVLS; lower case: only without determinism */
+      [BRD_IR_COLL_ALLREDUCE] = "rtOWn",
+      [BRD_IR_COLL_ALLGATHER] = "RON",
+      [BRD_IR_COLL_REDUCESCATTER] = "rOn",
       [BRD_IR_COLL_BROADCAST] = "RO",
       [BRD_IR_COLL_REDUCE] = "rO",
       [BRD_IR_COLL_ALLTOALL] = "O",
@@ -720,9 +722,10 @@ static int table_expects(int coll, int algo, int det, int zc) {
       [BRD_IR_COLL_SENDRECV] = "",
   };
   static const char letter[] = {[BRD_IR_ALGO_RING] = 'R', [BRD_IR_ALGO_TREE] = 'T',
-                                [BRD_IR_ALGO_ONESHOT] = 'O', [BRD_IR_ALGO_TWOSHOT] = 'W'};
+                                [BRD_IR_ALGO_ONESHOT] = 'O', [BRD_IR_ALGO_TWOSHOT] = 'W',
+                                [BRD_IR_ALGO_NVLS] = 'N'};
   if (coll < 0 || coll >= BRD_IR_COLL_COUNT || algo < BRD_IR_ALGO_RING ||
-      algo > BRD_IR_ALGO_TWOSHOT)
+      algo > BRD_IR_ALGO_NVLS)
     return 0;
   for (const char *c = want[coll]; *c != '\0'; c++) {
     if (*c == letter[algo]) return 1;
@@ -738,17 +741,18 @@ static void test_generator_table(void **state) {
   for (int coll = 0; coll <= BRD_IR_COLL_COUNT; coll++)
     for (int algo = 0; algo <= BRD_IR_ALGO_NVLS; algo++)
       for (int det = 0; det < 2; det++)
-        for (int zc = 0; zc < 2; zc++) {
+        for (int zc = 0; zc < 2; zc++)
+        for (int ll = 0; ll < 2; ll++) {
           int rows = 0;
           for (int i = 0; i < n; i++)
             rows += t[i].coll == coll && t[i].algo == algo && t[i].deterministic == det &&
-                    t[i].zerocopy == zc;
-          int want = table_expects(coll, algo, det, zc);
+                    t[i].zerocopy == zc && t[i].lowlat == ll;
+          int want = table_expects(coll, algo, det, zc, ll);
           if (rows != want)
-            print_error("coll %d algo %d det %d zero-copy %d: %d rows, want %d\n", coll,
-                        algo, det, zc, rows, want);
+            print_error("coll %d algo %d det %d zero-copy %d low-latency %d: %d rows, "
+                        "want %d\n", coll, algo, det, zc, ll, rows, want);
           assert_int_equal(rows, want);
-          int code = algo | (zc ? BRD_ALGOS_ZEROCOPY : 0);
+          int code = algo | (zc ? BRD_ALGOS_ZEROCOPY : 0) | (ll ? BRD_ALGOS_LOWLAT : 0);
           assert_int_equal(brd_algos_available(coll, code, det), want);
           const brd_algos_gen_t *g = brd_algos_find(coll, code, det);
           assert_true((g != NULL) == want);
@@ -759,7 +763,8 @@ static void test_generator_table(void **state) {
   for (int i = 0; i < n; i++) {
     brd_algos_args_t a = {5, NULL, 2, BRD_IR_PROTO_SIMPLE};
     brd_ir_plan_t *p = NULL;
-    int code = t[i].algo | (t[i].zerocopy ? BRD_ALGOS_ZEROCOPY : 0);
+    int code = t[i].algo | (t[i].zerocopy ? BRD_ALGOS_ZEROCOPY : 0) |
+               (t[i].lowlat ? BRD_ALGOS_LOWLAT : 0);
     assert_int_equal(brd_algos_generate(t[i].coll, code, &a, 3, t[i].deterministic, &p),
                      ncclSuccess);
     assert_int_equal(p->coll, t[i].coll);

@@ -314,11 +314,12 @@ static void test_select_8_ranks(void **state) {
   t.ranks_per_device = 2;
   assert_choice(&t, BRD_COLL_ALLREDUCE, 256 * MIB, AVAIL_SHOTS, &m, BRD_ALGO_RING,
                 BRD_PROTO_SIMPLE, 9470.24096);
-  /* With multicast, NVLS moves S once each way: 5 + 2 x 5 + S / 85000. */
+  /* With multicast, NVLS moves S once each way: 5 + 3 barriers of 1 us
+   * (intra_lat; nvls_lat unset) + S / 85000. */
   t = topo8();
   t.nvls = 1;
   assert_choice(&t, BRD_COLL_ALLREDUCE, 256 * MIB, AVAIL_SHOTS | A(NVLS), &m, BRD_ALGO_NVLS,
-                BRD_PROTO_SIMPLE, 3173.064188);
+                BRD_PROTO_SIMPLE, 3166.064209);
 }
 
 static void test_select_two_nodes(void **state) {
@@ -463,7 +464,10 @@ static void test_estimate(void **state) {
   assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_NVLS_TREE, BRD_PROTO_SIMPLE) < 0);
   t.nvls = 1;
   assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_NVLS, BRD_PROTO_LL) < 0);
+  /* In host mode nvls is the runtime's emulation: NVLS runs. */
   t.host_mode = 1;
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_NVLS, BRD_PROTO_SIMPLE) > 0);
+  t.nvls = 0;
   assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_NVLS, BRD_PROTO_SIMPLE) < 0);
 
   /* PAT on 4 nodes of 1: 2 inter hops of 5 us x 5, 3/4 x 4 KiB at 25 x 0.75. */
@@ -497,6 +501,49 @@ static void test_estimate(void **state) {
   assert_true(brd_tune_estimate(&t, BRD_COLL_COUNT, KIB, BRD_ALGO_RING, BRD_PROTO_LL) < 0);
   assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_COUNT, BRD_PROTO_LL) < 0);
   assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, KIB, BRD_ALGO_RING, BRD_PROTO_COUNT) < 0);
+}
+
+/* ---- NVLS: the switch plans' model and NCCL_ALGO naming it ---- */
+
+static void test_nvls_model(void **state) {
+  (void)state;
+  /* NCCL_ALGO names NVLS only in a list that allows it. */
+  brd_tune_mask_t m = mask_of("NVLS", NULL);
+  assert_true(brd_tune_mask_names(&m, BRD_ALGO_NVLS));
+  m = mask_of("ring;allreduce:tree,nvls", NULL);
+  assert_true(brd_tune_mask_names(&m, BRD_ALGO_NVLS));
+  m = mask_of("^NVLS", NULL);
+  assert_false(brd_tune_mask_names(&m, BRD_ALGO_NVLS));
+  m = mask_of("NVLSTree", NULL);
+  assert_false(brd_tune_mask_names(&m, BRD_ALGO_NVLS));
+  m = mask_of("^ring", NULL);
+  assert_false(brd_tune_mask_names(&m, BRD_ALGO_NVLS));
+  m = mask_of(NULL, NULL);
+  assert_false(brd_tune_mask_names(&m, BRD_ALGO_NVLS));
+
+  /* 8 x H100: barriers of 1.5 us, algbw 480 x 8 / 14 = 274.3 GB/s. */
+  brd_tune_topo_t t;
+  assert_int_equal(brd_hw_topo(BRD_HW_GPU_H100, 1, 8, 0, 0, &t), ncclSuccess);
+  assert_true(fabs(t.nvls_bw - 480.0 * 8 / 14) < 0.01);
+  /* 1 KiB: 5 + 3 x 1.5 + 1024 / 274286 (pipelined); 5 + 2 x 1.5 +
+   * 8 x 1024 / 370000 (low latency), which wins. */
+  assert_close(brd_tune_estimate_nvls(&t, BRD_COLL_ALLREDUCE, KIB, 0), 9.503733);
+  assert_close(brd_tune_estimate_nvls(&t, BRD_COLL_ALLREDUCE, KIB, 1), 8.022140);
+  assert_true(brd_tune_nvls_lowlat(&t, KIB));
+  /* 1 MiB: pipelining wins (the low-latency plan reads 8 MiB per GPU). */
+  assert_false(brd_tune_nvls_lowlat(&t, MIB));
+  /* The crossover, where 3 + 8S/370000 = 4.5 + S/274286: about 83 KB. */
+  assert_true(brd_tune_nvls_lowlat(&t, 80 * 1000));
+  assert_false(brd_tune_nvls_lowlat(&t, 90 * 1000));
+  /* 2 x H100: the published 2-4 GPU busbw, 367 x 2 / 2 GB/s algbw. */
+  assert_int_equal(brd_hw_topo(BRD_HW_GPU_H100, 1, 2, 0, 0, &t), ncclSuccess);
+  assert_true(fabs(t.nvls_bw - 367.0) < 0.01);
+  /* No NVLS on PCIe; none for broadcast. */
+  assert_int_equal(brd_hw_topo(BRD_HW_GPU_PCIE, 1, 8, 0, 0, &t), ncclSuccess);
+  assert_true(brd_tune_estimate_nvls(&t, BRD_COLL_ALLREDUCE, KIB, 0) < 0);
+  assert_false(brd_tune_nvls_lowlat(&t, KIB));
+  assert_int_equal(brd_hw_topo(BRD_HW_GPU_H100, 1, 8, 0, 0, &t), ncclSuccess);
+  assert_true(brd_tune_estimate_nvls(&t, BRD_COLL_BROADCAST, KIB, 0) < 0);
 }
 
 /* ---- the cluster model: NIC counts, NVLS rate, hierarchical ---- */
@@ -688,6 +735,7 @@ int main(void) {
       cmocka_unit_test(test_empty_intersection),
       cmocka_unit_test(test_single_rank),
       cmocka_unit_test(test_estimate),
+      cmocka_unit_test(test_nvls_model),
       cmocka_unit_test(test_cluster_by_hand),
       cmocka_unit_test(test_cluster_published),
       cmocka_unit_test(test_cluster_monotone),

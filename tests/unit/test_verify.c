@@ -8,6 +8,10 @@
  *     report (kind, rank, block, op, peer). They start from a correct
  *     two-rank exchange, which must verify, and break one thing.
  *   - Removing any single data op from a generated plan is always caught.
+ *   - Switch channels: a three-rank switch all-reduce and its faults (a
+ *     contribution written without the barrier, a missing one, slot reuse
+ *     without the closing barrier, an MC_RED not ordered before a read),
+ *     and every structural refusal, each naming rank, block and op.
  *   - Allocation failures inside the verifier unwind without leaks.
  */
 #include <setjmp.h>
@@ -576,6 +580,175 @@ static void test_malformed(void **state) {
   assert_int_equal(rep.kind, BRD_VERIFY_MALFORMED);
 }
 
+
+/* ---- switch channels ---------------------------------------------------------- */
+
+#define SW(s) REF(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH, (s))
+
+static void swbar(brd_plan_builder_t *b, int rank, uint32_t sem, int32_t k) {
+  brd_ir_op_t op = {0};
+  op.code = BRD_IR_OP_MC_BARRIER;
+  op.ndst = 1;
+  op.k = k;
+  op.ref[0].buf = BRD_IR_BUF_SEM;
+  op.ref[0].index = (uint16_t)sem;
+  assert_int_equal(brd_plan_chan_switch(b, rank, &op.ref[0].chan), ncclSuccess);
+  assert_int_equal(brd_plan_op_add(b, rank, 0, &op), ncclSuccess);
+}
+
+/* A three-rank switch all-reduce and its faults: each rank copies its
+ * input into its own slot 0 (op 0), barrier (op 1), reduces slot 0 over
+ * every copy into its output (op 2), barrier (op 3) before the slot is
+ * rewritten. */
+enum { SW_OK, SW_R2_NO_BAR1, SW_R1_NO_COPY, SW_NO_POSTOP, SW_NO_BAR2, SW_LL_REF,
+       SW_INPUT_REF, SW_COPY_VIA_SWITCH, SW_K_DOWN };
+
+static brd_plan_builder_t *switch_ar(int variant) {
+  brd_plan_builder_t *b = mk(3, 1, 1, 2, 2, BRD_IR_PROTO_SIMPLE);
+  for (int r = 0; r < 3; r++) {
+    if (!(variant == SW_R1_NO_COPY && r == 1))
+      mv(b, r, BRD_IR_OP_COPY, 0, 0, 0, 0, 1, (brd_plan_ref_t[]){IN(0)}, 1,
+         (brd_plan_ref_t[]){SCR(-1, 0)});
+    if (!(variant == SW_R2_NO_BAR1 && r == 2)) swbar(b, r, 0, 1);
+    brd_plan_ref_t src = SW(0);
+    if (variant == SW_LL_REF && r == 0) src.buf |= BRD_IR_REF_LL;
+    if (variant == SW_INPUT_REF && r == 0) src.buf = BRD_IR_BUF_INPUT;
+    mv(b, r, BRD_IR_OP_MC_REDUCE, variant == SW_NO_POSTOP ? 0 : BRD_IR_F_POSTOP, 0, 0, 0, 1,
+       &src, 1, (brd_plan_ref_t[]){OUT(-1, 0)});
+    if (variant == SW_COPY_VIA_SWITCH && r == 1)
+      mv(b, r, BRD_IR_OP_COPY, 0, 0, 0, 0, 1, (brd_plan_ref_t[]){IN(0)}, 1,
+         (brd_plan_ref_t[]){SW(1)});
+    if (variant != SW_NO_BAR2) swbar(b, r, 0, variant == SW_K_DOWN && r == 2 ? 1 : 2);
+  }
+  return b;
+}
+
+/* The blob of a finished switch plan, for faults the builder cannot make. */
+static brd_ir_plan_t *switch_blob(brd_plan_builder_t *b) {
+  brd_ir_plan_t *p;
+  assert_int_equal(brd_plan_builder_finish(b, &p), ncclSuccess);
+  brd_plan_builder_destroy(b);
+  return p;
+}
+
+static void expect_blob(brd_ir_plan_t *p, brd_verify_kind_t kind, int rank, int block,
+                        int op, int peer, const char *text) {
+  brd_verify_report_t rep;
+  assert_int_equal(brd_plan_verify(p, NULL, &rep), ncclInternalError);
+  if (rep.kind != kind || rep.rank != rank || rep.block != block || rep.op != op ||
+      rep.peer != peer || strstr(rep.msg, text) == NULL)
+    print_error("expected %s at %d/%d/%d peer %d (\"%s\"), got: %s\n",
+                brd_plan_verify_kind_name(kind), rank, block, op, peer, text, rep.msg);
+  assert_int_equal(rep.kind, kind);
+  assert_int_equal(rep.rank, rank);
+  assert_int_equal(rep.block, block);
+  assert_int_equal(rep.op, op);
+  assert_int_equal(rep.peer, peer);
+  assert_non_null(strstr(rep.msg, text));
+  brd_plan_destroy(p);
+}
+
+static brd_ir_chan_t *chan_w(brd_ir_plan_t *p, int rank, int c) {
+  return (brd_ir_chan_t *)((char *)p + p->chan_off) + brd_ir_plan_rank(p, rank)->chan_first + c;
+}
+
+static void test_switch_semantics(void **state) {
+  (void)state;
+  expect(switch_ar(SW_OK), 0, BRD_VERIFY_OK, -1, -1, -1, -1);
+  expect(switch_ar(SW_OK), 1, BRD_VERIFY_OK, -1, -1, -1, -1);
+  /* Rank 2 reduces before its barrier: rank 0's copy into its own slot
+   * does not happen before rank 2's ld_reduce of it. */
+  expect(switch_ar(SW_R2_NO_BAR1), 0, BRD_VERIFY_RACE, 2, 0, 1, 0);
+  /* Rank 1 never writes its slot: a missing contribution, seen as the
+   * read of an unwritten copy by the first reducer. */
+  expect(switch_ar(SW_R1_NO_COPY), 0, BRD_VERIFY_UNWRITTEN, 2, 0, 2, 1);
+  expect(switch_ar(SW_NO_POSTOP), 0, BRD_VERIFY_POSTOP, 0, 0, 2, -1);
+  /* No barrier after the reduction: the next iteration's copy into a
+   * slot overtakes a peer's ld_reduce of it. */
+  expect(switch_ar(SW_NO_BAR2), 0, BRD_VERIFY_REUSE, 0, 0, 2, 2);
+}
+
+/* MC_RED: reds of several ranks into one slot between two barriers
+ * combine in any order; a plain read not ordered after them races. */
+static brd_plan_builder_t *switch_red(int reader_waits) {
+  brd_plan_builder_t *b = mk(3, 1, 1, 1, 3, BRD_IR_PROTO_SIMPLE);
+  for (int r = 0; r < 3; r++) {
+    if (r == 0)
+      mv(b, r, BRD_IR_OP_MC_STORE, 0, 0, 0, 0, 1, (brd_plan_ref_t[]){IN(0)}, 1,
+         (brd_plan_ref_t[]){SW(0)});
+    swbar(b, r, 0, 1);
+    if (r != 0)
+      mv(b, r, BRD_IR_OP_MC_RED, 0, 0, 0, 0, 1, (brd_plan_ref_t[]){IN(0)}, 1,
+         (brd_plan_ref_t[]){SW(0)});
+    if (reader_waits || r != 0) swbar(b, r, 0, 2);
+    mv(b, r, BRD_IR_OP_COPY, BRD_IR_F_POSTOP, 0, 0, 0, 1, (brd_plan_ref_t[]){SCR(-1, 0)}, 1,
+       (brd_plan_ref_t[]){OUT(-1, 0)});
+    swbar(b, r, 0, 3);
+  }
+  return b;
+}
+
+static void test_switch_red(void **state) {
+  (void)state;
+  expect(switch_red(1), 0, BRD_VERIFY_OK, -1, -1, -1, -1);
+  /* Rank 0 copies its slot out without the barrier after the reds. */
+  brd_ir_plan_t *p = switch_blob(switch_red(0));
+  expect_blob(p, BRD_VERIFY_RACE, 0, 0, 2, 2, "MC_RED of rank 2 block 0 op 1");
+}
+
+static void test_switch_malformed(void **state) {
+  (void)state;
+  expect_blob(switch_blob(switch_ar(SW_LL_REF)), BRD_VERIFY_MALFORMED, 0, 0, 2, -1,
+              "LL reference");
+  expect_blob(switch_blob(switch_ar(SW_INPUT_REF)), BRD_VERIFY_MALFORMED, 0, 0, 2, -1,
+              "names the input through the switch");
+  expect_blob(switch_blob(switch_ar(SW_COPY_VIA_SWITCH)), BRD_VERIFY_MALFORMED, 1, 0, 3, -1,
+              "only the switch ops");
+  expect_blob(switch_blob(switch_ar(SW_K_DOWN)), BRD_VERIFY_MALFORMED, 2, 0, 3, -1,
+              "values must increase");
+  /* The output through the switch. */
+  brd_ir_plan_t *p = switch_blob(switch_ar(SW_OK));
+  brd_ir_op_t *op = (brd_ir_op_t *)brd_ir_plan_ops(p, 1, 0) + 2;
+  op->ref[0].buf = BRD_IR_BUF_OUTPUT;
+  expect_blob(p, BRD_VERIFY_MALFORMED, 1, 0, 2, -1, "names the output through the switch");
+  /* A switch channel with a rank as its peer. */
+  p = switch_blob(switch_ar(SW_OK));
+  chan_w(p, 0, 0)->peer = 1;
+  expect_blob(p, BRD_VERIFY_MALFORMED, 0, -1, -1, -1, "with peer 1");
+  /* A rank without the switch channel. */
+  p = switch_blob(switch_ar(SW_OK));
+  chan_w(p, 2, 0)->type = BRD_IR_CHAN_MEMORY;
+  chan_w(p, 2, 0)->peer = 0;
+  expect_blob(p, BRD_VERIFY_MALFORMED, 2, -1, -1, 0, "no switch channel while rank 0");
+  /* Two switch channels on one rank. */
+  brd_plan_builder_t *b = switch_ar(SW_OK);
+  sync_op(b, 0, BRD_IR_OP_SIGNAL, 1, 1, 1);
+  sync_op(b, 1, BRD_IR_OP_WAIT, 0, 1, 1);
+  p = switch_blob(b);
+  chan_w(p, 0, 1)->type = BRD_IR_CHAN_SWITCH;
+  chan_w(p, 0, 1)->peer = BRD_IR_SWITCH_PEER;
+  expect_blob(p, BRD_VERIFY_MALFORMED, 0, -1, -1, -1, "two switch channels");
+  /* A switch op naming a memory channel, and a signal on the switch. */
+  b = switch_ar(SW_OK);
+  sync_op(b, 0, BRD_IR_OP_SIGNAL, 1, 1, 1);
+  sync_op(b, 1, BRD_IR_OP_WAIT, 0, 1, 1);
+  p = switch_blob(b);
+  op = (brd_ir_op_t *)brd_ir_plan_ops(p, 0, 0) + 1; /* rank 0's first barrier */
+  op->ref[0].chan = 1;
+  expect_blob(p, BRD_VERIFY_MALFORMED, 0, 0, 1, 1, "not a switch channel");
+  b = switch_ar(SW_OK);
+  sync_op(b, 0, BRD_IR_OP_SIGNAL, 1, 1, 1);
+  sync_op(b, 1, BRD_IR_OP_WAIT, 0, 1, 1);
+  p = switch_blob(b);
+  op = (brd_ir_op_t *)brd_ir_plan_ops(p, 0, 0) + 4; /* rank 0's SIGNAL */
+  op->ref[0].chan = 0;
+  expect_blob(p, BRD_VERIFY_MALFORMED, 0, 0, 4, -1, "synchronises with MC_BARRIER only");
+  /* A switch plan in the LL protocol. */
+  p = switch_blob(switch_ar(SW_OK));
+  p->proto = BRD_IR_PROTO_LL;
+  expect_blob(p, BRD_VERIFY_MALFORMED, -1, -1, -1, -1, "Simple protocol");
+}
+
 /* ---- allocation failures ---------------------------------------------------- */
 
 static void test_verify_alloc_failures(void **state) {
@@ -623,6 +796,9 @@ int main(void) {
       cmocka_unit_test(test_in_place_hazard),
       cmocka_unit_test(test_peer_input),
       cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_switch_semantics),
+      cmocka_unit_test(test_switch_red),
+      cmocka_unit_test(test_switch_malformed),
       cmocka_unit_test(test_verify_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
