@@ -6,6 +6,7 @@
 
 #include "base/array.h"
 #include "base/check.h"
+#include "base/debug.h"
 #include "base/param.h"
 #include "algos/algos.h"
 #include "core/plans.h"
@@ -108,6 +109,12 @@ ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint
   c->e = grown;
   brd_ir_plan_t *plan;
   CHECK(generate(c, coll, algo, proto, nblocks, root, det, &plan));
+  if (brd_log_on(BRD_LOG_INFO, BRD_SUBSYS_TUNING)) {
+    const brd_algos_gen_t *g = brd_algos_find(coll, algo, det);
+    INFO(BRD_SUBSYS_TUNING, "plan: %s, %s, %d blocks, %d ranks%s (%u chunks, %u slots)",
+         g != NULL ? g->name : "?", plan->proto == BRD_IR_PROTO_LL ? "LL" : "Simple", nblocks,
+         c->nranks, c->host != NULL ? " placed by node" : "", plan->nchunks, plan->nslots);
+  }
   if (c->port != NULL) brd_plan_chans_mark(plan, c->port);
   ncclResult_t res = plan_check(plan);
   if (res != ncclSuccess) {
