@@ -58,10 +58,11 @@
  *   Hier     AllReduce           2(L-1) intra + 2(N-1) inter hops;
  *            v_intra = 2(L-1)S/L (reduce-scatter, then all-gather);
  *            v_inter = 2(N-1)/N x S/L per rank, 2(N-1)/N x S per node (a
- *            ring per local index). Its phases run one after the other in
- *            each block, so its intra and inter wire times add instead of
- *            overlapping (max) as the others' do. fit 1: rings. Nodes of
- *            equal size, two ranks or more each (algos/hier.c).
+ *            ring per local index). fit 1: rings. One block runs its
+ *            three phases in turn; the model overlaps the node links and
+ *            the net (max, as for the others) because the blocks run
+ *            independently and so keep both busy. Nodes of equal size, two
+ *            ranks or more each (algos/hier.c).
  *
  * Intra terms vanish on one rank per node, inter terms on one node. Any
  * other (algorithm, collective) pair cannot run. NVLS, NVLSTree, CollNet
@@ -565,7 +566,7 @@ static int algo_shape(const brd_tune_topo_t *t, brd_coll_t coll, brd_algo_t a,
  * NIC counts node_inter is the node's (see the NIC paragraph at the top);
  * nvls: the intra term runs at nvls_bw when that is set. */
 static double shape_time(const brd_tune_topo_t *t, const shape_t *s, double node_inter,
-                         int nvls, int serial, double fit, brd_proto_t p) {
+                         int nvls, double fit, brd_proto_t p) {
   double rpd = t->ranks_per_device;
   double wire_intra = 0.0, wire_inter = 0.0;
   if (s->vol_intra > 0.0) {
@@ -580,10 +581,7 @@ static double shape_time(const brd_tune_topo_t *t, const shape_t *s, double node
     else
       wire_inter = s->vol_inter / (t->inter_bw / rpd);
   }
-  /* Links of both kinds work at once, except in plans whose phases on
-   * them follow each other (serial: the hierarchical all-reduce). */
-  double wire = serial ? wire_intra + wire_inter
-                       : wire_intra > wire_inter ? wire_intra : wire_inter;
+  double wire = wire_intra > wire_inter ? wire_intra : wire_inter;
   double lat = (s->hops_intra * t->intra_lat + s->hops_inter * t->inter_lat) * proto_step[p];
   return BASE_US + lat + wire / (1000.0 * proto_eff[p] * fit);
 }
@@ -602,8 +600,7 @@ static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
   } else if (a != BRD_ALGO_RING && a != BRD_ALGO_COLLNET_CHAIN) {
     node *= t->local_nranks;
   }
-  return shape_time(t, &s, node, a == BRD_ALGO_NVLS || a == BRD_ALGO_NVLS_TREE,
-                    a == BRD_ALGO_HIER, algo_fit[a], p);
+  return shape_time(t, &s, node, a == BRD_ALGO_NVLS || a == BRD_ALGO_NVLS_TREE, algo_fit[a], p);
 }
 
 /* See tune.h. */
