@@ -15,6 +15,8 @@
  *     across nodes, only to ranks of its own local index.
  *   - Layouts the hierarchical plan cannot split (one node, one rank per
  *     node, uneven nodes) get the ring all-reduce's plan, byte for byte.
+ *   - The plan cache generates by the layout it was given, keeps its plans
+ *     while the layout stays, and drops them when it changes.
  *   - Allocation failures unwind without leaks.
  */
 #include <setjmp.h>
@@ -28,6 +30,7 @@
 #include <cmocka.h>
 
 #include "algos/algos.h"
+#include "core/plans.h"
 #include "plan/plan.h"
 #include "plan/tune.h"
 #include "plan/verify.h"
@@ -283,6 +286,51 @@ static void test_hier_falls_back_to_ring(void **state) {
   assert_ptr_equal(p, (brd_ir_plan_t *)0x1);
 }
 
+/* ---- the plan cache and the layout ---------------------------------------------- */
+
+/* Peers of rank r's channels, as a bit set. */
+static unsigned peers_of(const brd_ir_plan_t *p, int r) {
+  unsigned bits = 0;
+  for (uint32_t c = 0; c < brd_ir_plan_rank(p, r)->nchans; c++)
+    bits |= 1u << brd_ir_plan_chan(p, r, (int)c)->peer;
+  return bits;
+}
+
+static void test_plan_cache_layout(void **state) {
+  (void)state;
+  brd_plan_cache_t c;
+  brd_plans_init(&c, 4);
+  static const int split[4] = {3, 3, 8, 8}, inter[4] = {3, 8, 3, 8};
+  const brd_ir_plan_t *p, *q;
+  /* One node: the ring's plan, rank 0 between 3 and 1. */
+  assert_int_equal(brd_plans_get(&c, BRD_IR_COLL_ALLREDUCE, BRD_ALGO_HIER, BRD_IR_PROTO_SIMPLE,
+                                 1, 0, 0, &p), ncclSuccess);
+  assert_int_equal(peers_of(p, 0), (1u << 1) | (1u << 3));
+  /* Ranks 0,1 | 2,3: rank 0 links to 1 inside, 2 across. */
+  assert_int_equal(brd_plans_hosts_set(&c, split), ncclSuccess);
+  assert_int_equal(brd_plans_get(&c, BRD_IR_COLL_ALLREDUCE, BRD_ALGO_HIER, BRD_IR_PROTO_SIMPLE,
+                                 1, 0, 0, &p), ncclSuccess);
+  assert_int_equal(peers_of(p, 0), (1u << 1) | (1u << 2));
+  /* The same layout again keeps the plan. */
+  assert_int_equal(brd_plans_hosts_set(&c, split), ncclSuccess);
+  assert_int_equal(brd_plans_get(&c, BRD_IR_COLL_ALLREDUCE, BRD_ALGO_HIER, BRD_IR_PROTO_SIMPLE,
+                                 1, 0, 0, &q), ncclSuccess);
+  assert_ptr_equal(p, q);
+  assert_int_equal(c.n, 1);
+  /* Ranks 0,2 | 1,3: rank 0 links to 2 inside, 1 across. */
+  assert_int_equal(brd_plans_hosts_set(&c, inter), ncclSuccess);
+  assert_int_equal(c.n, 0);
+  assert_int_equal(brd_plans_get(&c, BRD_IR_COLL_ALLREDUCE, BRD_ALGO_HIER, BRD_IR_PROTO_SIMPLE,
+                                 1, 0, 0, &p), ncclSuccess);
+  assert_int_equal(peers_of(p, 0), (1u << 2) | (1u << 1));
+  assert_int_equal(peers_of(p, 1), (1u << 3) | (1u << 0));
+  /* The tree across those nodes: rank 0 heads tree 0 on its node. */
+  assert_int_equal(brd_plans_get(&c, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_TREE, BRD_IR_PROTO_LL,
+                                 1, 0, 0, &p), ncclSuccess);
+  assert_int_equal(p->nslots, 4u * 4u); /* 4 chunks x (3 children + a down slot) */
+  brd_plans_fini(&c);
+}
+
 /* ---- the verifier sees every op -------------------------------------------------- */
 
 /* Dropping any data op, or the post-op flag, is caught; dropping waits
@@ -383,6 +431,7 @@ int main(void) {
       cmocka_unit_test(test_tree_crosses_at_heads),
       cmocka_unit_test(test_hier_links),
       cmocka_unit_test(test_hier_falls_back_to_ring),
+      cmocka_unit_test(test_plan_cache_layout),
       cmocka_unit_test(test_dropped_op_caught),
       cmocka_unit_test(test_alloc_failures),
   };
