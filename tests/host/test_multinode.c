@@ -6,8 +6,9 @@
  *
  * For each layout (2x2, 2x3, 3x2, 3x1, 2x2 with the hosts' ranks
  * interleaved, and the uneven 2+1 and 1+2+1) and each forced all-reduce
- * plan (NCCL_ALGO=allreduce:Tree and allreduce:Hier, NCCL_PROTO LL and
- * Simple), every rank checks against an independent CPU reference
+ * plan (NCCL_ALGO=allreduce:Tree and allreduce:Hier; NCCL_PROTO LL and
+ * Simple on the first three layouts, one of them, alternating, on the
+ * others), every rank checks against an independent CPU reference
  * (tests/common/coll_ref.c), outputs poisoned first:
  *   - ncclAllReduce for several dtypes x every op x in place and out of
  *     place x counts 1, 7, 1023 and 70001 (several windows of several
@@ -17,8 +18,10 @@
  *     neighbours), so the node layout the plans now carry breaks nothing.
  * Hier needs nodes of one size: on the uneven layouts a forced Hier
  * all-reduce is refused with ncclInvalidUsage naming NCCL_ALGO, and the
- * communicator goes on working. BRAID_TEST_QUICK=1 runs fewer dtypes, ops
- * and counts.
+ * communicator goes on working. BRAID_TEST_QUICK=1 runs fewer dtypes, ops,
+ * counts and protocols. In CUDA mode (BRAID_DEVICE=cuda, the simulator's
+ * builds) buffers are managed memory, each rank has a stream, and only
+ * the 3x2 layout runs, Simple, a smaller matrix.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -66,7 +69,10 @@ static const config_t configs[] = {
     {"allreduce:Hier", "Simple"},
 };
 
-static int quick(void) { return tdev_quick(); }
+static int quick(void) { return tdev_quick() || tdev_kind() == TDEV_CUDA; }
+
+/* A stream's work must finish within this. */
+#define SYNC_TIMEOUT_S 300.0
 
 /* ---- one rank ---------------------------------------------------------------- */
 
@@ -74,6 +80,7 @@ typedef struct {
   int rank, n, failures;
   char *msg;
   size_t msglen;
+  cudaStream_t stream; /* NULL in host mode */
 } ctx_t;
 
 static void failf(ctx_t *c, const char *fmt, ...) {
@@ -86,10 +93,22 @@ static void failf(ctx_t *c, const char *fmt, ...) {
   }
 }
 
+/* Buffers the library may be given (managed memory in CUDA mode). */
 static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
+  void *p = tdev_alloc(bytes ? bytes : 1);
   if (p == NULL) abort();
   return p;
+}
+
+static void xfree(void *p) { tdev_free(p); }
+
+/* Waits for the rank's stream after a successful call. */
+static ncclResult_t synced(ctx_t *c, ncclResult_t res) {
+  if (res == ncclSuccess && tdev_stream_sync(c->stream, SYNC_TIMEOUT_S) != 0) {
+    failf(c, "stream: %s (%s)", tdev_last_error(), ncclGetLastError(NULL));
+    return ncclSystemError;
+  }
+  return res;
 }
 
 /* One all-reduce; returns the call's result. */
@@ -97,10 +116,11 @@ static ncclResult_t allreduce_one(ctx_t *c, ncclComm_t comm, ncclDataType_t dt,
                                   ncclRedOp_t op, int inplace, size_t count) {
   size_t es = ref_dtype_size(dt);
   void *send = xmalloc(count * es), *recv = inplace ? send : xmalloc(count * es);
-  void *expect = xmalloc(count * es);
+  void *expect = malloc(count * es);
+  if (expect == NULL) abort();
   ref_fill_input(dt, op, c->rank, send, count);
   if (!inplace) ref_poison(dt, recv, count);
-  ncclResult_t res = ncclAllReduce(send, recv, count, dt, op, comm, NULL);
+  ncclResult_t res = synced(c, ncclAllReduce(send, recv, count, dt, op, comm, c->stream));
   if (res == ncclSuccess) {
     ref_reduce_expect(dt, op, c->n, 1.0, expect, count);
     char m[160] = "";
@@ -109,8 +129,8 @@ static ncclResult_t allreduce_one(ctx_t *c, ncclComm_t comm, ncclDataType_t dt,
       failf(c, "all-reduce %s %s %s count %zu: %zu wrong, %s", ref_dtype_name(dt),
             ref_op_name(op), inplace ? "in place" : "out of place", count, wrong, m);
   }
-  if (!inplace) free(recv);
-  free(send);
+  if (!inplace) xfree(recv);
+  xfree(send);
   free(expect);
   return res;
 }
@@ -118,12 +138,15 @@ static ncclResult_t allreduce_one(ctx_t *c, ncclComm_t comm, ncclDataType_t dt,
 static void allreduce_matrix(ctx_t *c, ncclComm_t comm) {
   static const ncclDataType_t dts[] = {ncclInt32, ncclFloat32, ncclInt8, ncclBfloat16};
   static const size_t counts[] = {1, 7, 1023, 70001};
-  int ndt = quick() ? 2 : 4;
+  /* CUDA mode runs on the simulator, which is slow: one dtype, sum and
+   * avg, two counts. */
+  int cuda = tdev_kind() == TDEV_CUDA;
+  int ndt = cuda ? 1 : quick() ? 2 : 4;
   for (int d = 0; d < ndt && !c->failures; d++)
     for (int op = 0; op < ncclNumOps && !c->failures; op++) {
-      if (quick() && op != ncclSum && op != ncclMax && op != ncclAvg) continue;
+      if (quick() && op != ncclSum && op != ncclAvg && (cuda || op != ncclMax)) continue;
       for (int ip = 0; ip < 2; ip++)
-        for (size_t k = quick() ? 1 : 0; k < 4; k++) {
+        for (size_t k = cuda ? 2 : quick() ? 1 : 0; k < 4; k++) {
           ncclResult_t res = allreduce_one(c, comm, dts[d], (ncclRedOp_t)op, ip, counts[k]);
           if (res != ncclSuccess) {
             failf(c, "all-reduce count %zu: %s (%s)", counts[k], ncclGetErrorString(res),
@@ -136,7 +159,7 @@ static void allreduce_matrix(ctx_t *c, ncclComm_t comm) {
 
 #define CALL(c, call)                                                                \
   do {                                                                               \
-    ncclResult_t r_ = (call);                                                        \
+    ncclResult_t r_ = synced((c), (call));                                           \
     if (r_ != ncclSuccess) {                                                         \
       failf((c), "%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
       goto out;                                                                      \
@@ -150,13 +173,14 @@ static void others(ctx_t *c, ncclComm_t comm) {
   int n = c->n, r = c->rank;
   char m[160] = "";
   void *in = xmalloc((size_t)n * cnt * es), *out = xmalloc((size_t)n * cnt * es);
-  void *expect = xmalloc(cnt * es);
+  void *expect = malloc(cnt * es);
+  if (expect == NULL) abort();
   int next = (r + 1) % n, prev = (r + n - 1) % n;
 
   /* All-gather: segment q of the output is q's input. */
   ref_fill_move(dt, r, 0, in, cnt);
   ref_poison(dt, out, (size_t)n * cnt);
-  CALL(c, ncclAllGather(in, out, cnt, dt, comm, NULL));
+  CALL(c, ncclAllGather(in, out, cnt, dt, comm, c->stream));
   for (int q = 0; q < n; q++)
     if (ref_check_move(dt, q, 0, (char *)out + (size_t)q * cnt * es, cnt, m, sizeof(m)))
       failf(c, "all-gather segment %d: %s", q, m);
@@ -164,20 +188,20 @@ static void others(ctx_t *c, ncclComm_t comm) {
   /* Reduce-scatter: the sum of every rank's segment r. */
   ref_fill_input(dt, ncclSum, r, in, (size_t)n * cnt);
   ref_poison(dt, out, cnt);
-  CALL(c, ncclReduceScatter(in, out, cnt, dt, ncclSum, comm, NULL));
+  CALL(c, ncclReduceScatter(in, out, cnt, dt, ncclSum, comm, c->stream));
   ref_reduce_expect_range(dt, ncclSum, n, 1.0, expect, (size_t)r * cnt, cnt);
   if (ref_compare(dt, 0, out, expect, cnt, m, sizeof(m))) failf(c, "reduce-scatter: %s", m);
 
   /* Broadcast from the last rank. */
   ref_fill_move(dt, r, 0, in, cnt);
   ref_poison(dt, out, cnt);
-  CALL(c, ncclBroadcast(in, out, cnt, dt, n - 1, comm, NULL));
+  CALL(c, ncclBroadcast(in, out, cnt, dt, n - 1, comm, c->stream));
   if (ref_check_move(dt, n - 1, 0, out, cnt, m, sizeof(m))) failf(c, "broadcast: %s", m);
 
   /* Reduce (max) onto rank 1. */
   ref_fill_input(dt, ncclMax, r, in, cnt);
   ref_poison(dt, out, cnt);
-  CALL(c, ncclReduce(in, out, cnt, dt, ncclMax, 1, comm, NULL));
+  CALL(c, ncclReduce(in, out, cnt, dt, ncclMax, 1, comm, c->stream));
   if (r == 1) {
     ref_reduce_expect(dt, ncclMax, n, 1.0, expect, cnt);
     if (ref_compare(dt, 0, out, expect, cnt, m, sizeof(m))) failf(c, "reduce: %s", m);
@@ -186,7 +210,7 @@ static void others(ctx_t *c, ncclComm_t comm) {
   /* All-to-all: segment q of the output is q's segment r. */
   for (int q = 0; q < n; q++) ref_fill_move(dt, r, q, (char *)in + (size_t)q * cnt * es, cnt);
   ref_poison(dt, out, (size_t)n * cnt);
-  CALL(c, ncclAlltoAll(in, out, cnt, dt, comm, NULL));
+  CALL(c, ncclAlltoAll(in, out, cnt, dt, comm, c->stream));
   for (int q = 0; q < n; q++)
     if (ref_check_move(dt, q, r, (char *)out + (size_t)q * cnt * es, cnt, m, sizeof(m)))
       failf(c, "all-to-all from %d: %s", q, m);
@@ -194,40 +218,46 @@ static void others(ctx_t *c, ncclComm_t comm) {
   /* Gather onto rank 0, scatter from the last rank. */
   ref_fill_move(dt, r, 0, in, cnt);
   ref_poison(dt, out, (size_t)n * cnt);
-  CALL(c, ncclGather(in, out, cnt, dt, 0, comm, NULL));
+  CALL(c, ncclGather(in, out, cnt, dt, 0, comm, c->stream));
   for (int q = 0; r == 0 && q < n; q++)
     if (ref_check_move(dt, q, 0, (char *)out + (size_t)q * cnt * es, cnt, m, sizeof(m)))
       failf(c, "gather from %d: %s", q, m);
   for (int q = 0; q < n; q++) ref_fill_move(dt, r, q, (char *)in + (size_t)q * cnt * es, cnt);
   ref_poison(dt, out, cnt);
-  CALL(c, ncclScatter(in, out, cnt, dt, n - 1, comm, NULL));
+  CALL(c, ncclScatter(in, out, cnt, dt, n - 1, comm, c->stream));
   if (ref_check_move(dt, n - 1, r, out, cnt, m, sizeof(m))) failf(c, "scatter: %s", m);
 
   /* Send/recv with both neighbours (one when there are two ranks). */
   ref_fill_move(dt, r, next, in, cnt);
   ref_fill_move(dt, r, prev, (char *)in + cnt * es, cnt);
   ref_poison(dt, out, 2 * cnt);
+  /* Inside the group nothing is queued yet, so syncing is harmless. */
   CALL(c, ncclGroupStart());
-  CALL(c, ncclSend(in, cnt, dt, next, comm, NULL));
-  CALL(c, ncclRecv(out, cnt, dt, prev, comm, NULL));
-  CALL(c, ncclSend((char *)in + cnt * es, cnt, dt, prev, comm, NULL));
-  CALL(c, ncclRecv((char *)out + cnt * es, cnt, dt, next, comm, NULL));
+  CALL(c, ncclSend(in, cnt, dt, next, comm, c->stream));
+  CALL(c, ncclRecv(out, cnt, dt, prev, comm, c->stream));
+  CALL(c, ncclSend((char *)in + cnt * es, cnt, dt, prev, comm, c->stream));
+  CALL(c, ncclRecv((char *)out + cnt * es, cnt, dt, next, comm, c->stream));
   CALL(c, ncclGroupEnd());
   if (ref_check_move(dt, prev, r, out, cnt, m, sizeof(m))) failf(c, "recv from %d: %s", prev, m);
   if (ref_check_move(dt, next, r, (char *)out + cnt * es, cnt, m, sizeof(m)))
     failf(c, "recv from %d: %s", next, m);
 out:
-  free(in);
-  free(out);
+  xfree(in);
+  xfree(out);
   free(expect);
 }
 
 static int run_rank(ncclUniqueId id, int n, int rank, int refuse, char *msg, size_t msglen) {
-  ctx_t c = {rank, n, 0, msg, msglen};
+  ctx_t c = {rank, n, 0, msg, msglen, NULL};
   ncclComm_t comm;
+  if (tdev_stream_create(&c.stream) != 0) {
+    failf(&c, "%s", tdev_last_error());
+    return c.failures;
+  }
   ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
   if (res != ncclSuccess) {
     failf(&c, "init: %s", ncclGetLastError(NULL));
+    tdev_stream_destroy(c.stream);
     return c.failures;
   }
   if (refuse) {
@@ -241,6 +271,7 @@ static int run_rank(ncclUniqueId id, int n, int rank, int refuse, char *msg, siz
   }
   if (!c.failures) others(&c, comm);
   ncclCommDestroy(comm);
+  tdev_stream_destroy(c.stream);
   return c.failures;
 }
 
@@ -302,9 +333,14 @@ static void run_layout(const layout_t *l, const config_t *cfg) {
 
 static void test_layout(void **state) {
   const layout_t *l = *state;
+  if (tdev_kind() == TDEV_CUDA && tdev_cuda_touched())
+    fail_msg("this process used CUDA before forking ranks that use it");
   for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++) {
-    /* Quick: one protocol per plan, alternating by layout. */
-    if (quick() && (int)(k % 2) != (int)((l - layouts) % 2)) continue;
+    /* Both protocols on the first three layouts; otherwise (and in quick
+     * mode everywhere) one per plan, alternating every two layouts (so
+     * 2x2 and 3x2 differ). */
+    int li = (int)(l - layouts);
+    if ((quick() || li >= 3) && (int)(k % 2) != li / 2 % 2) continue;
     run_layout(l, &configs[k]);
   }
 }
@@ -312,18 +348,22 @@ static void test_layout(void **state) {
 int main(void) {
   setenv("BRAID_DEVICE", "host", 0);
   setenv("BRAID_TIMEOUT", "60", 0);
-  if (strcmp(getenv("BRAID_DEVICE"), "host") != 0) {
-    printf("SKIP: the staged-host test runs in host mode only (BRAID_DEVICE=%s)\n",
-           getenv("BRAID_DEVICE"));
+  char why[256];
+  if (!tdev_usable(why, sizeof(why))) {
+    printf("SKIP: staged hosts with BRAID_DEVICE=%s: %s\n", getenv("BRAID_DEVICE"), why);
     return TDEV_EXIT_SKIP;
   }
-  /* The configurations set these per process; the caller's would be
-   * overwritten anyway. */
+  /* The layouts set BRAID_HOSTID per process themselves. */
   unsetenv("BRAID_TEST_HOSTS");
   enum { NL = sizeof(layouts) / sizeof(layouts[0]) };
   struct CMUnitTest tests[NL];
-  for (int i = 0; i < NL; i++)
-    tests[i] = (struct CMUnitTest){layouts[i].name, test_layout, NULL, NULL,
-                                   (void *)&layouts[i]};
-  return _cmocka_run_group_tests("plans across staged hosts", tests, NL, NULL, NULL);
+  int nt = 0;
+  for (int i = 0; i < NL; i++) {
+    if (tdev_kind() == TDEV_CUDA && i != 2) continue;
+    tests[nt++] = (struct CMUnitTest){layouts[i].name, test_layout, NULL, NULL,
+                                      (void *)&layouts[i]};
+  }
+  return _cmocka_run_group_tests(tdev_kind() == TDEV_CUDA ? "plans across staged hosts (CUDA)"
+                                                          : "plans across staged hosts",
+                                 tests, (size_t)nt, NULL, NULL);
 }
