@@ -9,9 +9,9 @@
  *
  * For each size from --min to --max (8 B to 8 GiB by default, times --step,
  * 4 by default) it prints every algorithm's predicted time (its best
- * protocol) and bus bandwidth, the hierarchical AllReduce that Braid has
- * no generator for yet (model only), the choice among the algorithms
- * Braid can generate, and the choice among all of NCCL's. --local R also
+ * protocol) and bus bandwidth (Hier, Braid's hierarchical AllReduce,
+ * among them), the choice among the algorithms Braid can generate, and
+ * the choice among all of NCCL's (which have no Hier). --local R also
  * builds R host-mode ranks in this process and prints what
  * ncclGroupSimulateEnd estimates for them: that is the runtime's own
  * topology (one host), not the cluster above. --constants prints the
@@ -75,8 +75,7 @@ static double best_time(const brd_tune_topo_t *t, brd_coll_t c, size_t bytes, in
   double best = -1.0;
   for (int p = 0; p < BRD_PROTO_COUNT; p++) {
     if (p == BRD_PROTO_LL128 && !t->ll128_ok) continue;
-    double e = a < 0 ? brd_tune_estimate_hier(t, c, bytes, (brd_proto_t)p)
-                     : brd_tune_estimate(t, c, bytes, (brd_algo_t)a, (brd_proto_t)p);
+    double e = brd_tune_estimate(t, c, bytes, (brd_algo_t)a, (brd_proto_t)p);
     if (e >= 0.0 && (best < 0.0 || e < best)) {
       best = e;
       *proto_out = (brd_proto_t)p;
@@ -209,19 +208,18 @@ int main(int argc, char **argv) {
     printf("; %d NIC(s) x %.0f Gbit/s -> %.1f GB/s each, %.1f per node, %.2f us/hop",
            t.inter_nics, gbps, (double)t.inter_bw, (double)t.inter_bw * t.inter_nics,
            (double)t.inter_lat);
-  printf("\n# per algorithm: time(us) with its best protocol, busbw(GB/s); Hier is the\n"
-         "# hierarchical AllReduce (model only: Braid has no generator for it yet);\n"
-         "# Braid = the tuner's choice among Braid's generators, NCCL = among all.\n");
+  printf("\n# per algorithm: time(us) with its best protocol, busbw(GB/s); Hier is\n"
+         "# Braid's hierarchical AllReduce (NCCL has none);\n"
+         "# Braid = the tuner's choice among Braid's generators, NCCL = among NCCL's.\n");
 
-  int cols[BRD_ALGO_COUNT + 1], ncols = 0;
+  int cols[BRD_ALGO_COUNT], ncols = 0;
   brd_proto_t pr;
   for (int a = 0; a < BRD_ALGO_COUNT; a++)
     if (best_time(&t, coll, (size_t)1 << 20, a, &pr) >= 0.0) cols[ncols++] = a;
-  if (best_time(&t, coll, (size_t)1 << 20, -1, &pr) >= 0.0) cols[ncols++] = -1;
 
   printf("%8s", "size");
   for (int k = 0; k < ncols; k++)
-    printf(" | %-22s", cols[k] < 0 ? "Hier" : brd_algo_name((brd_algo_t)cols[k]));
+    printf(" | %-22s", brd_algo_name((brd_algo_t)cols[k]));
   printf(" | %-28s | %-28s\n", "Braid", "NCCL");
   double factor = bus_factor(coll, t.nranks);
   for (double b = (double)min; b <= (double)max * 1.0000001; b *= step) {
@@ -234,7 +232,7 @@ int main(int argc, char **argv) {
       if (e < 0.0) printf(" | %-22s", "-");
       else printf(" | %10.1f %-6s %4.0f", e, brd_proto_name(pr), bytes / (e * 1000.0) * factor);
     }
-    uint32_t avails[2] = {braid_avail, BRD_ALGO_ALL};
+    uint32_t avails[2] = {braid_avail, BRD_ALGO_ALL & ~BRD_ALGO_BIT(BRD_ALGO_HIER)};
     for (int w = 0; w < 2; w++) {
       brd_tune_choice_t ch;
       if (brd_tune_select(&t, coll, bytes, avails[w], &mask, &ch) != ncclSuccess) {

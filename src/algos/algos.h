@@ -22,6 +22,11 @@ typedef struct brd_algos_args {
   int proto;   /* BRD_IR_PROTO_SIMPLE or BRD_IR_PROTO_LL */
 } brd_algos_args_t;
 
+/* Node layouts. The generators that place traffic by node (the tree
+ * all-reduce across nodes, the hierarchical all-reduce) take `host` as
+ * well: host[r] labels the node of rank r, ranks with equal labels sharing
+ * one (any int values); NULL means every rank on one node. Borrowed. */
+
 /* All generators: ncclInvalidArgument (with a WARN) for nranks or nblocks
  * out of range (1..65535, and nblocks * chunks per block below 65536), an
  * order that is not a permutation, or an unknown protocol;
@@ -31,6 +36,11 @@ ncclResult_t brd_algos_ring_allreduce(const brd_algos_args_t *args,
                                       brd_ir_plan_t **plan_out);
 ncclResult_t brd_algos_tree_allreduce(const brd_algos_args_t *args,
                                       brd_ir_plan_t **plan_out);
+/* The tree all-reduce on the node layout `host`: with two nodes or more,
+ * the double binary tree between nodes with a chain inside each node
+ * (NCCL's shape); otherwise brd_algos_tree_allreduce's plan. */
+ncclResult_t brd_algos_tree_allreduce_hosts(const brd_algos_args_t *args, const int *host,
+                                            brd_ir_plan_t **plan_out);
 ncclResult_t brd_algos_oneshot_allreduce(const brd_algos_args_t *args,
                                          brd_ir_plan_t **plan_out);
 /* Zero-copy plans (zerocopy.c, Simple only): they read peers' inputs and
@@ -45,6 +55,15 @@ ncclResult_t brd_algos_zerocopy_allgather(const brd_algos_args_t *args,
                                           brd_ir_plan_t **plan_out);
 ncclResult_t brd_algos_twoshot_allreduce(const brd_algos_args_t *args,
                                          brd_ir_plan_t **plan_out);
+/* Hierarchical all-reduce (hier.c): a ring reduce-scatter inside each node,
+ * a ring all-reduce of each piece across the nodes among the ranks of the
+ * same local index, a ring all-gather inside each node. Needs a layout
+ * `host` of two nodes or more, all of one size >= 2; any other layout gets
+ * the ring all-reduce's plan (its header says BRD_IR_ALGO_RING, as the
+ * hierarchical plan's does: the IR has no code for a composition of
+ * rings). */
+ncclResult_t brd_algos_hier_allreduce(const brd_algos_args_t *args, const int *host,
+                                      brd_ir_plan_t **plan_out);
 
 /* ---- NVLS plans (nvls.c) ------------------------------------------------------
  *
@@ -134,13 +153,15 @@ ncclResult_t brd_algos_ordered_twoshot_allreduce(const brd_algos_args_t *args,
 #define BRD_ALGOS_LOWLAT 0x20
 
 /* One signature for every generator: root is read by rooted collectives
- * only; deterministic (0 or 1) by the reductions with an ordered variant. */
-typedef ncclResult_t (*brd_algos_gen_fn)(const brd_algos_args_t *args, int root,
-                                         int deterministic, brd_ir_plan_t **plan_out);
+ * only; deterministic (0 or 1) by the reductions with an ordered variant;
+ * host (the node layout, above) by the generators that place by node. */
+typedef ncclResult_t (*brd_algos_gen_fn)(const brd_algos_args_t *args, const int *host,
+                                         int root, int deterministic,
+                                         brd_ir_plan_t **plan_out);
 
 typedef struct brd_algos_gen {
   uint8_t coll;          /* BRD_IR_COLL_* (never SENDRECV: brd_algos_sendrecv) */
-  uint8_t algo;          /* BRD_IR_ALGO_* */
+  uint8_t algo;          /* BRD_IR_ALGO_*, or BRD_ALGO_HIER (plan/tune.h) */
   uint8_t deterministic; /* 1: combines the ranks' data in rank order */
   uint8_t zerocopy;      /* 1: reads peers' registered inputs in place */
   uint8_t lowlat;        /* 1: the low-latency variant (BRD_ALGOS_LOWLAT) */
@@ -162,6 +183,12 @@ const brd_algos_gen_t *brd_algos_find(int coll, int algo, int deterministic);
 ncclResult_t brd_algos_generate(int coll, int algo, const brd_algos_args_t *args,
                                 int root, int deterministic,
                                 brd_ir_plan_t **plan_out);
+
+/* brd_algos_generate on the node layout `host` (above; NULL: one node).
+ * Any thread. */
+ncclResult_t brd_algos_generate_hosts(int coll, int algo, const brd_algos_args_t *args,
+                                      const int *host, int root, int deterministic,
+                                      brd_ir_plan_t **plan_out);
 
 /* 1 when brd_algos_generate has a generator for (coll, algo) (and, with
  * deterministic, one that reduces in rank order), else 0. Pure. */
@@ -261,6 +288,29 @@ ncclResult_t brd_algos_single(const brd_algos_args_t *args, uint8_t coll,
 
 /* Position of `rank` in the order. */
 int brd_algos_pos_of(const brd_algos_args_t *args, int rank);
+
+/* A node layout `host` in position order: nodes numbered by their first
+ * rank's position, each node's ranks listed by position. */
+typedef struct brd_algos_nodes {
+  int nnodes;
+  int lmin, lmax; /* fewest and most ranks on one node */
+  int *node;      /* [nranks] node of each rank */
+  int *local;     /* [nranks] index of each rank within its node */
+  int *first;     /* [nnodes + 1] offsets of each node's ranks in members */
+  int *members;   /* [nranks] ranks grouped by node */
+} brd_algos_nodes_t;
+
+/* Builds the layout of host over args' ranks and order (one node when
+ * host is NULL) in one allocation that brd_algos_nodes_destroy frees.
+ * ncclSystemError with a WARN when out of memory. Any thread. */
+ncclResult_t brd_algos_nodes_create(const brd_algos_args_t *args, const int *host,
+                                    brd_algos_nodes_t **nodes_out);
+void brd_algos_nodes_destroy(brd_algos_nodes_t *nodes);
+
+/* Rank of local index i of node m. */
+static inline int brd_algos_node_rank(const brd_algos_nodes_t *nd, int m, int i) {
+  return nd->members[nd->first[m] + i];
+}
 
 /* Rank-ordered reductions of more sources than one op holds are cut into
  * groups accumulated in the output (brd_plan_op_move); in place the

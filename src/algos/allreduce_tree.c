@@ -20,6 +20,15 @@
  * Blocks: each block handles TREE_CHUNKS chunks per window, alternating
  * between the two trees, so either tree carries half the data whatever
  * the block count and a block pipelines its chunks through both trees.
+ *
+ * Across nodes (args->host naming two or more), NCCL's shape: the double
+ * binary tree links the nodes, and inside each node the ranks form a chain
+ * hanging from the node's head. Tree 0's head is the node's first rank,
+ * tree 1's its last, with the chain reversed, so the two trees leave a
+ * node through different ranks (and so different NICs). A head has up to
+ * three children (the chain's next rank and two nodes' heads); every
+ * other rank one. Only head-to-head edges cross nodes: 2 per node and
+ * tree at most, against the flat tree's edges between arbitrary ranks.
  */
 #include "base/check.h"
 #include "algos/algos.h"
@@ -80,16 +89,20 @@ void brd_algos_tree_links(int n, int tree, int pos, int *parent_out,
   }
 }
 
+#define TREE_MAXC 3 /* children of a node head across nodes */
+
 typedef struct tree_ctx {
   brd_plan_builder_t *b;
   const brd_algos_args_t *a;
+  const brd_algos_nodes_t *nd; /* NULL: one node, the flat double tree */
   int n, ll;
+  int maxc;                    /* most children of a rank: 2 flat, 3 across nodes */
 } tree_ctx_t;
 
-/* Simple: slots (chunk, child) hold up partials. LL: (chunk, 0..1) up,
- * (chunk, 2) down. */
+/* Simple: slots (chunk, child) hold up partials. LL: (chunk, 0..maxc-1)
+ * up, (chunk, maxc) down. */
 static uint32_t tree_slot(const tree_ctx_t *c, int blk, int j, int which) {
-  int per = c->ll ? 3 : 2;
+  int per = c->maxc + c->ll;
   return (uint32_t)((blk * TREE_CHUNKS + j) * per + which);
 }
 
@@ -99,16 +112,57 @@ static uint32_t tree_sem(int blk, int tree, int down) {
 }
 
 typedef struct tree_node {
-  int rank, parent, child[2], nchild, my_index; /* ranks; index at parent */
+  int rank, parent, child[TREE_MAXC], nchild, my_index; /* ranks; index at parent */
 } tree_node_t;
 
+/* Rank at chain index ci of node m in tree `tree` (tree 1 runs the chain
+ * backwards, so its head is the node's last rank). */
+static int chain_rank(const brd_algos_nodes_t *nd, int tree, int m, int ci) {
+  int cnt = nd->first[m + 1] - nd->first[m];
+  return brd_algos_node_rank(nd, m, tree == 0 ? ci : cnt - 1 - ci);
+}
+
+/* The tree across nodes: see the top of the file. */
+static void tree_node_nodes(const tree_ctx_t *c, int tree, int pos, tree_node_t *t) {
+  const brd_algos_nodes_t *nd = c->nd;
+  int rank = brd_algos_rank_at(c->a, pos), m = nd->node[rank];
+  int cnt = nd->first[m + 1] - nd->first[m];
+  int ci = tree == 0 ? nd->local[rank] : cnt - 1 - nd->local[rank];
+  t->rank = rank;
+  t->parent = -1;
+  t->my_index = 0;
+  for (int i = 0; i < TREE_MAXC; i++) t->child[i] = -1;
+  t->child[0] = ci + 1 < cnt ? chain_rank(nd, tree, m, ci + 1) : -1;
+  if (ci > 0) {
+    t->parent = chain_rank(nd, tree, m, ci - 1); /* its chain child, index 0 */
+  } else {
+    int np, nc[2];
+    brd_algos_tree_links(nd->nnodes, tree, m, &np, nc);
+    for (int i = 0; i < 2; i++)
+      t->child[1 + i] = nc[i] < 0 ? -1 : chain_rank(nd, tree, nc[i], 0);
+    if (np >= 0) {
+      int pp, pc[2];
+      t->parent = chain_rank(nd, tree, np, 0);
+      brd_algos_tree_links(nd->nnodes, tree, np, &pp, pc);
+      t->my_index = pc[0] == m ? 1 : 2;
+    }
+  }
+  t->nchild = 0;
+  for (int i = 0; i < TREE_MAXC; i++) t->nchild += t->child[i] >= 0;
+}
+
 static void tree_node(const tree_ctx_t *c, int tree, int pos, tree_node_t *t) {
+  if (c->nd != NULL) {
+    tree_node_nodes(c, tree, pos, t);
+    return;
+  }
   int parent, child[2];
   brd_algos_tree_links(c->n, tree, pos, &parent, child);
   t->rank = brd_algos_rank_at(c->a, pos);
   t->parent = parent < 0 ? -1 : brd_algos_rank_at(c->a, parent);
   t->nchild = 0;
   t->my_index = 0;
+  t->child[2] = -1;
   for (int i = 0; i < 2; i++) {
     t->child[i] = child[i] < 0 ? -1 : brd_algos_rank_at(c->a, child[i]);
     if (child[i] >= 0) t->nchild++;
@@ -127,10 +181,10 @@ static ncclResult_t tree_up(const tree_ctx_t *c, int pos, int blk, int j) {
   uint8_t ll = c->ll ? BRD_IR_REF_LL : 0;
   tree_node_t t;
   tree_node(c, tree, pos, &t);
-  brd_plan_ref_t src[3], dst;
+  brd_plan_ref_t src[1 + TREE_MAXC], dst;
   int nsrc = 0;
   src[nsrc++] = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < TREE_MAXC; i++) {
     if (t.child[i] < 0) continue;
     if (!c->ll)
       CHECK(brd_plan_op_sync(c->b, t.rank, blk, BRD_IR_OP_WAIT, t.child[i],
@@ -162,22 +216,22 @@ static ncclResult_t tree_down(const tree_ctx_t *c, int pos, int blk, int j) {
   uint32_t chunk = (uint32_t)(blk * TREE_CHUNKS + j);
   tree_node_t t;
   tree_node(c, tree, pos, &t);
-  brd_plan_ref_t src, dst[3];
+  brd_plan_ref_t src, dst[1 + TREE_MAXC];
   int ndst = 0;
   if (c->ll) {
     /* Non-root: unpack the parent's packets into the output and repack
      * them for the children in the same pass. Root: pack the output. */
     if (t.parent >= 0) {
       src = brd_plan_ref(BRD_IR_BUF_SCRATCH | BRD_IR_REF_LL, -1,
-                         tree_slot(c, blk, j, 2));
+                         tree_slot(c, blk, j, c->maxc));
       dst[ndst++] = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
     } else {
       src = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < TREE_MAXC; i++) {
       if (t.child[i] >= 0)
         dst[ndst++] = brd_plan_ref(BRD_IR_BUF_SCRATCH | BRD_IR_REF_LL,
-                                   t.child[i], tree_slot(c, blk, j, 2));
+                                   t.child[i], tree_slot(c, blk, j, c->maxc));
     }
     if (ndst == 0) return ncclSuccess;
     return brd_algos_move(c->b, t.rank, blk,
@@ -189,13 +243,13 @@ static ncclResult_t tree_down(const tree_ctx_t *c, int pos, int blk, int j) {
                            tree_sem(blk, tree, 1), k));
   if (t.nchild == 0) return ncclSuccess;
   src = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < TREE_MAXC; i++) {
     if (t.child[i] >= 0)
       dst[ndst++] = brd_plan_ref(BRD_IR_BUF_OUTPUT, t.child[i], chunk);
   }
   CHECK(brd_algos_move(c->b, t.rank, blk, BRD_IR_OP_PUT, 0, chunk, 0, 0, 1,
                        &src, ndst, dst));
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < TREE_MAXC; i++) {
     if (t.child[i] >= 0)
       CHECK(brd_plan_op_sync(c->b, t.rank, blk, BRD_IR_OP_SIGNAL, t.child[i],
                              tree_sem(blk, tree, 1), k));
@@ -207,21 +261,18 @@ static ncclResult_t tree_down(const tree_ctx_t *c, int pos, int blk, int j) {
 static ncclResult_t tree_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
                                int pos, int blk, brd_plan_ref_t *refs, const void *ctx) {
   (void)refs;
-  (void)ctx;
-  tree_ctx_t c = {.b = b, .a = a, .n = a->nranks, .ll = a->proto == BRD_IR_PROTO_LL};
+  const brd_algos_nodes_t *nd = ctx;
+  tree_ctx_t c = {.b = b, .a = a, .nd = nd, .n = a->nranks,
+                  .ll = a->proto == BRD_IR_PROTO_LL, .maxc = nd != NULL ? TREE_MAXC : 2};
   for (int j = 0; j < TREE_CHUNKS; j++) CHECK(tree_up(&c, pos, blk, j));
   for (int j = 0; j < TREE_CHUNKS; j++) CHECK(tree_down(&c, pos, blk, j));
   return ncclSuccess;
 }
 
-/* See algos.h. */
-ncclResult_t brd_algos_tree_allreduce(const brd_algos_args_t *args,
-                                      brd_ir_plan_t **plan_out) {
-  CHECK(brd_algos_check(args, -1, "tree all-reduce"));
-  if (args->nranks == 1)
-    return brd_algos_single(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_TREE, 0, plan_out);
-
-  int ll = args->proto == BRD_IR_PROTO_LL, per = ll ? 3 : 2;
+/* The tree on layout nd (NULL: the flat double tree). */
+static ncclResult_t tree_generate(const brd_algos_args_t *args, const brd_algos_nodes_t *nd,
+                                  brd_ir_plan_t **plan_out) {
+  int ll = args->proto == BRD_IR_PROTO_LL, per = (nd != NULL ? TREE_MAXC : 2) + ll;
   size_t nchunks = (size_t)args->nblocks * TREE_CHUNKS;
   if (nchunks * per > 65535) {
     WARN("tree all-reduce: %d blocks need more than 65535 chunks or slots",
@@ -235,5 +286,25 @@ ncclResult_t brd_algos_tree_allreduce(const brd_algos_args_t *args,
       .nsems = ll ? 0 : 4u * (uint32_t)args->nblocks,
       .seq_per_iter = ll ? 1 : TREE_CHUNKS / 2, .proto = (uint8_t)args->proto,
       .algo = BRD_IR_ALGO_TREE, .coll = BRD_IR_COLL_ALLREDUCE};
-  return brd_algos_build(&shape, args, tree_block, NULL, "a tree all-reduce", plan_out);
+  return brd_algos_build(&shape, args, tree_block, nd, "a tree all-reduce", plan_out);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_tree_allreduce(const brd_algos_args_t *args,
+                                      brd_ir_plan_t **plan_out) {
+  return brd_algos_tree_allreduce_hosts(args, NULL, plan_out);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_tree_allreduce_hosts(const brd_algos_args_t *args, const int *host,
+                                            brd_ir_plan_t **plan_out) {
+  CHECK(brd_algos_check(args, -1, "tree all-reduce"));
+  if (args->nranks == 1)
+    return brd_algos_single(args, BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_TREE, 0, plan_out);
+  if (host == NULL) return tree_generate(args, NULL, plan_out);
+  brd_algos_nodes_t *nd = NULL;
+  CHECK(brd_algos_nodes_create(args, host, &nd));
+  ncclResult_t res = tree_generate(args, nd->nnodes > 1 ? nd : NULL, plan_out);
+  brd_algos_nodes_destroy(nd);
+  return res;
 }

@@ -284,3 +284,52 @@ ncclResult_t brd_algos_chain_build(const brd_algos_args_t *args, int root, uint8
   int proot = brd_algos_pos_of(args, root);
   return brd_algos_build(&shape, args, body, &proot, what, plan_out);
 }
+
+/* See algos.h. */
+ncclResult_t brd_algos_nodes_create(const brd_algos_args_t *args, const int *host,
+                                    brd_algos_nodes_t **nodes_out) {
+  int n = args->nranks;
+  /* One block: the struct, then node, local, first (n + 1), members and
+   * the labels of the nodes found so far. */
+  size_t ints = (size_t)n * 4 + 1 + (size_t)n;
+  brd_algos_nodes_t *nd = malloc(sizeof(*nd) + ints * sizeof(int));
+  if (nd == NULL) {
+    WARN("out of host memory for the node layout of %d ranks", n);
+    return ncclSystemError;
+  }
+  nd->node = (int *)(nd + 1);
+  nd->local = nd->node + n;
+  nd->first = nd->local + n;
+  nd->members = nd->first + n + 1;
+  int *label = nd->members + n;
+  int nnodes = 0;
+  for (int p = 0; p < n; p++) {
+    int r = brd_algos_rank_at(args, p), h = host != NULL ? host[r] : 0, m = 0;
+    while (m < nnodes && label[m] != h) m++;
+    if (m == nnodes) label[nnodes++] = h;
+    nd->node[r] = m;
+  }
+  /* Counting sort by node, positions ascending within each. */
+  for (int m = 0; m <= nnodes; m++) nd->first[m] = 0;
+  for (int r = 0; r < n; r++) nd->first[nd->node[r] + 1]++;
+  nd->lmin = n;
+  nd->lmax = 0;
+  for (int m = 0; m < nnodes; m++) {
+    int cnt = nd->first[m + 1];
+    if (cnt < nd->lmin) nd->lmin = cnt;
+    if (cnt > nd->lmax) nd->lmax = cnt;
+    nd->first[m + 1] += nd->first[m];
+  }
+  for (int m = 0; m < nnodes; m++) label[m] = 0; /* now: ranks placed so far */
+  for (int p = 0; p < n; p++) {
+    int r = brd_algos_rank_at(args, p), m = nd->node[r];
+    nd->local[r] = label[m]++;
+    nd->members[nd->first[m] + nd->local[r]] = r;
+  }
+  nd->nnodes = nnodes;
+  *nodes_out = nd;
+  return ncclSuccess;
+}
+
+/* See algos.h. */
+void brd_algos_nodes_destroy(brd_algos_nodes_t *nodes) { free(nodes); }

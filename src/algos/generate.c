@@ -8,32 +8,44 @@
 
 #include "base/check.h"
 #include "algos/algos.h"
+#include "plan/tune.h"
 
 /* The table's one signature over the generators' own: a generator takes
  * what its collective needs (the root of a rooted one, determinism where
  * it has an ordered variant) and ignores the rest. */
 #define GEN_PLAIN(name)                                                              \
-  static ncclResult_t gen_##name(const brd_algos_args_t *a, int root, int det,       \
-                                 brd_ir_plan_t **plan_out) {                         \
+  static ncclResult_t gen_##name(const brd_algos_args_t *a, const int *host, int root,  \
+                                 int det, brd_ir_plan_t **plan_out) {                \
+    (void)host;                                                                      \
     (void)root;                                                                      \
     (void)det;                                                                       \
     return brd_algos_##name(a, plan_out);                                            \
   }
 #define GEN_ROOTED(name)                                                             \
-  static ncclResult_t gen_##name(const brd_algos_args_t *a, int root, int det,       \
-                                 brd_ir_plan_t **plan_out) {                         \
+  static ncclResult_t gen_##name(const brd_algos_args_t *a, const int *host, int root,  \
+                                 int det, brd_ir_plan_t **plan_out) {                \
+    (void)host;                                                                      \
     (void)det;                                                                       \
     return brd_algos_##name(a, root, plan_out);                                      \
   }
 #define GEN_ORDERED(name)                                                            \
-  static ncclResult_t gen_##name(const brd_algos_args_t *a, int root, int det,       \
-                                 brd_ir_plan_t **plan_out) {                         \
+  static ncclResult_t gen_##name(const brd_algos_args_t *a, const int *host, int root,  \
+                                 int det, brd_ir_plan_t **plan_out) {                \
+    (void)host;                                                                      \
     (void)root;                                                                      \
     return brd_algos_##name(a, det, plan_out);                                       \
   }
+/* Generators that place by node take the layout. */
+#define GEN_HOSTS(name)                                                              \
+  static ncclResult_t gen_##name(const brd_algos_args_t *a, const int *host, int root,  \
+                                 int det, brd_ir_plan_t **plan_out) {                \
+    (void)root;                                                                      \
+    (void)det;                                                                       \
+    return brd_algos_##name(a, host, plan_out);                                      \
+  }
 
 GEN_PLAIN(ring_allreduce)
-GEN_PLAIN(tree_allreduce)
+GEN_HOSTS(tree_allreduce_hosts)
 GEN_PLAIN(oneshot_allreduce)
 GEN_PLAIN(twoshot_allreduce)
 GEN_PLAIN(ordered_oneshot_allreduce)
@@ -51,13 +63,17 @@ GEN_ROOTED(direct_scatter)
 GEN_PLAIN(zerocopy_allreduce)
 GEN_PLAIN(zerocopy_reducescatter)
 GEN_PLAIN(zerocopy_allgather)
+GEN_HOSTS(hier_allreduce)
 GEN_PLAIN(nvls_allreduce)
 GEN_PLAIN(nvls_ll_allreduce)
 GEN_PLAIN(nvls_allgather)
 GEN_PLAIN(nvls_reducescatter)
 
-/* brd_algos_direct_reduce already has the table's signature. */
-#define gen_direct_reduce brd_algos_direct_reduce
+static ncclResult_t gen_direct_reduce(const brd_algos_args_t *a, const int *host, int root,
+                                      int det, brd_ir_plan_t **plan_out) {
+  (void)host;
+  return brd_algos_direct_reduce(a, root, det, plan_out);
+}
 
 #define AR BRD_IR_COLL_ALLREDUCE
 #define AG BRD_IR_COLL_ALLGATHER
@@ -71,6 +87,7 @@ GEN_PLAIN(nvls_reducescatter)
 #define TREE BRD_IR_ALGO_TREE
 #define ONE BRD_IR_ALGO_ONESHOT
 #define TWO BRD_IR_ALGO_TWOSHOT
+#define HIER BRD_ALGO_HIER /* the tuner's code: the IR has none (algos.h) */
 #define NVLS BRD_IR_ALGO_NVLS
 
 /* Reductions have a row per determinism only where a rank-ordered variant
@@ -82,12 +99,13 @@ GEN_PLAIN(nvls_reducescatter)
 static const brd_algos_gen_t gens[] = {
     /* coll, algo, deterministic, zero-copy, low-latency, name, generator */
     {AR, RING, 0, 0, 0, "ring all-reduce", gen_ring_allreduce},
-    {AR, TREE, 0, 0, 0, "tree all-reduce", gen_tree_allreduce},
+    {AR, TREE, 0, 0, 0, "tree all-reduce", gen_tree_allreduce_hosts},
     {AR, ONE, 0, 0, 0, "one-shot all-reduce", gen_oneshot_allreduce},
     {AR, ONE, 1, 0, 0, "ordered one-shot all-reduce", gen_ordered_oneshot_allreduce},
     {AR, TWO, 0, 0, 0, "two-shot all-reduce", gen_twoshot_allreduce},
     {AR, TWO, 1, 0, 0, "ordered two-shot all-reduce", gen_ordered_twoshot_allreduce},
     {AR, TWO, 0, 1, 0, "zero-copy two-shot all-reduce", gen_zerocopy_allreduce},
+    {AR, HIER, 0, 0, 0, "hierarchical all-reduce", gen_hier_allreduce},
     {RS, RING, 0, 0, 0, "ring reduce-scatter", gen_ring_reducescatter},
     {RS, ONE, 0, 0, 0, "direct reduce-scatter", gen_direct_reducescatter},
     {RS, ONE, 1, 0, 0, "ordered reduce-scatter", gen_direct_reducescatter},
@@ -146,9 +164,9 @@ int brd_algos_available(int coll, int algo, int deterministic) {
 }
 
 /* See algos.h. */
-ncclResult_t brd_algos_generate(int coll, int algo, const brd_algos_args_t *args,
-                                int root, int deterministic,
-                                brd_ir_plan_t **plan_out) {
+ncclResult_t brd_algos_generate_hosts(int coll, int algo, const brd_algos_args_t *args,
+                                      const int *host, int root, int deterministic,
+                                      brd_ir_plan_t **plan_out) {
   const brd_algos_gen_t *g = brd_algos_find(coll, algo, deterministic);
   if (g == NULL) {
     WARN("no %s%s%splan generator for collective %d with algorithm %d",
@@ -158,5 +176,12 @@ ncclResult_t brd_algos_generate(int coll, int algo, const brd_algos_args_t *args
          algo & ~(BRD_ALGOS_ZEROCOPY | BRD_ALGOS_LOWLAT));
     return ncclInvalidArgument;
   }
-  return g->fn(args, root, deterministic != 0, plan_out);
+  return g->fn(args, host, root, deterministic != 0, plan_out);
+}
+
+/* See algos.h. */
+ncclResult_t brd_algos_generate(int coll, int algo, const brd_algos_args_t *args,
+                                int root, int deterministic,
+                                brd_ir_plan_t **plan_out) {
+  return brd_algos_generate_hosts(coll, algo, args, NULL, root, deterministic, plan_out);
 }

@@ -6,6 +6,7 @@
 
 #include "base/array.h"
 #include "base/check.h"
+#include "base/debug.h"
 #include "base/param.h"
 #include "algos/algos.h"
 #include "core/plans.h"
@@ -15,7 +16,7 @@
 
 const uint8_t brd_plans_algos[BRD_PLANS_NALGOS] = {BRD_IR_ALGO_RING, BRD_IR_ALGO_TREE,
                                                   BRD_IR_ALGO_ONESHOT, BRD_IR_ALGO_TWOSHOT,
-                                                  BRD_IR_ALGO_NVLS};
+                                                  BRD_IR_ALGO_NVLS, BRD_ALGO_HIER};
 const uint8_t brd_plans_protos[BRD_PLANS_NPROTOS] = {BRD_IR_PROTO_LL, BRD_IR_PROTO_SIMPLE};
 
 /* See plans.h. */
@@ -37,8 +38,32 @@ void brd_plans_init(brd_plan_cache_t *c, int nranks) {
 void brd_plans_fini(brd_plan_cache_t *c) {
   for (int i = 0; i < c->n; i++) brd_plan_destroy(c->e[i].plan);
   free(c->e);
+  free(c->host);
+  c->host = NULL;
   c->e = NULL;
   c->n = c->cap = 0;
+}
+
+/* See plans.h. */
+ncclResult_t brd_plans_hosts_set(brd_plan_cache_t *c, const int *host) {
+  size_t bytes = (size_t)c->nranks * sizeof(int);
+  if (host == c->host || (host != NULL && c->host != NULL && memcmp(host, c->host, bytes) == 0))
+    return ncclSuccess;
+  int *copy = NULL;
+  if (host != NULL) {
+    copy = malloc(bytes);
+    if (copy == NULL) {
+      WARN("out of host memory for the node layout of %d ranks", c->nranks);
+      return ncclSystemError;
+    }
+    memcpy(copy, host, bytes);
+  }
+  for (int i = 0; i < c->n; i++) brd_plan_destroy(c->e[i].plan);
+  c->n = 0;
+  c->last = -1;
+  free(c->host);
+  c->host = copy;
+  return ncclSuccess;
 }
 
 /* Verifies a freshly generated plan when BRAID_VERIFY_PLANS asks (always
@@ -58,7 +83,7 @@ static ncclResult_t generate(const brd_plan_cache_t *c, uint8_t coll, uint8_t al
                              uint8_t proto, int nblocks, int root, int det,
                              brd_ir_plan_t **plan_out) {
   brd_algos_args_t args = {c->nranks, NULL, nblocks, proto};
-  return brd_algos_generate(coll, algo, &args, root, det, plan_out);
+  return brd_algos_generate_hosts(coll, algo, &args, c->host, root, det, plan_out);
 }
 
 /* See plans.h. */
@@ -85,6 +110,12 @@ ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint
   c->e = grown;
   brd_ir_plan_t *plan;
   CHECK(generate(c, coll, algo, proto, nblocks, root, det, &plan));
+  if (brd_log_on(BRD_LOG_INFO, BRD_SUBSYS_TUNING)) {
+    const brd_algos_gen_t *g = brd_algos_find(coll, algo, det);
+    INFO(BRD_SUBSYS_TUNING, "plan: %s, %s, %d blocks, %d ranks%s (%u chunks, %u slots)",
+         g != NULL ? g->name : "?", plan->proto == BRD_IR_PROTO_LL ? "LL" : "Simple", nblocks,
+         c->nranks, c->host != NULL ? " placed by node" : "", plan->nchunks, plan->nslots);
+  }
   if (c->port != NULL) brd_plan_chans_mark(plan, c->port);
   ncclResult_t res = plan_check(plan);
   if (res != ncclSuccess) {

@@ -28,6 +28,8 @@ typedef struct brd_plan_entry {
 
 typedef struct brd_plan_cache {
   int nranks;
+  int *host;                      /* owned: [nranks] node label of each rank
+                                   * (brd_plans_hosts_set); NULL: one node */
   const uint8_t *port;            /* borrowed: [nranks * nranks] pairs whose
                                    * channels are ports (brd_plan_chans_mark);
                                    * NULL: every channel is memory */
@@ -37,11 +39,11 @@ typedef struct brd_plan_cache {
 } brd_plan_cache_t;
 
 /* The algorithms and protocols the runtime generates plans for. */
-#define BRD_PLANS_NALGOS 5
+#define BRD_PLANS_NALGOS 6
 #define BRD_PLANS_NPROTOS 2
 /* ring, tree, one-shot, two-shot, NVLS (switch channels: only where the
  * runtime turned NVLS on, rt->nvls, and the call is eligible,
- * brd_algos_nvls_supported) */
+ * brd_algos_nvls_supported), hierarchical */
 extern const uint8_t brd_plans_algos[BRD_PLANS_NALGOS];
 extern const uint8_t brd_plans_protos[BRD_PLANS_NPROTOS]; /* LL, Simple */
 
@@ -54,6 +56,15 @@ void brd_plans_init(brd_plan_cache_t *c, int nranks);
 
 /* Frees every plan. The cache may be used again after brd_plans_init. */
 void brd_plans_fini(brd_plan_cache_t *c);
+
+/* The node layout the generators place traffic by (the tree and the
+ * hierarchical all-reduce across nodes): host[r] labels rank r's node,
+ * equal labels sharing one; it must be the same on every rank. Copied;
+ * NULL means one node. Plans generated under another layout are dropped
+ * (they are part of the key). ncclSystemError with a WARN when out of
+ * memory (the cache keeps its old layout). Not thread-safe: the
+ * runtime's launching thread, before any plan of the cache is in use. */
+ncclResult_t brd_plans_hosts_set(brd_plan_cache_t *c, const int *host);
 
 /* The cached plan for these parameters, generated (and verified when
  * BRAID_VERIFY_PLANS asks, always in debug builds) on first use. root is

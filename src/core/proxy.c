@@ -34,6 +34,7 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/proxy.h"
+#include "plan/topo.h"
 #include "transport/net.h"
 #include "transport/transport.h"
 
@@ -607,6 +608,34 @@ ncclResult_t brd_proxy_check(struct ncclComm *comm, const uint8_t *port) {
   return ncclInvalidUsage;
 }
 
+/* The net device this rank's proxy uses, of ndev: with several, the
+ * nearest to this rank's GPU (or CPU) as topology finds it, the local
+ * ranks spread over the devices equally near; without topology (or with
+ * one device) local_rank % ndev. Blocks on sysfs and hwloc once. */
+static int proxy_dev(const struct ncclComm *comm, int ndev) {
+  int dev = comm->local_rank % ndev;
+  if (ndev < 2 || comm->peers == NULL) return dev;
+  brd_topo_rank_t *me = calloc(1, sizeof(*me));
+  if (me == NULL) return dev; /* the fallback needs no memory */
+  const brd_peer_info_t *p = &comm->peers[comm->rank];
+  brd_topo_rank_discover(p->host_hash, p->backend == BRD_DEVICE_HOST ? NULL : p->bus_id_str,
+                         me);
+  int best = brd_topo_rank_nearest_nic(me);
+  if (best >= 0 && me->nics[best].dev >= 0) {
+    int ties[BRD_TOPO_NICS_MAX], nt = 0;
+    for (int i = 0; i < me->nnics; i++)
+      if (me->nics[i].dev >= 0 && me->nics[i].dev < ndev &&
+          me->nics[i].path == me->nics[best].path)
+        ties[nt++] = me->nics[i].dev;
+    if (nt > 0) dev = ties[comm->local_rank % nt];
+    INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NET, "rank %d: net device %d, %s from this rank "
+         "(%d device(s) as near)", comm->rank, dev,
+         brd_topo_path_name(me->nics[best].path), nt);
+  }
+  free(me);
+  return dev;
+}
+
 /* See proxy.h. */
 ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *own,
                               size_t bytes, const brd_proxy_mem_t *mem,
@@ -643,7 +672,7 @@ ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *
     res = ncclInvalidUsage;
     goto fail;
   }
-  px->dev = comm->local_rank % ndev;
+  px->dev = proxy_dev(comm, ndev);
   for (int r = 0; r < comm->nranks; r++)
     if (port[r]) CHECK_GOTO(port_alloc(px, r, &px->ports[r]), res, fail);
   CHECK_GOTO(ports_connect(px), res, fail);

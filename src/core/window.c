@@ -35,6 +35,40 @@ void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, i
   be->topo(comm, p2p, t);
   t->inter_bw = t->intra_bw;
   t->inter_lat = t->intra_lat;
+  if (t->nnodes > 1) {
+    /* Between hosts: a net hop's latency, and a rank's share of the net
+     * taken as one 100 Gbit/s NIC at the achievable fraction of line rate
+     * (no faster than the backend's own links). Figures every rank has,
+     * so every rank's tuner still chooses alike; the NICs' own speeds are
+     * known only to their host. */
+    double lat = brd_hw_consts[BRD_HW_LAT_NET].value;
+    double bw = 100.0 / 8.0 * brd_hw_consts[BRD_HW_NIC_EFF].value;
+    if (lat > t->inter_lat) t->inter_lat = (float)lat;
+    if (bw < t->inter_bw) t->inter_bw = (float)bw;
+  }
+}
+
+/* The node layout for the plans: rank r's label is the first rank on its
+ * host, the same on every rank (peers[] is). */
+static ncclResult_t hosts_set(const struct ncclComm *comm, struct brd_rt *rt) {
+  int n = comm->nranks;
+  if (comm->peers == NULL || n < 2) return brd_plans_hosts_set(&rt->plans, NULL);
+  int *host = malloc((size_t)n * sizeof(*host));
+  if (host == NULL) {
+    WARN("out of host memory for the node layout of %d ranks", n);
+    return ncclSystemError;
+  }
+  for (int r = 0; r < n; r++) {
+    host[r] = r;
+    for (int q = 0; q < r; q++)
+      if (comm->peers[q].host_hash == comm->peers[r].host_hash) {
+        host[r] = q;
+        break;
+      }
+  }
+  ncclResult_t res = brd_plans_hosts_set(&rt->plans, host);
+  free(host);
+  return res;
 }
 
 /* Generates the plans every call may need (root 0; other roots have the
@@ -282,6 +316,7 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   }
   rt->nvls = nvls_decide(comm, rt);
   rt->topo.nvls = rt->nvls;
+  CHECK_GOTO(hosts_set(comm, rt), res, fail);
   CHECK_GOTO(plans_size(rt, &scratch, &nsems, &sw_nsems), res, fail);
   CHECK_GOTO(p2p_size(n, me, &p2p_bytes, &rt->p2p_piece), res, fail);
 

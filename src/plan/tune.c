@@ -30,6 +30,8 @@
  *            Broadcast/Reduce    n-1 hops, N-1 inter (a pipeline);   v = S
  *   Tree     AllReduce           2 clog2(L) intra, 2 clog2(N) inter; v = 2S
  *            Broadcast/Reduce    clog2(L) intra, clog2(N) inter;     v = S
+ *            (several nodes: L-1 intra hops for clog2(L), the chain inside
+ *            each node under the trees between nodes, NCCL's shape)
  *   OneShot  AllReduce/Bcast/Red one hop; v_intra=(L-1)S, v_inter=(n-L)S
  *            AllGather/RedScat/AlltoAll/Gather/Scatter
  *                                one hop; (L-1)S/n and (n-L)S/n
@@ -55,10 +57,14 @@
  * the other patterns send from every rank, so a node moves L x v_inter.
  * nvls_bw, when set, is the rate NVLS moves S at inside a node.
  *
- *   Hierarchical AllReduce (model only: no generator, never chosen):
- *            2(L-1) intra + 2(N-1) inter hops; v_intra = 2(L-1)S/L
- *            (reduce-scatter, then all-gather); v_inter = 2(N-1)/N x S/L
- *            per rank, 2(N-1)/N x S per node (a ring per rank position).
+ *   Hier     AllReduce           2(L-1) intra + 2(N-1) inter hops;
+ *            v_intra = 2(L-1)S/L (reduce-scatter, then all-gather);
+ *            v_inter = 2(N-1)/N x S/L per rank, 2(N-1)/N x S per node (a
+ *            ring per local index). fit 1: rings. One block runs its
+ *            three phases in turn; the model overlaps the node links and
+ *            the net (max, as for the others) because the blocks run
+ *            independently and so keep both busy. Nodes of equal size, two
+ *            ranks or more each (algos/hier.c).
  *
  * Intra terms vanish on one rank per node, inter terms on one node. Any
  * other (algorithm, collective) pair cannot run. NVLS, NVLSTree, CollNet
@@ -94,6 +100,7 @@ static const char *const algo_names[BRD_ALGO_COUNT] = {
     [BRD_ALGO_COLLNET_DIRECT] = "CollNetDirect",
     [BRD_ALGO_COLLNET_CHAIN] = "CollNetChain",
     [BRD_ALGO_PAT] = "PAT",
+    [BRD_ALGO_HIER] = "Hier",
 };
 
 static const char *const proto_names[BRD_PROTO_COUNT] = {
@@ -104,10 +111,11 @@ static const char *const proto_names[BRD_PROTO_COUNT] = {
 
 /* The order names are listed, parsed and tried in: on equal cost the
  * earlier wins (LL before Simple, whatever the IR's codes). */
-#define NALGOS 9
+#define NALGOS 10
 static const int algo_order[NALGOS] = {
     BRD_ALGO_RING, BRD_ALGO_TREE, BRD_ALGO_ONESHOT, BRD_ALGO_TWOSHOT, BRD_ALGO_NVLS,
     BRD_ALGO_NVLS_TREE, BRD_ALGO_COLLNET_DIRECT, BRD_ALGO_COLLNET_CHAIN, BRD_ALGO_PAT,
+    BRD_ALGO_HIER,
 };
 static const int proto_order[BRD_PROTO_COUNT] = {BRD_PROTO_LL, BRD_PROTO_LL128,
                                                  BRD_PROTO_SIMPLE};
@@ -145,7 +153,7 @@ static const double algo_fit[BRD_ALGO_COUNT] = {
     [BRD_ALGO_ONESHOT] = 0.8,        [BRD_ALGO_TWOSHOT] = 0.8,
     [BRD_ALGO_NVLS] = 0.85,          [BRD_ALGO_NVLS_TREE] = 0.85,
     [BRD_ALGO_COLLNET_DIRECT] = 0.9, [BRD_ALGO_COLLNET_CHAIN] = 0.9,
-    [BRD_ALGO_PAT] = 0.75,
+    [BRD_ALGO_PAT] = 0.75,           [BRD_ALGO_HIER] = 1.0,
 };
 
 /* Protocols each algorithm's kernels implement. */
@@ -159,6 +167,8 @@ static const uint32_t algo_protos[BRD_ALGO_COUNT] = {
     [BRD_ALGO_COLLNET_DIRECT] = BRD_PROTO_BIT(BRD_PROTO_SIMPLE),
     [BRD_ALGO_COLLNET_CHAIN] = BRD_PROTO_BIT(BRD_PROTO_SIMPLE),
     [BRD_ALGO_PAT] = BRD_PROTO_BIT(BRD_PROTO_SIMPLE),
+    /* Generated in LL and Simple (no LL128 generator exists for any). */
+    [BRD_ALGO_HIER] = BRD_PROTO_BIT(BRD_PROTO_LL) | BRD_PROTO_BIT(BRD_PROTO_SIMPLE),
 };
 
 /* Sizes of the cost table in the TUNING log. */
@@ -426,6 +436,12 @@ static int algo_fits_topo(const brd_tune_topo_t *t, brd_algo_t a) {
       return t->collnet && !t->host_mode && t->nnodes > 1;
     case BRD_ALGO_PAT:
       return t->local_nranks == 1 && t->nnodes > 1;
+    case BRD_ALGO_HIER:
+      /* Nodes of equal size (local_nranks is the largest node's), two
+       * ranks or more on each: its generator falls back to the ring's plan
+       * otherwise, which Ring already models. */
+      return t->nnodes > 1 && t->local_nranks > 1 &&
+             (long long)t->nnodes * t->local_nranks == t->nranks;
     default:
       return 1;
   }
@@ -488,7 +504,10 @@ static int algo_shape(const brd_tune_topo_t *t, brd_coll_t coll, brd_algo_t a,
       break;
     case BRD_ALGO_TREE:
       if (!(ar || rooted)) return 0;
-      s.hops_intra = (ar ? 2.0 : 1.0) * clog2(t->local_nranks);
+      /* One node: a binary tree over its ranks. Several: a chain inside
+       * each node under the binary trees between nodes (NCCL's shape and
+       * latency term, nvls-ib.md 4.1). */
+      s.hops_intra = (ar ? 2.0 : 1.0) * (multi ? L - 1.0 : clog2(t->local_nranks));
       s.hops_inter = (ar ? 2.0 : 1.0) * clog2(t->nnodes);
       v = ar ? 2.0 * S : S;
       s.vol_intra = local ? v : 0.0;
@@ -561,6 +580,13 @@ static int algo_shape(const brd_tune_topo_t *t, brd_coll_t coll, brd_algo_t a,
       if (!agrs) return 0;
       s.hops_inter = clog2(t->nranks);
       s.vol_inter = f * S;
+      break;
+    case BRD_ALGO_HIER:
+      if (!ar) return 0;
+      s.hops_intra = 2.0 * (L - 1.0);
+      s.hops_inter = 2.0 * (N - 1.0);
+      s.vol_intra = 2.0 * (L - 1.0) * S / L;
+      s.vol_inter = 2.0 * (N - 1.0) / N * S / L; /* per rank; a node sends L of these */
       break;
     default:
       return 0;
@@ -681,14 +707,7 @@ float brd_tune_estimate_hier(const brd_tune_topo_t *topo, brd_coll_t coll, size_
   if (topo == NULL || topo_problem(topo) != NULL || coll != BRD_COLL_ALLREDUCE ||
       topo->nnodes < 2 || (unsigned)proto >= BRD_PROTO_COUNT)
     return -1.0f;
-  const double S = (double)bytes, N = topo->nnodes, L = topo->local_nranks;
-  shape_t s;
-  s.hops_intra = 2.0 * (L - 1.0);
-  s.hops_inter = 2.0 * (N - 1.0);
-  s.vol_intra = 2.0 * (L - 1.0) * S / L;
-  /* Per rank S/L around a ring of N; per node L of those. */
-  s.vol_inter = 2.0 * (N - 1.0) / N * S / L;
-  return (float)shape_time(topo, &s, s.vol_inter * L, 0, 1.0, proto);
+  return (float)cost(topo, coll, bytes, BRD_ALGO_HIER, proto);
 }
 
 /* Whether mask lets (a, p) run coll on this topology. */

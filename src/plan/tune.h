@@ -57,6 +57,12 @@ typedef enum {
   BRD_ALGO_COLLNET_DIRECT,
   BRD_ALGO_COLLNET_CHAIN,
   BRD_ALGO_PAT,
+  /* Braid's hierarchical all-reduce (algos/hier.c): reduce-scatter inside
+   * each node, all-reduce across nodes per local index, all-gather inside.
+   * NCCL has no such algorithm; NCCL_ALGO names it "Hier". Its plans say
+   * BRD_IR_ALGO_RING (they are rings), so this code is the tuner's and the
+   * generator table's only. */
+  BRD_ALGO_HIER,
   BRD_ALGO_COUNT
 } brd_algo_t;
 
@@ -179,13 +185,13 @@ ncclResult_t brd_tune_select(const brd_tune_topo_t *topo, brd_coll_t coll,
 float brd_tune_estimate(const brd_tune_topo_t *topo, brd_coll_t coll,
                         size_t bytes, brd_algo_t algo, brd_proto_t proto);
 
-/* The model's time for the hierarchical AllReduce: a reduce-scatter
- * inside each node, an all-reduce of each rank's 1/L share across the
- * nodes (one ring per rank position, over that rank's NIC share), an
- * all-gather inside the node, the three pipelined. Braid has no generator
- * for it yet, so the tuner never picks it; the simulator prints it beside
- * the others. -1.0f for another collective, a malformed topology, one
- * node, or a protocol out of range. Any thread. */
+/* The model's time for the hierarchical AllReduce (BRD_ALGO_HIER: a
+ * reduce-scatter inside each node, an all-reduce of each rank's 1/L share
+ * across the nodes, one ring per local index, an all-gather inside the
+ * node), whether or not the layout suits it: brd_tune_estimate's for
+ * Hier, which answers -1 where the nodes differ in size. -1.0f for
+ * another collective, a malformed topology, one node, or a protocol out
+ * of range. Any thread. */
 float brd_tune_estimate_hier(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,
                              brd_proto_t proto);
 

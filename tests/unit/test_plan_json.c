@@ -166,7 +166,7 @@ static int round_trip(const brd_algos_gen_t *g, int n, int proto, int nblocks,
                       int root) {
   brd_algos_args_t args = {n, NULL, nblocks, proto};
   brd_ir_plan_t *plan, *back;
-  if (g->fn(&args, root, g->deterministic, &plan) != ncclSuccess) return 0;
+  if (g->fn(&args, NULL, root, g->deterministic, &plan) != ncclSuccess) return 0;
   size_t len;
   char *text = export_text(plan, &len);
   char err[640];

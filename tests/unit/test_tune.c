@@ -22,10 +22,11 @@
 
 #define A(x) BRD_ALGO_BIT(BRD_ALGO_##x)
 #define P(x) BRD_PROTO_BIT(BRD_PROTO_##x)
-/* The nine algorithms NCCL_ALGO names, listed by name. */
+/* The ten algorithms NCCL_ALGO names (NCCL's nine and Braid's Hier),
+ * listed by name. */
 #define ALL_ALGOS                                                                  \
   (A(RING) | A(TREE) | A(ONESHOT) | A(TWOSHOT) | A(NVLS) | A(NVLS_TREE) |          \
-   A(COLLNET_DIRECT) | A(COLLNET_CHAIN) | A(PAT))
+   A(COLLNET_DIRECT) | A(COLLNET_CHAIN) | A(PAT) | A(HIER))
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
 
@@ -134,7 +135,7 @@ static void test_parse_unset(void **state) {
   for (size_t k = 0; k < 2; k++) {
     brd_tune_mask_t m = mask_of(cases[k][0], cases[k][1]);
     for (int c = 0; c < BRD_COLL_COUNT; c++) {
-      assert_int_equal(m.algos[c], ALL_ALGOS);   /* all nine algorithms */
+      assert_int_equal(m.algos[c], ALL_ALGOS);   /* all ten algorithms */
       assert_int_equal(m.protos[c], 0x7);    /* LL, LL128, Simple */
       assert_int_equal(m.protos_auto[c], P(LL128));
     }
@@ -163,7 +164,7 @@ static void test_parse_algo_forms(void **state) {
       {"ring,collnetdirect;allreduce:tree,collnetdirect;broadcast:ring",
        {A(RING), A(RING) | A(COLLNET_DIRECT), A(RING) | A(COLLNET_DIRECT),
         A(RING) | A(COLLNET_DIRECT), A(TREE) | A(COLLNET_DIRECT)}},
-      {"RING,nvlstree,OneShot,TWOSHOT,pat,CollNetChain,nvls",
+      {"RING,nvlstree,OneShot,TWOSHOT,pat,CollNetChain,nvls,hier",
        {ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT)), ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT)),
         ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT)), ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT)),
         ALL_ALGOS & ~(A(TREE) | A(COLLNET_DIRECT))}},
@@ -326,9 +327,10 @@ static void test_select_two_nodes(void **state) {
   (void)state;
   brd_tune_topo_t t = topo16x2();
   brd_tune_mask_t m = mask_of(NULL, NULL);
-  /* Tree: 6 intra hops + 2 inter hops of 5 us; 2 KiB over the 25 GB/s link. */
+  /* Tree: a chain of 8 inside each node, up and down (14 intra hops), +
+   * 2 inter hops of 5 us; 2 KiB over the 25 GB/s link. */
   assert_choice(&t, BRD_COLL_ALLREDUCE, KIB, A(RING) | A(TREE), &m, BRD_ALGO_TREE,
-                BRD_PROTO_LL, 21.182044);
+                BRD_PROTO_LL, 29.182044);
   /* Ring: 28 intra + 2 inter hops of Simple, 2 x 15/16 x 256 MiB at 25 GB/s. */
   assert_choice(&t, BRD_COLL_ALLREDUCE, 256 * MIB, A(RING) | A(TREE), &m, BRD_ALGO_RING,
                 BRD_PROTO_SIMPLE, 20327.6592);
@@ -563,6 +565,39 @@ static double busbw(const brd_tune_topo_t *t, size_t bytes, double us) {
 /* Hand-computed from tune.c's formula with the table's H100 figures
  * (NVLink 370 GB/s 0.6 us, NET 2.7 us, NIC 0.94 of line rate): 2 nodes of
  * 8, one 100 Gbit/s NIC per node = 11.75 GB/s, 1 GiB AllReduce, Simple. */
+/* Hier: NCCL_ALGO spells it "Hier" (any case); on 3 nodes of 2 H100 with
+ * one 400G NIC each, its 2(N-1) + 2(L-1) = 6 hops beat the ring's 10 and
+ * the tree's chain plus 2 clog2(3) = 4 inter hops, and its per-node
+ * egress 2(N-1)/N x S = 4/3 S beats the tree's 2S at every size, among
+ * the protocols Braid generates (LL, Simple; the ring's LL128 would win
+ * at 1 MiB). */
+static void test_select_hier(void **state) {
+  (void)state;
+  brd_tune_mask_t m = mask_of("allreduce:HIER", NULL);
+  assert_int_equal(m.algos[BRD_COLL_ALLREDUCE], A(HIER));
+  assert_string_equal(brd_algo_name(BRD_ALGO_HIER), "Hier");
+  m = mask_of(NULL, "LL,Simple");
+  brd_tune_topo_t t = cluster(3, 1, 400.0);
+  t.nranks = 6;
+  t.local_nranks = 2;
+  uint32_t avail = A(RING) | A(TREE) | A(HIER);
+  for (size_t bytes = KIB; bytes <= GIB; bytes *= 32) {
+    brd_tune_choice_t c;
+    assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, bytes, avail, &m, &c), ncclSuccess);
+    if (c.algo != BRD_ALGO_HIER)
+      fail_msg("%zu bytes: %s/%s", bytes, brd_algo_name(c.algo), brd_proto_name(c.proto));
+    assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, bytes, A(RING) | A(TREE), &m, &c),
+                     ncclSuccess);
+    assert_true(c.algo == BRD_ALGO_RING || c.algo == BRD_ALGO_TREE);
+  }
+  /* Uneven nodes: forced Hier has nothing left to run, and says so. */
+  t.nranks = 5;
+  brd_tune_mask_t only = mask_of("allreduce:hier", NULL);
+  brd_tune_choice_t c;
+  assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, MIB, avail, &only, &c),
+                   ncclInvalidUsage);
+}
+
 static void test_cluster_by_hand(void **state) {
   (void)state;
   brd_tune_topo_t t = cluster(2, 1, 100.0);
@@ -571,12 +606,29 @@ static void test_cluster_by_hand(void **state) {
   /* Ring: 28 intra + 2 inter hops x 5; 2 x 15/16 GiB leave each node. */
   assert_close(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, GIB, BRD_ALGO_RING, BRD_PROTO_SIMPLE),
                5.0 + (28 * 0.6 + 2 * 2.7) * 5 + 2.0 * 15 / 16 * GIB / 11.75 / 1000.0);
-  /* Tree on two nodes: one exchange each way, S per node, fit 0.9. */
+  /* Tree on two nodes: a chain of 8 in each node (14 intra hops), one
+   * exchange each way between them, S per node, fit 0.9. */
   assert_close(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, GIB, BRD_ALGO_TREE, BRD_PROTO_SIMPLE),
-               5.0 + (6 * 0.6 + 2 * 2.7) * 5 + (double)GIB / 11.75 / 900.0);
-  /* Hierarchical: 14 intra + 2 inter hops; 2 x 1/2 x S per node. */
-  assert_close(brd_tune_estimate_hier(&t, BRD_COLL_ALLREDUCE, GIB, BRD_PROTO_SIMPLE),
-               5.0 + (14 * 0.6 + 2 * 2.7) * 5 + (double)GIB / 11.75 / 1000.0);
+               5.0 + (14 * 0.6 + 2 * 2.7) * 5 + (double)GIB / 11.75 / 900.0);
+  /* Hierarchical: 14 intra + 2 inter hops; 2 x 1/2 x S per node over the
+   * NIC, the busier link (2 x 7/8 x S over NVLink at 370 GB/s is less). */
+  double hier = 5.0 + (14 * 0.6 + 2 * 2.7) * 5 + (double)GIB / 11.75 / 1000.0;
+  assert_close(brd_tune_estimate_hier(&t, BRD_COLL_ALLREDUCE, GIB, BRD_PROTO_SIMPLE), hier);
+  assert_close(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, GIB, BRD_ALGO_HIER, BRD_PROTO_SIMPLE),
+               hier);
+  /* LL moves half a payload per byte and has no LL128 generator. */
+  assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, GIB, BRD_ALGO_HIER, BRD_PROTO_LL128) < 0);
+  /* Nodes of different sizes: the plan would be the ring's, so no Hier. */
+  brd_tune_topo_t uneven = t;
+  uneven.nranks = 15;
+  assert_true(brd_tune_estimate(&uneven, BRD_COLL_ALLREDUCE, GIB, BRD_ALGO_HIER,
+                                BRD_PROTO_SIMPLE) < 0);
+  /* One rank per node: nothing to split either. */
+  brd_tune_topo_t single = t;
+  single.nranks = 2;
+  single.local_nranks = 1;
+  assert_true(brd_tune_estimate(&single, BRD_COLL_ALLREDUCE, GIB, BRD_ALGO_HIER,
+                                BRD_PROTO_SIMPLE) < 0);
   /* Four NICs: the ring's node egress spreads over them. */
   t = cluster(2, 4, 100.0);
   assert_close(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, GIB, BRD_ALGO_RING, BRD_PROTO_SIMPLE),
@@ -731,6 +783,7 @@ int main(void) {
       cmocka_unit_test(test_select_8_ranks),
       cmocka_unit_test(test_select_two_nodes),
       cmocka_unit_test(test_select_monotone),
+      cmocka_unit_test(test_select_hier),
       cmocka_unit_test(test_overrides_force),
       cmocka_unit_test(test_empty_intersection),
       cmocka_unit_test(test_single_rank),
