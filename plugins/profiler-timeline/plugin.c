@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "nccl_profiler.h"
@@ -57,8 +58,10 @@ typedef struct block {
   struct block *next;
 } block_t;
 
+/* Aligned so that two ranks' contexts (threads of one process) never
+ * share a cache line: each is written on every event. */
 typedef struct ctx {
-  pthread_mutex_t mu;
+  _Alignas(128) pthread_mutex_t mu;
   block_t *head, *tail;       /* owned */
   int used;                   /* records used in tail */
   long kept, dropped, max;
@@ -74,8 +77,12 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A name into a record (no snprintf: this runs on every event). */
 static void copy(char *dst, size_t n, const char *src) {
-  snprintf(dst, n, "%s", src != NULL ? src : "");
+  size_t i = 0;
+  if (src != NULL)
+    for (; i + 1 < n && src[i] != '\0'; i++) dst[i] = src[i];
+  dst[i] = '\0';
 }
 
 /* A communicator name as a JSON string body: quotes, backslashes and
@@ -101,8 +108,9 @@ static size_t dtype_bytes(const char *t) {
 static ncclResult_t tl_init(void **context, uint64_t comm_id, int *mask, const char *name,
                             int nnodes, int nranks, int rank, ncclDebugLogger_t log) {
   (void)nnodes;
-  ctx_t *c = calloc(1, sizeof(*c));
+  ctx_t *c = aligned_alloc(128, (sizeof(*c) + 127) / 128 * 128);
   if (c == NULL) return ncclSystemError;
+  memset(c, 0, sizeof(*c));
   if (pthread_mutex_init(&c->mu, NULL) != 0) {
     free(c);
     return ncclSystemError;
@@ -127,8 +135,11 @@ static rec_t *rec_new(ctx_t *c) {
     return NULL;
   }
   if (c->tail == NULL || c->used == BLOCK) {
-    block_t *b = calloc(1, sizeof(*b));
-    if (b == NULL) {
+    /* Mapped with its pages present: one fault per record page while
+     * the collectives run would cost more than the record. */
+    block_t *b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (b == MAP_FAILED) {
       c->dropped++;
       return NULL;
     }
@@ -138,13 +149,13 @@ static rec_t *rec_new(ctx_t *c) {
     c->used = 0;
   }
   c->kept++;
-  return &c->tail->r[c->used++];
+  return &c->tail->r[c->used++]; /* zero: fresh anonymous memory */
 }
 
 static ncclResult_t tl_start(void *context, void **handle, ncclProfilerEventDescr_v5_t *d) {
   ctx_t *c = context;
   *handle = NULL;
-  uint64_t t = now_ns();
+  uint64_t t = d->type == ncclProfileKernelCh && d->kernelCh.pTimer != 0 ? 0 : now_ns();
   pthread_mutex_lock(&c->mu);
   rec_t *r = rec_new(c);
   if (r != NULL) {
@@ -171,6 +182,8 @@ static ncclResult_t tl_start(void *context, void **handle, ncclProfilerEventDesc
       copy(r->dtype, sizeof(r->dtype), d->p2p.datatype);
       break;
     case ncclProfileKernelCh:
+      /* Braid's pTimer is CLOCK_MONOTONIC ns (host mode): this clock. */
+      if (d->kernelCh.pTimer != 0) r->t0 = d->kernelCh.pTimer;
       r->chan = d->kernelCh.channelId;
       r->parent = d->parentObj;
       break;
@@ -191,13 +204,18 @@ static ncclResult_t tl_start(void *context, void **handle, ncclProfilerEventDesc
 
 static ncclResult_t tl_stop(void *handle) {
   rec_t *r = handle;
-  if (r != NULL) __atomic_store_n(&r->t1, now_ns(), __ATOMIC_RELEASE);
+  if (r != NULL && __atomic_load_n(&r->t1, __ATOMIC_ACQUIRE) == 0)
+    __atomic_store_n(&r->t1, now_ns(), __ATOMIC_RELEASE);
   return ncclSuccess;
 }
 
+/* A kernel channel's stop time comes with KernelChStop (pTimer, as at
+ * its start); stopEvent then keeps it. */
 static ncclResult_t tl_state(void *handle, ncclProfilerEventState_t st,
                              ncclProfilerEventStateArgs_v5_t *args) {
-  (void)handle, (void)st, (void)args;
+  rec_t *r = handle;
+  if (r != NULL && st == ncclProfilerKernelChStop && args != NULL && args->kernelCh.pTimer != 0)
+    __atomic_store_n(&r->t1, args->kernelCh.pTimer, __ATOMIC_RELEASE);
   return ncclSuccess;
 }
 
@@ -317,7 +335,7 @@ static ncclResult_t tl_finalize(void *context) {
   }
   for (block_t *b = c->head, *n; b != NULL; b = n) {
     n = b->next;
-    free(b);
+    munmap(b, sizeof(*b));
   }
   pthread_mutex_destroy(&c->mu);
   free(c);

@@ -73,8 +73,10 @@ typedef struct pcall {
   int works_left;     /* works of this call not ended yet */
 } pcall_t;
 
+/* Aligned: the contexts of ranks that are threads of one process are
+ * written on every launch and must not share a cache line. */
 struct brd_prof {
-  struct ncclComm *comm;      /* borrowed */
+  _Alignas(128) struct ncclComm *comm; /* borrowed */
   const any_prof_t *sym;      /* lib_sym, valid while this holds a reference */
   int version;
   void *ctx;                  /* the plugin's */
@@ -227,7 +229,8 @@ ncclResult_t brd_prof_create(struct ncclComm *comm, brd_prof_t **out) {
   lib_refs++;
   pthread_mutex_unlock(&lib_mu);
 
-  brd_prof_t *p = calloc(1, sizeof(*p));
+  brd_prof_t *p = aligned_alloc(128, (sizeof(brd_prof_t) + 127) / 128 * 128);
+  if (p != NULL) memset(p, 0, sizeof(*p));
   if (p == NULL) {
     WARN("out of host memory creating the profiler plugin's context");
     unref();
@@ -631,17 +634,26 @@ static int is_p2p(const brd_call_t *c) {
   return c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV;
 }
 
+/* A table of n entries of `size` bytes in whole cache lines of its own
+ * (ranks' tables are written on every launch), or NULL. Its contents are
+ * not kept: every user fills it first. */
+static void *lines_alloc(size_t n, size_t size) {
+  return aligned_alloc(128, (n * size + 127) / 128 * 128);
+}
+
 void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls) {
   p->active = 0;
   if (ncalls > p->pc_cap) {
-    pcall_t *pc = realloc(p->pc, (size_t)ncalls * sizeof(*pc));
+    int cap = ncalls < 8 ? 8 : ncalls;
+    pcall_t *pc = lines_alloc((size_t)cap, sizeof(*pc));
+    if (pc != NULL) free(p->pc);
     if (pc == NULL) {
       WARN("rank %d: out of host memory for the profiler's view of a launch of %d calls; "
            "this launch is not profiled", p->comm->rank, ncalls);
       return;
     }
     p->pc = pc;
-    p->pc_cap = ncalls;
+    p->pc_cap = cap;
   }
   memset(p->pc, 0, (size_t)ncalls * sizeof(*p->pc));
   p->active = 1;
@@ -740,6 +752,7 @@ void brd_prof_launch_works(brd_prof_t *p, const struct brd_works *ws, int per_wo
 }
 
 static void kch_close(brd_prof_t *p) {
+  if (p->kch_n == 0) return;
   ncclProfilerEventStateArgs_v4_t a4;
   memset(&a4, 0, sizeof(a4));
   a4.kernelCh.pTimer = (uint64_t)brd_time_now_ns();
@@ -771,10 +784,12 @@ void brd_prof_work_begin(brd_prof_t *p, int w) {
   if ((p->mask & ncclProfileKernelCh) == 0) return;
   int nb = wk->args.plan->nblocks;
   if (nb > p->kch_cap) {
-    void **k = realloc(p->kch, (size_t)nb * sizeof(*k));
+    int cap = nb < 16 ? 16 : nb;
+    void **k = lines_alloc((size_t)cap, sizeof(*k));
     if (k == NULL) return; /* channels untracked for this work */
+    free(p->kch);
     p->kch = k;
-    p->kch_cap = nb;
+    p->kch_cap = cap;
   }
   ev_t e;
   memset(&e, 0, sizeof(e));
