@@ -14,8 +14,8 @@
  * are (tools/timeline merges them).
  *
  * Environment:
- *   NCCL_PROFILE_EVENT_MASK   event types to record (default 0x4f: Group,
- *                             Coll, P2p, ProxyOp, KernelCh)
+ *   NCCL_PROFILE_EVENT_MASK   event types to record (default 0x4e: Coll,
+ *                             P2p, ProxyOp, KernelCh; 0x4f adds groups)
  *   NCCL_PROFILE_DUMP_FILE    the prefix (default "braid-timeline")
  *   BRAID_TIMELINE_MAX_EVENTS events kept per communicator (default
  *                             1000000); later ones are counted, not kept
@@ -35,36 +35,42 @@
 
 #define EXPORT __attribute__((visibility("default")))
 #define BLOCK 4096
-#define DEFAULT_MASK                                                                 \
-  (ncclProfileGroup | ncclProfileColl | ncclProfileP2p | ncclProfileProxyOp |        \
-   ncclProfileKernelCh)
+/* Groups are left out by default: one more pair of clock reads per
+ * launch, and a launch of one call is the call. */
+#define DEFAULT_MASK (ncclProfileColl | ncclProfileP2p | ncclProfileProxyOp | ncclProfileKernelCh)
 
+#define MAX_NAMES 64
+
+/* One event: 64 bytes, names as indices into the context's name table. */
 typedef struct rec {
-  uint64_t type;
-  struct rec *parent;
   uint64_t t0, t1;            /* ns; t1 0 while open */
   uint64_t seq;
-  size_t count;
-  int peer;                   /* root, peer, or the proxy's peer */
-  int chan;
-  int nch;
-  int is_send;
-  int chunk;
-  char func[16], dtype[16], algo[16], proto[8];
+  uint64_t count;
+  struct rec *parent;         /* KernelCh: its Coll/P2p record */
+  int32_t peer;               /* root, peer, or the proxy's peer; -1 */
+  int32_t chunk;              /* ProxyOp bytes */
+  uint16_t type;              /* ncclProfile* (bits 0..15) */
+  uint8_t func, dtype, algo, proto; /* name indices */
+  uint8_t chan, nch, is_send;
 } rec_t;
+_Static_assert(sizeof(rec_t) == 64, "a record is one cache line");
 
 typedef struct block {
   rec_t r[BLOCK];
+  int used;                   /* slots claimed (may pass BLOCK) */
   struct block *next;
 } block_t;
 
 /* Aligned so that two ranks' contexts (threads of one process) never
  * share a cache line: each is written on every event. */
 typedef struct ctx {
-  _Alignas(128) pthread_mutex_t mu;
-  block_t *head, *tail;       /* owned */
-  int used;                   /* records used in tail */
-  long kept, dropped, max;
+  _Alignas(128) block_t *tail; /* the block being filled (atomic) */
+  pthread_mutex_t mu;         /* new blocks, new names */
+  block_t *head;              /* owned, oldest first */
+  long nblocks, max_blocks, dropped;
+  const char *name_ptr[MAX_NAMES]; /* as the core passed them (atomic count) */
+  char names[MAX_NAMES][24];  /* copies */
+  int nnames;
   int rank, nranks;
   uint64_t comm_id;
   char name[64];
@@ -77,14 +83,6 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A name into a record (no snprintf: this runs on every event). */
-static void copy(char *dst, size_t n, const char *src) {
-  size_t i = 0;
-  if (src != NULL)
-    for (; i + 1 < n && src[i] != '\0'; i++) dst[i] = src[i];
-  dst[i] = '\0';
-}
-
 /* A communicator name as a JSON string body: quotes, backslashes and
  * control characters become '_'. */
 static void copy_json(char *dst, size_t n, const char *src) {
@@ -92,6 +90,30 @@ static void copy_json(char *dst, size_t n, const char *src) {
   for (; src != NULL && src[i] != '\0' && i + 1 < n; i++)
     dst[i] = (src[i] == '"' || src[i] == '\\' || (unsigned char)src[i] < 0x20) ? '_' : src[i];
   dst[i] = '\0';
+}
+
+/* The index of a name in c's table. Names come from static tables in
+ * practice, so the pointer is found without a lock; a new pointer takes
+ * the lock and is compared by text. 0 is "" (also when the table is
+ * full). */
+static uint8_t name_index(ctx_t *c, const char *s) {
+  if (s == NULL) return 0;
+  int n = __atomic_load_n(&c->nnames, __ATOMIC_ACQUIRE);
+  for (int i = 1; i < n; i++)
+    if (c->name_ptr[i] == s) return (uint8_t)i;
+  pthread_mutex_lock(&c->mu);
+  int found = 0;
+  n = c->nnames;
+  for (int i = 1; i < n && !found; i++)
+    if (strncmp(c->names[i], s, sizeof(c->names[i]) - 1) == 0) found = i;
+  if (!found && n < MAX_NAMES) {
+    copy_json(c->names[n], sizeof(c->names[n]), s);
+    c->name_ptr[n] = s;
+    found = n;
+    __atomic_store_n(&c->nnames, n + 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return (uint8_t)found;
 }
 
 static size_t dtype_bytes(const char *t) {
@@ -119,85 +141,89 @@ static ncclResult_t tl_init(void **context, uint64_t comm_id, int *mask, const c
   c->nranks = nranks;
   c->comm_id = comm_id;
   c->log = log;
+  c->nnames = 1; /* 0: "" */
   copy_json(c->name, sizeof(c->name), name);
   const char *m = getenv("NCCL_PROFILE_EVENT_MASK");
   const char *max = getenv("BRAID_TIMELINE_MAX_EVENTS");
-  c->max = max != NULL ? atol(max) : 1000000;
+  long max_events = max != NULL ? atol(max) : 1000000;
+  c->max_blocks = max_events <= 0 ? 0 : (max_events + BLOCK - 1) / BLOCK;
   *mask = m != NULL ? (int)strtol(m, NULL, 0) : DEFAULT_MASK;
   *context = c;
   return ncclSuccess;
 }
 
-/* A new record (zeroed), or NULL past the cap. c->mu held. */
+/* A new record (zero), or NULL past the cap. Any thread: a slot is
+ * claimed with one atomic add; only a full block takes the lock. */
 static rec_t *rec_new(ctx_t *c) {
-  if (c->kept >= c->max) {
-    c->dropped++;
-    return NULL;
-  }
-  if (c->tail == NULL || c->used == BLOCK) {
-    /* Mapped with its pages present: one fault per record page while
-     * the collectives run would cost more than the record. */
-    block_t *b = mmap(NULL, sizeof(*b), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (b == MAP_FAILED) {
-      c->dropped++;
-      return NULL;
+  for (;;) {
+    block_t *b = __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE);
+    if (b != NULL) {
+      int i = __atomic_fetch_add(&b->used, 1, __ATOMIC_RELAXED);
+      if (i < BLOCK) return &b->r[i];
     }
-    if (c->tail != NULL) c->tail->next = b;
-    else c->head = b;
-    c->tail = b;
-    c->used = 0;
+    pthread_mutex_lock(&c->mu);
+    if (__atomic_load_n(&c->tail, __ATOMIC_RELAXED) == b) {
+      block_t *nb = MAP_FAILED;
+      if (c->nblocks < c->max_blocks)
+        /* Mapped with its pages present: a fault per page while the
+         * collectives run would cost more than the records. */
+        nb = mmap(NULL, sizeof(*nb), PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+      if (nb == MAP_FAILED) {
+        c->dropped++;
+        pthread_mutex_unlock(&c->mu);
+        return NULL;
+      }
+      if (b != NULL) b->next = nb;
+      else c->head = nb;
+      c->nblocks++;
+      __atomic_store_n(&c->tail, nb, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&c->mu);
   }
-  c->kept++;
-  return &c->tail->r[c->used++]; /* zero: fresh anonymous memory */
 }
 
 static ncclResult_t tl_start(void *context, void **handle, ncclProfilerEventDescr_v5_t *d) {
   ctx_t *c = context;
   *handle = NULL;
-  uint64_t t = d->type == ncclProfileKernelCh && d->kernelCh.pTimer != 0 ? 0 : now_ns();
-  pthread_mutex_lock(&c->mu);
   rec_t *r = rec_new(c);
-  if (r != NULL) {
-    r->type = d->type;
-    r->t0 = t;
-    r->chan = -1;
-    r->peer = -1;
-    switch (d->type) {
-    case ncclProfileColl:
-      r->seq = d->coll.seqNumber;
-      r->count = d->coll.count;
-      r->peer = d->coll.root;
-      r->nch = d->coll.nChannels;
-      copy(r->func, sizeof(r->func), d->coll.func);
-      copy(r->dtype, sizeof(r->dtype), d->coll.datatype);
-      copy(r->algo, sizeof(r->algo), d->coll.algo);
-      copy(r->proto, sizeof(r->proto), d->coll.proto);
-      break;
-    case ncclProfileP2p:
-      r->count = d->p2p.count;
-      r->peer = d->p2p.peer;
-      r->nch = d->p2p.nChannels;
-      copy(r->func, sizeof(r->func), d->p2p.func);
-      copy(r->dtype, sizeof(r->dtype), d->p2p.datatype);
-      break;
-    case ncclProfileKernelCh:
-      /* Braid's pTimer is CLOCK_MONOTONIC ns (host mode): this clock. */
-      if (d->kernelCh.pTimer != 0) r->t0 = d->kernelCh.pTimer;
-      r->chan = d->kernelCh.channelId;
-      r->parent = d->parentObj;
-      break;
-    case ncclProfileProxyOp:
-      r->peer = d->proxyOp.peer;
-      r->chan = d->proxyOp.channelId;
-      r->is_send = d->proxyOp.isSend;
-      r->chunk = d->proxyOp.chunkSize;
-      break;
-    default:
-      break;
-    }
+  if (r == NULL) return ncclSuccess;
+  r->type = (uint16_t)d->type;
+  r->peer = -1;
+  switch (d->type) {
+  case ncclProfileColl:
+    r->seq = d->coll.seqNumber;
+    r->count = d->coll.count;
+    r->peer = d->coll.root;
+    r->nch = d->coll.nChannels;
+    r->func = name_index(c, d->coll.func);
+    r->dtype = name_index(c, d->coll.datatype);
+    r->algo = name_index(c, d->coll.algo);
+    r->proto = name_index(c, d->coll.proto);
+    break;
+  case ncclProfileP2p:
+    r->count = d->p2p.count;
+    r->peer = d->p2p.peer;
+    r->nch = d->p2p.nChannels;
+    r->func = name_index(c, d->p2p.func);
+    r->dtype = name_index(c, d->p2p.datatype);
+    break;
+  case ncclProfileKernelCh:
+    /* Braid's pTimer is CLOCK_MONOTONIC ns (host mode): this clock. */
+    r->t0 = d->kernelCh.pTimer;
+    r->chan = d->kernelCh.channelId;
+    r->parent = d->parentObj;
+    break;
+  case ncclProfileProxyOp:
+    r->peer = d->proxyOp.peer;
+    r->chan = d->proxyOp.channelId;
+    r->is_send = (uint8_t)d->proxyOp.isSend;
+    r->chunk = d->proxyOp.chunkSize;
+    break;
+  default:
+    break;
   }
-  pthread_mutex_unlock(&c->mu);
+  if (r->t0 == 0) r->t0 = now_ns();
   *handle = r;
   return ncclSuccess;
 }
@@ -249,6 +275,7 @@ static int write_trace(ctx_t *c, const char *path) {
   fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"commId\":\"%016" PRIx64 "\","
           "\"commName\":\"%s\",\"rank\":%d,\"nranks\":%d,\"dropped\":%ld},\"traceEvents\":[",
           c->comm_id, c->name, c->rank, c->nranks, c->dropped);
+  const char(*nm)[24] = c->names;
   fprintf(f, "\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
           "\"rank %d\"}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,"
           "\"args\":{\"sort_index\":%d}}", pid, c->rank, pid, c->rank);
@@ -256,7 +283,7 @@ static int write_trace(ctx_t *c, const char *path) {
   put_track(f, &first, pid, TID_CALLS, "calls");
   int *seen_peer = calloc((size_t)(c->nranks > 0 ? c->nranks : 1), sizeof(int));
   for (block_t *b = c->head; b != NULL; b = b->next) {
-    int n = b == c->tail ? c->used : BLOCK;
+    int n = b->used < BLOCK ? b->used : BLOCK;
     for (int i = 0; i < n; i++) {
       const rec_t *r = &b->r[i];
       uint64_t t1 = __atomic_load_n(&r->t1, __ATOMIC_ACQUIRE);
@@ -265,33 +292,34 @@ static int write_trace(ctx_t *c, const char *path) {
         put_event(f, &first, "Group", "group", pid, TID_CALLS, r->t0, t1, "");
         break;
       case ncclProfileColl:
-        snprintf(args, sizeof(args), "\"seq\":%" PRIu64 ",\"count\":%zu,\"bytes\":%zu,"
-                 "\"datatype\":\"%s\",\"algo\":\"%s\",\"proto\":\"%s\",\"nChannels\":%d,"
-                 "\"root\":%d", r->seq, r->count, r->count * dtype_bytes(r->dtype), r->dtype,
-                 r->algo, r->proto, r->nch, r->peer);
-        put_event(f, &first, r->func, "coll", pid, TID_CALLS, r->t0, t1, args);
+        snprintf(args, sizeof(args), "\"seq\":%" PRIu64 ",\"count\":%" PRIu64 ",\"bytes\":%"
+                 PRIu64 ",\"datatype\":\"%s\",\"algo\":\"%s\",\"proto\":\"%s\","
+                 "\"nChannels\":%d,\"root\":%d", r->seq, r->count,
+                 r->count * dtype_bytes(nm[r->dtype]), nm[r->dtype], nm[r->algo], nm[r->proto],
+                 r->nch, r->peer);
+        put_event(f, &first, nm[r->func], "coll", pid, TID_CALLS, r->t0, t1, args);
         break;
       case ncclProfileP2p:
-        snprintf(args, sizeof(args), "\"peer\":%d,\"count\":%zu,\"bytes\":%zu,"
-                 "\"datatype\":\"%s\",\"nChannels\":%d", r->peer, r->count,
-                 r->count * dtype_bytes(r->dtype), r->dtype, r->nch);
-        snprintf(name, sizeof(name), "%s %s %d", r->func, strcmp(r->func, "Send") == 0 ? "to" : "from",
-                 r->peer);
+        snprintf(args, sizeof(args), "\"peer\":%d,\"count\":%" PRIu64 ",\"bytes\":%" PRIu64
+                 ",\"datatype\":\"%s\",\"nChannels\":%d", r->peer, r->count,
+                 r->count * dtype_bytes(nm[r->dtype]), nm[r->dtype], r->nch);
+        snprintf(name, sizeof(name), "%s %s %d", nm[r->func],
+                 strcmp(nm[r->func], "Send") == 0 ? "to" : "from", r->peer);
         put_event(f, &first, name, "p2p", pid, TID_CALLS, r->t0, t1, args);
         break;
       case ncclProfileKernelCh: {
         const rec_t *p = r->parent;
-        if (r->chan >= 0 && r->chan < 256 && !seen_chan[r->chan]) {
+        if (!seen_chan[r->chan]) {
           seen_chan[r->chan] = 1;
           snprintf(name, sizeof(name), "channel %d", r->chan);
           put_track(f, &first, pid, TID_CHAN(r->chan), name);
         }
         if (p != NULL && p->type == ncclProfileColl)
           snprintf(args, sizeof(args), "\"seq\":%" PRIu64 ",\"algo\":\"%s\",\"proto\":\"%s\"",
-                   p->seq, p->algo, p->proto);
+                   p->seq, nm[p->algo], nm[p->proto]);
         else
           args[0] = '\0';
-        put_event(f, &first, p != NULL ? p->func : "kernel", "channel", pid, TID_CHAN(r->chan),
+        put_event(f, &first, p != NULL ? nm[p->func] : "kernel", "channel", pid, TID_CHAN(r->chan),
                   r->t0, t1, args);
         break;
       }
@@ -330,8 +358,8 @@ static ncclResult_t tl_finalize(void *context) {
     res = ncclSystemError;
   } else if (c->log != NULL) {
     c->log(NCCL_LOG_INFO, NCCL_PROFILE, __FILE__, __LINE__,
-           "timeline profiler: rank %d wrote %ld events to %s (%ld dropped)", c->rank, c->kept,
-           path, c->dropped);
+           "timeline profiler: rank %d wrote %s (%ld events dropped)", c->rank, path,
+           c->dropped);
   }
   for (block_t *b = c->head, *n; b != NULL; b = n) {
     n = b->next;

@@ -599,15 +599,16 @@ static void *ev_start(brd_prof_t *p, const ev_t *e) {
     break;
   }
   default: {
-    /* v6's union begins with v5's members at the same offsets. */
-    ncclProfilerEventDescr_v5_t d5;
-    ncclProfilerEventDescr_v6_t d;
-    memset(&d5, 0, sizeof(d5));
+    /* v6's descriptor begins with v5's members at the same offsets (the
+     * header's asserts): filled through v5's view of the same bytes. */
+    union {
+      ncclProfilerEventDescr_v5_t v5;
+      ncclProfilerEventDescr_v6_t v6;
+    } d;
     memset(&d, 0, sizeof(d));
-    d5.type = e->type, d5.parentObj = e->parent, d5.rank = p->comm->rank;
-    fill_v5(p, e, &d5);
-    memcpy(&d, &d5, sizeof(d5));
-    r = p->sym->v6.startEvent(p->ctx, &h, &d);
+    d.v5.type = e->type, d.v5.parentObj = e->parent, d.v5.rank = p->comm->rank;
+    fill_v5(p, e, &d.v5);
+    r = p->sym->v6.startEvent(p->ctx, &h, &d.v6);
     break;
   }
   }

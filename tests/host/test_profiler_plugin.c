@@ -461,6 +461,7 @@ static int timeline_child(const void *arg) {
   setenv("BRAID_DEVICE", "host", 1);
   setenv("NCCL_PROFILER_PLUGIN", plugin, 1);
   setenv("NCCL_PROFILE_DUMP_FILE", prefix, 1);
+  setenv("NCCL_PROFILE_EVENT_MASK", "0x4f", 1); /* the default and groups */
   ncclComm_t comms[NRANKS];
   NCCL_EXPECT(ncclCommInitAll(comms, NRANKS, NULL));
   if (nfail) return 1;
