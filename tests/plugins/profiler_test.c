@@ -319,6 +319,10 @@ static ncclResult_t p_finalize(void *context) {
   }
   if (c->open != 0) violation("finalize with %ld events of rank %d open", c->open, c->rank);
   STATE.finalizes++;
+  if (getenv("PROFTEST_REPORT") != NULL)
+    fprintf(stderr, "proftest v%d: rank %d finalize: %ld violations%s%s\n", PROF_VERSION,
+            c->rank, STATE.violations, STATE.violations ? ", first: " : "",
+            STATE.first_violation);
   for (event_t *e = c->events, *n; e != NULL; e = n) {
     n = e->next;
     e->magic = 0;

@@ -21,6 +21,8 @@
  *   PROFTEST_MASK   the mask init writes (number; default 0x7fff);
  *                   "keep" leaves what the core passed in
  *   PROFTEST_FAULT  init: init fails (ncclSystemError)
+ *   PROFTEST_REPORT set: each finalize prints the violation count to stderr
+ *                   (to run other test programs under the plugin)
  */
 #ifndef BRD_TESTS_PROFILER_TEST_H
 #define BRD_TESTS_PROFILER_TEST_H
