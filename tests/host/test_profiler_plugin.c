@@ -19,7 +19,10 @@
  * and kept, the default mask 0; an init that fails (WARN, no events, the
  * collectives still right); none and a name that does not exist (no
  * plugin, no hang); and two processes on two hosts whose channels cross
- * the socket net, for the proxy's events.
+ * the socket net, for the proxy's events. Under BRAID_DEVICE=cuda (a GPU,
+ * or the simulator's build of this program) one more scenario runs 2
+ * ranks in CUDA mode, where Coll/P2p events wrap the launch instead of
+ * its works; elsewhere it is skipped.
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -38,6 +41,7 @@
 
 #include "nccl.h"
 #include "../plugins/profiler_test.h"
+#include "tdev.h"
 #include "testenv.h"
 
 #define NRANKS 4
@@ -426,6 +430,87 @@ static void test_proxy_events(void **state) {
   assert_int_equal(in_child(proxy_scen, NULL), 0);
 }
 
+/* ---- CUDA mode (a GPU or the simulator): no per-work hooks ---- */
+
+#define CU_RANKS 2
+
+static int cuda_child(const void *arg) {
+  (void)arg;
+  char path[PATH_MAX + 64];
+  snprintf(path, sizeof(path), "%s/libnccl-profiler-testv5.so", plugin_dir);
+  EXPECT(dlopen(path, RTLD_NOW | RTLD_LOCAL) != NULL, "%s: %s", path, dlerror());
+  setenv("NCCL_PROFILER_PLUGIN", path, 1);
+  setenv("BRAID_TIMEOUT", "120", 1);
+  ncclComm_t comms[CU_RANKS];
+  cudaStream_t streams[CU_RANKS];
+  float *buf[CU_RANKS];
+  ncclUniqueId id;
+  NCCL_EXPECT(ncclGetUniqueId(&id));
+  NCCL_EXPECT(ncclGroupStart());
+  for (int r = 0; r < CU_RANKS; r++) NCCL_EXPECT(ncclCommInitRank(&comms[r], CU_RANKS, id, r));
+  NCCL_EXPECT(ncclGroupEnd());
+  if (nfail) return 1;
+  for (int r = 0; r < CU_RANKS; r++) {
+    EXPECT(tdev_stream_create(&streams[r]) == 0, "%s", tdev_last_error());
+    buf[r] = tdev_alloc(64 * sizeof(float));
+    EXPECT(buf[r] != NULL, "%s", tdev_last_error());
+  }
+  if (nfail) return 1;
+  for (int k = 0; k < 2; k++) {
+    for (int r = 0; r < CU_RANKS; r++)
+      for (int i = 0; i < 7; i++) buf[r][i] = in_val(r, (size_t)i);
+    NCCL_EXPECT(ncclGroupStart());
+    for (int r = 0; r < CU_RANKS; r++)
+      NCCL_EXPECT(ncclAllReduce(buf[r], buf[r] + 8, 7, ncclFloat32, ncclSum, comms[r], streams[r]));
+    NCCL_EXPECT(ncclGroupEnd());
+    for (int r = 0; r < CU_RANKS; r++) EXPECT(tdev_stream_sync(streams[r], 120) == 0, "sync");
+    for (int r = 0; r < CU_RANKS; r++)
+      for (int i = 0; i < 7; i++)
+        EXPECT(buf[r][8 + i] == in_val(0, (size_t)i) + in_val(1, (size_t)i), "rank %d [%d]", r, i);
+  }
+  NCCL_EXPECT(ncclGroupStart());
+  for (int r = 0; r < CU_RANKS; r++) {
+    NCCL_EXPECT(ncclSend(buf[r], 5, ncclFloat32, 1 - r, comms[r], streams[r]));
+    NCCL_EXPECT(ncclRecv(buf[r] + 32, 5, ncclFloat32, 1 - r, comms[r], streams[r]));
+  }
+  NCCL_EXPECT(ncclGroupEnd());
+  for (int r = 0; r < CU_RANKS; r++) EXPECT(tdev_stream_sync(streams[r], 120) == 0, "sync");
+  for (int r = 0; r < CU_RANKS; r++)
+    for (int i = 0; i < 5; i++) EXPECT(buf[r][32 + i] == in_val(1 - r, (size_t)i), "recv %d", r);
+  proftest_state_t *st = record("libnccl-profiler-testv5.so", 5);
+  for (int r = 0; r < CU_RANKS; r++) NCCL_EXPECT(ncclCommDestroy(comms[r]));
+  EXPECT(st != NULL, "no record");
+  if (st == NULL) return 1;
+  EXPECT(st->violations == 0, "%ld violations, first: %s", st->violations, st->first_violation);
+  EXPECT(st->inits == CU_RANKS && st->finalizes == CU_RANKS, "inits %d finalizes %d", st->inits,
+         st->finalizes);
+  EXPECT(st->open == 0, "%ld open", st->open);
+  EXPECT(st->starts[0] == 3 * CU_RANKS, "Group %ld", st->starts[0]);
+  EXPECT(st->starts[1] == 2 * CU_RANKS, "Coll %ld", st->starts[1]);
+  EXPECT(st->starts[2] == 2 * CU_RANKS, "P2p %ld", st->starts[2]);
+  EXPECT(st->starts[9] == 2 * CU_RANKS && st->starts[10] == 2 * CU_RANKS, "API events");
+  EXPECT(st->coll_count_sum == (size_t)2 * CU_RANKS * 7, "Coll counts %zu", st->coll_count_sum);
+  EXPECT(st->coll_names_bad == 0 && st->coll_nch_zero == 0, "Coll descriptors");
+  for (int b = 0; b < PROFTEST_NTYPES; b++)
+    EXPECT(st->starts[b] == st->stops[b], "type %d: %ld starts, %ld stops", b, st->starts[b],
+           st->stops[b]);
+  return nfail != 0;
+}
+
+static void test_cuda_mode(void **state) {
+  (void)state;
+  char why[256];
+  if (tdev_kind() != TDEV_CUDA) {
+    printf("SKIP: CUDA mode only (BRAID_DEVICE=cuda on a GPU, or the simulator's build)\n");
+    skip();
+  }
+  if (!tdev_usable(why, sizeof(why))) {
+    printf("SKIP: %s\n", why);
+    skip();
+  }
+  assert_int_equal(in_child(cuda_child, NULL), 0);
+}
+
 /* ---- the timeline plugin (plugins/profiler-timeline) ---- */
 
 /* Checks the rank files of the workload: valid JSON, one Coll event per
@@ -494,17 +579,47 @@ static void test_timeline(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
+/* The simulator's builds of this program live in <build>/cudasim/tests and
+ * <build>/cudasim-dev/tests:
+ * their plugins are <build>/tests/plugins. Same protocol as
+ * brd_test_plugin_dir: 0 to go on, 77 when not built, else re-runs this
+ * program with the folder on LD_LIBRARY_PATH. */
+static int sim_plugin_dir(char **argv, const char *mark, const char *probe) {
+  char exe[PATH_MAX], file[PATH_MAX + 64];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (len <= 0) return 77;
+  exe[len] = '\0';
+  *strrchr(exe, '/') = '\0';
+  snprintf(file, sizeof(file), "%s/../plugins/%s", exe, probe);
+  if (access(file, R_OK) == 0) return 77; /* the usual layout: brd_test_plugin_dir's */
+  if (strlen(exe) + 32 > sizeof(plugin_dir)) return 77;
+  memcpy(plugin_dir, exe, strlen(exe));
+  strcpy(plugin_dir + strlen(exe), "/../../tests/plugins");
+  snprintf(file, sizeof(file), "%s/%s", plugin_dir, probe);
+  if (access(file, R_OK) != 0) return 77;
+  if (getenv(mark) != NULL) return 0;
+  const char *old = getenv("LD_LIBRARY_PATH");
+  static char path[2 * PATH_MAX];
+  snprintf(path, sizeof(path), "%s%s%s", plugin_dir, old && old[0] ? ":" : "", old ? old : "");
+  setenv("LD_LIBRARY_PATH", path, 1);
+  setenv(mark, "1", 1);
+  execv("/proc/self/exe", argv);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   (void)argc;
-  int rc = brd_test_plugin_dir(argv, "PROFTEST_REEXEC", "libnccl-profiler-testv5.so",
-                               plugin_dir, sizeof(plugin_dir));
+  int rc = sim_plugin_dir(argv, "PROFTEST_REEXEC", "libnccl-profiler-testv5.so");
+  if (rc == 77)
+    rc = brd_test_plugin_dir(argv, "PROFTEST_REEXEC", "libnccl-profiler-testv5.so", plugin_dir,
+                             sizeof(plugin_dir));
   if (rc != 0) return rc;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_versions),     cmocka_unit_test(test_newest_wins),
       cmocka_unit_test(test_newest_only),  cmocka_unit_test(test_names),
       cmocka_unit_test(test_masks),        cmocka_unit_test(test_init_fails),
       cmocka_unit_test(test_no_plugin),    cmocka_unit_test(test_proxy_events),
-      cmocka_unit_test(test_timeline),
+      cmocka_unit_test(test_timeline),     cmocka_unit_test(test_cuda_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
