@@ -60,6 +60,12 @@ static int lib_version;
 static char lib_name[128];
 static char lib_path[PATH_MAX];
 
+/* The types a launch can emit: a context asking for none of them skips
+ * its launches altogether. */
+#define LAUNCH_TYPES                                                                     \
+  (ncclProfileGroup | ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh |          \
+   ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi | ncclProfileKernelLaunch)
+
 /* Event types each version knows. */
 static const int version_types[NEWEST + 1] = {
     0, 0x3f, 0x3f, 0xff, 0xff, 0xfff, 0x7fff,
@@ -644,6 +650,7 @@ static void *lines_alloc(size_t n, size_t size) {
 
 void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls) {
   p->active = 0;
+  if ((p->mask & LAUNCH_TYPES) == 0) return;
   if (ncalls > p->pc_cap) {
     int cap = ncalls < 8 ? 8 : ncalls;
     pcall_t *pc = lines_alloc((size_t)cap, sizeof(*pc));
