@@ -195,6 +195,19 @@ static int scen_child(const scen_t *s) {
   ncclComm_t comms[NRANKS];
   NCCL_EXPECT(ncclCommInitAll(comms, NRANKS, NULL));
   if (nfail) return 1;
+  if (s->file == NULL && strcmp(s->spec, "none") != 0) {
+    /* A named library that does not load: one WARN naming it. */
+    const char *last = ncclGetLastError(NULL);
+    EXPECT(last != NULL && strstr(last, "NCCL_PROFILER_PLUGIN=") != NULL &&
+               strstr(last, s->spec) != NULL,
+           "last error: %s", last ? last : "(null)");
+  }
+  if (s->fault != NULL) {
+    const char *last = ncclGetLastError(NULL);
+    EXPECT(last != NULL && strstr(last, "Profiler init failed") != NULL &&
+               strstr(last, "Continue without profiler") != NULL,
+           "last error: %s", last ? last : "(null)");
+  }
   proftest_state_t *st = s->file != NULL ? record(s->file, s->version) : NULL;
   if (s->file != NULL) EXPECT(st != NULL, "%s not loaded after init", s->file);
   workload(comms);
