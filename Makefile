@@ -101,12 +101,15 @@ TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 # plugins/net-socket/ is Braid's own socket net as a plugin: it links the
 # net's objects too (its own rule below).
 # Folders plugins/tuner-<name>/ are tuner plugins instead:
-# $(BUILD)/plugins/libnccl-tuner-<name>.so.
+# $(BUILD)/plugins/libnccl-tuner-<name>.so; plugins/profiler-<name>/ profiler
+# plugins: $(BUILD)/plugins/libnccl-profiler-<name>.so.
 PLUGIN_DIRS := $(sort $(patsubst plugins/%/,%,$(filter-out plugins/include/,$(dir $(wildcard plugins/*/*.c)))))
 TUNER_PLUGIN_DIRS := $(patsubst tuner-%,%,$(filter tuner-%,$(PLUGIN_DIRS)))
-NET_PLUGIN_DIRS := $(filter-out net-socket tuner-%,$(PLUGIN_DIRS))
+PROFILER_PLUGIN_DIRS := $(patsubst profiler-%,%,$(filter profiler-%,$(PLUGIN_DIRS)))
+NET_PLUGIN_DIRS := $(filter-out net-socket tuner-% profiler-%,$(PLUGIN_DIRS))
 PLUGIN_SO  := $(NET_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-net-%.so) \
               $(TUNER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-tuner-%.so) \
+              $(PROFILER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-profiler-%.so) \
               $(BUILD)/plugins/libnccl-net-braidsock.so
 # Test plugins (tests/plugins/net_test.c): one library per ABI version, one
 # filling its table only in init, one exporting v8 and v12 together.
@@ -123,6 +126,11 @@ TESTTUNER_SO := $(TESTTUNER_VERSIONS:%=$(TESTNET_DIR)/libnccl-tuner-testv%.so) \
 # Test env plugins (tests/plugins/env_test.c): v1, v2, and both in one.
 TESTENV_SO := $(TESTNET_DIR)/libnccl-env-testv1.so $(TESTNET_DIR)/libnccl-env-testv2.so \
               $(TESTNET_DIR)/libnccl-env-testboth.so
+# Test profilers (tests/plugins/profiler_test.c): one library per ABI
+# version, and one exporting v1, v4 and v6 together.
+TESTPROF_VERSIONS := 1 2 3 4 5 6
+TESTPROF_SO := $(TESTPROF_VERSIONS:%=$(TESTNET_DIR)/libnccl-profiler-testv%.so) \
+               $(TESTNET_DIR)/libnccl-profiler-testmulti.so
 
 
 IBMOCK_SO := $(BUILD)/tests/mock/libibverbs-mock.so
@@ -163,7 +171,8 @@ all: lib tools tests
 
 lib: $(SHLIB) $(STLIB) $(HEADER) $(BUILD)/lib/libnccl.so $(BUILD)/lib/libnccl.so.$(NCCL_SOVER) $(PLUGIN_SO)
 tools: $(TOOL_BIN)
-tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO) $(TESTTUNER_SO) $(TESTENV_SO) $(IBMOCK_SO)
+tests: $(UNIT_BIN) $(HOST_BIN) $(GPU_BIN) $(TESTNET_SO) $(TESTTUNER_SO) $(TESTENV_SO) $(TESTPROF_SO) \
+       $(IBMOCK_SO)
 
 # Missing headers: install them (root) or print the exact command.
 deps: $(DEPS_STAMP)
@@ -259,6 +268,15 @@ $(BUILD)/plugins/libnccl-tuner-$(1).so: $(sort $(wildcard plugins/tuner-$(1)/*.c
 endef
 $(foreach d,$(TUNER_PLUGIN_DIRS),$(eval $(call tuner_plugin_rule,$(d))))
 
+define profiler_plugin_rule
+$(BUILD)/plugins/libnccl-profiler-$(1).so: $(sort $(wildcard plugins/profiler-$(1)/*.c)) plugins/include/nccl_profiler.h plugins/include/nccl_common.h include/nccl.h
+	@mkdir -p $$(@D)
+	@echo "  LD      $$@"
+	$$(Q)$$(CC) $$(PLUGIN_CPPFLAGS) -Iplugins/profiler-$(1) $$(CFLAGS) $$(PLUGIN_LD) -o $$@ \
+	  $(sort $(wildcard plugins/profiler-$(1)/*.c)) -lpthread
+endef
+$(foreach d,$(PROFILER_PLUGIN_DIRS),$(eval $(call profiler_plugin_rule,$(d))))
+
 # The socket net and what it stands on (base: sockets, parameters, the log).
 BRAIDSOCK_OBJ := $(addprefix $(BUILD)/obj/src/,transport/net_socket.o base/socket.o base/env_plugin.o base/plugin.o \
                    base/param.o base/debug.o)
@@ -325,6 +343,23 @@ $(TESTNET_DIR)/libnccl-env-testboth.so: $(BUILD)/obj/tests/plugins/env_test_v1.o
 $(BUILD)/tests/unit/test_env_plugin: | $(TESTENV_SO) $(TESTNET_DIR)/libnccl-tuner-testv5.so
 $(BUILD)/tests/unit/test_tuner_plugin: | $(TESTTUNER_SO) $(TESTNET_DIR)/libnccl-net-testv12.so \
                                         $(TUNER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-tuner-%.so)
+
+# Test profilers (tests/plugins/profiler_test.c).
+TESTPROF_DEPS := tests/plugins/profiler_test.c tests/plugins/profiler_test.h \
+                 plugins/include/nccl_profiler.h plugins/include/nccl_common.h include/nccl.h
+$(BUILD)/obj/tests/plugins/profiler_test_v%.o: $(TESTPROF_DEPS)
+	@mkdir -p $(@D)
+	@echo "  CC      $< (ncclProfiler_v$*)"
+	$(Q)$(CC) $(PLUGIN_CPPFLAGS) $(CFLAGS) -DPROF_VERSION=$* -c $< -o $@
+$(TESTNET_DIR)/libnccl-profiler-testv%.so: $(BUILD)/obj/tests/plugins/profiler_test_v%.o
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
+$(TESTNET_DIR)/libnccl-profiler-testmulti.so: $(foreach v,1 4 6,$(BUILD)/obj/tests/plugins/profiler_test_v$(v).o)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(PLUGIN_LD) -o $@ $^ -lpthread
+.SECONDARY: $(TESTPROF_VERSIONS:%=$(BUILD)/obj/tests/plugins/profiler_test_v%.o)
+$(BUILD)/tests/host/test_profiler_plugin: | $(TESTPROF_SO) \
+                                            $(PROFILER_PLUGIN_DIRS:%=$(BUILD)/plugins/libnccl-profiler-%.so)
 
 # The verbs mock (tests/mock/ibverbs_mock.c): a libibverbs for tests,
 # loaded through BRAID_IBVERBS_LIB by the IB net's tests and suite_net.

@@ -26,6 +26,8 @@ BRD_PARAM(MAX_CTAS, "NCCL_MAX_CTAS", BRD_PARAM_INT, NULL, "overrides ncclConfig_
 BRD_PARAM(NET, "NCCL_NET", BRD_PARAM_STR, NULL, "overrides ncclConfig_t.netName, the network backend: IB or Socket")
 BRD_PARAM(NET_PLUGIN, "NCCL_NET_PLUGIN", BRD_PARAM_STR, NULL, "net plugin libraries tried in order (comma-separated): a name X loads X or libnccl-net-X.so, a path loads that file, none disables plugins; unset tries libnccl-net.so")
 BRD_PARAM(TUNER_PLUGIN, "NCCL_TUNER_PLUGIN", BRD_PARAM_STR, NULL, "tuner plugin library: a name X loads X or libnccl-tuner-X.so, a path loads that file, none disables it; unset tries libnccl-tuner.so, then the net plugin's library")
+BRD_PARAM(PROFILER_PLUGIN, "NCCL_PROFILER_PLUGIN", BRD_PARAM_STR, NULL, "profiler plugin library: a name X loads X or libnccl-profiler-X.so, a path loads that file, none disables it; unset tries libnccl-profiler.so")
+BRD_PARAM(PROFILE_EVENT_MASK, "NCCL_PROFILE_EVENT_MASK", BRD_PARAM_INT, "0", "event types (ncclProfile* bits) a profiler plugin receives before its init writes its own mask; 0 as NCCL: only what the plugin asks for")
 BRD_PARAM(ENV_PLUGIN, "NCCL_ENV_PLUGIN", BRD_PARAM_STR, NULL, "env plugin library through which every parameter is read (read from the process environment only): a name X loads X or libnccl-env-X.so, a path that file, none disables it; unset tries libnccl-env.so")
 BRD_PARAM(SPLIT_SHARE, "NCCL_COMM_SPLIT_SHARE_RESOURCES", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.splitShare: share parent resources with ncclCommSplit children (default 0)")
 BRD_PARAM(SHRINK_SHARE, "NCCL_COMM_SHRINK_SHARE_RESOURCES", BRD_PARAM_INT, NULL, "overrides ncclConfig_t.shrinkShare: share parent resources with ncclCommShrink children (default 0)")

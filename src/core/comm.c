@@ -20,6 +20,7 @@
 #include "core/gpu.h"
 #include "core/reg.h"
 #include "plan/tuner_plugin.h"
+#include "core/profiler.h"
 #include "base/time.h"
 
 #define LIVE_PERIOD_MS 50
@@ -206,6 +207,8 @@ void brd_comm_destroy(struct ncclComm *comm) {
   brd_rt_destroy(comm->rt);
   brd_tuner_destroy(comm->tuner);
   comm->tuner = NULL;
+  brd_prof_destroy(comm->prof); /* after the runtime: the proxy emits events */
+  comm->prof = NULL;
   comm->magic = 0;
   brd_regs_destroy(comm);
   free(comm->redops);

@@ -66,6 +66,10 @@ struct ncclComm {
                                     comm (plan/tuner_plugin.h), made by init,
                                     NULL without a plugin; destroyed by
                                     brd_comm_destroy */
+  struct brd_prof *prof;         /* owned: the profiler plugin's context for
+                                    this comm (core/profiler.h), made by init,
+                                    NULL without a plugin; destroyed by
+                                    brd_comm_destroy after the runtime */
   struct brd_redops *redops;     /* owned: ncclRedOpCreatePreMulSum table,
                                     NULL until the first one */
 

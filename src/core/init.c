@@ -24,6 +24,7 @@
 #include "core/comm.h"
 #include "plan/topo.h"
 #include "plan/tuner_plugin.h"
+#include "core/profiler.h"
 #include "transport/ibverbs.h"
 #include "core/config.h"
 #include "core/gpu.h"
@@ -283,6 +284,7 @@ static ncclResult_t run_root_init(struct brd_init_job *job) {
   res = topology(comm, job->fn);
   if (res != ncclSuccess) return res;
   CHECK(tuner_attach(comm));
+  CHECK(brd_prof_create(comm, &comm->prof));
   brd_log_set_thread_dev(comm->cuda_dev);
   log_timings(comm, job->fn, t0, t_boot, t_gather, brd_time_now_ns());
   INFO(BRD_SUBSYS_INIT, "%s comm %p rank %d nranks %d cudaDev %d busId %s "
@@ -390,6 +392,7 @@ static ncclResult_t run_child_init(struct brd_init_job *job) {
   t_gather = brd_time_now_ns();
   CHECK_GOTO(topology(comm, job->fn), res, out);
   CHECK_GOTO(tuner_attach(comm), res, out);
+  CHECK_GOTO(brd_prof_create(comm, &comm->prof), res, out);
   log_timings(comm, job->fn, t0, t_boot, t_gather, brd_time_now_ns());
   INFO(BRD_SUBSYS_INIT, "%s comm %p rank %d nranks %d cudaDev %d parent %p "
        "splitCount %u color %d key %d - Init COMPLETE", job->fn, (void *)comm,

@@ -28,6 +28,7 @@
 #include "core/backend.h"
 #include "core/comm.h"
 #include "core/launch.h"
+#include "core/profiler.h"
 #include "core/proxy.h"
 #include "core/window.h"
 #include "core/works.h"
@@ -248,6 +249,8 @@ static ncclResult_t launch(struct ncclComm *comm, struct brd_rt *rt, brd_backend
     atomic_fetch_add(&rt->launches, 1);
     INFO(BRD_SUBSYS_COLL, "rank %d: launch %llu runs %d calls as %d works", comm->rank,
          (unsigned long long)atomic_load(&rt->launches), l->ncalls, ws.n);
+    if (comm->prof != NULL)
+      brd_prof_launch_works(comm->prof, &ws, rt->be == &brd_backend_host);
     res = rt->be->run_works(comm, rt->bk, l, &ws);
   }
 out:
@@ -272,9 +275,11 @@ ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
   /* Held until the last touch of comm, so an abort from another thread
    * frees nothing under this launch. */
   atomic_fetch_add(&rt->busy, 1);
+  if (comm->prof != NULL) brd_prof_launch_begin(comm->prof, calls, ncalls);
   res = rt->be->begin(comm, rt->bk, &l);
   if (res == ncclSuccess) res = launch(comm, rt, &l);
   res = rt->be->end(comm, rt->bk, &l, res);
+  if (comm->prof != NULL) brd_prof_launch_end(comm->prof, res);
   record_error(comm, res);
   atomic_fetch_sub(&rt->busy, 1);
   return res;

@@ -28,6 +28,7 @@
 #include "core/backend.h"
 #include "core/comm.h"
 #include "core/mem.h"
+#include "core/profiler.h"
 #include "core/works.h"
 #include "device/exec_host.h"
 
@@ -247,9 +248,12 @@ static void runner_step(runner_t *r, int done, int next) {
     brd_exec_hang_t hang;
     res = brd_exec_host_run_fini(&r->launch, &hang);
     if (res == ncclSuccess) copy_out(&r->ws->w[done]);
+    if (r->comm->prof != NULL) brd_prof_work_end(r->comm->prof, done);
   }
-  if (res == ncclSuccess && next < r->ws->n)
+  if (res == ncclSuccess && next < r->ws->n) {
+    if (r->comm->prof != NULL) brd_prof_work_begin(r->comm->prof, next);
     res = brd_exec_host_run_init(&r->launch, &r->ws->w[next].args);
+  }
   if (res != ncclSuccess) {
     if (r->res == ncclSuccess) r->res = res;
     pthread_mutex_lock(&r->mu);
@@ -295,10 +299,12 @@ static ncclResult_t run_threads(struct ncclComm *comm, brd_works_t *ws) {
   if (nthreads == 1) {
     /* Every plan has one block: no threads, no meetings. */
     for (int w = 0; w < ws->n && res == ncclSuccess; w++) {
+      if (comm->prof != NULL) brd_prof_work_begin(comm->prof, w);
       CHECK_GOTO(brd_exec_host_run_init(&r->launch, &ws->w[w].args), res, free_mem);
       brd_exec_host_block_run(&r->launch, 0);
       res = brd_exec_host_run_fini(&r->launch, NULL);
       if (res == ncclSuccess) copy_out(&ws->w[w]);
+      if (comm->prof != NULL) brd_prof_work_end(comm->prof, w);
     }
     goto free_mem;
   }

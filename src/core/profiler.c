@@ -1,0 +1,883 @@
+/*
+ * Braid: the profiler plugin loader, the per-version descriptors, and the
+ * events of a launch (profiler.h).
+ *
+ * One library per process (NCCL's rule), counted by the communicators
+ * holding a context. Events are described once in Braid's terms (ev_t)
+ * and written into the version's descriptor only when the plugin asked for
+ * their type, so a filtered event costs a mask test.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
+#include "base/plugin.h"
+#include "base/time.h"
+#include "core/comm.h"
+#include "core/profiler.h"
+#include "core/works.h"
+#include "device/ir.h"
+#include "nccl_profiler.h"
+#include "plan/tune.h"
+#include "transport/net.h"
+#include "transport/net_plugin.h"
+
+#define SUBSYS (BRD_SUBSYS_INIT | BRD_SUBSYS_PROFILE)
+#define OLDEST 1
+#define NEWEST 6
+
+typedef union {
+  ncclProfiler_v1_t v1;
+  ncclProfiler_v2_t v2;
+  ncclProfiler_v3_t v3;
+  ncclProfiler_v4_t v4;
+  ncclProfiler_v5_t v5;
+  ncclProfiler_v6_t v6;
+} any_prof_t;
+
+/* Every member but init's and startEvent's arguments has one prototype
+ * across versions (the descriptor and state-argument pointers differ only
+ * in their pointee), so stop, record and finalize go through v1's slots
+ * with the right pointee cast at the call. */
+
+enum { LOAD_READY = 0, LOAD_DONE = 1, LOAD_FAILED = -1 };
+
+static pthread_mutex_t lib_mu = PTHREAD_MUTEX_INITIALIZER;
+static int lib_status = LOAD_READY;
+static int lib_refs;
+static void *lib_dl;                 /* dlopen handle, owned */
+static const any_prof_t *lib_sym;    /* the plugin's exported table */
+static int lib_version;
+static char lib_name[128];
+static char lib_path[PATH_MAX];
+
+/* The types a launch can emit: a context asking for none of them skips
+ * its launches altogether. */
+#define LAUNCH_TYPES                                                                     \
+  (ncclProfileGroup | ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh |          \
+   ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi | ncclProfileKernelLaunch)
+
+/* Event types each version knows. */
+static const int version_types[NEWEST + 1] = {
+    0, 0x3f, 0x3f, 0xff, 0xff, 0xfff, 0x7fff,
+};
+
+/* One call of the launch. */
+typedef struct pcall {
+  void *api;          /* CollApi / P2pApi handle */
+  void *ev;           /* Coll / P2p handle */
+  int started, stopped;
+  int works_left;     /* works of this call not ended yet */
+} pcall_t;
+
+/* Aligned: the contexts of ranks that are threads of one process are
+ * written on every launch and must not share a cache line. */
+struct brd_prof {
+  _Alignas(128) struct ncclComm *comm; /* borrowed */
+  const any_prof_t *sym;      /* lib_sym, valid while this holds a reference */
+  int version;
+  void *ctx;                  /* the plugin's */
+  int mask;                   /* what init asked for, cut to the version's types */
+  pid_t pid;
+  /* The launch running now (the launching thread only). */
+  int active;                 /* between launch_begin and launch_end */
+  const brd_call_t *calls;    /* borrowed for the launch */
+  int ncalls;
+  pcall_t *pc;                /* owned: [pc_cap] */
+  int pc_cap;
+  void *group, *group_api, *klaunch;
+  const struct brd_works *ws; /* borrowed for the launch */
+  int per_work;
+  int p2p_works_left;
+  int p2p_started;
+  void *first_p2p;            /* parent of the point-to-point works' channels */
+  int kch_work;               /* the work whose channels are open, -1: none */
+  void **kch;                 /* owned: [kch_cap] that work's KernelCh handles */
+  int kch_n, kch_cap;
+  uint64_t coll_seq;          /* collectives of this communicator so far */
+};
+
+/* One event in Braid's terms. */
+typedef struct ev {
+  uint64_t type;
+  void *parent, *parent_group;
+  const brd_call_t *call;
+  uint64_t seq;
+  int algo, proto;            /* BRD_IR_ALGO_* / BRD_IR_PROTO_*, -1 unknown */
+  int nch;
+  int peer, is_send, chunk, chan, step;
+  uint64_t ptimer;
+} ev_t;
+
+static ncclDebugLogger_t logger(void) {
+  /* brd_net_log has the logger's exact prototype but for the level's
+   * type (int for the enum): one ABI, two C spellings. */
+  return (ncclDebugLogger_t)(void (*)(void))brd_net_log;
+}
+
+static void path_of(void *dl, const char *fallback, char *out, size_t n) {
+  struct link_map *lm = NULL;
+  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL && lm->l_name && lm->l_name[0])
+    snprintf(out, n, "%s", lm->l_name);
+  else
+    snprintf(out, n, "%s", fallback);
+}
+
+/* The newest ncclProfiler_vN of dl with a name, an init and the calls. */
+static const any_prof_t *find_symbol(void *dl, int *version_out) {
+  char symname[32];
+  for (int v = NEWEST; v >= OLDEST; v--) {
+    snprintf(symname, sizeof(symname), "ncclProfiler_v%d", v);
+    const any_prof_t *sym = dlsym(dl, symname);
+    if (sym != NULL && sym->v1.name != NULL && sym->v1.init != NULL &&
+        sym->v1.startEvent != NULL && sym->v1.stopEvent != NULL) {
+      *version_out = v;
+      return sym;
+    }
+  }
+  return NULL;
+}
+
+/* Loads the library once. lib_mu held. */
+static void load_locked(void) {
+  char missing[2 * PATH_MAX] = "", err[512] = "", netpath[PATH_MAX] = "";
+  const char *spec = brd_param_str(BRD_P_PROFILER_PLUGIN);
+  int requested = spec != NULL && spec[0] != '\0';
+  if (!requested) spec = NULL;
+  if (requested) {
+    INFO(BRD_SUBSYS_ENV | BRD_SUBSYS_PROFILE, "NCCL_PROFILER_PLUGIN set by environment to %s",
+         spec);
+    if (strcasecmp(spec, "none") == 0) {
+      lib_status = LOAD_FAILED;
+      return;
+    }
+  }
+  int in_net = 0;
+  void *dl = brd_plugin_open(spec, "profiler", missing, sizeof(missing), err, sizeof(err));
+  if (dl != NULL) {
+    path_of(dl, spec ? spec : "libnccl-profiler.so", lib_path, sizeof(lib_path));
+  } else {
+    if (missing[0] != '\0') INFO(SUBSYS, "PROFILER/Plugin: Could not find:%s", missing);
+    if (err[0] != '\0') INFO(SUBSYS, "PROFILER/Plugin: %s", err);
+    /* As NCCL, a profiler may also live in the net plugin's library. */
+    dl = brd_net_plugin_lib_open(netpath, sizeof(netpath));
+    if (dl != NULL) {
+      snprintf(lib_path, sizeof(lib_path), "%s", netpath);
+      in_net = 1;
+    }
+  }
+  if (dl == NULL) {
+    if (requested)
+      WARN("PROFILER/Plugin: cannot load NCCL_PROFILER_PLUGIN=%s: could not find%s%s%s. Give "
+           "NCCL_PROFILER_PLUGIN a path, put the library on LD_LIBRARY_PATH, or unset it; "
+           "Braid runs without a profiler", spec, missing[0] ? missing : " it",
+           err[0] ? ": " : "", err);
+    else
+      INFO(SUBSYS, "PROFILER/Plugin: no profiler plugin (optional)");
+    lib_status = LOAD_FAILED;
+    return;
+  }
+  int version = 0;
+  const any_prof_t *sym = find_symbol(dl, &version);
+  if (sym == NULL) {
+    if (requested && !in_net)
+      WARN("PROFILER/Plugin: %s exports no usable ncclProfiler_v%d .. v%d (Braid loads "
+           "those versions); Braid runs without a profiler", lib_path, NEWEST, OLDEST);
+    else
+      INFO(SUBSYS, "PROFILER/Plugin: %s exports no ncclProfiler_v%d .. v%d", lib_path, NEWEST,
+           OLDEST);
+    dlclose(dl);
+    lib_status = LOAD_FAILED;
+    return;
+  }
+  lib_dl = dl;
+  lib_sym = sym;
+  lib_version = version;
+  snprintf(lib_name, sizeof(lib_name), "%s", sym->v1.name);
+  lib_status = LOAD_DONE;
+  INFO(SUBSYS, "PROFILER/Plugin: Loaded %s (v%d)", lib_name, version);
+}
+
+/* Drops one reference; closes the library with the last. lib_mu held. */
+static void unref_locked(void) {
+  if (--lib_refs > 0) return;
+  INFO(SUBSYS, "PROFILER/Plugin: Closing profiler plugin %s", lib_name);
+  dlclose(lib_dl);
+  lib_dl = NULL;
+  lib_sym = NULL;
+  lib_version = 0;
+  lib_status = LOAD_READY;
+}
+
+static void unref(void) {
+  pthread_mutex_lock(&lib_mu);
+  unref_locked();
+  pthread_mutex_unlock(&lib_mu);
+}
+
+ncclResult_t brd_prof_create(struct ncclComm *comm, brd_prof_t **out) {
+  *out = NULL;
+  pthread_mutex_lock(&lib_mu);
+  if (lib_status == LOAD_READY) load_locked();
+  if (lib_status != LOAD_DONE) {
+    pthread_mutex_unlock(&lib_mu);
+    return ncclSuccess;
+  }
+  lib_refs++;
+  pthread_mutex_unlock(&lib_mu);
+
+  brd_prof_t *p = aligned_alloc(128, (sizeof(brd_prof_t) + 127) / 128 * 128);
+  if (p != NULL) memset(p, 0, sizeof(*p));
+  if (p == NULL) {
+    WARN("out of host memory creating the profiler plugin's context");
+    unref();
+    return ncclSystemError;
+  }
+  p->comm = comm;
+  p->sym = lib_sym;
+  p->version = lib_version;
+  p->pid = getpid();
+  p->kch_work = -1;
+  int mask = (int)brd_param_int(BRD_P_PROFILE_EVENT_MASK);
+  int nnodes = comm->n_nodes > 0 ? comm->n_nodes : 1;
+  ncclResult_t r;
+  switch (p->version) {
+  case 1: case 2: case 3: r = p->sym->v1.init(&p->ctx, &mask); break;
+  case 4:
+    r = p->sym->v4.init(&p->ctx, &mask, comm->comm_name, comm->comm_hash, nnodes, comm->nranks,
+                        comm->rank, logger());
+    break;
+  default:
+    r = p->sym->v5.init(&p->ctx, comm->comm_hash, &mask, comm->comm_name, nnodes, comm->nranks,
+                        comm->rank, logger());
+    break;
+  }
+  if (r != ncclSuccess) {
+    WARN("PROFILER/Plugin: Profiler init failed with error '%d': %s. Continue without "
+         "profiler (%s v%d, rank %d of %d). See the plugin's messages above, or unset "
+         "NCCL_PROFILER_PLUGIN", (int)r, ncclGetErrorString(r), lib_name, p->version,
+         comm->rank, comm->nranks);
+    free(p);
+    unref();
+    return ncclSuccess;
+  }
+  p->mask = mask & version_types[p->version];
+  INFO(SUBSYS, "PROFILER/Plugin: rank %d: %s (v%d) asked for events 0x%x", comm->rank,
+       lib_name, p->version, p->mask);
+  *out = p;
+  return ncclSuccess;
+}
+
+void brd_prof_destroy(brd_prof_t *p) {
+  if (p == NULL) return;
+  ncclResult_t r = p->sym->v1.finalize != NULL ? p->sym->v1.finalize(p->ctx) : ncclSuccess;
+  if (r != ncclSuccess)
+    WARN("PROFILER/Plugin: %s (v%d) finalize failed: %s (ignored: the communicator is "
+         "going away)", lib_name, p->version, ncclGetErrorString(r));
+  free(p->pc);
+  free(p->kch);
+  free(p);
+  unref();
+}
+
+const char *brd_prof_name(const brd_prof_t *p) { return p != NULL ? p->sym->v1.name : ""; }
+int brd_prof_version(const brd_prof_t *p) { return p != NULL ? p->version : 0; }
+int brd_prof_mask(const brd_prof_t *p) { return p != NULL ? p->mask : 0; }
+
+void brd_prof_reset(void) {
+  pthread_mutex_lock(&lib_mu);
+  if (lib_refs == 0) {
+    if (lib_dl != NULL) dlclose(lib_dl);
+    lib_dl = NULL;
+    lib_sym = NULL;
+    lib_version = 0;
+    lib_status = LOAD_READY;
+  }
+  pthread_mutex_unlock(&lib_mu);
+}
+
+/* ---- descriptors ---------------------------------------------------------- */
+
+static int func_num(brd_coll_t c) {
+  switch (c) {
+  case BRD_COLL_BROADCAST: return ncclFuncBroadcast;
+  case BRD_COLL_REDUCE: return ncclFuncReduce;
+  case BRD_COLL_ALLGATHER: return ncclFuncAllGather;
+  case BRD_COLL_REDUCESCATTER: return ncclFuncReduceScatter;
+  case BRD_COLL_ALLREDUCE: return ncclFuncAllReduce;
+  case BRD_COLL_SEND: return ncclFuncSend;
+  case BRD_COLL_RECV: return ncclFuncRecv;
+  case BRD_COLL_ALLTOALL: return ncclFuncAlltoAll;
+  case BRD_COLL_SCATTER: return ncclFuncScatter;
+  case BRD_COLL_GATHER: return ncclFuncGather;
+  default: return ncclNumFuncs;
+  }
+}
+
+static const char *func_str(brd_coll_t c) {
+  static const char *const names[ncclNumFuncs + 1] = {
+      [ncclFuncBroadcast] = "Broadcast", [ncclFuncReduce] = "Reduce",
+      [ncclFuncAllGather] = "AllGather", [ncclFuncReduceScatter] = "ReduceScatter",
+      [ncclFuncAllReduce] = "AllReduce", [ncclFuncSendRecv] = "SendRecv",
+      [ncclFuncSend] = "Send",           [ncclFuncRecv] = "Recv",
+      [ncclFuncAlltoAll] = "AlltoAll",   [ncclFuncScatter] = "Scatter",
+      [ncclFuncGather] = "Gather",       [ncclNumFuncs] = "Unknown",
+  };
+  return names[func_num(c)];
+}
+
+static const char *dtype_str(ncclDataType_t t) {
+  static const char *const names[ncclNumTypes] = {
+      "ncclInt8",    "ncclUint8",   "ncclInt32",   "ncclUint32",
+      "ncclInt64",   "ncclUint64",  "ncclFloat16", "ncclFloat32",
+      "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2",
+  };
+  return (unsigned)t < ncclNumTypes ? names[t] : "Unknown";
+}
+
+static const char *algo_str(int a) {
+  if (a < 0) return "Unknown";
+  if (a == BRD_IR_ALGO_COPY) return "Copy";
+  return brd_algo_name((brd_algo_t)a);
+}
+
+static const char *proto_str(int pr) {
+  return pr < 0 ? "Unknown" : brd_proto_name((brd_proto_t)pr);
+}
+
+/* NCCL's table indices (v1 descriptors); 255 (-1) for Braid's own. */
+static uint8_t algo_num(int a) {
+  switch (a) {
+  case BRD_IR_ALGO_RING: return 1;
+  case BRD_IR_ALGO_TREE: return 0;
+  case BRD_IR_ALGO_NVLS: return 4;
+  default: return 255;
+  }
+}
+
+static uint8_t proto_num(int pr) {
+  switch (pr) {
+  case BRD_IR_PROTO_LL: return 0;
+  case BRD_IR_PROTO_LL128: return 1;
+  case BRD_IR_PROTO_SIMPLE: return 2;
+  default: return 255;
+  }
+}
+
+static uint8_t u8(int v) { return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v; }
+
+static void *p2p_buff(const brd_call_t *c) {
+  return c->coll == BRD_COLL_SEND ? (void *)c->sendbuff : c->recvbuff;
+}
+
+static size_t coll_bytes(const brd_call_t *c) { return c->count * brd_dtype_size(c->dtype); }
+
+static void fill_v1(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v1_t *d) {
+  const struct ncclComm *comm = p->comm;
+  const brd_call_t *c = e->call;
+  switch (e->type) {
+  case ncclProfileColl:
+    d->coll.name = comm->comm_name;
+    d->coll.commHash = comm->comm_hash;
+    d->coll.seqNumber = e->seq;
+    d->coll.func = (uint8_t)func_num(c->coll);
+    d->coll.sendBuff = c->sendbuff;
+    d->coll.recvBuff = c->recvbuff;
+    d->coll.count = c->count;
+    d->coll.root = c->root;
+    d->coll.datatype = (uint8_t)c->dtype;
+    d->coll.op = (uint32_t)c->op;
+    d->coll.trafficBytes = coll_bytes(c);
+    d->coll.nMaxChannels = u8(e->nch);
+    d->coll.algo = algo_num(e->algo);
+    d->coll.proto = proto_num(e->proto);
+    d->coll.isNvls = e->algo == BRD_IR_ALGO_NVLS;
+    break;
+  case ncclProfileP2p:
+    d->p2p.name = comm->comm_name;
+    d->p2p.commHash = comm->comm_hash;
+    d->p2p.func = (uint8_t)func_num(c->coll);
+    d->p2p.buff = p2p_buff(c);
+    d->p2p.datatype = (uint8_t)c->dtype;
+    d->p2p.count = c->count;
+    d->p2p.peer = c->root;
+    break;
+  case ncclProfileProxyOp:
+    d->proxyOp.pid = p->pid;
+    d->proxyOp.channelId = u8(e->chan);
+    d->proxyOp.peer = e->peer;
+    d->proxyOp.nSteps = 1;
+    d->proxyOp.chunkSize = e->chunk;
+    d->proxyOp.isSend = e->is_send;
+    break;
+  case ncclProfileProxyStep: d->proxyStep.step = e->step; break;
+  default: break;
+  }
+}
+
+/* v2 and v3 share their coll/p2p members up to datatype. */
+#define FILL_V23_COMMON(d)                                \
+  do {                                                    \
+    if (e->type == ncclProfileColl) {                     \
+      (d)->coll.name = comm->comm_name;                   \
+      (d)->coll.commHash = comm->comm_hash;               \
+      (d)->coll.seqNumber = e->seq;                       \
+      (d)->coll.func = func_str(c->coll);                 \
+      (d)->coll.sendBuff = c->sendbuff;                   \
+      (d)->coll.recvBuff = c->recvbuff;                   \
+      (d)->coll.count = c->count;                         \
+      (d)->coll.root = c->root;                           \
+      (d)->coll.datatype = dtype_str(c->dtype);           \
+      (d)->coll.nMaxChannels = u8(e->nch);                \
+      (d)->coll.algo = algo_str(e->algo);                 \
+      (d)->coll.proto = proto_str(e->proto);              \
+    } else if (e->type == ncclProfileP2p) {               \
+      (d)->p2p.name = comm->comm_name;                    \
+      (d)->p2p.commHash = comm->comm_hash;                \
+      (d)->p2p.func = func_str(c->coll);                  \
+      (d)->p2p.buff = p2p_buff(c);                        \
+      (d)->p2p.datatype = dtype_str(c->dtype);            \
+      (d)->p2p.count = c->count;                          \
+      (d)->p2p.peer = c->root;                            \
+    } else if (e->type == ncclProfileProxyOp) {           \
+      (d)->proxyOp.pid = p->pid;                          \
+      (d)->proxyOp.channelId = u8(e->chan);               \
+      (d)->proxyOp.peer = e->peer;                        \
+      (d)->proxyOp.nSteps = 1;                            \
+      (d)->proxyOp.chunkSize = e->chunk;                  \
+      (d)->proxyOp.isSend = e->is_send;                   \
+    } else if (e->type == ncclProfileProxyStep) {         \
+      (d)->proxyStep.step = e->step;                      \
+    }                                                     \
+  } while (0)
+
+static void fill_v2(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v2_t *d) {
+  const struct ncclComm *comm = p->comm;
+  const brd_call_t *c = e->call;
+  FILL_V23_COMMON(d);
+  if (e->type == ncclProfileColl) d->coll.trafficBytes = coll_bytes(c);
+}
+
+static void fill_v3(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v3_t *d) {
+  const struct ncclComm *comm = p->comm;
+  const brd_call_t *c = e->call;
+  FILL_V23_COMMON(d);
+  if (e->type == ncclProfileKernelCh) d->kernelCh.channelId = u8(e->chan);
+}
+
+/* v4 .. v6 share coll/p2p/proxy/kernelCh members. */
+#define FILL_V456_COMMON(d)                               \
+  do {                                                    \
+    switch (e->type) {                                    \
+    case ncclProfileColl:                                 \
+      (d)->coll.seqNumber = e->seq;                       \
+      (d)->coll.func = func_str(c->coll);                 \
+      (d)->coll.sendBuff = c->sendbuff;                   \
+      (d)->coll.recvBuff = c->recvbuff;                   \
+      (d)->coll.count = c->count;                         \
+      (d)->coll.root = c->root;                           \
+      (d)->coll.datatype = dtype_str(c->dtype);           \
+      (d)->coll.nChannels = u8(e->nch);                   \
+      (d)->coll.algo = algo_str(e->algo);                 \
+      (d)->coll.proto = proto_str(e->proto);              \
+      break;                                              \
+    case ncclProfileP2p:                                  \
+      (d)->p2p.func = func_str(c->coll);                  \
+      (d)->p2p.buff = p2p_buff(c);                        \
+      (d)->p2p.datatype = dtype_str(c->dtype);            \
+      (d)->p2p.count = c->count;                          \
+      (d)->p2p.peer = c->root;                            \
+      (d)->p2p.nChannels = u8(e->nch);                    \
+      break;                                              \
+    case ncclProfileProxyOp:                              \
+      (d)->proxyOp.pid = p->pid;                          \
+      (d)->proxyOp.channelId = u8(e->chan);               \
+      (d)->proxyOp.peer = e->peer;                        \
+      (d)->proxyOp.nSteps = 1;                            \
+      (d)->proxyOp.chunkSize = e->chunk;                  \
+      (d)->proxyOp.isSend = e->is_send;                   \
+      break;                                              \
+    case ncclProfileProxyStep:                            \
+      (d)->proxyStep.step = e->step;                      \
+      break;                                              \
+    case ncclProfileKernelCh:                             \
+      (d)->kernelCh.channelId = u8(e->chan);              \
+      (d)->kernelCh.pTimer = e->ptimer;                   \
+      break;                                              \
+    default:                                              \
+      break;                                              \
+    }                                                     \
+  } while (0)
+
+static void fill_v4(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v4_t *d) {
+  const brd_call_t *c = e->call;
+  FILL_V456_COMMON(d);
+}
+
+static void fill_v5(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v5_t *d) {
+  const brd_call_t *c = e->call;
+  FILL_V456_COMMON(d);
+  switch (e->type) {
+  case ncclProfileColl: d->coll.parentGroup = e->parent_group; break;
+  case ncclProfileP2p: d->p2p.parentGroup = e->parent_group; break;
+  case ncclProfileGroupApi:
+    d->groupApi.graphCaptured = false;
+    d->groupApi.groupDepth = 1;
+    break;
+  case ncclProfileCollApi:
+    d->collApi.func = func_str(c->coll);
+    d->collApi.count = c->count;
+    d->collApi.datatype = dtype_str(c->dtype);
+    d->collApi.root = c->root;
+    d->collApi.stream = c->stream;
+    d->collApi.graphCaptured = false;
+    break;
+  case ncclProfileP2pApi:
+    d->p2pApi.func = func_str(c->coll);
+    d->p2pApi.count = c->count;
+    d->p2pApi.datatype = dtype_str(c->dtype);
+    d->p2pApi.stream = c->stream;
+    d->p2pApi.graphCaptured = false;
+    break;
+  case ncclProfileKernelLaunch:
+    d->kernelLaunch.stream = p->ncalls > 0 ? p->calls[0].stream : NULL;
+    break;
+  default: break;
+  }
+}
+
+_Static_assert(sizeof(ncclProfilerEventDescr_v5_t) <= sizeof(ncclProfilerEventDescr_v6_t),
+               "v6 descriptors begin with v5's");
+
+/* Starts event e when the plugin asked for its type; the handle or NULL. */
+static void *ev_start(brd_prof_t *p, const ev_t *e) {
+  if ((p->mask & (int)e->type) == 0) return NULL;
+  void *h = NULL;
+  ncclResult_t r;
+  switch (p->version) {
+  case 1: {
+    ncclProfilerEventDescr_v1_t d;
+    memset(&d, 0, sizeof(d));
+    d.type = (uint8_t)e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
+    fill_v1(p, e, &d);
+    r = p->sym->v1.startEvent(p->ctx, &h, &d);
+    break;
+  }
+  case 2: {
+    ncclProfilerEventDescr_v2_t d;
+    memset(&d, 0, sizeof(d));
+    d.type = (uint8_t)e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
+    fill_v2(p, e, &d);
+    r = p->sym->v2.startEvent(p->ctx, &h, &d);
+    break;
+  }
+  case 3: {
+    ncclProfilerEventDescr_v3_t d;
+    memset(&d, 0, sizeof(d));
+    d.type = (uint8_t)e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
+    fill_v3(p, e, &d);
+    r = p->sym->v3.startEvent(p->ctx, &h, &d);
+    break;
+  }
+  case 4: {
+    ncclProfilerEventDescr_v4_t d;
+    memset(&d, 0, sizeof(d));
+    d.type = (uint8_t)e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
+    fill_v4(p, e, &d);
+    r = p->sym->v4.startEvent(p->ctx, &h, &d);
+    break;
+  }
+  case 5: {
+    ncclProfilerEventDescr_v5_t d;
+    memset(&d, 0, sizeof(d));
+    d.type = e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
+    fill_v5(p, e, &d);
+    r = p->sym->v5.startEvent(p->ctx, &h, &d);
+    break;
+  }
+  default: {
+    /* v6's descriptor begins with v5's members at the same offsets (the
+     * header's asserts): filled through v5's view of the same bytes. */
+    union {
+      ncclProfilerEventDescr_v5_t v5;
+      ncclProfilerEventDescr_v6_t v6;
+    } d;
+    memset(&d, 0, sizeof(d));
+    d.v5.type = e->type, d.v5.parentObj = e->parent, d.v5.rank = p->comm->rank;
+    fill_v5(p, e, &d.v5);
+    r = p->sym->v6.startEvent(p->ctx, &h, &d.v6);
+    break;
+  }
+  }
+  return r == ncclSuccess ? h : NULL;
+}
+
+static void ev_stop(brd_prof_t *p, void *h) {
+  if (h != NULL) (void)p->sym->v1.stopEvent(h);
+}
+
+/* A state change; args_v1 for v1..v3, args_v4 for v4 and later. */
+static void ev_state(brd_prof_t *p, void *h, ncclProfilerEventState_t st,
+                     ncclProfilerEventStateArgs_v1_t *a1, ncclProfilerEventStateArgs_v4_t *a4) {
+  if (h == NULL || p->sym->v1.recordEventState == NULL) return;
+  if (p->version <= 3)
+    (void)p->sym->v1.recordEventState(h, st, a1);
+  else
+    (void)p->sym->v4.recordEventState(h, st, (ncclProfilerEventStateArgs_v4_t *)a4);
+}
+
+/* ---- launches --------------------------------------------------------------- */
+
+static int is_p2p(const brd_call_t *c) {
+  return c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV;
+}
+
+/* A table of n entries of `size` bytes in whole cache lines of its own
+ * (ranks' tables are written on every launch), or NULL. Its contents are
+ * not kept: every user fills it first. */
+static void *lines_alloc(size_t n, size_t size) {
+  return aligned_alloc(128, (n * size + 127) / 128 * 128);
+}
+
+void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls) {
+  p->active = 0;
+  if ((p->mask & LAUNCH_TYPES) == 0) return;
+  if (ncalls > p->pc_cap) {
+    int cap = ncalls < 8 ? 8 : ncalls;
+    pcall_t *pc = lines_alloc((size_t)cap, sizeof(*pc));
+    if (pc != NULL) free(p->pc);
+    if (pc == NULL) {
+      WARN("rank %d: out of host memory for the profiler's view of a launch of %d calls; "
+           "this launch is not profiled", p->comm->rank, ncalls);
+      return;
+    }
+    p->pc = pc;
+    p->pc_cap = cap;
+  }
+  memset(p->pc, 0, (size_t)ncalls * sizeof(*p->pc));
+  p->active = 1;
+  p->calls = calls;
+  p->ncalls = ncalls;
+  p->ws = NULL;
+  p->per_work = 0;
+  p->p2p_works_left = 0;
+  p->p2p_started = 0;
+  p->first_p2p = NULL;
+  p->kch_work = -1;
+  p->kch_n = 0;
+  p->klaunch = NULL;
+  ev_t e;
+  memset(&e, 0, sizeof(e));
+  e.type = ncclProfileGroup;
+  p->group = ev_start(p, &e);
+  e.type = ncclProfileGroupApi;
+  p->group_api = ev_start(p, &e);
+  for (int i = 0; i < ncalls; i++) {
+    e.type = is_p2p(&calls[i]) ? ncclProfileP2pApi : ncclProfileCollApi;
+    e.parent = p->group_api;
+    e.call = &calls[i];
+    p->pc[i].api = ev_start(p, &e);
+  }
+}
+
+/* Starts call i's Coll or P2p event (w: its first work, or NULL). */
+static void call_start(brd_prof_t *p, int i, const brd_work_t *w) {
+  pcall_t *pc = &p->pc[i];
+  const brd_call_t *c = &p->calls[i];
+  if (pc->started) return;
+  pc->started = 1;
+  ev_t e;
+  memset(&e, 0, sizeof(e));
+  e.call = c;
+  e.parent = p->version >= 5 ? pc->api : p->group;
+  e.parent_group = p->group;
+  e.algo = w != NULL ? w->args.plan->algo : -1;
+  e.proto = w != NULL ? w->args.plan->proto : -1;
+  e.nch = w != NULL ? w->args.plan->nblocks : 0;
+  if (is_p2p(c)) {
+    e.type = ncclProfileP2p;
+  } else {
+    e.type = ncclProfileColl;
+    e.seq = p->coll_seq++;
+  }
+  pc->ev = ev_start(p, &e);
+  if (is_p2p(c) && p->first_p2p == NULL) p->first_p2p = pc->ev;
+}
+
+static void call_stop(brd_prof_t *p, int i) {
+  pcall_t *pc = &p->pc[i];
+  if (!pc->started || pc->stopped) return;
+  pc->stopped = 1;
+  ev_stop(p, pc->ev);
+  ev_stop(p, pc->api);
+  pc->api = NULL;
+}
+
+/* The call index of a collective work, -1 for point-to-point. */
+static int work_call(const brd_prof_t *p, const brd_work_t *w) {
+  if (w->p2p || w->call == NULL) return -1;
+  ptrdiff_t i = w->call - p->calls;
+  return i >= 0 && i < p->ncalls ? (int)i : -1;
+}
+
+void brd_prof_launch_works(brd_prof_t *p, const struct brd_works *ws, int per_work) {
+  if (!p->active) return;
+  p->ws = ws;
+  p->per_work = per_work;
+  for (int w = 0; w < ws->n; w++) {
+    int i = work_call(p, &ws->w[w]);
+    if (i >= 0)
+      p->pc[i].works_left++;
+    else if (ws->w[w].p2p)
+      p->p2p_works_left++;
+  }
+  ev_t e;
+  memset(&e, 0, sizeof(e));
+  e.type = ncclProfileKernelLaunch;
+  e.parent = p->group_api;
+  p->klaunch = ev_start(p, &e);
+  if (!per_work) {
+    /* Without work hooks, each call's first work describes it. */
+    for (int w = 0; w < ws->n; w++) {
+      int i = work_call(p, &ws->w[w]);
+      if (i >= 0) call_start(p, i, &ws->w[w]);
+    }
+    const brd_work_t *pw = NULL;
+    for (int w = 0; w < ws->n && pw == NULL; w++)
+      if (ws->w[w].p2p) pw = &ws->w[w];
+    for (int i = 0; i < p->ncalls; i++)
+      if (is_p2p(&p->calls[i])) call_start(p, i, pw);
+  }
+}
+
+static void kch_close(brd_prof_t *p) {
+  if (p->kch_n == 0) return;
+  ncclProfilerEventStateArgs_v4_t a4;
+  memset(&a4, 0, sizeof(a4));
+  a4.kernelCh.pTimer = (uint64_t)brd_time_now_ns();
+  for (int b = 0; b < p->kch_n; b++) {
+    if (p->kch[b] == NULL) continue;
+    if (p->version >= 4) ev_state(p, p->kch[b], ncclProfilerKernelChStop, NULL, &a4);
+    ev_stop(p, p->kch[b]);
+  }
+  p->kch_n = 0;
+  p->kch_work = -1;
+}
+
+void brd_prof_work_begin(brd_prof_t *p, int w) {
+  if (!p->active || p->ws == NULL || w < 0 || w >= p->ws->n) return;
+  const brd_work_t *wk = &p->ws->w[w];
+  int i = work_call(p, wk);
+  void *parent;
+  if (i >= 0) {
+    call_start(p, i, wk);
+    parent = p->pc[i].ev;
+  } else {
+    if (!p->p2p_started) {
+      p->p2p_started = 1;
+      for (int k = 0; k < p->ncalls; k++)
+        if (is_p2p(&p->calls[k])) call_start(p, k, wk);
+    }
+    parent = p->first_p2p;
+  }
+  if ((p->mask & ncclProfileKernelCh) == 0) return;
+  int nb = wk->args.plan->nblocks;
+  if (nb > p->kch_cap) {
+    int cap = nb < 16 ? 16 : nb;
+    void **k = lines_alloc((size_t)cap, sizeof(*k));
+    if (k == NULL) return; /* channels untracked for this work */
+    free(p->kch);
+    p->kch = k;
+    p->kch_cap = cap;
+  }
+  ev_t e;
+  memset(&e, 0, sizeof(e));
+  e.type = ncclProfileKernelCh;
+  e.parent = parent;
+  e.ptimer = (uint64_t)brd_time_now_ns();
+  for (int b = 0; b < nb; b++) {
+    e.chan = b;
+    p->kch[b] = ev_start(p, &e);
+  }
+  p->kch_n = nb;
+  p->kch_work = w;
+}
+
+void brd_prof_work_end(brd_prof_t *p, int w) {
+  if (!p->active || p->ws == NULL || w < 0 || w >= p->ws->n) return;
+  if (p->kch_work == w) kch_close(p);
+  const brd_work_t *wk = &p->ws->w[w];
+  int i = work_call(p, wk);
+  if (i >= 0) {
+    if (--p->pc[i].works_left == 0) call_stop(p, i);
+  } else if (wk->p2p && --p->p2p_works_left == 0) {
+    for (int k = 0; k < p->ncalls; k++)
+      if (is_p2p(&p->calls[k])) call_stop(p, k);
+  }
+}
+
+void brd_prof_launch_end(brd_prof_t *p, ncclResult_t res) {
+  (void)res;
+  if (!p->active) return;
+  kch_close(p);
+  /* Calls that never reached a work (a failed launch, or a call with
+   * nothing to move) still get their event, so every call has one. */
+  for (int i = 0; i < p->ncalls; i++) {
+    call_start(p, i, NULL);
+    call_stop(p, i);
+  }
+  ev_stop(p, p->klaunch);
+  ev_stop(p, p->group);
+  ev_stop(p, p->group_api);
+  p->klaunch = p->group = p->group_api = NULL;
+  p->active = 0;
+  p->ws = NULL;
+  p->calls = NULL;
+}
+
+/* ---- the proxy ---------------------------------------------------------------- */
+
+void brd_prof_proxy_start(brd_prof_t *p, int peer, int is_send, size_t bytes, void *h_out[2]) {
+  h_out[0] = h_out[1] = NULL;
+  if ((p->mask & (ncclProfileProxyOp | ncclProfileProxyStep)) == 0) return;
+  ev_t e;
+  memset(&e, 0, sizeof(e));
+  e.type = ncclProfileProxyOp;
+  e.peer = peer;
+  e.is_send = is_send;
+  e.chunk = bytes > (size_t)INT32_MAX ? INT32_MAX : (int)bytes;
+  h_out[0] = ev_start(p, &e);
+  ncclProfilerEventStateArgs_v1_t a1;
+  memset(&a1, 0, sizeof(a1));
+  a1.proxyOp.transSize = bytes;
+  a1.proxyOp.steps = 1;
+  if (p->version <= 3)
+    ev_state(p, h_out[0], is_send ? ncclProfilerProxyOpSendPosted : ncclProfilerProxyOpRecvReceived,
+             &a1, NULL);
+  else
+    ev_state(p, h_out[0], ncclProfilerProxyOpInProgress_v4, NULL, NULL);
+  e.type = ncclProfileProxyStep;
+  e.parent = h_out[0];
+  e.step = 0;
+  h_out[1] = ev_start(p, &e);
+  ncclProfilerEventStateArgs_v4_t a4;
+  memset(&a4, 0, sizeof(a4));
+  a4.proxyStep.transSize = bytes;
+  ev_state(p, h_out[1], is_send ? ncclProfilerProxyStepSendWait : ncclProfilerProxyStepRecvWait,
+           &a1, &a4);
+}
+
+void brd_prof_proxy_stop(brd_prof_t *p, void *h[2]) {
+  ev_stop(p, h[1]);
+  ev_stop(p, h[0]);
+  h[0] = h[1] = NULL;
+}
