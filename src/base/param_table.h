@@ -54,6 +54,7 @@ BRD_PARAM(SOCKET_INLINE, "NCCL_SOCKET_INLINE", BRD_PARAM_INT, "128", "socket net
 BRD_PARAM(SOCKET_MIN_TASKSIZE, "NCCL_SOCKET_MIN_TASKSIZE", BRD_PARAM_INT, "65536", "socket net: smallest piece a message is cut into when striped over the data sockets")
 BRD_PARAM(P2P_DISABLE, "NCCL_P2P_DISABLE", BRD_PARAM_INT, "0", "disable GPU peer-to-peer memory channels")
 BRD_PARAM(P2P_LEVEL, "NCCL_P2P_LEVEL", BRD_PARAM_STR, NULL, "deepest topology distance for P2P: LOC, NVL, PIX, PXB, PHB, SYS")
+BRD_PARAM(NVLS_ENABLE, "NCCL_NVLS_ENABLE", BRD_PARAM_INT, "2", "NVLink SHARP multicast (NVLS): 0 off; 1 required (a setup failure on any local rank is an error); 2 auto: used when every local rank can map it, else off on all of them and collectives use P2P")
 BRD_PARAM(CUMEM_ENABLE, "NCCL_CUMEM_ENABLE", BRD_PARAM_INT, "1", "allocate shared GPU memory (P2P segments, ncclMemAlloc) with cuMem where the driver supports it; 0: cudaMalloc and CUDA IPC")
 BRD_PARAM(LOCAL_REGISTER, "NCCL_LOCAL_REGISTER", BRD_PARAM_INT, "1", "let collectives write registered output buffers in place on every rank (symmetric windows; ncclCommRegister buffers with BRAID_REGISTER_SYMMETRIC=1) instead of through the output staging; 0: always stage")
 BRD_PARAM(HOSTID, "NCCL_HOSTID", BRD_PARAM_STR, NULL, "host identity string replacing hostname + boot id (BRAID_HOSTID wins)")
