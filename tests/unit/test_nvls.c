@@ -17,7 +17,8 @@
  * WARN names rank and call, nothing leaks, nothing hangs); NCCL_NVLS_ENABLE
  * 0/1/2, mixed, and read from the environment; an unsupported device;
  * missing entry points; mismatched sizes and misaligned windows; an
- * allgather whose peer never comes; and the getters' error paths and
+ * allgather whose peer never comes; the library's own table where no
+ * driver resolves it; and the getters' error paths and
  * lookups through the registry (these run in CUDA=0 builds too; the rest
  * print SKIP there).
  */
@@ -1046,6 +1047,32 @@ static void test_peer_missing_and_abort(void **state) {
   assert_nothing_live();
 }
 
+/* The library's own table (args->drv NULL) where no driver resolves it:
+ * off, or ncclInvalidUsage when required. On a machine with a driver the
+ * real sequence is nvls_probe's (tests/gpu). */
+static void test_no_driver(void **state) {
+  (void)state;
+  if (brd_cudrv_get() != NULL) {
+    printf("SKIP: test_no_driver: this machine has a CUDA driver\n");
+    skip();
+  }
+  run_t R;
+  run_init(&R, 2, MiB);
+  R.drv = NULL;
+  run_go(&R);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(R.res[i], ncclSuccess);
+    assert_null(R.nvls[i]);
+    assert_int_equal(R.st[i].fail_rank, 0);
+    assert_string_equal(R.st[i].fail_call, "cudaGetDriverEntryPoint");
+  }
+  run_init(&R, 1, MiB);
+  R.enable[0] = 1;
+  run_go(&R);
+  assert_int_equal(R.res[0], ncclInvalidUsage);
+  assert_non_null(strstr(brd_log_last_error(), "driver API is unavailable"));
+}
+
 #define CUDA_TEST(f) cmocka_unit_test_setup(f, setup)
 #else
 #define CUDA_TEST(f) cmocka_unit_test(f##_skipped)
@@ -1062,6 +1089,7 @@ SKIPPED(test_unsupported)
 SKIPPED(test_enable_env)
 SKIPPED(test_granularity)
 SKIPPED(test_peer_missing_and_abort)
+SKIPPED(test_no_driver)
 #endif /* BRAID_CUDA */
 
 int main(void) {
@@ -1078,6 +1106,7 @@ int main(void) {
       CUDA_TEST(test_enable_env),
       CUDA_TEST(test_granularity),
       CUDA_TEST(test_peer_missing_and_abort),
+      CUDA_TEST(test_no_driver),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
