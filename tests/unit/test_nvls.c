@@ -11,7 +11,8 @@
  * and an abort flag.
  *
  * Cases: the whole sequence on 3 ranks (BindMem and BindAddr; the handle
- * passed directly and as a descriptor through ipc.c), sizes checked
+ * passed directly and as a descriptor through ipc.c, between threads and
+ * between processes sharing the fake's state), sizes checked
  * against hand-computed granularity rounding; a failure injected at every
  * step on one rank (every rank ends disabled with the same status, the
  * WARN names rank and call, nothing leaks, nothing hangs); NCCL_NVLS_ENABLE
@@ -35,7 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -115,13 +118,26 @@ static ncclResult_t ag_fn(void *vctx, const void *in, void *out, size_t len) {
   return res;
 }
 
-static void ag_init(ag_t *g, int n) {
+/* pshared: the ranks are processes sharing g's memory. */
+static void ag_init_ex(ag_t *g, int n, int pshared) {
   memset(g, 0, sizeof(*g));
-  pthread_mutex_init(&g->mu, NULL);
-  pthread_cond_init(&g->cv, NULL);
+  pthread_mutexattr_t ma;
+  pthread_condattr_t ca;
+  pthread_mutexattr_init(&ma);
+  pthread_condattr_init(&ca);
+  if (pshared) {
+    pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+    pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+  }
+  pthread_mutex_init(&g->mu, &ma);
+  pthread_cond_init(&g->cv, &ca);
+  pthread_mutexattr_destroy(&ma);
+  pthread_condattr_destroy(&ca);
   g->n = n;
   g->timeout_s = 5;
 }
+
+static void ag_init(ag_t *g, int n) { ag_init_ex(g, n, 0); }
 
 static void ag_fini(ag_t *g) {
   pthread_mutex_destroy(&g->mu);
@@ -242,7 +258,9 @@ typedef struct {
   int bound[MAXR];
 } fobj_t;
 
-static struct {
+/* The fake's state: F_local for ranks as threads, a shared mapping for
+ * ranks as processes (FP points to the one in use). */
+typedef struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   fobj_t obj[NOBJ]; /* first member fake_reset clears */
@@ -265,10 +283,14 @@ static struct {
   int creates, adds, binds, exports, imports, attr_calls;
   int bind_timeouts;            /* binds that waited past 3 s */
   int bad_args;                 /* calls with sizes or offsets the real driver refuses */
-} F = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+} fake_t;
+
+static fake_t F_local = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+static fake_t *FP = &F_local;
+#define F (*FP)
 
 static void fake_reset(void) {
-  memset(&F.obj, 0, sizeof(F) - offsetof(__typeof__(F), obj));
+  memset(&F.obj, 0, sizeof(F) - offsetof(fake_t, obj));
   F.next_va = 0x7f1000000000ull;
   F.unsupported_rank = -1;
   F.gran_min = 2 * MiB;
@@ -1047,6 +1069,152 @@ static void test_peer_missing_and_abort(void **state) {
   assert_nothing_live();
 }
 
+/* ---- ranks as processes --------------------------------------------------- */
+
+/* What a rank process reports back through shared memory. */
+typedef struct {
+  int done;
+  ncclResult_t res;
+  int enabled, fail_rank, mc_set;
+  char fail_call[48];
+  size_t bind_size;
+  int pid;
+} proc_out_t;
+
+typedef struct {
+  fake_t fake;
+  ag_t ag;
+  proc_out_t out[MAXR];
+} shared_t;
+
+/* One rank as a process: the sequence, the report, the teardown. */
+static void proc_rank(shared_t *sh, int r, int nranks, int enable) {
+  tl_rank = r;
+  brd_cudrv_t drv = fake_drv();
+  ag_ctx_t c = {&sh->ag, r};
+  brd_nvls_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.nranks = nranks;
+  a.rank = r;
+  a.dev = r;
+  a.enable = enable;
+  a.allgather = ag_fn;
+  a.allgather_ctx = &c;
+  a.drv = &drv;
+  a.bind = BRD_NVLS_BIND_MEM;
+  a.mem_handle = 0x5000 + (uint64_t)r;
+  a.mem_size = 64 * MiB;
+  a.size = 7 * MiB + 1;
+  a.timeout_s = 5;
+  brd_nvls_t *n = NULL;
+  brd_nvls_status_t st;
+  proc_out_t *o = &sh->out[r];
+  o->pid = (int)getpid();
+  o->res = brd_nvls_create(&a, &n, &st);
+  o->enabled = st.enabled;
+  o->fail_rank = st.fail_rank;
+  snprintf(o->fail_call, sizeof(o->fail_call), "%s", st.fail_call);
+  if (o->res == ncclSuccess && n != NULL) {
+    brd_nvls_mem_t m;
+    brd_nvls_mem(n, &m);
+    o->bind_size = m.bind_size;
+    o->mc_set = brd_nvls_mc_ptr(n) != NULL;
+    /* Everyone mapped before anyone tears down, as a window's owner
+     * would see to. */
+    ncclResult_t rr = ag_fn(&c, &r, &r, 0);
+    (void)rr;
+    brd_nvls_destroy(n);
+  }
+  o->done = 1;
+}
+
+/* Runs nranks rank processes on shared fake state; faults as set by the
+ * caller in sh->fake. Returns when all exited (at most 20 s). */
+static void proc_run(shared_t *sh, int nranks, int enable) {
+  pid_t pids[MAXR];
+  ag_init_ex(&sh->ag, nranks, 1);
+  for (int r = 0; r < nranks; r++) {
+    pids[r] = fork();
+    assert_true(pids[r] >= 0);
+    if (pids[r] == 0) {
+      proc_rank(sh, r, nranks, enable);
+      _exit(0);
+    }
+  }
+  double deadline = now_s() + 20;
+  for (int r = 0; r < nranks; r++) {
+    int status = 0;
+    while (waitpid(pids[r], &status, WNOHANG) == 0) {
+      if (now_s() > deadline) {
+        for (int k = 0; k < nranks; k++) kill(pids[k], SIGKILL);
+        fail_msg("rank processes still running after 20 s");
+      }
+      usleep(10 * 1000);
+    }
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+}
+
+/* Ranks in three processes: the handle travels as a descriptor served
+ * by local rank 0's process (ipc.c); a failed import in one process still
+ * disables all, and nothing is left in any. */
+static void test_processes(void **state) {
+  (void)state;
+  shared_t *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                      -1, 0);
+  assert_true(sh != MAP_FAILED);
+  memset(sh, 0, sizeof(*sh));
+  pthread_mutexattr_t ma;
+  pthread_condattr_t ca;
+  pthread_mutexattr_init(&ma);
+  pthread_condattr_init(&ca);
+  pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+  pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+  pthread_mutex_init(&sh->fake.mu, &ma);
+  pthread_cond_init(&sh->fake.cv, &ca);
+  FP = &sh->fake;
+  fake_reset();
+
+  proc_run(sh, 3, 2);
+  for (int r = 0; r < 3; r++) {
+    proc_out_t *o = &sh->out[r];
+    assert_int_equal(o->done, 1);
+    assert_int_equal(o->res, ncclSuccess);
+    assert_int_equal(o->enabled, 1);
+    assert_int_equal(o->mc_set, 1);
+    assert_int_equal(o->bind_size, 8 * MiB); /* 7 MiB + 1 rounded up to 2 MiB */
+    for (int k = 0; k < r; k++) assert_int_not_equal(o->pid, sh->out[k].pid);
+  }
+  assert_int_equal(F.creates, 1);
+  assert_int_equal(F.exports, 1);
+  assert_int_equal(F.imports, 2);
+  assert_int_equal(F.binds, 3);
+  assert_nothing_live();
+
+  fake_reset();
+  memset(sh->out, 0, sizeof(sh->out));
+  F.fault_rank = 1;
+  F.fault_call = "cuMemImportFromShareableHandle"; /* a literal: same address after fork */
+  proc_run(sh, 3, 2);
+  for (int r = 0; r < 3; r++) {
+    proc_out_t *o = &sh->out[r];
+    assert_int_equal(o->done, 1);
+    assert_int_equal(o->res, ncclSuccess);
+    assert_int_equal(o->enabled, 0);
+    assert_int_equal(o->fail_rank, 1);
+    assert_string_equal(o->fail_call, "cuMemImportFromShareableHandle");
+  }
+  assert_int_equal(F.binds, 0);
+  assert_nothing_live();
+
+  FP = &F_local;
+  pthread_mutex_destroy(&sh->fake.mu);
+  pthread_cond_destroy(&sh->fake.cv);
+  pthread_mutexattr_destroy(&ma);
+  pthread_condattr_destroy(&ca);
+  munmap(sh, sizeof(*sh));
+}
+
 /* The library's own table (args->drv NULL) where no driver resolves it:
  * off, or ncclInvalidUsage when required. On a machine with a driver the
  * real sequence is nvls_probe's (tests/gpu). */
@@ -1090,6 +1258,7 @@ SKIPPED(test_enable_env)
 SKIPPED(test_granularity)
 SKIPPED(test_peer_missing_and_abort)
 SKIPPED(test_no_driver)
+SKIPPED(test_processes)
 #endif /* BRAID_CUDA */
 
 int main(void) {
@@ -1107,6 +1276,7 @@ int main(void) {
       CUDA_TEST(test_granularity),
       CUDA_TEST(test_peer_missing_and_abort),
       CUDA_TEST(test_no_driver),
+      CUDA_TEST(test_processes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
