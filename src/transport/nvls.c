@@ -264,7 +264,7 @@ typedef struct {
   int32_t enable;              /* this rank's NCCL_NVLS_ENABLE */
   uint32_t pid;
   uint32_t serial;             /* gather 2, creator: descriptor server, 0: none */
-  uint32_t pad;
+  int32_t dev;                 /* gather 1: CUDA device ordinal (within pid) */
   uint64_t handle;             /* gather 2, creator: the multicast handle */
   uint64_t size, gran_min, gran_rec;
   char call[48];               /* what failed */
@@ -413,6 +413,22 @@ static int all_ok(const wire_t *all, int nranks, int first, brd_nvls_status_t *s
     return 0;
   }
   if (!first) return 1;
+  /* One GPU per rank: a device cannot join a multicast object twice
+   * (ordinals are compared within a process only; CUDA_VISIBLE_DEVICES may
+   * renumber them in another). */
+  for (int i = 1; i < nranks; i++) {
+    for (int j = 0; j < i; j++) {
+      if (all[i].pid != all[j].pid || all[i].dev != all[j].dev) continue;
+      st->fail_rank = i;
+      st->fail_code = 0;
+      snprintf(st->fail_call, sizeof(st->fail_call), "one GPU per rank");
+      snprintf(st->why, sizeof(st->why),
+               "local ranks %d and %d share device %d; NVLS needs a GPU of its own per rank", j,
+               i, all[i].dev);
+      *kind_out = WIRE_OFF;
+      return 0;
+    }
+  }
   for (int i = 1; i < nranks; i++) {
     if (all[i].size == all[0].size && all[i].gran_min == all[0].gran_min &&
         all[i].gran_rec == all[0].gran_rec)
@@ -478,6 +494,7 @@ ncclResult_t brd_nvls_create(const brd_nvls_args_t *a, brd_nvls_t **nvls_out,
   memset(&me, 0, sizeof(me));
   me.enable = enable;
   me.pid = mypid;
+  me.dev = a->dev;
   me.size = a->size;
   step_check(a, enable, n, &me);
   if (!gather(a, &me, all, &res)) goto fail_free;

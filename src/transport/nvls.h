@@ -8,6 +8,8 @@
  *   1. each rank: NCCL_NVLS_ENABLE, the multicast entry points,
  *      CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, the minimum and recommended
  *      multicast granularities, the window's alignment;    status gather 1
+ *      (also: the same size everywhere, and no device taken by two ranks
+ *      of one process: NVLS is off then)
  *   2. local rank 0: cuMulticastCreate; the handle goes to the others
  *      directly (threads of its process) or as a POSIX file descriptor
  *      served by ipc.c (other processes);                  gather 2

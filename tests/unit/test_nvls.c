@@ -17,7 +17,8 @@
  * step on one rank (every rank ends disabled with the same status, the
  * WARN names rank and call, nothing leaks, nothing hangs); NCCL_NVLS_ENABLE
  * 0/1/2, mixed, and read from the environment; an unsupported device;
- * missing entry points; mismatched sizes and misaligned windows; an
+ * missing entry points; two ranks on one GPU; mismatched sizes and
+ * misaligned windows; an
  * allgather whose peer never comes; the library's own table where no
  * driver resolves it; and the getters' error paths and
  * lookups through the registry (these run in CUDA=0 builds too; the rest
@@ -630,6 +631,7 @@ typedef struct {
   size_t mem_size;
   brd_nvls_bind_t bind;
   int share_fd;
+  int same_dev;               /* 1: every rank on device 0 */
   const brd_cudrv_t *drv;
   ag_t ag;
   /* results */
@@ -654,7 +656,7 @@ static void *rank_main(void *v) {
   memset(&a, 0, sizeof(a));
   a.nranks = R->nranks;
   a.rank = r;
-  a.dev = r;
+  a.dev = R->same_dev ? 0 : r;
   a.enable = R->enable[r];
   a.allgather = ag_fn;
   a.allgather_ctx = &c;
@@ -870,6 +872,25 @@ static void test_unsupported(void **state) {
   assert_int_equal(R.res[0], ncclSuccess);
   assert_int_equal(R.res[1], ncclInvalidUsage);
   assert_non_null(strstr(brd_log_last_error(), "CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED"));
+  assert_nothing_live();
+
+  /* Two ranks of one process on one GPU: off, before any object exists. */
+  fake_reset();
+  brd_cudrv_t same = fake_drv();
+  run_init(&R, 3, MiB);
+  R.drv = &same;
+  R.same_dev = 1;
+  brd_log_set_last_error("sentinel");
+  run_go(&R);
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(R.res[i], ncclSuccess);
+    assert_null(R.nvls[i]);
+    assert_int_equal(R.st[i].fail_rank, 1);
+    assert_string_equal(R.st[i].fail_call, "one GPU per rank");
+    assert_non_null(strstr(R.st[i].why, "local ranks 0 and 1 share device 0"));
+  }
+  assert_string_equal(brd_log_last_error(), "sentinel");
+  assert_int_equal(F.creates, 0);
   assert_nothing_live();
 
   /* A driver without the multicast entry points. */
