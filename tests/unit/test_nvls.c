@@ -18,11 +18,10 @@
  * WARN names rank and call, nothing leaks, nothing hangs); NCCL_NVLS_ENABLE
  * 0/1/2, mixed, and read from the environment; an unsupported device;
  * missing entry points; two ranks on one GPU; mismatched sizes and
- * misaligned windows; an
- * allgather whose peer never comes; the library's own table where no
- * driver resolves it; and the getters' error paths and
- * lookups through the registry (these run in CUDA=0 builds too; the rest
- * print SKIP there).
+ * misaligned windows; an allgather whose peer never comes, and an abort;
+ * the library's own table where no driver resolves it; and the getters'
+ * error paths and lookups through the registry (these run in CUDA=0
+ * builds too; the rest print SKIP there).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
