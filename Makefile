@@ -233,6 +233,13 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(SHLIB) $(TESTCOMMON_OBJ)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Itests/common $< $(TESTCOMMON_OBJ) -o $@ $(LINKSO) -lcmocka $(LDLIBS)
 
+# The NVLS probe drives the transport itself (src/transport/nvls.c), so it
+# links the static archive, as unit tests do.
+$(BUILD)/tests/gpu/nvls_probe: tests/gpu/nvls_probe.c $(STLIB)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(STLIB) $(LDLIBS)
+
 $(BUILD)/bin/%: tools/%.c $(SHLIB) $(TOOLCOMMON_OBJ)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"

@@ -40,7 +40,7 @@ BRD_PARAM(NVLINK_CENTRIC_SCHED, "NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE", BRD_PAR
 /* Buffers and protocols. */
 BRD_PARAM(BUFFSIZE, "NCCL_BUFFSIZE", BRD_PARAM_INT, "4194304", "scratch bytes per channel for the Simple protocol")
 BRD_PARAM(LL_BUFFSIZE, "NCCL_LL_BUFFSIZE", BRD_PARAM_INT, "262144", "scratch bytes per channel for the LL protocol")
-BRD_PARAM(NVLS_ENABLE, "NCCL_NVLS_ENABLE", BRD_PARAM_INT, "2", "NVLink SHARP (NVLS, switch channels): 0 off, 1 on, 2 automatic (on where the backend has multicast: never in host mode, where 1 or NCCL_ALGO naming NVLS turns on its emulation over shared memory)")
+BRD_PARAM(NVLS_ENABLE, "NCCL_NVLS_ENABLE", BRD_PARAM_INT, "2", "NVLink SHARP (NVLS, switch channels): 0 off; 1 required (a multicast setup failure on any local rank is an error; in host mode, turns on its emulation over shared memory); 2 automatic (on where every local rank can map multicast, else off on all of them and collectives use P2P; never in host mode, where NCCL_ALGO naming NVLS also turns the emulation on)")
 BRD_PARAM(ALGO, "NCCL_ALGO", BRD_PARAM_STR, NULL, "algorithm override, e.g. Ring or allreduce:tree,oneshot")
 BRD_PARAM(PROTO, "NCCL_PROTO", BRD_PARAM_STR, NULL, "protocol override: LL, LL128, Simple, with [func:] and ^ as NCCL")
 BRD_PARAM(CHECK_POINTERS, "NCCL_CHECK_POINTERS", BRD_PARAM_INT, "0", "check that user buffers belong to the communicator's device")

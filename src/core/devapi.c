@@ -22,6 +22,7 @@
 #include "core/devapi.h"
 #include "core/gpu.h"
 #include "core/rma.h"
+#include "transport/nvls.h"
 
 /* Every requirement buffer is a whole number of these (NCCL's sizes). */
 #define DEVAPI_LSA_BARRIER_WORD sizeof(uint32_t)
@@ -442,33 +443,50 @@ ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int p
   return devapi_window_ptr(window, offset, peer, fn, outPtr);
 }
 
-/* Multicast (NVLS) is not built yet: both getters say so after checking
- * their arguments. */
-static ncclResult_t devapi_no_multimem(ncclWindow_t window, void **outPtr, const char *fn) {
+/* The multicast address of a window's byte: from the NVLS transport's
+ * registry of bound windows (transport/nvls.h). mc_base NULL: the window's
+ * own multicast object (the lsa team's); else the base a caller's
+ * ncclMultimemHandle names, which must be that object. NVIDIA: the
+ * handle's base + the window's offset in the object + offset. */
+static ncclResult_t devapi_multimem(ncclWindow_t window, size_t offset, const void *mc_base,
+                                    void **outPtr, const char *fn) {
   struct ncclComm *comm;
+  char why[400];
+  void *p = NULL;
   ARG_NOT_NULL(outPtr, fn);
   CHECK(brd_rma_window_comm(window, fn, &comm));
-  WARN("%s : braid %s has no multicast (NVLink SHARP) memory yet, so no window has "
-       "a multimem address; use ncclGetLsaDevicePointer for each peer instead", fn,
-       BRAID_VERSION);
-  return ncclInvalidUsage;
+  ncclResult_t res = brd_nvls_window_lookup(window, offset, mc_base, &p, why, sizeof(why));
+  if (res != ncclSuccess) {
+    WARN("%s : %s%s", fn, why,
+         res == ncclInvalidUsage ? "; use ncclGetLsaDevicePointer for each peer instead" : "");
+    return res;
+  }
+  *outPtr = p;
+  return ncclSuccess;
 }
 
 BRD_API(ncclResult_t, ncclGetLsaMultimemDevicePointer, ncclWindow_t window,
         size_t offset, void **outPtr)
 ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,
                                               void **outPtr) {
-  (void)offset;
-  return devapi_no_multimem(window, outPtr, "ncclGetLsaMultimemDevicePointer");
+  return devapi_multimem(window, offset, NULL, outPtr, "ncclGetLsaMultimemDevicePointer");
 }
 
 BRD_API(ncclResult_t, ncclGetMultimemDevicePointer, ncclWindow_t window, size_t offset,
         ncclMultimemHandle_t multimem, void **outPtr)
 ncclResult_t pncclGetMultimemDevicePointer(ncclWindow_t window, size_t offset,
                                            ncclMultimemHandle_t multimem, void **outPtr) {
-  (void)offset;
-  (void)multimem;
-  return devapi_no_multimem(window, outPtr, "ncclGetMultimemDevicePointer");
+  static const char fn[] = "ncclGetMultimemDevicePointer";
+  if (multimem.mcBasePtr == NULL) {
+    struct ncclComm *comm;
+    ARG_NOT_NULL(outPtr, fn);
+    CHECK(brd_rma_window_comm(window, fn, &comm));
+    WARN("%s : the ncclMultimemHandle has no multicast base (mcBasePtr is NULL): NVLS is "
+         "not bound for it (Braid's ncclDevCommCreate makes no multicast object); use "
+         "ncclGetLsaMultimemDevicePointer for a window's own mapping", fn);
+    return ncclInvalidUsage;
+  }
+  return devapi_multimem(window, offset, multimem.mcBasePtr, outPtr, fn);
 }
 
 static ncclResult_t devapi_no_gin(const char *fn) {

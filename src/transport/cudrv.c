@@ -39,6 +39,22 @@ static const struct {
     {"cuMemImportFromShareableHandle", offsetof(brd_cudrv_t, mem_import)},
 };
 
+/* The multicast entry points: CUDA 12.1's ABI, optional (a driver without
+ * them still serves P2P). */
+#define DRV_MC_ABI_VERSION 12010
+
+static const struct {
+  const char *name;
+  size_t off;
+} drv_mc_syms[] = {
+    {"cuMulticastGetGranularity", offsetof(brd_cudrv_t, mc_get_granularity)},
+    {"cuMulticastCreate", offsetof(brd_cudrv_t, mc_create)},
+    {"cuMulticastAddDevice", offsetof(brd_cudrv_t, mc_add_device)},
+    {"cuMulticastBindMem", offsetof(brd_cudrv_t, mc_bind_mem)},
+    {"cuMulticastBindAddr", offsetof(brd_cudrv_t, mc_bind_addr)},
+    {"cuMulticastUnbind", offsetof(brd_cudrv_t, mc_unbind)},
+};
+
 static brd_cudrv_t drv;            /* valid when drv_res is ncclSuccess */
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 static ncclResult_t drv_res = ncclSuccess;
@@ -67,6 +83,28 @@ static void drv_load(void) {
     /* Entry points are plain function pointers returned as void *. */
     memcpy((char *)&t + drv_syms[i].off, &fn, sizeof(fn));
   }
+  /* All or none of the multicast entry points, so that a half-filled set
+   * never reaches the NVLS transport. */
+  void *mc[sizeof(drv_mc_syms) / sizeof(drv_mc_syms[0])];
+  for (size_t i = 0; i < sizeof(drv_mc_syms) / sizeof(drv_mc_syms[0]); i++) {
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    mc[i] = NULL;
+    cudaError_t e = cudaGetDriverEntryPointByVersion(drv_mc_syms[i].name, &mc[i],
+                                                     DRV_MC_ABI_VERSION, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || mc[i] == NULL) {
+      (void)cudaGetLastError();
+      INFO(BRD_SUBSYS_NVLS | BRD_SUBSYS_INIT,
+           "NVLS: CUDA driver entry point %s is unavailable (%s); multicast needs a driver "
+           "for CUDA 12.1 or later", drv_mc_syms[i].name,
+           e != cudaSuccess ? cudaGetErrorString(e)
+           : q == cudaDriverEntryPointVersionNotSufficent ? "the driver is too old"
+                                                          : "symbol not found");
+      memset(mc, 0, sizeof(mc));
+      break;
+    }
+  }
+  for (size_t i = 0; i < sizeof(drv_mc_syms) / sizeof(drv_mc_syms[0]); i++)
+    memcpy((char *)&t + drv_mc_syms[i].off, &mc[i], sizeof(mc[i]));
   drv = t;
 }
 
@@ -74,6 +112,29 @@ static void drv_load(void) {
 const brd_cudrv_t *brd_cudrv_get(void) {
   pthread_once(&drv_once, drv_load);
   return drv_res == ncclSuccess ? &drv : NULL;
+}
+
+/* See cudrv.h. */
+int brd_cudrv_has_multicast(const brd_cudrv_t *t, char *why, size_t whylen) {
+  static const char *const names[] = {"cuMulticastGetGranularity", "cuMulticastCreate",
+                                      "cuMulticastAddDevice", "cuMulticastBindMem",
+                                      "cuMulticastBindAddr", "cuMulticastUnbind"};
+  if (t == NULL) {
+    if (why != NULL) snprintf(why, whylen, "the CUDA driver table is unavailable");
+    return 0;
+  }
+  const void *fns[] = {(const void *)t->mc_get_granularity, (const void *)t->mc_create,
+                       (const void *)t->mc_add_device, (const void *)t->mc_bind_mem,
+                       (const void *)t->mc_bind_addr, (const void *)t->mc_unbind};
+  for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
+    if (fns[i] == NULL) {
+      if (why != NULL)
+        snprintf(why, whylen, "the CUDA driver has no %s (multicast needs CUDA 12.1 or later)",
+                 names[i]);
+      return 0;
+    }
+  }
+  return 1;
 }
 
 static brd_cudrv_addr_range_fn_t addr_range; /* cuMemGetAddressRange, or NULL */

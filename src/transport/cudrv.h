@@ -11,14 +11,17 @@
 
 #include "nccl.h"
 
+/* The driver table; its members exist in CUDA builds only (below). */
+typedef struct brd_cudrv brd_cudrv_t;
+
 #if BRAID_CUDA
 #include <cuda.h>
 
 #include "base/check.h"
 
-/* The driver entry points the P2P transport calls, with CUDA 12.0's
- * prototypes. */
-typedef struct {
+/* The driver entry points the P2P and NVLS transports call, with CUDA
+ * 12.0's prototypes (the multicast ones: CUDA 12.1's). */
+struct brd_cudrv {
   CUresult (*get_error_string)(CUresult, const char **);
   CUresult (*device_get)(CUdevice *, int);
   CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
@@ -38,13 +41,31 @@ typedef struct {
                          CUmemAllocationHandleType, unsigned long long);
   CUresult (*mem_import)(CUmemGenericAllocationHandle *, void *,
                          CUmemAllocationHandleType);
-} brd_cudrv_t;
+  /* Multicast (NVLS), CUDA 12.1. Optional: all NULL where the driver is
+   * older, and the rest of the table still serves P2P. */
+  CUresult (*mc_get_granularity)(size_t *, const CUmulticastObjectProp *,
+                                 CUmulticastGranularity_flags);
+  CUresult (*mc_create)(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *);
+  CUresult (*mc_add_device)(CUmemGenericAllocationHandle, CUdevice);
+  CUresult (*mc_bind_mem)(CUmemGenericAllocationHandle, size_t, CUmemGenericAllocationHandle,
+                          size_t, size_t, unsigned long long);
+  CUresult (*mc_bind_addr)(CUmemGenericAllocationHandle, size_t, CUdeviceptr, size_t,
+                           unsigned long long);
+  CUresult (*mc_unbind)(CUmemGenericAllocationHandle, CUdevice, size_t, size_t);
+};
 
 /* The table, resolved on the first call; NULL when an entry point is
  * missing (no driver, or one older than CUDA 12.0), said once at INFO with
- * no WARN: callers fall back to CUDA IPC. Any thread; blocks only on the
+ * no WARN: callers fall back to CUDA IPC. The multicast members are NULL
+ * (said once at INFO) where the driver predates CUDA 12.1 while the rest
+ * resolved: brd_cudrv_has_multicast tells. Any thread; blocks only on the
  * first call. */
 const brd_cudrv_t *brd_cudrv_get(void);
+
+/* Whether t carries every multicast entry point; with why (may be NULL,
+ * whylen bytes) saying which one is missing when it does not. t NULL is
+ * "no". Never blocks. */
+int brd_cudrv_has_multicast(const brd_cudrv_t *t, char *why, size_t whylen);
 
 /* cuMemGetAddressRange on its own, NULL where missing: CUDA IPC needs an
  * allocation's base even where the rest of the table is unusable. Any
