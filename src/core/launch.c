@@ -144,7 +144,9 @@ static ncclResult_t rt_get(struct ncclComm *comm, struct brd_rt **rt_out) {
            comm->rank);
       return ncclSystemError;
     }
+    static _Atomic uint64_t serials;
     rt->nranks = comm->nranks;
+    rt->serial = atomic_fetch_add(&serials, 1) + 1;
     rt->be = brd_backend_choose(comm);
     brd_plans_init(&rt->plans, comm->nranks);
     atomic_init(&rt->busy, 0);
@@ -311,6 +313,29 @@ ncclResult_t brd_launch_connect(struct ncclComm *comm, const char *fn) {
   record_error(comm, res);
   atomic_fetch_sub(&rt->busy, 1);
   return res;
+}
+
+/* See launch.h. */
+ncclResult_t brd_launch_rma_words(struct ncclComm *comm, const char *fn, uint64_t **mine,
+                                  uint64_t **peers, uint64_t *words, uint64_t *gen) {
+  struct brd_rt *rt = comm->rt;
+  if (rt == NULL || !rt->ready) {
+    WARN("%s : rank %d: the communicator's channels are not set up (a window must be "
+         "registered first; after ncclCommResume, run a collective first)", fn, comm->rank);
+    return ncclInvalidUsage;
+  }
+  if (rt->nports > 0) {
+    WARN("%s is not implemented yet in braid %s for this communicator: one-sided "
+         "put/signal/wait runs with every rank on one host, not yet across hosts; use "
+         "ncclSend/ncclRecv meanwhile", fn, BRAID_VERSION);
+    return ncclInvalidUsage;
+  }
+  for (int p = 0; p < comm->nranks; p++)
+    peers[p] = (uint64_t *)(rt->base[p] + rt->win[p].rma_off);
+  *mine = peers[comm->rank];
+  *words = rt->win[comm->rank].rma_words;
+  *gen = rt->serial;
+  return ncclSuccess;
 }
 
 /* See launch.h. */

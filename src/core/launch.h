@@ -51,6 +51,16 @@ void brd_launch_async_end(struct ncclComm *comm, ncclResult_t res);
  * does. ncclInvalidUsage (WARN) before brd_launch_connect or where the
  * backend has no one-sided runs. The caller's thread. */
 ncclResult_t brd_launch_connect(struct ncclComm *comm, const char *fn);
+
+/* The one-sided signal counters in the runtime's windows (window.h):
+ * *mine this rank's, peers[p] rank p's as the executor addresses them
+ * (peers: nranks entries, the caller's), *words each one's length, *gen
+ * the runtime's generation (a new runtime, after ncclCommSuspend with
+ * NCCL_SUSPEND_MEM, starts its counters at zero). ncclInvalidUsage (WARN
+ * naming fn) when the runtime is not connected, or some peer is reached
+ * over a net (not yet). The caller's thread. */
+ncclResult_t brd_launch_rma_words(struct ncclComm *comm, const char *fn, uint64_t **mine,
+                                  uint64_t **peers, uint64_t *words, uint64_t *gen);
 ncclResult_t brd_launch_rma(struct ncclComm *comm, const brd_exec_args_t *a,
                             cudaStream_t stream, const char *fn);
 

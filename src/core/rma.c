@@ -56,12 +56,8 @@
 #include "core/rma.h"
 #include "algos/algos.h"
 #include "plan/verify.h"
-#include "transport/transport.h"
 
-/* Signal indices per context. */
-#define RMA_SIGNALS 64
-/* Contexts at most (numRmaCtx beyond this is capped). */
-#define RMA_MAX_CTX 16
+#define RMA_SIGNALS BRD_RMA_SIGNALS
 
 struct win_entry {
   ncclWindow_t win;
@@ -69,18 +65,19 @@ struct win_entry {
   struct win_entry *next;
 };
 
-/* One communicator's signals (host mode, ranks in this process). */
+/* One communicator's one-sided state. The counters live in the runtime's
+ * windows (window.h: rma_off), looked up at every call (a suspend may
+ * free the runtime and a resume make another, whose counters start at 0:
+ * gen tells). */
 struct rma_comm {
   struct ncclComm *comm;   /* borrowed */
   int nwin;                /* live windows; freed at 0 */
   int nctx;
-  const brd_transport_ops_t *t; /* HOST or SHM: makes and maps the segments */
-  brd_seg_t self;          /* owned: this rank's counters, raised by peers */
-  brd_seg_t *peer;         /* owned: [nranks] the peers' segments, mapped */
-  uint64_t *sig;           /* self.ptr: [nctx][RMA_SIGNALS][nranks] */
+  uint64_t gen;            /* the runtime the counts below belong to */
+  uint64_t *sig;           /* this call's view: [nctx][RMA_SIGNALS][nranks] */
+  uint64_t **peer_sig;     /* owned array: [nranks] each rank's counters, as
+                              the executor addresses them (this call's view) */
   uint64_t *consumed;      /* owned: same shape, this rank's waits */
-  uint64_t **peer_sig;     /* owned array: [nranks] each rank's sig, as
-                              mapped here (peer[p].ptr, self for this rank) */
   uint64_t *sent;          /* owned: [nctx][RMA_SIGNALS][nranks] signals this
                               rank sent each peer */
   brd_ir_plan_t **put;     /* owned: [2 * nranks] verified plans me -> peer,
@@ -93,14 +90,14 @@ static pthread_mutex_t win_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct win_entry *win_list;   /* owned, under win_lock */
 static struct rma_comm *rma_list;    /* owned, under win_lock */
 
-/* The transport that connects the ranks' host memory, or NULL (CUDA mode,
- * ranks on several hosts). */
-static const brd_transport_ops_t *rma_transport(const struct ncclComm *comm) {
-  return brd_transport_choose(comm->peers, comm->nranks, comm->rank,
-                              (brd_transport_mem_t)brd_backend_choose(comm)->rma_mem, NULL, 0);
+/* See rma.h. */
+int brd_rma_ctx_count(const struct ncclComm *comm) {
+  int n = comm->config.numRmaCtx > 0 ? comm->config.numRmaCtx : 1;
+  return n > BRD_RMA_MAX_CTX ? BRD_RMA_MAX_CTX : n;
 }
 
-static int rma_supported(const struct ncclComm *comm) { return rma_transport(comm) != NULL; }
+/* One-sided calls need a peer: communicators of one rank have none. */
+static int rma_supported(const struct ncclComm *comm) { return comm->nranks > 1; }
 
 static struct rma_comm *rma_find(const struct ncclComm *comm) {
   for (struct rma_comm *c = rma_list; c != NULL; c = c->next)
@@ -110,92 +107,43 @@ static struct rma_comm *rma_find(const struct ncclComm *comm) {
 
 static void rma_free(struct rma_comm *c) {
   if (c == NULL) return;
-  if (c->peer != NULL && c->t != NULL)
-    for (int p = 0; p < c->comm->nranks; p++) c->t->seg_close(&c->peer[p]);
-  if (c->t != NULL) c->t->seg_close(&c->self);
   for (int p = 0; c->put != NULL && p < 2 * c->comm->nranks; p++) brd_plan_destroy(c->put[p]);
   for (int p = 0; c->wait != NULL && p < c->comm->nranks; p++) brd_plan_destroy(c->wait[p]);
   free(c->put);
   free(c->wait);
   free(c->sent);
-  free(c->peer);
   free(c->consumed);
   free(c->peer_sig);
   free(c);
 }
 
-/* The signal counters of comm, made at its first window: collective (every
- * rank registers the window), so the addresses are exchanged here. */
+/* The one-sided state of comm, made at its first window: collective
+ * (every rank registers the window), so the runtime's windows, which hold
+ * the counters, are made here if no collective made them yet. */
 static ncclResult_t rma_create(struct ncclComm *comm, struct rma_comm **out) {
   ncclResult_t res = ncclSuccess;
-  int n = comm->nranks, me = comm->rank, ok = 1;
+  int n = comm->nranks;
   struct rma_comm *c = calloc(1, sizeof(*c));
-  brd_seg_handle_t *handles = calloc((size_t)n, sizeof(*handles));
-  int *oks = calloc((size_t)n, sizeof(*oks));
-  if (c == NULL || handles == NULL || oks == NULL) goto oom;
+  if (c == NULL) goto oom;
   c->comm = comm;
-  c->t = rma_transport(comm);
-  c->nctx = comm->config.numRmaCtx > 0 ? comm->config.numRmaCtx : 1;
-  if (c->nctx > RMA_MAX_CTX) c->nctx = RMA_MAX_CTX;
+  c->nctx = brd_rma_ctx_count(comm);
   size_t cells = (size_t)c->nctx * RMA_SIGNALS * (size_t)n;
   c->consumed = calloc(cells, sizeof(*c->consumed));
   c->sent = calloc(cells, sizeof(*c->sent));
   c->peer_sig = calloc((size_t)n, sizeof(*c->peer_sig));
-  c->peer = calloc((size_t)n, sizeof(*c->peer));
   c->put = calloc(2 * (size_t)n, sizeof(*c->put));
   c->wait = calloc((size_t)n, sizeof(*c->wait));
-  if (c->consumed == NULL || c->sent == NULL || c->peer_sig == NULL || c->peer == NULL ||
-      c->put == NULL || c->wait == NULL)
+  if (c->consumed == NULL || c->sent == NULL || c->peer_sig == NULL || c->put == NULL ||
+      c->wait == NULL)
     goto oom;
-  /* The runtime's window (and the backend's executor state) before the
-   * first one-sided call, which cannot make it: that is collective. */
   CHECK_GOTO(brd_launch_connect(comm, "ncclCommWindowRegister"), res, fail);
-  /* A rank that fails to make or map a segment still takes part in both
-   * exchanges, so no peer waits for it; all fail together. Segments read
-   * as zero when made (anonymous pages, a fresh shm file, zeroed device
-   * memory). */
-  if (c->t->seg_create(cells * sizeof(uint64_t), "rma-sig", &c->self) == ncclSuccess) {
-    handles[me] = c->self.handle;
-  } else {
-    ok = 0;
-  }
-  oks[me] = ok;
-  CHECK_GOTO(brd_boot_allgather(comm->boot, handles, sizeof(*handles)), res, fail);
-  CHECK_GOTO(brd_boot_allgather(comm->boot, oks, sizeof(*oks)), res, fail);
-  for (int p = 0; p < n; p++) ok &= oks[p];
-  for (int p = 0; p < n && ok; p++) {
-    if (p == me) {
-      c->peer_sig[p] = c->self.ptr;
-    } else if (c->t->seg_import(&handles[p], &c->peer[p]) == ncclSuccess) {
-      c->peer_sig[p] = c->peer[p].ptr;
-    } else {
-      ok = 0;
-    }
-  }
-  /* Every rank has mapped every segment (or failed) before names go. */
-  oks[me] = ok;
-  CHECK_GOTO(brd_boot_allgather(comm->boot, oks, sizeof(*oks)), res, fail);
-  for (int p = 0; p < n; p++) ok &= oks[p];
-  if (!ok) {
-    WARN("ncclCommWindowRegister : rank %d: the one-sided signals could not be shared "
-         "between the ranks (%s transport; see the WARN above, or a peer's)", me,
-         c->t->name);
-    res = ncclSystemError;
-    goto fail;
-  }
-  c->t->seg_seal(&c->self);
-  c->sig = c->self.ptr;
-  free(handles);
-  free(oks);
   *out = c;
   return ncclSuccess;
 oom:
-  WARN("ncclCommWindowRegister : out of host memory for the signals of rank %d",
+  WARN("ncclCommWindowRegister : out of host memory for the one-sided state of rank %d",
        comm->rank);
   res = ncclSystemError;
 fail:
-  free(handles);
-  free(oks);
   rma_free(c);
   return res;
 }
@@ -327,11 +275,8 @@ static ncclResult_t rma_check_peer(ncclComm_t comm, int peer, int sig, int ctx,
 static ncclResult_t rma_get(ncclComm_t comm, const char *fn, struct rma_comm **out) {
   struct rma_comm *c;
   if (!rma_supported(comm)) {
-    WARN("%s is not implemented yet in braid %s for this communicator: one-sided "
-         "put/signal/wait runs in host mode (BRAID_DEVICE=host) with the ranks on one "
-         "host, not yet in CUDA mode or across hosts; use ncclSend/ncclRecv meanwhile",
-         fn, BRAID_VERSION);
-    return ncclInvalidUsage;
+    WARN("%s : a communicator of one rank has no peer to put to, signal or wait for", fn);
+    return ncclInvalidArgument;
   }
   if (brd_group_depth() > 0) {
     WARN("%s : called inside ncclGroupStart/ncclGroupEnd; braid runs one-sided calls "
@@ -345,6 +290,23 @@ static ncclResult_t rma_get(ncclComm_t comm, const char *fn, struct rma_comm **o
     WARN("%s : rank %d: the communicator has no window; signals exist once every rank "
          "has registered one (ncclCommWindowRegister)", fn, comm->rank);
     return ncclInvalidUsage;
+  }
+  /* The counters, where the runtime's windows are now. */
+  uint64_t words = 0, gen = 0;
+  CHECK(brd_launch_rma_words(comm, fn, &c->sig, c->peer_sig, &words, &gen));
+  if (words < (uint64_t)c->nctx * RMA_SIGNALS * (uint64_t)comm->nranks) {
+    WARN("%s : rank %d: the window holds %llu one-sided counters, fewer than numRmaCtx "
+         "%d needs", fn, comm->rank, (unsigned long long)words, c->nctx);
+    return ncclInternalError;
+  }
+  if (gen != c->gen) {
+    /* A new runtime (resumed): its counters start at zero, and so do ours. */
+    size_t cells = (size_t)c->nctx * RMA_SIGNALS * (size_t)comm->nranks;
+    if (c->gen != 0) {
+      memset(c->sent, 0, cells * sizeof(*c->sent));
+      memset(c->consumed, 0, cells * sizeof(*c->consumed));
+    }
+    c->gen = gen;
   }
   *out = c;
   return ncclSuccess;
@@ -406,7 +368,7 @@ static void rma_args(struct rma_comm *c, const brd_ir_plan_t *plan, const brd_ex
   memset(a, 0, sizeof(*a));
   a->plan = plan;
   a->rank = c->comm->rank;
-  a->scratch = c->self.ptr; /* never touched */
+  a->scratch = c->sig; /* never touched */
   a->scratch_bytes = bytes < 64 ? 64 : (bytes + 15) / 16 * 16;
   a->chans = ch;
   a->count = count;

@@ -11,6 +11,15 @@
 
 struct ncclComm;
 
+/* Signal indices per context of the one-sided calls, and contexts at most
+ * (ncclConfig_t.numRmaCtx beyond is capped). */
+#define BRD_RMA_SIGNALS 64
+#define BRD_RMA_MAX_CTX 16
+
+/* The contexts comm's one-sided calls have: numRmaCtx, 1 to
+ * BRD_RMA_MAX_CTX. Pure. (rma.c) */
+int brd_rma_ctx_count(const struct ncclComm *comm);
+
 /* What one rank knows of a window it registered. */
 typedef struct brd_window_view {
   char *user_ptr;      /* the buffer this rank registered */

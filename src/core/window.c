@@ -13,6 +13,7 @@
 #include "algos/algos.h"
 #include "core/bootstrap.h"
 #include "core/proxy.h"
+#include "core/rma.h"
 #include "core/window.h"
 #include "plan/plan.h"
 
@@ -208,16 +209,18 @@ out:
 
 /* This rank's window record: the layout of window.h, for the plans'
  * scratch and semaphores. Returns the window's size. */
-static size_t window_layout(int n, size_t nsems, size_t sw_nsems, size_t scratch,
-                            size_t p2p_bytes, const brd_backend_caps_t *caps, int det,
-                            brd_window_rec_t *mw) {
+static size_t window_layout(int n, size_t nsems, size_t sw_nsems, int rma_ctx,
+                            size_t scratch, size_t p2p_bytes,
+                            const brd_backend_caps_t *caps, int det, brd_window_rec_t *mw) {
   mw->nsems = nsems;
   mw->sem_off = 0;
   mw->p2p_sem_off = (uint64_t)n * nsems * sizeof(uint64_t);
   mw->xchg_off = mw->p2p_sem_off + (uint64_t)n * 2 * sizeof(uint64_t);
   mw->sw_sem_off = mw->xchg_off + (uint64_t)n * BRD_IR_XCHG_WORDS * sizeof(uint64_t);
   mw->sw_nsems = sw_nsems;
-  mw->scratch_off = (mw->sw_sem_off + (uint64_t)sw_nsems * n * sizeof(uint64_t) + 4095) &
+  mw->rma_off = mw->sw_sem_off + (uint64_t)sw_nsems * n * sizeof(uint64_t);
+  mw->rma_words = (uint64_t)rma_ctx * BRD_RMA_SIGNALS * (uint64_t)n;
+  mw->scratch_off = (mw->rma_off + mw->rma_words * sizeof(uint64_t) + 4095) &
                     ~(uint64_t)4095;
   mw->scratch_bytes = (scratch + 4095) & ~(size_t)4095;
   mw->p2p_off = mw->scratch_off + mw->scratch_bytes;
@@ -240,16 +243,18 @@ static ncclResult_t window_agree(int me, int r, const brd_window_rec_t *mw,
   if (w->nsems == mw->nsems && w->stage_bytes == mw->stage_bytes &&
       w->scratch_bytes == mw->scratch_bytes && w->p2p_bytes == mw->p2p_bytes &&
       w->deterministic == mw->deterministic && w->nb_max == mw->nb_max &&
-      w->sw_nsems == mw->sw_nsems)
+      w->sw_nsems == mw->sw_nsems && w->rma_words == mw->rma_words)
     return ncclSuccess;
   WARN("rank %d and rank %d disagree on channel sizes (semaphores %zu "
        "vs %zu, scratch %zu vs %zu, staging %zu vs %zu, deterministic "
-       "%d vs %d, switch semaphores %zu vs %zu); give every rank the same "
-       "NCCL_BUFFSIZE, NCCL_LL_BUFFSIZE, BRAID_HOST_STAGING, BRAID_CUDA_STAGING, "
-       "BRAID_DETERMINISTIC, NCCL_NVLS_ENABLE and NCCL_ALGO", me, r, (size_t)mw->nsems,
+       "%d vs %d, switch semaphores %zu vs %zu, one-sided counters %zu vs %zu); give "
+       "every rank the same NCCL_BUFFSIZE, NCCL_LL_BUFFSIZE, BRAID_HOST_STAGING, "
+       "BRAID_CUDA_STAGING, BRAID_DETERMINISTIC, NCCL_NVLS_ENABLE, NCCL_ALGO and "
+       "ncclConfig_t.numRmaCtx", me, r, (size_t)mw->nsems,
        (size_t)w->nsems, (size_t)mw->scratch_bytes, (size_t)w->scratch_bytes,
        (size_t)mw->stage_bytes, (size_t)w->stage_bytes, (int)mw->deterministic,
-       (int)w->deterministic, (size_t)mw->sw_nsems, (size_t)w->sw_nsems);
+       (int)w->deterministic, (size_t)mw->sw_nsems, (size_t)w->sw_nsems,
+       (size_t)mw->rma_words, (size_t)w->rma_words);
   return ncclInvalidUsage;
 }
 
@@ -333,8 +338,8 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
     goto fail;
   }
   brd_window_rec_t *mw = &rt->win[me];
-  size_t total = window_layout(n, nsems, sw_nsems, scratch, p2p_bytes, &caps,
-                               rt->deterministic, mw);
+  size_t total = window_layout(n, nsems, sw_nsems, brd_rma_ctx_count(comm), scratch,
+                               p2p_bytes, &caps, rt->deterministic, mw);
   /* GPU peer-to-peer when every pair has it, else host memory (threads of
    * this process, or processes), and port channels over the net to the
    * peers that share no memory with this rank: chosen once per runtime. */

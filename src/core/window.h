@@ -49,6 +49,9 @@ typedef struct brd_window_rec {
   uint64_t xchg_off;    /* output exchange slots, one per peer (device/ir.h) */
   uint64_t sw_sem_off;  /* switch semaphores: sw_nsems x nranks words */
   uint64_t sw_nsems;    /* 0 without NVLS */
+  uint64_t rma_off;     /* one-sided signal counters (core/rma.c): */
+  uint64_t rma_words;   /* numRmaCtx x 64 x nranks words, counter (ctx,
+                         * sig, src) written only by rank src */
   uint64_t svc_pid;     /* registration service (brd_reg_svc_create); 0: none */
   uint64_t svc_serial;
   uint64_t scratch_off;
@@ -71,6 +74,7 @@ typedef struct brd_works_seq {
 
 struct brd_rt {
   int nranks;
+  uint64_t serial;              /* distinct for every runtime of the process */
   _Atomic int busy;             /* launches running and nonblocking groups
                                  * not yet done with this comm (a count: a
                                  * group may start before the previous
