@@ -1060,7 +1060,7 @@ __device__ __noinline__ bool mc_barrier(const ctx_t &c, pos_t w, const brd_ir_op
     while ((v = ld_acquire_sys(own + m)) < value) {
       int r = spin_step(c, s);
       if (r == SPIN_TIMEOUT) {
-        report_hang(c, w, BRD_EXEC_WAIT_SEM, (int)m, op->ref[0].index, value, v);
+        report_hang(c, w, BRD_EXEC_WAIT_SWITCH, (int)m, op->ref[0].index, value, v);
         return false;
       }
       if (r == SPIN_LEAVE) return false;

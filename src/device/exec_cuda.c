@@ -297,6 +297,14 @@ static void hang_warn(const brd_exec_cuda_hang_t *h, double secs) {
          h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->index,
          h->peer, (unsigned long long)h->expected, (unsigned long long)h->seen,
          h->peer);
+  } else if (h->what == BRD_EXEC_WAIT_SWITCH) {
+    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+         "at a switch barrier (NVLS): word %d of switch semaphore %d reads %llu, "
+         "expected %llu. Rank %d stopped making progress: check that every rank "
+         "called the same collective with the same count, datatype and op, or "
+         "raise BRAID_TIMEOUT",
+         h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->peer, h->index,
+         (unsigned long long)h->seen, (unsigned long long)h->expected, h->peer);
   } else if (h->what == BRD_EXEC_CUDA_WAIT_PACKET) {
     WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
          "waiting for LL packets in scratch slot %d with flag %llu; the "

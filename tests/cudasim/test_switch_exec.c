@@ -209,7 +209,7 @@ static void add_op(plan_src_t *ps, int rank, uint8_t code, uint16_t chunk, uint1
 }
 
 static void add_barrier(plan_src_t *ps, int rank, int32_t k) {
-  add_op(ps, rank, BRD_IR_OP_MC_BARRIER, 0, 1, k, 1, 0, ref(BRD_IR_BUF_SEM, SW, 0));
+  add_op(ps, rank, BRD_IR_OP_MC_BARRIER, 0, 1, k, 0, 1, ref(BRD_IR_BUF_SEM, SW, 0));
 }
 
 /* One blob: every rank one block and one channel, the switch channel. */
@@ -613,7 +613,7 @@ static void test_switch_hang(void **state) {
   brd_exec_cuda_hang_t h;
   assert_int_equal(brd_exec_cuda_poll(w.st[0], &h), ncclRemoteError);
   assert_int_equal(h.rank, 0);
-  assert_int_equal(h.what, BRD_EXEC_CUDA_WAIT_SEM);
+  assert_int_equal(h.what, BRD_EXEC_WAIT_SWITCH);
   assert_int_equal(h.peer, 1);
   assert_int_equal(h.op, 1); /* rank 0's ops: MC_STORE, then the first barrier */
   brd_exec_cuda_plan_destroy(cp);
