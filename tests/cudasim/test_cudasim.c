@@ -9,6 +9,9 @@
  *     knob, create/add/bind (waiting for the last add), export/import, a
  *     mapping resolving to each member's copy in device order, unbind,
  *     unmap, release, the calls CUDA refuses, BRAID_CUDASIM_MC_FAIL;
+ *   - cuMem allocations with BRAID_CUDASIM_CUMEM=1: created, mapped as
+ *     device memory, exported and imported (the same bytes), bound to a
+ *     multicast object by handle;
  *   - memory: the allocation table (attributes, frees of unknown or freed
  *     pointers refused), registration, the device side of copies;
  *   - stream order: ops of one stream run in order even when an early one
@@ -334,6 +337,122 @@ static void test_multicast(void **state) {
   assert_int_equal(unbind(mc, 1, 0, size), CUDA_SUCCESS);
   assert_int_equal(release(mc), CUDA_SUCCESS);
   for (int d = 0; d < 2; d++) CU(cudaFree(uc[d]));
+  (void)cudaGetLastError();
+}
+
+/* cuMem allocations on request (BRAID_CUDASIM_CUMEM=1): cuMemCreate on two
+ * devices, mapped into a reserved range as device memory, exported and
+ * imported (the import maps the same bytes elsewhere), bound to a
+ * multicast object by handle, whose mapping resolves to those bytes. */
+static void test_cumem(void **state) {
+  (void)state;
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  assert_int_not_equal(cudaGetDriverEntryPointByVersion("cuMemCreate", &fn, 12000, 0, &q),
+                       cudaSuccess);
+  (void)cudaGetLastError();
+  setenv("BRAID_CUDASIM_CUMEM", "1", 1);
+  CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags) =
+      drv_fn("cuMemGetAllocationGranularity");
+  CUresult (*mem_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                         unsigned long long) = drv_fn("cuMemCreate");
+  unsetenv("BRAID_CUDASIM_CUMEM");
+  CUresult (*mc_create)(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *) =
+      drv_fn("cuMulticastCreate");
+  CUresult (*add)(CUmemGenericAllocationHandle, CUdevice) = drv_fn("cuMulticastAddDevice");
+  CUresult (*bind_mem)(CUmemGenericAllocationHandle, size_t, CUmemGenericAllocationHandle,
+                       size_t, size_t, unsigned long long) = drv_fn("cuMulticastBindMem");
+  CUresult (*unbind)(CUmemGenericAllocationHandle, CUdevice, size_t, size_t) =
+      drv_fn("cuMulticastUnbind");
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+      drv_fn("cuMemAddressReserve");
+  CUresult (*addr_free)(CUdeviceptr, size_t) = drv_fn("cuMemAddressFree");
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long) = drv_fn("cuMemMap");
+  CUresult (*unmap)(CUdeviceptr, size_t) = drv_fn("cuMemUnmap");
+  CUresult (*release)(CUmemGenericAllocationHandle) = drv_fn("cuMemRelease");
+  CUresult (*export_h)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                       unsigned long long) = drv_fn("cuMemExportToShareableHandle");
+  CUresult (*import_h)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType) =
+      drv_fn("cuMemImportFromShareableHandle");
+
+  const size_t size = 8192;
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t g = 0;
+  assert_int_equal(gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+  assert_int_equal(size % g, 0);
+  CUmemGenericAllocationHandle ph[2], imp;
+  for (int d = 0; d < 2; d++) {
+    prop.location.id = d;
+    assert_int_equal(mem_create(&ph[d], size, &prop, 0), CUDA_SUCCESS);
+  }
+  CUdeviceptr va, va2;
+  assert_int_equal(reserve(&va, 2 * size, 0, 0, 0), CUDA_SUCCESS);
+  for (int d = 0; d < 2; d++) assert_int_equal(map(va + d * size, size, 0, ph[d], 0), CUDA_SUCCESS);
+  assert_int_equal(map(va, size, 0, ph[1], 0), CUDA_ERROR_INVALID_VALUE); /* taken */
+  char *p = (char *)(uintptr_t)va;
+  struct cudaPointerAttributes at;
+  CU(cudaPointerGetAttributes(&at, p + size + 5));
+  assert_int_equal(at.type, cudaMemoryTypeDevice);
+  assert_int_equal(at.device, 1);
+  unsigned char pat[2 * 8192];
+  for (size_t i = 0; i < sizeof(pat); i++) pat[i] = (unsigned char)(i * 7 + 3);
+  for (int d = 0; d < 2; d++)
+    CU(cudaMemcpy(p + d * size, pat + d * size, size, cudaMemcpyHostToDevice));
+
+  /* The import is the same memory. */
+  int fd = -1;
+  assert_int_equal(export_h(&fd, ph[1], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+  assert_int_equal(import_h(&imp, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                   CUDA_SUCCESS);
+  close(fd);
+  assert_int_equal(reserve(&va2, size, 0, 0, 0), CUDA_SUCCESS);
+  assert_int_equal(map(va2, size, 0, imp, 0), CUDA_SUCCESS);
+  unsigned char back[8192];
+  CU(cudaMemcpy(back, (void *)(uintptr_t)va2, size, cudaMemcpyDeviceToHost));
+  assert_memory_equal(back, pat + size, size);
+
+  /* Bound by handle, the multicast mapping reaches both allocations. */
+  CUmulticastObjectProp mp;
+  memset(&mp, 0, sizeof(mp));
+  mp.numDevices = 2;
+  mp.size = size;
+  mp.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle mc;
+  CUdeviceptr mva;
+  assert_int_equal(mc_create(&mc, &mp), CUDA_SUCCESS);
+  for (int d = 0; d < 2; d++) assert_int_equal(add(mc, d), CUDA_SUCCESS);
+  assert_int_equal(bind_mem(mc, 0, imp, 0, size, 0), CUDA_ERROR_INVALID_DEVICE);
+  for (int d = 0; d < 2; d++) assert_int_equal(bind_mem(mc, 0, ph[d], 0, size, 0), CUDA_SUCCESS);
+  assert_int_equal(reserve(&mva, size, 0, 0, 0), CUDA_SUCCESS);
+  assert_int_equal(map(mva, size, 0, mc, 0), CUDA_SUCCESS);
+  brd_cudasim_mc_t r;
+  assert_int_equal(brd_cudasim_mc_find((char *)(uintptr_t)mva + 64, 16, &r), 1);
+  assert_int_equal(r.n, 2);
+  for (int d = 0; d < 2; d++) {
+    assert_memory_equal(r.uc[d] + ((char *)(uintptr_t)mva + 64 - r.base), pat + d * size + 64, 16);
+    assert_true(brd_cudasim_accessible(r.uc[d], 16));
+  }
+
+  assert_int_equal(unmap(mva, size), CUDA_SUCCESS);
+  assert_int_equal(addr_free(mva, size), CUDA_SUCCESS);
+  for (int d = 0; d < 2; d++) assert_int_equal(unbind(mc, d, 0, size), CUDA_SUCCESS);
+  assert_int_equal(release(mc), CUDA_SUCCESS);
+  assert_int_equal(unmap(va2, size), CUDA_SUCCESS);
+  assert_int_equal(addr_free(va2, size), CUDA_SUCCESS);
+  assert_int_equal(release(imp), CUDA_SUCCESS);
+  assert_int_equal(addr_free(va, 2 * size), CUDA_ERROR_INVALID_VALUE); /* still mapped */
+  for (int d = 0; d < 2; d++) {
+    assert_int_equal(unmap(va + d * size, size), CUDA_SUCCESS);
+    assert_int_equal(release(ph[d]), CUDA_SUCCESS);
+    assert_int_equal(release(ph[d]), CUDA_ERROR_INVALID_HANDLE);
+  }
+  assert_int_equal(brd_cudasim_accessible(p, 1), 0);
+  assert_int_equal(addr_free(va, 2 * size), CUDA_SUCCESS);
   (void)cudaGetLastError();
 }
 
@@ -937,6 +1056,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices),
       cmocka_unit_test(test_multicast),
+      cmocka_unit_test(test_cumem),
       cmocka_unit_test(test_memory),
       cmocka_unit_test(test_stream_order),
       cmocka_unit_test(test_events),
