@@ -10,7 +10,9 @@
  * 0 of every block first learns where each channel peer's output is). Data
  * ops split each chunk into 16-byte packs, pack j to thread j mod blockDim,
  * several packs per thread in flight (loads of every pack issued before any
- * is used); SIGNAL, WAIT and BARRIER are done by thread 0. Every op ends with __syncthreads_or,
+ * is used); switch ops (MC_*, sm_90+: multimem through the multicast
+ * mapping of a switch channel) split packs the same way, one in flight;
+ * SIGNAL, WAIT, BARRIER and MC_BARRIER are done by thread 0. Every op ends with __syncthreads_or,
  * which orders the block's accesses between ops and tells every thread
  * whether some thread failed, so the block leaves together.
  *
@@ -24,6 +26,10 @@
  *           whole packets), so a reader that sees the flag sees the data;
  *   BARRIER __threadfence, atomicAdd on the rank's counter; the last block
  *           resets it and advances a generation that the others acquire;
+ *   MC_BARRIER __syncthreads, then thread 0: fence.sc.sys +
+ *           multimem.st.release.sys of the sequence number into this
+ *           rank's word of every member's copy, then ld.acquire.sys of
+ *           every member's word in its own (unicast) copy;
  *   EXCHANGE block 0's thread 0, per channel, a seqlock in the peer's
  *           window: tag 0, fence.sc.sys, the words, st.release.sys of the
  *           tag; every block's thread 0 reads the peer's slot in its own
@@ -823,6 +829,302 @@ __device__ __noinline__ bool run_data(const ctx_t &c, pos_t w, const brd_ir_op_t
   return true;
 }
 
+/* ---- switch channels (device/ir.h "Switch channels") --------------------- */
+
+/* The kernels' reduction kinds are the host's BRD_REDUCE_FN_* for the
+ * three that multimem has, so brd_exec_mc_reduces reads either. */
+static_assert((int)brd::FN_SUM == (int)BRD_REDUCE_FN_SUM &&
+                  (int)brd::FN_MIN == (int)BRD_REDUCE_FN_MIN &&
+                  (int)brd::FN_MAX == (int)BRD_REDUCE_FN_MAX,
+              "kernel and host reduction kinds agree on sum, min and max");
+
+/* Is channel `chan` of this rank its switch channel? */
+__device__ __forceinline__ bool is_switch(const ctx_t &c, unsigned chan) {
+  return chan != BRD_IR_CHAN_LOCAL &&
+         brd_ir_plan_chan(c.a->plan, c.a->rank, (int)chan)->type == BRD_IR_CHAN_SWITCH;
+}
+
+/* multimem on one 16-byte pack at a multicast address (16-byte aligned):
+ * ld_reduce into v, red of v, st of v, and the release store of a
+ * semaphore word. Vector forms where PTX has them (f32 .v4, f16 and bf16
+ * .v4 of pairs, accumulating sums in f32), one instruction per element
+ * otherwise (f64 and the integers; sums as unsigned, min/max signed or
+ * not by type). Only the (DT, FN) brd_exec_mc_reduces allows are
+ * instantiated. The CUDA simulator emulates them over every member's copy
+ * (devemu.h). */
+#ifndef BRD_CUDASIM_DEVICE
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define BRD_MC_ARCH 0 /* no multimem before sm_90: the ops fail the launch */
+#else
+#define BRD_MC_ARCH 1
+#endif
+
+#if BRD_MC_ARCH
+#define MC_LDR_V4(ins)                                                                 \
+  asm volatile("multimem.ld_reduce.relaxed.sys.global." ins " {%0, %1, %2, %3}, [%4];"  \
+               : "=r"(v.u32[0]), "=r"(v.u32[1]), "=r"(v.u32[2]), "=r"(v.u32[3])          \
+               : "l"(mc) : "memory")
+#define MC_LDR_32(ins)                                                                 \
+  do {                                                                                 \
+    for (int i = 0; i < 4; i++)                                                        \
+      asm volatile("multimem.ld_reduce.relaxed.sys.global." ins " %0, [%1];"            \
+                   : "=r"(v.u32[i]) : "l"(mc + 4 * i) : "memory");                     \
+  } while (0)
+#define MC_LDR_64(ins)                                                                 \
+  do {                                                                                 \
+    for (int i = 0; i < 2; i++) {                                                      \
+      unsigned long long x_;                                                           \
+      asm volatile("multimem.ld_reduce.relaxed.sys.global." ins " %0, [%1];"            \
+                   : "=l"(x_) : "l"(mc + 8 * i) : "memory");                           \
+      v.u64[i] = x_;                                                                   \
+    }                                                                                  \
+  } while (0)
+#define MC_RED_V4(ins)                                                                 \
+  asm volatile("multimem.red.relaxed.sys.global." ins " [%0], {%1, %2, %3, %4};"        \
+               :: "l"(mc), "r"(v.u32[0]), "r"(v.u32[1]), "r"(v.u32[2]), "r"(v.u32[3])    \
+               : "memory")
+#define MC_RED_32(ins)                                                                 \
+  do {                                                                                 \
+    for (int i = 0; i < 4; i++)                                                        \
+      asm volatile("multimem.red.relaxed.sys.global." ins " [%0], %1;"                  \
+                   :: "l"(mc + 4 * i), "r"(v.u32[i]) : "memory");                      \
+  } while (0)
+#define MC_RED_64(ins)                                                                 \
+  do {                                                                                 \
+    for (int i = 0; i < 2; i++)                                                        \
+      asm volatile("multimem.red.relaxed.sys.global." ins " [%0], %1;"                  \
+                   :: "l"(mc + 8 * i), "l"((unsigned long long)v.u64[i]) : "memory");  \
+  } while (0)
+/* One of three instructions by reduction kind. */
+#define MC_BY_FN(M, add, min, max)                                                     \
+  do {                                                                                 \
+    if constexpr (FN == brd::FN_SUM) M(add);                                           \
+    else if constexpr (FN == brd::FN_MIN) M(min);                                      \
+    else M(max);                                                                       \
+  } while (0)
+#endif
+
+template <int DT, int FN>
+__device__ __forceinline__ void mc_ld_reduce(const char *mc, pack_t &v) {
+  static_assert(brd_exec_mc_reduces(DT, FN), "a multimem reduction exists");
+#if BRD_MC_ARCH
+  if constexpr (DT == ncclFloat32) MC_LDR_V4("add.v4.f32");
+  else if constexpr (DT == ncclFloat16)
+    MC_BY_FN(MC_LDR_V4, "add.acc::f32.v4.f16x2", "min.v4.f16x2", "max.v4.f16x2");
+  else if constexpr (DT == ncclBfloat16)
+    MC_BY_FN(MC_LDR_V4, "add.acc::f32.v4.bf16x2", "min.v4.bf16x2", "max.v4.bf16x2");
+  else if constexpr (DT == ncclFloat64) MC_LDR_64("add.f64");
+  else if constexpr (DT == ncclInt32) MC_BY_FN(MC_LDR_32, "add.u32", "min.s32", "max.s32");
+  else if constexpr (DT == ncclUint32) MC_BY_FN(MC_LDR_32, "add.u32", "min.u32", "max.u32");
+  else if constexpr (DT == ncclInt64) MC_BY_FN(MC_LDR_64, "add.u64", "min.s64", "max.s64");
+  else MC_BY_FN(MC_LDR_64, "add.u64", "min.u64", "max.u64");
+#else
+  (void)mc;
+  v.u4 = make_uint4(0, 0, 0, 0);
+#endif
+}
+
+template <int DT, int FN>
+__device__ __forceinline__ void mc_red(char *mc, const pack_t &v) {
+  static_assert(brd_exec_mc_reduces(DT, FN), "a multimem reduction exists");
+#if BRD_MC_ARCH
+  if constexpr (DT == ncclFloat32) MC_RED_V4("add.v4.f32");
+  else if constexpr (DT == ncclFloat16)
+    MC_BY_FN(MC_RED_V4, "add.v4.f16x2", "min.v4.f16x2", "max.v4.f16x2");
+  else if constexpr (DT == ncclBfloat16)
+    MC_BY_FN(MC_RED_V4, "add.v4.bf16x2", "min.v4.bf16x2", "max.v4.bf16x2");
+  else if constexpr (DT == ncclFloat64) MC_RED_64("add.f64");
+  else if constexpr (DT == ncclInt32) MC_BY_FN(MC_RED_32, "add.u32", "min.s32", "max.s32");
+  else if constexpr (DT == ncclUint32) MC_BY_FN(MC_RED_32, "add.u32", "min.u32", "max.u32");
+  else if constexpr (DT == ncclInt64) MC_BY_FN(MC_RED_64, "add.u64", "min.s64", "max.s64");
+  else MC_BY_FN(MC_RED_64, "add.u64", "min.u64", "max.u64");
+#else
+  (void)mc;
+  (void)v;
+#endif
+}
+
+/* The bytes move unchanged whatever the datatype: .f32 is only the
+ * vector form st has. */
+__device__ __forceinline__ void mc_st(char *mc, const pack_t &v) {
+#if BRD_MC_ARCH
+  asm volatile("multimem.st.relaxed.sys.global.v4.f32 [%0], {%1, %2, %3, %4};"
+               :: "l"(mc), "r"(v.u32[0]), "r"(v.u32[1]), "r"(v.u32[2]), "r"(v.u32[3])
+               : "memory");
+#else
+  (void)mc;
+  (void)v;
+#endif
+}
+
+__device__ __forceinline__ void mc_st_release_u64(uint64_t *mc, uint64_t x) {
+#if BRD_MC_ARCH
+  asm volatile("multimem.st.release.sys.global.u64 [%0], %1;"
+               :: "l"(mc), "l"((unsigned long long)x) : "memory");
+#else
+  (void)mc;
+  (void)x;
+#endif
+}
+
+#else /* BRD_CUDASIM_DEVICE: over every member's copy (devemu.h) */
+#define BRD_MC_ARCH 1
+
+/* The reduction of every member's copy, in member order, with the
+ * kernels' own arithmetic: narrow types accumulate in f32 and round once,
+ * as .acc::f32 does. */
+template <int DT, int FN>
+__device__ __forceinline__ void mc_ld_reduce(const char *mc, pack_t &v) {
+  static_assert(brd_exec_mc_reduces(DT, FN), "a multimem reduction exists");
+  typedef brd::dt_traits<DT> Tr;
+  typedef typename Tr::raw_t raw_t;
+  const int N = 16 / (int)sizeof(raw_t);
+  char *uc[BRD_CUDASIM_MC_MAX];
+  int n = brd_emu_mc_copies(mc, 16, "multimem.ld_reduce", uc);
+  typename Tr::acc_t acc[N];
+  v.u4 = make_uint4(0, 0, 0, 0);
+  for (int m = 0; m < n; m++) {
+    pack_t x;
+    x.u4 = __ldcg((const uint4 *)uc[m]);
+    for (int i = 0; i < N; i++) {
+      typename Tr::acc_t e = Tr::widen(pack_get<raw_t>(x, i));
+      acc[i] = m == 0 ? e : brd::combine<Tr, FN>(acc[i], e);
+    }
+  }
+  for (int i = 0; n > 0 && i < N; i++) pack_set(v, i, Tr::narrow(acc[i]));
+}
+
+/* Every member's copy becomes copy (op) v, atomically (one lock for every
+ * red of the process), each element rounded to its type. */
+template <int DT, int FN>
+__device__ __forceinline__ void mc_red(char *mc, const pack_t &v) {
+  static_assert(brd_exec_mc_reduces(DT, FN), "a multimem reduction exists");
+  typedef brd::dt_traits<DT> Tr;
+  typedef typename Tr::raw_t raw_t;
+  const int N = 16 / (int)sizeof(raw_t);
+  char *uc[BRD_CUDASIM_MC_MAX];
+  int n = brd_emu_mc_copies(mc, 16, "multimem.red", uc);
+  for (int m = 0; m < n; m++) {
+    brd_emu_mc_atomic([&](void *copy) {
+      pack_t x;
+      memcpy(&x, copy, 16);
+      for (int i = 0; i < N; i++)
+        pack_set(x, i, Tr::narrow(brd::combine<Tr, FN>(Tr::widen(pack_get<raw_t>(x, i)),
+                                                       Tr::widen(pack_get<raw_t>(v, i)))));
+      memcpy(copy, &x, 16);
+    }, uc[m]);
+  }
+}
+
+/* A plain (delayed) store to every member's copy. */
+__device__ __forceinline__ void mc_st(char *mc, const pack_t &v) {
+  char *uc[BRD_CUDASIM_MC_MAX];
+  int n = brd_emu_mc_copies(mc, 16, "multimem.st", uc);
+  for (int m = 0; m < n; m++) __stcg((uint4 *)uc[m], v.u4);
+}
+
+__device__ __forceinline__ void mc_st_release_u64(uint64_t *mc, uint64_t x) {
+  char *uc[BRD_CUDASIM_MC_MAX];
+  int n = brd_emu_mc_copies(mc, 8, "multimem.st.release", uc);
+  for (int m = 0; m < n; m++) st_release_sys((uint64_t *)uc[m], x);
+}
+#endif /* BRD_CUDASIM_DEVICE */
+
+/* Claims the report for a switch op this code cannot run (before sm_90,
+ * or a datatype and reduction without a multimem form, which the host
+ * half rejects first), and stops. */
+__device__ __noinline__ void report_unsupported(const ctx_t &c, pos_t w, int code) {
+  if (atomicCAS(&c.a->state->claimed, 0u, 1u) == 0u) {
+    volatile report_t *r = c.a->report;
+    r->hang.rank = c.a->rank;
+    r->hang.block = (int)blockIdx.x;
+    r->hang.op = w.opi;
+    r->hang.iter = w.iter;
+    r->hang.index = code;
+    __threadfence_system();
+    r->failed = BRD_EXEC_FAIL_UNSUPPORTED;
+    __threadfence_system();
+  }
+  stop_launch(c);
+}
+
+/* MC_BARRIER (thread 0): seq into this rank's word of the switch
+ * semaphore in every member's copy, then every member's word of this
+ * rank's own copy up to seq. The block's writes reached thread 0 through
+ * the previous op's __syncthreads; the system-scope fence orders them,
+ * multimem stores included, before the release store. */
+__device__ __noinline__ bool mc_barrier(const ctx_t &c, pos_t w, const brd_ir_op_t *op) {
+  const unsigned ch = op->ref[0].chan;
+  const uint32_t n = c.a->plan->nranks;
+  const size_t base = (size_t)op->ref[0].index * n;
+  uint64_t value = brd_ir_sem_value(&c.v, ch, w.iter, op->k);
+  __threadfence_system();
+  mc_st_release_u64(c.chans[ch].peer_sems + base + c.a->rank, value);
+  if (brd_ir_seq_rel(&c.v, w.iter, op->k) <= 0) return true; /* before this launch */
+  const uint64_t *own = c.chans[ch].sems + base;
+  for (uint32_t m = 0; m < n; m++) {
+    spin_t s = {0, 0};
+    uint64_t v;
+    while ((v = ld_acquire_sys(own + m)) < value) {
+      int r = spin_step(c, s);
+      if (r == SPIN_TIMEOUT) {
+        report_hang(c, w, BRD_EXEC_WAIT_SWITCH, (int)m, op->ref[0].index, value, v);
+        return false;
+      }
+      if (r == SPIN_LEAVE) return false;
+    }
+  }
+  return true;
+}
+
+/* A switch op (MC_REDUCE, MC_STORE, MC_RED, MC_BARRIER): every thread of
+ * the block; the barrier by thread 0. A multicast reference always names a
+ * scratch slot, whose size is a multiple of 16 bytes, so every multimem
+ * access moves a whole pack: the bytes of a chunk's last pack past its end
+ * are padding of the slot that no op reads. Local (unicast) sources and
+ * destinations move the chunk's bytes only. One pack per thread in
+ * flight. */
+template <int DT, int FN>
+__device__ __noinline__ bool run_mc(const ctx_t &c, pos_t w, const brd_ir_op_t *op) {
+  constexpr bool reduces = brd_exec_mc_reduces(DT, FN);
+  const bool reducing = op->code == BRD_IR_OP_MC_REDUCE || op->code == BRD_IR_OP_MC_RED;
+  if (!BRD_MC_ARCH || (reducing && !reduces)) {
+    if (threadIdx.x == 0) report_unsupported(c, w, op->code);
+    return false;
+  }
+  if (op->code == BRD_IR_OP_MC_BARRIER) return threadIdx.x != 0 || mc_barrier(c, w, op);
+  const int nsrc = op->nsrc, nref = op->nsrc + op->ndst;
+  uint32_t mcmask = 0;
+  for (int r = 0; r < nref; r++)
+    if (is_switch(c, op->ref[r].chan)) mcmask |= 1u << r;
+  for (uint32_t t = 0; t < op->nchunks; t++) {
+    uint64_t nbytes = brd_ir_op_chunk_len(&c.v, op, w.iter, t) * c.a->layout.esize;
+    if (nbytes == 0) continue;
+    char *addr[BRD_IR_MAX_REFS];
+    for (int r = 0; r < nref; r++) addr[r] = ref_addr(c, w.iter, op->ref[r], t);
+    const uint64_t npacks = (nbytes + 15) / 16;
+    for (uint64_t j = threadIdx.x; j < npacks; j += blockDim.x) {
+      const uint32_t valid = nbytes - 16 * j < 16 ? (uint32_t)(nbytes - 16 * j) : 16u;
+      pack_t v;
+      if (op->code == BRD_IR_OP_MC_REDUCE) {
+        if constexpr (reduces) mc_ld_reduce<DT, FN>(addr[0] + 16 * j, v);
+      } else {
+        load_plain(addr[0] + 16 * j, valid, v);
+      }
+      for (int d = nsrc; d < nref; d++) {
+        if (((mcmask >> d) & 1u) == 0) {
+          store_plain(addr[d] + 16 * j, valid, v);
+        } else if (op->code == BRD_IR_OP_MC_RED) {
+          if constexpr (reduces) mc_red<DT, FN>(addr[d] + 16 * j, v);
+        } else {
+          mc_st(addr[d] + 16 * j, v);
+        }
+      }
+    }
+  }
+  return true;
+}
+
 /* One rank's plan: block b runs plan block b's ops for every iteration,
  * BRD_EXEC_CUDA_NTHREADS threads sharing each data op and thread 0 doing
  * the synchronisation; templated over datatype and reduction kind only.
@@ -908,6 +1210,8 @@ exec_kernel(const __grid_constant__ kargs_t a) {
       bool ok = true;
       if (brd_ir_op_is_data(op->code)) {
         ok = run_data<DT, FN>(c, w, op);
+      } else if (brd_ir_op_is_switch(op->code)) {
+        ok = run_mc<DT, FN>(c, w, op);
       } else if (threadIdx.x == 0) {
         switch (op->code) {
         case BRD_IR_OP_WAIT: ok = run_wait(c, w, op); break;

@@ -58,6 +58,47 @@ static const char *ref_problem(const brd_ir_plan_t *p, const brd_ir_op_t *op,
   return NULL;
 }
 
+/* Is channel `chan` of `rank` a switch channel? */
+static int chan_is_switch(const brd_ir_plan_t *p, int rank, unsigned chan) {
+  return chan != BRD_IR_CHAN_LOCAL && brd_ir_plan_chan(p, rank, (int)chan)->type == BRD_IR_CHAN_SWITCH;
+}
+
+/* Whether a switch op (device/ir.h) fits the plan; NULL when it does. */
+static const char *switch_op_problem(const brd_ir_plan_t *p, int rank, const brd_ir_op_t *op,
+                                     uint32_t nchans) {
+  const brd_ir_ref_t *r0 = &op->ref[0];
+  if (op->code == BRD_IR_OP_MC_BARRIER)
+    return (r0->buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SEM || r0->chan >= nchans ||
+                   !chan_is_switch(p, rank, r0->chan) || r0->index >= p->nsems
+               ? "MC_BARRIER without a semaphore of the switch channel"
+               : NULL;
+  if (op->nsrc != 1 || op->ndst < 1 || op->nsrc + op->ndst > BRD_IR_MAX_REFS)
+    return "switch op without one source and destinations";
+  if ((uint64_t)op->chunk + op->nchunks > p->nchunks) return "chunk out of range";
+  for (int k = 0; k < op->nsrc + op->ndst; k++) {
+    const brd_ir_ref_t *ref = &op->ref[k];
+    uint32_t kind = ref->buf & BRD_IR_BUF_MASK;
+    int sw = ref->chan != BRD_IR_CHAN_LOCAL && ref->chan < nchans &&
+             chan_is_switch(p, rank, ref->chan);
+    const char *why = ref_problem(p, op, ref, nchans);
+    if (why != NULL) return why;
+    if (ref->buf & BRD_IR_REF_LL) return "LL reference in a switch op";
+    if (sw && kind != BRD_IR_BUF_SCRATCH)
+      return "a switch channel reference that is not a scratch slot";
+    int want_sw = k == 0 ? op->code == BRD_IR_OP_MC_REDUCE : op->code != BRD_IR_OP_MC_REDUCE;
+    if (want_sw && !sw)
+      return k == 0 ? "MC_REDUCE source not through the switch channel"
+                    : "MC_STORE or MC_RED destination not through the switch channel";
+    if (k == 0 && !sw && ref->chan != BRD_IR_CHAN_LOCAL)
+      return "MC_STORE or MC_RED source that is not this rank's own buffer";
+    if (k > 0 && !sw && (kind == BRD_IR_BUF_INPUT ||
+                         (ref->chan != BRD_IR_CHAN_LOCAL &&
+                          brd_ir_plan_chan(p, rank, ref->chan)->type != BRD_IR_CHAN_MEMORY)))
+      return "MC_REDUCE destination that is an input or not reached by a store";
+  }
+  return NULL;
+}
+
 static ncclResult_t plan_check(const brd_ir_plan_t *p) {
   if (p == NULL || p->magic != BRD_IR_MAGIC || p->version != BRD_IR_VERSION) {
     WARN("CUDA executor: not a Braid plan (magic/version mismatch)");
@@ -79,8 +120,14 @@ static ncclResult_t plan_check(const brd_ir_plan_t *p) {
     const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
     if ((uint64_t)rk->chan_first + rk->nchans > p->nchans)
       return bad_plan(r, -1, -1, "channel table out of range");
+    int nswitch = 0;
     for (uint32_t c = 0; c < rk->nchans; c++) {
       const brd_ir_chan_t *ch = brd_ir_plan_chan(p, r, (int)c);
+      if (ch->type == BRD_IR_CHAN_SWITCH) {
+        if (ch->peer != BRD_IR_SWITCH_PEER || ++nswitch > 1)
+          return bad_plan(r, -1, -1, "switch channel with a peer, or more than one");
+        continue;
+      }
       if (ch->peer < 0 || ch->peer >= p->nranks || ch->peer == r)
         return bad_plan(r, -1, -1, "channel to an invalid peer");
       if (ch->type != BRD_IR_CHAN_MEMORY && ch->type != BRD_IR_CHAN_PORT)
@@ -93,12 +140,17 @@ static ncclResult_t plan_check(const brd_ir_plan_t *p) {
       const brd_ir_op_t *ops = brd_ir_plan_ops(p, r, bi);
       for (uint32_t i = 0; i < blk->nops; i++) {
         const brd_ir_op_t *op = &ops[i];
-        if (!brd_ir_op_is_runnable(op->code))
+        if (!brd_ir_op_is_runnable(op->code) && !brd_ir_op_is_switch(op->code))
           return bad_plan(r, bi, (int)i, "opcode not supported by the CUDA executor");
+        if (brd_ir_op_is_switch(op->code)) {
+          const char *why = switch_op_problem(p, r, op, rk->nchans);
+          if (why != NULL) return bad_plan(r, bi, (int)i, why);
+          continue;
+        }
         if (brd_ir_op_is_sync(op->code) &&
             ((op->ref[0].buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SEM ||
              op->ref[0].chan == BRD_IR_CHAN_LOCAL || op->ref[0].chan >= rk->nchans ||
-             op->ref[0].index >= p->nsems))
+             op->ref[0].index >= p->nsems || chan_is_switch(p, r, op->ref[0].chan)))
           return bad_plan(r, bi, (int)i, "semaphore reference out of range");
         if (!brd_ir_op_is_data(op->code)) continue;
         if (op->nsrc < 1 || op->ndst < 1 || op->nsrc + op->ndst > BRD_IR_MAX_REFS)
@@ -107,6 +159,8 @@ static ncclResult_t plan_check(const brd_ir_plan_t *p) {
           return bad_plan(r, bi, (int)i, "chunk out of range");
         for (int k = 0; k < op->nsrc + op->ndst; k++) {
           const char *why = ref_problem(p, op, &op->ref[k], rk->nchans);
+          if (why == NULL && chan_is_switch(p, r, op->ref[k].chan))
+            why = "data op through a switch channel (switch ops only)";
           if (why != NULL) return bad_plan(r, bi, (int)i, why);
         }
       }
@@ -160,7 +214,7 @@ static ncclResult_t args_check(const brd_exec_cuda_args_t *args,
   if (args->chans != NULL && args->chans_dev == NULL && nchans <= BRD_EXEC_CUDA_INLINE_CHANS &&
       (p->flags & BRD_IR_PLAN_F_PEER_INPUT)) {
     for (uint32_t c = 0; c < nchans; c++) {
-      if (args->chans[c].peer_input != NULL) continue;
+      if (args->chans[c].peer_input != NULL || chan_is_switch(p, args->rank, c)) continue;
       WARN("CUDA executor: rank %d runs a plan reading peers' inputs, but channel %u "
            "has no input pointer", args->rank, c);
       return ncclInvalidArgument;
@@ -243,6 +297,14 @@ static void hang_warn(const brd_exec_cuda_hang_t *h, double secs) {
          h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->index,
          h->peer, (unsigned long long)h->expected, (unsigned long long)h->seen,
          h->peer);
+  } else if (h->what == BRD_EXEC_WAIT_SWITCH) {
+    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+         "at a switch barrier (NVLS): word %d of switch semaphore %d reads %llu, "
+         "expected %llu. Rank %d stopped making progress: check that every rank "
+         "called the same collective with the same count, datatype and op, or "
+         "raise BRAID_TIMEOUT",
+         h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->peer, h->index,
+         (unsigned long long)h->seen, (unsigned long long)h->expected, h->peer);
   } else if (h->what == BRD_EXEC_CUDA_WAIT_PACKET) {
     WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
          "waiting for LL packets in scratch slot %d with flag %llu; the "
@@ -307,6 +369,10 @@ out:
 struct brd_exec_cuda_plan {
   brd_ir_plan_t *host; /* owned: brd_plan_clone */
   brd_ir_plan_t *dev;  /* owned: cudaMalloc, the same bytes */
+  int mc_ops;          /* some op is a switch op */
+  int mc_reduces;      /* some op is MC_REDUCE or MC_RED */
+  int cc_major;        /* compute capability of the device it was made on */
+  int device;
 };
 
 struct brd_exec_cuda_status {
@@ -341,6 +407,14 @@ ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
     res = ncclSystemError;
     goto out;
   }
+  for (uint32_t i = 0; i < plan->nops; i++) {
+    const brd_ir_op_t *op = (const brd_ir_op_t *)((const char *)plan + plan->op_off) + i;
+    cp->mc_ops |= brd_ir_op_is_switch(op->code);
+    cp->mc_reduces |= op->code == BRD_IR_OP_MC_REDUCE || op->code == BRD_IR_OP_MC_RED;
+  }
+  cp->device = dev;
+  CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&cp->cc_major, cudaDevAttrComputeCapabilityMajor, dev),
+                  "cudaDeviceGetAttribute(computeCapabilityMajor)", res, fail_free);
   CHECK_GOTO(brd_plan_clone(plan, &cp->host), res, fail_free);
   CUDA_CHECK_GOTO(cudaMalloc((void **)&cp->dev, plan->total_bytes),
                   "cudaMalloc for a plan", res, fail_destroy_host);
@@ -472,6 +546,16 @@ ncclResult_t brd_exec_cuda_poll(brd_exec_cuda_status_t *st,
   const brd_exec_report_t *r = st->host;
   int failed = __atomic_load_n(&r->failed, __ATOMIC_ACQUIRE);
   if (failed == BRD_EXEC_FAIL_NONE) return ncclSuccess;
+  if (failed == BRD_EXEC_FAIL_UNSUPPORTED) {
+    if (!st->reported)
+      WARN("rank %d block %d op %d: a switch-channel op (code %d) reached a kernel built "
+           "for an architecture without multimem (before sm_90) or for a datatype and "
+           "reduction multimem lacks; the launch stopped before moving its data. Build for "
+           "the device's architecture (CUDA_ARCHS) or disable NVLS (NCCL_NVLS_ENABLE=0)",
+           r->hang.rank, r->hang.block, r->hang.op, r->hang.index);
+    st->reported = 1;
+    return ncclInvalidUsage;
+  }
   if (failed == BRD_EXEC_FAIL_ABORT) {
     if (!st->reported)
       INFO(BRD_SUBSYS_COLL, "CUDA executor: launch stopped by the abort flag");
@@ -512,6 +596,47 @@ void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev) {
   if (dev != NULL) cudaFree(dev);
 }
 
+/* A launch of a plan with switch ops: a device with multimem, a datatype
+ * and reduction it has, and each switch channel's three pointers
+ * (brd_exec_cuda_chan_t), aligned as the ops access them. */
+static ncclResult_t switch_check(const brd_exec_cuda_args_t *args, const brd_ir_plan_t *p,
+                                 uint32_t nchans, int fn) {
+  const struct brd_exec_cuda_plan *cp = args->plan;
+  if (cp->cc_major < 9) {
+    WARN("CUDA executor: rank %d runs a plan with switch channels (NVLS multicast) on "
+         "device %d of compute capability %d.x; multimem needs sm_90 or later. Choose "
+         "another algorithm (NCCL_ALGO) or NCCL_NVLS_ENABLE=0", args->rank, cp->device,
+         cp->cc_major);
+    return ncclInvalidUsage;
+  }
+  if (cp->mc_reduces && !brd_exec_mc_reduces(args->dtype, fn)) {
+    WARN("CUDA executor: rank %d runs a switch-channel (NVLS) plan that reduces datatype "
+         "%d with reduction %d, which multimem cannot (sum on 16-, 32- and 64-bit types, "
+         "min/max on integers, f16 and bf16); the plan cache should not have chosen it",
+         args->rank, args->dtype, fn);
+    return ncclInvalidArgument;
+  }
+  if (args->xchg || args->chan_cursor_dev != NULL) {
+    WARN("CUDA executor: rank %d: a plan with a switch channel takes no output exchange "
+         "and no per-pair cursors", args->rank);
+    return ncclInvalidArgument;
+  }
+  for (uint32_t c = 0; args->chans != NULL && args->chans_dev == NULL && c < nchans; c++) {
+    if (!chan_is_switch(p, args->rank, c)) continue;
+    const brd_exec_cuda_chan_t *ch = &args->chans[c];
+    if ((p->nslots > 0 && (ch->peer_scratch == NULL || (uintptr_t)ch->peer_scratch % 16)) ||
+        (p->nsems > 0 && (ch->peer_sems == NULL || ch->sems == NULL ||
+                          (uintptr_t)ch->peer_sems % 8 || (uintptr_t)ch->sems % 8))) {
+      WARN("CUDA executor: rank %d switch channel %u: expected the multicast scratch "
+           "(16-byte aligned) in peer_scratch, the multicast switch semaphores in "
+           "peer_sems and this rank's own in sems; got %p, %p, %p", args->rank, c,
+           ch->peer_scratch, (void *)ch->peer_sems, (void *)ch->sems);
+      return ncclInvalidArgument;
+    }
+  }
+  return ncclSuccess;
+}
+
 /* See exec_cuda.h. */
 ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
                                   cudaStream_t stream) {
@@ -539,6 +664,7 @@ ncclResult_t brd_exec_cuda_launch(const brd_exec_cuda_args_t *args,
 
   uint32_t nchans = brd_ir_plan_rank(p, args->rank)->nchans;
   CHECK(args_check(args, p, nchans));
+  if (args->plan->mc_ops) CHECK(switch_check(args, p, nchans, op.fn));
   for (uint32_t c = 0; c < nchans && args->status->fifo == NULL; c++) {
     if (brd_ir_plan_chan(p, args->rank, (int)c)->type == BRD_IR_CHAN_PORT) {
       WARN("CUDA executor: rank %d channel %u is a port channel, and the launch's status "

@@ -257,7 +257,9 @@ ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st);
  * out, with the report in *hang_out (may be NULL) and a WARN naming the
  * rank, block, op, peer and values (logged once per failure);
  * ncclSystemError when the abort flag stopped a launch (INFO only, the
- * caller asked for it). Never blocks; reads host memory only. */
+ * caller asked for it); ncclInvalidUsage (WARN) when a switch op reached
+ * a kernel without multimem (built for an architecture before sm_90).
+ * Never blocks; reads host memory only. */
 ncclResult_t brd_exec_cuda_poll(brd_exec_cuda_status_t *st,
                                 brd_exec_cuda_hang_t *hang_out);
 
@@ -278,7 +280,11 @@ void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev);
  * table with a NULL buffer or a count above `count`, per-channel epochs
  * with device_epoch, an output exchange (xchg) that is not over inline
  * channels, each with both slots, at most BRD_IR_XCHG_MAX_CHANS of them,
- * with the launch's epoch; ncclInternalError for scratch smaller than the plan
+ * with the launch's epoch; for a plan with switch ops, ncclInvalidUsage on
+ * a device before sm_90 and ncclInvalidArgument for a datatype and
+ * reduction multimem lacks (brd_exec_mc_reduces), an output exchange or
+ * per-pair cursors, or a switch channel without its pointers;
+ * ncclInternalError for scratch smaller than the plan
  * needs or an epoch whose launch would cross a multiple of 2^32;
  * ncclUnhandledCudaError (WARN) when the launch itself fails. Never
  * allocates, copies or synchronises (capturable); the kernel blocks on

@@ -27,8 +27,40 @@
 extern "C" {
 #endif
 
-/* How a launch failed (brd_exec_report_t.failed). */
-enum { BRD_EXEC_FAIL_NONE = 0, BRD_EXEC_FAIL_HANG = 1, BRD_EXEC_FAIL_ABORT = 2 };
+#include "device/redop.h"
+
+/* How a launch failed (brd_exec_report_t.failed). UNSUPPORTED: a switch
+ * op ran on code built for an architecture without multimem (before
+ * sm_90); the launch stopped before moving any of its data. */
+enum {
+  BRD_EXEC_FAIL_NONE = 0,
+  BRD_EXEC_FAIL_HANG = 1,
+  BRD_EXEC_FAIL_ABORT = 2,
+  BRD_EXEC_FAIL_UNSUPPORTED = 3,
+};
+
+/* Whether the multimem reductions (MC_REDUCE's ld_reduce, MC_RED's red)
+ * exist for datatype dtype and reduction fn (BRD_REDUCE_FN_*), as ptxas
+ * for sm_90 accepts them: sum on f32, f16, bf16 (16-byte vectors), f64 and
+ * the 32- and 64-bit integers; min and max on f16, bf16 (vectors) and the
+ * 32- and 64-bit integers. No 8-bit type, no product, no pre- or post-op.
+ * The one statement of the rule, for the host half's launch check and the
+ * kernels' choice of instruction (constexpr in C++; the kernels' FN_SUM,
+ * FN_MIN and FN_MAX have the same values). Pure. */
+#ifdef __cplusplus
+#define BRD_EXEC_CONSTEXPR constexpr
+#else
+#define BRD_EXEC_CONSTEXPR
+#endif
+static BRD_EXEC_CONSTEXPR inline BRD_IR_HD int brd_exec_mc_reduces(int dtype, int fn) {
+  int ints = dtype == ncclInt32 || dtype == ncclUint32 || dtype == ncclInt64 ||
+             dtype == ncclUint64;
+  int halves = dtype == ncclFloat16 || dtype == ncclBfloat16;
+  if (fn == BRD_REDUCE_FN_SUM)
+    return ints || halves || dtype == ncclFloat32 || dtype == ncclFloat64;
+  if (fn == BRD_REDUCE_FN_MIN || fn == BRD_REDUCE_FN_MAX) return ints || halves;
+  return 0;
+}
 
 /* Host-visible state of a rank, in mapped pinned memory. The host writes
  * `abort`; a kernel writes the rest once, after claiming it (state). */

@@ -53,6 +53,26 @@ extern unsigned long brd_cudasim_mem_gen;
  * thread; takes the runtime's lock briefly. */
 int brd_cudasim_find(const void *p, size_t bytes, brd_cudasim_range_t *r);
 
+/* Members a multicast object can have (one per simulated device). */
+#define BRD_CUDASIM_MC_MAX 16
+
+/* Part of a multicast mapping (cuMemMap of a multicast handle) and every
+ * member's copy of it, as brd_cudasim_mc_find reports it. */
+typedef struct brd_cudasim_mc {
+  const char *base;              /* the multicast address range ... */
+  size_t size;                   /* ... that every member's bind covers */
+  int n;                         /* members (the object's numDevices) */
+  char *uc[BRD_CUDASIM_MC_MAX];  /* member m's copy of base, in device order */
+  unsigned long gen;             /* brd_cudasim_mem_gen when looked up */
+} brd_cudasim_mc_t;
+
+/* Whether [p, p + bytes) lies inside one multicast mapping whose object
+ * has all its devices added and, for each, memory bound (and not freed)
+ * under the whole range: returns 1 and fills *out; else returns 0 with
+ * out->n = 0. Member order is device order: member m is the m-th added device by
+ * ordinal. Any thread; takes the runtime's lock briefly. */
+int brd_cudasim_mc_find(const void *p, size_t bytes, brd_cudasim_mc_t *out);
+
 /* Marks the device as having faulted (as an illegal address does on a
  * GPU): every later synchronising call returns err. `why` is printed once
  * on stderr. Any thread. */

@@ -39,6 +39,7 @@
 #include <utility>
 
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -361,6 +362,54 @@ static inline uint64_t globaltimer_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- multimem (switch channels) ----------------------------------------------------- */
+
+/* exec.cu's multimem helpers (mc_ld_reduce, mc_red, mc_st,
+ * mc_st_release_u64) run over every member's copy of a multicast address
+ * (runtime.c's multicast mappings): the arithmetic is exec.cu's, the
+ * memory is this. An access must be aligned to its width and lie inside a
+ * multicast mapping whose every member has memory bound under it, or the
+ * device faults (cudaErrorMisalignedAddress, cudaErrorIllegalAddress), as
+ * memcheck would. Stores to the copies are plain (delayed) or release
+ * stores, loads __ldcg's, so the delayed-store model covers them. */
+
+/* Every member's copy of the `bytes` at multicast address p, in member
+ * order, into uc: their number, or 0 after faulting the device. Each
+ * block's thread keeps the last mapping it looked up. */
+static inline int brd_emu_mc_copies(const void *p, size_t bytes, const char *what,
+                                    char **uc) {
+  char why[192];
+  if (((uintptr_t)p & (bytes - 1)) != 0) {
+    snprintf(why, sizeof(why), "a %zu-byte %s at %p is misaligned", bytes, what, p);
+    brd_cudasim_fault(cudaErrorMisalignedAddress, why);
+    return 0;
+  }
+  static thread_local brd_cudasim_mc_t last;
+  const char *c = (const char *)p;
+  unsigned long gen = __atomic_load_n(&brd_cudasim_mem_gen, __ATOMIC_ACQUIRE);
+  if (!(last.n > 0 && last.gen == gen && c >= last.base &&
+        c + bytes <= last.base + last.size) &&
+      !brd_cudasim_mc_find(p, bytes, &last)) {
+    snprintf(why, sizeof(why), "a %zu-byte %s at %p is not inside a multicast mapping "
+             "with memory of every member bound under it", bytes, what, p);
+    brd_cudasim_fault(cudaErrorIllegalAddress, why);
+    return 0;
+  }
+  for (int m = 0; m < last.n; m++) uc[m] = last.uc[m] + (c - last.base);
+  return last.n;
+}
+
+/* Runs f(p) (a read-modify-write of 16 bytes at p, a member's copy)
+ * atomically with every other one of the process. */
+template <typename F> static inline void brd_emu_mc_atomic(F f, char *p) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  if (!brd_emu_access(p, 16, "multimem.red")) return;
+  brd_emu_pend_evict(p); /* a waiting plain store there must not undo it */
+  pthread_mutex_lock(&mu);
+  f((void *)p);
+  pthread_mutex_unlock(&mu);
 }
 
 /* ---- cache-hinted accesses --------------------------------------------------------- */

@@ -128,7 +128,13 @@ static int kernel_reaches(const sim_kargs_t *s, const brd_exec_cuda_chan_t *chan
            reach(a->out_segs_dev, "the output segment table", a->rank, why, n) &&
            reach(a->chan_epoch_dev, "the channel epochs", a->rank, why, n) &&
            reach(a->chan_cursor, "the channel cursors", a->rank, why, n);
-  for (uint32_t c = 0; ok && c < s->nchans; c++)
+  for (uint32_t c = 0; ok && c < s->nchans; c++) {
+    /* A switch channel's peer pointers are multicast addresses, resolved
+     * (and checked) by switch_members. */
+    if (brd_ir_plan_chan(a->plan, a->rank, (int)c)->type == BRD_IR_CHAN_SWITCH) {
+      ok = reach(chans[c].sems, "its switch semaphores", a->rank, why, n);
+      continue;
+    }
     ok = reach(chans[c].peer_scratch, "a peer's scratch", a->rank, why, n) &&
          reach(chans[c].peer_output, "a peer's output", a->rank, why, n) &&
          (!(a->plan->flags & BRD_IR_PLAN_F_PEER_INPUT) ||
@@ -138,6 +144,7 @@ static int kernel_reaches(const sim_kargs_t *s, const brd_exec_cuda_chan_t *chan
          (!a->xchg ||
           (reach(chans[c].xchg_pub, "a peer's exchange slot", a->rank, why, n) &&
            reach(chans[c].xchg_slot, "its exchange slot", a->rank, why, n)));
+  }
   const brd_exec_seg_t *in = a->in_segs_dev ? a->in_segs_dev : a->n_in_segs ? a->in_segs : NULL;
   const brd_exec_seg_t *out = a->out_segs_dev ? a->out_segs_dev : a->n_out_segs ? a->out_segs : NULL;
   for (uint32_t i = 0; ok && in != NULL && i < s->n_in_segs; i++)
@@ -145,6 +152,44 @@ static int kernel_reaches(const sim_kargs_t *s, const brd_exec_cuda_chan_t *chan
   for (uint32_t i = 0; ok && out != NULL && i < s->n_out_segs; i++)
     ok = reach(out[i].ptr, "an output segment", a->rank, why, n);
   return ok;
+}
+
+/* A switch channel (device/ir.h) as the host executor takes it: every
+ * member's scratch base and switch semaphores, in rank order, from the
+ * multicast mappings of the CUDA channel's peer_scratch and peer_sems
+ * (the simulator's members are in device order, which must be rank
+ * order). 0 after faulting the device when either is no multicast
+ * address of the plan's nranks members covering the whole range. */
+static int switch_members(const sim_kargs_t *sk, const brd_exec_cuda_chan_t *src,
+                          void **scratch_out, _Atomic uint64_t **ssems_out) {
+  const brd_exec_kargs_t *a = &sk->k;
+  const brd_ir_plan_t *p = a->plan;
+  struct {
+    const void *mc;
+    size_t bytes;
+    const char *what;
+  } want[2] = {{src->peer_scratch, sk->scratch_bytes, "scratch"},
+               {src->peer_sems, (size_t)p->nsems * p->nranks * sizeof(uint64_t),
+                "switch semaphores"}};
+  for (int i = 0; i < 2; i++) {
+    brd_cudasim_mc_t mc;
+    if (want[i].bytes == 0) continue;
+    if (!brd_cudasim_mc_find(want[i].mc, want[i].bytes, &mc) || mc.n != p->nranks) {
+      char why[256];
+      snprintf(why, sizeof(why), "rank %d's executor kernel reaches its switch channel's %s "
+               "at %p (%zu bytes), which is not a multicast mapping of %d members with "
+               "memory bound under it (it has %d)", a->rank, want[i].what, want[i].mc,
+               want[i].bytes, p->nranks, mc.n);
+      brd_cudasim_fault(cudaErrorIllegalAddress, why);
+      return 0;
+    }
+    for (int m = 0; m < mc.n; m++) {
+      char *uc = mc.uc[m] + ((const char *)want[i].mc - mc.base);
+      if (i == 0) scratch_out[m] = uc;
+      else ssems_out[m] = (_Atomic uint64_t *)uc;
+    }
+  }
+  return 1;
 }
 
 typedef struct block_arg {
@@ -237,13 +282,23 @@ static void exec_kernel(void *p) {
     sim_port_t *ports = calloc(sk->nchans ? sk->nchans : 1, sizeof(*ports));
     brd_exec_run_t *l = malloc(sizeof(*l));
     uint32_t nblocks = a->plan->nblocks;
+    /* Members of the switch channel, if any (at most one per rank). */
+    void **mscratch = calloc(a->plan->nranks, sizeof(*mscratch));
+    _Atomic uint64_t **mssems = calloc(a->plan->nranks, sizeof(*mssems));
     pthread_t *th = calloc(nblocks, sizeof(*th));
     block_arg_t *ba = calloc(nblocks, sizeof(*ba));
-    if (chans == NULL || ports == NULL || l == NULL || th == NULL || ba == NULL) {
+    if (chans == NULL || ports == NULL || l == NULL || th == NULL || ba == NULL ||
+        mscratch == NULL || mssems == NULL) {
       brd_cudasim_fault(cudaErrorMemoryAllocation, "out of host memory starting a kernel");
       goto out;
     }
     for (uint32_t c = 0; c < sk->nchans; c++) {
+      if (brd_ir_plan_chan(a->plan, a->rank, (int)c)->type == BRD_IR_CHAN_SWITCH) {
+        if (!switch_members(sk, &src[c], mscratch, mssems)) goto out;
+        chans[c].member_scratch = mscratch;
+        chans[c].member_ssems = mssems;
+        continue;
+      }
       chans[c].peer_scratch = src[c].peer_scratch;
       chans[c].peer_output = src[c].peer_output != NULL
                                  ? (char *)src[c].peer_output + out_off : NULL;
@@ -330,11 +385,15 @@ static void exec_kernel(void *p) {
       fprintf(stderr, "cudasim: rank %d kernel epoch %llu done: %d; peer sems[0]:", a->rank,
               (unsigned long long)epoch, (int)res);
       for (uint32_t c = 0; c < sk->nchans; c++)
-        fprintf(stderr, " %llu", src[c].peer_sems ? (unsigned long long)src[c].peer_sems[0] : 0ull);
+        fprintf(stderr, " %llu",
+                src[c].peer_sems && chans[c].member_ssems == NULL
+                    ? (unsigned long long)src[c].peer_sems[0] : 0ull);
       fprintf(stderr, "\n");
     }
     if (res != ncclSuccess) note_failure(a, res, &hang);
   out:
+    free(mssems);
+    free(mscratch);
     free(ba);
     free(th);
     free(l);

@@ -139,7 +139,8 @@ struct CUgraphExec_st {
   struct CUstream_st **lanes; /* [nlanes]; [0] unused */
 };
 
-enum { MEM_DEVICE, MEM_MANAGED, MEM_HOST, MEM_REGISTERED, MEM_IPC };
+enum { MEM_DEVICE, MEM_MANAGED, MEM_HOST, MEM_REGISTERED, MEM_IPC, MEM_VMM };
+/* MEM_VMM: a cuMemMap of a cuMemCreate allocation (its fd not owned here). */
 
 typedef struct alloc {
   struct alloc *next;
@@ -863,6 +864,7 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *at, const voi
     switch (a->kind) {
     case MEM_DEVICE:
     case MEM_IPC:
+    case MEM_VMM:
       at->type = cudaMemoryTypeDevice;
       at->devicePointer = (void *)(uintptr_t)ptr;
       break;
@@ -1261,13 +1263,737 @@ cudaError_t cudaRuntimeGetVersion(int *runtimeVersion) {
   return ret(cudaSuccess);
 }
 
-/* No driver API in the simulator: every entry point is "not found", so the
- * library never takes its cuMem path. */
+/* ---- the driver API: multicast objects ------------------------------------------ */
+
+/* The driver entry points served (cudaGetDriverEntryPointByVersion) are
+ * cuMemGetAddressRange and those of multicast objects (NVLS) with what
+ * mapping one needs. cuMemCreate and cuMemGetAllocationGranularity are
+ * served only with BRAID_CUDASIM_CUMEM=1: without them the library's cuMem
+ * table (src/transport/cudrv.c) stays unresolved and P2P memory keeps to
+ * cudaMalloc + CUDA IPC, and memory joins a multicast object by address
+ * (cuMulticastBindAddr on cudaMalloc memory). A cuMemCreate allocation is
+ * a memfd (phys_t); cuMemMap maps it MAP_SHARED into a reserved range and
+ * enters it in the memory table (MEM_VMM); it exports as a duplicate of
+ * the memfd (passable to another process) and imports from one by its
+ * name; cuMulticastBindMem maps the bound part for the member's copy.
+ *
+ * A multicast object is a handle (MC_HANDLE_TAG | serial) naming an
+ * mc_obj_t of this process: the devices added and, per bind, the member
+ * range it covers. cuMemAddressReserve reserves address space the CPU
+ * cannot touch (PROT_NONE); cuMemMap of a multicast handle there makes a
+ * multicast mapping, an emulated range: a plain access faults, and kernels
+ * reach it through brd_cudasim_mc_find, which gives every member's copy of
+ * an address of it, in device order. A handle exports as a POSIX file
+ * descriptor (a memfd holding a magic, the pid and the serial) that
+ * imports in the same process only. */
+
+#define MC_HANDLE_TAG (1ull << 62)
+#define MC_EXPORT_MAGIC 0x4252444d43415354ull /* "BRDMCAST" */
+#define MC_GRAN_MIN ((size_t)4096)
+#define MC_GRAN_REC ((size_t)65536)
+
+typedef struct mc_bind {
+  struct mc_bind *next;
+  int device;
+  size_t mc_off, size;
+  char *uc;      /* the member's memory: borrowed (BindAddr) or own's */
+  struct alloc *own; /* BindMem: a mapping of the handle's memory, owned */
+} mc_bind_t;
+
+/* A physical allocation (cuMemCreate, or an import of one): a memfd. */
+typedef struct phys {
+  struct phys *next;
+  unsigned long long serial;
+  int fd;        /* owned */
+  size_t size;
+  int device;    /* where it was created; -1: imported */
+  int refs;      /* handles and mappings */
+} phys_t;
+
+typedef struct vmm_map {
+  struct vmm_map *next;
+  struct alloc *a;  /* its entry in the memory table (MEM_VMM), owned */
+  phys_t *phys;     /* a reference */
+} vmm_map_t;
+
+typedef struct mc_obj {
+  struct mc_obj *next;
+  unsigned long long serial;
+  unsigned ndev;   /* prop.numDevices */
+  size_t size;     /* prop.size, rounded up to the minimum granularity */
+  uint32_t added;  /* bit d: device d was added */
+  int refs;        /* handles (create, imports) and mappings */
+  mc_bind_t *binds; /* owned */
+} mc_obj_t;
+
+typedef struct va_res {
+  struct va_res *next;
+  char *base;
+  size_t size;
+} va_res_t;
+
+typedef struct mc_map {
+  struct mc_map *next;
+  char *va;
+  size_t size;
+  mc_obj_t *obj; /* a reference */
+} mc_map_t;
+
+/* What an exported handle's memfd holds. */
+typedef struct mc_export {
+  uint64_t magic;
+  int64_t pid;
+  uint64_t serial;
+} mc_export_t;
+
+static struct {
+  mc_obj_t *objs;
+  va_res_t *res;
+  mc_map_t *maps;
+  phys_t *phys;
+  vmm_map_t *vmaps;
+  unsigned long long next_serial;
+} M; /* guarded by S.lock */
+
+#define PHYS_HANDLE_TAG (1ull << 61)
+
+static phys_t *phys_find(CUmemGenericAllocationHandle h) {
+  if ((h & PHYS_HANDLE_TAG) == 0) return NULL;
+  for (phys_t *p = M.phys; p != NULL; p = p->next)
+    if ((p->serial | PHYS_HANDLE_TAG) == h) return p;
+  return NULL;
+}
+
+static void phys_unref(phys_t *p) {
+  if (--p->refs > 0) return;
+  phys_t **pp = &M.phys;
+  while (*pp != p) pp = &(*pp)->next;
+  *pp = p->next;
+  close(p->fd);
+  free(p);
+}
+
+/* Maps [off, off + size) of p's memfd at va (MAP_FIXED when va is not
+ * NULL) and enters it in the memory table as MEM_VMM of device dev. */
+static alloc_t *phys_map_locked(phys_t *p, char *va, size_t off, size_t size, int dev) {
+  alloc_t *a = calloc(1, sizeof(*a));
+  if (a == NULL) return NULL;
+  char *m = mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | (va != NULL ? MAP_FIXED : 0),
+                 p->fd, (off_t)off);
+  if (m == MAP_FAILED) {
+    free(a);
+    return NULL;
+  }
+  a->base = m;
+  a->size = a->map_size = size;
+  a->kind = MEM_VMM;
+  a->device = dev;
+  a->fd = -1;
+  a->serial = p->serial;
+  a->next = S.allocs;
+  S.allocs = a;
+  return a;
+}
+
+/* Takes a phys_map_locked mapping out of the table; a reserved range
+ * (reserved != 0) goes back to address space the CPU cannot touch. */
+static void phys_unmap_locked(alloc_t *a, int reserved) {
+  alloc_unlink(a);
+  if (reserved)
+    mmap(a->base, a->map_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+         -1, 0);
+  else
+    munmap(a->base, a->map_size);
+  free(a);
+}
+
+static void mc_bind_free(mc_bind_t *b) {
+  if (b->own != NULL) phys_unmap_locked(b->own, 0);
+  free(b);
+}
+
+/* Whether BRAID_CUDASIM_MC_FAIL (a comma-separated list of step[:device],
+ * the steps create, add and bind) makes `step` fail on `device`. Read at
+ * every call, so a test can change it between steps. */
+static int mc_fail(const char *step, int device) {
+  const char *v = getenv("BRAID_CUDASIM_MC_FAIL");
+  size_t n = strlen(step);
+  while (v != NULL && *v != '\0') {
+    if (strncmp(v, step, n) == 0 && (v[n] == '\0' || v[n] == ',' || v[n] == ':')) {
+      if (v[n] != ':') return 1;
+      if (device >= 0 && atoi(v + n + 1) == device) return 1;
+    }
+    v = strchr(v, ',');
+    if (v != NULL) v++;
+  }
+  return 0;
+}
+
+static int mc_supported(void) { return env_int("BRAID_CUDASIM_MULTICAST", 1) != 0; }
+
+static mc_obj_t *mc_obj_find(CUmemGenericAllocationHandle h) {
+  if ((h & MC_HANDLE_TAG) == 0) return NULL;
+  for (mc_obj_t *o = M.objs; o != NULL; o = o->next)
+    if ((o->serial | MC_HANDLE_TAG) == h) return o;
+  return NULL;
+}
+
+static void mc_obj_unref(mc_obj_t *o) {
+  if (--o->refs > 0) return;
+  mc_obj_t **pp = &M.objs;
+  while (*pp != o) pp = &(*pp)->next;
+  *pp = o->next;
+  while (o->binds != NULL) {
+    mc_bind_t *b = o->binds;
+    o->binds = b->next;
+    mc_bind_free(b);
+  }
+  free(o);
+  __atomic_add_fetch(&brd_cudasim_mem_gen, 1, __ATOMIC_RELEASE);
+}
+
+static CUresult sim_get_error_string(CUresult r, const char **s) {
+  if (s == NULL) return CUDA_ERROR_INVALID_VALUE;
+  switch (r) {
+  case CUDA_SUCCESS: *s = "no error"; break;
+  case CUDA_ERROR_INVALID_VALUE: *s = "invalid argument"; break;
+  case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; break;
+  case CUDA_ERROR_NO_DEVICE: *s = "no CUDA-capable device is detected"; break;
+  case CUDA_ERROR_INVALID_DEVICE: *s = "invalid device ordinal"; break;
+  case CUDA_ERROR_INVALID_HANDLE: *s = "invalid resource handle"; break;
+  case CUDA_ERROR_NOT_FOUND: *s = "named symbol not found"; break;
+  case CUDA_ERROR_ILLEGAL_STATE:
+    *s = "the operation cannot be performed in the present state";
+    break;
+  case CUDA_ERROR_NOT_SUPPORTED: *s = "operation not supported"; break;
+  case CUDA_ERROR_SYSTEM_NOT_READY: *s = "system not yet initialized"; break;
+  case CUDA_ERROR_TIMEOUT: *s = "the wait operation has timed out"; break;
+  default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_device_get(CUdevice *d, int ordinal) {
+  if (d == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (dev_check(ordinal) != cudaSuccess) return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+
+/* Multicast support is BRAID_CUDASIM_MULTICAST (1 by default); any other
+ * attribute is cudaDeviceGetAttribute's of the same number (the driver's
+ * and the runtime's numbering agree on those it models). */
+static CUresult sim_device_get_attribute(int *v, CUdevice_attribute attr, CUdevice d) {
+  if (v == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (dev_check(d) != cudaSuccess) return CUDA_ERROR_INVALID_DEVICE;
+  if (attr == CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED) {
+    *v = mc_supported();
+    return CUDA_SUCCESS;
+  }
+  cudaError_t saved = tl_error;
+  cudaError_t e = cudaDeviceGetAttribute(v, (enum cudaDeviceAttr)attr, d);
+  tl_error = saved;
+  return e == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult sim_mc_get_granularity(size_t *g, const CUmulticastObjectProp *prop,
+                                       CUmulticastGranularity_flags opt) {
+  if (g == NULL || prop == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (!mc_supported()) return CUDA_ERROR_NOT_SUPPORTED;
+  *g = opt == CU_MULTICAST_GRANULARITY_RECOMMENDED ? MC_GRAN_REC : MC_GRAN_MIN;
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_mc_create(CUmemGenericAllocationHandle *h,
+                              const CUmulticastObjectProp *prop) {
+  if (h == NULL || prop == NULL || prop->numDevices == 0 || prop->size == 0 ||
+      prop->flags != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!mc_supported()) return CUDA_ERROR_NOT_SUPPORTED;
+  /* FABRIC handles need IMEX, which is not modelled. */
+  if (prop->handleTypes & ~(unsigned long long)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if (mc_fail("create", -1)) return CUDA_ERROR_NOT_SUPPORTED;
+  lock();
+  init_locked();
+  CUresult r = CUDA_SUCCESS;
+  mc_obj_t *o = NULL;
+  if (prop->numDevices > (unsigned)S.ndev) r = CUDA_ERROR_INVALID_VALUE;
+  else if ((o = calloc(1, sizeof(*o))) == NULL) r = CUDA_ERROR_OUT_OF_MEMORY;
+  if (r == CUDA_SUCCESS) {
+    o->serial = ++M.next_serial;
+    o->ndev = prop->numDevices;
+    o->size = (prop->size + MC_GRAN_MIN - 1) / MC_GRAN_MIN * MC_GRAN_MIN;
+    o->refs = 1;
+    o->next = M.objs;
+    M.objs = o;
+    *h = o->serial | MC_HANDLE_TAG;
+  }
+  unlock();
+  return r;
+}
+
+static CUresult sim_mc_add_device(CUmemGenericAllocationHandle h, CUdevice d) {
+  if (dev_check(d) != cudaSuccess) return CUDA_ERROR_INVALID_DEVICE;
+  if (mc_fail("add", d)) return CUDA_ERROR_ILLEGAL_STATE;
+  lock();
+  mc_obj_t *o = mc_obj_find(h);
+  CUresult r = CUDA_SUCCESS;
+  if (o == NULL) r = CUDA_ERROR_INVALID_HANDLE;
+  else if ((o->added >> d) & 1u) r = CUDA_ERROR_INVALID_VALUE; /* one member per device */
+  else if ((unsigned)__builtin_popcount(o->added) >= o->ndev) r = CUDA_ERROR_INVALID_VALUE;
+  else if (o->binds != NULL) r = CUDA_ERROR_ILLEGAL_STATE; /* adds precede binds */
+  else o->added |= 1u << d;
+  unlock();
+  return r;
+}
+
+/* Records a bind of `size` bytes at mc_off for `device` (S.lock held; its
+ * checks passed), after waiting, as CUDA does, until all numDevices
+ * devices are added (BRAID_CUDASIM_TIMEOUT, then CUDA_ERROR_TIMEOUT with
+ * a line on stderr). Exactly one of uc (borrowed) and p (mapped here at
+ * mem_off, owned by the bind) gives the member's memory. */
+static CUresult mc_bind_locked(mc_obj_t *o, int device, size_t mc_off, size_t size, char *uc,
+                               phys_t *p, size_t mem_off, const char *what) {
+  CUresult r = CUDA_SUCCESS;
+  if (!((o->added >> device) & 1u)) r = CUDA_ERROR_INVALID_DEVICE;
+  else if (mc_off + size > o->size) r = CUDA_ERROR_INVALID_VALUE;
+  else if (mc_fail("bind", device)) r = CUDA_ERROR_SYSTEM_NOT_READY;
+  for (mc_bind_t *b = r == CUDA_SUCCESS ? o->binds : NULL; b != NULL; b = b->next)
+    if (b->device == device && mc_off < b->mc_off + b->size && b->mc_off < mc_off + size)
+      r = CUDA_ERROR_INVALID_VALUE;
+  unsigned long long serial = o->serial, pserial = p != NULL ? p->serial : 0;
+  struct timespec dl = deadline_in(S.timeout_s);
+  while (r == CUDA_SUCCESS && (unsigned)__builtin_popcount(o->added) < o->ndev) {
+    unlock();
+    struct timespec now, nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+    clock_gettime(CLOCK_REALTIME, &now);
+    lock();
+    if ((o = mc_obj_find(serial | MC_HANDLE_TAG)) == NULL ||
+        (p != NULL && (p = phys_find(pserial | PHYS_HANDLE_TAG)) == NULL)) {
+      r = CUDA_ERROR_INVALID_HANDLE;
+    } else if (now.tv_sec > dl.tv_sec || (now.tv_sec == dl.tv_sec && now.tv_nsec > dl.tv_nsec)) {
+      fprintf(stderr, "cudasim: %s on device %d waited %.0f s for %u devices to join the "
+              "multicast object (%d have); giving up\n", what, device, S.timeout_s, o->ndev,
+              __builtin_popcount(o->added));
+      r = CUDA_ERROR_TIMEOUT;
+    }
+  }
+  mc_bind_t *b = NULL;
+  if (r == CUDA_SUCCESS && (b = calloc(1, sizeof(*b))) == NULL) r = CUDA_ERROR_OUT_OF_MEMORY;
+  if (r == CUDA_SUCCESS && p != NULL) {
+    b->own = phys_map_locked(p, NULL, mem_off, size, device);
+    if (b->own == NULL) r = CUDA_ERROR_OUT_OF_MEMORY;
+    else uc = b->own->base;
+  }
+  if (r == CUDA_SUCCESS) {
+    b->device = device;
+    b->mc_off = mc_off;
+    b->size = size;
+    b->uc = uc;
+    b->next = o->binds;
+    o->binds = b;
+  } else {
+    free(b);
+  }
+  return r;
+}
+
+/* cuMulticastBindAddr: [ptr, +size) of one device allocation (cudaMalloc
+ * or a cuMemMap), at mc_off, for the allocation's device, which must have
+ * been added. */
+static CUresult sim_mc_bind_addr(CUmemGenericAllocationHandle h, size_t mc_off,
+                                 CUdeviceptr ptr, size_t size, unsigned long long flags) {
+  char *p = (char *)(uintptr_t)ptr;
+  if (flags != 0 || size == 0 || size % MC_GRAN_MIN != 0 || mc_off % MC_GRAN_MIN != 0 ||
+      (uintptr_t)p % MC_GRAN_MIN != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  lock();
+  init_locked();
+  CUresult r = CUDA_SUCCESS;
+  alloc_t *a = alloc_find(p);
+  mc_obj_t *o = mc_obj_find(h);
+  if (a == NULL || (a->kind != MEM_DEVICE && a->kind != MEM_VMM) ||
+      p + size > a->base + a->size)
+    r = CUDA_ERROR_INVALID_VALUE;
+  else if (o == NULL) r = CUDA_ERROR_INVALID_HANDLE;
+  else r = mc_bind_locked(o, a->device, mc_off, size, p, NULL, 0, "cuMulticastBindAddr");
+  unlock();
+  return r;
+}
+
+/* cuMulticastBindMem: [mem_off, +size) of a cuMemCreate allocation of an
+ * added device (BRAID_CUDASIM_CUMEM=1; no handle exists otherwise). */
+static CUresult sim_mc_bind_mem(CUmemGenericAllocationHandle h, size_t mc_off,
+                                CUmemGenericAllocationHandle mem, size_t mem_off, size_t size,
+                                unsigned long long flags) {
+  if (flags != 0 || size == 0 || size % MC_GRAN_MIN != 0 || mc_off % MC_GRAN_MIN != 0 ||
+      mem_off % MC_GRAN_MIN != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  lock();
+  init_locked();
+  CUresult r = CUDA_SUCCESS;
+  mc_obj_t *o = mc_obj_find(h);
+  phys_t *p = phys_find(mem);
+  if (o == NULL || p == NULL) r = CUDA_ERROR_INVALID_HANDLE;
+  else if (p->device < 0) r = CUDA_ERROR_INVALID_DEVICE; /* only the creator binds it */
+  else if (mem_off + size > p->size) r = CUDA_ERROR_INVALID_VALUE;
+  else r = mc_bind_locked(o, p->device, mc_off, size, NULL, p, mem_off, "cuMulticastBindMem");
+  unlock();
+  return r;
+}
+
+static CUresult sim_mc_unbind(CUmemGenericAllocationHandle h, CUdevice d, size_t mc_off,
+                              size_t size) {
+  lock();
+  mc_obj_t *o = mc_obj_find(h);
+  CUresult r = o == NULL ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+  for (mc_bind_t **pp = o != NULL ? &o->binds : NULL; pp != NULL && *pp != NULL;
+       pp = &(*pp)->next) {
+    mc_bind_t *b = *pp;
+    if (b->device != d || b->mc_off != mc_off || b->size != size) continue;
+    *pp = b->next;
+    mc_bind_free(b);
+    __atomic_add_fetch(&brd_cudasim_mem_gen, 1, __ATOMIC_RELEASE);
+    r = CUDA_SUCCESS;
+    break;
+  }
+  unlock();
+  return r;
+}
+
+static CUresult sim_mem_address_reserve(CUdeviceptr *ptr, size_t size, size_t align,
+                                        CUdeviceptr addr, unsigned long long flags) {
+  (void)addr; /* a hint */
+  if (ptr == NULL || size == 0 || size % MC_GRAN_MIN != 0 || flags != 0 ||
+      (align & (align - 1)) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (align < MC_GRAN_MIN) align = MC_GRAN_MIN;
+  va_res_t *v = calloc(1, sizeof(*v));
+  if (v == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  char *m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (m == MAP_FAILED) {
+    free(v);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  char *base = (char *)(((uintptr_t)m + align - 1) & ~(uintptr_t)(align - 1));
+  if (base > m) munmap(m, (size_t)(base - m));
+  if (base + size < m + size + align) munmap(base + size, (size_t)(m + size + align - (base + size)));
+  v->base = base;
+  v->size = size;
+  lock();
+  v->next = M.res;
+  M.res = v;
+  unlock();
+  *ptr = (CUdeviceptr)(uintptr_t)base;
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_mem_address_free(CUdeviceptr ptr, size_t size) {
+  char *p = (char *)(uintptr_t)ptr;
+  lock();
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  va_res_t **pp = &M.res;
+  while (*pp != NULL && ((*pp)->base != p || (*pp)->size != size)) pp = &(*pp)->next;
+  va_res_t *v = *pp;
+  int mapped = 0;
+  for (mc_map_t *m = M.maps; v != NULL && m != NULL; m = m->next)
+    if (m->va >= v->base && m->va < v->base + v->size) mapped = 1;
+  for (vmm_map_t *m = M.vmaps; v != NULL && m != NULL; m = m->next)
+    if (m->a->base >= v->base && m->a->base < v->base + v->size) mapped = 1;
+  if (v != NULL && !mapped) {
+    *pp = v->next;
+    munmap(v->base, v->size);
+    free(v);
+    r = CUDA_SUCCESS;
+  }
+  unlock();
+  return r;
+}
+
+/* Whether [p, p + size) is free address space of one reservation. */
+static int va_free_locked(const char *p, size_t size) {
+  va_res_t *v = M.res;
+  while (v != NULL && !(p >= v->base && p + size <= v->base + v->size)) v = v->next;
+  if (v == NULL) return 0;
+  for (mc_map_t *x = M.maps; x != NULL; x = x->next)
+    if (p < x->va + x->size && x->va < p + size) return 0;
+  for (vmm_map_t *x = M.vmaps; x != NULL; x = x->next)
+    if (p < x->a->base + x->a->size && x->a->base < p + size) return 0;
+  return 1;
+}
+
+/* cuMemMap into a reserved range: of a multicast handle (offset 0, as CUDA
+ * requires) or of a cuMemCreate allocation (memory a kernel may touch,
+ * shared with every other mapping of it). */
+static CUresult sim_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
+                            CUmemGenericAllocationHandle h, unsigned long long flags) {
+  char *p = (char *)(uintptr_t)ptr;
+  if (size == 0 || size % MC_GRAN_MIN != 0 || offset % MC_GRAN_MIN != 0 || flags != 0 ||
+      (uintptr_t)p % MC_GRAN_MIN != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  lock();
+  CUresult r = CUDA_SUCCESS;
+  mc_obj_t *o = mc_obj_find(h);
+  phys_t *ph = phys_find(h);
+  if (o == NULL && ph == NULL) r = CUDA_ERROR_INVALID_HANDLE;
+  else if (o != NULL && (offset != 0 || size > o->size)) r = CUDA_ERROR_INVALID_VALUE;
+  else if (ph != NULL && offset + size > ph->size) r = CUDA_ERROR_INVALID_VALUE;
+  else if (!va_free_locked(p, size)) r = CUDA_ERROR_INVALID_VALUE;
+  if (r == CUDA_SUCCESS && o != NULL) {
+    mc_map_t *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+      r = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+      m->va = p;
+      m->size = size;
+      m->obj = o;
+      o->refs++;
+      m->next = M.maps;
+      M.maps = m;
+    }
+  } else if (r == CUDA_SUCCESS) {
+    vmm_map_t *m = calloc(1, sizeof(*m));
+    alloc_t *a = m != NULL ? phys_map_locked(ph, p, offset, size,
+                                             ph->device >= 0 ? ph->device : tl_device)
+                           : NULL;
+    if (a == NULL) {
+      free(m);
+      r = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+      m->a = a;
+      m->phys = ph;
+      ph->refs++;
+      m->next = M.vmaps;
+      M.vmaps = m;
+    }
+  }
+  unlock();
+  return r;
+}
+
+static CUresult sim_mem_unmap(CUdeviceptr ptr, size_t size) {
+  char *p = (char *)(uintptr_t)ptr;
+  lock();
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  for (mc_map_t **pp = &M.maps; *pp != NULL; pp = &(*pp)->next) {
+    mc_map_t *m = *pp;
+    if (m->va != p || m->size != size) continue;
+    *pp = m->next;
+    mc_obj_unref(m->obj);
+    free(m);
+    __atomic_add_fetch(&brd_cudasim_mem_gen, 1, __ATOMIC_RELEASE);
+    r = CUDA_SUCCESS;
+    break;
+  }
+  for (vmm_map_t **pp = &M.vmaps; r != CUDA_SUCCESS && *pp != NULL; pp = &(*pp)->next) {
+    vmm_map_t *m = *pp;
+    if (m->a->base != p || m->a->size != size) continue;
+    *pp = m->next;
+    phys_unmap_locked(m->a, 1);
+    phys_unref(m->phys);
+    free(m);
+    r = CUDA_SUCCESS;
+    break;
+  }
+  unlock();
+  return r;
+}
+
+static CUresult sim_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                   size_t count) {
+  char *p = (char *)(uintptr_t)ptr;
+  if (desc == NULL || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; i++)
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        dev_check(desc[i].location.id) != cudaSuccess)
+      return CUDA_ERROR_INVALID_DEVICE;
+  lock();
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  for (mc_map_t *m = M.maps; m != NULL; m = m->next)
+    if (p >= m->va && p + size <= m->va + m->size) r = CUDA_SUCCESS;
+  unlock();
+  return r;
+}
+
+static CUresult sim_mem_release(CUmemGenericAllocationHandle h) {
+  lock();
+  mc_obj_t *o = mc_obj_find(h);
+  phys_t *p = phys_find(h);
+  if (o != NULL) mc_obj_unref(o);
+  if (p != NULL) phys_unref(p);
+  unlock();
+  return o != NULL || p != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* cuMemGetAllocationGranularity (BRAID_CUDASIM_CUMEM=1): pinned device
+ * memory of a simulated device, 4 KiB minimum, 64 KiB recommended. */
+static CUresult sim_mem_get_granularity(size_t *g, const CUmemAllocationProp *prop,
+                                        CUmemAllocationGranularity_flags opt) {
+  if (g == NULL || prop == NULL || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (dev_check(prop->location.id) != cudaSuccess) return CUDA_ERROR_INVALID_DEVICE;
+  *g = opt == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED ? MC_GRAN_REC : MC_GRAN_MIN;
+  return CUDA_SUCCESS;
+}
+
+/* cuMemCreate (BRAID_CUDASIM_CUMEM=1): a memfd of `size` bytes for a
+ * device, POSIX-fd shareable. Its memory is zero (unlike cudaMalloc's
+ * poison) until written. */
+static CUresult sim_mem_create(CUmemGenericAllocationHandle *h, size_t size,
+                               const CUmemAllocationProp *prop, unsigned long long flags) {
+  if (h == NULL || prop == NULL || size == 0 || size % MC_GRAN_MIN != 0 || flags != 0 ||
+      prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (dev_check(prop->location.id) != cudaSuccess) return CUDA_ERROR_INVALID_DEVICE;
+  if (prop->requestedHandleTypes & ~(unsigned long long)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  phys_t *p = calloc(1, sizeof(*p));
+  if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  p->fd = memfd_create("braid-cudasim-vmm", MFD_CLOEXEC);
+  if (p->fd < 0 || ftruncate(p->fd, (off_t)size) != 0) {
+    if (p->fd >= 0) close(p->fd);
+    free(p);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  p->size = size;
+  p->device = prop->location.id;
+  p->refs = 1;
+  lock();
+  p->serial = ++M.next_serial;
+  p->next = M.phys;
+  M.phys = p;
+  *h = p->serial | PHYS_HANDLE_TAG;
+  unlock();
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_mem_export(void *out, CUmemGenericAllocationHandle h,
+                               CUmemAllocationHandleType type, unsigned long long flags) {
+  if (out == NULL || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  lock();
+  mc_obj_t *o = mc_obj_find(h);
+  phys_t *p = phys_find(h);
+  int pfd = p != NULL ? fcntl(p->fd, F_DUPFD_CLOEXEC, 0) : -1;
+  mc_export_t rec = {MC_EXPORT_MAGIC, (int64_t)getpid(), o != NULL ? o->serial : 0};
+  unlock();
+  if (p != NULL) {
+    /* A physical allocation exports as its memfd, which another process
+     * can receive (SCM_RIGHTS) and import. */
+    if (pfd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    *(int *)out = pfd;
+    return CUDA_SUCCESS;
+  }
+  if (o == NULL) return CUDA_ERROR_INVALID_HANDLE;
+  int fd = memfd_create("braid-cudasim-mc", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (pwrite(fd, &rec, sizeof(rec), 0) != (ssize_t)sizeof(rec)) {
+    close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *(int *)out = fd;
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_mem_import(CUmemGenericAllocationHandle *h, void *os,
+                               CUmemAllocationHandleType type) {
+  if (h == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  mc_export_t rec;
+  int fd = (int)(intptr_t)os;
+  /* A physical allocation's memfd, by its name: a new handle to it. */
+  char link[64], name[128];
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  ssize_t nl = readlink(link, name, sizeof(name) - 1);
+  name[nl > 0 ? nl : 0] = '\0';
+  if (strstr(name, "braid-cudasim-vmm") != NULL) {
+    struct stat sb;
+    phys_t *p = calloc(1, sizeof(*p));
+    if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+    p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (p->fd < 0 || fstat(p->fd, &sb) != 0) {
+      if (p->fd >= 0) close(p->fd);
+      free(p);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    p->size = (size_t)sb.st_size;
+    p->device = -1;
+    p->refs = 1;
+    lock();
+    p->serial = ++M.next_serial;
+    p->next = M.phys;
+    M.phys = p;
+    *h = p->serial | PHYS_HANDLE_TAG;
+    unlock();
+    return CUDA_SUCCESS;
+  }
+  if (pread(fd, &rec, sizeof(rec), 0) != (ssize_t)sizeof(rec) || rec.magic != MC_EXPORT_MAGIC)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (rec.pid != (int64_t)getpid()) {
+    fprintf(stderr, "cudasim: a multicast handle of process %lld imported in process %lld: "
+            "multicast objects are modelled within one process only\n",
+            (long long)rec.pid, (long long)getpid());
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  lock();
+  mc_obj_t *o = mc_obj_find(rec.serial | MC_HANDLE_TAG);
+  if (o != NULL) {
+    o->refs++;
+    *h = o->serial | MC_HANDLE_TAG;
+  }
+  unlock();
+  return o != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* See cudasim.h. */
+int brd_cudasim_mc_find(const void *p, size_t bytes, brd_cudasim_mc_t *out) {
+  const char *c = p;
+  int ok = 0;
+  memset(out, 0, sizeof(*out));
+  lock();
+  out->gen = __atomic_load_n(&brd_cudasim_mem_gen, __ATOMIC_ACQUIRE);
+  mc_map_t *m = M.maps;
+  while (m != NULL && !(c >= m->va && c + bytes <= m->va + m->size)) m = m->next;
+  mc_obj_t *o = m != NULL ? m->obj : NULL;
+  if (o != NULL && (unsigned)__builtin_popcount(o->added) == o->ndev) {
+    size_t off = (size_t)(c - m->va), lo = 0, hi = m->size;
+    ok = 1;
+    for (int d = 0; ok && d < MAX_DEVICES; d++) {
+      if (!((o->added >> d) & 1u)) continue;
+      mc_bind_t *b = o->binds;
+      while (b != NULL && !(b->device == d && off >= b->mc_off && off + bytes <= b->mc_off + b->size))
+        b = b->next;
+      alloc_t *a = b != NULL ? alloc_find(b->uc) : NULL;
+      if (a == NULL || b->uc + b->size > a->base + a->size) {
+        ok = 0; /* unbound, or its memory was freed */
+        break;
+      }
+      if (b->mc_off > lo) lo = b->mc_off;
+      if (b->mc_off + b->size < hi) hi = b->mc_off + b->size;
+      out->uc[out->n++] = b->uc - b->mc_off; /* + offset below */
+    }
+    if (ok) {
+      out->base = m->va + lo;
+      out->size = hi - lo;
+      for (int i = 0; i < out->n; i++) out->uc[i] += lo;
+    }
+  }
+  unlock();
+  if (!ok) out->n = 0;
+  return ok;
+}
+
 /* cuMemGetAddressRange (v2): the device allocation holding dptr. */
 static CUresult sim_mem_get_address_range(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
   lock();
   alloc_t *a = alloc_find((const void *)(uintptr_t)dptr);
-  CUresult r = a != NULL && (a->kind == MEM_DEVICE || a->kind == MEM_MANAGED || a->kind == MEM_IPC)
+  CUresult r = a != NULL && (a->kind == MEM_DEVICE || a->kind == MEM_MANAGED ||
+                            a->kind == MEM_IPC || a->kind == MEM_VMM)
                    ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
   if (r == CUDA_SUCCESS) {
     if (pbase != NULL) *pbase = (CUdeviceptr)(uintptr_t)a->base;
@@ -1277,6 +2003,34 @@ static CUresult sim_mem_get_address_range(CUdeviceptr *pbase, size_t *psize, CUd
   return r;
 }
 
+#define DRV_FN(name, fn) {name, (void (*)(void))(fn)}
+static const struct {
+  const char *name;
+  void (*fn)(void);
+} drv_fns[] = {
+    DRV_FN("cuGetErrorString", sim_get_error_string),
+    DRV_FN("cuDeviceGet", sim_device_get),
+    DRV_FN("cuDeviceGetAttribute", sim_device_get_attribute),
+    DRV_FN("cuMemGetAddressRange", sim_mem_get_address_range),
+    DRV_FN("cuMulticastGetGranularity", sim_mc_get_granularity),
+    DRV_FN("cuMulticastCreate", sim_mc_create),
+    DRV_FN("cuMulticastAddDevice", sim_mc_add_device),
+    DRV_FN("cuMulticastBindAddr", sim_mc_bind_addr),
+    DRV_FN("cuMulticastBindMem", sim_mc_bind_mem),
+    DRV_FN("cuMulticastUnbind", sim_mc_unbind),
+    DRV_FN("cuMemAddressReserve", sim_mem_address_reserve),
+    DRV_FN("cuMemAddressFree", sim_mem_address_free),
+    DRV_FN("cuMemMap", sim_mem_map),
+    DRV_FN("cuMemUnmap", sim_mem_unmap),
+    DRV_FN("cuMemSetAccess", sim_mem_set_access),
+    DRV_FN("cuMemRelease", sim_mem_release),
+    DRV_FN("cuMemExportToShareableHandle", sim_mem_export),
+    DRV_FN("cuMemImportFromShareableHandle", sim_mem_import),
+    /* Served only with BRAID_CUDASIM_CUMEM=1 (see cudaGetDriverEntryPointByVersion). */
+    DRV_FN("cuMemCreate", sim_mem_create),
+    DRV_FN("cuMemGetAllocationGranularity", sim_mem_get_granularity),
+};
+
 cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
                                              unsigned int cudaVersion,
                                              unsigned long long flags,
@@ -1285,11 +2039,15 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
   (void)flags;
   if (symbol == NULL || funcPtr == NULL) return ret(cudaErrorInvalidValue);
   *funcPtr = NULL;
-  /* The one driver function modelled: no cuMem, so the library takes its
-   * CUDA IPC paths. */
-  if (strcmp(symbol, "cuMemGetAddressRange") == 0) {
-    CUresult (*fn)(CUdeviceptr *, size_t *, CUdeviceptr) = sim_mem_get_address_range;
-    memcpy(funcPtr, &fn, sizeof(fn));
+  /* cuMem allocations on request only: with them the library's cuMem table
+   * resolves and P2P memory takes its cuMem path. */
+  int cumem = env_int("BRAID_CUDASIM_CUMEM", 0) != 0;
+  for (size_t i = 0; i < sizeof(drv_fns) / sizeof(drv_fns[0]); i++) {
+    if (strcmp(symbol, drv_fns[i].name) != 0) continue;
+    if (!cumem && (strcmp(symbol, "cuMemCreate") == 0 ||
+                   strcmp(symbol, "cuMemGetAllocationGranularity") == 0))
+      break;
+    memcpy(funcPtr, &drv_fns[i].fn, sizeof(drv_fns[i].fn));
     if (driverStatus != NULL) *driverStatus = cudaDriverEntryPointSuccess;
     return cudaSuccess;
   }

@@ -3,8 +3,15 @@
  * what the library's CUDA-mode code relies on, checked against facts set
  * up by hand, not against the simulator.
  *
- *   - devices: count, attributes, bus ids both ways, peer access, no driver
- *     entry points (BRAID_CUDASIM_DEVICES=2 is set here);
+ *   - devices: count, attributes, bus ids both ways, peer access, no cuMem
+ *     allocation entry points (BRAID_CUDASIM_DEVICES=2 is set here);
+ *   - multicast objects through the driver entry points: attribute and its
+ *     knob, create/add/bind (waiting for the last add), export/import, a
+ *     mapping resolving to each member's copy in device order, unbind,
+ *     unmap, release, the calls CUDA refuses, BRAID_CUDASIM_MC_FAIL;
+ *   - cuMem allocations with BRAID_CUDASIM_CUMEM=1: created, mapped as
+ *     device memory, exported and imported (the same bytes), bound to a
+ *     multicast object by handle;
  *   - memory: the allocation table (attributes, frees of unknown or freed
  *     pointers refused), registration, the device side of copies;
  *   - stream order: ops of one stream run in order even when an early one
@@ -51,6 +58,7 @@
 
 #include <cmocka.h>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "algos/algos.h"
@@ -148,6 +156,303 @@ static void test_devices(void **state) {
                        cudaSuccess);
   assert_int_equal(q, cudaDriverEntryPointSymbolNotFound);
   assert_null(fn);
+  (void)cudaGetLastError();
+}
+
+/* ---- multicast objects (driver entry points) ------------------------------------- */
+
+/* A driver entry point by name; the test fails when it is missing. */
+static void *drv_fn(const char *name) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  CU(cudaGetDriverEntryPointByVersion(name, &fn, 12010, 0, &q));
+  assert_int_equal(q, cudaDriverEntryPointSuccess);
+  assert_non_null(fn);
+  return fn;
+}
+
+typedef struct {
+  CUresult (*add)(CUmemGenericAllocationHandle, CUdevice);
+  CUmemGenericAllocationHandle mc;
+  int device;
+  CUresult res;
+} mc_adder_t;
+
+static void *mc_add_later(void *p) {
+  mc_adder_t *a = p;
+  struct timespec nap = {0, 50 * 1000000};
+  nanosleep(&nap, NULL);
+  a->res = a->add(a->mc, a->device);
+  return NULL;
+}
+
+/* Two devices' memory joined by one multicast object: the attribute and its
+ * knob, granularity, create/add/bind (which waits for the last add),
+ * export/import, a multicast mapping whose every address resolves to both
+ * members' copies in device order, unbind and unmap taking that away, the
+ * calls CUDA refuses, and BRAID_CUDASIM_MC_FAIL failing each step. */
+static void test_multicast(void **state) {
+  (void)state;
+  CUresult (*get_attr)(int *, CUdevice_attribute, CUdevice) = drv_fn("cuDeviceGetAttribute");
+  CUresult (*gran)(size_t *, const CUmulticastObjectProp *, CUmulticastGranularity_flags) =
+      drv_fn("cuMulticastGetGranularity");
+  CUresult (*create)(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *) =
+      drv_fn("cuMulticastCreate");
+  CUresult (*add)(CUmemGenericAllocationHandle, CUdevice) = drv_fn("cuMulticastAddDevice");
+  CUresult (*bind)(CUmemGenericAllocationHandle, size_t, CUdeviceptr, size_t,
+                   unsigned long long) = drv_fn("cuMulticastBindAddr");
+  CUresult (*bind_mem)(CUmemGenericAllocationHandle, size_t, CUmemGenericAllocationHandle,
+                       size_t, size_t, unsigned long long) = drv_fn("cuMulticastBindMem");
+  CUresult (*unbind)(CUmemGenericAllocationHandle, CUdevice, size_t, size_t) =
+      drv_fn("cuMulticastUnbind");
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+      drv_fn("cuMemAddressReserve");
+  CUresult (*addr_free)(CUdeviceptr, size_t) = drv_fn("cuMemAddressFree");
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long) = drv_fn("cuMemMap");
+  CUresult (*unmap)(CUdeviceptr, size_t) = drv_fn("cuMemUnmap");
+  CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t) =
+      drv_fn("cuMemSetAccess");
+  CUresult (*release)(CUmemGenericAllocationHandle) = drv_fn("cuMemRelease");
+  CUresult (*export_h)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                       unsigned long long) = drv_fn("cuMemExportToShareableHandle");
+  CUresult (*import_h)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType) =
+      drv_fn("cuMemImportFromShareableHandle");
+
+  int v = -1;
+  assert_int_equal(get_attr(&v, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 1), CUDA_SUCCESS);
+  assert_int_equal(v, 1);
+  assert_int_equal(get_attr(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0), CUDA_SUCCESS);
+  assert_int_equal(v, 9);
+  assert_int_equal(get_attr(&v, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 2),
+                   CUDA_ERROR_INVALID_DEVICE);
+
+  const size_t size = 3 * 4096;
+  CUmulticastObjectProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.numDevices = 2;
+  prop.size = size;
+  prop.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t g = 0;
+  assert_int_equal(gran(&g, &prop, CU_MULTICAST_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+  assert_int_equal(g, 4096);
+  assert_int_equal(gran(&g, &prop, CU_MULTICAST_GRANULARITY_RECOMMENDED), CUDA_SUCCESS);
+  assert_true(g >= 4096 && g % 4096 == 0);
+
+  CUmemGenericAllocationHandle mc = 0, mc2 = 0;
+  setenv("BRAID_CUDASIM_MULTICAST", "0", 1);
+  assert_int_equal(get_attr(&v, CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 0), CUDA_SUCCESS);
+  assert_int_equal(v, 0);
+  assert_int_equal(create(&mc, &prop), CUDA_ERROR_NOT_SUPPORTED);
+  unsetenv("BRAID_CUDASIM_MULTICAST");
+  prop.numDevices = 3; /* more than the simulator has */
+  assert_int_equal(create(&mc, &prop), CUDA_ERROR_INVALID_VALUE);
+  prop.numDevices = 2;
+  assert_int_equal(create(&mc, &prop), CUDA_SUCCESS);
+
+  /* Export and import in this process name the same object. */
+  int fd = -1;
+  assert_int_equal(export_h(&fd, mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+  assert_true(fd >= 0);
+  assert_int_equal(import_h(&mc2, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                   CUDA_SUCCESS);
+  close(fd);
+  assert_true(mc2 == mc);
+
+  char *uc[2];
+  for (int d = 0; d < 2; d++) {
+    CU(cudaSetDevice(d));
+    CU(cudaMalloc((void **)&uc[d], size));
+  }
+  CU(cudaSetDevice(0));
+  /* Binding device 0's memory waits until device 1 has joined too. */
+  assert_int_equal(add(mc, 0), CUDA_SUCCESS);
+  assert_int_equal(add(mc, 0), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(bind(mc, 0, (CUdeviceptr)(uintptr_t)uc[1], size, 0), CUDA_ERROR_INVALID_DEVICE);
+  mc_adder_t later = {add, mc, 1, CUDA_ERROR_UNKNOWN};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, mc_add_later, &later), 0);
+  double t0 = now_s();
+  assert_int_equal(bind(mc, 0, (CUdeviceptr)(uintptr_t)uc[0], size, 0), CUDA_SUCCESS);
+  assert_true(now_s() - t0 >= 0.04);
+  pthread_join(th, NULL);
+  assert_int_equal(later.res, CUDA_SUCCESS);
+  assert_int_equal(bind(mc, 0, (CUdeviceptr)(uintptr_t)uc[1] + 1, 4096, 0),
+                   CUDA_ERROR_INVALID_VALUE); /* misaligned */
+  assert_int_equal(bind(mc, 4096, (CUdeviceptr)(uintptr_t)uc[1], size, 0),
+                   CUDA_ERROR_INVALID_VALUE); /* past the object's size */
+  assert_int_equal(bind_mem(mc, 0, 1234, 0, size, 0), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(bind(mc, 0, (CUdeviceptr)(uintptr_t)uc[1], size, 0), CUDA_SUCCESS);
+
+  CUdeviceptr va = 0;
+  assert_int_equal(reserve(&va, size, 0, 0, 0), CUDA_SUCCESS);
+  assert_int_equal(map(va, size, 4096, mc, 0), CUDA_ERROR_INVALID_VALUE); /* offset 0 only */
+  assert_int_equal(map(va, size, 0, 77, 0), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(map(va, size, 0, mc, 0), CUDA_SUCCESS);
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof(acc));
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = 0;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  assert_int_equal(set_access(va, size, &acc, 1), CUDA_SUCCESS);
+
+  /* Every address of the mapping is both members' copies, in device
+   * order; the mapping is not memory a kernel may touch directly. */
+  char *mcp = (char *)(uintptr_t)va;
+  brd_cudasim_mc_t r;
+  assert_int_equal(brd_cudasim_mc_find(mcp + 4100, 16, &r), 1);
+  assert_int_equal(r.n, 2);
+  assert_true(mcp + 4100 >= r.base && mcp + 4116 <= r.base + r.size);
+  assert_ptr_equal(r.uc[0] + (mcp + 4100 - r.base), uc[0] + 4100);
+  assert_ptr_equal(r.uc[1] + (mcp + 4100 - r.base), uc[1] + 4100);
+  assert_int_equal(brd_cudasim_mc_find(mcp + size - 8, 16, &r), 0); /* runs past it */
+  assert_int_equal(brd_cudasim_mc_find(uc[0], 16, &r), 0);
+  assert_int_equal(brd_cudasim_accessible(mcp, 16), 0);
+
+  /* The mapping keeps the object; unbinding a member takes the range. */
+  assert_int_equal(addr_free(va, size), CUDA_ERROR_INVALID_VALUE); /* still mapped */
+  assert_int_equal(unbind(mc, 1, 0, size), CUDA_SUCCESS);
+  assert_int_equal(unbind(mc, 1, 0, size), CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(brd_cudasim_mc_find(mcp, 16, &r), 0);
+  assert_int_equal(unbind(mc, 0, 0, size), CUDA_SUCCESS);
+  assert_int_equal(release(mc), CUDA_SUCCESS);
+  assert_int_equal(release(mc2), CUDA_SUCCESS);
+  assert_int_equal(unmap(va, size), CUDA_SUCCESS); /* the last reference */
+  assert_int_equal(release(mc), CUDA_ERROR_INVALID_HANDLE);
+  assert_int_equal(addr_free(va, size), CUDA_SUCCESS);
+
+  /* Fault injection: each step fails where BRAID_CUDASIM_MC_FAIL says. */
+  setenv("BRAID_CUDASIM_MC_FAIL", "create", 1);
+  assert_int_equal(create(&mc, &prop), CUDA_ERROR_NOT_SUPPORTED);
+  setenv("BRAID_CUDASIM_MC_FAIL", "add:1,bind:0", 1);
+  assert_int_equal(create(&mc, &prop), CUDA_SUCCESS);
+  assert_int_equal(add(mc, 0), CUDA_SUCCESS);
+  assert_int_equal(add(mc, 1), CUDA_ERROR_ILLEGAL_STATE);
+  setenv("BRAID_CUDASIM_MC_FAIL", "bind:0", 1);
+  assert_int_equal(add(mc, 1), CUDA_SUCCESS);
+  assert_int_equal(bind(mc, 0, (CUdeviceptr)(uintptr_t)uc[0], size, 0),
+                   CUDA_ERROR_SYSTEM_NOT_READY);
+  assert_int_equal(bind(mc, 0, (CUdeviceptr)(uintptr_t)uc[1], size, 0), CUDA_SUCCESS);
+  unsetenv("BRAID_CUDASIM_MC_FAIL");
+  assert_int_equal(unbind(mc, 1, 0, size), CUDA_SUCCESS);
+  assert_int_equal(release(mc), CUDA_SUCCESS);
+  for (int d = 0; d < 2; d++) CU(cudaFree(uc[d]));
+  (void)cudaGetLastError();
+}
+
+/* cuMem allocations on request (BRAID_CUDASIM_CUMEM=1): cuMemCreate on two
+ * devices, mapped into a reserved range as device memory, exported and
+ * imported (the import maps the same bytes elsewhere), bound to a
+ * multicast object by handle, whose mapping resolves to those bytes. */
+static void test_cumem(void **state) {
+  (void)state;
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  assert_int_not_equal(cudaGetDriverEntryPointByVersion("cuMemCreate", &fn, 12000, 0, &q),
+                       cudaSuccess);
+  (void)cudaGetLastError();
+  setenv("BRAID_CUDASIM_CUMEM", "1", 1);
+  CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags) =
+      drv_fn("cuMemGetAllocationGranularity");
+  CUresult (*mem_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                         unsigned long long) = drv_fn("cuMemCreate");
+  unsetenv("BRAID_CUDASIM_CUMEM");
+  CUresult (*mc_create)(CUmemGenericAllocationHandle *, const CUmulticastObjectProp *) =
+      drv_fn("cuMulticastCreate");
+  CUresult (*add)(CUmemGenericAllocationHandle, CUdevice) = drv_fn("cuMulticastAddDevice");
+  CUresult (*bind_mem)(CUmemGenericAllocationHandle, size_t, CUmemGenericAllocationHandle,
+                       size_t, size_t, unsigned long long) = drv_fn("cuMulticastBindMem");
+  CUresult (*unbind)(CUmemGenericAllocationHandle, CUdevice, size_t, size_t) =
+      drv_fn("cuMulticastUnbind");
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+      drv_fn("cuMemAddressReserve");
+  CUresult (*addr_free)(CUdeviceptr, size_t) = drv_fn("cuMemAddressFree");
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long) = drv_fn("cuMemMap");
+  CUresult (*unmap)(CUdeviceptr, size_t) = drv_fn("cuMemUnmap");
+  CUresult (*release)(CUmemGenericAllocationHandle) = drv_fn("cuMemRelease");
+  CUresult (*export_h)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                       unsigned long long) = drv_fn("cuMemExportToShareableHandle");
+  CUresult (*import_h)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType) =
+      drv_fn("cuMemImportFromShareableHandle");
+
+  const size_t size = 8192;
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t g = 0;
+  assert_int_equal(gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_SUCCESS);
+  assert_int_equal(size % g, 0);
+  CUmemGenericAllocationHandle ph[2], imp;
+  for (int d = 0; d < 2; d++) {
+    prop.location.id = d;
+    assert_int_equal(mem_create(&ph[d], size, &prop, 0), CUDA_SUCCESS);
+  }
+  CUdeviceptr va, va2;
+  assert_int_equal(reserve(&va, 2 * size, 0, 0, 0), CUDA_SUCCESS);
+  for (int d = 0; d < 2; d++) assert_int_equal(map(va + d * size, size, 0, ph[d], 0), CUDA_SUCCESS);
+  assert_int_equal(map(va, size, 0, ph[1], 0), CUDA_ERROR_INVALID_VALUE); /* taken */
+  char *p = (char *)(uintptr_t)va;
+  struct cudaPointerAttributes at;
+  CU(cudaPointerGetAttributes(&at, p + size + 5));
+  assert_int_equal(at.type, cudaMemoryTypeDevice);
+  assert_int_equal(at.device, 1);
+  unsigned char pat[2 * 8192];
+  for (size_t i = 0; i < sizeof(pat); i++) pat[i] = (unsigned char)(i * 7 + 3);
+  for (int d = 0; d < 2; d++)
+    CU(cudaMemcpy(p + d * size, pat + d * size, size, cudaMemcpyHostToDevice));
+
+  /* The import is the same memory. */
+  int fd = -1;
+  assert_int_equal(export_h(&fd, ph[1], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+  assert_int_equal(import_h(&imp, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                   CUDA_SUCCESS);
+  close(fd);
+  assert_int_equal(reserve(&va2, size, 0, 0, 0), CUDA_SUCCESS);
+  assert_int_equal(map(va2, size, 0, imp, 0), CUDA_SUCCESS);
+  unsigned char back[8192];
+  CU(cudaMemcpy(back, (void *)(uintptr_t)va2, size, cudaMemcpyDeviceToHost));
+  assert_memory_equal(back, pat + size, size);
+
+  /* Bound by handle, the multicast mapping reaches both allocations. */
+  CUmulticastObjectProp mp;
+  memset(&mp, 0, sizeof(mp));
+  mp.numDevices = 2;
+  mp.size = size;
+  mp.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemGenericAllocationHandle mc;
+  CUdeviceptr mva;
+  assert_int_equal(mc_create(&mc, &mp), CUDA_SUCCESS);
+  for (int d = 0; d < 2; d++) assert_int_equal(add(mc, d), CUDA_SUCCESS);
+  assert_int_equal(bind_mem(mc, 0, imp, 0, size, 0), CUDA_ERROR_INVALID_DEVICE);
+  for (int d = 0; d < 2; d++) assert_int_equal(bind_mem(mc, 0, ph[d], 0, size, 0), CUDA_SUCCESS);
+  assert_int_equal(reserve(&mva, size, 0, 0, 0), CUDA_SUCCESS);
+  assert_int_equal(map(mva, size, 0, mc, 0), CUDA_SUCCESS);
+  brd_cudasim_mc_t r;
+  assert_int_equal(brd_cudasim_mc_find((char *)(uintptr_t)mva + 64, 16, &r), 1);
+  assert_int_equal(r.n, 2);
+  for (int d = 0; d < 2; d++) {
+    assert_memory_equal(r.uc[d] + ((char *)(uintptr_t)mva + 64 - r.base), pat + d * size + 64, 16);
+    assert_true(brd_cudasim_accessible(r.uc[d], 16));
+  }
+
+  assert_int_equal(unmap(mva, size), CUDA_SUCCESS);
+  assert_int_equal(addr_free(mva, size), CUDA_SUCCESS);
+  for (int d = 0; d < 2; d++) assert_int_equal(unbind(mc, d, 0, size), CUDA_SUCCESS);
+  assert_int_equal(release(mc), CUDA_SUCCESS);
+  assert_int_equal(unmap(va2, size), CUDA_SUCCESS);
+  assert_int_equal(addr_free(va2, size), CUDA_SUCCESS);
+  assert_int_equal(release(imp), CUDA_SUCCESS);
+  assert_int_equal(addr_free(va, 2 * size), CUDA_ERROR_INVALID_VALUE); /* still mapped */
+  for (int d = 0; d < 2; d++) {
+    assert_int_equal(unmap(va + d * size, size), CUDA_SUCCESS);
+    assert_int_equal(release(ph[d]), CUDA_SUCCESS);
+    assert_int_equal(release(ph[d]), CUDA_ERROR_INVALID_HANDLE);
+  }
+  assert_int_equal(brd_cudasim_accessible(p, 1), 0);
+  assert_int_equal(addr_free(va, 2 * size), CUDA_SUCCESS);
   (void)cudaGetLastError();
 }
 
@@ -750,6 +1055,8 @@ int main(void) {
   setenv("BRAID_CUDASIM_THREADS", "32", 1); /* test_grid: G_RUN */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_devices),
+      cmocka_unit_test(test_multicast),
+      cmocka_unit_test(test_cumem),
       cmocka_unit_test(test_memory),
       cmocka_unit_test(test_stream_order),
       cmocka_unit_test(test_events),
