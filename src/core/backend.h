@@ -48,11 +48,13 @@ typedef struct brd_backend_launch {
 
 /* brd_backend_ops_t.switch_chans. */
 enum {
-  BRD_BACKEND_SWITCH_NONE = 0,     /* no switch channels (CUDA until its
-                                    * multicast mappings exist) */
+  BRD_BACKEND_SWITCH_NONE = 0,     /* no switch channels */
   BRD_BACKEND_SWITCH_EMULATED = 1, /* every member's copy addressed in
                                     * shared memory: only when asked for */
   BRD_BACKEND_SWITCH_NATIVE = 2,   /* multicast hardware: on by default */
+  BRD_BACKEND_SWITCH_OPT_IN = 3,   /* multicast hardware, only when asked for
+                                    * (CUDA until the path has run on NVLS
+                                    * hardware) */
 };
 
 typedef struct brd_backend_ops {
@@ -104,6 +106,12 @@ typedef struct brd_backend_ops {
                                 char **base_out);
   /* Every peer has mapped this rank's window: names may go. */
   void (*window_seal)(struct brd_backend *b);
+  /* Switch channels with BRD_BACKEND_SWITCH_NATIVE or _OPT_IN: maps the sealed window
+   * for them (multicast), collectively with every rank; *on_out 1 when
+   * every rank has the mapping, 0 when none has (NVLS off; the reason at
+   * INFO or WARN). An error only where NCCL_NVLS_ENABLE=1 required it, or
+   * a failure of the exchange itself. NULL: nothing to map. */
+  ncclResult_t (*switch_bind)(struct ncclComm *comm, struct brd_backend *b, int *on_out);
 
   /* Starts a launch of l->calls (b is NULL before the first connection).
    * The launch's end op undoes it whatever this returns. Calling thread. */

@@ -75,10 +75,12 @@
 #include "core/backend.h"
 #include "core/gpu.h"
 #include "core/works.h"
+#include "core/bootstrap.h"
 #include "base/param.h"
 
 #if BRAID_CUDA
 #include "device/exec_cuda.h"
+#include "transport/nvls.h"
 #include "plan/plan.h"
 #include "base/time.h"
 
@@ -127,6 +129,9 @@ struct brd_backend {
   int nretired;
   _Atomic uint64_t dev_bytes;      /* device memory the above own, added where
                                       each is allocated (cuda_mem_bytes) */
+  brd_nvls_t *nvls;                /* owned: the window's multicast mapping
+                                      (switch channels), or NULL */
+  char *mc_base;                   /* the window's first byte through it */
 };
 
 /* One launch's state, in brd_backend_launch_t.priv. */
@@ -265,6 +270,7 @@ static int wait_idle(struct brd_backend *rt) {
 
 /* Frees what the backend holds, assuming no kernel uses it any more. */
 static void rt_free(struct brd_backend *rt) {
+  brd_nvls_destroy(rt->nvls); /* before the memory it binds */
   for (int i = 0; i < rt->nplans; i++) {
     brd_exec_cuda_plan_destroy(rt->plans[i].dev);
     brd_plan_destroy(rt->plans[i].copy);
@@ -735,6 +741,23 @@ static ncclResult_t enqueue_work(struct brd_backend *rt, cuda_launch_t *ctx,
   }
   CHECK(dplan_get(rt, a->plan, p2p, ctx->capturing, &dp));
   for (uint32_t c = 0; c < nch; c++) {
+    if (brd_ir_plan_chan(a->plan, a->rank, (int)c)->type == BRD_IR_CHAN_SWITCH) {
+      /* Through the multicast mapping (exec_cuda.h): this rank's own copy
+       * of scratch and switch semaphores, at the same offsets there. */
+      char *own_scr = a->chans[c].member_scratch[a->rank];
+      char *own_sem = (char *)a->chans[c].member_ssems[a->rank];
+      char *win = rt->self.ptr;
+      memset(&chans[c], 0, sizeof(chans[c]));
+      if (rt->mc_base == NULL) {
+        WARN("rank %d: a plan with a switch channel, but the window has no multicast "
+             "mapping", a->rank);
+        return ncclInternalError;
+      }
+      chans[c].peer_scratch = rt->mc_base + (own_scr - win);
+      chans[c].peer_sems = (uint64_t *)(rt->mc_base + (own_sem - win));
+      chans[c].sems = (uint64_t *)own_sem;
+      continue;
+    }
     chans[c].peer_scratch = a->chans[c].peer_scratch;
     chans[c].peer_output = a->chans[c].peer_output;
     chans[c].peer_input = a->chans[c].peer_input;
@@ -787,6 +810,64 @@ static ncclResult_t enqueue_work(struct brd_backend *rt, cuda_launch_t *ctx,
   }
   if (res != ncclSuccess && res != ncclInvalidArgument)
     rt->failed = res; /* sequence numbers moved here only: ranks disagree now */
+  return res;
+}
+
+/* The bootstrap's allgather over every rank, for nvls.c (every rank of a
+ * communicator with switch channels shares memory with every other). */
+static ncclResult_t nvls_allgather(void *ctx, const void *in, void *out, size_t len) {
+  struct ncclComm *comm = ctx;
+  memcpy((char *)out + (size_t)comm->rank * len, in, len);
+  return brd_boot_allgather(comm->boot, out, len);
+}
+
+/* Switch channels (backend.h switch_bind): the whole window bound to a
+ * multicast object by address (transport/nvls.c), which needs cuMem
+ * windows on every rank: asked first, so that all ranks skip together. */
+static ncclResult_t cuda_switch_bind(struct ncclComm *comm, struct brd_backend *rt,
+                                     int *on_out) {
+  size_t room = 0;
+  int *vmm = calloc((size_t)comm->nranks, sizeof(*vmm));
+  ncclResult_t res = ncclSuccess;
+  *on_out = 0;
+  if (vmm == NULL) {
+    WARN("out of host memory deciding NVLS for %d ranks", comm->nranks);
+    return ncclSystemError;
+  }
+  vmm[comm->rank] = !rt->host_memory && brd_p2p_seg_vmm(&rt->self, &room);
+  CHECK_GOTO(brd_boot_allgather(comm->boot, vmm, sizeof(*vmm)), res, out);
+  for (int r = 0; r < comm->nranks; r++) {
+    if (vmm[r]) continue;
+    INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NVLS, "rank %d: NVLS off: rank %d's window is not "
+         "cuMem memory (CUDA IPC or host memory), which multicast cannot bind", comm->rank, r);
+    if (brd_param_int(BRD_P_NVLS_ENABLE) == 1) {
+      WARN("NCCL_NVLS_ENABLE=1: rank %d's channel window is not cuMem memory, which "
+           "multicast needs; unset NCCL_NVLS_ENABLE or let the P2P transport use cuMem", r);
+      res = ncclInvalidUsage;
+    }
+    goto out;
+  }
+  brd_nvls_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.nranks = comm->nranks;
+  a.rank = comm->rank;
+  a.dev = rt->dev;
+  a.enable = -1;
+  a.allgather = nvls_allgather;
+  a.allgather_ctx = comm;
+  a.bind = BRD_NVLS_BIND_ADDR;
+  a.addr = (uintptr_t)rt->self.ptr;
+  a.addr_room = room;
+  a.size = rt->self.size;
+  a.abort_flag = &comm->abort_flag;
+  brd_nvls_status_t st;
+  CHECK_GOTO(brd_nvls_create(&a, &rt->nvls, &st), res, out);
+  if (rt->nvls != NULL) {
+    rt->mc_base = brd_nvls_mc_ptr(rt->nvls);
+    *on_out = 1;
+  }
+out:
+  free(vmm);
   return res;
 }
 
@@ -1075,6 +1156,7 @@ static void cuda_quiesce(struct brd_backend *rt) { (void)wait_idle(rt); }
   .window_create = cuda_window_create, .window_import = cuda_window_import,              \
   .window_seal = cuda_window_seal, .begin = cuda_begin, .run_local = cuda_run_local,     \
   .order = cuda_order, .run_works = cuda_run_works, .rma_run = cuda_rma_run,            \
+  .switch_bind = cuda_switch_bind,                                                       \
   .end = cuda_end, .poll = cuda_poll,                                                    \
   .abort = cuda_abort, .peer_gone = cuda_peer_gone, .destroy = cuda_destroy,             \
   .reg_export = cuda_reg_export, .reg_import = cuda_reg_import,                          \
@@ -1097,6 +1179,7 @@ const brd_backend_ops_t brd_backend_cuda = {
     .scalar_on_device = 1,
     .reg_needs_p2p = 1,
     .rma_mem = BRD_TRANSPORT_MEM_GPU,
+    .switch_chans = BRD_BACKEND_SWITCH_OPT_IN,
     /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 1 MiB, 8 from 16 MiB. */
     .nb_sizes = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, 0},
     .p2p_round_ops = 48, /* BRD_EXEC_CUDA_INLINE_SEGS: segments ride in the kernel's parameters */

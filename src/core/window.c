@@ -123,8 +123,9 @@ static int nvls_decide(const struct ncclComm *comm, const struct brd_rt *rt) {
   } else if (rt->be->switch_chans == BRD_BACKEND_SWITCH_NONE) {
     snprintf(why, sizeof(why), "the %s backend has no switch channels (multicast) yet",
              rt->be->name);
-  } else if (rt->be->switch_chans == BRD_BACKEND_SWITCH_EMULATED && !asked) {
-    return 0; /* automatic: no switch here */
+  } else if ((rt->be->switch_chans == BRD_BACKEND_SWITCH_EMULATED ||
+              rt->be->switch_chans == BRD_BACKEND_SWITCH_OPT_IN) && !asked) {
+    return 0; /* automatic: no switch here, or not yet trusted */
   } else if (n < 2 || n > BRD_ALGOS_NVLS_MAX_RANKS) {
     snprintf(why, sizeof(why), "%d ranks (NVLS needs 2 to %d)", n, BRD_ALGOS_NVLS_MAX_RANKS);
   } else if (rt->plans.port != NULL) {
@@ -132,8 +133,9 @@ static int nvls_decide(const struct ncclComm *comm, const struct brd_rt *rt) {
              "the network); every rank must reach every other's memory");
   } else {
     INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NVLS, "rank %d: NVLS on: switch channels over %d "
-         "ranks (%s)", comm->rank, n, rt->be->switch_chans == BRD_BACKEND_SWITCH_NATIVE
-                                         ? "multicast" : "emulated in shared memory");
+         "ranks (%s)", comm->rank, n,
+         rt->be->switch_chans == BRD_BACKEND_SWITCH_EMULATED ? "emulated in shared memory"
+                                                             : "multicast, if every rank maps it");
     return 1;
   }
   if (asked || why[0] != '\0')
@@ -376,6 +378,13 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   }
   if (n > 1) CHECK_GOTO(window_exchange(comm, rt), res, fail);
   rt->be->window_seal(rt->bk);
+  if (rt->nvls && rt->be->switch_bind != NULL) {
+    int on = 0;
+    CHECK_GOTO(rt->be->switch_bind(comm, rt->bk, &on), res, fail);
+    if (!on) rt->nvls = rt->topo.nvls = 0;
+    else INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NVLS, "rank %d: NVLS on: the window is mapped "
+              "for multicast", me);
+  }
   rt->ready = 1;
   return ncclSuccess;
 

@@ -657,6 +657,19 @@ void brd_p2p_export_seal(brd_p2p_export_t *ex) {
 }
 
 /* See transport.h. */
+int brd_p2p_seg_vmm(const brd_seg_t *seg, size_t *room_out) {
+  int vmm = 0;
+  pthread_mutex_lock(&mems_lock);
+  p2p_mem_t *m = mem_find_locked(seg->ptr);
+  if (m != NULL && m->mode == MODE_VMM && !m->imported) {
+    vmm = 1;
+    *room_out = m->alloc_size;
+  }
+  pthread_mutex_unlock(&mems_lock);
+  return vmm;
+}
+
+/* See transport.h. */
 ncclResult_t brd_p2p_import_user(const brd_seg_handle_t *h, brd_seg_t *seg_out) {
   p2p_name_t nm;
   int dev;
@@ -728,6 +741,12 @@ ncclResult_t brd_p2p_export(const void *ptr, size_t size, brd_p2p_export_t *ex_o
 
 /* See transport.h. */
 void brd_p2p_export_seal(brd_p2p_export_t *ex) { (void)ex; }
+
+/* See transport.h. */
+int brd_p2p_seg_vmm(const brd_seg_t *seg, size_t *room_out) {
+  (void)seg, (void)room_out;
+  return 0;
+}
 
 /* See transport.h. */
 ncclResult_t brd_p2p_import_user(const brd_seg_handle_t *h, brd_seg_t *seg_out) {

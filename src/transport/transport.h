@@ -192,6 +192,12 @@ ncclResult_t brd_p2p_export(const void *ptr, size_t size, brd_p2p_export_t *ex_o
 /* Stops serving the descriptor (every peer has imported). NULL-safe. */
 void brd_p2p_export_seal(brd_p2p_export_t *ex);
 
+/* Whether a segment this process made with the P2P transport is a cuMem
+ * (VMM) mapping, which multicast can bind by address (nvls.c): 1 with the
+ * bytes mapped from seg->ptr on in *room_out; 0 for CUDA IPC memory or an
+ * unknown segment. Any thread. */
+int brd_p2p_seg_vmm(const brd_seg_t *seg, size_t *room_out);
+
 /* Maps what a peer exported with brd_p2p_export: the allocation starts at
  * seg_out->ptr (add the exporter's offset). Another process's memory is
  * mapped once per process and reference counted; this process's own is
