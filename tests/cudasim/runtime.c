@@ -1490,6 +1490,12 @@ static CUresult sim_device_get_attribute(int *v, CUdevice_attribute attr, CUdevi
     *v = mc_supported();
     return CUDA_SUCCESS;
   }
+  if (attr == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ||
+      attr == CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED) {
+    /* cuMem (POSIX descriptors) exactly when BRAID_CUDASIM_CUMEM serves it. */
+    *v = env_int("BRAID_CUDASIM_CUMEM", 0) != 0;
+    return CUDA_SUCCESS;
+  }
   cudaError_t saved = tl_error;
   cudaError_t e = cudaDeviceGetAttribute(v, (enum cudaDeviceAttr)attr, d);
   tl_error = saved;
@@ -1814,6 +1820,9 @@ static CUresult sim_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAcce
   CUresult r = CUDA_ERROR_INVALID_VALUE;
   for (mc_map_t *m = M.maps; m != NULL; m = m->next)
     if (p >= m->va && p + size <= m->va + m->size) r = CUDA_SUCCESS;
+  /* A cuMemMap of a cuMemCreate allocation (BRAID_CUDASIM_CUMEM=1). */
+  for (vmm_map_t *m = M.vmaps; m != NULL; m = m->next)
+    if (p >= m->a->base && p + size <= m->a->base + m->a->size) r = CUDA_SUCCESS;
   unlock();
   return r;
 }

@@ -1,0 +1,283 @@
+/*
+ * NVLS end to end in CUDA mode on the CUDA simulator, public API only:
+ * ncclCommInitAll over 2 and 4 simulated devices (one rank each), P2P
+ * windows in cuMem memory (BRAID_CUDASIM_CUMEM=1), NVLS asked for
+ * (NCCL_NVLS_ENABLE=1, or NCCL_ALGO naming NVLS), so each communicator's
+ * window is bound to a simulated multicast object through
+ * transport/nvls.c and the NVLS plans run as multimem operations.
+ *
+ *   forced    NCCL_ALGO allows only NVLS for all-reduce, all-gather and
+ *             reduce-scatter: every call below either runs an NVLS plan or
+ *             fails (ncclInvalidUsage), so success proves NVLS ran. Every
+ *             datatype the rule allows with sum (f32, f16, bf16, f64,
+ *             int32, uint64) and min/max on int32/f16, counts 1, 1023 and
+ *             70001 (the low-latency and the pipelined all-reduce), in and
+ *             out of place, checked exactly against tests/common/coll_ref.c.
+ *   failbind  the simulator refuses cuMulticastBindAddr on device 1
+ *             (BRAID_CUDASIM_MC_FAIL=bind:1), NCCL_ALGO allows NVLS then
+ *             ring: every rank turns NVLS off together (nobody hangs in
+ *             the bind) and the calls run on the ring, exact.
+ *   required  the same refusal with NCCL_NVLS_ENABLE=1: the first call
+ *             fails on every rank (the setup is required), none hangs.
+ *
+ * Each configuration runs in a child process (the simulator and Braid
+ * read their environment once per process) under an alarm.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <cuda_runtime_api.h>
+
+#include "coll_ref.h"
+#include "nccl.h"
+
+#define MAXR 4
+
+typedef enum { K_AR, K_AG, K_RS } kind_t;
+static const char *const kind_names[] = {"allreduce", "allgather", "reducescatter"};
+
+/* A failure in a child: print and exit non-zero. */
+#define DIE(...)                                                              \
+  do {                                                                        \
+    fprintf(stderr, __VA_ARGS__);                                             \
+    fprintf(stderr, "\n");                                                    \
+    _exit(1);                                                                 \
+  } while (0)
+
+static void *managed(size_t bytes) {
+  void *p = NULL;
+  if (cudaMallocManaged(&p, bytes ? bytes : 1, cudaMemAttachGlobal) != cudaSuccess)
+    DIE("cudaMallocManaged of %zu bytes failed", bytes);
+  return p;
+}
+
+/* One call of kind k on every rank in one group, checked. Returns the
+ * group's result (the data is checked only on success). */
+static ncclResult_t run_call(ncclComm_t *comms, cudaStream_t *st, int n, kind_t k,
+                             ncclDataType_t dt, ncclRedOp_t op, size_t c, int inplace) {
+  size_t es = ref_dtype_size(dt), nc = (size_t)n * c;
+  char *mem[MAXR], *other[MAXR];
+  const void *send[MAXR];
+  void *recv[MAXR];
+  for (int r = 0; r < n; r++) {
+    mem[r] = managed(nc * es);
+    other[r] = managed(nc * es);
+    switch (k) {
+    case K_AR:
+      ref_fill_input(dt, op, r, mem[r], c);
+      send[r] = mem[r];
+      recv[r] = inplace ? mem[r] : other[r];
+      if (!inplace) ref_poison(dt, other[r], c);
+      break;
+    case K_AG:
+      ref_poison(dt, mem[r], nc);
+      recv[r] = mem[r];
+      send[r] = inplace ? mem[r] + (size_t)r * c * es : other[r];
+      ref_fill_move(dt, r, 0, (void *)send[r], c);
+      break;
+    case K_RS:
+      ref_fill_input(dt, op, r, mem[r], nc);
+      send[r] = mem[r];
+      recv[r] = inplace ? mem[r] + (size_t)r * c * es : other[r];
+      if (!inplace) ref_poison(dt, other[r], c);
+      break;
+    }
+  }
+  ncclResult_t res = ncclGroupStart();
+  for (int r = 0; r < n && res == ncclSuccess; r++) {
+    switch (k) {
+    case K_AR: res = ncclAllReduce(send[r], recv[r], c, dt, op, comms[r], st[r]); break;
+    case K_AG: res = ncclAllGather(send[r], recv[r], c, dt, comms[r], st[r]); break;
+    case K_RS: res = ncclReduceScatter(send[r], recv[r], c, dt, op, comms[r], st[r]); break;
+    }
+  }
+  ncclResult_t end = ncclGroupEnd();
+  if (res == ncclSuccess) res = end;
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    if (cudaStreamSynchronize(st[r]) != cudaSuccess) DIE("stream %d failed", r);
+  }
+  for (int r = 0; r < n && res == ncclSuccess; r++) {
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comms[r], &async) != ncclSuccess || async != ncclSuccess)
+      DIE("%s: rank %d async error %d: %s", kind_names[k], r, async, ncclGetLastError(NULL));
+  }
+  char *expect = malloc(c * es + 1);
+  if (expect == NULL) DIE("out of memory");
+  for (int r = 0; r < n && res == ncclSuccess; r++) {
+    char msg[256] = "";
+    size_t wrong = 0;
+    if (k == K_AG) {
+      for (int q = 0; q < n && !wrong; q++)
+        wrong = ref_check_move(dt, q, 0, (const char *)recv[r] + (size_t)q * c * es, c, msg,
+                               sizeof(msg));
+    } else {
+      if (k == K_AR) ref_reduce_expect(dt, op, n, 1.0, expect, c);
+      else ref_reduce_expect_range(dt, op, n, 1.0, expect, (size_t)r * c, c);
+      wrong = ref_compare(dt, 0, recv[r], expect, c, msg, sizeof(msg));
+    }
+    if (wrong)
+      DIE("%s %s %s n=%d count=%zu %s: rank %d has %zu wrong elements: %s", kind_names[k],
+          ref_dtype_name(dt), ref_op_name(op), n, c, inplace ? "in place" : "out of place",
+          r, wrong, msg);
+  }
+  free(expect);
+  for (int r = 0; r < n; r++) {
+    cudaFree(mem[r]);
+    cudaFree(other[r]);
+  }
+  return res;
+}
+
+static void comms_make(int n, ncclComm_t *comms, cudaStream_t *st) {
+  int devs[MAXR] = {0, 1, 2, 3};
+  if (ncclCommInitAll(comms, n, devs) != ncclSuccess)
+    DIE("ncclCommInitAll(%d): %s", n, ncclGetLastError(NULL));
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    if (cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking) != cudaSuccess)
+      DIE("stream %d", r);
+  }
+}
+
+static void comms_free(int n, ncclComm_t *comms, cudaStream_t *st, int abort) {
+  for (int r = 0; r < n; r++) {
+    if (abort) ncclCommAbort(comms[r]);
+    else if (ncclCommDestroy(comms[r]) != ncclSuccess)
+      DIE("ncclCommDestroy(rank %d): %s", r, ncclGetLastError(NULL));
+    cudaSetDevice(r);
+    cudaStreamDestroy(st[r]);
+  }
+}
+
+/* forced: every eligible call runs an NVLS plan, exactly. */
+static void child_forced(void) {
+  static const struct {
+    ncclDataType_t dt;
+    ncclRedOp_t op;
+  } cases[] = {{ncclFloat32, ncclSum}, {ncclFloat16, ncclSum}, {ncclBfloat16, ncclSum},
+               {ncclFloat64, ncclSum}, {ncclInt32, ncclSum},   {ncclUint64, ncclSum},
+               {ncclInt32, ncclMax},   {ncclFloat16, ncclMin}};
+  static const size_t counts[] = {1, 1023, 70001};
+  static const int sizes[] = {2, 4};
+  for (int si = 0; si < 2; si++) {
+    int n = sizes[si];
+    ncclComm_t comms[MAXR];
+    cudaStream_t st[MAXR];
+    comms_make(n, comms, st);
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+      for (size_t k = 0; k < 3; k++)
+        for (size_t c = 0; c < 3; c++)
+          for (int inplace = 0; inplace < 2; inplace++) {
+            if (k == K_AG && (cases[ci].op != ncclSum || ci > 3)) continue; /* no op */
+            if (n == 4 && c == 0 && inplace) continue;
+            ncclResult_t res = run_call(comms, st, n, (kind_t)k, cases[ci].dt, cases[ci].op,
+                                        counts[c], inplace);
+            if (res != ncclSuccess)
+              DIE("%s %s %s n=%d count=%zu: %s (%s): NVLS did not run", kind_names[k],
+                  ref_dtype_name(cases[ci].dt), ref_op_name(cases[ci].op), n, counts[c],
+                  ncclGetErrorString(res), ncclGetLastError(NULL));
+          }
+    /* Not eligible (prod): NCCL_ALGO leaves it no algorithm, as NCCL says. */
+    ncclResult_t bad = run_call(comms, st, n, K_AR, ncclFloat32, ncclProd, 100, 0);
+    if (bad != ncclInvalidUsage) DIE("a prod all-reduce with only NVLS allowed returned %d", bad);
+    comms_free(n, comms, st, 0);
+  }
+  _exit(0);
+}
+
+/* failbind: the bind fails on device 1; NVLS off everywhere, ring runs. */
+static void child_failbind(void) {
+  ncclComm_t comms[MAXR];
+  cudaStream_t st[MAXR];
+  comms_make(4, comms, st);
+  for (size_t c = 1; c < 100000; c *= 37)
+    if (run_call(comms, st, 4, K_AR, ncclFloat32, ncclSum, c, 0) != ncclSuccess)
+      DIE("all-reduce with NVLS turned off: %s", ncclGetLastError(NULL));
+  comms_free(4, comms, st, 0);
+  _exit(0);
+}
+
+/* required: NCCL_NVLS_ENABLE=1 and the bind fails: every rank's call
+ * fails, none hangs. */
+static void child_required(void) {
+  ncclComm_t comms[MAXR];
+  cudaStream_t st[MAXR];
+  comms_make(2, comms, st);
+  ncclResult_t res = run_call(comms, st, 2, K_AR, ncclFloat32, ncclSum, 1000, 0);
+  if (res == ncclSuccess) DIE("the call succeeded although the required NVLS setup failed");
+  fprintf(stderr, "observed: required NVLS, failed bind: %s (%s)\n", ncclGetErrorString(res),
+          ncclGetLastError(NULL));
+  comms_free(2, comms, st, 1);
+  _exit(0);
+}
+
+/* Runs fn in a child with the given environment (NULL-terminated
+ * NAME=VALUE list) under a deadline. */
+static void in_child(void (*fn)(void), const char *const *env, unsigned deadline_s) {
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    for (const char *const *e = env; *e != NULL; e++) putenv((char *)*e);
+    alarm(deadline_s);
+    fn();
+    _exit(0);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail_msg("child ended with status %d (a signal %d means its deadline passed or it "
+             "crashed)", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+             WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+static int cuda_mode(void) {
+  const char *d = getenv("BRAID_DEVICE");
+  return d != NULL && strcmp(d, "cuda") == 0;
+}
+
+static void test_forced(void **state) {
+  static const char *const env[] = {
+      "BRAID_CUDASIM_CUMEM=1", "BRAID_CUDASIM_DEVICES=4", "NCCL_NVLS_ENABLE=1",
+      "NCCL_ALGO=allreduce:nvls;allgather:nvls;reducescatter:nvls", NULL};
+  (void)state;
+  if (!cuda_mode()) skip();
+  in_child(child_forced, env, 600);
+}
+
+static void test_failbind(void **state) {
+  static const char *const env[] = {"BRAID_CUDASIM_CUMEM=1", "BRAID_CUDASIM_DEVICES=4",
+                                    "BRAID_CUDASIM_MC_FAIL=bind:1",
+                                    "NCCL_ALGO=allreduce:nvls,ring", NULL};
+  (void)state;
+  if (!cuda_mode()) skip();
+  in_child(child_failbind, env, 300);
+}
+
+static void test_required(void **state) {
+  static const char *const env[] = {"BRAID_CUDASIM_CUMEM=1", "BRAID_CUDASIM_DEVICES=4",
+                                    "BRAID_CUDASIM_MC_FAIL=bind:1", "NCCL_NVLS_ENABLE=1",
+                                    "BRAID_TIMEOUT=20", NULL};
+  (void)state;
+  if (!cuda_mode()) skip();
+  in_child(child_required, env, 300);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_forced),
+      cmocka_unit_test(test_failbind),
+      cmocka_unit_test(test_required),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
