@@ -707,6 +707,69 @@ typedef struct copy_out {
   size_t dst_stride;
 } copy_out_t;
 
+/* The kernel's arguments for work a on device plan dp: every channel's
+ * pointers in chans (the rank's channel count; a switch channel through
+ * the window's multicast mapping), and the fields every launch takes from
+ * a; with segs (point-to-point and one-sided plans) also its explicit
+ * epochs and segment tables. The caller sets the status and what its kind
+ * of launch adds. */
+static ncclResult_t cuda_args(const struct brd_backend *rt, const brd_exec_args_t *a,
+                              const brd_exec_cuda_plan_t *dp, int segs,
+                              brd_exec_cuda_chan_t *chans, brd_exec_cuda_args_t *ca) {
+  uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
+  for (uint32_t c = 0; c < nch; c++) {
+    if (brd_ir_plan_chan(a->plan, a->rank, (int)c)->type == BRD_IR_CHAN_SWITCH) {
+      /* Through the multicast mapping (exec_cuda.h): this rank's own copy
+       * of scratch and switch semaphores, at the same offsets there. */
+      char *own_scr = a->chans[c].member_scratch[a->rank];
+      char *own_sem = (char *)a->chans[c].member_ssems[a->rank];
+      char *win = rt->self.ptr;
+      memset(&chans[c], 0, sizeof(chans[c]));
+      if (rt->mc_base == NULL) {
+        WARN("rank %d: a plan with a switch channel, but the window has no multicast "
+             "mapping", a->rank);
+        return ncclInternalError;
+      }
+      chans[c].peer_scratch = rt->mc_base + (own_scr - win);
+      chans[c].peer_sems = (uint64_t *)(rt->mc_base + (own_sem - win));
+      chans[c].sems = (uint64_t *)own_sem;
+      continue;
+    }
+    chans[c].peer_scratch = a->chans[c].peer_scratch;
+    chans[c].peer_output = a->chans[c].peer_output;
+    chans[c].peer_input = a->chans[c].peer_input;
+    chans[c].peer_sems = (uint64_t *)a->chans[c].peer_sems;
+    chans[c].sems = (uint64_t *)a->chans[c].sems;
+    chans[c].xchg_pub = (uint64_t *)a->chans[c].xchg_pub;
+    chans[c].xchg_slot = (uint64_t *)a->chans[c].xchg_slot;
+    chans[c].xchg_output = a->chans[c].xchg_output;
+  }
+  memset(ca, 0, sizeof(*ca));
+  ca->plan = dp;
+  ca->rank = a->rank;
+  ca->input = a->input;
+  ca->output = a->output;
+  ca->scratch = a->scratch;
+  ca->scratch_bytes = a->scratch_bytes;
+  ca->chans = nch > 0 ? chans : NULL;
+  ca->count = a->count;
+  ca->dtype = a->dtype;
+  ca->redop = a->redop;
+  ca->in_stride = a->in_stride;
+  ca->out_stride = a->out_stride;
+  ca->scalar = a->scalar;
+  ca->xchg = a->xchg;
+  if (segs) {
+    ca->epoch = a->epoch;
+    ca->chan_epoch = a->chan_epoch;
+    ca->in_segs = (const brd_exec_cuda_seg_t *)a->in_segs;
+    ca->out_segs = (const brd_exec_cuda_seg_t *)a->out_segs;
+    ca->n_in_segs = a->n_in_segs;
+    ca->n_out_segs = a->n_out_segs;
+  }
+  return ncclSuccess;
+}
+
 /* Enqueues one work: a (pointers into the windows, from the works; its
  * epoch and phase are ignored for a collective work, which uses device
  * epochs), then its copy-out. p2p: a point-to-point work (spans).
@@ -740,67 +803,19 @@ static ncclResult_t enqueue_work(struct brd_backend *rt, cuda_launch_t *ctx,
     return ncclInvalidUsage;
   }
   CHECK(dplan_get(rt, a->plan, p2p, ctx->capturing, &dp));
-  for (uint32_t c = 0; c < nch; c++) {
-    if (brd_ir_plan_chan(a->plan, a->rank, (int)c)->type == BRD_IR_CHAN_SWITCH) {
-      /* Through the multicast mapping (exec_cuda.h): this rank's own copy
-       * of scratch and switch semaphores, at the same offsets there. */
-      char *own_scr = a->chans[c].member_scratch[a->rank];
-      char *own_sem = (char *)a->chans[c].member_ssems[a->rank];
-      char *win = rt->self.ptr;
-      memset(&chans[c], 0, sizeof(chans[c]));
-      if (rt->mc_base == NULL) {
-        WARN("rank %d: a plan with a switch channel, but the window has no multicast "
-             "mapping", a->rank);
-        return ncclInternalError;
-      }
-      chans[c].peer_scratch = rt->mc_base + (own_scr - win);
-      chans[c].peer_sems = (uint64_t *)(rt->mc_base + (own_sem - win));
-      chans[c].sems = (uint64_t *)own_sem;
-      continue;
-    }
-    chans[c].peer_scratch = a->chans[c].peer_scratch;
-    chans[c].peer_output = a->chans[c].peer_output;
-    chans[c].peer_input = a->chans[c].peer_input;
-    chans[c].peer_sems = (uint64_t *)a->chans[c].peer_sems;
-    chans[c].sems = (uint64_t *)a->chans[c].sems;
-    chans[c].xchg_pub = (uint64_t *)a->chans[c].xchg_pub;
-    chans[c].xchg_slot = (uint64_t *)a->chans[c].xchg_slot;
-    chans[c].xchg_output = a->chans[c].xchg_output;
-  }
   brd_exec_cuda_args_t ca;
-  memset(&ca, 0, sizeof(ca));
-  ca.plan = dp;
-  ca.rank = a->rank;
-  ca.input = a->input;
-  ca.output = a->output;
-  ca.scratch = a->scratch;
-  ca.scratch_bytes = a->scratch_bytes;
-  ca.chans = nch > 0 ? chans : NULL;
-  ca.count = a->count;
-  ca.dtype = a->dtype;
-  ca.redop = a->redop;
-  ca.in_stride = a->in_stride;
-  ca.out_stride = a->out_stride;
+  CHECK(cuda_args(rt, a, dp, p2p, chans, &ca));
   ca.status = p2p ? rt->st_p2p : rt->st_coll;
-  ca.scalar = a->scalar;
   ca.scalar_dev = scalar_dev; /* wins: the kernel reads it */
   if (p2p) {
-    ca.epoch = a->epoch;
-    ca.phase = 0;
     /* Spans: the kernels keep each pair's sequence numbers on the device,
      * so a captured send/recv gets fresh ones at every replay. */
-    ca.chan_epoch = a->chan_epoch;
     ca.chan_cursor_dev = rt->p2p_cursor;
-    ca.in_segs = (const brd_exec_cuda_seg_t *)a->in_segs;
-    ca.out_segs = (const brd_exec_cuda_seg_t *)a->out_segs;
-    ca.n_in_segs = a->n_in_segs;
-    ca.n_out_segs = a->n_out_segs;
   } else {
     ca.device_epoch = 1;
     ca.out_half_bytes = stage_half;
     ca.out_direct = out_direct;
   }
-  ca.xchg = a->xchg;
   res = brd_exec_cuda_launch(&ca, ctx->stream);
   if (res == ncclSuccess && !p2p && copy != NULL && copy->nseg > 0) {
     brd_exec_cuda_copyout_t co = {rt->st_coll, a->output, stage_half, copy->dst,
@@ -894,32 +909,9 @@ static ncclResult_t cuda_rma_run(struct ncclComm *comm, struct brd_backend *rt,
     return ncclInternalError;
   }
   CHECK(dplan_get(rt, a->plan, 1, 0, &dp));
-  memset(chans, 0, sizeof(chans));
-  if (nch == 1) {
-    chans[0].peer_output = a->chans[0].peer_output;
-    chans[0].peer_sems = (uint64_t *)a->chans[0].peer_sems;
-    chans[0].sems = (uint64_t *)a->chans[0].sems;
-  }
   brd_exec_cuda_args_t ca;
-  memset(&ca, 0, sizeof(ca));
-  ca.plan = dp;
-  ca.rank = a->rank;
-  ca.input = a->input;
-  ca.output = a->output;
-  ca.scratch = a->scratch;
-  ca.scratch_bytes = a->scratch_bytes;
-  ca.chans = nch > 0 ? chans : NULL;
-  ca.count = a->count;
-  ca.dtype = a->dtype;
-  ca.redop = a->redop;
-  ca.epoch = a->epoch;
-  ca.chan_epoch = a->chan_epoch;
-  ca.in_segs = (const brd_exec_cuda_seg_t *)a->in_segs;
-  ca.out_segs = (const brd_exec_cuda_seg_t *)a->out_segs;
-  ca.n_in_segs = a->n_in_segs;
-  ca.n_out_segs = a->n_out_segs;
+  CHECK(cuda_args(rt, a, dp, 1, chans, &ca));
   ca.status = rt->st_p2p;
-  ca.timeout_s = a->timeout_s;
   ncclResult_t res = brd_exec_cuda_launch(&ca, ctx->stream);
   if (res != ncclSuccess && res != ncclInvalidArgument) rt->failed = res;
   return res;
