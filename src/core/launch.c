@@ -261,30 +261,48 @@ out:
 }
 
 /* See launch.h. */
-ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
-                            int ncalls) {
+/* What a launch does between the backend's begin and end. */
+typedef ncclResult_t (*launch_body_t)(struct ncclComm *comm, struct brd_rt *rt,
+                                      brd_backend_launch_t *l, const void *arg);
+
+/* Every launch of comm, of ncalls calls (at least one: the first names
+ * the stream), runs body inside this: the runtime held busy until the last
+ * touch of comm, so an abort from another thread frees nothing under it;
+ * the backend's begin and end around body (the profiler's launch events
+ * around those, with profile); the failure recorded (record_error). */
+static ncclResult_t bracketed(struct ncclComm *comm, struct brd_rt *rt, const brd_call_t *calls,
+                              int ncalls, int profile, launch_body_t body, const void *arg) {
   ncclResult_t res;
-  struct brd_rt *rt;
   brd_backend_launch_t l;
   memset(&l, 0, sizeof(l));
   l.calls = calls;
   l.ncalls = ncalls;
-  res = rt_get(comm, &rt);
+  atomic_fetch_add(&rt->busy, 1);
+  if (profile && comm->prof != NULL) brd_prof_launch_begin(comm->prof, calls, ncalls);
+  res = rt->be->begin(comm, rt->bk, &l);
+  if (res == ncclSuccess) res = body(comm, rt, &l, arg);
+  res = rt->be->end(comm, rt->bk, &l, res);
+  if (profile && comm->prof != NULL) brd_prof_launch_end(comm->prof, res);
+  record_error(comm, res);
+  atomic_fetch_sub(&rt->busy, 1);
+  return res;
+}
+
+static ncclResult_t calls_body(struct ncclComm *comm, struct brd_rt *rt,
+                               brd_backend_launch_t *l, const void *arg) {
+  (void)arg;
+  return launch(comm, rt, l);
+}
+
+ncclResult_t brd_launch_run(struct ncclComm *comm, const brd_call_t *calls,
+                            int ncalls) {
+  struct brd_rt *rt;
+  ncclResult_t res = rt_get(comm, &rt);
   if (res != ncclSuccess) {
     record_error(comm, res);
     return res;
   }
-  /* Held until the last touch of comm, so an abort from another thread
-   * frees nothing under this launch. */
-  atomic_fetch_add(&rt->busy, 1);
-  if (comm->prof != NULL) brd_prof_launch_begin(comm->prof, calls, ncalls);
-  res = rt->be->begin(comm, rt->bk, &l);
-  if (res == ncclSuccess) res = launch(comm, rt, &l);
-  res = rt->be->end(comm, rt->bk, &l, res);
-  if (comm->prof != NULL) brd_prof_launch_end(comm->prof, res);
-  record_error(comm, res);
-  atomic_fetch_sub(&rt->busy, 1);
-  return res;
+  return bracketed(comm, rt, calls, ncalls, 1, calls_body, NULL);
 }
 
 /* A launch of no calls but one on stream, named fn (one-sided calls). */
@@ -294,25 +312,20 @@ static void bare_call(brd_call_t *c, cudaStream_t stream, const char *fn) {
   c->fn = fn;
 }
 
+static ncclResult_t connect_body(struct ncclComm *comm, struct brd_rt *rt,
+                                 brd_backend_launch_t *l, const void *arg) {
+  (void)l, (void)arg;
+  return rt->ready ? ncclSuccess : brd_window_connect(comm, rt);
+}
+
 /* See launch.h. */
 ncclResult_t brd_launch_connect(struct ncclComm *comm, const char *fn) {
-  ncclResult_t res;
   struct brd_rt *rt;
   brd_call_t call;
-  brd_backend_launch_t l;
   CHECK(rt_get(comm, &rt));
   if (rt->ready) return ncclSuccess;
   bare_call(&call, NULL, fn);
-  memset(&l, 0, sizeof(l));
-  l.calls = &call;
-  l.ncalls = 1;
-  atomic_fetch_add(&rt->busy, 1);
-  res = rt->be->begin(comm, rt->bk, &l);
-  if (res == ncclSuccess && !rt->ready) res = brd_window_connect(comm, rt);
-  res = rt->be->end(comm, rt->bk, &l, res);
-  record_error(comm, res);
-  atomic_fetch_sub(&rt->busy, 1);
-  return res;
+  return bracketed(comm, rt, &call, 1, 0, connect_body, NULL);
 }
 
 /* See launch.h. */
@@ -338,13 +351,17 @@ ncclResult_t brd_launch_rma_words(struct ncclComm *comm, const char *fn, uint64_
   return ncclSuccess;
 }
 
+static ncclResult_t rma_body(struct ncclComm *comm, struct brd_rt *rt,
+                             brd_backend_launch_t *l, const void *arg) {
+  ncclResult_t res = rt->be->order != NULL ? rt->be->order(rt->bk, l) : ncclSuccess;
+  return res == ncclSuccess ? rt->be->rma_run(comm, rt->bk, l, arg) : res;
+}
+
 /* See launch.h. */
 ncclResult_t brd_launch_rma(struct ncclComm *comm, const brd_exec_args_t *a,
                             cudaStream_t stream, const char *fn) {
-  ncclResult_t res;
   struct brd_rt *rt;
   brd_call_t call;
-  brd_backend_launch_t l;
   CHECK(rt_get(comm, &rt));
   if (!rt->ready || rt->be->rma_run == NULL) {
     WARN("%s : rank %d: the one-sided calls need a registered window first "
@@ -353,17 +370,7 @@ ncclResult_t brd_launch_rma(struct ncclComm *comm, const brd_exec_args_t *a,
     return ncclInvalidUsage;
   }
   bare_call(&call, stream, fn);
-  memset(&l, 0, sizeof(l));
-  l.calls = &call;
-  l.ncalls = 1;
-  atomic_fetch_add(&rt->busy, 1);
-  res = rt->be->begin(comm, rt->bk, &l);
-  if (res == ncclSuccess && rt->be->order != NULL) res = rt->be->order(rt->bk, &l);
-  if (res == ncclSuccess) res = rt->be->rma_run(comm, rt->bk, &l, a);
-  res = rt->be->end(comm, rt->bk, &l, res);
-  record_error(comm, res);
-  atomic_fetch_sub(&rt->busy, 1);
-  return res;
+  return bracketed(comm, rt, &call, 1, 0, rma_body, a);
 }
 
 /* See launch.h. */
