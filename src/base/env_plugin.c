@@ -9,7 +9,6 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -93,11 +92,7 @@ static void load_locked(void) {
            "the environment", spec, missing[0] ? "could not find" : "", missing, err);
     return;
   }
-  struct link_map *lm = NULL;
-  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL && lm->l_name && lm->l_name[0])
-    snprintf(path, sizeof(path), "%s", lm->l_name);
-  else
-    snprintf(path, sizeof(path), "%s", spec ? spec : "libnccl-env.so");
+  brd_plugin_path(dl, spec ? spec : "libnccl-env.so", path, sizeof(path));
   const ncclEnv_v2_t *v2 = dlsym(dl, "ncclEnvPlugin_v2");
   const ncclEnv_v1_t *v1 = v2 == NULL ? dlsym(dl, "ncclEnvPlugin_v1") : NULL;
   int version = v2 != NULL ? 2 : v1 != NULL ? 1 : 0;

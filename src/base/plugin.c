@@ -2,6 +2,7 @@
  * Braid: plugin library opening and plugin logging. See plugin.h.
  */
 #include <dlfcn.h>
+#include <link.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +38,15 @@ void *brd_plugin_open(const char *spec, const char *kind, char *missing, size_t 
     }
   }
   return NULL;
+}
+
+/* See plugin.h. */
+void brd_plugin_path(void *dl, const char *fallback, char *out, size_t n) {
+  struct link_map *lm = NULL;
+  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL && lm->l_name && lm->l_name[0])
+    snprintf(out, n, "%s", lm->l_name);
+  else
+    snprintf(out, n, "%s", fallback);
 }
 
 /* See plugin.h. */

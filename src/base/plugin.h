@@ -19,6 +19,10 @@
 void *brd_plugin_open(const char *spec, const char *kind, char *missing, size_t mlen,
                       char *err, size_t elen);
 
+/* The file dl was loaded from (its link map's name), or fallback when the
+ * loader does not say, into out (n bytes). Any thread. */
+void brd_plugin_path(void *dl, const char *fallback, char *out, size_t n);
+
 /* Logs one line a plugin wrote through NCCL's logger (level: NCCL's
  * ncclDebugLogLevel numbers, flags its subsystem bits). Filtered INFO and
  * TRACE lines cost no formatting; a WARN always counts (it becomes the

@@ -9,7 +9,6 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,13 +123,6 @@ static ncclDebugLogger_t logger(void) {
   return (ncclDebugLogger_t)(void (*)(void))brd_net_log;
 }
 
-static void path_of(void *dl, const char *fallback, char *out, size_t n) {
-  struct link_map *lm = NULL;
-  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL && lm->l_name && lm->l_name[0])
-    snprintf(out, n, "%s", lm->l_name);
-  else
-    snprintf(out, n, "%s", fallback);
-}
 
 /* The newest ncclProfiler_vN of dl with a name, an init and the calls. */
 static const any_prof_t *find_symbol(void *dl, int *version_out) {
@@ -164,7 +156,7 @@ static void load_locked(void) {
   int in_net = 0;
   void *dl = brd_plugin_open(spec, "profiler", missing, sizeof(missing), err, sizeof(err));
   if (dl != NULL) {
-    path_of(dl, spec ? spec : "libnccl-profiler.so", lib_path, sizeof(lib_path));
+    brd_plugin_path(dl, spec ? spec : "libnccl-profiler.so", lib_path, sizeof(lib_path));
   } else {
     if (missing[0] != '\0') INFO(SUBSYS, "PROFILER/Plugin: Could not find:%s", missing);
     if (err[0] != '\0') INFO(SUBSYS, "PROFILER/Plugin: %s", err);

@@ -8,7 +8,6 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,13 +82,6 @@ static ncclDebugLogger_t logger(void) {
 
 static const char *res_text(ncclResult_t r) { return ncclGetErrorString(r); }
 
-static void path_of(void *dl, const char *fallback, char *out, size_t n) {
-  struct link_map *lm = NULL;
-  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL && lm->l_name && lm->l_name[0])
-    snprintf(out, n, "%s", lm->l_name);
-  else
-    snprintf(out, n, "%s", fallback);
-}
 
 /* The newest ncclTunerPlugin_vN of dl with a name and an init. */
 static const any_tuner_t *find_symbol(void *dl, int *version_out) {
@@ -122,7 +114,7 @@ static void load_locked(void) {
   const char *where = NULL;
   void *dl = brd_plugin_open(spec, "tuner", missing, sizeof(missing), err, sizeof(err));
   if (dl != NULL) {
-    path_of(dl, spec ? spec : "libnccl-tuner.so", lib_path, sizeof(lib_path));
+    brd_plugin_path(dl, spec ? spec : "libnccl-tuner.so", lib_path, sizeof(lib_path));
     where = lib_path;
   } else {
     if (missing[0] != '\0')

@@ -12,7 +12,6 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #include <strings.h>
 
 #include "base/check.h"
+#include "base/plugin.h"
 #include "base/debug.h"
 #include "base/param.h"
 #include "nccl_net.h"
@@ -658,13 +658,6 @@ static void *open_lib(const char *spec, int loud) {
   return NULL;
 }
 
-static void lib_path(void *dl, const char *fallback, char *out, size_t n) {
-  struct link_map *lm = NULL;
-  if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL && lm->l_name && lm->l_name[0])
-    snprintf(out, n, "%s", lm->l_name);
-  else
-    snprintf(out, n, "%s", fallback);
-}
 
 static ncclResult_t load(const char *spec, int loud, brd_net_plugin_t **out) {
   ncclResult_t res = ncclSuccess;
@@ -684,7 +677,7 @@ static ncclResult_t load(const char *spec, int loud, brd_net_plugin_t **out) {
   const ncclNet_v6_t *head = sym;
   if (sym == NULL || head->name == NULL || head->init == NULL) {
     char path[PATH_MAX];
-    lib_path(dl, label, path, sizeof(path));
+    brd_plugin_path(dl, label, path, sizeof(path));
     if (loud)
       WARN("External network plugin %s is unsupported: it exports no usable "
            "ncclNetPlugin_v%d .. v%d (Braid loads those versions)", path, OLDEST, NEWEST);
@@ -725,7 +718,7 @@ static ncclResult_t load(const char *spec, int loud, brd_net_plugin_t **out) {
   p->collnet_version = coll_version;
   p->sym = sym;
   p->collsym = collsym;
-  lib_path(dl, label, p->path, sizeof(p->path));
+  brd_plugin_path(dl, label, p->path, sizeof(p->path));
   snprintf(p->name, sizeof(p->name), "%s", head->name);
   pthread_mutex_init(&p->mu, NULL);
   p->ops = slot_ops[slot];
@@ -973,7 +966,7 @@ void *brd_net_plugin_lib_open(char *path_out, size_t n) {
       if (strlen(tok) + 1 <= NAME_MAX_LEN) h = open_quiet(tok);
   }
   free(list);
-  if (h != NULL && path_out != NULL && n > 0) lib_path(h, spec ? spec : "libnccl-net.so", path_out, n);
+  if (h != NULL && path_out != NULL && n > 0) brd_plugin_path(h, spec ? spec : "libnccl-net.so", path_out, n);
   return h;
 }
 
