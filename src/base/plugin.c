@@ -40,6 +40,42 @@ void *brd_plugin_open(const char *spec, const char *kind, char *missing, size_t 
   return NULL;
 }
 
+/* Closes the library and forgets it. lib->mu held. */
+static void lib_close_locked(brd_plugin_lib_t *lib) {
+  if (lib->dl != NULL) dlclose(lib->dl);
+  lib->dl = NULL;
+  lib->sym = NULL;
+  lib->version = 0;
+  lib->status = 0;
+}
+
+/* See plugin.h. */
+int brd_plugin_lib_acquire(brd_plugin_lib_t *lib, int (*load)(brd_plugin_lib_t *lib)) {
+  pthread_mutex_lock(&lib->mu);
+  if (lib->status == 0) lib->status = load(lib) ? 1 : -1;
+  int ok = lib->status == 1;
+  if (ok) lib->refs++;
+  pthread_mutex_unlock(&lib->mu);
+  return ok;
+}
+
+/* See plugin.h. */
+void brd_plugin_lib_release(brd_plugin_lib_t *lib, void (*on_close)(void)) {
+  pthread_mutex_lock(&lib->mu);
+  if (--lib->refs == 0) {
+    if (on_close != NULL) on_close();
+    lib_close_locked(lib);
+  }
+  pthread_mutex_unlock(&lib->mu);
+}
+
+/* See plugin.h. */
+void brd_plugin_lib_reset(brd_plugin_lib_t *lib) {
+  pthread_mutex_lock(&lib->mu);
+  if (lib->refs == 0) lib_close_locked(lib);
+  pthread_mutex_unlock(&lib->mu);
+}
+
 /* See plugin.h. */
 void brd_plugin_path(void *dl, const char *fallback, char *out, size_t n) {
   struct link_map *lm = NULL;

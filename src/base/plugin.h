@@ -7,6 +7,7 @@
 #ifndef BRD_BASE_PLUGIN_H
 #define BRD_BASE_PLUGIN_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 
@@ -18,6 +19,34 @@
  * bytes) and the last other dlerror in err (elen bytes). Any thread. */
 void *brd_plugin_open(const char *spec, const char *kind, char *missing, size_t mlen,
                       char *err, size_t elen);
+
+/* A plugin library a process shares among its communicators (tuner,
+ * profiler): loaded at the first acquire, closed with the last release,
+ * after which the next acquire loads it again. A load that finds none is
+ * not retried until brd_plugin_lib_reset. */
+typedef struct brd_plugin_lib {
+  pthread_mutex_t mu;
+  int status;       /* 0 not tried, 1 loaded, -1 none */
+  int refs;         /* holders */
+  void *dl;         /* dlopen handle, owned while loaded */
+  const void *sym;  /* the exported table */
+  int version;
+} brd_plugin_lib_t;
+#define BRD_PLUGIN_LIB_INIT {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, 0}
+
+/* Takes a reference, running load (under lib->mu; it sets dl, sym and
+ * version and returns 1, or returns 0 when there is no library) if the
+ * library is not loaded and no load failed. Returns 1 with a reference
+ * taken, 0 without. Any thread. */
+int brd_plugin_lib_acquire(brd_plugin_lib_t *lib, int (*load)(brd_plugin_lib_t *lib));
+
+/* Drops a reference; the last one calls on_close (under lib->mu; may be
+ * NULL) and closes the library. Any thread. */
+void brd_plugin_lib_release(brd_plugin_lib_t *lib, void (*on_close)(void));
+
+/* With no reference held: closes the library and forgets a failed load,
+ * so the next acquire loads anew (tests that change the environment). */
+void brd_plugin_lib_reset(brd_plugin_lib_t *lib);
 
 /* The file dl was loaded from (its link map's name), or fallback when the
  * loader does not say, into out (n bytes). Any thread. */

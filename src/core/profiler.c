@@ -48,14 +48,8 @@ typedef union {
  * in their pointee), so stop, record and finalize go through v1's slots
  * with the right pointee cast at the call. */
 
-enum { LOAD_READY = 0, LOAD_DONE = 1, LOAD_FAILED = -1 };
 
-static pthread_mutex_t lib_mu = PTHREAD_MUTEX_INITIALIZER;
-static int lib_status = LOAD_READY;
-static int lib_refs;
-static void *lib_dl;                 /* dlopen handle, owned */
-static const any_prof_t *lib_sym;    /* the plugin's exported table */
-static int lib_version;
+static brd_plugin_lib_t lib = BRD_PLUGIN_LIB_INIT; /* sym: an any_prof_t */
 static char lib_name[128];
 static char lib_path[PATH_MAX];
 
@@ -82,7 +76,7 @@ typedef struct pcall {
  * written on every launch and must not share a cache line. */
 struct brd_prof {
   _Alignas(128) struct ncclComm *comm; /* borrowed */
-  const any_prof_t *sym;      /* lib_sym, valid while this holds a reference */
+  const any_prof_t *sym;      /* lib.sym, valid while this holds a reference */
   int version;
   void *ctx;                  /* the plugin's */
   int mask;                   /* what init asked for, cut to the version's types */
@@ -139,8 +133,8 @@ static const any_prof_t *find_symbol(void *dl, int *version_out) {
   return NULL;
 }
 
-/* Loads the library once. lib_mu held. */
-static void load_locked(void) {
+/* Loads the library (brd_plugin_lib_acquire's load): 1 when it did. */
+static int load(brd_plugin_lib_t *l) {
   char missing[2 * PATH_MAX] = "", err[512] = "", netpath[PATH_MAX] = "";
   const char *spec = brd_param_str(BRD_P_PROFILER_PLUGIN);
   int requested = spec != NULL && spec[0] != '\0';
@@ -149,8 +143,7 @@ static void load_locked(void) {
     INFO(BRD_SUBSYS_ENV | BRD_SUBSYS_PROFILE, "NCCL_PROFILER_PLUGIN set by environment to %s",
          spec);
     if (strcasecmp(spec, "none") == 0) {
-      lib_status = LOAD_FAILED;
-      return;
+      return 0;
     }
   }
   int in_net = 0;
@@ -175,8 +168,7 @@ static void load_locked(void) {
            err[0] ? ": " : "", err);
     else
       INFO(SUBSYS, "PROFILER/Plugin: no profiler plugin (optional)");
-    lib_status = LOAD_FAILED;
-    return;
+    return 0;
   }
   int version = 0;
   const any_prof_t *sym = find_symbol(dl, &version);
@@ -188,44 +180,28 @@ static void load_locked(void) {
       INFO(SUBSYS, "PROFILER/Plugin: %s exports no ncclProfiler_v%d .. v%d", lib_path, NEWEST,
            OLDEST);
     dlclose(dl);
-    lib_status = LOAD_FAILED;
-    return;
+    return 0;
   }
-  lib_dl = dl;
-  lib_sym = sym;
-  lib_version = version;
+  l->dl = dl;
+  l->sym = sym;
+  l->version = version;
   snprintf(lib_name, sizeof(lib_name), "%s", sym->v1.name);
-  lib_status = LOAD_DONE;
   INFO(SUBSYS, "PROFILER/Plugin: Loaded %s (v%d)", lib_name, version);
+  return 1;
 }
 
-/* Drops one reference; closes the library with the last. lib_mu held. */
-static void unref_locked(void) {
-  if (--lib_refs > 0) return;
+/* Logs the closing of the library (brd_plugin_lib_release). */
+static void on_close(void) {
   INFO(SUBSYS, "PROFILER/Plugin: Closing profiler plugin %s", lib_name);
-  dlclose(lib_dl);
-  lib_dl = NULL;
-  lib_sym = NULL;
-  lib_version = 0;
-  lib_status = LOAD_READY;
 }
 
 static void unref(void) {
-  pthread_mutex_lock(&lib_mu);
-  unref_locked();
-  pthread_mutex_unlock(&lib_mu);
+  brd_plugin_lib_release(&lib, on_close);
 }
 
 ncclResult_t brd_prof_create(struct ncclComm *comm, brd_prof_t **out) {
   *out = NULL;
-  pthread_mutex_lock(&lib_mu);
-  if (lib_status == LOAD_READY) load_locked();
-  if (lib_status != LOAD_DONE) {
-    pthread_mutex_unlock(&lib_mu);
-    return ncclSuccess;
-  }
-  lib_refs++;
-  pthread_mutex_unlock(&lib_mu);
+  if (!brd_plugin_lib_acquire(&lib, load)) return ncclSuccess;
 
   brd_prof_t *p = aligned_alloc(128, (sizeof(brd_prof_t) + 127) / 128 * 128);
   if (p != NULL) memset(p, 0, sizeof(*p));
@@ -235,8 +211,8 @@ ncclResult_t brd_prof_create(struct ncclComm *comm, brd_prof_t **out) {
     return ncclSystemError;
   }
   p->comm = comm;
-  p->sym = lib_sym;
-  p->version = lib_version;
+  p->sym = lib.sym;
+  p->version = lib.version;
   p->pid = getpid();
   p->kch_work = -1;
   int mask = (int)brd_param_int(BRD_P_PROFILE_EVENT_MASK);
@@ -286,15 +262,7 @@ int brd_prof_version(const brd_prof_t *p) { return p != NULL ? p->version : 0; }
 int brd_prof_mask(const brd_prof_t *p) { return p != NULL ? p->mask : 0; }
 
 void brd_prof_reset(void) {
-  pthread_mutex_lock(&lib_mu);
-  if (lib_refs == 0) {
-    if (lib_dl != NULL) dlclose(lib_dl);
-    lib_dl = NULL;
-    lib_sym = NULL;
-    lib_version = 0;
-    lib_status = LOAD_READY;
-  }
-  pthread_mutex_unlock(&lib_mu);
+  brd_plugin_lib_reset(&lib);
 }
 
 /* ---- descriptors ---------------------------------------------------------- */

@@ -52,21 +52,15 @@ typedef union {
   ncclTuner_v6_t v6;
 } any_tuner_t;
 
-enum { LOAD_READY = 0, LOAD_DONE = 1, LOAD_FAILED = -1 };
 
-/* The process's library (under lib_mu). */
-static pthread_mutex_t lib_mu = PTHREAD_MUTEX_INITIALIZER;
-static int lib_status = LOAD_READY;
-static int lib_refs;                 /* contexts alive */
-static void *lib_dl;                 /* dlopen handle, owned */
-static const any_tuner_t *lib_sym;   /* the plugin's exported table */
-static int lib_version;
+/* The process's library: one per process, shared by the communicators. */
+static brd_plugin_lib_t lib = BRD_PLUGIN_LIB_INIT; /* sym: an any_tuner_t */
 static char lib_name[128];
 static char lib_path[PATH_MAX];
 
 struct brd_tuner {
   void *ctx;                         /* the plugin's context, the plugin's */
-  const any_tuner_t *sym;            /* lib_sym, valid while this holds a reference */
+  const any_tuner_t *sym;            /* lib.sym, valid while this holds a reference */
   int version;
   int warned;                        /* a getCollInfo error was WARNed */
   int warned_unoffered;              /* a pick of a pair Braid lacks was logged */
@@ -97,8 +91,8 @@ static const any_tuner_t *find_symbol(void *dl, int *version_out) {
   return NULL;
 }
 
-/* Loads the library once. lib_mu held. */
-static void load_locked(void) {
+/* Loads the library (brd_plugin_lib_acquire's load): 1 when it did. */
+static int load(brd_plugin_lib_t *l) {
   char missing[2 * PATH_MAX] = "", err[512] = "", netpath[PATH_MAX] = "";
   const char *spec = brd_param_str(BRD_P_TUNER_PLUGIN);
   int requested = spec != NULL && spec[0] != '\0';
@@ -107,8 +101,7 @@ static void load_locked(void) {
     INFO(BRD_SUBSYS_ENV | BRD_SUBSYS_TUNING, "NCCL_TUNER_PLUGIN set by environment to %s",
          spec);
     if (strcasecmp(spec, "none") == 0) {
-      lib_status = LOAD_FAILED;
-      return;
+      return 0;
     }
   }
   const char *where = NULL;
@@ -135,8 +128,7 @@ static void load_locked(void) {
            spec, missing[0] ? missing : " it", err[0] ? ": " : "", err);
     else
       INFO(SUBSYS, "TUNER/Plugin: no tuner plugin (optional); Braid tunes by itself");
-    lib_status = LOAD_FAILED;
-    return;
+    return 0;
   }
   int version = 0;
   const any_tuner_t *sym = find_symbol(dl, &version);
@@ -149,50 +141,34 @@ static void load_locked(void) {
       INFO(SUBSYS, "TUNER/Plugin: %s exports no ncclTunerPlugin_v%d .. v%d", lib_path,
            OLDEST, NEWEST);
     dlclose(dl);
-    lib_status = LOAD_FAILED;
-    return;
+    return 0;
   }
-  lib_dl = dl;
-  lib_sym = sym;
-  lib_version = version;
+  l->dl = dl;
+  l->sym = sym;
+  l->version = version;
   snprintf(lib_name, sizeof(lib_name), "%s", sym->v2.name);
-  lib_status = LOAD_DONE;
   INFO(SUBSYS, "TUNER/Plugin: Using %s (v%d)", lib_name, version);
   INFO(SUBSYS, "Successfully loaded external tuner plugin %s", lib_path);
+  return 1;
 }
 
-/* Drops one reference; closes the library with the last. lib_mu held. */
-static void unref_locked(void) {
-  if (--lib_refs > 0) return;
+/* Logs the closing of the library (brd_plugin_lib_release). */
+static void on_close(void) {
   INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_TUNING, "TUNER/Plugin: Closing tuner: '%s'", lib_name);
-  dlclose(lib_dl);
-  lib_dl = NULL;
-  lib_sym = NULL;
-  lib_version = 0;
-  lib_status = LOAD_READY;
 }
 
 ncclResult_t brd_tuner_create(const brd_tuner_comm_t *comm, brd_tuner_t **out) {
   *out = NULL;
-  pthread_mutex_lock(&lib_mu);
-  if (lib_status == LOAD_READY) load_locked();
-  if (lib_status != LOAD_DONE) {
-    pthread_mutex_unlock(&lib_mu);
-    return ncclSuccess;
-  }
-  lib_refs++;
-  pthread_mutex_unlock(&lib_mu);
+  if (!brd_plugin_lib_acquire(&lib, load)) return ncclSuccess;
 
   brd_tuner_t *t = calloc(1, sizeof(*t));
   if (t == NULL) {
     WARN("out of host memory creating the tuner plugin's context");
-    pthread_mutex_lock(&lib_mu);
-    unref_locked();
-    pthread_mutex_unlock(&lib_mu);
+    brd_plugin_lib_release(&lib, on_close);
     return ncclSystemError;
   }
-  t->sym = lib_sym;
-  t->version = lib_version;
+  t->sym = lib.sym;
+  t->version = lib.version;
   t->nvl.nNvlDomains = comm->nvl_domains;
   t->nvl.minRanksPerNvlDomain = comm->min_per_domain;
   t->nvl.maxRanksPerNvlDomain = comm->max_per_domain;
@@ -218,9 +194,7 @@ ncclResult_t brd_tuner_create(const brd_tuner_comm_t *comm, brd_tuner_t **out) {
          "NCCL_TUNER_PLUGIN=none", lib_name, t->version, res_text(r), comm->nranks,
          comm->nnodes);
     free(t);
-    pthread_mutex_lock(&lib_mu);
-    unref_locked();
-    pthread_mutex_unlock(&lib_mu);
+    brd_plugin_lib_release(&lib, on_close);
     return ncclSuccess;
   }
   *out = t;
@@ -241,24 +215,14 @@ void brd_tuner_destroy(brd_tuner_t *t) {
     WARN("TUNER/Plugin: %s (v%d) %s failed: %s (ignored: the communicator is going away)",
          lib_name, t->version, t->version < 5 ? "destroy" : "finalize", res_text(r));
   free(t);
-  pthread_mutex_lock(&lib_mu);
-  unref_locked();
-  pthread_mutex_unlock(&lib_mu);
+  brd_plugin_lib_release(&lib, on_close);
 }
 
 const char *brd_tuner_name(const brd_tuner_t *t) { return t != NULL ? t->sym->v2.name : ""; }
 int brd_tuner_version(const brd_tuner_t *t) { return t != NULL ? t->version : 0; }
 
 void brd_tuner_reset(void) {
-  pthread_mutex_lock(&lib_mu);
-  if (lib_refs == 0) {
-    if (lib_dl != NULL) dlclose(lib_dl);
-    lib_dl = NULL;
-    lib_sym = NULL;
-    lib_version = 0;
-    lib_status = LOAD_READY;
-  }
-  pthread_mutex_unlock(&lib_mu);
+  brd_plugin_lib_reset(&lib);
 }
 
 /* NCCL's number for the collectives it tunes; -1 for the others. */
