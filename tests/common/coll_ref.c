@@ -274,3 +274,43 @@ size_t ref_count_poison(ncclDataType_t dt, const void *buf, size_t n) {
   }
   return count;
 }
+
+/* See coll_ref.h. */
+void ref_case_fill(ref_kind_t k, ncclDataType_t dt, ncclRedOp_t op, int r, int n, size_t c,
+                   int inplace, char *mem, char *other, const void **send, void **recv) {
+  size_t es = ref_dtype_size(dt), nc = (size_t)n * c;
+  switch (k) {
+  case REF_AR:
+    ref_fill_input(dt, op, r, mem, c);
+    *send = mem;
+    *recv = inplace ? mem : other;
+    if (!inplace) ref_poison(dt, other, c);
+    break;
+  case REF_AG:
+    ref_poison(dt, mem, nc);
+    *recv = mem;
+    *send = inplace ? mem + (size_t)r * c * es : other;
+    ref_fill_move(dt, r, 0, (void *)*send, c);
+    break;
+  case REF_RS:
+    ref_fill_input(dt, op, r, mem, nc);
+    *send = mem;
+    *recv = inplace ? mem + (size_t)r * c * es : other;
+    if (!inplace) ref_poison(dt, other, c);
+    break;
+  }
+}
+
+/* See coll_ref.h. */
+size_t ref_case_check(ref_kind_t k, ncclDataType_t dt, ncclRedOp_t op, int r, int n, size_t c,
+                      const void *recv, void *expect, char *msg, size_t mlen) {
+  size_t es = ref_dtype_size(dt), wrong = 0;
+  if (k == REF_AG) {
+    for (int q = 0; q < n && !wrong; q++)
+      wrong = ref_check_move(dt, q, 0, (const char *)recv + (size_t)q * c * es, c, msg, mlen);
+    return wrong;
+  }
+  if (k == REF_AR) ref_reduce_expect(dt, op, n, 1.0, expect, c);
+  else ref_reduce_expect_range(dt, op, n, 1.0, expect, (size_t)r * c, c);
+  return ref_compare(dt, op == ncclAvg, recv, expect, c, msg, mlen);
+}

@@ -72,4 +72,22 @@ size_t ref_count_poison(ncclDataType_t dt, const void *buf, size_t n);
 size_t ref_compare(ncclDataType_t dt, int tolerant, const void *got,
                    const void *expect, size_t n, char *msg, size_t msglen);
 
+/* All-reduce, all-gather and reduce-scatter as one call of every rank,
+ * each rank's buffers laid out as NCCL defines them (in place: the
+ * all-gather's input is the rank's block of its output, the
+ * reduce-scatter's output the rank's block of its input). */
+typedef enum { REF_AR, REF_AG, REF_RS } ref_kind_t;
+
+/* Fills rank r's buffers (of n ranks, c elements per rank) for one call of
+ * kind k: mem holds n * c elements, other as many; sets *send and *recv
+ * into them (the output poisoned where the call must write it). */
+void ref_case_fill(ref_kind_t k, ncclDataType_t dt, ncclRedOp_t op, int r, int n, size_t c,
+                   int inplace, char *mem, char *other, const void **send, void **recv);
+
+/* Checks rank r's output of such a call against the reference: the number
+ * of wrong elements, 0 when right, with the first described in msg.
+ * expect: room for c elements. */
+size_t ref_case_check(ref_kind_t k, ncclDataType_t dt, ncclRedOp_t op, int r, int n, size_t c,
+                      const void *recv, void *expect, char *msg, size_t mlen);
+
 #endif

@@ -42,7 +42,6 @@
 
 #define MAXR 4
 
-typedef enum { K_AR, K_AG, K_RS } kind_t;
 static const char *const kind_names[] = {"allreduce", "allgather", "reducescatter"};
 
 /* A failure in a child: print and exit non-zero. */
@@ -62,7 +61,7 @@ static void *managed(size_t bytes) {
 
 /* One call of kind k on every rank in one group, checked. Returns the
  * group's result (the data is checked only on success). */
-static ncclResult_t run_call(ncclComm_t *comms, cudaStream_t *st, int n, kind_t k,
+static ncclResult_t run_call(ncclComm_t *comms, cudaStream_t *st, int n, ref_kind_t k,
                              ncclDataType_t dt, ncclRedOp_t op, size_t c, int inplace) {
   size_t es = ref_dtype_size(dt), nc = (size_t)n * c;
   char *mem[MAXR], *other[MAXR];
@@ -71,33 +70,14 @@ static ncclResult_t run_call(ncclComm_t *comms, cudaStream_t *st, int n, kind_t 
   for (int r = 0; r < n; r++) {
     mem[r] = managed(nc * es);
     other[r] = managed(nc * es);
-    switch (k) {
-    case K_AR:
-      ref_fill_input(dt, op, r, mem[r], c);
-      send[r] = mem[r];
-      recv[r] = inplace ? mem[r] : other[r];
-      if (!inplace) ref_poison(dt, other[r], c);
-      break;
-    case K_AG:
-      ref_poison(dt, mem[r], nc);
-      recv[r] = mem[r];
-      send[r] = inplace ? mem[r] + (size_t)r * c * es : other[r];
-      ref_fill_move(dt, r, 0, (void *)send[r], c);
-      break;
-    case K_RS:
-      ref_fill_input(dt, op, r, mem[r], nc);
-      send[r] = mem[r];
-      recv[r] = inplace ? mem[r] + (size_t)r * c * es : other[r];
-      if (!inplace) ref_poison(dt, other[r], c);
-      break;
-    }
+    ref_case_fill(k, dt, op, r, n, c, inplace, mem[r], other[r], &send[r], &recv[r]);
   }
   ncclResult_t res = ncclGroupStart();
   for (int r = 0; r < n && res == ncclSuccess; r++) {
     switch (k) {
-    case K_AR: res = ncclAllReduce(send[r], recv[r], c, dt, op, comms[r], st[r]); break;
-    case K_AG: res = ncclAllGather(send[r], recv[r], c, dt, comms[r], st[r]); break;
-    case K_RS: res = ncclReduceScatter(send[r], recv[r], c, dt, op, comms[r], st[r]); break;
+    case REF_AR: res = ncclAllReduce(send[r], recv[r], c, dt, op, comms[r], st[r]); break;
+    case REF_AG: res = ncclAllGather(send[r], recv[r], c, dt, comms[r], st[r]); break;
+    case REF_RS: res = ncclReduceScatter(send[r], recv[r], c, dt, op, comms[r], st[r]); break;
     }
   }
   ncclResult_t end = ncclGroupEnd();
@@ -115,16 +95,7 @@ static ncclResult_t run_call(ncclComm_t *comms, cudaStream_t *st, int n, kind_t 
   if (expect == NULL) DIE("out of memory");
   for (int r = 0; r < n && res == ncclSuccess; r++) {
     char msg[256] = "";
-    size_t wrong = 0;
-    if (k == K_AG) {
-      for (int q = 0; q < n && !wrong; q++)
-        wrong = ref_check_move(dt, q, 0, (const char *)recv[r] + (size_t)q * c * es, c, msg,
-                               sizeof(msg));
-    } else {
-      if (k == K_AR) ref_reduce_expect(dt, op, n, 1.0, expect, c);
-      else ref_reduce_expect_range(dt, op, n, 1.0, expect, (size_t)r * c, c);
-      wrong = ref_compare(dt, 0, recv[r], expect, c, msg, sizeof(msg));
-    }
+    size_t wrong = ref_case_check(k, dt, op, r, n, c, recv[r], expect, msg, sizeof(msg));
     if (wrong)
       DIE("%s %s %s n=%d count=%zu %s: rank %d has %zu wrong elements: %s", kind_names[k],
           ref_dtype_name(dt), ref_op_name(op), n, c, inplace ? "in place" : "out of place",
@@ -178,9 +149,9 @@ static void child_forced(void) {
       for (size_t k = 0; k < 3; k++)
         for (size_t c = 0; c < 3; c++)
           for (int inplace = 0; inplace < 2; inplace++) {
-            if (k == K_AG && (cases[ci].op != ncclSum || ci > 3)) continue; /* no op */
+            if (k == REF_AG && (cases[ci].op != ncclSum || ci > 3)) continue; /* no op */
             if (n == 4 && c == 0 && inplace) continue;
-            ncclResult_t res = run_call(comms, st, n, (kind_t)k, cases[ci].dt, cases[ci].op,
+            ncclResult_t res = run_call(comms, st, n, (ref_kind_t)k, cases[ci].dt, cases[ci].op,
                                         counts[c], inplace);
             if (res != ncclSuccess)
               DIE("%s %s %s n=%d count=%zu: %s (%s): NVLS did not run", kind_names[k],
@@ -188,7 +159,7 @@ static void child_forced(void) {
                   ncclGetErrorString(res), ncclGetLastError(NULL));
           }
     /* Not eligible (prod): NCCL_ALGO leaves it no algorithm, as NCCL says. */
-    ncclResult_t bad = run_call(comms, st, n, K_AR, ncclFloat32, ncclProd, 100, 0);
+    ncclResult_t bad = run_call(comms, st, n, REF_AR, ncclFloat32, ncclProd, 100, 0);
     if (bad != ncclInvalidUsage) DIE("a prod all-reduce with only NVLS allowed returned %d", bad);
     comms_free(n, comms, st, 0);
   }
@@ -201,7 +172,7 @@ static void child_failbind(void) {
   cudaStream_t st[MAXR];
   comms_make(4, comms, st);
   for (size_t c = 1; c < 100000; c *= 37)
-    if (run_call(comms, st, 4, K_AR, ncclFloat32, ncclSum, c, 0) != ncclSuccess)
+    if (run_call(comms, st, 4, REF_AR, ncclFloat32, ncclSum, c, 0) != ncclSuccess)
       DIE("all-reduce with NVLS turned off: %s", ncclGetLastError(NULL));
   comms_free(4, comms, st, 0);
   _exit(0);
@@ -213,7 +184,7 @@ static void child_required(void) {
   ncclComm_t comms[MAXR];
   cudaStream_t st[MAXR];
   comms_make(2, comms, st);
-  ncclResult_t res = run_call(comms, st, 2, K_AR, ncclFloat32, ncclSum, 1000, 0);
+  ncclResult_t res = run_call(comms, st, 2, REF_AR, ncclFloat32, ncclSum, 1000, 0);
   if (res == ncclSuccess) DIE("the call succeeded although the required NVLS setup failed");
   fprintf(stderr, "observed: required NVLS, failed bind: %s (%s)\n", ncclGetErrorString(res),
           ncclGetLastError(NULL));

@@ -49,12 +49,11 @@
                ncclGetLastError(NULL));                                       \
   } while (0)
 
-typedef enum { K_AR, K_AG, K_RS } kind_t;
 static const char *const kind_names[] = {"allreduce", "allgather", "reducescatter"};
 
 /* NCCL's NVLS rule (nvls-ib.md 1.3), independent of the library's. */
-static int eligible(kind_t k, ncclDataType_t dt, ncclRedOp_t op) {
-  if (k == K_AG) return 1;
+static int eligible(ref_kind_t k, ncclDataType_t dt, ncclRedOp_t op) {
+  if (k == REF_AG) return 1;
   int ints = dt == ncclInt32 || dt == ncclUint32 || dt == ncclInt64 || dt == ncclUint64;
   int half = dt == ncclFloat16 || dt == ncclBfloat16;
   if (op == ncclSum) return ints || half || dt == ncclFloat32 || dt == ncclFloat64;
@@ -70,7 +69,7 @@ static void *xmalloc(size_t n) {
 
 /* One call of kind k on every rank of comms in one group, in or out of
  * place, checked against the reference. Returns the group's result. */
-static ncclResult_t run_call(ncclComm_t *comms, int n, kind_t k, ncclDataType_t dt,
+static ncclResult_t run_call(ncclComm_t *comms, int n, ref_kind_t k, ncclDataType_t dt,
                              ncclRedOp_t op, size_t c, int inplace) {
   size_t es = ref_dtype_size(dt), nc = (size_t)n * c;
   char *mem[8], *other[8];
@@ -79,33 +78,14 @@ static ncclResult_t run_call(ncclComm_t *comms, int n, kind_t k, ncclDataType_t 
   for (int r = 0; r < n; r++) {
     mem[r] = xmalloc(nc * es);
     other[r] = xmalloc(nc * es);
-    switch (k) {
-    case K_AR:
-      ref_fill_input(dt, op, r, mem[r], c);
-      send[r] = mem[r];
-      recv[r] = inplace ? mem[r] : other[r];
-      if (!inplace) ref_poison(dt, other[r], c);
-      break;
-    case K_AG:
-      ref_poison(dt, mem[r], nc);
-      recv[r] = mem[r];
-      send[r] = inplace ? mem[r] + (size_t)r * c * es : other[r];
-      ref_fill_move(dt, r, 0, (void *)send[r], c);
-      break;
-    case K_RS:
-      ref_fill_input(dt, op, r, mem[r], nc);
-      send[r] = mem[r];
-      recv[r] = inplace ? mem[r] + (size_t)r * c * es : other[r];
-      if (!inplace) ref_poison(dt, other[r], c);
-      break;
-    }
+    ref_case_fill(k, dt, op, r, n, c, inplace, mem[r], other[r], &send[r], &recv[r]);
   }
   ncclResult_t res = ncclGroupStart();
   for (int r = 0; r < n && res == ncclSuccess; r++) {
     switch (k) {
-    case K_AR: res = ncclAllReduce(send[r], recv[r], c, dt, op, comms[r], NULL); break;
-    case K_AG: res = ncclAllGather(send[r], recv[r], c, dt, comms[r], NULL); break;
-    case K_RS: res = ncclReduceScatter(send[r], recv[r], c, dt, op, comms[r], NULL); break;
+    case REF_AR: res = ncclAllReduce(send[r], recv[r], c, dt, op, comms[r], NULL); break;
+    case REF_AG: res = ncclAllGather(send[r], recv[r], c, dt, comms[r], NULL); break;
+    case REF_RS: res = ncclReduceScatter(send[r], recv[r], c, dt, op, comms[r], NULL); break;
     }
   }
   ncclResult_t end = ncclGroupEnd();
@@ -113,16 +93,7 @@ static ncclResult_t run_call(ncclComm_t *comms, int n, kind_t k, ncclDataType_t 
   char *expect = xmalloc(c * es);
   for (int r = 0; r < n && res == ncclSuccess; r++) {
     char msg[256] = "";
-    size_t wrong = 0;
-    if (k == K_AG) {
-      for (int q = 0; q < n && !wrong; q++)
-        wrong = ref_check_move(dt, q, 0, (const char *)recv[r] + (size_t)q * c * es, c, msg,
-                               sizeof(msg));
-    } else {
-      if (k == K_AR) ref_reduce_expect(dt, op, n, 1.0, expect, c);
-      else ref_reduce_expect_range(dt, op, n, 1.0, expect, (size_t)r * c, c);
-      wrong = ref_compare(dt, op == ncclAvg, recv[r], expect, c, msg, sizeof(msg));
-    }
+    size_t wrong = ref_case_check(k, dt, op, r, n, c, recv[r], expect, msg, sizeof(msg));
     if (wrong)
       fail_msg("%s %s %s n=%d count=%zu %s: rank %d has %zu wrong elements: %s",
                kind_names[k], ref_dtype_name(dt), ref_op_name(op), n, c,
@@ -151,18 +122,18 @@ static void child_forced(int pieces) {
     int n = ranks[ni];
     ncclComm_t comms[8];
     NCCL_OK(ncclCommInitAll(comms, n, NULL));
-    for (int k = K_AR; k <= K_RS; k++) {
+    for (int k = REF_AR; k <= REF_RS; k++) {
       for (size_t d = 0; d < NELEM(dtypes); d++) {
         for (size_t o = 0; o < NELEM(ops); o++) {
-          if (!eligible((kind_t)k, dtypes[d], ops[o])) continue;
-          if (k == K_AG && ops[o] != ncclSum) continue; /* no op to vary */
+          if (!eligible((ref_kind_t)k, dtypes[d], ops[o])) continue;
+          if (k == REF_AG && ops[o] != ncclSum) continue; /* no op to vary */
           for (size_t ci = 0; ci < NELEM(counts); ci++) {
             /* The large count once per (kind, n) in most types. */
             if (ci == 2 && (pieces || (dtypes[d] != ncclFloat32 && dtypes[d] != ncclBfloat16)))
               continue;
             if (pieces && ci == 0) continue;
             for (int ip = 0; ip < 2; ip++) {
-              NCCL_OK(run_call(comms, n, (kind_t)k, dtypes[d], ops[o], counts[ci], ip));
+              NCCL_OK(run_call(comms, n, (ref_kind_t)k, dtypes[d], ops[o], counts[ci], ip));
               calls++;
             }
           }
@@ -171,7 +142,7 @@ static void child_forced(int pieces) {
     }
     if (!pieces && n == 4) {
       /* NCCL_ALGO leaves no algorithm for an ineligible reduction. */
-      ncclResult_t res = run_call(comms, n, K_AR, ncclFloat32, ncclProd, 64, 0);
+      ncclResult_t res = run_call(comms, n, REF_AR, ncclFloat32, ncclProd, 64, 0);
       if (res != ncclInvalidUsage)
         fail_msg("an ineligible all-reduce with only NVLS allowed returned %s, want "
                  "ncclInvalidUsage", ncclGetErrorString(res));
@@ -191,11 +162,11 @@ static void child_forced(int pieces) {
  * msg says what was not. */
 static int process_rank(ncclUniqueId id, int n, int r, char *msg, size_t msglen) {
   static const struct {
-    kind_t k;
+    ref_kind_t k;
     ncclDataType_t dt;
     ncclRedOp_t op;
-  } cases[] = {{K_AR, ncclFloat32, ncclSum}, {K_AR, ncclBfloat16, ncclMax},
-               {K_AG, ncclUint8, ncclSum},   {K_RS, ncclInt64, ncclMin}};
+  } cases[] = {{REF_AR, ncclFloat32, ncclSum}, {REF_AR, ncclBfloat16, ncclMax},
+               {REF_AG, ncclUint8, ncclSum},   {REF_RS, ncclInt64, ncclMin}};
   static const size_t counts[] = {3, 100003};
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, n, id, r) != ncclSuccess) {
@@ -212,11 +183,11 @@ static int process_rank(ncclUniqueId id, int n, int r, char *msg, size_t msglen)
         const void *send = mem;
         void *recv = mem;
         ncclResult_t res;
-        if (cases[i].k == K_AR) {
+        if (cases[i].k == REF_AR) {
           ref_fill_input(dt, cases[i].op, r, mem, c);
           if (!ip) recv = other;
           res = ncclAllReduce(send, recv, c, dt, cases[i].op, comm, NULL);
-        } else if (cases[i].k == K_AG) {
+        } else if (cases[i].k == REF_AG) {
           ref_poison(dt, mem, nc);
           send = ip ? mem + (size_t)r * c * es : other;
           ref_fill_move(dt, r, 0, (void *)send, c);
@@ -230,12 +201,12 @@ static int process_rank(ncclUniqueId id, int n, int r, char *msg, size_t msglen)
         if (res != ncclSuccess) {
           snprintf(msg, msglen, "%s: %s", kind_names[cases[i].k], ncclGetLastError(comm));
           bad = 1;
-        } else if (cases[i].k == K_AG) {
+        } else if (cases[i].k == REF_AG) {
           for (int q = 0; q < n && !wrong; q++)
             wrong = ref_check_move(dt, q, 0, (const char *)recv + (size_t)q * c * es, c, msg,
                                    msglen);
         } else {
-          if (cases[i].k == K_AR) ref_reduce_expect(dt, cases[i].op, n, 1.0, expect, c);
+          if (cases[i].k == REF_AR) ref_reduce_expect(dt, cases[i].op, n, 1.0, expect, c);
           else ref_reduce_expect_range(dt, cases[i].op, n, 1.0, expect, (size_t)r * c, c);
           wrong = ref_compare(dt, 0, recv, expect, c, msg, msglen);
         }
@@ -288,13 +259,13 @@ static void child_fallback(void) {
   int n = 3;
   ncclComm_t comms[8];
   NCCL_OK(ncclCommInitAll(comms, n, NULL));
-  NCCL_OK(run_call(comms, n, K_AR, ncclFloat32, ncclProd, 999, 0));
-  NCCL_OK(run_call(comms, n, K_AR, ncclFloat32, ncclAvg, 999, 1));
-  NCCL_OK(run_call(comms, n, K_AR, ncclInt8, ncclSum, 999, 0));
-  NCCL_OK(run_call(comms, n, K_RS, ncclFloat32, ncclMax, 999, 0));
+  NCCL_OK(run_call(comms, n, REF_AR, ncclFloat32, ncclProd, 999, 0));
+  NCCL_OK(run_call(comms, n, REF_AR, ncclFloat32, ncclAvg, 999, 1));
+  NCCL_OK(run_call(comms, n, REF_AR, ncclInt8, ncclSum, 999, 0));
+  NCCL_OK(run_call(comms, n, REF_RS, ncclFloat32, ncclMax, 999, 0));
   /* And eligible ones, large enough that the tuner takes NVLS. */
-  NCCL_OK(run_call(comms, n, K_AR, ncclFloat32, ncclSum, 1 << 20, 0));
-  NCCL_OK(run_call(comms, n, K_AG, ncclInt8, ncclSum, 1 << 20, 1));
+  NCCL_OK(run_call(comms, n, REF_AR, ncclFloat32, ncclSum, 1 << 20, 0));
+  NCCL_OK(run_call(comms, n, REF_AG, ncclInt8, ncclSum, 1 << 20, 1));
   for (int r = 0; r < n; r++) NCCL_OK(ncclCommDestroy(comms[r]));
 }
 
