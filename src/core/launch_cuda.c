@@ -421,6 +421,8 @@ static ncclResult_t cuda_window_create(struct ncclComm *comm, const brd_transpor
     goto fail;
   }
   CUDA_CHECK_GOTO(cudaSetDevice(rt->dev), "cudaSetDevice to the communicator's GPU", res, fail);
+  /* Before this communicator's first kernel: see brd_exec_cuda_load. */
+  CHECK_GOTO(brd_exec_cuda_load(), res, fail);
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_coll), res, fail);
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_p2p), res, fail);
   atomic_fetch_add(&rt->dev_bytes, 2 * (uint64_t)brd_exec_cuda_status_device_bytes());

@@ -1323,6 +1323,26 @@ extern "C" cudaError_t brd_exec_kernel_launch(const brd_exec_kargs_t *ka,
                           dim3(BRD_EXEC_CUDA_NTHREADS), params, 0, stream);
 }
 
+/* See exec_kernel.h. cudaFuncGetAttributes loads a kernel that lazy
+ * loading has not loaded yet. */
+extern "C" cudaError_t brd_exec_kernels_load(void) {
+  cudaFuncAttributes attr;
+  for (int dt = 0; dt < ncclNumTypes; dt++)
+    for (int fn = 0; fn < brd::FN_COUNT; fn++) {
+      cudaError_t e = cudaFuncGetAttributes(&attr, kernels[dt][fn]);
+      if (e != cudaSuccess) return e;
+    }
+  const void *copyouts[4] = {BRD_KERNEL(copyout_kernel<uint4>),
+                             BRD_KERNEL(copyout_kernel<unsigned long long>),
+                             BRD_KERNEL(copyout_kernel<unsigned int>),
+                             BRD_KERNEL(copyout_kernel<unsigned char>)};
+  for (int i = 0; i < 4; i++) {
+    cudaError_t e = cudaFuncGetAttributes(&attr, copyouts[i]);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 /* See exec_kernel.h. */
 extern "C" cudaError_t brd_exec_kernel_copyout(const brd_exec_copyout_kargs_t *c,
                                                cudaStream_t stream) {

@@ -7,6 +7,7 @@
  * through the two entry points of exec_kernel.h, so the CUDA simulator
  * runs this same file with kernels of its own (tests/cudasim/).
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,6 +367,37 @@ out:
 
 
 
+/* Devices whose context holds every executor kernel (brd_exec_cuda_load). */
+#define LOAD_MAX_DEVICES 256
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char load_done[LOAD_MAX_DEVICES]; /* under load_lock */
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_load(void) {
+  int dev = 0;
+  ncclResult_t res = ncclSuccess;
+  CUDA_CHECK_GOTO(cudaGetDevice(&dev), "cudaGetDevice", res, out);
+  if (dev < 0 || dev >= LOAD_MAX_DEVICES) return ncclSuccess; /* loads lazily */
+  pthread_mutex_lock(&load_lock);
+  if (!load_done[dev]) {
+    cudaError_t e = brd_exec_kernels_load();
+    if (e == cudaSuccess) {
+      load_done[dev] = 1;
+      INFO(BRD_SUBSYS_INIT, "CUDA executor: kernels loaded into device %d's context", dev);
+    } else {
+      (void)cudaGetLastError();
+      WARN("CUDA: loading the executor's kernels on device %d failed: %s (%d). The "
+           "library was built without code for this GPU's architecture, or the device is "
+           "in a bad state; rebuild with CUDA_ARCHS naming it (nvidia-smi shows the GPU)",
+           dev, cudaGetErrorString(e), (int)e);
+      res = ncclUnhandledCudaError;
+    }
+  }
+  pthread_mutex_unlock(&load_lock);
+out:
+  return res;
+}
+
 struct brd_exec_cuda_plan {
   brd_ir_plan_t *host; /* owned: brd_plan_clone */
   brd_ir_plan_t *dev;  /* owned: cudaMalloc, the same bytes */
@@ -390,6 +422,7 @@ ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
   brd_exec_cuda_plan_t *cp;
   int dev = 0, nsm = 0;
   CHECK(plan_check(plan));
+  CHECK(brd_exec_cuda_load());
   CUDA_CHECK_GOTO(cudaGetDevice(&dev), "cudaGetDevice", res, out);
   CUDA_CHECK_GOTO(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev),
                   "cudaDeviceGetAttribute(multiProcessorCount)", res, out);

@@ -198,6 +198,16 @@ typedef struct brd_exec_cuda_copyout {
 } brd_exec_cuda_copyout_t;
 
 #if BRAID_CUDA
+/* Loads every executor kernel into the current device's context, once per
+ * device and process (brd_exec_kernels_load): CUDA's default lazy loading
+ * would otherwise load a kernel at its first launch, which waits for the
+ * kernels running on the device and holds every other launch meanwhile, a
+ * deadlock when ranks that are threads of one process share the GPU. The
+ * CUDA backend calls it before a communicator's first kernel; the plan
+ * upload calls it too. Returns ncclUnhandledCudaError (WARN) when CUDA
+ * refuses. Any thread. */
+ncclResult_t brd_exec_cuda_load(void);
+
 /* Copies plan (a blob from brd_plan_builder_finish) to device memory on
  * the current device after checking that every op is one this executor
  * runs and every index stays inside the blob, the channel table, the

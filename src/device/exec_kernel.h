@@ -156,6 +156,17 @@ cudaError_t brd_exec_kernel_launch(const brd_exec_kargs_t *ka,
                                    const brd_exec_cuda_args_t *args,
                                    uint32_t nblocks, cudaStream_t stream);
 
+/* Loads every kernel above into the current device's context now.
+ * CUDA loads a kernel lazily, at its first launch, by default
+ * (CUDA_MODULE_LOADING=LAZY), and a load waits for every kernel running
+ * on the device: when ranks that are threads of one process share a GPU,
+ * a rank's first launch of a kernel not yet loaded (a new datatype or
+ * operation, a copy-out) would wait for a peer's kernel that spins until
+ * this rank's kernel runs, a deadlock until the spinning kernel gives up.
+ * Called once per device, before any kernel of the executor runs on it
+ * (brd_exec_cuda_load). Returns the first error of cudaFuncGetAttributes. */
+cudaError_t brd_exec_kernels_load(void);
+
 /* Enqueues the copy-out kernel for c on stream. Returns what
  * cudaLaunchKernel returns. Never allocates or synchronises. */
 cudaError_t brd_exec_kernel_copyout(const brd_exec_copyout_kargs_t *c,

@@ -30,6 +30,14 @@ extern "C" {
 cudaError_t brd_cudasim_launch(cudaStream_t stream, void (*fn)(void *args),
                                const void *args, size_t bytes);
 
+/* Loads the kernel named by key (any address that stands for it) into the
+ * current device's context, as CUDA's lazy loading does at a kernel's
+ * first launch: the first load of key on a device waits until no kernel
+ * runs on it (see the README's "Lazy loading"). cudaLaunchKernel and
+ * cudaFuncGetAttributes call it for their kernel; the cudasim/ executor
+ * for each of its kernels. Any thread. */
+cudaError_t brd_cudasim_load(const void *key);
+
 /* Whether [p, p + bytes) lies inside memory a kernel may touch: device,
  * managed and pinned allocations, registered host memory, IPC mappings.
  * Any thread; takes the runtime's lock briefly. */

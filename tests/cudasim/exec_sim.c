@@ -432,10 +432,35 @@ static void copyout_kernel(void *p) {
 
 /* ---- entry points (exec_kernel.h) --------------------------------------------- */
 
+/* What stands for each kernel the CUDA executor has (exec.cu's
+ * exec_kernel<dtype, fn> and copyout_kernel<width>), for the simulator's
+ * lazy loading (brd_cudasim_load). */
+static const char exec_keys[ncclNumTypes][BRD_REDUCE_FN_SUMPOSTDIV + 1];
+static const char copyout_keys[4];
+
+static const void *copyout_key(uint32_t width) {
+  return &copyout_keys[width == 16 ? 0 : width == 8 ? 1 : width == 4 ? 2 : 3];
+}
+
+/* See exec_kernel.h. */
+cudaError_t brd_exec_kernels_load(void) {
+  cudaError_t e = cudaSuccess;
+  for (int dt = 0; dt < ncclNumTypes && e == cudaSuccess; dt++)
+    for (int fn = 0; fn <= BRD_REDUCE_FN_SUMPOSTDIV && e == cudaSuccess; fn++)
+      e = brd_cudasim_load(&exec_keys[dt][fn]);
+  for (int i = 0; i < 4 && e == cudaSuccess; i++) e = brd_cudasim_load(&copyout_keys[i]);
+  return e;
+}
+
 /* See exec_kernel.h. */
 cudaError_t brd_exec_kernel_launch(const brd_exec_kargs_t *ka, const brd_exec_cuda_args_t *args,
                                    uint32_t nblocks, cudaStream_t stream) {
   (void)nblocks; /* the plan's, read by the kernel */
+  if (args->dtype < 0 || args->dtype >= ncclNumTypes || ka->fn < 0 ||
+      ka->fn > BRD_REDUCE_FN_SUMPOSTDIV)
+    return cudaErrorInvalidDeviceFunction;
+  cudaError_t le = brd_cudasim_load(&exec_keys[args->dtype][ka->fn]);
+  if (le != cudaSuccess) return le;
   sim_kargs_t *sk = malloc(sizeof(*sk));
   if (sk == NULL) return cudaErrorMemoryAllocation;
   sk->k = *ka;
@@ -451,5 +476,7 @@ cudaError_t brd_exec_kernel_launch(const brd_exec_kargs_t *ka, const brd_exec_cu
 
 /* See exec_kernel.h. */
 cudaError_t brd_exec_kernel_copyout(const brd_exec_copyout_kargs_t *c, cudaStream_t stream) {
+  cudaError_t le = brd_cudasim_load(copyout_key(c->width));
+  if (le != cudaSuccess) return le;
   return brd_cudasim_launch(stream, copyout_kernel, c, sizeof(*c));
 }

@@ -166,6 +166,13 @@ typedef struct ipc_handle {
 _Static_assert(sizeof(ipc_handle_t) == sizeof(cudaIpcMemHandle_t),
                "the simulator's IPC handle fills cudaIpcMemHandle_t");
 
+/* A kernel loaded into a device's context (lazy loading, below). */
+struct loaded {
+  const void *key;
+  int device;
+  struct loaded *next;
+};
+
 static struct {
   pthread_mutex_t lock;
   pthread_cond_t done;
@@ -175,6 +182,9 @@ static struct {
   double timeout_s;
   int poison;
   int free_sync;                           /* cudaFree waits for the device */
+  int lazy;                                /* kernels load at first use */
+  struct loaded *loaded;                   /* kernels loaded, per device */
+  int loading[MAX_DEVICES];                /* a load holds the context */
   struct CUstream_st *streams;             /* every live stream */
   struct CUstream_st *legacy[MAX_DEVICES]; /* created on first use */
   capture_t *captures;                     /* active captures */
@@ -221,6 +231,9 @@ static void init_locked(void) {
   S.timeout_s = t != NULL && atof(t) > 0 ? atof(t) : 600.0;
   S.poison = env_int("BRAID_CUDASIM_POISON", 1);
   S.free_sync = env_int("BRAID_CUDASIM_FREE_SYNC", 1);
+  const char *ml = getenv("CUDA_MODULE_LOADING");
+  S.lazy = env_int("BRAID_CUDASIM_LAZY_LOADING", 1) &&
+           !(ml != NULL && strcmp(ml, "EAGER") == 0);
   /* One memfd per allocation: allow as many as the hard limit. */
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -757,6 +770,61 @@ static cudaError_t device_idle_locked(int d, const char *what) {
   return e != cudaSuccess ? e : S.sticky;
 }
 
+/* Lazy loading, as CUDA's default (CUDA_MODULE_LOADING=LAZY since 12.2):
+ * a kernel is loaded into the device's context at its first launch, or
+ * earlier by cudaFuncGetAttributes. Loading waits for every kernel running
+ * on the device, and meanwhile holds the context: every other launch and
+ * load on that device, from any thread, waits for it to end. Seen on an
+ * H200: two ranks, threads of one process, on one GPU; rank 1's kernel
+ * spins for rank 0's data, rank 1's thread then launches a kernel not yet
+ * loaded and waits for the device to idle, and rank 0's launch waits for
+ * that load: a deadlock until the spinning kernel gives up. key names the
+ * kernel. CUDA_MODULE_LOADING=EAGER or BRAID_CUDASIM_LAZY_LOADING=0 load
+ * everything up front. Caller holds S.lock. */
+static int loaded_locked(const void *key) {
+  for (struct loaded *l = S.loaded; l != NULL; l = l->next)
+    if (l->key == key && l->device == tl_device) return 1;
+  return 0;
+}
+
+static cudaError_t load_locked(const void *key, const char *what) {
+  if (!S.lazy) return cudaSuccess;
+  int d = tl_device;
+  /* Another thread's load holds the context. */
+  struct timespec dl = deadline_in(S.timeout_s);
+  while (S.loading[d]) {
+    if (pthread_cond_timedwait(&S.done, &S.lock, &dl) == ETIMEDOUT && S.loading[d]) {
+      fprintf(stderr, "cudasim: %s waited %.0f s (BRAID_CUDASIM_TIMEOUT) for another "
+              "thread's kernel load on device %d, which waits for the device to idle; "
+              "giving up with cudaErrorLaunchTimeout\n", what, S.timeout_s, d);
+      return cudaErrorLaunchTimeout;
+    }
+  }
+  if (loaded_locked(key)) return cudaSuccess;
+  struct loaded *l = malloc(sizeof(*l));
+  if (l == NULL) return cudaErrorMemoryAllocation;
+  S.loading[d] = 1;
+  cudaError_t e = device_idle_locked(d, "loading a kernel (lazy loading)");
+  S.loading[d] = 0;
+  pthread_cond_broadcast(&S.done);
+  if (e != cudaSuccess) {
+    free(l);
+    return e;
+  }
+  l->key = key;
+  l->device = d;
+  l->next = S.loaded;
+  S.loaded = l;
+  return cudaSuccess;
+}
+
+cudaError_t brd_cudasim_load(const void *key) {
+  lock();
+  cudaError_t e = load_locked(key, "a kernel launch or load");
+  unlock();
+  return ret(e);
+}
+
 static cudaError_t free_kind(void *p, int host) {
   if (p == NULL) return cudaSuccess;
   lock();
@@ -987,6 +1055,8 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
   if (gridDim.x * gridDim.y * gridDim.z == 0 || blockDim.x * blockDim.y * blockDim.z == 0 ||
       blockDim.x * blockDim.y * blockDim.z > 1024)
     return ret(cudaErrorInvalidConfiguration);
+  cudaError_t le = brd_cudasim_load(func);
+  if (le != cudaSuccess) return le;
   size_t bytes = sizeof(kernel_launch_t) + k->args_bytes;
   kernel_launch_t *l = calloc(1, bytes);
   if (l == NULL) return ret(cudaErrorMemoryAllocation);
@@ -997,6 +1067,20 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
   cudaError_t e = submit(stream, run_kernel, l, bytes);
   free(l);
   return e;
+}
+
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func) {
+  const brd_cudasim_kernel_t *k = func;
+  if (attr == NULL) return ret(cudaErrorInvalidValue);
+  if (k == NULL || k->magic != BRD_CUDASIM_KERNEL_MAGIC)
+    return ret(cudaErrorInvalidDeviceFunction);
+  cudaError_t e = brd_cudasim_load(func);
+  if (e != cudaSuccess) return e;
+  memset(attr, 0, sizeof(*attr));
+  attr->maxThreadsPerBlock = 1024;
+  attr->ptxVersion = 90;
+  attr->binaryVersion = 90;
+  return cudaSuccess;
 }
 
 /* ---- CUDA IPC ---------------------------------------------------------------------- */

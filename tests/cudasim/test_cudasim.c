@@ -980,6 +980,76 @@ static void test_grid(void **state) {
   free(out);
 }
 
+/* ---- lazy loading ---------------------------------------------------------- */
+
+/* A "kernel" that spins until *flag is set (10 s at most). */
+static void spin_fn(void *arg) {
+  _Atomic int *flag = *(_Atomic int **)arg;
+  double end = now_s() + 10;
+  while (atomic_load(flag) == 0 && now_s() < end) sched_yield();
+}
+
+typedef struct {
+  _Atomic int *flag;
+  double after_s;
+  const void *key; /* NULL: set the flag after after_s; else load key */
+  double done_at;
+} lazy_helper_t;
+
+static void *lazy_helper(void *p) {
+  lazy_helper_t *h = p;
+  struct timespec ts = {0, (long)(h->after_s * 1e9)};
+  nanosleep(&ts, NULL);
+  if (h->key == NULL) atomic_store(h->flag, 1);
+  else (void)brd_cudasim_load(h->key);
+  h->done_at = now_s();
+  return NULL;
+}
+
+/* CUDA's lazy loading as the simulator models it (runtime.c, load_locked):
+ * a kernel already loaded launches while another kernel spins; the first
+ * load of one waits for the device to idle and, meanwhile, holds every
+ * other launch, the shape of the hang seen on an H200 with ranks that are
+ * threads sharing the GPU. */
+static void test_lazy_loading(void **state) {
+  (void)state;
+  static const char key_a, key_b, key_c;
+  _Atomic int flag = 0;
+  _Atomic int *fp = &flag;
+  cudaStream_t s;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CU(brd_cudasim_load(&key_a)); /* the device is idle: loads at once */
+  CU(brd_cudasim_launch(s, spin_fn, &fp, sizeof(fp)));
+  /* Loaded: no wait while the kernel spins. */
+  CU(brd_cudasim_load(&key_a));
+  assert_int_equal(atomic_load(&flag), 0);
+  /* Not loaded: waits for the spinning kernel to end. */
+  lazy_helper_t rel = {&flag, 0.3, NULL, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, lazy_helper, &rel), 0);
+  CU(brd_cudasim_load(&key_b));
+  assert_int_equal(atomic_load(&flag), 1);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  CU(cudaStreamSynchronize(s));
+  /* Another thread's load holds even a loaded kernel's launch. */
+  atomic_store(&flag, 0);
+  CU(brd_cudasim_launch(s, spin_fn, &fp, sizeof(fp)));
+  lazy_helper_t loader = {&flag, 0.0, &key_c, 0};
+  assert_int_equal(pthread_create(&th, NULL, lazy_helper, &loader), 0);
+  struct timespec ts = {0, 100000000};
+  nanosleep(&ts, NULL); /* the loader is waiting for the device now */
+  lazy_helper_t rel2 = {&flag, 0.3, NULL, 0};
+  pthread_t th2;
+  assert_int_equal(pthread_create(&th2, NULL, lazy_helper, &rel2), 0);
+  CU(brd_cudasim_load(&key_a));
+  assert_int_equal(atomic_load(&flag), 1);
+  assert_int_equal(pthread_join(th, NULL), 0);
+  assert_int_equal(pthread_join(th2, NULL), 0);
+  assert_true(loader.done_at >= rel2.done_at);
+  CU(cudaStreamSynchronize(s));
+  CU(cudaStreamDestroy(s));
+}
+
 /* ---- the executor faults on host memory ----------------------------------------- */
 
 /* Runs a 1-rank all-reduce of 64 floats in a child whose output is either
@@ -1065,6 +1135,7 @@ int main(void) {
       cmocka_unit_test(test_graph_replays),
       cmocka_unit_test(test_capture_errors),
       cmocka_unit_test(test_grid),
+      cmocka_unit_test(test_lazy_loading),
       cmocka_unit_test(test_kernel_fault),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
