@@ -196,6 +196,42 @@ void tdev_free(void *p) {
 }
 
 /* See tdev.h. */
+void *tdev_host_alloc(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (tdev_kind() == TDEV_HOST) {
+    void *p = calloc(1, bytes);
+    if (p == NULL) set_error("out of host memory allocating %zu bytes", bytes);
+    return p;
+  }
+#if BRAID_CUDA
+  atomic_store(&cuda_touched, 1);
+  void *p = NULL;
+  cudaError_t e = cudaMallocHost(&p, bytes);
+  if (e != cudaSuccess) {
+    set_error("cudaMallocHost of %zu bytes failed: %s", bytes, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  memset(p, 0, bytes);
+  return p;
+#else
+  return NULL;
+#endif
+}
+
+/* See tdev.h. */
+void tdev_host_free(void *p) {
+  if (p == NULL) return;
+  if (tdev_kind() == TDEV_HOST) {
+    free(p);
+    return;
+  }
+#if BRAID_CUDA
+  if (cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+#endif
+}
+
+/* See tdev.h. */
 int tdev_stream_create(cudaStream_t *stream_out) {
   if (tdev_kind() == TDEV_HOST) {
     *stream_out = NULL;

@@ -55,6 +55,17 @@ void *tdev_alloc(size_t bytes);
  * the process exits. */
 void tdev_free(void *p);
 
+/* Host memory of `bytes` (at least 1, zeroed) for copies from the device
+ * (tdev_copy): calloc in host mode, pinned (cudaMallocHost) in CUDA mode,
+ * since a copy from the device to pageable memory holds the GPU's context
+ * until it is done and so would hold the launch of a peer rank that is a
+ * thread sharing the GPU. NULL on failure (tdev_last_error()). Any thread. */
+void *tdev_host_alloc(size_t bytes);
+
+/* Frees a tdev_host_alloc buffer; NULL is a no-op. In CUDA mode it waits
+ * for the device (cudaFreeHost): call it once the peers' work is done. */
+void tdev_host_free(void *p);
+
 /* Creates a rank's stream: non-blocking in CUDA mode, NULL in host mode.
  * Returns 0, or -1 with the reason in tdev_last_error(). */
 int tdev_stream_create(cudaStream_t *stream_out);

@@ -184,7 +184,9 @@ static struct {
   int free_sync;                           /* cudaFree waits for the device */
   int lazy;                                /* kernels load at first use */
   struct loaded *loaded;                   /* kernels loaded, per device */
-  int loading[MAX_DEVICES];                /* a load holds the context */
+  int hold[MAX_DEVICES];                   /* a load or a pageable copy from
+                                              the device holds the context */
+  int pageable;                            /* model pageable copies */
   struct CUstream_st *streams;             /* every live stream */
   struct CUstream_st *legacy[MAX_DEVICES]; /* created on first use */
   capture_t *captures;                     /* active captures */
@@ -234,6 +236,7 @@ static void init_locked(void) {
   const char *ml = getenv("CUDA_MODULE_LOADING");
   S.lazy = env_int("BRAID_CUDASIM_LAZY_LOADING", 1) &&
            !(ml != NULL && strcmp(ml, "EAGER") == 0);
+  S.pageable = env_int("BRAID_CUDASIM_PAGEABLE", 1);
   /* One memfd per allocation: allow as many as the hard limit. */
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -787,26 +790,36 @@ static int loaded_locked(const void *key) {
   return 0;
 }
 
-static cudaError_t load_locked(const void *key, const char *what) {
-  if (!S.lazy) return cudaSuccess;
-  int d = tl_device;
-  /* Another thread's load holds the context. */
+/* Waits while another thread's load or pageable copy holds device d's
+ * context. Caller holds S.lock. */
+static cudaError_t hold_wait_locked(int d, const char *what) {
+  if (d < 0 || d >= MAX_DEVICES) return cudaSuccess;
   struct timespec dl = deadline_in(S.timeout_s);
-  while (S.loading[d]) {
-    if (pthread_cond_timedwait(&S.done, &S.lock, &dl) == ETIMEDOUT && S.loading[d]) {
+  while (S.hold[d] > 0) {
+    if (pthread_cond_timedwait(&S.done, &S.lock, &dl) == ETIMEDOUT && S.hold[d] > 0) {
       fprintf(stderr, "cudasim: %s waited %.0f s (BRAID_CUDASIM_TIMEOUT) for another "
-              "thread's kernel load on device %d, which waits for the device to idle; "
-              "giving up with cudaErrorLaunchTimeout\n", what, S.timeout_s, d);
+              "thread's kernel load or pageable copy on device %d, which waits for the "
+              "device; giving up with cudaErrorLaunchTimeout\n", what, S.timeout_s, d);
       return cudaErrorLaunchTimeout;
     }
   }
-  if (loaded_locked(key)) return cudaSuccess;
+  return cudaSuccess;
+}
+
+static void hold_release_locked(int d) {
+  S.hold[d]--;
+  pthread_cond_broadcast(&S.done);
+}
+
+static cudaError_t load_locked(const void *key, const char *what) {
+  int d = tl_device;
+  cudaError_t e = hold_wait_locked(d, what);
+  if (e != cudaSuccess || !S.lazy || loaded_locked(key)) return e;
   struct loaded *l = malloc(sizeof(*l));
   if (l == NULL) return cudaErrorMemoryAllocation;
-  S.loading[d] = 1;
-  cudaError_t e = device_idle_locked(d, "loading a kernel (lazy loading)");
-  S.loading[d] = 0;
-  pthread_cond_broadcast(&S.done);
+  S.hold[d]++;
+  e = device_idle_locked(d, "loading a kernel (lazy loading)");
+  hold_release_locked(d);
   if (e != cudaSuccess) {
     free(l);
     return e;
@@ -985,12 +998,56 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpy
   return submit_sync(run_copy, &a, sizeof(a), "cudaMemcpy");
 }
 
+/* Whether p is host memory the driver must stage: not pinned
+ * (cudaMallocHost, cudaHostAlloc, cudaHostRegister), managed or device
+ * memory. Caller holds S.lock. */
+static int pageable_locked(const void *p) { return alloc_find(p) == NULL; }
+
+/* Whether p is device memory (allocated, imported or mapped). */
+static int devmem_locked(const void *p) {
+  const alloc_t *a = alloc_find(p);
+  return a != NULL && (a->kind == MEM_DEVICE || a->kind == MEM_IPC || a->kind == MEM_VMM);
+}
+
+/* Pageable copies, as CUDA's (its "API synchronization behavior", and
+ * what a GPU shows): a copy from the device to pageable host memory
+ * returns only once it is done, and while it waits it holds the context:
+ * another thread's kernel launch or load on the device waits for it. A
+ * copy from pageable memory to the device first waits for the stream's
+ * earlier work. So a rank that is a thread sharing a GPU, copying its
+ * result to pageable memory while its kernel waits for a peer, holds the
+ * peer's launch: a deadlock. Copies on a capturing stream are recorded, as
+ * any other. BRAID_CUDASIM_PAGEABLE=0 makes every copy asynchronous. */
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
                             enum cudaMemcpyKind kind, cudaStream_t stream) {
   cudaError_t e = copy_check(dst, count, src, count, kind);
   if (e != cudaSuccess || count == 0) return ret(e);
   copy_arg_t a = {dst, src, count};
-  return submit(stream, run_copy, &a, sizeof(a));
+  lock();
+  struct CUstream_st *s = S.pageable ? resolve(stream, &e) : NULL;
+  int to_pageable = 0, from_pageable = 0;
+  if (s != NULL && s->cap == NULL) {
+    to_pageable = devmem_locked(src) && pageable_locked(dst);
+    from_pageable = devmem_locked(dst) && pageable_locked(src);
+  }
+  e = cudaSuccess;
+  int d = s != NULL ? s->device : tl_device;
+  if (to_pageable || from_pageable) e = hold_wait_locked(d, "a pageable cudaMemcpyAsync");
+  if (e == cudaSuccess && from_pageable && s->last != NULL) {
+    mark_t *m = mark_ref(s->last);
+    e = mark_wait_locked(m, "cudaMemcpyAsync from pageable memory (a stream sync)");
+    mark_unref(m);
+  }
+  mark_t *done = NULL;
+  if (e == cudaSuccess) e = submit_locked(stream, run_copy, &a, sizeof(a), to_pageable ? &done : NULL);
+  if (e == cudaSuccess && to_pageable) {
+    S.hold[d]++;
+    e = mark_wait_locked(done, "cudaMemcpyAsync to pageable memory");
+    hold_release_locked(d);
+  }
+  mark_unref(done);
+  unlock();
+  return ret(e);
 }
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
@@ -2703,6 +2760,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t ge, cudaStream_t stream) {
   struct CUstream_st *s = resolve(stream, &e);
   if (s != NULL) e = legacy_guard(s, 1);
   if (s != NULL && e == cudaSuccess && s->cap != NULL) e = cudaErrorNotSupported;
+  if (s != NULL && e == cudaSuccess) e = hold_wait_locked(s->device, "cudaGraphLaunch");
   if (e == cudaSuccess) e = S.sticky;
   if (e != cudaSuccess) {
     unlock();

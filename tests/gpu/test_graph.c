@@ -284,10 +284,12 @@ static int setup_rank(rank_arg_t *a, rank_bufs_t *b, ncclComm_t *comm, cudaStrea
     b->out_bytes[c] = out;
     CU(a, cudaMalloc(&b->dev_in[c], in));
     if (!in_place(c)) CU(a, cudaMalloc(&b->dev_out[c], out));
-    b->host_in[c] = malloc(in);
-    b->host_out[c] = malloc(out);
-    if (b->host_in[c] == NULL || b->host_out[c] == NULL)
-      return rank_fail(a, "rank %d: out of host memory", a->rank);
+    /* Pinned: a copy from the device to pageable memory holds the
+     * context until it is done, so a rank's download, waiting for its
+     * kernel, would hold the launch the kernel waits for on a peer sharing
+     * the GPU (seen on an H200; the simulator models it). */
+    CU(a, cudaMallocHost(&b->host_in[c], in));
+    CU(a, cudaMallocHost(&b->host_out[c], out));
   }
   NC(a, ncclCommInitRank(comm, n, a->id, a->rank));
 
@@ -359,8 +361,8 @@ static void *rank_main(void *p) {
   for (int c = 0; c < NCALLS; c++) {
     if (b.dev_in[c] != NULL) (void)cudaFree(b.dev_in[c]);
     if (b.dev_out[c] != NULL) (void)cudaFree(b.dev_out[c]);
-    free(b.host_in[c]);
-    free(b.host_out[c]);
+    if (b.host_in[c] != NULL) (void)cudaFreeHost(b.host_in[c]);
+    if (b.host_out[c] != NULL) (void)cudaFreeHost(b.host_out[c]);
   }
   return NULL;
 }

@@ -96,7 +96,7 @@ static void *rank_main(void *arg) {
   EXPECT(tdev_stream_create(&st) == 0);
   EXPECT(ncclMemAlloc((void **)&buf, bytes) == ncclSuccess);
   src = tdev_alloc(bytes);
-  host = calloc(1, bytes);
+  host = tdev_host_alloc(bytes);
   EXPECT(src != NULL && host != NULL);
   EXPECT(tdev_copy(buf, host, bytes, st, 20) == 0); /* zeros */
   for (int k = 0; k < CHUNKS; k++)
@@ -189,7 +189,7 @@ out:
   }
   if (buf != NULL) ncclMemFree(buf);
   tdev_free(src);
-  free(host);
+  tdev_host_free(host);
   tdev_stream_destroy(st);
   return NULL;
 }
