@@ -81,7 +81,7 @@ typedef struct brd_backend_ops {
   int switch_chans;
   /* Message sizes (bytes) from which a collective asks for 2, 4, 8 ...
    * blocks per rank; 0 ends the list. The same on every rank. */
-  size_t nb_sizes[4];
+  size_t nb_sizes[BRD_BACKEND_NB_SIZES];
   /* Most sends (or receives) of one rank a point-to-point work carries;
    * the works builder batches a group's transfers to fit (works.h). */
   int p2p_round_ops;

@@ -49,4 +49,9 @@ ncclResult_t brd_call_check(const brd_call_t *call);
  * Calling thread; blocks only on a blocking launch outside a group. */
 ncclResult_t brd_enqueue(const brd_call_t *call);
 
+/* Entries of a backend's nb_sizes (core/backend.h, and the works view of
+ * core/works.h): message sizes from which a collective asks for 2, 4 ... 64
+ * blocks per rank. */
+#define BRD_BACKEND_NB_SIZES 6
+
 #endif /* BRD_CORE_ENQUEUE_H */

@@ -72,6 +72,7 @@
 #include "base/array.h"
 #include "base/check.h"
 #include "core/comm.h"
+#include "core/config.h"
 #include "core/backend.h"
 #include "core/gpu.h"
 #include "core/works.h"
@@ -84,7 +85,8 @@
 #include "plan/plan.h"
 #include "base/time.h"
 
-#define NB_LIMIT 8          /* most blocks per rank */
+#define NB_LIMIT 8          /* most blocks per rank, unless NCCL_MAX_CTAS or
+                               ncclConfig_t.maxCTAs asks for more */
 #define P2P_PLANS_WARN 4096 /* point-to-point plans kept before a WARN */
 
 /* A plan on the device, and what identifies it. */
@@ -383,7 +385,12 @@ static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_ou
     res = ncclInvalidUsage;
     goto out;
   }
-  if (nb > NB_LIMIT) nb = NB_LIMIT;
+  /* Eight blocks per rank unless the user asks for more (NCCL_MAX_CTAS,
+   * ncclConfig_t.maxCTAs): each block adds its share of NCCL_BUFFSIZE to
+   * the scratch window. */
+  int asked = brd_param_getenv(brd_param_table[BRD_P_MAX_CTAS].name) != NULL ||
+              comm->config.maxCTAs != BRD_CONFIG_MAX_CTAS;
+  if (!asked && nb > NB_LIMIT) nb = NB_LIMIT;
   if (comm->config.maxCTAs > 0 && nb > comm->config.maxCTAs) nb = comm->config.maxCTAs;
   caps.nb_max = nb;
   int64_t stage = brd_param_int(BRD_P_BRAID_CUDA_STAGING);
@@ -1174,8 +1181,11 @@ const brd_backend_ops_t brd_backend_cuda = {
     .reg_needs_p2p = 1,
     .rma_mem = BRD_TRANSPORT_MEM_GPU,
     .switch_chans = BRD_BACKEND_SWITCH_OPT_IN,
-    /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 1 MiB, 8 from 16 MiB. */
-    .nb_sizes = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, 0},
+    /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 1 MiB, 8 from 16 MiB,
+     * and where NCCL_MAX_CTAS allows, 16 from 32 MiB, 32 from 64 MiB, 64
+     * from 128 MiB. */
+    .nb_sizes = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, (size_t)32 << 20,
+                 (size_t)64 << 20, (size_t)128 << 20},
     .p2p_round_ops = 48, /* BRD_EXEC_CUDA_INLINE_SEGS: segments ride in the kernel's parameters */
     .topo = cuda_topo,
     .caps = cuda_caps,

@@ -38,7 +38,7 @@
 #include "plan/tune.h"
 #include "transport/transport.h"
 
-#define BRD_RT_NB_MAX_OPTS 4 /* block counts a runtime may use */
+#define BRD_RT_NB_MAX_OPTS 7 /* block counts a runtime may use: 1, 2, 4 ... 64 */
 
 /* What a rank publishes about its window (exchanged as bytes). */
 typedef struct brd_window_rec {

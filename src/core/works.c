@@ -364,7 +364,9 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
    * every rank, as the plans must be the same everywhere. GPU blocks are
    * cheap to add, host threads are not. */
   int want = 1;
-  for (int i = 0; i < 4 && v->nb_sizes[i] != 0 && bytes >= v->nb_sizes[i]; i++) want *= 2;
+  for (int i = 0; i < BRD_BACKEND_NB_SIZES && v->nb_sizes[i] != 0 && bytes >= v->nb_sizes[i];
+       i++)
+    want *= 2;
   int nb = v->nb_opts[0];
   /* A tuner plugin's nChannels replaces the size rule (the plugin must
    * answer alike on every rank, as under NCCL). */

@@ -123,7 +123,8 @@ typedef struct brd_works_view {
   char *const *base;           /* [nranks] every window as the executor sees it */
   const int *nb_opts;          /* block counts the plans may use, ascending */
   int nb_count;
-  const size_t *nb_sizes;      /* backend: sizes from which 2, 4, 8 blocks; 0 ends */
+  const size_t *nb_sizes;      /* backend: sizes from which 2, 4, 8 ... blocks;
+                                  BRD_BACKEND_NB_SIZES at most, 0 ends */
   int device_seq;              /* backend keeps sequence numbers and phases */
   int scalar_on_device;        /* backend reads ncclScalarDevice scalars itself */
   const brd_tune_mask_t *mask;

@@ -47,7 +47,7 @@
 static brd_window_rec_t win[N];
 static char *base[N];
 static const int nb_opts[1] = {1};
-static const size_t nb_sizes[4] = {(size_t)256 << 10, 0, 0, 0};
+static const size_t nb_sizes[BRD_BACKEND_NB_SIZES] = {(size_t)256 << 10, 0};
 static brd_tune_mask_t mask;
 static brd_tune_topo_t topo;
 static _Atomic int abort_flag;
