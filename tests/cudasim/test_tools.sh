@@ -51,13 +51,19 @@ check all_gather_perf -b 8 -e 64K -f 16 -P 2 -c 1 -w 1 -n 2
 # NCCL_MAX_CTAS above the default 8 blocks per rank: a 64 MiB all-reduce of
 # 2 ranks sharing the GPU runs its plan on 32 blocks each (the tuner's
 # INFO line says so) and checks out.
-out=$(NCCL_MAX_CTAS=32 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING timeout 300 \
+dbg=$(mktemp -d)
+out=$(NCCL_MAX_CTAS=32 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING \
+      NCCL_DEBUG_FILE="$dbg/log.%p" timeout 300 \
       "$bin/all_reduce_perf" -b 64M -e 64M -t 2 -g 1 -c 1 -w 0 -n 1 2>&1)
-if [[ $? -ne 0 ]] || ! grep -q 'plan: ring all-reduce, Simple, 32 blocks' <<<"$out" ||
-   ! grep -q 'up to 32 blocks per rank' <<<"$out" ||
+rc=$?
+log=$(cat "$dbg"/log.* 2>/dev/null)
+rm -rf "$dbg"
+if [[ $rc -ne 0 ]] || ! grep -q 'plan: ring all-reduce, Simple, 32 blocks' <<<"$log" ||
+   ! grep -q 'up to 32 blocks per rank' <<<"$log" ||
    ! awk '/^ +67108864 / { ok = ($9 == "0" && $13 == "0") } END { exit !ok }' <<<"$out"; then
   echo "FAIL NCCL_MAX_CTAS=32: no checked 64 MiB all-reduce on 32 blocks per rank"
-  grep -E 'plan: ring|^ +67108864|WARN|failure' <<<"$out" | head -8 | sed 's/^/  | /'
+  grep -E '^ +67108864|WARN|failure' <<<"$out" | head -4 | sed 's/^/  | /'
+  grep -E 'blocks per rank|WARN' <<<"$log" | head -4 | sed 's/^/  | /'
   fails=$((fails + 1))
 else
   echo "PASS NCCL_MAX_CTAS=32: 64 MiB all-reduce, 2 ranks, 32 blocks each"
