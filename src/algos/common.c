@@ -216,9 +216,16 @@ ncclResult_t brd_algos_reduce_slots(brd_plan_builder_t *b, const brd_algos_args_
   int n = a->nranks, rank = brd_algos_rank_at(a, p);
   brd_plan_ref_t own = src->own;
   if (src->ordered && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN) {
-    brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, src->own_slot);
-    CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, src->chunk, 0, 0, 1, &own, 1,
-                         &slot));
+    /* LL plans write their scratch as packets only (with the flag the
+     * reduction reads its sources with): raw data left there could pass
+     * for a later launch's packet (core/window.h). */
+    brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH | src->llf, -1, src->own_slot);
+    if (src->llf)
+      CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_PKT_PUT, 0, src->chunk, 1, 0, 1, &own, 1,
+                           &slot));
+    else
+      CHECK(brd_algos_move(b, rank, blk, BRD_IR_OP_COPY, 0, src->chunk, 0, 0, 1, &own, 1,
+                           &slot));
     own = slot;
   }
   for (int i = 0; i < n; i++) {

@@ -73,11 +73,12 @@ static ncclResult_t hosts_set(const struct ncclComm *comm, struct brd_rt *rt) {
 }
 
 /* Generates the plans every call may need (root 0; other roots have the
- * same sizes) and returns the scratch and semaphores they take: per peer
- * channel, and per switch channel (0 without NVLS). */
-static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *nsems_out,
-                               size_t *sw_nsems_out) {
-  size_t scratch = 0, nsems = 1, sw_nsems = 0;
+ * same sizes) and returns the scratch they take (Simple and switch plans
+ * in *scratch_out, LL plans in *ll_scratch_out: window.h) and the
+ * semaphores: per peer channel, and per switch channel (0 without NVLS). */
+static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *ll_scratch_out,
+                               size_t *nsems_out, size_t *sw_nsems_out) {
+  size_t scratch = 0, ll_scratch = 0, nsems = 1, sw_nsems = 0;
   for (uint8_t coll = 0; coll < BRD_IR_COLL_SENDRECV; coll++) {
     for (int a = 0; a < BRD_PLANS_NALGOS; a++) {
       for (int det = 0; det <= brd_ir_coll_traits(coll).reduction; det++) {
@@ -92,7 +93,8 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *n
               CHECK(brd_plans_get(&rt->plans, coll, algo, brd_plans_protos[p],
                                   rt->nb_opts[bi], 0, det, &plan));
               size_t s = brd_plan_scratch_bytes(plan);
-              if (s > scratch) scratch = s;
+              size_t *area = plan->proto == BRD_IR_PROTO_LL ? &ll_scratch : &scratch;
+              if (s > *area) *area = s;
               if (nvls && plan->nsems > sw_nsems) sw_nsems = plan->nsems;
               else if (!nvls && plan->nsems > nsems) nsems = plan->nsems;
             }
@@ -102,6 +104,7 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *n
     }
   }
   *scratch_out = scratch;
+  *ll_scratch_out = ll_scratch;
   *nsems_out = nsems;
   *sw_nsems_out = sw_nsems;
   return ncclSuccess;
@@ -212,7 +215,7 @@ out:
 /* This rank's window record: the layout of window.h, for the plans'
  * scratch and semaphores. Returns the window's size. */
 static size_t window_layout(int n, size_t nsems, size_t sw_nsems, int rma_ctx,
-                            size_t scratch, size_t p2p_bytes,
+                            size_t scratch, size_t ll_scratch, size_t p2p_bytes,
                             const brd_backend_caps_t *caps, int det, brd_window_rec_t *mw) {
   mw->nsems = nsems;
   mw->sem_off = 0;
@@ -225,7 +228,9 @@ static size_t window_layout(int n, size_t nsems, size_t sw_nsems, int rma_ctx,
   mw->scratch_off = (mw->rma_off + mw->rma_words * sizeof(uint64_t) + 4095) &
                     ~(uint64_t)4095;
   mw->scratch_bytes = (scratch + 4095) & ~(size_t)4095;
-  mw->p2p_off = mw->scratch_off + mw->scratch_bytes;
+  mw->ll_scratch_off = mw->scratch_off + mw->scratch_bytes;
+  mw->ll_scratch_bytes = (ll_scratch + 4095) & ~(size_t)4095;
+  mw->p2p_off = mw->ll_scratch_off + mw->ll_scratch_bytes;
   mw->p2p_bytes = (p2p_bytes + 4095) & ~(size_t)4095;
   mw->stage_off = mw->p2p_off + mw->p2p_bytes;
   mw->stage_bytes = caps->stage_bytes;
@@ -243,17 +248,19 @@ static size_t window_bytes(const brd_window_rec_t *w) {
 static ncclResult_t window_agree(int me, int r, const brd_window_rec_t *mw,
                                  const brd_window_rec_t *w) {
   if (w->nsems == mw->nsems && w->stage_bytes == mw->stage_bytes &&
-      w->scratch_bytes == mw->scratch_bytes && w->p2p_bytes == mw->p2p_bytes &&
+      w->scratch_bytes == mw->scratch_bytes && w->ll_scratch_bytes == mw->ll_scratch_bytes &&
+      w->p2p_bytes == mw->p2p_bytes &&
       w->deterministic == mw->deterministic && w->nb_max == mw->nb_max &&
       w->sw_nsems == mw->sw_nsems && w->rma_words == mw->rma_words)
     return ncclSuccess;
   WARN("rank %d and rank %d disagree on channel sizes (semaphores %zu "
-       "vs %zu, scratch %zu vs %zu, staging %zu vs %zu, deterministic "
+       "vs %zu, scratch %zu vs %zu, LL scratch %zu vs %zu, staging %zu vs %zu, deterministic "
        "%d vs %d, switch semaphores %zu vs %zu, one-sided counters %zu vs %zu); give "
        "every rank the same NCCL_BUFFSIZE, NCCL_LL_BUFFSIZE, BRAID_HOST_STAGING, "
        "BRAID_CUDA_STAGING, BRAID_DETERMINISTIC, NCCL_NVLS_ENABLE, NCCL_ALGO and "
        "ncclConfig_t.numRmaCtx", me, r, (size_t)mw->nsems,
        (size_t)w->nsems, (size_t)mw->scratch_bytes, (size_t)w->scratch_bytes,
+       (size_t)mw->ll_scratch_bytes, (size_t)w->ll_scratch_bytes,
        (size_t)mw->stage_bytes, (size_t)w->stage_bytes, (int)mw->deterministic,
        (int)w->deterministic, (size_t)mw->sw_nsems, (size_t)w->sw_nsems,
        (size_t)mw->rma_words, (size_t)w->rma_words);
@@ -295,7 +302,7 @@ static ncclResult_t window_exchange(struct ncclComm *comm, struct brd_rt *rt) {
 ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   ncclResult_t res = ncclSuccess;
   int n = comm->nranks, me = comm->rank;
-  size_t scratch, nsems, sw_nsems, p2p_bytes;
+  size_t scratch, ll_scratch, nsems, sw_nsems, p2p_bytes;
   brd_backend_caps_t caps;
   struct brd_backend *bk = NULL;
   CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO), &rt->mask));
@@ -324,7 +331,7 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   rt->nvls = nvls_decide(comm, rt);
   rt->topo.nvls = rt->nvls;
   CHECK_GOTO(hosts_set(comm, rt), res, fail);
-  CHECK_GOTO(plans_size(rt, &scratch, &nsems, &sw_nsems), res, fail);
+  CHECK_GOTO(plans_size(rt, &scratch, &ll_scratch, &nsems, &sw_nsems), res, fail);
   CHECK_GOTO(p2p_size(n, me, &p2p_bytes, &rt->p2p_piece), res, fail);
 
   rt->win = calloc((size_t)n, sizeof(*rt->win));
@@ -341,7 +348,7 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   }
   brd_window_rec_t *mw = &rt->win[me];
   size_t total = window_layout(n, nsems, sw_nsems, brd_rma_ctx_count(comm), scratch,
-                               p2p_bytes, &caps, rt->deterministic, mw);
+                               ll_scratch, p2p_bytes, &caps, rt->deterministic, mw);
   /* GPU peer-to-peer when every pair has it, else host memory (threads of
    * this process, or processes), and port channels over the net to the
    * peers that share no memory with this rank: chosen once per runtime. */
@@ -364,9 +371,10 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
                                    &bk), res, fail);
   __atomic_store_n(&rt->bk, bk, __ATOMIC_RELEASE);
   INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_SHM,
-       "rank %d: %s %s window of %zu bytes (scratch %zu, point-to-point %zu, "
-       "staging 2x%zu, %zu semaphores per peer, up to %d blocks per rank)", me,
-       rt->be->name, t->name, total, (size_t)mw->scratch_bytes, (size_t)mw->p2p_bytes,
+       "rank %d: %s %s window of %zu bytes (scratch %zu, LL scratch %zu, point-to-point "
+       "%zu, staging 2x%zu, %zu semaphores per peer, up to %d blocks per rank)", me,
+       rt->be->name, t->name, total, (size_t)mw->scratch_bytes,
+       (size_t)mw->ll_scratch_bytes, (size_t)mw->p2p_bytes,
        (size_t)mw->stage_bytes, nsems, caps.nb_max);
 
   if (n > 1 && !brd_comm_all_in_process(comm)) {

@@ -8,11 +8,17 @@
  *   [ point-to-point semaphores: nranks x 2 x 8 bytes ]
  *   [ output exchange slots: nranks x BRD_IR_XCHG_WORDS x 8 bytes ]
  *   [ switch semaphores: sw_nsems x nranks x 8 bytes (NVLS only) ]
- *   [ scratch: the largest any collective plan needs, both phases ]
+ *   [ scratch: the largest any Simple collective plan needs, both phases ]
+ *   [ LL scratch: the largest any LL collective plan needs, both phases ]
  *   [ point-to-point scratch: BRD_ALGOS_SENDRECV_DEPTH slots per sender ]
  *   [ staging output: two halves of stage_bytes ]
  *
  * Peers reach a rank's scratch, semaphores and output through this window.
+ * LL plans have a scratch of their own: a reader takes any 8-byte word
+ * whose upper half is the flag it waits for as a packet, so raw data that
+ * a Simple plan left in a shared slot (an ascending sequence holds every
+ * small value) would be read as this launch's packet by a reader that
+ * gets there before the writer (NCCL keeps separate LL buffers too).
  * With NVLS on (rt->nvls), the window also holds the switch semaphores
  * (device/ir.h, "Switch channels"): semaphore i is nranks words, word m
  * written only by rank m, in every rank's window at once (MC_BARRIER);
@@ -54,8 +60,12 @@ typedef struct brd_window_rec {
                          * sig, src) written only by rank src */
   uint64_t svc_pid;     /* registration service (brd_reg_svc_create); 0: none */
   uint64_t svc_serial;
-  uint64_t scratch_off;
+  uint64_t scratch_off;   /* Simple (and switch) plans' slots */
   uint64_t scratch_bytes;
+  uint64_t ll_scratch_off; /* LL plans' slots: only LL packets are ever
+                            * written there, so a stale word never carries
+                            * a flag a reader waits for (device/ir.h) */
+  uint64_t ll_scratch_bytes;
   uint64_t p2p_off;
   uint64_t p2p_bytes;
   uint64_t stage_off;

@@ -147,6 +147,16 @@ static ncclResult_t choose(const brd_works_view_t *v, const brd_call_t *c, uint8
   return ncclSuccess;
 }
 
+/* Offset and size of plan's scratch in window record w: LL plans have an
+ * area of their own, which only ever holds LL packets (window.h). */
+static uint64_t scratch_off(const brd_window_rec_t *w, const brd_ir_plan_t *plan) {
+  return plan->proto == BRD_IR_PROTO_LL ? w->ll_scratch_off : w->scratch_off;
+}
+
+static size_t scratch_size(const brd_window_rec_t *w, const brd_ir_plan_t *plan) {
+  return (size_t)(plan->proto == BRD_IR_PROTO_LL ? w->ll_scratch_bytes : w->scratch_bytes);
+}
+
 /* Fills the channels of a collective work: peers' scratch, staging half of
  * `phase` (or, with peer_out, their registered output buffers) and
  * semaphores, from the window records. */
@@ -177,7 +187,7 @@ static ncclResult_t coll_chans(const brd_works_view_t *v,
     int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
     char *pw = v->base[p];
     const brd_window_rec_t *pwr = &v->win[p];
-    w->chans[ch].peer_scratch = pw + pwr->scratch_off;
+    w->chans[ch].peer_scratch = pw + scratch_off(pwr, plan);
     w->chans[ch].peer_output = peer_out != NULL ? peer_out[p]
                                : pw + pwr->stage_off + phase * pwr->stage_bytes;
     w->chans[ch].peer_sems =
@@ -384,11 +394,6 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
   }
   CHECK(brd_plans_get(plans, coll, algo, (uint8_t)choice.proto, nb, root,
                  v->deterministic, &plan));
-  if (brd_plan_scratch_bytes(plan) > v->win[me].scratch_bytes) {
-    WARN("%s : plan needs %zu scratch bytes, the window has %zu", c->fn,
-         brd_plan_scratch_bytes(plan), (size_t)v->win[me].scratch_bytes);
-    return ncclInternalError;
-  }
 
   int redop = is_reduction(coll) ? (int)c->op : ncclSum;
   const void *scalar = NULL, *scalar_dev = NULL;
@@ -430,12 +435,19 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
                  out);
   }
   brd_plans_ran(plans, plan);
+  if (brd_plan_scratch_bytes(plan) > scratch_size(mw, plan)) {
+    WARN("%s : plan needs %zu %sscratch bytes, the window has %zu", c->fn,
+         brd_plan_scratch_bytes(plan), plan->proto == BRD_IR_PROTO_LL ? "LL " : "",
+         scratch_size(mw, plan));
+    res = ncclInternalError;
+    goto out;
+  }
 
   for (size_t off = 0; off < c->count; off += piece) {
     size_t cnt = c->count - off < piece ? c->count - off : piece;
     brd_plan_layout_t layout;
     brd_work_t *w;
-    CHECK_GOTO(brd_plan_layout_init(plan, cnt, c->dtype, mw->scratch_bytes, &layout),
+    CHECK_GOTO(brd_plan_layout_init(plan, cnt, c->dtype, scratch_size(mw, plan), &layout),
                res, out);
     CHECK_GOTO(work_add(ws, plan, me, &w), res, out);
     /* CUDA mode: the kernels alternate phases on the device; the pointers
@@ -477,8 +489,8 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
     } else {
       a->output = v->base[me] + mw->stage_off + phase * mw->stage_bytes;
     }
-    a->scratch = v->base[me] + mw->scratch_off;
-    a->scratch_bytes = mw->scratch_bytes;
+    a->scratch = v->base[me] + scratch_off(mw, plan);
+    a->scratch_bytes = scratch_size(mw, plan);
     a->chans = w->chans;
     a->count = cnt;
     a->dtype = c->dtype;

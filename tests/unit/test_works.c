@@ -11,6 +11,8 @@
  *     back exactly the ranges it read; an in-place registered
  *     reduce-scatter writes every rank's output at that rank's offset;
  *   - registered output: one work, in the user's buffers, no staging;
+ *   - LL scratch: LL plans use the window's LL scratch, Simple plans the
+ *     other, never the same bytes;
  *   - zero-copy input: from 64 KiB, registered inputs read in place, but
  *     not below, not with PreMulSum, not deterministic;
  *   - send/recv rounds: 40000 and 17000 bytes are 40 and 17 pieces, three
@@ -42,6 +44,8 @@
 #define STAGE 4096
 #define PIECE 1000
 #define SCRATCH ((uint64_t)256 << 20)
+#define LL_SCRATCH ((uint64_t)16 << 20)
+#define LL_OFF (0x10000 + SCRATCH) /* the LL plans' scratch (window.h) */
 
 /* Fake window records and addresses: never dereferenced by the builder. */
 static brd_window_rec_t win[N];
@@ -102,9 +106,11 @@ static void view_init(brd_works_view_t *v, int det) {
     win[r].xchg_off = 0x2000;
     win[r].scratch_off = 0x10000;
     win[r].scratch_bytes = SCRATCH;
-    win[r].p2p_off = 0x10000 + SCRATCH;
+    win[r].ll_scratch_off = LL_OFF;
+    win[r].ll_scratch_bytes = LL_SCRATCH;
+    win[r].p2p_off = LL_OFF + LL_SCRATCH;
     win[r].p2p_bytes = 1 << 20;
-    win[r].stage_off = 0x10000 + SCRATCH + (1 << 20);
+    win[r].stage_off = LL_OFF + LL_SCRATCH + (1 << 20);
     win[r].stage_bytes = STAGE;
   }
   assert_int_equal(brd_tune_parse(NULL, NULL, &mask), ncclSuccess);
@@ -210,7 +216,9 @@ static void test_pieces_allreduce(void **state) {
     /* Halves alternate: 0, 1, 0. */
     assert_int_equal(w->args.phase, (uint32_t)(k & 1));
     assert_ptr_equal(w->args.output, stage(ME, k & 1));
-    assert_ptr_equal(w->args.scratch, base[ME] + 0x10000);
+    /* LL plans have a scratch of their own (window.h). */
+    uint64_t scr = w->args.plan->proto == BRD_IR_PROTO_LL ? LL_OFF : 0x10000;
+    assert_ptr_equal(w->args.scratch, base[ME] + scr);
     if (k > 0) assert_true(w->args.epoch > last_epoch);
     last_epoch = w->args.epoch;
     /* Every channel reaches its peer's staging half of the same phase. */
@@ -218,7 +226,7 @@ static void test_pieces_allreduce(void **state) {
     for (uint32_t ch = 0; ch < pr->nchans; ch++) {
       int p = brd_ir_plan_chan(w->args.plan, ME, (int)ch)->peer;
       assert_ptr_equal(w->chans[ch].peer_output, stage(p, k & 1));
-      assert_ptr_equal(w->chans[ch].peer_scratch, base[p] + 0x10000);
+      assert_ptr_equal(w->chans[ch].peer_scratch, base[p] + scr);
       assert_ptr_equal((char *)w->chans[ch].peer_sems, base[p] + (size_t)ME * 64 * 8);
       assert_ptr_equal((char *)w->chans[ch].sems, base[ME] + (size_t)p * 64 * 8);
     }
@@ -367,6 +375,43 @@ static void test_registered_output_exchanged(void **state) {
     }
   }
   fx_fini(&f);
+}
+
+/* ---- LL scratch ---- */
+
+/* LL and Simple works of the same call use separate scratch: an LL reader
+ * takes any word whose upper half is the flag it waits for as its packet,
+ * so raw data a Simple plan left in a slot (rank 0's all-gather input,
+ * 1, 2, 3, ...) must never lie where LL packets go. That happened on a
+ * GPU: a chain broadcast (LL, epoch 23) read element 24 of an all-gather
+ * (Simple, epoch 21, same phase) in its slot 2 as the packet of flag 26. */
+static void test_ll_scratch_apart(void **state) {
+  (void)state;
+  static const char *const protos[2] = {"LL", "Simple"};
+  for (int i = 0; i < 2; i++) {
+    fixture_t f;
+    fx_init(&f, 0);
+    assert_int_equal(brd_tune_parse(NULL, protos[i], &mask), ncclSuccess);
+    brd_call_t c = call(BRD_COLL_ALLREDUCE, fake(0x7000000000ull), fake(0x7100000000ull),
+                        3000);
+    assert_int_equal(build(&f, &c, 1), ncclSuccess);
+    assert_true(f.ws.n >= 1);
+    for (int k = 0; k < f.ws.n; k++) {
+      const brd_work_t *w = &f.ws.w[k];
+      int ll = i == 0;
+      assert_int_equal(w->args.plan->proto, ll ? BRD_IR_PROTO_LL : BRD_IR_PROTO_SIMPLE);
+      uint64_t off = ll ? LL_OFF : 0x10000, bytes = ll ? LL_SCRATCH : SCRATCH;
+      assert_ptr_equal(w->args.scratch, base[ME] + off);
+      assert_int_equal(w->args.scratch_bytes, bytes);
+      const brd_ir_rank_t *pr = brd_ir_plan_rank(w->args.plan, ME);
+      assert_true(pr->nchans > 0);
+      for (uint32_t ch = 0; ch < pr->nchans; ch++) {
+        int p = brd_ir_plan_chan(w->args.plan, ME, (int)ch)->peer;
+        assert_ptr_equal(w->chans[ch].peer_scratch, base[p] + off);
+      }
+    }
+    fx_fini(&f);
+  }
 }
 
 /* ---- zero-copy input ---- */
@@ -652,6 +697,7 @@ int main(void) {
       cmocka_unit_test(test_inplace_reducescatter_registered),
       cmocka_unit_test(test_registered_output),
       cmocka_unit_test(test_registered_output_exchanged),
+      cmocka_unit_test(test_ll_scratch_apart),
       cmocka_unit_test(test_zero_copy_input),
       cmocka_unit_test(test_p2p_rounds),
       cmocka_unit_test(test_p2p_overlaps),
