@@ -151,6 +151,8 @@ def main(argv):
     check_runs = {n: parse_perf(os.path.join(d, f"check-{n}.txt")) for n in SWEEP_RANKS}
     # Registered buffers (-R 2, symmetric windows): the zero-copy all-reduce.
     reg_runs = {n: parse_perf(os.path.join(d, f"reg-{n}.txt")) for n in SHARED_RANKS}
+    # More blocks per rank (NCCL_MAX_CTAS), staged buffers, 256 MiB.
+    ctas_runs = {n: parse_perf(os.path.join(d, f"ctas-{n}.txt")) for n in SHARED_RANKS}
 
     # nccl-compare: Braid is the library whose path meta names, else the first.
     libs = (cmp_ or {}).get("libraries", [])
@@ -224,6 +226,15 @@ def main(argv):
                 ">= 50% of B/(2N)", None if alg is None or lim is None else alg >= lim,
                 "GB/s", lim)
 
+    for n in SHARED_RANKS:
+        if ctas_runs[n] is None:
+            continue
+        row, alg, bound, frac = at_bound(ctas_runs[n], n)
+        lim = HBM_FRACTION * bound if bound else None
+        add(f"{n} ranks sharing the GPU, algbw at 256 MiB, NCCL_MAX_CTAS={32 if n < 4 else 16}",
+            alg, None, ">= 50% of B/(2N)", None if alg is None or lim is None else alg >= lim,
+            "GB/s", lim)
+
     g8 = graph["rows"].get(8) if graph else None
     gt = g8["oop"]["time_us"] if g8 else None
     add("8 ranks sharing the GPU, 8 B all-reduce from a CUDA graph (-G)", gt, None,
@@ -235,6 +246,8 @@ def main(argv):
                        [("ar-8-graph", graph)] +
                        [(f"check-{n}", check_runs[n]) for n in SWEEP_RANKS] +
                        [(f"reg-{n}", reg_runs[n]) for n in SHARED_RANKS] +
+                       [(f"ctas-{n}", ctas_runs[n]) for n in SHARED_RANKS
+                        if ctas_runs[n] is not None] +
                        [("ar-1-nvidia", nv_sweep)]):
         if run is None:
             checks.append((label, None, "not run"))
