@@ -91,7 +91,7 @@ static char *export_text(const brd_ir_plan_t *plan, size_t *len_out) {
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   assert_non_null(f);
-  assert_int_equal(brd_plan_json_write(plan, f), ncclSuccess);
+  assert_int_equal(brd_plan_json_write(plan, NULL, f), ncclSuccess);
   assert_int_equal(fclose(f), 0);
   *len_out = len;
   return text;
@@ -120,7 +120,7 @@ static char *replace(const char *s, const char *from, const char *to, int nth) {
 static void expect_error(const char *text, ncclResult_t want, ...) {
   char err[640];
   brd_ir_plan_t *plan = NULL;
-  ncclResult_t res = brd_plan_json_parse(text, strlen(text), "t.json", &plan, err,
+  ncclResult_t res = brd_plan_json_parse(text, strlen(text), "t.json", &plan, NULL, err,
                                          sizeof(err));
   if (res != want) print_error("expected %d, got %d: %s\n", want, res, err);
   assert_int_equal(res, want);
@@ -152,7 +152,7 @@ static void test_hand_written_matches_generator(void **state) {
   brd_ir_plan_t *gen, *parsed;
   char err[512];
   assert_int_equal(brd_algos_ring_allreduce(&args, &gen), ncclSuccess);
-  assert_int_equal(brd_plan_json_parse(ring2, strlen(ring2), "ring2.json", &parsed,
+  assert_int_equal(brd_plan_json_parse(ring2, strlen(ring2), "ring2.json", &parsed, NULL,
                                        err, sizeof(err)),
                    ncclSuccess);
   assert_int_equal(parsed->total_bytes, gen->total_bytes);
@@ -170,7 +170,7 @@ static int round_trip(const brd_algos_gen_t *g, int n, int proto, int nblocks,
   size_t len;
   char *text = export_text(plan, &len);
   char err[640];
-  ncclResult_t res = brd_plan_json_parse(text, len, "rt.json", &back, err, sizeof(err));
+  ncclResult_t res = brd_plan_json_parse(text, len, "rt.json", &back, NULL, err, sizeof(err));
   if (res != ncclSuccess)
     print_error("%s n=%d proto=%d blocks=%d root=%d: %s\n", g->name, n, proto,
                 nblocks, root, err);
@@ -228,7 +228,7 @@ static void test_port_channel_round_trips(void **state) {
   size_t len;
   char *text = export_text(plan, &len);
   assert_non_null(strstr(text, "\"type\": \"port\""));
-  assert_int_equal(brd_plan_json_parse(text, len, "p.json", &back, NULL, 0),
+  assert_int_equal(brd_plan_json_parse(text, len, "p.json", &back, NULL, NULL, 0),
                    ncclSuccess);
   assert_memory_equal(back, plan, plan->total_bytes);
   free(text);
@@ -325,7 +325,7 @@ static void test_malformed_json(void **state) {
   /* Escapes decode: a \u escape in a known name is the same name. */
   t = replace(ring2, "\"ring\"", "\"r\\u0069ng\"", 0);
   brd_ir_plan_t *plan;
-  assert_int_equal(brd_plan_json_parse(t, strlen(t), "t.json", &plan, NULL, 0),
+  assert_int_equal(brd_plan_json_parse(t, strlen(t), "t.json", &plan, NULL, NULL, 0),
                    ncclSuccess);
   assert_int_equal(plan->algo, BRD_IR_ALGO_RING);
   brd_plan_destroy(plan);
@@ -342,7 +342,7 @@ static ncclResult_t load_text(const char *text, brd_verify_report_t *rep,
   assert_int_equal(write(fd, text, n), (ssize_t)n);
   close(fd);
   brd_ir_plan_t *plan = NULL;
-  ncclResult_t res = brd_plan_json_load(path, NULL, &plan, rep, err, errlen);
+  ncclResult_t res = brd_plan_json_load(path, NULL, &plan, NULL, rep, err, errlen);
   if (res == ncclSuccess) {
     assert_non_null(plan);
     brd_plan_destroy(plan);
@@ -398,7 +398,7 @@ static void test_verifier_refuses_planted_faults(void **state) {
   assert_non_null(strstr(err, "verifier refused the plan (malformed plan)"));
 
   /* A missing file names itself. */
-  assert_int_equal(brd_plan_json_load("/nonexistent/p.json", NULL, &(brd_ir_plan_t *){NULL},
+  assert_int_equal(brd_plan_json_load("/nonexistent/p.json", NULL, &(brd_ir_plan_t *){NULL}, NULL,
                                       &rep, err, sizeof(err)),
                    ncclInvalidArgument);
   assert_non_null(strstr(err, "/nonexistent/p.json: cannot open"));
@@ -418,7 +418,7 @@ static void test_truncated_and_mutated(void **state) {
     brd_ir_plan_t *plan = NULL;
     /* No terminating NUL in the copy's reach: len is all the parser sees. */
     memcpy(buf, ring2, cut);
-    ncclResult_t res = brd_plan_json_parse(buf, cut, "t.json", &plan, err, sizeof(err));
+    ncclResult_t res = brd_plan_json_parse(buf, cut, "t.json", &plan, NULL, err, sizeof(err));
     /* Only the trailing whitespace may go. */
     if (res == ncclSuccess) {
       for (size_t i = cut; i < n; i++) assert_true(ring2[i] == '\n' || ring2[i] == ' ');
@@ -439,7 +439,7 @@ static void test_truncated_and_mutated(void **state) {
     buf[at] = repl[(seed >> 8) % (sizeof(repl) - 1)];
     char err[640];
     brd_ir_plan_t *plan = NULL;
-    ncclResult_t res = brd_plan_json_parse(buf, n, "t.json", &plan, err, sizeof(err));
+    ncclResult_t res = brd_plan_json_parse(buf, n, "t.json", &plan, NULL, err, sizeof(err));
     if (res == ncclSuccess) {
       /* Whatever parsed is a blob the verifier can read without faulting. */
       (void)brd_plan_verify(plan, NULL, NULL);
@@ -465,7 +465,7 @@ static void test_parse_alloc_failures(void **state) {
     fail_at = k;
     live = 0;
     armed = 1;
-    ncclResult_t res = brd_plan_json_parse(ring2, strlen(ring2), "a.json", &plan,
+    ncclResult_t res = brd_plan_json_parse(ring2, strlen(ring2), "a.json", &plan, NULL,
                                            NULL, 0);
     if (res == ncclSuccess) brd_plan_destroy(plan);
     armed = 0;
