@@ -4,6 +4,7 @@
  *   braid-plan [-c coll] [-a algo] [-p proto] [-n nranks] [-b blocks]
  *              [-r root] [-s bytes] [-t dtype] [-d] [-V] [-J] [-o out.svg]
  *   braid-plan -f plan.json [-s bytes] [-t dtype] [-J] [-o out.svg]
+ *   ... -J [-m min_bytes] [-M max_bytes] [-i any|yes|no] [-N ranks_per_node]
  *
  * Text output lists, per rank and block, every op with its buffers in
  * channel terms resolved to peer ranks. With -s the chunks of the first
@@ -14,7 +15,10 @@
  * reads a peer's memory, from the peer's lane to the op. -J writes the plan
  * as JSON (docs/plans.md) instead of the text. -f loads a JSON plan in
  * place of a built-in one, checks it and always runs the verifier on it:
- * out of place (a failure refuses the plan), then in place (reported).
+ * out of place (a failure refuses the plan), then in place (reported);
+ * a plan declaring "inplace" is checked only the way it declares. -m, -M,
+ * -i and -N set the plan library's fields (docs/plans.md) in the -J
+ * output, over those a loaded document has.
  *
  * Linked against the static library: it reads the internal plan API.
  */
@@ -63,7 +67,9 @@ static void usage(FILE *f) {
           "        allgather, reducescatter: switch channels) and nvls-ll (the\n"
           "        low-latency NVLS allreduce)\n"
           "  -d deterministic (rank-ordered) variant, -V verify the plan\n"
-          "  -J write the plan as JSON, -f load (and verify) a JSON plan\n");
+          "  -J write the plan as JSON, -f load (and verify) a JSON plan\n"
+          "  -m/-M min/max message bytes, -i any|yes|no in place, -N ranks per node:\n"
+          "     the plan library's fields in the -J output (docs/plans.md)\n");
 }
 
 static int ref_peer(const brd_ir_plan_t *p, int rank, brd_ir_ref_t r) {
@@ -236,7 +242,10 @@ int main(int argc, char **argv) {
   const char *svg = NULL, *json_in = NULL;
   int nranks = 4, nblocks = 1, root = 0, det = 0, verify = 0, json_out = 0, opt;
   size_t bytes = 0, esize = 4;
-  while ((opt = getopt(argc, argv, "c:a:p:n:b:r:s:t:dVJf:o:h")) != -1) {
+  brd_plan_json_meta_t meta;
+  const char *min_s = NULL, *max_s = NULL, *inplace_s = NULL, *rpn_s = NULL;
+  memset(&meta, 0, sizeof(meta));
+  while ((opt = getopt(argc, argv, "c:a:p:n:b:r:s:t:dVJf:o:m:M:i:N:h")) != -1) {
     switch (opt) {
     case 'c': coll_s = optarg; break;
     case 'a': algo_s = optarg; break;
@@ -251,6 +260,10 @@ int main(int argc, char **argv) {
     case 'o': svg = optarg; break;
     case 'J': json_out = 1; break;
     case 'f': json_in = optarg; break;
+    case 'm': min_s = optarg; break;
+    case 'M': max_s = optarg; break;
+    case 'i': inplace_s = optarg; break;
+    case 'N': rpn_s = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -280,20 +293,26 @@ int main(int argc, char **argv) {
      * as if it were usable. */
     char err[640];
     brd_verify_report_t rep;
-    res = brd_plan_json_load(json_in, NULL, &plan, &rep, err, sizeof(err));
+    res = brd_plan_json_load(json_in, NULL, &plan, &meta, &rep, err, sizeof(err));
     if (res != ncclSuccess) {
       fprintf(stderr, "braid-plan: %s\n", err);
       return 1;
     }
     verify = 0;
+    FILE *vf = json_out || svg != NULL ? stderr : stdout;
+    if (meta.inplace != BRD_PLAN_JSON_INPLACE_ANY) {
+      /* Loading verified it the one way it declares. */
+      fprintf(vf, "verifier: plan is correct %s (as it declares)\n",
+              meta.inplace == BRD_PLAN_JSON_INPLACE_YES ? "in place" : "out of place");
+      goto show;
+    }
     /* Loading verified it out of place; say whether in place holds too
      * (a plan may be meant for out-of-place calls only). */
     brd_verify_opts_t ip = {1, 2};
     int in_place_ok = brd_plan_verify(plan, &ip, &rep) == ncclSuccess;
     if (!in_place_ok)
       fprintf(stderr, "braid-plan: %s: wrong in place: %s\n", json_in, rep.msg);
-    fprintf(json_out || svg != NULL ? stderr : stdout,
-            "verifier: plan is correct%s\n",
+    fprintf(vf, "verifier: plan is correct%s\n",
             in_place_ok ? "" : " out of place only (WRONG in place)");
     goto show;
   }
@@ -318,8 +337,20 @@ int main(int argc, char **argv) {
   }
 show:;
   int rc = 0;
+  if (min_s != NULL) meta.min_bytes = strtoull(min_s, NULL, 0);
+  if (max_s != NULL) meta.max_bytes = strtoull(max_s, NULL, 0);
+  if (rpn_s != NULL) meta.ranks_per_node = atoi(rpn_s);
+  if (inplace_s != NULL) {
+    static const char *const ip_names[] = {"any", "yes", "no"};
+    meta.inplace = lookup(inplace_s, ip_names, 3);
+    if (meta.inplace < 0) {
+      fprintf(stderr, "braid-plan: -i takes any, yes or no\n");
+      brd_plan_destroy(plan);
+      return 2;
+    }
+  }
   if (json_out) {
-    if (brd_plan_json_write(plan, stdout) != ncclSuccess) rc = 1;
+    if (brd_plan_json_write(plan, &meta, stdout) != ncclSuccess) rc = 1;
   } else if (svg != NULL) {
     rc = write_svg(svg, plan);
     if (rc == 0) printf("wrote %s\n", svg);

@@ -4,6 +4,11 @@
  * deterministic) key, verified when BRAID_VERIFY_PLANS asks, and kept
  * until the communicator goes. Every rank generates the same plans in the
  * same order. It lives in core, above the generators it calls.
+ *
+ * The cache also holds the plan library: the JSON plans (docs/plans.md)
+ * of BRAID_PLAN_DIR, read and verified once when the runtime connects
+ * (window.c), and preferred to the generated plans for the calls they
+ * declare themselves for (works.c).
  */
 #ifndef BRD_CORE_PLANS_H
 #define BRD_CORE_PLANS_H
@@ -13,6 +18,7 @@
 #include "nccl.h"
 #include "device/ir.h"
 #include "algos/algos.h"
+#include "plan/plan_json.h"
 
 /* Plan-cache algorithm code of the zero-copy variant of an algorithm (the
  * plans that read peers' registered inputs). */
@@ -26,6 +32,14 @@ typedef struct brd_plan_entry {
                                    * actually ran, for tests and statistics */
 } brd_plan_entry_t;
 
+/* A plan of the library. */
+typedef struct brd_plan_user {
+  char *path;                     /* owned: the file it came from */
+  brd_ir_plan_t *plan;            /* owned */
+  brd_plan_json_meta_t meta;      /* when it may run */
+  uint64_t runs;                  /* works built from it */
+} brd_plan_user_t;
+
 typedef struct brd_plan_cache {
   int nranks;
   int *host;                      /* owned: [nranks] node label of each rank
@@ -36,6 +50,11 @@ typedef struct brd_plan_cache {
   brd_plan_entry_t *e;            /* owned: [n] */
   int n, cap;
   int last;                       /* entry brd_plans_get returned last */
+  brd_plan_user_t *lib;           /* owned: [nlib] the plan library, in
+                                   * load order (the order of a match) */
+  int nlib;
+  uint64_t lib_hash;              /* of the files loaded: names, fields and
+                                   * plans (brd_plans_library_load) */
 } brd_plan_cache_t;
 
 /* The algorithms and protocols the runtime generates plans for. */
@@ -78,8 +97,45 @@ ncclResult_t brd_plans_hosts_set(brd_plan_cache_t *c, const int *host);
 ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint8_t proto,
                            int nblocks, int root, int det, const brd_ir_plan_t **plan_out);
 
-/* Counts one collective work built from plan (a plan of c) in its
- * entry's runs. Not thread-safe: the runtime's launching thread. */
+/* Counts one collective work built from plan (a plan of c, generated or
+ * of the library) in its entry's runs. Not thread-safe: the runtime's launching thread. */
 void brd_plans_ran(brd_plan_cache_t *c, const brd_ir_plan_t *plan);
+
+/* Loads the plan library: every *.json file of the colon-separated
+ * directories dirs (in that order, the files of each by name), through
+ * brd_plan_json_read. A file that does not parse, a point-to-point plan, a
+ * plan the library cannot run (LL128, plans reading peers' inputs,
+ * one-sided plans) and a plan the verifier refuses (in place and out of
+ * place, or only the way its "inplace" field says) are refused with a
+ * WARN naming the file and the reason (the verifier's rank, block and op);
+ * a plan for another rank count than the cache's, or another
+ * ranks_per_node than rpn (the communicator's ranks per node, 0 when nodes
+ * hold different numbers), is skipped with an INFO. rank only labels the
+ * messages. Replaces what was loaded before and sets c->lib_hash (0 when
+ * nothing loaded). Returns ncclSystemError (WARN) only when out of memory;
+ * a refused file is not an error. Not thread-safe: the runtime's
+ * launching thread; blocks reading the files and verifying. */
+ncclResult_t brd_plans_library_load(brd_plan_cache_t *c, const char *dirs, int rank, int rpn);
+
+/* Drops plan i of the library (i < 0: every plan). */
+void brd_plans_library_drop(brd_plan_cache_t *c, int i);
+
+/* What a collective call is, for brd_plans_library_match. */
+typedef struct brd_plans_call {
+  uint8_t coll;                   /* BRD_IR_COLL_* */
+  int root;                       /* rooted collectives */
+  uint64_t bytes;                 /* per-rank input bytes: count x type size,
+                                   * x nranks where the input holds one
+                                   * segment per rank */
+  int in_place;                   /* sendbuff aliases recvbuff as NCCL defines
+                                   * in place for coll */
+  int dtype;                      /* ncclDataType_t */
+  int redop;                      /* ncclRedOp_t, or BRD_PLAN_JSON_REDOP_PREMULSUM */
+} brd_plans_call_t;
+
+/* The first plan of the library that declares itself for call k (the
+ * collective, root, size range, in place or not, type and reduction;
+ * switch-channel plans only for what multimem reduces), or NULL. Pure. */
+brd_plan_user_t *brd_plans_library_match(brd_plan_cache_t *c, const brd_plans_call_t *k);
 
 #endif /* BRD_CORE_PLANS_H */

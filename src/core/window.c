@@ -103,6 +103,18 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *l
       }
     }
   }
+  /* The library's plans (library_fit left only those that can run). */
+  for (int i = 0; i < rt->plans.nlib; i++) {
+    const brd_ir_plan_t *plan = rt->plans.lib[i].plan;
+    size_t s = brd_plan_scratch_bytes(plan);
+    size_t *area = plan->proto == BRD_IR_PROTO_LL ? &ll_scratch : &scratch;
+    if (s > *area) *area = s;
+    int sw = 0;
+    for (uint32_t ch = 0; ch < brd_ir_plan_rank(plan, 0)->nchans; ch++)
+      sw |= brd_ir_plan_chan(plan, 0, (int)ch)->type == BRD_IR_CHAN_SWITCH;
+    size_t *sems = sw ? &sw_nsems : &nsems;
+    if (plan->nsems > *sems) *sems = plan->nsems;
+  }
   *scratch_out = scratch;
   *ll_scratch_out = ll_scratch;
   *nsems_out = nsems;
@@ -144,6 +156,104 @@ static int nvls_decide(const struct ncclComm *comm, const struct brd_rt *rt) {
   if (asked || why[0] != '\0')
     INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NVLS, "rank %d: NVLS off: %s", comm->rank, why);
   return 0;
+}
+
+/* Ranks per node when every node holds as many (the same on every rank:
+ * peers[] is), else 0. */
+static int ranks_per_node(const struct ncclComm *comm) {
+  int n = comm->nranks, rpn = -1;
+  if (comm->peers == NULL) return n;
+  for (int r = 0; r < n; r++) {
+    int first = 1, on = 0;
+    for (int q = 0; q < n; q++) {
+      if (comm->peers[q].host_hash != comm->peers[r].host_hash) continue;
+      if (q < r) first = 0;
+      on++;
+    }
+    if (!first) continue;
+    if (rpn >= 0 && on != rpn) return 0;
+    rpn = on;
+  }
+  return rpn > 0 ? rpn : n;
+}
+
+/* The plan library (BRAID_PLAN_DIR): loaded by every rank, then one
+ * allgather of what each loaded; where any two ranks differ, every rank
+ * WARNs and runs without it (they would choose different plans). */
+static ncclResult_t library_load(struct ncclComm *comm, struct brd_rt *rt) {
+  int n = comm->nranks, me = comm->rank;
+  const char *dirs = brd_param_str(BRD_P_BRAID_PLAN_DIR);
+  CHECK(brd_plans_library_load(&rt->plans, dirs != NULL && dirs[0] != '\0' ? dirs : NULL, me,
+                               ranks_per_node(comm)));
+  if (n < 2) return ncclSuccess;
+  /* Every rank takes part, with or without a library of its own. */
+  uint64_t *all = calloc(2 * (size_t)n, sizeof(*all));
+  if (all == NULL) {
+    WARN("out of host memory agreeing on the plan library of %d ranks", n);
+    return ncclSystemError;
+  }
+  all[2 * me] = rt->plans.lib_hash;
+  all[2 * me + 1] = (uint64_t)rt->plans.nlib;
+  ncclResult_t res = brd_boot_allgather_timed(comm->boot, all, 2 * sizeof(*all),
+                                              brd_param_int(BRD_P_BRAID_TIMEOUT),
+                                              "plan library");
+  if (res != ncclSuccess) goto out;
+  for (int r = 0; r < n; r++) {
+    if (all[2 * r] == all[2 * me]) continue;
+    WARN("plan library: rank %d loaded %d plans from BRAID_PLAN_DIR, rank %d loaded %d "
+         "or others (names, fields or plans differ); every rank ignores the library and "
+         "runs the built-in plans: give every rank the same BRAID_PLAN_DIR files", me,
+         rt->plans.nlib, r, (int)all[2 * r + 1]);
+    brd_plans_library_drop(&rt->plans, -1);
+    break;
+  }
+out:
+  free(all);
+  return res;
+}
+
+/* Keeps the library's plans this runtime can run (the same answer on
+ * every rank: its inputs are agreed) and gives them the channel types
+ * of the links. */
+static void library_fit(const struct ncclComm *comm, struct brd_rt *rt,
+                        const brd_backend_caps_t *caps) {
+  brd_plan_cache_t *c = &rt->plans;
+  for (int i = 0; i < c->nlib;) {
+    brd_plan_user_t *u = &c->lib[i];
+    brd_ir_plan_t *plan = u->plan;
+    int sw = 0;
+    for (int r = 0; r < plan->nranks; r++)
+      for (uint32_t ch = 0; ch < brd_ir_plan_rank(plan, r)->nchans; ch++)
+        sw |= brd_ir_plan_chan(plan, r, (int)ch)->type == BRD_IR_CHAN_SWITCH;
+    if (sw && !rt->nvls) {
+      INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_TUNING, "plan library: rank %d skips %s: it has "
+           "switch channels and NVLS is off", comm->rank, u->path);
+    } else if (c->port != NULL && brd_plan_reads_peers(plan)) {
+      INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_TUNING, "plan library: rank %d skips %s: it reads "
+           "peers' memory and some ranks reach each other only over the network",
+           comm->rank, u->path);
+    } else if (plan->nblocks > caps->nb_max) {
+      WARN("plan library: rank %d skips %s: it has %u blocks per rank and the %s backend "
+           "runs at most %d here; write it with fewer blocks", comm->rank, u->path,
+           (unsigned)plan->nblocks, rt->be->name, caps->nb_max);
+    } else {
+      if (c->port != NULL) {
+        brd_plan_chans_mark(plan, c->port);
+      } else {
+        /* Every link is memory here, whatever the file said. */
+        brd_ir_chan_t *ct = (brd_ir_chan_t *)((char *)plan + plan->chan_off);
+        for (int r = 0; r < plan->nranks; r++) {
+          const brd_ir_rank_t *rk = brd_ir_plan_rank(plan, r);
+          for (uint32_t ch = 0; ch < rk->nchans; ch++)
+            if (ct[rk->chan_first + ch].type == BRD_IR_CHAN_PORT)
+              ct[rk->chan_first + ch].type = BRD_IR_CHAN_MEMORY;
+        }
+      }
+      i++;
+      continue;
+    }
+    brd_plans_library_drop(c, i);
+  }
 }
 
 /* Point-to-point scratch per rank and the bytes of one piece. */
@@ -331,6 +441,8 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   rt->nvls = nvls_decide(comm, rt);
   rt->topo.nvls = rt->nvls;
   CHECK_GOTO(hosts_set(comm, rt), res, fail);
+  CHECK_GOTO(library_load(comm, rt), res, fail);
+  library_fit(comm, rt, &caps);
   CHECK_GOTO(plans_size(rt, &scratch, &ll_scratch, &nsems, &sw_nsems), res, fail);
   CHECK_GOTO(p2p_size(n, me, &p2p_bytes, &rt->p2p_piece), res, fail);
 

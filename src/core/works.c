@@ -358,18 +358,50 @@ static ncclResult_t exchange_output(const brd_works_view_t *v,
   return ncclSuccess;
 }
 
-/* The works of one collective call: one per piece. */
-static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *plans,
-                                   brd_works_seq_t *seq, const brd_call_t *c, int pipe_ops,
-                                   brd_works_t *ws) {
-  int me = v->rank, n = v->nranks;
-  uint8_t coll = (uint8_t)c->coll;
-  size_t esize = brd_dtype_size(c->dtype);
+/* The plan library's plan for call c, or NULL for the built-ins: only
+ * while NCCL_ALGO is unset, and not for deterministic reductions (a
+ * library plan's order of addition is its own). The inputs (the call's
+ * sizes and collective, and in place or not) are the same on every rank,
+ * and so is the library (window.c agreed on it), so is the answer. */
+static brd_plan_user_t *library_choice(const brd_works_view_t *v, brd_plan_cache_t *plans,
+                                       const brd_call_t *c, uint8_t coll) {
+  if (plans->nlib == 0 || v->mask->algo_env[0] != '\0' ||
+      (v->deterministic && is_reduction(coll)))
+    return NULL;
+  brd_ir_coll_traits_t t = brd_ir_coll_traits(coll);
+  size_t seg = c->count * brd_dtype_size(c->dtype);
+  brd_plans_call_t k;
+  k.coll = coll;
+  k.root = is_rooted(coll) ? c->root : 0;
+  k.bytes = (uint64_t)seg * (t.in_segs_all ? (uint64_t)v->nranks : 1);
+  /* NCCL's in-place layouts: the all-gather's input is block `rank` of
+   * its output, the reduce-scatter's output block `rank` of its input. */
+  const char *sb = c->sendbuff, *rb = c->recvbuff;
+  if (coll == BRD_IR_COLL_ALLGATHER) k.in_place = sb == rb + (size_t)v->rank * seg;
+  else if (coll == BRD_IR_COLL_REDUCESCATTER) k.in_place = rb == sb + (size_t)v->rank * seg;
+  else k.in_place = sb == rb;
+  k.dtype = (int)c->dtype;
+  k.redop = c->premul ? BRD_PLAN_JSON_REDOP_PREMULSUM : (int)c->op;
+  brd_plan_user_t *u = brd_plans_library_match(plans, &k);
+  if (u != NULL)
+    INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING, "%s : rank %d: plan library: %s runs (%llu "
+         "bytes per rank, %s)", c->fn, v->rank, u->path, (unsigned long long)k.bytes,
+         k.in_place ? "in place" : "out of place");
+  return u;
+}
+
+/* The built-in plan for call c: the tuner's algorithm and protocol, and
+ * the blocks the message size (or a tuner plugin) asks for. */
+static ncclResult_t builtin_plan(const brd_works_view_t *v, brd_plan_cache_t *plans,
+                                 const brd_call_t *c, uint8_t coll, int pipe_ops,
+                                 brd_tune_choice_t *choice_out, int *nb_out,
+                                 const brd_ir_plan_t **plan_out) {
+  int me = v->rank;
   int root = is_rooted(coll) ? c->root : 0;
   brd_tune_choice_t choice;
   int plugin_nch = 0;
   CHECK(choose(v, c, coll, pipe_ops, &choice, &plugin_nch));
-  size_t bytes = c->count * esize;
+  size_t bytes = c->count * brd_dtype_size(c->dtype);
   /* Blocks grow with the message; the same sizes give the same choice on
    * every rank, as the plans must be the same everywhere. GPU blocks are
    * cheap to add, host threads are not. */
@@ -383,7 +415,6 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
   if (plugin_nch > 0) want = plugin_nch;
   for (int i = 0; i < v->nb_count; i++)
     if (v->nb_opts[i] <= want) nb = v->nb_opts[i];
-  const brd_ir_plan_t *plan;
   uint8_t algo = (uint8_t)choice.algo;
   /* NVLS all-reduce: the one-barrier plan while latency dominates. */
   if (choice.algo == BRD_ALGO_NVLS && coll == BRD_IR_COLL_ALLREDUCE &&
@@ -393,8 +424,30 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
          "(%zu bytes)", c->fn, me, bytes);
   }
   CHECK(brd_plans_get(plans, coll, algo, (uint8_t)choice.proto, nb, root,
-                 v->deterministic, &plan));
+                 v->deterministic, plan_out));
+  *choice_out = choice;
+  *nb_out = nb;
+  return ncclSuccess;
+}
 
+/* The works of one collective call: one per piece. */
+static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *plans,
+                                   brd_works_seq_t *seq, const brd_call_t *c, int pipe_ops,
+                                   brd_works_t *ws) {
+  int me = v->rank, n = v->nranks;
+  uint8_t coll = (uint8_t)c->coll;
+  size_t esize = brd_dtype_size(c->dtype);
+  int root = is_rooted(coll) ? c->root : 0;
+  brd_tune_choice_t choice;
+  const brd_ir_plan_t *plan;
+  int nb = v->nb_opts[0];
+  brd_plan_user_t *user = library_choice(v, plans, c, coll);
+  if (user != NULL) {
+    plan = user->plan;
+    memset(&choice, 0, sizeof(choice));
+  } else {
+    CHECK(builtin_plan(v, plans, c, coll, pipe_ops, &choice, &nb, &plan));
+  }
   int redop = is_reduction(coll) ? (int)c->op : ncclSum;
   const void *scalar = NULL, *scalar_dev = NULL;
   if (is_reduction(coll) && c->premul) {
@@ -427,7 +480,7 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
     CHECK_GOTO(exchange_output(v, c, coll, plan, &remote, &xchg), res, out);
   /* Registered inputs too: a zero-copy plan reads them in place (not
    * instead of a switch plan the tuner chose). */
-  if (peer_out != NULL && choice.algo != BRD_ALGO_NVLS) {
+  if (peer_out != NULL && user == NULL && choice.algo != BRD_ALGO_NVLS) {
     uint8_t zc_algo = 0;
     CHECK_GOTO(peer_input(v, c, coll, peer_out, &peer_in, &zc_algo), res, out);
     if (peer_in != NULL)

@@ -54,6 +54,14 @@ static const struct {
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Library fields (plan_json.h): in ncclDataType_t and ncclRedOp_t order. */
+static const char *const dtype_names[] = {
+    "int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
+    "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+static const char *const redop_names[] = {"sum", "prod", "max", "min", "avg",
+                                          "premulsum"};
+static const char *const inplace_names[] = {"any", "yes", "no"};
+
 static int name_find(const char *s, const char *const *names, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (strcmp(s, names[i]) == 0) return (int)i;
@@ -117,7 +125,44 @@ static ncclResult_t write_op(FILE *f, const brd_ir_plan_t *p, int rank,
 }
 
 /* See plan_json.h. */
-ncclResult_t brd_plan_json_write(const brd_ir_plan_t *p, FILE *f) {
+const char *brd_plan_json_dtype_name(int dt) {
+  return dt >= 0 && (size_t)dt < NELEM(dtype_names) ? dtype_names[dt] : "?";
+}
+
+/* See plan_json.h. */
+const char *brd_plan_json_redop_name(int op) {
+  return op >= 0 && (size_t)op < NELEM(redop_names) ? redop_names[op] : "?";
+}
+
+/* A name list field: the names of the bits of mask, in bit order. */
+static void write_names(FILE *f, const char *key, uint32_t mask,
+                        const char *const *names, size_t n) {
+  fprintf(f, "  \"%s\": [", key);
+  int first = 1;
+  for (size_t i = 0; i < n; i++) {
+    if (!(mask & (1u << i))) continue;
+    fprintf(f, "%s\"%s\"", first ? "" : ", ", names[i]);
+    first = 0;
+  }
+  fputs("],\n", f);
+}
+
+/* The library fields that differ from the defaults. */
+static void write_meta(FILE *f, const brd_plan_json_meta_t *m) {
+  if (m == NULL) return;
+  if (m->min_bytes) fprintf(f, "  \"min_bytes\": %" PRIu64 ",\n", m->min_bytes);
+  if (m->max_bytes) fprintf(f, "  \"max_bytes\": %" PRIu64 ",\n", m->max_bytes);
+  if (m->inplace > 0 && (size_t)m->inplace < NELEM(inplace_names))
+    fprintf(f, "  \"inplace\": \"%s\",\n", inplace_names[m->inplace]);
+  if (m->ranks_per_node > 0)
+    fprintf(f, "  \"ranks_per_node\": %d,\n", m->ranks_per_node);
+  if (m->dtypes) write_names(f, "dtypes", m->dtypes, dtype_names, NELEM(dtype_names));
+  if (m->redops) write_names(f, "redops", m->redops, redop_names, NELEM(redop_names));
+}
+
+/* See plan_json.h. */
+ncclResult_t brd_plan_json_write(const brd_ir_plan_t *p, const brd_plan_json_meta_t *meta,
+                                 FILE *f) {
   if (p->coll >= BRD_IR_COLL_COUNT || p->algo >= NELEM(algo_names) ||
       p->proto >= NELEM(proto_names) || (p->flags & ~BRD_IR_PLAN_F_ALL)) {
     WARN("plan JSON export: header (coll %u, algo %u, proto %u, flags 0x%x) "
@@ -140,9 +185,11 @@ ncclResult_t brd_plan_json_write(const brd_ir_plan_t *p, FILE *f) {
   fputs("],\n", f);
   fprintf(f, "  \"root\": %u,\n  \"nranks\": %u,\n  \"nblocks\": %u,\n"
              "  \"nchunks\": %u,\n  \"nslots\": %u,\n  \"slot_div\": %u,\n"
-             "  \"nsems\": %u,\n  \"seq_per_iter\": %u,\n  \"ranks\": [",
+             "  \"nsems\": %u,\n  \"seq_per_iter\": %u,\n",
           p->root, p->nranks, p->nblocks, p->nchunks, p->nslots, p->slot_div,
           p->nsems, p->seq_per_iter);
+  write_meta(f, meta);
+  fputs("  \"ranks\": [", f);
   for (int r = 0; r < p->nranks; r++) {
     const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
     fprintf(f, "%s\n    {\"rank\": %d,\n     \"chans\": [", r ? "," : "", r);
@@ -729,12 +776,78 @@ static ncclResult_t read_op(jctx_t *c, const shape_ctx_t *s, int rank,
   return ncclSuccess;
 }
 
+/* A name list field (dtypes, redops): absent gives 0 (every one), else a
+ * non-empty array of names[] whose bits are or-ed into *out. */
+static ncclResult_t get_names(jctx_t *c, const jval_t *o, const char *key,
+                              const char *const *names, size_t n, uint32_t *out) {
+  const jval_t *v = obj_get(o, key);
+  *out = 0;
+  if (v == NULL) return ncclSuccess;
+  CHECK(want(c, key, v, J_ARR));
+  if (v->n == 0)
+    return fail(c, ncclInvalidArgument, key,
+                "lists nothing; leave the field out to allow every one");
+  for (size_t i = 0; i < v->n; i++) {
+    char w[JP];
+    pathf(w, "%s[%zu]", key, i);
+    CHECK(want(c, w, &v->kids[i], J_STR));
+    int k = name_find(v->kids[i].s, names, n);
+    if (k < 0) {
+      char list[256];
+      size_t off = 0;
+      for (size_t j = 0; j < n && off < sizeof(list); j++)
+        off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", j ? ", " : "",
+                                names[j]);
+      return fail(c, ncclInvalidArgument, w, "unknown name \"%s\" (one of: %s)",
+                  v->kids[i].s, list);
+    }
+    *out |= 1u << k;
+  }
+  return ncclSuccess;
+}
+
+/* The library fields (docs/plans.md, "Plan library"). */
+static ncclResult_t read_meta(jctx_t *c, const jval_t *root, const brd_plan_shape_t *sh,
+                              brd_plan_json_meta_t *m) {
+  int64_t lo, hi, rpn;
+  memset(m, 0, sizeof(*m));
+  CHECK(get_int(c, "", root, "min_bytes", 0, 0, 0, INT64_MAX, &lo));
+  CHECK(get_int(c, "", root, "max_bytes", 0, 0, 0, INT64_MAX, &hi));
+  if (hi != 0 && hi < lo)
+    return fail(c, ncclInvalidArgument, "max_bytes",
+                "%" PRId64 " is below min_bytes %" PRId64 " (0 means no limit)", hi, lo);
+  CHECK(get_name(c, "", root, "inplace", 0, BRD_PLAN_JSON_INPLACE_ANY, inplace_names,
+                 NELEM(inplace_names), &m->inplace));
+  /* In place is the same on every rank only where every rank has an
+   * input and an output that a call can alias. */
+  if (m->inplace != BRD_PLAN_JSON_INPLACE_ANY && sh->coll != BRD_IR_COLL_ALLREDUCE &&
+      sh->coll != BRD_IR_COLL_ALLGATHER && sh->coll != BRD_IR_COLL_REDUCESCATTER)
+    return fail(c, ncclInvalidArgument, "inplace",
+                "\"%s\" is for allreduce, allgather and reducescatter only (a %s plan "
+                "must hold in place and out of place: leave the field out)",
+                inplace_names[m->inplace], coll_names[sh->coll]);
+  CHECK(get_int(c, "", root, "ranks_per_node", 0, 0, 1, sh->nranks, &rpn));
+  if (rpn != 0 && sh->nranks % rpn != 0)
+    return fail(c, ncclInvalidArgument, "ranks_per_node",
+                "%" PRId64 " does not divide nranks %d", rpn, sh->nranks);
+  CHECK(get_names(c, root, "dtypes", dtype_names, NELEM(dtype_names), &m->dtypes));
+  CHECK(get_names(c, root, "redops", redop_names, NELEM(redop_names), &m->redops));
+  if (m->redops != 0 && !brd_ir_coll_traits(sh->coll).reduction)
+    return fail(c, ncclInvalidArgument, "redops",
+                "a %s plan has no reduction: leave the field out", coll_names[sh->coll]);
+  m->min_bytes = (uint64_t)lo;
+  m->max_bytes = (uint64_t)hi;
+  m->ranks_per_node = (int)rpn;
+  return ncclSuccess;
+}
+
 static ncclResult_t read_header(jctx_t *c, const jval_t *root,
                                 brd_plan_shape_t *sh) {
   static const char *const keys[] = {
       "format",  "version", "collective", "algo",   "proto",
       "flags",   "root",    "nranks",     "nblocks", "nchunks",
-      "nslots",  "slot_div", "nsems",     "seq_per_iter", "ranks"};
+      "nslots",  "slot_div", "nsems",     "seq_per_iter", "ranks",
+      "min_bytes", "max_bytes", "inplace", "ranks_per_node", "dtypes", "redops"};
   const char *pf[NELEM(plan_flag_names)];
   uint8_t pb[NELEM(plan_flag_names)];
   int64_t version, nranks, nblocks, nchunks, nslots, slot_div, nsems, spi, rt;
@@ -778,7 +891,7 @@ static ncclResult_t read_header(jctx_t *c, const jval_t *root,
 
 /* Schema check and conversion of the whole document. */
 static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
-                               brd_ir_plan_t **plan_out) {
+                               brd_ir_plan_t **plan_out, brd_plan_json_meta_t *meta_out) {
   static const char *const rank_keys[] = {"rank", "chans", "blocks"};
   static const char *const chan_keys[] = {"peer", "type"};
   static const char *const block_keys[] = {"ops"};
@@ -793,6 +906,7 @@ static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
   ncclResult_t res = ncclSuccess;
 
   CHECK(read_header(c, root, &s.shape));
+  CHECK(read_meta(c, root, &s.shape, meta_out));
   int nranks = s.shape.nranks;
   CHECK(get_arr(c, "", root, "ranks", (size_t)nranks, (size_t)nranks, &ranks));
   brd_ir_coll_traits_t t = brd_ir_coll_traits(s.shape.coll);
@@ -927,10 +1041,12 @@ out:
 
 /* See plan_json.h. */
 ncclResult_t brd_plan_json_parse(const char *text, size_t len, const char *name,
-                                 brd_ir_plan_t **plan_out, char *err,
+                                 brd_ir_plan_t **plan_out,
+                                 brd_plan_json_meta_t *meta_out, char *err,
                                  size_t errlen) {
   jctx_t c;
   jval_t root;
+  brd_plan_json_meta_t meta;
   ncclResult_t res;
   memset(&c, 0, sizeof(c));
   memset(&root, 0, sizeof(root));
@@ -946,27 +1062,20 @@ ncclResult_t brd_plan_json_parse(const char *text, size_t len, const char *name,
     res = syntax(&c, "text after the document");
     goto out;
   }
-  res = build_plan(&c, &root, plan_out);
+  res = build_plan(&c, &root, plan_out, &meta);
+  if (res == ncclSuccess && meta_out != NULL) *meta_out = meta;
 out:
   jval_fini(&root);
   return res;
 }
 
 /* See plan_json.h. */
-ncclResult_t brd_plan_json_load(const char *path, const brd_verify_opts_t *opts,
-                                brd_ir_plan_t **plan_out,
-                                brd_verify_report_t *report_out, char *err,
-                                size_t errlen) {
+ncclResult_t brd_plan_json_read(const char *path, brd_ir_plan_t **plan_out,
+                                brd_plan_json_meta_t *meta_out, char *err, size_t errlen) {
   ncclResult_t res = ncclSuccess;
-  brd_ir_plan_t *plan = NULL;
   char *text = NULL;
   size_t len = 0, cap = 0;
   if (err && errlen) err[0] = '\0';
-  if (report_out) {
-    memset(report_out, 0, sizeof(*report_out));
-    report_out->rank = report_out->block = report_out->op = -1;
-    report_out->peer = report_out->chunk = -1;
-  }
   FILE *f = fopen(path, "rb");
   if (f == NULL) {
     WARN("plan JSON: cannot open %s: %s; check the path", path, strerror(errno));
@@ -981,14 +1090,14 @@ ncclResult_t brd_plan_json_load(const char *path, const brd_verify_opts_t *opts,
         if (err && errlen)
           snprintf(err, errlen, "%s: larger than %u bytes", path, JSON_MAX_FILE);
         res = ncclInvalidArgument;
-        goto fail_free_text;
+        goto out;
       }
       size_t ncap = cap ? cap * 2 : 65536;
       char *t = realloc(text, ncap);
       if (t == NULL) {
         WARN("plan JSON: out of host memory reading %s", path);
         res = ncclSystemError;
-        goto fail_free_text;
+        goto out;
       }
       text = t;
       cap = ncap;
@@ -1001,33 +1110,54 @@ ncclResult_t brd_plan_json_load(const char *path, const brd_verify_opts_t *opts,
     WARN("plan JSON: reading %s failed: %s", path, strerror(errno));
     if (err && errlen) snprintf(err, errlen, "%s: read failed", path);
     res = ncclSystemError;
-    goto fail_free_text;
+    goto out;
   }
-  CHECK_GOTO(brd_plan_json_parse(text, len, path, &plan, err, errlen), res,
-             fail_free_text);
+  res = brd_plan_json_parse(text, len, path, plan_out, meta_out, err, errlen);
+out:
+  free(text);
+  fclose(f);
+  return res;
+}
+
+/* See plan_json.h. */
+ncclResult_t brd_plan_json_load(const char *path, const brd_verify_opts_t *opts,
+                                brd_ir_plan_t **plan_out,
+                                brd_plan_json_meta_t *meta_out,
+                                brd_verify_report_t *report_out, char *err,
+                                size_t errlen) {
+  ncclResult_t res = ncclSuccess;
+  brd_ir_plan_t *plan = NULL;
+  brd_plan_json_meta_t meta;
+  if (report_out) {
+    memset(report_out, 0, sizeof(*report_out));
+    report_out->rank = report_out->block = report_out->op = -1;
+    report_out->peer = report_out->chunk = -1;
+  }
+  CHECK(brd_plan_json_read(path, &plan, &meta, err, errlen));
   if (plan->coll == BRD_IR_COLL_SENDRECV) {
     WARN("plan JSON: %s is a point-to-point plan; those are built per launch "
          "from the pairing of sends and receives and cannot be loaded", path);
     if (err && errlen)
       snprintf(err, errlen, "%s: point-to-point plans cannot be loaded", path);
     res = ncclInvalidArgument;
-    goto fail_free_plan;
+    goto out;
   }
   brd_verify_report_t rep;
+  /* A plan meant only for in-place calls is checked in place. */
+  brd_verify_opts_t in_place = {1, 0};
+  if (opts == NULL && meta.inplace == BRD_PLAN_JSON_INPLACE_YES) opts = &in_place;
   res = brd_plan_verify(plan, opts, &rep);
   if (report_out) *report_out = rep;
   if (res != ncclSuccess) {
     if (err && errlen)
       snprintf(err, errlen, "%s: verifier refused the plan (%s): %s", path,
                brd_plan_verify_kind_name(rep.kind), rep.msg);
-    goto fail_free_plan;
+    goto out;
   }
   *plan_out = plan;
+  if (meta_out != NULL) *meta_out = meta;
   plan = NULL;
-fail_free_plan:
+out:
   brd_plan_destroy(plan);
-fail_free_text:
-  free(text);
-  fclose(f);
   return res;
 }

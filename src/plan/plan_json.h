@@ -15,31 +15,64 @@
 #define BRD_PLAN_PLAN_JSON_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "nccl.h"
 #include "device/ir.h"
 #include "plan/verify.h"
 
-/* Writes plan as JSON to f (borrowed, left open). Returns ncclSuccess,
+/* When a plan of a library (BRAID_PLAN_DIR) may run: the optional
+ * top-level fields of docs/plans.md. Zero-initialised it is the default:
+ * any size, in place or not, any node layout, every type and reduction. */
+typedef struct brd_plan_json_meta {
+  uint64_t min_bytes;  /* per-rank input bytes of the call, at least */
+  uint64_t max_bytes;  /* and at most; 0: no limit */
+  int inplace;         /* BRD_PLAN_JSON_INPLACE_* */
+  int ranks_per_node;  /* 0: any */
+  uint32_t dtypes;     /* bit per ncclDataType_t; 0: every type */
+  uint32_t redops;     /* bit per ncclRedOp_t (ncclSum .. ncclAvg) and
+                        * BRD_PLAN_JSON_REDOP_PREMULSUM; 0: every one */
+} brd_plan_json_meta_t;
+
+#define BRD_PLAN_JSON_INPLACE_ANY 0
+#define BRD_PLAN_JSON_INPLACE_YES 1
+#define BRD_PLAN_JSON_INPLACE_NO 2
+#define BRD_PLAN_JSON_REDOP_PREMULSUM 5 /* bit of ncclRedOpCreatePreMulSum ops */
+
+/* Writes plan as JSON to f (borrowed, left open), with the fields of meta
+ * that differ from the defaults (meta may be NULL). Returns ncclSuccess,
  * ncclInvalidArgument (WARN) for a plan the format cannot express (an
  * unknown collective, protocol, op, buffer kind or flag bit), or
  * ncclSystemError when writing fails. Any thread; blocks on f. */
-ncclResult_t brd_plan_json_write(const brd_ir_plan_t *plan, FILE *f);
+ncclResult_t brd_plan_json_write(const brd_ir_plan_t *plan,
+                                 const brd_plan_json_meta_t *meta, FILE *f);
 
 /* Parses the JSON document text[0 .. len) into a plan blob that the
- * caller frees with brd_plan_destroy. `name` (the file name) starts every
- * error message. Checks syntax and schema only; it does not run the
- * verifier. On failure returns ncclInvalidArgument (syntax or schema) or
+ * caller frees with brd_plan_destroy, and its library fields into
+ * *meta_out (may be NULL). `name` (the file name) starts every error
+ * message. Checks syntax and schema only; it does not run the verifier.
+ * On failure returns ncclInvalidArgument (syntax or schema) or
  * ncclSystemError (out of memory), WARNs once, and copies the message into
- * err[0 .. errlen) when err is not NULL. Writes *plan_out only on
- * success. Any thread. */
+ * err[0 .. errlen) when err is not NULL. Writes *plan_out and *meta_out
+ * only on success. Any thread. */
 ncclResult_t brd_plan_json_parse(const char *text, size_t len, const char *name,
-                                 brd_ir_plan_t **plan_out, char *err,
+                                 brd_ir_plan_t **plan_out,
+                                 brd_plan_json_meta_t *meta_out, char *err,
                                  size_t errlen);
 
-/* Reads the file at path, parses it (brd_plan_json_parse) and runs the
- * verifier on the plan (opts as brd_plan_verify; may be NULL). A plan the
+/* Reads the file at path and parses it (brd_plan_json_parse, the file's
+ * path naming it); no verifier. Errors as brd_plan_json_parse, and
+ * ncclInvalidArgument (WARN) for a file that cannot be opened or is over
+ * 256 MiB, ncclSystemError when reading fails. Any thread; blocks reading
+ * the file. */
+ncclResult_t brd_plan_json_read(const char *path, brd_ir_plan_t **plan_out,
+                                brd_plan_json_meta_t *meta_out, char *err, size_t errlen);
+
+/* Reads the file at path, parses it (brd_plan_json_parse; meta_out may be
+ * NULL) and runs the verifier on the plan (opts as brd_plan_verify; may be
+ * NULL: out of place, or in place when the document says "inplace":
+ * "yes"). A plan the
  * verifier refuses is freed and the call returns ncclInternalError, with
  * the verifier's report (rank, block, op) in *report_out (may be NULL) and
  * in err prefixed by the file name. Point-to-point plans cannot be verified
@@ -47,7 +80,13 @@ ncclResult_t brd_plan_json_parse(const char *text, size_t len, const char *name,
  * *plan_out only on success. Any thread; blocks reading the file. */
 ncclResult_t brd_plan_json_load(const char *path, const brd_verify_opts_t *opts,
                                 brd_ir_plan_t **plan_out,
+                                brd_plan_json_meta_t *meta_out,
                                 brd_verify_report_t *report_out, char *err,
                                 size_t errlen);
+
+/* The document's name of datatype dt ("float32") or reduction op
+ * ("sum", "premulsum" for BRD_PLAN_JSON_REDOP_PREMULSUM); "?" if none. */
+const char *brd_plan_json_dtype_name(int dt);
+const char *brd_plan_json_redop_name(int op);
 
 #endif /* BRD_PLAN_PLAN_JSON_H */

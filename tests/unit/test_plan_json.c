@@ -15,6 +15,10 @@
  *   - Every prefix of a document and 4000 one-byte mutations parse or
  *     fail cleanly with the file named.
  *   - Allocation failures while parsing unwind without leaks.
+ *   - The plan library's fields (size range, in place, ranks per node,
+ *     types, reductions) parse to what the document says, write back byte
+ *     for byte, default when absent, and each wrong value is refused at its
+ *     path; a plan declared in place only is verified in place.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -91,7 +95,7 @@ static char *export_text(const brd_ir_plan_t *plan, size_t *len_out) {
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   assert_non_null(f);
-  assert_int_equal(brd_plan_json_write(plan, f), ncclSuccess);
+  assert_int_equal(brd_plan_json_write(plan, NULL, f), ncclSuccess);
   assert_int_equal(fclose(f), 0);
   *len_out = len;
   return text;
@@ -120,7 +124,7 @@ static char *replace(const char *s, const char *from, const char *to, int nth) {
 static void expect_error(const char *text, ncclResult_t want, ...) {
   char err[640];
   brd_ir_plan_t *plan = NULL;
-  ncclResult_t res = brd_plan_json_parse(text, strlen(text), "t.json", &plan, err,
+  ncclResult_t res = brd_plan_json_parse(text, strlen(text), "t.json", &plan, NULL, err,
                                          sizeof(err));
   if (res != want) print_error("expected %d, got %d: %s\n", want, res, err);
   assert_int_equal(res, want);
@@ -152,7 +156,7 @@ static void test_hand_written_matches_generator(void **state) {
   brd_ir_plan_t *gen, *parsed;
   char err[512];
   assert_int_equal(brd_algos_ring_allreduce(&args, &gen), ncclSuccess);
-  assert_int_equal(brd_plan_json_parse(ring2, strlen(ring2), "ring2.json", &parsed,
+  assert_int_equal(brd_plan_json_parse(ring2, strlen(ring2), "ring2.json", &parsed, NULL,
                                        err, sizeof(err)),
                    ncclSuccess);
   assert_int_equal(parsed->total_bytes, gen->total_bytes);
@@ -170,7 +174,7 @@ static int round_trip(const brd_algos_gen_t *g, int n, int proto, int nblocks,
   size_t len;
   char *text = export_text(plan, &len);
   char err[640];
-  ncclResult_t res = brd_plan_json_parse(text, len, "rt.json", &back, err, sizeof(err));
+  ncclResult_t res = brd_plan_json_parse(text, len, "rt.json", &back, NULL, err, sizeof(err));
   if (res != ncclSuccess)
     print_error("%s n=%d proto=%d blocks=%d root=%d: %s\n", g->name, n, proto,
                 nblocks, root, err);
@@ -228,7 +232,7 @@ static void test_port_channel_round_trips(void **state) {
   size_t len;
   char *text = export_text(plan, &len);
   assert_non_null(strstr(text, "\"type\": \"port\""));
-  assert_int_equal(brd_plan_json_parse(text, len, "p.json", &back, NULL, 0),
+  assert_int_equal(brd_plan_json_parse(text, len, "p.json", &back, NULL, NULL, 0),
                    ncclSuccess);
   assert_memory_equal(back, plan, plan->total_bytes);
   free(text);
@@ -325,10 +329,108 @@ static void test_malformed_json(void **state) {
   /* Escapes decode: a \u escape in a known name is the same name. */
   t = replace(ring2, "\"ring\"", "\"r\\u0069ng\"", 0);
   brd_ir_plan_t *plan;
-  assert_int_equal(brd_plan_json_parse(t, strlen(t), "t.json", &plan, NULL, 0),
+  assert_int_equal(brd_plan_json_parse(t, strlen(t), "t.json", &plan, NULL, NULL, 0),
                    ncclSuccess);
   assert_int_equal(plan->algo, BRD_IR_ALGO_RING);
   brd_plan_destroy(plan);
+  free(t);
+}
+
+
+/* The library fields after "seq_per_iter": 2 of ring2. */
+static char *with_fields(const char *fields) {
+  char to[512];
+  snprintf(to, sizeof(to), "\"seq_per_iter\": 2, %s,", fields);
+  return replace(ring2, "\"seq_per_iter\": 2,", to, 0);
+}
+
+static void test_library_fields(void **state) {
+  (void)state;
+  brd_plan_json_meta_t m;
+  brd_ir_plan_t *plan;
+  char err[640];
+  /* Absent: the defaults. */
+  memset(&m, 0x5a, sizeof(m));
+  assert_int_equal(brd_plan_json_parse(ring2, strlen(ring2), "t.json", &plan, &m, err,
+                                       sizeof(err)), ncclSuccess);
+  brd_plan_destroy(plan);
+  assert_int_equal(m.min_bytes, 0);
+  assert_int_equal(m.max_bytes, 0);
+  assert_int_equal(m.inplace, BRD_PLAN_JSON_INPLACE_ANY);
+  assert_int_equal(m.ranks_per_node, 0);
+  assert_int_equal(m.dtypes, 0);
+  assert_int_equal(m.redops, 0);
+  /* Given: what they say (bits in ncclDataType_t and ncclRedOp_t order). */
+  char *t = with_fields("\"min_bytes\": 1025, \"max_bytes\": 9000000000, \"inplace\": \"no\", "
+                        "\"ranks_per_node\": 2, \"dtypes\": [\"bfloat16\", \"int8\"], "
+                        "\"redops\": [\"premulsum\", \"max\"]");
+  assert_int_equal(brd_plan_json_parse(t, strlen(t), "t.json", &plan, &m, err, sizeof(err)),
+                   ncclSuccess);
+  free(t);
+  assert_int_equal(m.min_bytes, 1025);
+  assert_true(m.max_bytes == 9000000000ull);
+  assert_int_equal(m.inplace, BRD_PLAN_JSON_INPLACE_NO);
+  assert_int_equal(m.ranks_per_node, 2);
+  assert_int_equal(m.dtypes, (1u << ncclBfloat16) | (1u << ncclInt8));
+  assert_int_equal(m.redops, (1u << 5) | (1u << ncclMax));
+  /* Written back in the writer's order, then read and written again: the
+   * same text. */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_int_equal(brd_plan_json_write(plan, &m, f), ncclSuccess);
+  fclose(f);
+  assert_non_null(strstr(text, "\"min_bytes\": 1025,\n  \"max_bytes\": 9000000000,\n"
+                               "  \"inplace\": \"no\",\n  \"ranks_per_node\": 2,\n"
+                               "  \"dtypes\": [\"int8\", \"bfloat16\"],\n"
+                               "  \"redops\": [\"max\", \"premulsum\"],\n  \"ranks\""));
+  brd_plan_json_meta_t m2;
+  brd_ir_plan_t *back;
+  assert_int_equal(brd_plan_json_parse(text, len, "t.json", &back, &m2, err, sizeof(err)),
+                   ncclSuccess);
+  assert_memory_equal(&m2, &m, sizeof(m));
+  assert_memory_equal(back, plan, plan->total_bytes);
+  char *text2 = NULL;
+  size_t len2 = 0;
+  f = open_memstream(&text2, &len2);
+  assert_int_equal(brd_plan_json_write(back, &m2, f), ncclSuccess);
+  fclose(f);
+  assert_int_equal(len2, len);
+  assert_memory_equal(text2, text, len);
+  free(text);
+  free(text2);
+  brd_plan_destroy(back);
+  brd_plan_destroy(plan);
+
+  /* Wrong values, each at its path. */
+  static const struct {
+    const char *fields, *path, *what;
+  } bad[] = {
+      {"\"min_bytes\": -1", "t.json: min_bytes", "out of range"},
+      {"\"min_bytes\": 100, \"max_bytes\": 99", "t.json: max_bytes", "below min_bytes 100"},
+      {"\"max_bytes\": 1.5", "t.json: max_bytes", "expected an integer"},
+      {"\"inplace\": \"maybe\"", "t.json: inplace", "unknown name \"maybe\""},
+      {"\"ranks_per_node\": 3", "t.json: ranks_per_node", "out of range [1, 2]"},
+      {"\"ranks_per_node\": 0", "t.json: ranks_per_node", "out of range"},
+      {"\"dtypes\": []", "t.json: dtypes", "lists nothing"},
+      {"\"dtypes\": [\"float32\", \"float128\"]", "t.json: dtypes[1]", "unknown name \"float128\""},
+      {"\"dtypes\": \"float32\"", "t.json: dtypes", "expected an array"},
+      {"\"redops\": [\"xor\"]", "t.json: redops[0]", "unknown name \"xor\""},
+      {"\"min_byte\": 4", "(top level)", "unknown field \"min_byte\""},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    t = with_fields(bad[i].fields);
+    expect_error(t, ncclInvalidArgument, bad[i].path, bad[i].what, (const char *)NULL);
+    free(t);
+  }
+  /* In place is declared only where every rank can alias its buffers;
+   * a reduction only where there is one. */
+  t = replace(ring2, "\"allreduce\"", "\"broadcast\", \"inplace\": \"yes\"", 0);
+  expect_error(t, ncclInvalidArgument, "t.json: inplace", "allreduce, allgather and "
+               "reducescatter only", (const char *)NULL);
+  free(t);
+  t = replace(ring2, "\"allreduce\"", "\"allgather\", \"redops\": [\"sum\"]", 0);
+  expect_error(t, ncclInvalidArgument, "t.json: redops", "no reduction", (const char *)NULL);
   free(t);
 }
 
@@ -342,7 +444,7 @@ static ncclResult_t load_text(const char *text, brd_verify_report_t *rep,
   assert_int_equal(write(fd, text, n), (ssize_t)n);
   close(fd);
   brd_ir_plan_t *plan = NULL;
-  ncclResult_t res = brd_plan_json_load(path, NULL, &plan, rep, err, errlen);
+  ncclResult_t res = brd_plan_json_load(path, NULL, &plan, NULL, rep, err, errlen);
   if (res == ncclSuccess) {
     assert_non_null(plan);
     brd_plan_destroy(plan);
@@ -397,8 +499,21 @@ static void test_verifier_refuses_planted_faults(void **state) {
   assert_int_equal(rep.op, 9);
   assert_non_null(strstr(err, "verifier refused the plan (malformed plan)"));
 
+  /* Declared in place only, the ring (which holds in place: it reads each
+   * input chunk before it writes that output chunk) loads, verified in
+   * place, and the planted wrong chunk is still found at its op. */
+  t = replace(ring2, "\"allreduce\",", "\"allreduce\", \"inplace\": \"yes\",", 0);
+  assert_int_equal(load_text(t, &rep, err, sizeof(err)), ncclSuccess);
+  char *t2 = replace(t, "{\"buf\": \"output\", \"index\": 0} ] }",
+                     "{\"buf\": \"output\", \"index\": 1} ] }", 0);
+  assert_int_equal(load_text(t2, &rep, err, sizeof(err)), ncclInternalError);
+  assert_int_equal(rep.rank, 0);
+  assert_int_equal(rep.op, 9);
+  free(t2);
+  free(t);
+
   /* A missing file names itself. */
-  assert_int_equal(brd_plan_json_load("/nonexistent/p.json", NULL, &(brd_ir_plan_t *){NULL},
+  assert_int_equal(brd_plan_json_load("/nonexistent/p.json", NULL, &(brd_ir_plan_t *){NULL}, NULL,
                                       &rep, err, sizeof(err)),
                    ncclInvalidArgument);
   assert_non_null(strstr(err, "/nonexistent/p.json: cannot open"));
@@ -418,7 +533,7 @@ static void test_truncated_and_mutated(void **state) {
     brd_ir_plan_t *plan = NULL;
     /* No terminating NUL in the copy's reach: len is all the parser sees. */
     memcpy(buf, ring2, cut);
-    ncclResult_t res = brd_plan_json_parse(buf, cut, "t.json", &plan, err, sizeof(err));
+    ncclResult_t res = brd_plan_json_parse(buf, cut, "t.json", &plan, NULL, err, sizeof(err));
     /* Only the trailing whitespace may go. */
     if (res == ncclSuccess) {
       for (size_t i = cut; i < n; i++) assert_true(ring2[i] == '\n' || ring2[i] == ' ');
@@ -439,7 +554,7 @@ static void test_truncated_and_mutated(void **state) {
     buf[at] = repl[(seed >> 8) % (sizeof(repl) - 1)];
     char err[640];
     brd_ir_plan_t *plan = NULL;
-    ncclResult_t res = brd_plan_json_parse(buf, n, "t.json", &plan, err, sizeof(err));
+    ncclResult_t res = brd_plan_json_parse(buf, n, "t.json", &plan, NULL, err, sizeof(err));
     if (res == ncclSuccess) {
       /* Whatever parsed is a blob the verifier can read without faulting. */
       (void)brd_plan_verify(plan, NULL, NULL);
@@ -465,7 +580,7 @@ static void test_parse_alloc_failures(void **state) {
     fail_at = k;
     live = 0;
     armed = 1;
-    ncclResult_t res = brd_plan_json_parse(ring2, strlen(ring2), "a.json", &plan,
+    ncclResult_t res = brd_plan_json_parse(ring2, strlen(ring2), "a.json", &plan, NULL,
                                            NULL, 0);
     if (res == ncclSuccess) brd_plan_destroy(plan);
     armed = 0;
@@ -485,6 +600,7 @@ int main(void) {
       cmocka_unit_test(test_port_channel_round_trips),
       cmocka_unit_test(test_schema_errors),
       cmocka_unit_test(test_malformed_json),
+      cmocka_unit_test(test_library_fields),
       cmocka_unit_test(test_verifier_refuses_planted_faults),
       cmocka_unit_test(test_truncated_and_mutated),
       cmocka_unit_test(test_parse_alloc_failures),
