@@ -20,19 +20,34 @@
  * before that byte, so no RDMA ever reaches a QP that is not ready.
  * Everything is non-blocking; connect and accept are retried.
  *
- * Data: the receiver-driven CTS protocol NCCL uses, one buffer per
- * receive (maxRecvs 1). Message k travels on QP k mod nqps. irecv posts a
- * receive WR with no SGE on that QP and RDMA-writes a 32-byte CTS entry
- * {address, rkey, size, k+1} into slot k mod 32 of the sender's FIFO. isend
- * returns NULL ("later") until slot k holds k+1; then it RDMA-writes the
- * data into the receiver's buffer as one RDMA_WRITE_WITH_IMM carrying the
- * size, so the receive completion comes after the data is in place. It
- * gives flow control (nothing is sent before the receiver has a buffer),
- * in-order matching, and no copy on either side. A send larger than its
- * receive is an error, as in NCCL. Chosen over NCCL's separate
- * RDMA_WRITE + zero-byte WRITE_WITH_IMM because without adaptive routing
- * one WR gives the same guarantee; over the MSCCL++ put+signal because
- * the proxy's buffers are not symmetric.
+ * Data: the receiver-driven CTS protocol NCCL uses. An irecv takes up to
+ * maxRecvs = 8 buffers (a group, NCCL_NET_IB_MAX_RECVS); group k uses
+ * slot k mod 32 on both sides. irecv posts one receive WR with no SGE on
+ * each QP the group uses, and RDMA-writes one 32-byte CTS entry per
+ * buffer {address, size, rkey, tag, (k+1) << 8 | n} into slot k of the
+ * sender's FIFO, in one write. isend returns NULL ("later") until the
+ * slot's first and last entries carry k+1; it then takes the first
+ * unmatched entry with its tag, and once all n buffers are matched posts
+ * the group. Each buffer's bytes are cut into one contiguous share per QP
+ * the group uses, ceil(size / nq) rounded up to 128 bytes (so LL and LL128
+ * lines are never torn); a message smaller than 128 x nq carries data on
+ * fewer QPs. On every QP used, the last WR is an RDMA_WRITE_WITH_IMM
+ * (signalled; a zero-byte one where the QP got no data): for one buffer it
+ * is the share itself and imm is the size; for several, the shares go as
+ * plain RDMA_WRITEs and the last WR writes the n sizes into the receiver's
+ * size records. The receiver completes the group when every QP's
+ * immediate has arrived (an RC QP places its writes in order, so each
+ * immediate follows its QP's share) and its CTS write completed; test()
+ * reports the size of each buffer. NCCL_IB_SPLIT_DATA_ON_QPS=1 splits
+ * every message over all NCCL_IB_QPS_PER_CONNECTION QPs; 0 (NCCL's
+ * default) sends each group whole on QP k mod nqps. The sender's choice
+ * travels in its metadata, so both sides agree. This gives flow control
+ * (nothing is sent before the receiver has a buffer), in-order matching,
+ * and no copy on either side. A send larger than its receive is an
+ * error. Chosen over NCCL's separate RDMA_WRITE + zero-byte WRITE_WITH_IMM
+ * for one buffer because without adaptive routing one WR per QP gives the
+ * same guarantee; over the MSCCL++ put+signal because the proxy's buffers
+ * are not symmetric.
  *
  * Errors. A completion in error WARNs once with the QP number, the
  * operation, the status, and both GIDs, and fails the comm
@@ -72,6 +87,9 @@
 #define IB_MAX_QPS 128
 #define IB_NGID_MAX 256
 #define IB_MAX_MSG ((size_t)1 << 30)
+#define IB_MAX_RECVS 8 /* buffers per irecv (NCCL_NET_IB_MAX_RECVS) */
+#define IB_SPLIT_ALIGN 128 /* a QP's share of a message is a multiple of this */
+#define IB_NCTS (IB_NREQ * IB_MAX_RECVS)
 
 /* ---- pure pieces (net_ib.h) --------------------------------------------- */
 
@@ -470,7 +488,7 @@ static ncclResult_t ib_get_properties(int dev, brd_net_props_t *props) {
   props->port = d->port;
   props->latency = 0;
   props->maxComms = 65536;
-  props->maxRecvs = 1;
+  props->maxRecvs = IB_MAX_RECVS;
   props->netDeviceType = 0;
   props->netDeviceVersion = 0;
   props->vProps.ndevs = 1;
@@ -496,16 +514,24 @@ typedef struct {
 } ib_handle_t;
 _Static_assert(sizeof(ib_handle_t) <= BRD_NET_HANDLE_BYTES, "IB handle too large");
 
-/* One clear-to-send entry: the receiver's buffer for message seq-1. The
- * sender reads seq (written last) before the rest. */
+/* One clear-to-send entry: the receiver's buffer r of group k. `word` is
+ * (k+1) << 8 | n, the same in every entry of the group; the sender reads
+ * the words (the first entry's, then the last's, written last) before
+ * the rest. */
 typedef struct {
   uint64_t addr;
-  uint32_t rkey;
-  uint32_t pad;
   uint64_t size;
-  uint64_t seq;
+  uint32_t rkey;
+  int32_t tag;
+  uint64_t word;
 } ib_cts_t;
 _Static_assert(sizeof(ib_cts_t) == 32, "a CTS entry is 32 bytes");
+
+/* The FIFO region of a comm, one allocation and one MR: IB_NCTS CTS
+ * entries (the sender's FIFO; the receiver's staged copies), then IB_NCTS
+ * sizes (the receiver's size records, written by the sender for groups
+ * of several buffers; the sender's staged copies). */
+#define IB_FIFO_BYTES (IB_NCTS * sizeof(ib_cts_t) + IB_NCTS * sizeof(int32_t))
 
 /* Each side's connection metadata, sent once over the TCP socket. */
 typedef struct {
@@ -515,16 +541,15 @@ typedef struct {
   uint32_t mtu;
   uint32_t lid;
   uint8_t gid[16];
-  uint64_t fifo_addr;   /* sender's FIFO (0 from the receiver) */
+  uint64_t fifo_addr;   /* sender: its CTS FIFO; receiver: its size records */
   uint32_t fifo_rkey;
-  uint32_t pad;
+  uint32_t split;       /* sender: NCCL_IB_SPLIT_DATA_ON_QPS (the receiver follows) */
   uint32_t qpn[IB_MAX_QPS];
 } ib_meta_t;
 
 /* ---- comms ------------------------------------------------------------------------------- */
 
 enum { REQ_FREE = 0, REQ_BUSY };
-enum { NEED_SEND = 1, NEED_RECV = 2, NEED_CTS = 4 };
 enum { WR_SEND = 1, WR_RECV = 2, WR_CTS = 3 };
 
 typedef struct {
@@ -532,13 +557,28 @@ typedef struct {
   struct ibv_mr *mr;  /* the cache's */
 } ib_mh_t;
 
+/* One request: a receive is a whole group (reqs[slot * IB_MAX_RECVS]);
+ * a send is one buffer r of a group (reqs[slot * IB_MAX_RECVS + r]). */
 typedef struct ib_req {
   ib_comm_t *comm;
   int state;
-  int need;           /* NEED_* completions still to come */
-  uint64_t seq;
-  size_t size;        /* send size; receive: bytes received */
+  unsigned slot;
+  uint64_t seq;       /* the group */
+  void *data;         /* send */
+  size_t size;        /* send size */
+  uint32_t lkey;      /* send */
 } ib_req_t;
+
+/* Group k's state in slot k mod IB_NREQ. */
+typedef struct {
+  uint64_t seq;       /* k; UINT64_MAX before the first */
+  int n;              /* buffers */
+  unsigned matched;   /* sender: bit r set once an isend took buffer r */
+  int posted;         /* sender: the group's WRs are posted */
+  int live;           /* requests handed out and not yet done */
+  int pending;        /* completions still to come */
+  int imm_size;       /* receiver, one buffer: the size from the immediate */
+} ib_grp_t;
 
 enum { ST_DIAL, ST_SEND_META, ST_RECV_META, ST_SEND_READY, ST_WAIT_READY, ST_READY };
 
@@ -553,13 +593,16 @@ struct ib_comm {
   struct ibv_cq *cq;          /* owned */
   int nqps;
   struct ibv_qp *qps[IB_MAX_QPS]; /* owned */
-  ib_cts_t *fifo;             /* sender: where CTS entries land; receiver: staged CTS; owned */
+  ib_cts_t *fifo;             /* IB_FIFO_BYTES (see there); owned */
+  int32_t *sizes;             /* the sizes part of fifo */
   struct ibv_mr *fifo_mr;     /* owned */
-  uint64_t post_seq;          /* next request number */
+  int split;                  /* split each message over every QP */
+  uint64_t post_seq;          /* next group */
   _Atomic int error;          /* sticky ncclResult_t */
   int fail_claimed;
   char peer_name[BRD_SOCK_ADDR_STRLEN];
-  ib_req_t reqs[IB_NREQ];
+  ib_grp_t grp[IB_NREQ];
+  ib_req_t reqs[IB_NCTS];
 };
 
 typedef struct {
@@ -633,7 +676,8 @@ static ncclResult_t comm_verbs_create(ib_comm_t *c, int nqps) {
     ia.send_cq = c->cq;
     ia.recv_cq = c->cq;
     ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = 2 * IB_NREQ;
+    /* A group takes up to IB_MAX_RECVS + 1 WRs per QP. */
+    ia.cap.max_send_wr = (IB_MAX_RECVS + 1) * IB_NREQ;
     ia.cap.max_recv_wr = IB_NREQ;
     ia.cap.max_send_sge = 1;
     ia.cap.max_recv_sge = 1;
@@ -656,17 +700,18 @@ static ncclResult_t comm_verbs_create(ib_comm_t *c, int nqps) {
       return ncclSystemError;
     }
   }
-  if (posix_memalign((void **)&c->fifo, 4096, IB_NREQ * sizeof(ib_cts_t)) != 0) {
+  if (posix_memalign((void **)&c->fifo, 4096, IB_FIFO_BYTES) != 0) {
     c->fifo = NULL;
     WARN("NET/IB : out of host memory for a CTS FIFO");
     return ncclSystemError;
   }
-  memset(c->fifo, 0, IB_NREQ * sizeof(ib_cts_t));
-  c->fifo_mr = ibv->reg_mr(d->pd, c->fifo, IB_NREQ * sizeof(ib_cts_t),
+  memset(c->fifo, 0, IB_FIFO_BYTES);
+  c->sizes = (int32_t *)(void *)(c->fifo + IB_NCTS);
+  c->fifo_mr = ibv->reg_mr(d->pd, c->fifo, IB_FIFO_BYTES,
                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (c->fifo_mr == NULL) {
     WARN("NET/IB : registering the %zu-byte CTS FIFO on %s failed: %s (raise the locked-memory "
-         "limit, ulimit -l)", IB_NREQ * sizeof(ib_cts_t), d->name, strerror(errno));
+         "limit, ulimit -l)", IB_FIFO_BYTES, d->name, strerror(errno));
     return ncclSystemError;
   }
   memset(&c->mine, 0, sizeof(c->mine));
@@ -675,8 +720,9 @@ static ncclResult_t comm_verbs_create(ib_comm_t *c, int nqps) {
   c->mine.mtu = (uint32_t)d->attr.active_mtu;
   c->mine.lid = d->attr.lid;
   memcpy(c->mine.gid, d->gid.raw, 16);
-  c->mine.fifo_addr = c->is_send ? (uint64_t)(uintptr_t)c->fifo : 0;
-  c->mine.fifo_rkey = c->is_send ? c->fifo_mr->rkey : 0;
+  c->mine.fifo_addr = c->is_send ? (uint64_t)(uintptr_t)c->fifo : (uint64_t)(uintptr_t)c->sizes;
+  c->mine.fifo_rkey = c->fifo_mr->rkey;
+  c->mine.split = c->is_send ? (uint32_t)c->split : 0;
   for (int i = 0; i < nqps; i++) c->mine.qpn[i] = c->qps[i]->qp_num;
   return ncclSuccess;
 }
@@ -881,13 +927,9 @@ static ncclResult_t comm_poll(ib_comm_t *c) {
         continue;
       }
       if (slot >= IB_NREQ) continue;
-      ib_req_t *r = &c->reqs[slot];
-      if (kind == WR_SEND) r->need &= ~NEED_SEND;
-      if (kind == WR_CTS) r->need &= ~NEED_CTS;
-      if (kind == WR_RECV) {
-        r->need &= ~NEED_RECV;
-        r->size = ntohl(wc[i].imm_data);
-      }
+      ib_grp_t *g = &c->grp[slot];
+      if (g->pending > 0) g->pending--;
+      if (kind == WR_RECV && g->n == 1) g->imm_size = (int)ntohl(wc[i].imm_data);
     }
     if (n < 16) return ncclSuccess;
   }
@@ -919,7 +961,8 @@ static ncclResult_t comm_alloc(int is_send, int dev, int tc, ib_comm_t **out) {
   c->dev = &ib_devs[dev];
   c->tc = tc;
   c->sock.fd = -1;
-  for (int i = 0; i < IB_NREQ; i++) c->reqs[i].comm = c;
+  for (int i = 0; i < IB_NCTS; i++) c->reqs[i].comm = c;
+  for (int i = 0; i < IB_NREQ; i++) c->grp[i].seq = UINT64_MAX;
   *out = c;
   return ncclSuccess;
 }
@@ -1009,6 +1052,7 @@ static ncclResult_t ib_connect(void *ctx, int dev, void *handle, void **send_com
       res = ncclRemoteError;
       goto fail;
     }
+    c->split = brd_param_int(BRD_P_IB_SPLIT_DATA_ON_QPS) != 0;
     CHECK_GOTO(comm_verbs_create(c, qp_count()), res, fail);
     c->mine.magic = hd.magic;
     c->state = ST_SEND_META;
@@ -1063,6 +1107,7 @@ static ncclResult_t ib_accept(void *listen_comm, void **recv_comm, void **recv_d
       l->pend = NULL;
       return ncclSuccess;
     }
+    c->split = c->peer.split != 0;
     CHECK_GOTO(comm_verbs_create(c, (int)c->peer.nqps), res, fail);
     c->mine.magic = l->magic;
     CHECK_GOTO(comm_verbs_connect(c), res, fail);
@@ -1181,11 +1226,94 @@ static int mh_covers(const ib_mh_t *mh, const void *data, size_t size) {
   return p >= lo && size <= mh->mr->length && p - lo <= mh->mr->length - size;
 }
 
+/* See net_ib.h. */
+size_t brd_ib_split_chunk(size_t size, int nq) {
+  if (nq < 1) nq = 1;
+  size_t share = (size + (size_t)nq - 1) / (size_t)nq;
+  return (share + IB_SPLIT_ALIGN - 1) / IB_SPLIT_ALIGN * IB_SPLIT_ALIGN;
+}
+
+/* QPs a group uses, and the one carrying part i of group seq. */
+static int group_nqps(const ib_comm_t *c) { return c->split ? c->nqps : 1; }
+
+static struct ibv_qp *group_qp(const ib_comm_t *c, uint64_t seq, int i) {
+  return c->split ? c->qps[i] : c->qps[seq % (uint64_t)c->nqps];
+}
+
+/* Posts the WRs of the sender's group in slot (every buffer matched):
+ * per QP, each buffer's share, then the WRITE_WITH_IMM that completes it
+ * on the receiver. */
+static ncclResult_t post_group(ib_comm_t *c, unsigned slot) {
+  ib_grp_t *g = &c->grp[slot];
+  const volatile ib_cts_t *cts = &c->fifo[slot * IB_MAX_RECVS];
+  ib_req_t *reqs = &c->reqs[slot * IB_MAX_RECVS];
+  int n = g->n, nq = group_nqps(c);
+  size_t chunk[IB_MAX_RECVS], off[IB_MAX_RECVS];
+  for (int r = 0; r < n; r++) {
+    chunk[r] = brd_ib_split_chunk(reqs[r].size, nq);
+    off[r] = 0;
+    c->sizes[slot * IB_MAX_RECVS + r] = (int32_t)reqs[r].size;
+  }
+  uint64_t wr_id = ((uint64_t)WR_SEND << 56) | slot;
+  for (int i = 0; i < nq; i++) {
+    struct ibv_send_wr wrs[IB_MAX_RECVS + 1], *bad = NULL;
+    struct ibv_sge sges[IB_MAX_RECVS + 1];
+    int nw = 0;
+    for (int r = 0; r < n; r++) {
+      size_t left = reqs[r].size - off[r];
+      size_t len = left < chunk[r] ? left : chunk[r];
+      if (n > 1 && len == 0) continue; /* nothing of this buffer on this QP */
+      struct ibv_send_wr *w = &wrs[nw];
+      memset(w, 0, sizeof(*w));
+      sges[nw] = (struct ibv_sge){(uint64_t)(uintptr_t)reqs[r].data + off[r], (uint32_t)len,
+                                  reqs[r].lkey};
+      w->wr_id = wr_id;
+      w->sg_list = len > 0 ? &sges[nw] : NULL;
+      w->num_sge = len > 0 ? 1 : 0;
+      w->wr.rdma.remote_addr = cts[r].addr + off[r];
+      w->wr.rdma.rkey = cts[r].rkey;
+      if (n == 1) {
+        w->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        w->imm_data = htonl((uint32_t)reqs[r].size);
+        w->send_flags = IBV_SEND_SIGNALED;
+      } else {
+        w->opcode = IBV_WR_RDMA_WRITE;
+      }
+      off[r] += len;
+      nw++;
+    }
+    if (n > 1) {
+      struct ibv_send_wr *w = &wrs[nw];
+      memset(w, 0, sizeof(*w));
+      sges[nw] = (struct ibv_sge){(uint64_t)(uintptr_t)&c->sizes[slot * IB_MAX_RECVS],
+                                  (uint32_t)(n * sizeof(int32_t)), c->fifo_mr->lkey};
+      w->wr_id = wr_id;
+      w->sg_list = &sges[nw];
+      w->num_sge = 1;
+      w->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      w->imm_data = 0;
+      w->send_flags = IBV_SEND_SIGNALED;
+      w->wr.rdma.remote_addr = c->peer.fifo_addr + slot * IB_MAX_RECVS * sizeof(int32_t);
+      w->wr.rdma.rkey = c->peer.fifo_rkey;
+      nw++;
+    }
+    for (int w = 0; w + 1 < nw; w++) wrs[w].next = &wrs[w + 1];
+    wrs[nw - 1].next = NULL;
+    struct ibv_qp *qp = group_qp(c, g->seq, i);
+    int rc = brd_ibv_post_send(qp, wrs, &bad);
+    if (rc != 0)
+      return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_send on QP %u (%s) failed: %s",
+                       qp->qp_num, c->dev->name, strerror(rc));
+    g->pending++; /* its signalled last WR */
+  }
+  g->posted = 1;
+  return ncclSuccess;
+}
+
 static ncclResult_t ib_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
                              void *phandle, void **request) {
   ib_comm_t *c = send_comm;
   ib_mh_t *mh = mhandle;
-  (void)tag;
   (void)phandle;
   *request = NULL;
   CHECK(comm_progress(c));
@@ -1195,81 +1323,95 @@ static ncclResult_t ib_isend(void *send_comm, void *data, size_t size, int tag, 
          c->peer_name, mh == NULL ? "no memory handle" : "range");
     return ncclInternalError;
   }
-  unsigned slot = (unsigned)(c->post_seq % IB_NREQ);
-  ib_req_t *r = &c->reqs[slot];
-  if (r->state != REQ_FREE) return ncclSuccess;
-  volatile ib_cts_t *cts = &c->fifo[slot];
-  if (__atomic_load_n(&cts->seq, __ATOMIC_ACQUIRE) != c->post_seq + 1) {
+  uint64_t k = c->post_seq;
+  unsigned slot = (unsigned)(k % IB_NREQ);
+  ib_grp_t *g = &c->grp[slot];
+  volatile ib_cts_t *cts = &c->fifo[slot * IB_MAX_RECVS];
+  if (g->seq != k) {
+    if (g->live > 0) return ncclSuccess; /* the slot's previous group is still held */
+    uint64_t word = __atomic_load_n(&cts[0].word, __ATOMIC_ACQUIRE);
     /* No buffer from the receiver yet; a receiver that is gone says so. */
-    return check_peer_closed(c);
+    if (word >> 8 != k + 1) return check_peer_closed(c);
+    int n = (int)(word & 0xff);
+    if (n < 1 || n > IB_MAX_RECVS)
+      return comm_fail(c, ncclInternalError, 0, "NET/IB : %s posted a receive of %d buffers "
+                       "(at most %d)", c->peer_name, n, IB_MAX_RECVS);
+    if (__atomic_load_n(&cts[n - 1].word, __ATOMIC_ACQUIRE) != word) return ncclSuccess;
+    g->seq = k;
+    g->n = n;
+    g->matched = 0;
+    g->posted = 0;
+    g->pending = 0;
   }
-  uint64_t raddr = cts->addr, rsize = cts->size;
-  uint32_t rkey = cts->rkey;
-  if (size > rsize)
+  int r = 0;
+  while (r < g->n && ((g->matched >> r & 1u) || cts[r].tag != tag)) r++;
+  if (r == g->n) return ncclSuccess; /* no buffer of this group for the tag */
+  if (size > cts[r].size)
     return comm_fail(c, ncclInvalidUsage, 0,
                      "NET/IB : message truncated : sending %zu bytes to %s, which posted a "
                      "receive of %llu. The ranks may disagree on collective sizes or settings",
-                     size, c->peer_name, (unsigned long long)rsize);
-  struct ibv_sge sge = {(uint64_t)(uintptr_t)data, (uint32_t)size, mh->mr->lkey};
-  struct ibv_send_wr wr, *bad = NULL;
-  memset(&wr, 0, sizeof(wr));
-  wr.wr_id = ((uint64_t)WR_SEND << 56) | slot;
-  wr.sg_list = size > 0 ? &sge : NULL;
-  wr.num_sge = size > 0 ? 1 : 0;
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.imm_data = htonl((uint32_t)size);
-  wr.wr.rdma.remote_addr = raddr;
-  wr.wr.rdma.rkey = rkey;
-  struct ibv_qp *qp = c->qps[c->post_seq % (uint64_t)c->nqps];
-  int rc = brd_ibv_post_send(qp, &wr, &bad);
-  if (rc != 0)
-    return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_send on QP %u (%s) failed: %s",
-                     qp->qp_num, c->dev->name, strerror(rc));
-  r->state = REQ_BUSY;
-  r->need = NEED_SEND;
-  r->seq = c->post_seq;
-  r->size = size;
-  c->post_seq++;
-  *request = r;
+                     size, c->peer_name, (unsigned long long)cts[r].size);
+  ib_req_t *q = &c->reqs[slot * IB_MAX_RECVS + r];
+  q->state = REQ_BUSY;
+  q->slot = slot;
+  q->seq = k;
+  q->data = data;
+  q->size = size;
+  q->lkey = mh->mr->lkey;
+  g->matched |= 1u << r;
+  g->live++;
+  if (__builtin_popcount(g->matched) == g->n) {
+    CHECK(post_group(c, slot));
+    c->post_seq++;
+  }
+  *request = q;
   return ncclSuccess;
 }
 
 static ncclResult_t ib_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                              void **mhandles, void **phandles, void **request) {
   ib_comm_t *c = recv_comm;
-  (void)tags;
   (void)phandles;
   *request = NULL;
-  if (n != 1) {
-    WARN("NET/IB : irecv of %d buffers; this net receives one at a time (maxRecvs 1)", n);
+  if (n < 1 || n > IB_MAX_RECVS) {
+    WARN("NET/IB : irecv of %d buffers; this net takes 1 to %d (maxRecvs)", n, IB_MAX_RECVS);
     return ncclInternalError;
   }
   CHECK(comm_progress(c));
   if (c->state != ST_READY) return ncclSuccess;
-  ib_mh_t *mh = mhandles != NULL ? mhandles[0] : NULL;
-  if (mh == NULL || !mh_covers(mh, data[0], sizes[0])) {
-    WARN("NET/IB : irecv of %zu bytes at %p from %s outside its registration (%s)", sizes[0],
-         data[0], c->peer_name, mh == NULL ? "no memory handle" : "range");
-    return ncclInternalError;
+  for (int i = 0; i < n; i++) {
+    ib_mh_t *mh = mhandles != NULL ? mhandles[i] : NULL;
+    if (mh == NULL || !mh_covers(mh, data[i], sizes[i])) {
+      WARN("NET/IB : irecv of %zu bytes at %p (buffer %d of %d) from %s outside its "
+           "registration (%s)", sizes[i], data[i], i, n, c->peer_name,
+           mh == NULL ? "no memory handle" : "range");
+      return ncclInternalError;
+    }
   }
-  unsigned slot = (unsigned)(c->post_seq % IB_NREQ);
-  ib_req_t *r = &c->reqs[slot];
-  if (r->state != REQ_FREE) return ncclSuccess;
-  struct ibv_qp *qp = c->qps[c->post_seq % (uint64_t)c->nqps];
-  struct ibv_recv_wr rw, *rbad = NULL;
-  memset(&rw, 0, sizeof(rw));
-  rw.wr_id = ((uint64_t)WR_RECV << 56) | slot;
-  int rc = brd_ibv_post_recv(qp, &rw, &rbad);
-  if (rc != 0)
-    return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_recv on QP %u (%s) failed: %s",
-                     qp->qp_num, c->dev->name, strerror(rc));
-  ib_cts_t *e = &c->fifo[slot];
-  e->addr = (uint64_t)(uintptr_t)data[0];
-  e->rkey = mh->mr->rkey;
-  e->size = sizes[0];
-  e->seq = c->post_seq + 1;
-  struct ibv_sge sge = {(uint64_t)(uintptr_t)e, sizeof(*e), c->fifo_mr->lkey};
+  uint64_t k = c->post_seq;
+  unsigned slot = (unsigned)(k % IB_NREQ);
+  ib_grp_t *g = &c->grp[slot];
+  if (g->live > 0) return ncclSuccess;
+  int nq = group_nqps(c);
+  for (int i = 0; i < nq; i++) {
+    struct ibv_qp *qp = group_qp(c, k, i);
+    struct ibv_recv_wr rw, *rbad = NULL;
+    memset(&rw, 0, sizeof(rw));
+    rw.wr_id = ((uint64_t)WR_RECV << 56) | slot;
+    int rc = brd_ibv_post_recv(qp, &rw, &rbad);
+    if (rc != 0)
+      return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_recv on QP %u (%s) failed: %s",
+                       qp->qp_num, c->dev->name, strerror(rc));
+  }
+  ib_cts_t *e = &c->fifo[slot * IB_MAX_RECVS];
+  for (int i = 0; i < n; i++) {
+    e[i].addr = (uint64_t)(uintptr_t)data[i];
+    e[i].size = sizes[i];
+    e[i].rkey = ((ib_mh_t *)mhandles[i])->mr->rkey;
+    e[i].tag = tags != NULL ? tags[i] : 0;
+    e[i].word = (k + 1) << 8 | (uint64_t)n;
+  }
+  struct ibv_sge sge = {(uint64_t)(uintptr_t)e, (uint32_t)(n * sizeof(*e)), c->fifo_mr->lkey};
   struct ibv_send_wr wr, *bad = NULL;
   memset(&wr, 0, sizeof(wr));
   wr.wr_id = ((uint64_t)WR_CTS << 56) | slot;
@@ -1277,18 +1419,25 @@ static ncclResult_t ib_irecv(void *recv_comm, int n, void **data, size_t *sizes,
   wr.num_sge = 1;
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = c->peer.fifo_addr + slot * sizeof(ib_cts_t);
+  wr.wr.rdma.remote_addr = c->peer.fifo_addr + slot * IB_MAX_RECVS * sizeof(ib_cts_t);
   wr.wr.rdma.rkey = c->peer.fifo_rkey;
-  rc = brd_ibv_post_send(qp, &wr, &bad);
+  struct ibv_qp *qp = c->qps[k % (uint64_t)c->nqps];
+  g->seq = k;
+  g->n = n;
+  g->live = 1;
+  g->pending = nq + 1; /* every QP's immediate and the CTS write */
+  g->imm_size = 0;
+  int rc = brd_ibv_post_send(qp, &wr, &bad);
   if (rc != 0)
     return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_send of a CTS on QP %u (%s) "
                      "failed: %s", qp->qp_num, c->dev->name, strerror(rc));
-  r->state = REQ_BUSY;
-  r->need = NEED_RECV | NEED_CTS;
-  r->seq = c->post_seq;
-  r->size = 0;
+  ib_req_t *q = &c->reqs[slot * IB_MAX_RECVS];
+  q->state = REQ_BUSY;
+  q->slot = slot;
+  q->seq = k;
+  q->size = 0;
   c->post_seq++;
-  *request = r;
+  *request = q;
   return ncclSuccess;
 }
 
@@ -1304,6 +1453,12 @@ static ncclResult_t ib_iflush(void *recv_comm, int n, void **data, int *sizes, v
   return ncclSuccess;
 }
 
+/* 1 when every completion of the request's group is in (a send's group
+ * also posted). */
+static int group_done(const ib_comm_t *c, const ib_grp_t *g) {
+  return g->pending == 0 && (!c->is_send || g->posted);
+}
+
 static ncclResult_t ib_test(void *request, int *done, int *sizes) {
   ib_req_t *r = request;
   *done = 0;
@@ -1312,18 +1467,30 @@ static ncclResult_t ib_test(void *request, int *done, int *sizes) {
     return ncclInternalError;
   }
   ib_comm_t *c = r->comm;
+  ib_grp_t *g = &c->grp[r->slot];
   /* Completions first: a request whose bytes moved is done even when the
    * connection failed right after it. */
   ncclResult_t pr = comm_progress(c);
-  if (r->need != 0 && pr == ncclSuccess && c->state == ST_READY) {
+  if (!group_done(c, g) && pr == ncclSuccess && c->state == ST_READY) {
     pr = check_peer_closed(c);
     /* Bytes that landed before the close count: look once more. */
     if (pr != ncclSuccess) (void)comm_poll(c);
   }
-  if (r->need != 0) return pr;
+  if (!group_done(c, g)) return pr;
   *done = 1;
-  if (sizes != NULL) sizes[0] = r->size > (size_t)INT_MAX ? INT_MAX : (int)r->size;
+  if (sizes != NULL) {
+    if (c->is_send) {
+      sizes[0] = r->size > (size_t)INT_MAX ? INT_MAX : (int)r->size;
+    } else if (g->n == 1) {
+      sizes[0] = g->imm_size;
+    } else {
+      /* Written by the sender's last WRs, before their immediates. */
+      const volatile int32_t *rec = &c->sizes[r->slot * IB_MAX_RECVS];
+      for (int i = 0; i < g->n; i++) sizes[i] = rec[i];
+    }
+  }
   r->state = REQ_FREE;
+  g->live--;
   return ncclSuccess;
 }
 

@@ -34,4 +34,10 @@ typedef struct {
  * n <= 1). Pure. */
 int brd_ib_gid_select(const brd_ib_gid_t *table, int n, int family, int roce_version);
 
+/* The bytes of a message of `size` bytes each of the nq QPs it is split
+ * over carries (the last ones may get less, or nothing):
+ * ceil(size / nq) rounded up to a multiple of 128, as NCCL's IB net cuts
+ * it, so LL and LL128 lines never straddle two QPs. nq < 1 counts as 1. */
+size_t brd_ib_split_chunk(size_t size, int nq);
+
 #endif /* BRD_TRANSPORT_NET_IB_H */

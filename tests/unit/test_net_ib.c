@@ -132,7 +132,7 @@ static void test_devices(void **state) {
   assert_string_equal(p.name, "mlx5_0");
   assert_int_equal(p.port, 1);
   assert_int_equal(p.ptrSupport, BRD_NET_PTR_HOST);
-  assert_int_equal(p.maxRecvs, 1);
+  assert_int_equal(p.maxRecvs, 8); /* NCCL_NET_IB_MAX_RECVS */
   assert_int_equal(p.speed, 100000); /* the mock's 4x EDR */
   assert_int_equal(net->getProperties(1, &p), ncclSuccess);
   assert_string_equal(p.name, "mlx5_1");
