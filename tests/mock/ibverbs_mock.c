@@ -193,6 +193,10 @@ static struct ibv_qp_attr last_rts;
 static int have_last_rts;
 static atomic_ulong writes;
 
+#define WLOG 4096
+static braid_mock_ib_write_t wlog[WLOG]; /* write i at (i - 1) % WLOG; under G */
+static unsigned long wlog_seq[WLOG];
+
 /* ---- the QP registry in /dev/shm ---------------------------------------------- */
 
 typedef struct {
@@ -237,6 +241,17 @@ typedef struct {
   uint32_t status;
   uint32_t pad;
 } wire_rep_t;
+
+/* Writes held by BRAID_MOCK_IB_HOLD_IMM, oldest first; under G. */
+typedef struct held {
+  mqp_t *q;
+  uint64_t wr_id;
+  int signaled;
+  wire_req_t rq;
+  char *data;               /* owned */
+  struct held *next;
+} held_t;
+static held_t *held_head, **held_tail = &held_head;
 
 static pid_t service_pid;
 static int service_fd = -1;
@@ -619,6 +634,25 @@ static int mock_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ib
     pthread_mutex_unlock(&G);
 
     unsigned long n = atomic_fetch_add(&writes, 1) + 1;
+    pthread_mutex_lock(&G);
+    wlog[(n - 1) % WLOG] = (braid_mock_ib_write_t){rq.src_qpn, rq.dst_qpn, rq.has_imm, rq.imm,
+                                                   rq.raddr, rq.len};
+    wlog_seq[(n - 1) % WLOG] = n;
+    pthread_mutex_unlock(&G);
+    if (rq.has_imm && local_ok && env_long("BRAID_MOCK_IB_HOLD_IMM", 0) == 1) {
+      held_t *h = calloc(1, sizeof(*h));
+      if (h == NULL) {
+        free(data);
+        *bad = wr;
+        return ENOMEM;
+      }
+      *h = (held_t){q, wr->wr_id, (wr->send_flags & IBV_SEND_SIGNALED) != 0, rq, data, NULL};
+      pthread_mutex_lock(&G);
+      *held_tail = h;
+      held_tail = &h->next;
+      pthread_mutex_unlock(&G);
+      continue;
+    }
     long fail_after = env_long("BRAID_MOCK_IB_FAIL_AFTER", -1);
     long down_after = env_long("BRAID_MOCK_IB_PORT_DOWN_AFTER", -1);
     uint32_t st;
@@ -1142,6 +1176,46 @@ EXPORT int braid_mock_ib_last_qp(struct ibv_qp_attr *attr_out) {
   if (ok) *attr_out = last_rts;
   pthread_mutex_unlock(&G);
   return ok ? 0 : -1;
+}
+
+EXPORT int braid_mock_ib_write_log(unsigned long i, braid_mock_ib_write_t *out);
+EXPORT int braid_mock_ib_write_log(unsigned long i, braid_mock_ib_write_t *out) {
+  int rc = -1;
+  pthread_mutex_lock(&G);
+  if (i > 0 && wlog_seq[(i - 1) % WLOG] == i) {
+    *out = wlog[(i - 1) % WLOG];
+    rc = 0;
+  }
+  pthread_mutex_unlock(&G);
+  return rc;
+}
+
+EXPORT int braid_mock_ib_release(int n);
+EXPORT int braid_mock_ib_release(int n) {
+  int done = 0;
+  while (done < n) {
+    pthread_mutex_lock(&G);
+    held_t *h = held_head;
+    if (h != NULL) {
+      held_head = h->next;
+      if (held_head == NULL) held_tail = &held_head;
+    }
+    pthread_mutex_unlock(&G);
+    if (h == NULL) break;
+    uint32_t st = wire_write(&h->rq, h->data);
+    pthread_mutex_lock(&G);
+    if (st != IBV_WC_SUCCESS) {
+      qp_error(h->q);
+      complete(h->q, h->wr_id, (enum ibv_wc_status)st, IBV_WC_RDMA_WRITE);
+    } else if (h->signaled) {
+      complete(h->q, h->wr_id, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE);
+    }
+    pthread_mutex_unlock(&G);
+    free(h->data);
+    free(h);
+    done++;
+  }
+  return done;
 }
 
 EXPORT unsigned long braid_mock_ib_writes(void);

@@ -14,6 +14,9 @@
  *   BRAID_MOCK_IB_PORT_DOWN_AFTER N: after N RDMA writes of this process
  *                               the initiating port goes down (async
  *                               IBV_EVENT_PORT_ERR; later writes fail)
+ *   BRAID_MOCK_IB_HOLD_IMM      1: RDMA writes with immediate are held
+ *                               (not delivered, not completed) until
+ *                               braid_mock_ib_release lets them go
  */
 #ifndef BRAID_TESTS_IBVERBS_MOCK_H
 #define BRAID_TESTS_IBVERBS_MOCK_H
@@ -31,5 +34,22 @@ typedef int (*braid_mock_ib_last_qp_fn)(struct ibv_qp_attr *attr_out);
 
 /* RDMA writes this process initiated so far. */
 typedef unsigned long (*braid_mock_ib_writes_fn)(void);
+
+/* One RDMA write as posted, for tests that check what travelled where. */
+typedef struct {
+  uint32_t src_qpn, dst_qpn;
+  uint32_t has_imm;
+  uint32_t imm;             /* network order, as posted */
+  uint64_t raddr, len;
+} braid_mock_ib_write_t;
+
+/* The i-th RDMA write this process initiated (1-based, counted as
+ * braid_mock_ib_writes counts; the last 4096 are kept). 0, or -1 when it
+ * is not kept. */
+typedef int (*braid_mock_ib_write_log_fn)(unsigned long i, braid_mock_ib_write_t *out);
+
+/* Delivers and completes up to n writes held by BRAID_MOCK_IB_HOLD_IMM,
+ * oldest first. Returns how many it let go. */
+typedef int (*braid_mock_ib_release_fn)(int n);
 
 #endif /* BRAID_TESTS_IBVERBS_MOCK_H */

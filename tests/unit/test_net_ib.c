@@ -267,6 +267,310 @@ static void test_sizes_roce(void **state) {
   env("NCCL_IB_QPS_PER_CONNECTION", NULL);
 }
 
+/* ---- several QPs per connection ------------------------------------------------------------ */
+
+/* The share each QP carries: ceil(size / nq) rounded up to 128. */
+static void test_split_chunk(void **state) {
+  (void)state;
+  static const struct {
+    size_t size;
+    int nq;
+    size_t chunk;
+  } cases[] = {
+      {0, 1, 0},       {0, 4, 0},           {1, 1, 128},       {1, 4, 128},
+      {127, 3, 128},   {128, 1, 128},       {128, 2, 128},     {129, 1, 256},
+      {129, 2, 128},   {256, 2, 128},       {257, 2, 256},     {4101, 3, 1408},
+      {4096, 4, 1024}, {(1 << 20) + 3, 4, 262272}, {1000, 0, 1024}, {1 << 30, 128, 1 << 23},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    size_t got = brd_ib_split_chunk(cases[i].size, cases[i].nq);
+    if (got != cases[i].chunk)
+      fail_msg("split of %zu bytes over %d QPs: share %zu, want %zu", cases[i].size, cases[i].nq,
+               got, cases[i].chunk);
+  }
+}
+
+/* The writes with immediate this process posted after write `from`, in
+ * order (the data path's; CTS writes carry none). */
+static int imm_writes_since(unsigned long from, braid_mock_ib_write_t *out, int max) {
+  braid_mock_ib_writes_fn writes = (braid_mock_ib_writes_fn)dlsym(mock, "braid_mock_ib_writes");
+  braid_mock_ib_write_log_fn wlog =
+      (braid_mock_ib_write_log_fn)dlsym(mock, "braid_mock_ib_write_log");
+  assert_non_null(writes);
+  assert_non_null(wlog);
+  int n = 0;
+  for (unsigned long i = from + 1; i <= writes(); i++) {
+    braid_mock_ib_write_t w;
+    assert_int_equal(wlog(i, &w), 0);
+    if (w.has_imm) {
+      assert_true(n < max);
+      out[n++] = w;
+    }
+  }
+  return n;
+}
+
+/* NCCL_IB_SPLIT_DATA_ON_QPS=1 with 1 to 4 QPs: every size lands exact,
+ * each QP of the connection carries one write with immediate (the size),
+ * the shares are contiguous, in QP order, 128-byte multiples but the
+ * last, and a message smaller than 128 x nq carries data on fewer QPs. */
+static void test_split_sizes(void **state) {
+  (void)state;
+  braid_mock_ib_writes_fn writes = (braid_mock_ib_writes_fn)dlsym(mock, "braid_mock_ib_writes");
+  static const size_t sizes[] = {0, 1, 127, 128, 129, 4096 + 5, (1 << 20) + 3};
+  /* QPs that carry data, by hand: sizes x nq 1..4. */
+  static const int data_qps[7][4] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1},
+                                     {1, 2, 2, 2}, {1, 2, 3, 4}, {1, 2, 3, 4}};
+  const size_t cap = (1 << 20) + 256;
+  unsigned char *s = malloc(cap), *r = malloc(cap), *ref = malloc(cap);
+  assert_non_null(s);
+  assert_non_null(r);
+  assert_non_null(ref);
+  env("NCCL_IB_SPLIT_DATA_ON_QPS", "1");
+  for (int nq = 1; nq <= 4; nq++) {
+    char v[8];
+    snprintf(v, sizeof(v), "%d", nq);
+    env("NCCL_IB_QPS_PER_CONNECTION", v);
+    conn_t k;
+    conn_open(&k, nq % 2); /* IB and RoCE */
+    void *smh = NULL, *rmh = NULL;
+    assert_int_equal(net->regMr(k.scomm, s, cap, BRD_NET_PTR_HOST, &smh), ncclSuccess);
+    assert_int_equal(net->regMr(k.rcomm, r, cap, BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+      size_t n = sizes[i];
+      fill(s + 3, n, (unsigned)(nq * 10 + i));
+      memcpy(ref, s + 3, n);
+      memset(r, 0x5a, cap);
+      unsigned long w0 = writes();
+      int got = -1;
+      assert_int_equal(transfer(&k, s + 3, n, smh, r + 1, n + 200, rmh, &got), ncclSuccess);
+      assert_int_equal(got, (int)n);
+      assert_memory_equal(r + 1, ref, n);
+      assert_int_equal(r[0], 0x5a);
+      assert_int_equal(r[1 + n], 0x5a);
+      braid_mock_ib_write_t w[8];
+      int nw = imm_writes_since(w0, w, 8);
+      assert_int_equal(nw, nq); /* one immediate per QP, data or not */
+      uint64_t off = 0;
+      int with_data = 0;
+      for (int q = 0; q < nw; q++) {
+        for (int p = 0; p < q; p++) assert_int_not_equal(w[p].src_qpn, w[q].src_qpn);
+        assert_int_equal(ntohl(w[q].imm), (uint32_t)n);
+        if (w[q].len == 0) continue;
+        with_data++;
+        assert_int_equal(q, with_data - 1); /* the data QPs come first */
+        assert_int_equal(w[q].raddr, (uint64_t)(uintptr_t)(r + 1) + off);
+        off += w[q].len;
+        if (off < n) assert_int_equal(w[q].len % 128, 0);
+        assert_true(w[q].len <= brd_ib_split_chunk(n, nq));
+      }
+      assert_int_equal(off, n);
+      if (with_data != data_qps[i][nq - 1])
+        fail_msg("%zu bytes over %d QPs: data on %d QPs, want %d", n, nq, with_data,
+                 data_qps[i][nq - 1]);
+    }
+    assert_int_equal(net->deregMr(k.scomm, smh), ncclSuccess);
+    assert_int_equal(net->deregMr(k.rcomm, rmh), ncclSuccess);
+    conn_close(&k);
+  }
+  /* NCCL's default: each message whole on one QP, the next on the next. */
+  env("NCCL_IB_SPLIT_DATA_ON_QPS", NULL);
+  env("NCCL_IB_QPS_PER_CONNECTION", "2");
+  conn_t k;
+  conn_open(&k, 0);
+  void *smh = NULL, *rmh = NULL;
+  assert_int_equal(net->regMr(k.scomm, s, cap, BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, cap, BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  uint32_t qpn[3];
+  for (int m = 0; m < 3; m++) {
+    unsigned long w0 = writes();
+    int got = -1;
+    assert_int_equal(transfer(&k, s, 4096 + 5, smh, r, 8192, rmh, &got), ncclSuccess);
+    braid_mock_ib_write_t w[4];
+    assert_int_equal(imm_writes_since(w0, w, 4), 1);
+    assert_int_equal(w[0].len, 4096 + 5);
+    qpn[m] = w[0].src_qpn;
+  }
+  assert_int_not_equal(qpn[0], qpn[1]);
+  assert_int_equal(qpn[0], qpn[2]);
+  assert_int_equal(net->deregMr(k.scomm, smh), ncclSuccess);
+  assert_int_equal(net->deregMr(k.rcomm, rmh), ncclSuccess);
+  conn_close(&k);
+  env("NCCL_IB_QPS_PER_CONNECTION", NULL);
+  free(s);
+  free(r);
+  free(ref);
+}
+
+/* The receiver completes a split message only once every QP's part is
+ * in: the mock holds the writes with immediate, and lets them go one at
+ * a time. */
+static void test_split_completion(void **state) {
+  (void)state;
+  braid_mock_ib_release_fn release = (braid_mock_ib_release_fn)dlsym(mock, "braid_mock_ib_release");
+  assert_non_null(release);
+  static const struct {
+    int nq;
+    size_t size;
+  } cases[] = {{3, 4096 + 5}, {4, 129}, {3, 0}, {2, (1 << 20) + 3}};
+  const size_t cap = (1 << 20) + 64;
+  unsigned char *s = malloc(cap), *r = malloc(cap);
+  assert_non_null(s);
+  assert_non_null(r);
+  env("NCCL_IB_SPLIT_DATA_ON_QPS", "1");
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    char v[8];
+    snprintf(v, sizeof(v), "%d", cases[c].nq);
+    env("NCCL_IB_QPS_PER_CONNECTION", v);
+    conn_t k;
+    conn_open(&k, 0);
+    void *smh = NULL, *rmh = NULL;
+    assert_int_equal(net->regMr(k.scomm, s, cap, BRD_NET_PTR_HOST, &smh), ncclSuccess);
+    assert_int_equal(net->regMr(k.rcomm, r, cap, BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+    size_t n = cases[c].size, rsize = n + 8;
+    fill(s, n, (unsigned)c + 77);
+    memset(r, 0, cap);
+    void *rbuf = r, *rreq = NULL, *sreq = NULL;
+    int tag = 0, done = 0, got = -1;
+    double end = now_s() + 20;
+    env("BRAID_MOCK_IB_HOLD_IMM", "1");
+    while ((rreq == NULL || sreq == NULL) && now_s() < end) {
+      if (rreq == NULL)
+        assert_int_equal(net->irecv(k.rcomm, 1, &rbuf, &rsize, &tag, &rmh, NULL, &rreq),
+                         ncclSuccess);
+      if (sreq == NULL)
+        assert_int_equal(net->isend(k.scomm, s, n, 0, smh, NULL, &sreq), ncclSuccess);
+    }
+    assert_non_null(rreq);
+    assert_non_null(sreq);
+    env("BRAID_MOCK_IB_HOLD_IMM", NULL);
+    for (int part = 0; part < cases[c].nq; part++) {
+      for (int i = 0; i < 20; i++) {
+        assert_int_equal(net->test(rreq, &done, &got), ncclSuccess);
+        assert_false(done);
+        assert_int_equal(net->test(sreq, &done, NULL), ncclSuccess);
+        assert_false(done);
+      }
+      assert_int_equal(release(1), 1);
+    }
+    assert_int_equal(release(1), 0); /* one per QP, no more */
+    done = 0;
+    while (!done && now_s() < end) assert_int_equal(net->test(rreq, &done, &got), ncclSuccess);
+    assert_true(done);
+    assert_int_equal(got, (int)n);
+    assert_memory_equal(r, s, n);
+    done = 0;
+    while (!done && now_s() < end) assert_int_equal(net->test(sreq, &done, NULL), ncclSuccess);
+    assert_true(done);
+    assert_int_equal(net->deregMr(k.scomm, smh), ncclSuccess);
+    assert_int_equal(net->deregMr(k.rcomm, rmh), ncclSuccess);
+    conn_close(&k);
+  }
+  env("NCCL_IB_SPLIT_DATA_ON_QPS", NULL);
+  env("NCCL_IB_QPS_PER_CONNECTION", NULL);
+  free(s);
+  free(r);
+}
+
+/* ---- grouped receives (maxRecvs 8) ------------------------------------------------------------ */
+
+/* One irecv of n buffers matched by n sends of the group, by tag, in any
+ * order: nothing moves before the last is matched; test reports each
+ * buffer's size; a tag the group lacks waits (NULL). 40 groups of 1 to 8
+ * buffers, over 1 QP and over 3 split QPs. */
+static void grouped(int nq, int split) {
+  braid_mock_ib_writes_fn writes = (braid_mock_ib_writes_fn)dlsym(mock, "braid_mock_ib_writes");
+  enum { SLOT = 8192, G = 40 };
+  char v[8];
+  snprintf(v, sizeof(v), "%d", nq);
+  env("NCCL_IB_QPS_PER_CONNECTION", v);
+  env("NCCL_IB_SPLIT_DATA_ON_QPS", split ? "1" : NULL);
+  conn_t k;
+  conn_open(&k, 1);
+  unsigned char *s = malloc(8 * SLOT), *r = malloc(8 * SLOT);
+  assert_non_null(s);
+  assert_non_null(r);
+  void *smh, *rmh;
+  assert_int_equal(net->regMr(k.scomm, s, 8 * SLOT, BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, 8 * SLOT, BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  double end = now_s() + 30;
+  for (int g = 0; g < G; g++) {
+    int n = 1 + g % 8;
+    void *data[8];
+    size_t rsz[8], ssz[8];
+    int tags[8], sizes[8];
+    for (int i = 0; i < n; i++) {
+      data[i] = r + i * SLOT;
+      rsz[i] = SLOT - 16;
+      tags[i] = 100 + i;
+      /* 0, 1, 127, 128, 129, ... bytes; buffer i gets its own pattern */
+      static const size_t pick[] = {0, 1, 127, 128, 129, 4101, 8000, 3000};
+      ssz[i] = pick[(i + g) % 8];
+      fill(s + i * SLOT, ssz[i], (unsigned)(g * 8 + i));
+    }
+    memset(r, 0xee, 8 * SLOT);
+    void *rreq = NULL, *stray = NULL;
+    void *mhs[8] = {rmh, rmh, rmh, rmh, rmh, rmh, rmh, rmh};
+    while (rreq == NULL && now_s() < end) {
+      assert_int_equal(net->irecv(k.rcomm, n, data, rsz, tags, mhs, NULL, &rreq), ncclSuccess);
+      /* The sender progresses too; a tag the group does not hold is
+       * never matched. */
+      assert_int_equal(net->isend(k.scomm, s, 1, 999, smh, NULL, &stray), ncclSuccess);
+      assert_null(stray);
+    }
+    assert_non_null(rreq);
+    assert_int_equal(net->isend(k.scomm, s, 1, 999, smh, NULL, &stray), ncclSuccess);
+    assert_null(stray);
+    void *sreq[8] = {0};
+    for (int j = n - 1; j >= 0; j--) { /* sends in the reverse order of the buffers */
+      unsigned long before = writes();
+      while (sreq[j] == NULL && now_s() < end)
+        assert_int_equal(net->isend(k.scomm, s + j * SLOT, ssz[j], 100 + j, smh, NULL, &sreq[j]),
+                         ncclSuccess);
+      assert_non_null(sreq[j]);
+      if (j > 0) assert_int_equal(writes(), before); /* nothing posted before the last */
+    }
+    int done = 0;
+    memset(sizes, -1, sizeof(sizes));
+    while (!done && now_s() < end) assert_int_equal(net->test(rreq, &done, sizes), ncclSuccess);
+    assert_true(done);
+    for (int i = 0; i < n; i++) {
+      assert_int_equal(sizes[i], (int)ssz[i]);
+      assert_memory_equal(r + i * SLOT, s + i * SLOT, ssz[i]);
+      assert_int_equal(r[i * SLOT + ssz[i]], 0xee);
+    }
+    assert_int_equal(sizes[n < 8 ? n : 7] == -1, n < 8);
+    for (int j = 0; j < n; j++) {
+      int sdone = 0, ss = -1;
+      while (!sdone && now_s() < end) assert_int_equal(net->test(sreq[j], &sdone, &ss), ncclSuccess);
+      assert_true(sdone);
+      assert_int_equal(ss, (int)ssz[j]);
+    }
+  }
+  /* 0 or 9 buffers: refused. */
+  void *req = NULL;
+  void *d9[9] = {r, r, r, r, r, r, r, r, r};
+  size_t z9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  int t9[9] = {0};
+  void *m9[9] = {rmh, rmh, rmh, rmh, rmh, rmh, rmh, rmh, rmh};
+  assert_int_equal(net->irecv(k.rcomm, 9, d9, z9, t9, m9, NULL, &req), ncclInternalError);
+  assert_int_equal(net->irecv(k.rcomm, 0, d9, z9, t9, m9, NULL, &req), ncclInternalError);
+  net->deregMr(k.scomm, smh);
+  net->deregMr(k.rcomm, rmh);
+  conn_close(&k);
+  free(s);
+  free(r);
+  env("NCCL_IB_QPS_PER_CONNECTION", NULL);
+  env("NCCL_IB_SPLIT_DATA_ON_QPS", NULL);
+}
+
+static void test_grouped_recv(void **state) {
+  (void)state;
+  grouped(1, 0);
+  grouped(3, 1);
+  grouped(2, 0);
+}
+
 /* The QP attributes the NCCL_IB_* variables and the GID choice set. */
 static void test_qp_attrs(void **state) {
   (void)state;
@@ -544,6 +848,10 @@ int main(void) {
       cmocka_unit_test(test_devices),
       cmocka_unit_test(test_sizes_ib),
       cmocka_unit_test(test_sizes_roce),
+      cmocka_unit_test(test_split_chunk),
+      cmocka_unit_test(test_split_sizes),
+      cmocka_unit_test(test_split_completion),
+      cmocka_unit_test(test_grouped_recv),
       cmocka_unit_test(test_qp_attrs),
       cmocka_unit_test(test_order_and_limit),
       cmocka_unit_test(test_truncated),
