@@ -160,7 +160,7 @@ fi
 if python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["failed"] == [], d["failed"]
-assert [s["step"] for s in d["steps"]] == "probe nvls exec matrix graph abort sanitizer torch perf".split(), d["steps"]
+assert [s["step"] for s in d["steps"]] == "probe nvls exec matrix graph abort sanitizer torch latency perf".split(), d["steps"]
 assert d["probe"]["compute_capability"] == "9.0"
 assert d["bench"] and any(r["run"] == "ar-8" and r["pass"] for r in d["bench"]["runs"])
 ' "$REH/summary.json" 2>"$WORK/err"; then
@@ -170,7 +170,7 @@ else
 fi
 mkdir -p "$WORK/logs" && tar -xzf "$REH/logs.tgz" -C "$WORK/logs" 2>/dev/null
 missing=
-for f in probe nvls exec matrix graph abort sanitizer torch perf; do
+for f in probe nvls exec matrix graph abort sanitizer torch latency perf; do
   [[ -s $WORK/logs/logs/$f.log ]] || missing+=" $f.log"
 done
 for f in ar-1.txt ar-8.txt ar-8-graph.txt compare.json report.md; do
