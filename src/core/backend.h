@@ -37,6 +37,11 @@ typedef struct brd_backend_caps {
   int32_t p2p_ok;       /* 1: GPU peer-to-peer with every peer */
   int32_t nb_max;       /* most blocks per rank a plan may use (>= 1) */
   uint64_t stage_bytes; /* one staging half */
+  /* Not the backend's: the plan library this rank loaded (window.c fills
+   * them), agreed on in the same exchange. */
+  uint64_t lib_hash;
+  int32_t lib_n;
+  int32_t lib_same;     /* after the exchange: every rank's hash is this one's */
 } brd_backend_caps_t;
 
 /* One launch's backend state, in the caller's memory (launch.c). */

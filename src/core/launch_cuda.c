@@ -359,7 +359,7 @@ static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_ou
                               size_t nwhy) {
   ncclResult_t res = ncclSuccess;
   int me = comm->rank, nsm = 0;
-  brd_backend_caps_t caps = {1, 0, 0};
+  brd_backend_caps_t caps = {.p2p_ok = 1};
   why[0] = '\0';
   int remote = 0;
   for (int r = 0; r < comm->nranks; r++)

@@ -177,39 +177,14 @@ static int ranks_per_node(const struct ncclComm *comm) {
   return rpn > 0 ? rpn : n;
 }
 
-/* The plan library (BRAID_PLAN_DIR): loaded by every rank, then one
- * allgather of what each loaded; where any two ranks differ, every rank
- * WARNs and runs without it (they would choose different plans). */
+/* The plan library (BRAID_PLAN_DIR): loaded by every rank before the
+ * capabilities are exchanged; the exchange carries what each loaded
+ * (caps_agree), and where any two ranks differ, every rank WARNs and runs
+ * without it (they would choose different plans). */
 static ncclResult_t library_load(struct ncclComm *comm, struct brd_rt *rt) {
-  int n = comm->nranks, me = comm->rank;
   const char *dirs = brd_param_str(BRD_P_BRAID_PLAN_DIR);
-  CHECK(brd_plans_library_load(&rt->plans, dirs != NULL && dirs[0] != '\0' ? dirs : NULL, me,
-                               ranks_per_node(comm)));
-  if (n < 2) return ncclSuccess;
-  /* Every rank takes part, with or without a library of its own. */
-  uint64_t *all = calloc(2 * (size_t)n, sizeof(*all));
-  if (all == NULL) {
-    WARN("out of host memory agreeing on the plan library of %d ranks", n);
-    return ncclSystemError;
-  }
-  all[2 * me] = rt->plans.lib_hash;
-  all[2 * me + 1] = (uint64_t)rt->plans.nlib;
-  ncclResult_t res = brd_boot_allgather_timed(comm->boot, all, 2 * sizeof(*all),
-                                              brd_param_int(BRD_P_BRAID_TIMEOUT),
-                                              "plan library");
-  if (res != ncclSuccess) goto out;
-  for (int r = 0; r < n; r++) {
-    if (all[2 * r] == all[2 * me]) continue;
-    WARN("plan library: rank %d loaded %d plans from BRAID_PLAN_DIR, rank %d loaded %d "
-         "or others (names, fields or plans differ); every rank ignores the library and "
-         "runs the built-in plans: give every rank the same BRAID_PLAN_DIR files", me,
-         rt->plans.nlib, r, (int)all[2 * r + 1]);
-    brd_plans_library_drop(&rt->plans, -1);
-    break;
-  }
-out:
-  free(all);
-  return res;
+  return brd_plans_library_load(&rt->plans, dirs != NULL && dirs[0] != '\0' ? dirs : NULL,
+                                comm->rank, ranks_per_node(comm));
 }
 
 /* Keeps the library's plans this runtime can run (the same answer on
@@ -292,6 +267,8 @@ static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
     return ncclSystemError;
   }
   CHECK_GOTO(rt->be->caps(comm, &all[me], why, sizeof(why)), res, out);
+  all[me].lib_hash = rt->plans.lib_hash;
+  all[me].lib_n = rt->plans.nlib;
   /* The first collective's exchange waits BRAID_TIMEOUT, as every later
    * wait does, and names the ranks that never came. */
   if (n > 1)
@@ -299,7 +276,15 @@ static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
                                         brd_param_int(BRD_P_BRAID_TIMEOUT), "first collective"),
                res, out);
   brd_backend_caps_t c = all[me];
+  c.lib_same = 1;
   for (int r = 0; r < n; r++) {
+    if (all[r].lib_hash != all[me].lib_hash && c.lib_same) {
+      c.lib_same = 0;
+      WARN("plan library: rank %d loaded %d plans from BRAID_PLAN_DIR, rank %d loaded %d "
+           "or others (names, fields or plans differ); every rank ignores the library and "
+           "runs the built-in plans: give every rank the same BRAID_PLAN_DIR files", me,
+           all[me].lib_n, r, all[r].lib_n);
+    }
     if (!all[r].p2p_ok && c.p2p_ok) {
       c.p2p_ok = 0;
       blocker = r;
@@ -417,7 +402,9 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   struct brd_backend *bk = NULL;
   CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO), &rt->mask));
   rt->deterministic = brd_param_int(BRD_P_BRAID_DETERMINISTIC) != 0;
+  CHECK(library_load(comm, rt));
   CHECK(caps_agree(comm, rt, &caps));
+  if (!caps.lib_same) brd_plans_library_drop(&rt->plans, -1);
   brd_window_topo(comm, rt->be, caps.p2p_ok, &rt->topo);
   rt->reg_shareable = rt->be->reg_needs_p2p ? caps.p2p_ok : 1;
   rt->nb_count = 0;
@@ -441,7 +428,6 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   rt->nvls = nvls_decide(comm, rt);
   rt->topo.nvls = rt->nvls;
   CHECK_GOTO(hosts_set(comm, rt), res, fail);
-  CHECK_GOTO(library_load(comm, rt), res, fail);
   library_fit(comm, rt, &caps);
   CHECK_GOTO(plans_size(rt, &scratch, &ll_scratch, &nsems, &sw_nsems), res, fail);
   CHECK_GOTO(p2p_size(n, me, &p2p_bytes, &rt->p2p_piece), res, fail);
