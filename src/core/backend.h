@@ -42,6 +42,10 @@ typedef struct brd_backend_caps {
   uint64_t lib_hash;
   int32_t lib_n;
   int32_t lib_same;     /* after the exchange: every rank's hash is this one's */
+  /* Nor this: the line rate (Mbit/s) of the NIC the rank's proxy would use
+   * (0: one host, or unknown); after the exchange the slowest rank's. */
+  int32_t nic_mbps;
+  int32_t nic_rank;     /* after the exchange: the rank with that NIC */
 } brd_backend_caps_t;
 
 /* One launch's backend state, in the caller's memory (launch.c). */

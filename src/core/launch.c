@@ -174,7 +174,7 @@ ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
   brd_tune_topo_t topo;
   CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO),
                        &mask));
-  brd_window_topo(comm, brd_backend_choose(comm), 1, &topo);
+  brd_window_topo(comm, brd_backend_choose(comm), 1, 0, &topo);
   size_t bytes = c->count * brd_dtype_size(c->dtype);
   uint32_t avail = 0;
   if (c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV) {

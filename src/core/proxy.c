@@ -617,6 +617,27 @@ ncclResult_t brd_proxy_check(struct ncclComm *comm, const uint8_t *port) {
   return ncclInvalidUsage;
 }
 
+static int proxy_dev(const struct ncclComm *comm, int ndev);
+
+/* See proxy.h. A context of the net's own for the question (a net lists
+ * its devices once initialised), given back at once. */
+int brd_proxy_nic_mbps(const struct ncclComm *comm) {
+  char why[512] = "";
+  const brd_net_ops_t *net = brd_net_get(why, sizeof(why));
+  if (net == NULL) return 0;
+  void *ctx = NULL;
+  brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
+  if (net->init(&ctx, comm->comm_hash, &cfg, brd_net_log, NULL) != ncclSuccess) return 0;
+  int ndev = 0, mbps = 0;
+  brd_net_props_t props;
+  memset(&props, 0, sizeof(props));
+  if (net->devices(&ndev) == ncclSuccess && ndev > 0 &&
+      net->getProperties(proxy_dev(comm, ndev), &props) == ncclSuccess && props.speed > 0)
+    mbps = props.speed;
+  if (net->finalize != NULL) (void)net->finalize(ctx);
+  return mbps;
+}
+
 /* The net device this rank's proxy uses, of ndev: with several, the
  * nearest to this rank's GPU (or CPU) as topology finds it, the local
  * ranks spread over the devices equally near; without topology (or with

@@ -19,7 +19,7 @@
 
 /* See window.h. */
 void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, int p2p,
-                     brd_tune_topo_t *t) {
+                     int nic_mbps, brd_tune_topo_t *t) {
   memset(t, 0, sizeof(*t));
   t->nranks = comm->nranks;
   t->nnodes = comm->n_nodes > 0 ? comm->n_nodes : 1;
@@ -38,12 +38,13 @@ void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, i
   t->inter_lat = t->intra_lat;
   if (t->nnodes > 1) {
     /* Between hosts: a net hop's latency, and a rank's share of the net
-     * taken as one 100 Gbit/s NIC at the achievable fraction of line rate
-     * (no faster than the backend's own links). Figures every rank has,
-     * so every rank's tuner still chooses alike; the NICs' own speeds are
-     * known only to their host. */
+     * taken as one NIC at the achievable fraction of line rate (no faster
+     * than the backend's own links): the slowest NIC any rank's proxy uses
+     * (nic_mbps, agreed at connect, so every rank's tuner chooses alike),
+     * or 100 Gbit/s where that is not known. */
     double lat = brd_hw_consts[BRD_HW_LAT_NET].value;
-    double bw = 100.0 / 8.0 * brd_hw_consts[BRD_HW_NIC_EFF].value;
+    double gbit = nic_mbps > 0 ? nic_mbps / 1000.0 : 100.0;
+    double bw = gbit / 8.0 * brd_hw_consts[BRD_HW_NIC_EFF].value;
     if (lat > t->inter_lat) t->inter_lat = (float)lat;
     if (bw < t->inter_bw) t->inter_bw = (float)bw;
   }
@@ -269,6 +270,8 @@ static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
   CHECK_GOTO(rt->be->caps(comm, &all[me], why, sizeof(why)), res, out);
   all[me].lib_hash = rt->plans.lib_hash;
   all[me].lib_n = rt->plans.nlib;
+  /* Between hosts: the NIC this rank's proxy would use, for the tuner. */
+  if (comm->n_nodes > 1) all[me].nic_mbps = brd_proxy_nic_mbps(comm);
   /* The first collective's exchange waits BRAID_TIMEOUT, as every later
    * wait does, and names the ranks that never came. */
   if (n > 1)
@@ -277,7 +280,13 @@ static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
                res, out);
   brd_backend_caps_t c = all[me];
   c.lib_same = 1;
+  c.nic_rank = -1;
+  c.nic_mbps = 0;
   for (int r = 0; r < n; r++) {
+    if (all[r].nic_mbps > 0 && (c.nic_mbps == 0 || all[r].nic_mbps < c.nic_mbps)) {
+      c.nic_mbps = all[r].nic_mbps;
+      c.nic_rank = r;
+    }
     if (all[r].lib_hash != all[me].lib_hash && c.lib_same) {
       c.lib_same = 0;
       WARN("plan library: rank %d loaded %d plans from BRAID_PLAN_DIR, rank %d loaded %d "
@@ -405,7 +414,15 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   CHECK(library_load(comm, rt));
   CHECK(caps_agree(comm, rt, &caps));
   if (!caps.lib_same) brd_plans_library_drop(&rt->plans, -1);
-  brd_window_topo(comm, rt->be, caps.p2p_ok, &rt->topo);
+  brd_window_topo(comm, rt->be, caps.p2p_ok, caps.nic_mbps, &rt->topo);
+  if (comm->n_nodes > 1)
+    INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_TUNING, "rank %d: between hosts the tuner takes "
+         "%.2f GB/s per rank: %s", me, (double)rt->topo.inter_bw,
+         caps.nic_mbps > 0 ? "the slowest NIC of the ranks' proxies" : "no NIC speed known, "
+         "100 Gbit/s assumed");
+  if (comm->n_nodes > 1 && caps.nic_mbps > 0)
+    INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_TUNING, "rank %d: slowest NIC %d Mbit/s (rank %d's)", me,
+         caps.nic_mbps, caps.nic_rank);
   rt->reg_shareable = rt->be->reg_needs_p2p ? caps.p2p_ok : 1;
   rt->nb_count = 0;
   for (int b = 1; b <= caps.nb_max && rt->nb_count < BRD_RT_NB_MAX_OPTS; b *= 2)

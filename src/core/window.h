@@ -138,9 +138,9 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt);
  * The caller has made sure nothing runs on them. */
 void brd_window_disconnect(struct brd_rt *rt);
 
-/* The cost model's view of comm (p2p: GPU peer-to-peer between its ranks).
- * Local. */
+/* The cost model's view of comm (p2p: GPU peer-to-peer between its ranks;
+ * nic_mbps: the slowest NIC between its hosts, 0 if unknown). Local. */
 void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, int p2p,
-                     brd_tune_topo_t *t_out);
+                     int nic_mbps, brd_tune_topo_t *t_out);
 
 #endif /* BRD_CORE_WINDOW_H */

@@ -843,6 +843,10 @@ EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port,
   attr->lid = port_lid(d, port);
   attr->active_width = 2;   /* 4x */
   attr->active_speed = 32;  /* EDR: 25 Gb/s per lane */
+  /* BRAID_MOCK_IB_SLOW_HOST=<id>: the process whose BRAID_HOSTID is <id>
+   * has FDR ports (14 Gb/s per lane, 56 Gbit/s at 4x). */
+  const char *slow = getenv("BRAID_MOCK_IB_SLOW_HOST"), *host = getenv("BRAID_HOSTID");
+  if (slow != NULL && host != NULL && strcmp(slow, host) == 0) attr->active_speed = 16;
   attr->link_layer = d->eth[port] ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
   return 0;
 }
