@@ -293,13 +293,13 @@ else
   # NVIDIA's, which the report must notice.
   cp "$BUILD/lib/libnccl.so.2" "$WORK/stand-in-libnccl.so.2"
   PATH=$WORK/fakegpu:$PATH BUILD=$BUILD BRAID_DEVICE=host CUDA_VISIBLE_DEVICES='' \
-    expect "bench-gpu --quick in host mode" 0 "\[11/14\] all_reduce_perf, 1 rank, NVIDIA's NCCL: exit 0" -- \
+    expect "bench-gpu --quick in host mode" 0 "\[11/17\] all_reduce_perf, 1 rank, NVIDIA's NCCL: exit 0" -- \
     scripts/bench-gpu --quick --sizes "-b 8 -e 4K -f 8" --out "$WORK/run" \
     --nccl "$WORK/stand-in-libnccl.so.2"
   missing=
   for f in meta.txt nvidia-smi.txt compare-log.txt compare.json ar-1.txt ar-2.txt ar-4.txt \
            ar-8.txt ar-8-graph.txt check-1.txt check-2.txt check-4.txt check-8.txt \
-           reg-2.txt reg-4.txt reg-8.txt ar-1-nvidia.txt report.md summary.json; do
+           reg-2.txt reg-4.txt reg-8.txt ctas-2.txt ctas-4.txt ctas-8.txt ar-1-nvidia.txt report.md summary.json; do
     [[ -s $WORK/run/$f ]] || missing+=" $f"
   done
   if [[ -z $missing ]]; then pass "bench-gpu wrote every raw output"; else fail "bench-gpu did not write:$missing"; fi
@@ -328,9 +328,9 @@ else
     scripts/bench-gpu --plan check --strict --quick --sizes "-b 8 -e 4K -f 8" --out "$WORK/run-check" \
     --nccl "$WORK/stand-in-libnccl.so.2"
   have=$(cd "$WORK/run-check" 2>/dev/null && ls ./*.txt | tr '\n' ' ')
-  want="./ar-1-nvidia.txt ./ar-1.txt ./ar-2.txt ./ar-4.txt ./ar-8-graph.txt ./ar-8.txt ./check-4.txt ./compare-log.txt ./meta.txt ./nvidia-smi.txt ./reg-4.txt "
-  if [[ $have == "$want" ]] && grep -q '^\[3/9\] all_reduce_perf, 1 rank, NVIDIA' "$WORK/out"; then
-    pass "bench-gpu --plan check ran its nine runs, NVIDIA's third"
+  want="./ar-1-nvidia.txt ./ar-1.txt ./ar-2.txt ./ar-4.txt ./ar-8-graph.txt ./ar-8.txt ./check-4.txt ./compare-log.txt ./ctas-2.txt ./meta.txt ./nvidia-smi.txt ./reg-4.txt "
+  if [[ $have == "$want" ]] && grep -q '^\[3/10\] all_reduce_perf, 1 rank, NVIDIA' "$WORK/out"; then
+    pass "bench-gpu --plan check ran its ten runs, NVIDIA's third"
   else
     fail "bench-gpu --plan check wrote: $have"
   fi
