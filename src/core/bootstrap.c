@@ -248,8 +248,11 @@ fail_close:
   return res;
 }
 
-static ncclResult_t p2p_send(struct brd_boot *boot, int peer, int tag, const void *buf,
-                             size_t size) {
+/* One message with peer over a connection of its own, sent (send) or
+ * received: its length, then its bytes. A receive fails when the length
+ * is not size. */
+static ncclResult_t p2p_xfer(struct brd_boot *boot, int peer, int tag, void *buf, size_t size,
+                             int send) {
   char who[32];
   brd_sock_ctl_t ctl;
   struct brd_sock s;
@@ -258,39 +261,37 @@ static ncclResult_t p2p_send(struct brd_boot *boot, int peer, int tag, const voi
 
   peer_who(peer, who, sizeof(who));
   ctl = boot_ctl(boot, who);
-  CHECK(connect_to(boot, peer, tag, &boot->peer_addrs[peer], &ctl, &s));
-  CHECK_GOTO(brd_sock_send(&s, &sz, sizeof(sz), &ctl), res, out_close);
-  if (size > 0) CHECK_GOTO(brd_sock_send(&s, buf, size, &ctl), res, out_close);
+  if (send) {
+    CHECK(connect_to(boot, peer, tag, &boot->peer_addrs[peer], &ctl, &s));
+    CHECK_GOTO(brd_sock_send(&s, &sz, sizeof(sz), &ctl), res, out_close);
+  } else {
+    CHECK(accept_from(boot, peer, tag, &ctl, 1, &s));
+    CHECK_GOTO(brd_sock_recv(&s, &sz, sizeof(sz), &ctl), res, out_close);
+    if (sz != size) {
+      WARN("bootstrap: rank %d sent %llu bytes with tag %d but rank %d expected "
+           "%zu; the two sides disagree on the message", peer,
+           (unsigned long long)sz, tag, boot->rank, size);
+      res = ncclInternalError;
+      goto out_close;
+    }
+  }
+  if (size > 0)
+    CHECK_GOTO(send ? brd_sock_send(&s, buf, size, &ctl) : brd_sock_recv(&s, buf, size, &ctl),
+               res, out_close);
   res = ncclSuccess;
 out_close:
   brd_sock_close(&s);
   return res;
 }
 
+static ncclResult_t p2p_send(struct brd_boot *boot, int peer, int tag, const void *buf,
+                             size_t size) {
+  return p2p_xfer(boot, peer, tag, (void *)buf, size, 1);
+}
+
 static ncclResult_t p2p_recv(struct brd_boot *boot, int peer, int tag, void *buf,
                              size_t size) {
-  char who[32];
-  brd_sock_ctl_t ctl;
-  struct brd_sock s;
-  uint64_t sz = 0;
-  ncclResult_t res;
-
-  peer_who(peer, who, sizeof(who));
-  ctl = boot_ctl(boot, who);
-  CHECK(accept_from(boot, peer, tag, &ctl, 1, &s));
-  CHECK_GOTO(brd_sock_recv(&s, &sz, sizeof(sz), &ctl), res, out_close);
-  if (sz != size) {
-    WARN("bootstrap: rank %d sent %llu bytes with tag %d but rank %d expected "
-         "%zu; the two sides disagree on the message", peer,
-         (unsigned long long)sz, tag, boot->rank, size);
-    res = ncclInternalError;
-    goto out_close;
-  }
-  if (size > 0) CHECK_GOTO(brd_sock_recv(&s, buf, size, &ctl), res, out_close);
-  res = ncclSuccess;
-out_close:
-  brd_sock_close(&s);
-  return res;
+  return p2p_xfer(boot, peer, tag, buf, size, 0);
 }
 
 static ncclResult_t check_peer_tag(const struct brd_boot *boot, int peer, int tag,
@@ -306,26 +307,27 @@ static ncclResult_t check_peer_tag(const struct brd_boot *boot, int peer, int ta
   return ncclSuccess;
 }
 
-/* See bootstrap.h. */
-ncclResult_t brd_boot_send(struct brd_boot *boot, int peer, int tag, const void *buf,
-                           size_t size) {
-  ncclResult_t res;
-  CHECK(check_peer_tag(boot, peer, tag, "brd_boot_send"));
+/* brd_boot_send and brd_boot_recv (fn): checked, and counted in busy
+ * while they run. */
+static ncclResult_t user_xfer(struct brd_boot *boot, int peer, int tag, void *buf,
+                              size_t size, int send, const char *fn) {
+  CHECK(check_peer_tag(boot, peer, tag, fn));
   atomic_fetch_add(&boot->busy, 1);
-  res = p2p_send(boot, peer, tag, buf, size);
+  ncclResult_t res = p2p_xfer(boot, peer, tag, buf, size, send);
   atomic_fetch_sub(&boot->busy, 1);
   return res;
 }
 
 /* See bootstrap.h. */
+ncclResult_t brd_boot_send(struct brd_boot *boot, int peer, int tag, const void *buf,
+                           size_t size) {
+  return user_xfer(boot, peer, tag, (void *)buf, size, 1, "brd_boot_send");
+}
+
+/* See bootstrap.h. */
 ncclResult_t brd_boot_recv(struct brd_boot *boot, int peer, int tag, void *buf,
                            size_t size) {
-  ncclResult_t res;
-  CHECK(check_peer_tag(boot, peer, tag, "brd_boot_recv"));
-  atomic_fetch_add(&boot->busy, 1);
-  res = p2p_recv(boot, peer, tag, buf, size);
-  atomic_fetch_sub(&boot->busy, 1);
-  return res;
+  return user_xfer(boot, peer, tag, buf, size, 0, "brd_boot_recv");
 }
 
 /* Ring allgather in both directions at once: step s moves slice rank-s to
