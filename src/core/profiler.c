@@ -118,34 +118,21 @@ static ncclDebugLogger_t logger(void) {
 }
 
 
-/* The newest ncclProfiler_vN of dl with a name, an init and the calls. */
-static const any_prof_t *find_symbol(void *dl, int *version_out) {
-  char symname[32];
-  for (int v = NEWEST; v >= OLDEST; v--) {
-    snprintf(symname, sizeof(symname), "ncclProfiler_v%d", v);
-    const any_prof_t *sym = dlsym(dl, symname);
-    if (sym != NULL && sym->v1.name != NULL && sym->v1.init != NULL &&
-        sym->v1.startEvent != NULL && sym->v1.stopEvent != NULL) {
-      *version_out = v;
-      return sym;
-    }
-  }
-  return NULL;
+/* Whether an ncclProfiler_vN table has a name, an init and the calls. */
+static int usable(const void *table) {
+  const any_prof_t *sym = table;
+  return sym->v1.name != NULL && sym->v1.init != NULL && sym->v1.startEvent != NULL &&
+         sym->v1.stopEvent != NULL;
 }
 
 /* Loads the library (brd_plugin_lib_acquire's load): 1 when it did. */
 static int load(brd_plugin_lib_t *l) {
   char missing[2 * PATH_MAX] = "", err[512] = "", netpath[PATH_MAX] = "";
-  const char *spec = brd_param_str(BRD_P_PROFILER_PLUGIN);
-  int requested = spec != NULL && spec[0] != '\0';
-  if (!requested) spec = NULL;
-  if (requested) {
-    INFO(BRD_SUBSYS_ENV | BRD_SUBSYS_PROFILE, "NCCL_PROFILER_PLUGIN set by environment to %s",
-         spec);
-    if (strcasecmp(spec, "none") == 0) {
-      return 0;
-    }
-  }
+  int none;
+  const char *spec = brd_plugin_spec("NCCL_PROFILER_PLUGIN", brd_param_str(BRD_P_PROFILER_PLUGIN),
+                                     BRD_SUBSYS_ENV | BRD_SUBSYS_PROFILE, &none);
+  int requested = spec != NULL;
+  if (none) return 0;
   int in_net = 0;
   void *dl = brd_plugin_open(spec, "profiler", missing, sizeof(missing), err, sizeof(err));
   if (dl != NULL) {
@@ -171,7 +158,8 @@ static int load(brd_plugin_lib_t *l) {
     return 0;
   }
   int version = 0;
-  const any_prof_t *sym = find_symbol(dl, &version);
+  const any_prof_t *sym =
+      brd_plugin_find_versioned(dl, "ncclProfiler_v", NEWEST, OLDEST, usable, &version);
   if (sym == NULL) {
     if (requested && !in_net)
       WARN("PROFILER/Plugin: %s exports no usable ncclProfiler_v%d .. v%d (Braid loads "
@@ -267,34 +255,6 @@ void brd_prof_reset(void) {
 
 /* ---- descriptors ---------------------------------------------------------- */
 
-static int func_num(brd_coll_t c) {
-  switch (c) {
-  case BRD_COLL_BROADCAST: return ncclFuncBroadcast;
-  case BRD_COLL_REDUCE: return ncclFuncReduce;
-  case BRD_COLL_ALLGATHER: return ncclFuncAllGather;
-  case BRD_COLL_REDUCESCATTER: return ncclFuncReduceScatter;
-  case BRD_COLL_ALLREDUCE: return ncclFuncAllReduce;
-  case BRD_COLL_SEND: return ncclFuncSend;
-  case BRD_COLL_RECV: return ncclFuncRecv;
-  case BRD_COLL_ALLTOALL: return ncclFuncAlltoAll;
-  case BRD_COLL_SCATTER: return ncclFuncScatter;
-  case BRD_COLL_GATHER: return ncclFuncGather;
-  default: return ncclNumFuncs;
-  }
-}
-
-static const char *func_str(brd_coll_t c) {
-  static const char *const names[ncclNumFuncs + 1] = {
-      [ncclFuncBroadcast] = "Broadcast", [ncclFuncReduce] = "Reduce",
-      [ncclFuncAllGather] = "AllGather", [ncclFuncReduceScatter] = "ReduceScatter",
-      [ncclFuncAllReduce] = "AllReduce", [ncclFuncSendRecv] = "SendRecv",
-      [ncclFuncSend] = "Send",           [ncclFuncRecv] = "Recv",
-      [ncclFuncAlltoAll] = "AlltoAll",   [ncclFuncScatter] = "Scatter",
-      [ncclFuncGather] = "Gather",       [ncclNumFuncs] = "Unknown",
-  };
-  return names[func_num(c)];
-}
-
 static const char *dtype_str(ncclDataType_t t) {
   static const char *const names[ncclNumTypes] = {
       "ncclInt8",    "ncclUint8",   "ncclInt32",   "ncclUint32",
@@ -381,7 +341,7 @@ static void fill_v1(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
   case ncclProfileColl:
     d->coll.name = comm->comm_name;
     d->coll.commHash = comm->comm_hash;
-    FILL_COLL_CALL(d, (uint8_t)func_num(c->coll), (uint8_t)c->dtype);
+    FILL_COLL_CALL(d, (uint8_t)brd_coll_nccl_func(c->coll), (uint8_t)c->dtype);
     d->coll.op = (uint32_t)c->op;
     d->coll.trafficBytes = coll_bytes(c);
     d->coll.nMaxChannels = u8(e->nch);
@@ -392,7 +352,7 @@ static void fill_v1(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
   case ncclProfileP2p:
     d->p2p.name = comm->comm_name;
     d->p2p.commHash = comm->comm_hash;
-    FILL_P2P_CALL(d, (uint8_t)func_num(c->coll), (uint8_t)c->dtype);
+    FILL_P2P_CALL(d, (uint8_t)brd_coll_nccl_func(c->coll), (uint8_t)c->dtype);
     break;
   case ncclProfileProxyOp: FILL_PROXY_OP(d); break;
   case ncclProfileProxyStep: d->proxyStep.step = e->step; break;
@@ -406,14 +366,14 @@ static void fill_v1(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
     if (e->type == ncclProfileColl) {                                \
       (d)->coll.name = comm->comm_name;                              \
       (d)->coll.commHash = comm->comm_hash;                          \
-      FILL_COLL_CALL(d, func_str(c->coll), dtype_str(c->dtype));     \
+      FILL_COLL_CALL(d, brd_coll_name(c->coll), dtype_str(c->dtype));     \
       (d)->coll.nMaxChannels = u8(e->nch);                           \
       (d)->coll.algo = algo_str(e->algo);                            \
       (d)->coll.proto = proto_str(e->proto);                         \
     } else if (e->type == ncclProfileP2p) {                          \
       (d)->p2p.name = comm->comm_name;                               \
       (d)->p2p.commHash = comm->comm_hash;                           \
-      FILL_P2P_CALL(d, func_str(c->coll), dtype_str(c->dtype));      \
+      FILL_P2P_CALL(d, brd_coll_name(c->coll), dtype_str(c->dtype));      \
     } else if (e->type == ncclProfileProxyOp) {                      \
       FILL_PROXY_OP(d);                                              \
     } else if (e->type == ncclProfileProxyStep) {                    \
@@ -440,13 +400,13 @@ static void fill_v3(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
   do {                                                               \
     switch (e->type) {                                               \
     case ncclProfileColl:                                            \
-      FILL_COLL_CALL(d, func_str(c->coll), dtype_str(c->dtype));     \
+      FILL_COLL_CALL(d, brd_coll_name(c->coll), dtype_str(c->dtype));     \
       (d)->coll.nChannels = u8(e->nch);                              \
       (d)->coll.algo = algo_str(e->algo);                            \
       (d)->coll.proto = proto_str(e->proto);                         \
       break;                                                         \
     case ncclProfileP2p:                                             \
-      FILL_P2P_CALL(d, func_str(c->coll), dtype_str(c->dtype));      \
+      FILL_P2P_CALL(d, brd_coll_name(c->coll), dtype_str(c->dtype));      \
       (d)->p2p.nChannels = u8(e->nch);                               \
       break;                                                         \
     case ncclProfileProxyOp: FILL_PROXY_OP(d); break;                \
@@ -467,7 +427,7 @@ static void fill_v4(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
 /* The members v5's collApi and p2pApi share, in fill_v5. */
 #define FILL_API_CALL(m)                                  \
   do {                                                    \
-    d->m.func = func_str(c->coll);                        \
+    d->m.func = brd_coll_name(c->coll);                        \
     d->m.count = c->count;                                \
     d->m.datatype = dtype_str(c->dtype);                  \
     d->m.stream = c->stream;                              \

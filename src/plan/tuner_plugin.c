@@ -77,33 +77,20 @@ static ncclDebugLogger_t logger(void) {
 static const char *res_text(ncclResult_t r) { return ncclGetErrorString(r); }
 
 
-/* The newest ncclTunerPlugin_vN of dl with a name and an init. */
-static const any_tuner_t *find_symbol(void *dl, int *version_out) {
-  char symname[32];
-  for (int v = NEWEST; v >= OLDEST; v--) {
-    snprintf(symname, sizeof(symname), "ncclTunerPlugin_v%d", v);
-    const any_tuner_t *sym = dlsym(dl, symname);
-    if (sym != NULL && sym->v2.name != NULL && sym->v2.init != NULL) {
-      *version_out = v;
-      return sym;
-    }
-  }
-  return NULL;
+/* Whether an ncclTunerPlugin_vN table has a name and an init. */
+static int usable(const void *table) {
+  const any_tuner_t *sym = table;
+  return sym->v2.name != NULL && sym->v2.init != NULL;
 }
 
 /* Loads the library (brd_plugin_lib_acquire's load): 1 when it did. */
 static int load(brd_plugin_lib_t *l) {
   char missing[2 * PATH_MAX] = "", err[512] = "", netpath[PATH_MAX] = "";
-  const char *spec = brd_param_str(BRD_P_TUNER_PLUGIN);
-  int requested = spec != NULL && spec[0] != '\0';
-  if (!requested) spec = NULL;
-  if (requested) {
-    INFO(BRD_SUBSYS_ENV | BRD_SUBSYS_TUNING, "NCCL_TUNER_PLUGIN set by environment to %s",
-         spec);
-    if (strcasecmp(spec, "none") == 0) {
-      return 0;
-    }
-  }
+  int none;
+  const char *spec = brd_plugin_spec("NCCL_TUNER_PLUGIN", brd_param_str(BRD_P_TUNER_PLUGIN),
+                                     BRD_SUBSYS_ENV | BRD_SUBSYS_TUNING, &none);
+  int requested = spec != NULL;
+  if (none) return 0;
   const char *where = NULL;
   void *dl = brd_plugin_open(spec, "tuner", missing, sizeof(missing), err, sizeof(err));
   if (dl != NULL) {
@@ -131,7 +118,8 @@ static int load(brd_plugin_lib_t *l) {
     return 0;
   }
   int version = 0;
-  const any_tuner_t *sym = find_symbol(dl, &version);
+  const any_tuner_t *sym =
+      brd_plugin_find_versioned(dl, "ncclTunerPlugin_v", NEWEST, OLDEST, usable, &version);
   if (sym == NULL) {
     if (where != NULL && requested)
       WARN("External tuner plugin %s is unsupported: it exports no usable "
@@ -227,14 +215,8 @@ void brd_tuner_reset(void) {
 
 /* NCCL's number for the collectives it tunes; -1 for the others. */
 static int func_of(brd_coll_t coll) {
-  switch (coll) {
-  case BRD_COLL_BROADCAST: return ncclFuncBroadcast;
-  case BRD_COLL_REDUCE: return ncclFuncReduce;
-  case BRD_COLL_ALLGATHER: return ncclFuncAllGather;
-  case BRD_COLL_REDUCESCATTER: return ncclFuncReduceScatter;
-  case BRD_COLL_ALLREDUCE: return ncclFuncAllReduce;
-  default: return -1;
-  }
+  int func = brd_coll_nccl_func(coll);
+  return func <= ncclFuncAllReduce ? func : -1;
 }
 
 /* The version's getCollInfo, with v2's pair turned into a 0.0 entry as

@@ -667,12 +667,7 @@ static ncclResult_t load(const char *spec, int loud, brd_net_plugin_t **out) {
 
   int version = 0, coll_version = 0;
   const void *sym = NULL, *collsym = NULL;
-  char symname[64];
-  for (int v = NEWEST; v >= OLDEST && sym == NULL; v--) {
-    snprintf(symname, sizeof(symname), "ncclNetPlugin_v%d", v);
-    sym = dlsym(dl, symname);
-    if (sym != NULL) version = v;
-  }
+  sym = brd_plugin_find_versioned(dl, "ncclNetPlugin_v", NEWEST, OLDEST, NULL, &version);
   /* name and init are all a table holds before init. */
   const ncclNet_v6_t *head = sym;
   if (sym == NULL || head->name == NULL || head->init == NULL) {
@@ -686,11 +681,8 @@ static ncclResult_t load(const char *spec, int loud, brd_net_plugin_t **out) {
     dlclose(dl);
     return ncclInvalidUsage;
   }
-  for (int v = NEWEST; v >= OLDEST && collsym == NULL; v--) {
-    snprintf(symname, sizeof(symname), "ncclCollNetPlugin_v%d", v);
-    collsym = dlsym(dl, symname);
-    if (collsym != NULL) coll_version = v;
-  }
+  collsym =
+      brd_plugin_find_versioned(dl, "ncclCollNetPlugin_v", NEWEST, OLDEST, NULL, &coll_version);
 
   pthread_mutex_lock(&slots_mu);
   brd_net_plugin_t *p = NULL;
