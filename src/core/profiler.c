@@ -127,41 +127,30 @@ static int usable(const void *table) {
 
 /* Loads the library (brd_plugin_lib_acquire's load): 1 when it did. */
 static int load(brd_plugin_lib_t *l) {
-  char missing[2 * PATH_MAX] = "", err[512] = "", netpath[PATH_MAX] = "";
+  brd_plugin_found_t f;
   int none;
   const char *spec = brd_plugin_spec("NCCL_PROFILER_PLUGIN", brd_param_str(BRD_P_PROFILER_PLUGIN),
                                      BRD_SUBSYS_ENV | BRD_SUBSYS_PROFILE, &none);
   int requested = spec != NULL;
   if (none) return 0;
-  int in_net = 0;
-  void *dl = brd_plugin_open(spec, "profiler", missing, sizeof(missing), err, sizeof(err));
-  if (dl != NULL) {
-    brd_plugin_path(dl, spec ? spec : "libnccl-profiler.so", lib_path, sizeof(lib_path));
-  } else {
-    if (missing[0] != '\0') INFO(SUBSYS, "PROFILER/Plugin: Could not find:%s", missing);
-    if (err[0] != '\0') INFO(SUBSYS, "PROFILER/Plugin: %s", err);
-    /* As NCCL, a profiler may also live in the net plugin's library. */
-    dl = brd_net_plugin_lib_open(netpath, sizeof(netpath));
-    if (dl != NULL) {
-      snprintf(lib_path, sizeof(lib_path), "%s", netpath);
-      in_net = 1;
-    }
-  }
+  /* As NCCL, a profiler may also live in the net plugin's library. */
+  void *dl = brd_net_plugin_open_other(spec, "profiler", "PROFILER/Plugin", SUBSYS, &f);
   if (dl == NULL) {
     if (requested)
       WARN("PROFILER/Plugin: cannot load NCCL_PROFILER_PLUGIN=%s: could not find%s%s%s. Give "
            "NCCL_PROFILER_PLUGIN a path, put the library on LD_LIBRARY_PATH, or unset it; "
-           "Braid runs without a profiler", spec, missing[0] ? missing : " it",
-           err[0] ? ": " : "", err);
+           "Braid runs without a profiler", spec, f.missing[0] ? f.missing : " it",
+           f.err[0] ? ": " : "", f.err);
     else
       INFO(SUBSYS, "PROFILER/Plugin: no profiler plugin (optional)");
     return 0;
   }
+  snprintf(lib_path, sizeof(lib_path), "%s", f.path);
   int version = 0;
   const any_prof_t *sym =
       brd_plugin_find_versioned(dl, "ncclProfiler_v", NEWEST, OLDEST, usable, &version);
   if (sym == NULL) {
-    if (requested && !in_net)
+    if (requested && !f.in_net)
       WARN("PROFILER/Plugin: %s exports no usable ncclProfiler_v%d .. v%d (Braid loads "
            "those versions); Braid runs without a profiler", lib_path, NEWEST, OLDEST);
     else

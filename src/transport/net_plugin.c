@@ -962,6 +962,25 @@ void *brd_net_plugin_lib_open(char *path_out, size_t n) {
   return h;
 }
 
+/* See net_plugin.h. */
+void *brd_net_plugin_open_other(const char *spec, const char *kind, const char *prefix,
+                                unsigned long subsys, brd_plugin_found_t *f) {
+  memset(f, 0, sizeof(*f));
+  void *dl = brd_plugin_open(spec, kind, f->missing, sizeof(f->missing), f->err,
+                             sizeof(f->err));
+  if (dl != NULL) {
+    char def[64];
+    snprintf(def, sizeof(def), "libnccl-%s.so", kind);
+    brd_plugin_path(dl, spec ? spec : def, f->path, sizeof(f->path));
+    return dl;
+  }
+  if (f->missing[0] != '\0') INFO(subsys, "%s: Could not find:%s", prefix, f->missing);
+  if (f->err[0] != '\0') INFO(subsys, "%s: %s", prefix, f->err);
+  dl = brd_net_plugin_lib_open(f->path, sizeof(f->path));
+  f->in_net = dl != NULL;
+  return dl;
+}
+
 void brd_net_reset(void) {
   pthread_mutex_lock(&net_mu);
   brd_net_plugin_t *p = net_plugin;
