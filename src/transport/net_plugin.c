@@ -168,28 +168,29 @@ static ncclResult_t not_ready(const brd_net_plugin_t *p, const char *call) {
     (out)->maxCollBytes = (in).maxCollBytes;                                  \
   } while (0)
 
+/* In ad_get_properties: a version-V table's answer for dev, as `in`, with
+ * the members every version has copied into out. */
+#define GET_PROPS_V(V)                                                        \
+  ncclNetProperties_v##V##_t in;                                              \
+  PCALL(p, "getProperties", p->fn.v##V.getProperties(dev, &in));              \
+  COPY_COMMON(&out, in, dev)
+
 static ncclResult_t ad_get_properties(brd_net_plugin_t *p, int dev, brd_net_props_t *props) {
   NEED_READY(p, "getProperties");
   brd_net_props_t out;
   switch (p->version) {
   case 6: {
-    ncclNetProperties_v6_t in;
-    PCALL(p, "getProperties", p->fn.v6.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(6);
     break;
   }
   case 7: {
-    ncclNetProperties_v7_t in;
-    PCALL(p, "getProperties", p->fn.v7.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(7);
     out.netDeviceType = in.netDeviceType;
     out.netDeviceVersion = in.netDeviceVersion;
     break;
   }
   case 8: {
-    ncclNetProperties_v8_t in;
-    PCALL(p, "getProperties", p->fn.v8.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(8);
     out.regIsGlobal = in.regIsGlobal;
     out.netDeviceType = in.netDeviceType;
     out.netDeviceVersion = in.netDeviceVersion;
@@ -197,24 +198,18 @@ static ncclResult_t ad_get_properties(brd_net_plugin_t *p, int dev, brd_net_prop
   }
   case 9:
   case 10: {
-    ncclNetProperties_v9_t in;
-    PCALL(p, "getProperties", p->fn.v9.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(9);
     COPY_V9(&out, in);
     break;
   }
   case 11: {
-    ncclNetProperties_v11_t in;
-    PCALL(p, "getProperties", p->fn.v11.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(11);
     COPY_V9(&out, in);
     out.maxMultiRequestSize = in.maxMultiRequestSize;
     break;
   }
   default: {
-    ncclNetProperties_v12_t in;
-    PCALL(p, "getProperties", p->fn.v12.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(12);
     int nd = in.vProps.ndevs < 0 ? 0 : in.vProps.ndevs;
     if (nd > NCCL_NET_MAX_DEVS_PER_NIC_V12) nd = NCCL_NET_MAX_DEVS_PER_NIC_V12;
     out.regIsGlobal = in.regIsGlobal;
