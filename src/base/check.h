@@ -89,6 +89,18 @@
     }                                                                         \
   } while (0)
 
+/* BRD_CALLOC that sets res and goes to label instead of returning. */
+#define BRD_CALLOC_GOTO(ptr, n, what, res, label)                             \
+  do {                                                                        \
+    (ptr) = calloc((n), sizeof(*(ptr)));                                      \
+    if ((ptr) == NULL) {                                                      \
+      WARN("out of host memory allocating %zu bytes for %s",                 \
+           (size_t)(n) * sizeof(*(ptr)), (what));                            \
+      (res) = ncclSystemError;                                                \
+      goto label;                                                             \
+    }                                                                         \
+  } while (0)
+
 /* A failing CUDA runtime call: WARN with CUDA's text, clear CUDA's last
  * error, res = ncclUnhandledCudaError, go to label. It expands to CUDA
  * runtime calls, so only files that include the CUDA headers use it. */

@@ -83,13 +83,7 @@ static ncclResult_t boot_alloc(int rank, int nranks, uint64_t magic, _Atomic int
   boot->timeout_s = brd_param_int(BRD_P_BRAID_BOOTSTRAP_TIMEOUT);
   if (boot->timeout_s < 1) boot->timeout_s = 1;
   boot->listen.fd = boot->ring_next.fd = boot->ring_prev.fd = -1;
-  boot->peer_addrs = calloc((size_t)nranks, sizeof(*boot->peer_addrs));
-  if (boot->peer_addrs == NULL) {
-    WARN("out of host memory allocating %zu bytes for bootstrap addresses",
-         (size_t)nranks * sizeof(*boot->peer_addrs));
-    res = ncclSystemError;
-    goto fail_free;
-  }
+  BRD_CALLOC_GOTO(boot->peer_addrs, (size_t)nranks, "bootstrap addresses", res, fail_free);
   CHECK_GOTO(brd_sock_boot_iface(&local, name), res, fail_free_addrs);
   CHECK_GOTO(brd_sock_listen(&local, &boot->listen), res, fail_free_addrs);
   boot->peer_addrs[rank] = boot->listen.addr;
