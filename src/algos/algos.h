@@ -281,6 +281,14 @@ ncclResult_t brd_algos_check(const brd_algos_args_t *args, int root,
  * in a plan (255). */
 ncclResult_t brd_algos_check_direct(int nranks, const char *what);
 
+/* The shape of a direct reduction (reduce, reduce-scatter) over args:
+ * a chunk per block, a scratch slot per block and peer, and, for a
+ * rank-ordered one at n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN ranks, an own
+ * slot per block (brd_algos_sources_t.own_slot); two semaphores per block.
+ * root is 0 for an unrooted collective. */
+brd_plan_shape_t brd_algos_direct_reduce_shape(const brd_algos_args_t *args, uint8_t coll,
+                                               int root, int deterministic);
+
 /* The one-rank plan of coll: each block copies its chunk of the input to
  * the output, with the post-op for reductions. */
 ncclResult_t brd_algos_single(const brd_algos_args_t *args, uint8_t coll,

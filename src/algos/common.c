@@ -90,6 +90,21 @@ ncclResult_t brd_algos_check_direct(int nranks, const char *what) {
 }
 
 /* See algos.h. */
+brd_plan_shape_t brd_algos_direct_reduce_shape(const brd_algos_args_t *args, uint8_t coll,
+                                               int root, int deterministic) {
+  int n = args->nranks;
+  brd_plan_shape_t shape = {
+      .nranks = n, .nblocks = args->nblocks, .nchunks = (uint32_t)args->nblocks,
+      .nslots = (uint32_t)args->nblocks * (uint32_t)(n - 1) +
+                (deterministic && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN
+                     ? (uint32_t)args->nblocks : 0u),
+      .slot_div = (uint32_t)(n - 1), .nsems = 2u * (uint32_t)args->nblocks,
+      .seq_per_iter = 1, .proto = (uint8_t)args->proto,
+      .algo = BRD_IR_ALGO_ONESHOT, .coll = coll, .root = (uint16_t)root};
+  return shape;
+}
+
+/* See algos.h. */
 ncclResult_t brd_algos_single(const brd_algos_args_t *args, uint8_t coll,
                               uint8_t algo, int root, brd_ir_plan_t **plan_out) {
   ncclResult_t res = ncclSuccess;

@@ -11,69 +11,49 @@
 #include "plan/tune.h"
 
 /* The table's one signature over the generators' own: a generator takes
- * what its collective needs (the root of a rooted one, determinism where
- * it has an ordered variant) and ignores the rest. */
-#define GEN_PLAIN(name)                                                              \
-  static ncclResult_t gen_##name(const brd_algos_args_t *a, const int *host, int root,  \
-                                 int det, brd_ir_plan_t **plan_out) {                \
-    (void)host;                                                                      \
-    (void)root;                                                                      \
-    (void)det;                                                                       \
-    return brd_algos_##name(a, plan_out);                                            \
-  }
-#define GEN_ROOTED(name)                                                             \
-  static ncclResult_t gen_##name(const brd_algos_args_t *a, const int *host, int root,  \
-                                 int det, brd_ir_plan_t **plan_out) {                \
-    (void)host;                                                                      \
-    (void)det;                                                                       \
-    return brd_algos_##name(a, root, plan_out);                                      \
-  }
-#define GEN_ORDERED(name)                                                            \
-  static ncclResult_t gen_##name(const brd_algos_args_t *a, const int *host, int root,  \
-                                 int det, brd_ir_plan_t **plan_out) {                \
-    (void)host;                                                                      \
-    (void)root;                                                                      \
-    return brd_algos_##name(a, det, plan_out);                                       \
-  }
-/* Generators that place by node take the layout. */
-#define GEN_HOSTS(name)                                                              \
-  static ncclResult_t gen_##name(const brd_algos_args_t *a, const int *host, int root,  \
-                                 int det, brd_ir_plan_t **plan_out) {                \
-    (void)root;                                                                      \
-    (void)det;                                                                       \
-    return brd_algos_##name(a, host, plan_out);                                      \
+ * what its collective needs and ignores the rest. GEN(name, arguments)
+ * passes brd_algos_<name> those arguments of gen_<name>'s. */
+#define GEN(name, ...)                                                                 \
+  static ncclResult_t gen_##name(const brd_algos_args_t *a, const int *host, int root, \
+                                 int det, brd_ir_plan_t **plan_out) {                  \
+    (void)host;                                                                        \
+    (void)root;                                                                        \
+    (void)det;                                                                         \
+    return brd_algos_##name(__VA_ARGS__);                                              \
   }
 
-GEN_PLAIN(ring_allreduce)
-GEN_HOSTS(tree_allreduce_hosts)
-GEN_PLAIN(oneshot_allreduce)
-GEN_PLAIN(twoshot_allreduce)
-GEN_PLAIN(ordered_oneshot_allreduce)
-GEN_PLAIN(ordered_twoshot_allreduce)
-GEN_PLAIN(ring_allgather)
-GEN_PLAIN(direct_allgather)
-GEN_PLAIN(ring_reducescatter)
-GEN_ORDERED(direct_reducescatter)
-GEN_ROOTED(chain_broadcast)
-GEN_ROOTED(direct_broadcast)
-GEN_ROOTED(chain_reduce)
-GEN_PLAIN(pairwise_alltoall)
-GEN_ROOTED(direct_gather)
-GEN_ROOTED(direct_scatter)
-GEN_PLAIN(zerocopy_allreduce)
-GEN_PLAIN(zerocopy_reducescatter)
-GEN_PLAIN(zerocopy_allgather)
-GEN_HOSTS(hier_allreduce)
-GEN_PLAIN(nvls_allreduce)
-GEN_PLAIN(nvls_ll_allreduce)
-GEN_PLAIN(nvls_allgather)
-GEN_PLAIN(nvls_reducescatter)
+/* The arguments alone. */
+GEN(ring_allreduce, a, plan_out)
+GEN(oneshot_allreduce, a, plan_out)
+GEN(twoshot_allreduce, a, plan_out)
+GEN(ordered_oneshot_allreduce, a, plan_out)
+GEN(ordered_twoshot_allreduce, a, plan_out)
+GEN(ring_allgather, a, plan_out)
+GEN(direct_allgather, a, plan_out)
+GEN(ring_reducescatter, a, plan_out)
+GEN(pairwise_alltoall, a, plan_out)
+GEN(zerocopy_allreduce, a, plan_out)
+GEN(zerocopy_reducescatter, a, plan_out)
+GEN(zerocopy_allgather, a, plan_out)
+GEN(nvls_allreduce, a, plan_out)
+GEN(nvls_ll_allreduce, a, plan_out)
+GEN(nvls_allgather, a, plan_out)
+GEN(nvls_reducescatter, a, plan_out)
 
-static ncclResult_t gen_direct_reduce(const brd_algos_args_t *a, const int *host, int root,
-                                      int det, brd_ir_plan_t **plan_out) {
-  (void)host;
-  return brd_algos_direct_reduce(a, root, det, plan_out);
-}
+/* The root of a rooted collective. */
+GEN(chain_broadcast, a, root, plan_out)
+GEN(direct_broadcast, a, root, plan_out)
+GEN(chain_reduce, a, root, plan_out)
+GEN(direct_gather, a, root, plan_out)
+GEN(direct_scatter, a, root, plan_out)
+
+/* Determinism, where a rank-ordered variant exists. */
+GEN(direct_reducescatter, a, det, plan_out)
+GEN(direct_reduce, a, root, det, plan_out)
+
+/* The node layout, for generators that place by node. */
+GEN(tree_allreduce_hosts, a, host, plan_out)
+GEN(hier_allreduce, a, host, plan_out)
 
 #define AR BRD_IR_COLL_ALLREDUCE
 #define AG BRD_IR_COLL_ALLGATHER

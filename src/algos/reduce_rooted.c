@@ -104,15 +104,8 @@ ncclResult_t brd_algos_direct_reduce(const brd_algos_args_t *args, int root,
          "indices", args->nblocks, n);
     return ncclInvalidArgument;
   }
-  brd_plan_shape_t shape = {
-      .nranks = n, .nblocks = args->nblocks, .nchunks = (uint32_t)args->nblocks,
-      .nslots = (uint32_t)args->nblocks * (uint32_t)(n - 1) +
-                (deterministic && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN
-                     ? (uint32_t)args->nblocks : 0u),
-      .slot_div = (uint32_t)(n - 1), .nsems = 2u * (uint32_t)args->nblocks,
-      .seq_per_iter = 1, .proto = (uint8_t)args->proto,
-      .algo = BRD_IR_ALGO_ONESHOT, .coll = BRD_IR_COLL_REDUCE,
-      .root = (uint16_t)root};
+  brd_plan_shape_t shape =
+      brd_algos_direct_reduce_shape(args, BRD_IR_COLL_REDUCE, root, deterministic);
   const int ctx[2] = {root, deterministic};
   return brd_algos_build(&shape, args, direct_block, ctx, "a direct reduce", plan_out);
 }

@@ -116,14 +116,8 @@ ncclResult_t brd_algos_direct_reducescatter(const brd_algos_args_t *args,
          "chunk and slot indices", args->nblocks, n);
     return ncclInvalidArgument;
   }
-  brd_plan_shape_t shape = {
-      .nranks = n, .nblocks = args->nblocks, .nchunks = (uint32_t)args->nblocks,
-      .nslots = (uint32_t)args->nblocks * (uint32_t)(n - 1) +
-                (deterministic && n >= BRD_ALGOS_ORDERED_OWN_SLOT_MIN
-                     ? (uint32_t)args->nblocks : 0u),
-      .slot_div = (uint32_t)(n - 1), .nsems = 2u * (uint32_t)args->nblocks,
-      .seq_per_iter = 1, .proto = (uint8_t)args->proto,
-      .algo = BRD_IR_ALGO_ONESHOT, .coll = BRD_IR_COLL_REDUCESCATTER};
+  brd_plan_shape_t shape =
+      brd_algos_direct_reduce_shape(args, BRD_IR_COLL_REDUCESCATTER, 0, deterministic);
   return brd_algos_build(&shape, args, rs_direct_block, &deterministic,
                          "a direct reduce-scatter", plan_out);
 }

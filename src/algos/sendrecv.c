@@ -117,6 +117,19 @@ fail_free_out:
   return res;
 }
 
+/* One piece through the slots between r and peer: waits for wait_sem to
+ * reach wait_val (no wait when wait_val is 0), moves chunk from src to
+ * dst with code, then signals signal_sem to signal_val. */
+static ncclResult_t slot_step(const gen_t *g, int r, int blk, int peer, uint32_t wait_sem,
+                              int32_t wait_val, uint8_t code, uint32_t chunk,
+                              brd_plan_ref_t src, brd_plan_ref_t dst, uint32_t signal_sem,
+                              int32_t signal_val) {
+  if (wait_val > 0)
+    CHECK(brd_plan_op_sync(g->b, r, blk, BRD_IR_OP_WAIT, peer, wait_sem, wait_val));
+  CHECK(brd_algos_move(g->b, r, blk, code, 0, chunk, 0, 0, 1, &src, 1, &dst));
+  return brd_plan_op_sync(g->b, r, blk, BRD_IR_OP_SIGNAL, peer, signal_sem, signal_val);
+}
+
 static ncclResult_t peer_block(const gen_t *g, int r, int peer, int blk) {
   const brd_algos_sendrecv_rank_t *me = &g->a->ranks[r];
   const uint32_t D = BRD_ALGOS_SENDRECV_DEPTH, data_sem = 0, credit_sem = 1;
@@ -130,35 +143,20 @@ static ncclResult_t peer_block(const gen_t *g, int r, int peer, int blk) {
     uint32_t chunk;
     if (t < out.total) {
       stream_piece(&out, t, &seg, &chunk);
-      if (t >= D)
-        CHECK_GOTO(brd_plan_op_sync(g->b, r, blk, BRD_IR_OP_WAIT, peer, credit_sem,
-                                    (int32_t)(t - D + 1)),
-                   res, fail_free_in);
-      brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_INPUT, -1,
-                                        brd_algos_seg(g->nchunks, seg, chunk));
-      brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH, peer,
-                                        (uint32_t)r * D + t % D);
-      CHECK_GOTO(brd_algos_move(g->b, r, blk, BRD_IR_OP_PUT, 0, chunk, 0, 0, 1,
-                                &src, 1, &dst),
-                 res, fail_free_in);
-      CHECK_GOTO(brd_plan_op_sync(g->b, r, blk, BRD_IR_OP_SIGNAL, peer, data_sem,
-                                  (int32_t)(t + 1)),
+      uint32_t at = brd_algos_seg(g->nchunks, seg, chunk);
+      CHECK_GOTO(slot_step(g, r, blk, peer, credit_sem, t >= D ? (int32_t)(t - D + 1) : 0,
+                           BRD_IR_OP_PUT, chunk, brd_plan_ref(BRD_IR_BUF_INPUT, -1, at),
+                           brd_plan_ref(BRD_IR_BUF_SCRATCH, peer, (uint32_t)r * D + t % D),
+                           data_sem, (int32_t)(t + 1)),
                  res, fail_free_in);
     }
     if (t < in.total) {
       stream_piece(&in, t, &seg, &chunk);
-      CHECK_GOTO(brd_plan_op_sync(g->b, r, blk, BRD_IR_OP_WAIT, peer, data_sem,
-                                  (int32_t)(t + 1)),
-                 res, fail_free_in);
-      brd_plan_ref_t src = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1,
-                                        (uint32_t)peer * D + t % D);
-      brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
-                                        brd_algos_seg(g->nchunks, seg, chunk));
-      CHECK_GOTO(brd_algos_move(g->b, r, blk, BRD_IR_OP_COPY, 0, chunk, 0, 0, 1,
-                                &src, 1, &dst),
-                 res, fail_free_in);
-      CHECK_GOTO(brd_plan_op_sync(g->b, r, blk, BRD_IR_OP_SIGNAL, peer, credit_sem,
-                                  (int32_t)(t + 1)),
+      uint32_t at = brd_algos_seg(g->nchunks, seg, chunk);
+      CHECK_GOTO(slot_step(g, r, blk, peer, data_sem, (int32_t)(t + 1), BRD_IR_OP_COPY, chunk,
+                           brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, (uint32_t)peer * D + t % D),
+                           brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, at),
+                           credit_sem, (int32_t)(t + 1)),
                  res, fail_free_in);
     }
   }

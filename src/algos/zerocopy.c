@@ -51,6 +51,16 @@ static ncclResult_t zc_build(const brd_algos_args_t *args, uint8_t coll, uint8_t
   return brd_algos_build(&shape, args, body, NULL, name, plan_out);
 }
 
+/* A one-shot zero-copy plan of coll (reduce-scatter, all-gather): one
+ * chunk per block, each rank a direct peer of every other. */
+static ncclResult_t zc_oneshot(const brd_algos_args_t *args, uint8_t coll, const char *what,
+                               brd_algos_block_fn body, brd_ir_plan_t **plan_out) {
+  CHECK(brd_algos_check(args, -1, what));
+  CHECK(brd_algos_check_direct(args->nranks, what));
+  return zc_build(args, coll, BRD_IR_ALGO_ONESHOT, (size_t)args->nblocks, what, body,
+                  plan_out);
+}
+
 /* ---- all-reduce: two-shot ------------------------------------------------
  *
  * With every rank's send and receive buffers registered and mapped by its
@@ -119,10 +129,8 @@ static ncclResult_t rs_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
 /* See algos.h. */
 ncclResult_t brd_algos_zerocopy_reducescatter(const brd_algos_args_t *args,
                                               brd_ir_plan_t **plan_out) {
-  CHECK(brd_algos_check(args, -1, "zero-copy reduce-scatter"));
-  CHECK(brd_algos_check_direct(args->nranks, "zero-copy reduce-scatter"));
-  return zc_build(args, BRD_IR_COLL_REDUCESCATTER, BRD_IR_ALGO_ONESHOT,
-                  (size_t)args->nblocks, "zero-copy reduce-scatter", rs_block, plan_out);
+  return zc_oneshot(args, BRD_IR_COLL_REDUCESCATTER, "zero-copy reduce-scatter", rs_block,
+                    plan_out);
 }
 
 /* ---- all-gather ------------------------------------------------------------
@@ -152,8 +160,5 @@ static ncclResult_t ag_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
 /* See algos.h. */
 ncclResult_t brd_algos_zerocopy_allgather(const brd_algos_args_t *args,
                                           brd_ir_plan_t **plan_out) {
-  CHECK(brd_algos_check(args, -1, "zero-copy all-gather"));
-  CHECK(brd_algos_check_direct(args->nranks, "zero-copy all-gather"));
-  return zc_build(args, BRD_IR_COLL_ALLGATHER, BRD_IR_ALGO_ONESHOT,
-                  (size_t)args->nblocks, "zero-copy all-gather", ag_block, plan_out);
+  return zc_oneshot(args, BRD_IR_COLL_ALLGATHER, "zero-copy all-gather", ag_block, plan_out);
 }

@@ -37,48 +37,45 @@
     }                                                                         \
   } while (0)
 
+/* The rules the SYS_ and PTHREAD_ checks share, as expressions: a system
+ * call's -1 (errno set) or a pthread call's nonzero result becomes
+ * ncclSystemError with a WARN naming the call; anything else ncclSuccess.
+ * SYS_RETRY_ runs call into out again while it fails with EINTR. */
+#define SYS_RETRY_(call, out)                                                 \
+  do {                                                                        \
+    (out) = (call);                                                           \
+  } while ((out) == -1 && errno == EINTR)
+#define SYS_RESULT_(ret, what)                                                \
+  ((ret) != -1 ? ncclSuccess                                                  \
+               : (WARN("%s failed: %s", (what), strerror(errno)), ncclSystemError))
+#define PTHREAD_RESULT_(ret, what)                                            \
+  ((ret) == 0 ? ncclSuccess                                                   \
+              : (WARN("%s failed: %s", (what), strerror(ret)), ncclSystemError))
+
 /* Retry a system call on EINTR; a -1 result becomes ncclSystemError. */
 #define SYS_CHECK_VAL(call, what, out)                                        \
   do {                                                                        \
-    do {                                                                      \
-      (out) = (call);                                                         \
-    } while ((out) == -1 && errno == EINTR);                                  \
-    if ((out) == -1) {                                                        \
-      WARN("%s failed: %s", (what), strerror(errno));                        \
-      return ncclSystemError;                                                 \
-    }                                                                         \
+    SYS_RETRY_(call, out);                                                    \
+    CHECK(SYS_RESULT_(out, what));                                            \
   } while (0)
 
 #define SYS_CHECK_GOTO(call, what, res, label)                                \
   do {                                                                        \
     int sys_ret_;                                                             \
-    do {                                                                      \
-      sys_ret_ = (int)(call);                                                 \
-    } while (sys_ret_ == -1 && errno == EINTR);                               \
-    if (sys_ret_ == -1) {                                                     \
-      WARN("%s failed: %s", (what), strerror(errno));                        \
-      (res) = ncclSystemError;                                                \
-      goto label;                                                             \
-    }                                                                         \
+    SYS_RETRY_((int)(call), sys_ret_);                                        \
+    CHECK_GOTO(SYS_RESULT_(sys_ret_, what), res, label);                      \
   } while (0)
 
 #define PTHREAD_CHECK(call, what)                                             \
   do {                                                                        \
     int pt_ret_ = (call);                                                     \
-    if (pt_ret_ != 0) {                                                       \
-      WARN("%s failed: %s", (what), strerror(pt_ret_));                      \
-      return ncclSystemError;                                                 \
-    }                                                                         \
+    CHECK(PTHREAD_RESULT_(pt_ret_, what));                                    \
   } while (0)
 
 #define PTHREAD_CHECK_GOTO(call, what, res, label)                            \
   do {                                                                        \
     int pt_ret_ = (call);                                                     \
-    if (pt_ret_ != 0) {                                                       \
-      WARN("%s failed: %s", (what), strerror(pt_ret_));                      \
-      (res) = ncclSystemError;                                                \
-      goto label;                                                             \
-    }                                                                         \
+    CHECK_GOTO(PTHREAD_RESULT_(pt_ret_, what), res, label);                   \
   } while (0)
 
 /* calloc with a WARN naming the size and what it was for. */
@@ -89,6 +86,18 @@
       WARN("out of host memory allocating %zu bytes for %s",                 \
            (size_t)(n) * sizeof(*(ptr)), (what));                            \
       return ncclSystemError;                                                 \
+    }                                                                         \
+  } while (0)
+
+/* BRD_CALLOC that sets res and goes to label instead of returning. */
+#define BRD_CALLOC_GOTO(ptr, n, what, res, label)                             \
+  do {                                                                        \
+    (ptr) = calloc((n), sizeof(*(ptr)));                                      \
+    if ((ptr) == NULL) {                                                      \
+      WARN("out of host memory allocating %zu bytes for %s",                 \
+           (size_t)(n) * sizeof(*(ptr)), (what));                            \
+      (res) = ncclSystemError;                                                \
+      goto label;                                                             \
     }                                                                         \
   } while (0)
 

@@ -98,3 +98,28 @@ void brd_plugin_vlog(int level, unsigned long flags, const char *file, int line,
   brd_log((brd_log_level_t)level, level == BRD_LOG_WARN ? BRD_SUBSYS_ALL : flags, file, line,
           "%s", msg);
 }
+
+/* See plugin.h. */
+const void *brd_plugin_find_versioned(void *dl, const char *prefix, int newest, int oldest,
+                                      int (*usable)(const void *sym), int *version_out) {
+  char symname[64];
+  for (int v = newest; v >= oldest; v--) {
+    snprintf(symname, sizeof(symname), "%s%d", prefix, v);
+    const void *sym = dlsym(dl, symname);
+    if (sym != NULL && (usable == NULL || usable(sym))) {
+      *version_out = v;
+      return sym;
+    }
+  }
+  return NULL;
+}
+
+/* See plugin.h. */
+const char *brd_plugin_spec(const char *env, const char *value, unsigned long subsys,
+                            int *none_out) {
+  *none_out = 0;
+  if (value == NULL || value[0] == '\0') return NULL;
+  INFO(subsys, "%s set by environment to %s", env, value);
+  *none_out = strcasecmp(value, "none") == 0;
+  return value;
+}

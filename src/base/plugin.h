@@ -20,6 +20,20 @@
 void *brd_plugin_open(const char *spec, const char *kind, char *missing, size_t mlen,
                       char *err, size_t elen);
 
+/* The newest plugin table dl exports as <prefix>N (prefix
+ * "ncclTunerPlugin_v"), N from newest down to oldest, that usable accepts
+ * (usable NULL: the newest present), with N in *version_out; NULL when
+ * there is none. Any thread. */
+const void *brd_plugin_find_versioned(void *dl, const char *prefix, int newest, int oldest,
+                                      int (*usable)(const void *sym), int *version_out);
+
+/* The library a plugin variable asks for, value being the variable env's
+ * value: NULL when it is unset or empty (the default library), with
+ * *none_out 1 when it is "none" (no plugin at all). A set value is logged
+ * under subsys, as NCCL does. Any thread. */
+const char *brd_plugin_spec(const char *env, const char *value, unsigned long subsys,
+                            int *none_out);
+
 /* A plugin library a process shares among its communicators (tuner,
  * profiler): loaded at the first acquire, closed with the last release,
  * after which the next acquire loads it again. A load that finds none is

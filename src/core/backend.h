@@ -144,7 +144,7 @@ typedef struct brd_backend_ops {
   ncclResult_t (*run_works)(struct ncclComm *comm, struct brd_backend *b,
                             brd_backend_launch_t *l, struct brd_works *ws);
   /* Ends a launch; returns res, or the backend's own failure when res was
-   * ncclSuccess. b may be NULL. */
+   * ncclSuccess. b may be NULL. NULL: nothing to end (res stands). */
   ncclResult_t (*end)(struct ncclComm *comm, struct brd_backend *b, brd_backend_launch_t *l,
                       ncclResult_t res);
 
@@ -163,10 +163,11 @@ typedef struct brd_backend_ops {
                              uint64_t offset, brd_seg_t *imp, char **addr_out);
 
   /* Reads asynchronous failures (stored in comm->async_error too). Never
-   * blocks; any thread. */
+   * blocks; any thread. NULL: the backend fails only synchronously. */
   ncclResult_t (*poll)(struct ncclComm *comm, struct brd_backend *b);
   /* Makes running and later work of this rank stop at its next wait.
-   * Never blocks; any thread. */
+   * Never blocks; any thread. NULL: its waits watch the communicator's
+   * abort flag themselves. */
   void (*abort)(struct brd_backend *b);
   /* A peer is known gone (comm.c's watchdog): work already queued whose
    * waits see no progress for `ns` fails as a hang, work that progresses

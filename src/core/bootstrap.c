@@ -83,13 +83,7 @@ static ncclResult_t boot_alloc(int rank, int nranks, uint64_t magic, _Atomic int
   boot->timeout_s = brd_param_int(BRD_P_BRAID_BOOTSTRAP_TIMEOUT);
   if (boot->timeout_s < 1) boot->timeout_s = 1;
   boot->listen.fd = boot->ring_next.fd = boot->ring_prev.fd = -1;
-  boot->peer_addrs = calloc((size_t)nranks, sizeof(*boot->peer_addrs));
-  if (boot->peer_addrs == NULL) {
-    WARN("out of host memory allocating %zu bytes for bootstrap addresses",
-         (size_t)nranks * sizeof(*boot->peer_addrs));
-    res = ncclSystemError;
-    goto fail_free;
-  }
+  BRD_CALLOC_GOTO(boot->peer_addrs, (size_t)nranks, "bootstrap addresses", res, fail_free);
   CHECK_GOTO(brd_sock_boot_iface(&local, name), res, fail_free_addrs);
   CHECK_GOTO(brd_sock_listen(&local, &boot->listen), res, fail_free_addrs);
   boot->peer_addrs[rank] = boot->listen.addr;
@@ -248,8 +242,11 @@ fail_close:
   return res;
 }
 
-static ncclResult_t p2p_send(struct brd_boot *boot, int peer, int tag, const void *buf,
-                             size_t size) {
+/* One message with peer over a connection of its own, sent (send) or
+ * received: its length, then its bytes. A receive fails when the length
+ * is not size. */
+static ncclResult_t p2p_xfer(struct brd_boot *boot, int peer, int tag, void *buf, size_t size,
+                             int send) {
   char who[32];
   brd_sock_ctl_t ctl;
   struct brd_sock s;
@@ -258,39 +255,37 @@ static ncclResult_t p2p_send(struct brd_boot *boot, int peer, int tag, const voi
 
   peer_who(peer, who, sizeof(who));
   ctl = boot_ctl(boot, who);
-  CHECK(connect_to(boot, peer, tag, &boot->peer_addrs[peer], &ctl, &s));
-  CHECK_GOTO(brd_sock_send(&s, &sz, sizeof(sz), &ctl), res, out_close);
-  if (size > 0) CHECK_GOTO(brd_sock_send(&s, buf, size, &ctl), res, out_close);
+  if (send) {
+    CHECK(connect_to(boot, peer, tag, &boot->peer_addrs[peer], &ctl, &s));
+    CHECK_GOTO(brd_sock_send(&s, &sz, sizeof(sz), &ctl), res, out_close);
+  } else {
+    CHECK(accept_from(boot, peer, tag, &ctl, 1, &s));
+    CHECK_GOTO(brd_sock_recv(&s, &sz, sizeof(sz), &ctl), res, out_close);
+    if (sz != size) {
+      WARN("bootstrap: rank %d sent %llu bytes with tag %d but rank %d expected "
+           "%zu; the two sides disagree on the message", peer,
+           (unsigned long long)sz, tag, boot->rank, size);
+      res = ncclInternalError;
+      goto out_close;
+    }
+  }
+  if (size > 0)
+    CHECK_GOTO(send ? brd_sock_send(&s, buf, size, &ctl) : brd_sock_recv(&s, buf, size, &ctl),
+               res, out_close);
   res = ncclSuccess;
 out_close:
   brd_sock_close(&s);
   return res;
 }
 
+static ncclResult_t p2p_send(struct brd_boot *boot, int peer, int tag, const void *buf,
+                             size_t size) {
+  return p2p_xfer(boot, peer, tag, (void *)buf, size, 1);
+}
+
 static ncclResult_t p2p_recv(struct brd_boot *boot, int peer, int tag, void *buf,
                              size_t size) {
-  char who[32];
-  brd_sock_ctl_t ctl;
-  struct brd_sock s;
-  uint64_t sz = 0;
-  ncclResult_t res;
-
-  peer_who(peer, who, sizeof(who));
-  ctl = boot_ctl(boot, who);
-  CHECK(accept_from(boot, peer, tag, &ctl, 1, &s));
-  CHECK_GOTO(brd_sock_recv(&s, &sz, sizeof(sz), &ctl), res, out_close);
-  if (sz != size) {
-    WARN("bootstrap: rank %d sent %llu bytes with tag %d but rank %d expected "
-         "%zu; the two sides disagree on the message", peer,
-         (unsigned long long)sz, tag, boot->rank, size);
-    res = ncclInternalError;
-    goto out_close;
-  }
-  if (size > 0) CHECK_GOTO(brd_sock_recv(&s, buf, size, &ctl), res, out_close);
-  res = ncclSuccess;
-out_close:
-  brd_sock_close(&s);
-  return res;
+  return p2p_xfer(boot, peer, tag, buf, size, 0);
 }
 
 static ncclResult_t check_peer_tag(const struct brd_boot *boot, int peer, int tag,
@@ -306,26 +301,27 @@ static ncclResult_t check_peer_tag(const struct brd_boot *boot, int peer, int ta
   return ncclSuccess;
 }
 
-/* See bootstrap.h. */
-ncclResult_t brd_boot_send(struct brd_boot *boot, int peer, int tag, const void *buf,
-                           size_t size) {
-  ncclResult_t res;
-  CHECK(check_peer_tag(boot, peer, tag, "brd_boot_send"));
+/* brd_boot_send and brd_boot_recv (fn): checked, and counted in busy
+ * while they run. */
+static ncclResult_t user_xfer(struct brd_boot *boot, int peer, int tag, void *buf,
+                              size_t size, int send, const char *fn) {
+  CHECK(check_peer_tag(boot, peer, tag, fn));
   atomic_fetch_add(&boot->busy, 1);
-  res = p2p_send(boot, peer, tag, buf, size);
+  ncclResult_t res = p2p_xfer(boot, peer, tag, buf, size, send);
   atomic_fetch_sub(&boot->busy, 1);
   return res;
 }
 
 /* See bootstrap.h. */
+ncclResult_t brd_boot_send(struct brd_boot *boot, int peer, int tag, const void *buf,
+                           size_t size) {
+  return user_xfer(boot, peer, tag, (void *)buf, size, 1, "brd_boot_send");
+}
+
+/* See bootstrap.h. */
 ncclResult_t brd_boot_recv(struct brd_boot *boot, int peer, int tag, void *buf,
                            size_t size) {
-  ncclResult_t res;
-  CHECK(check_peer_tag(boot, peer, tag, "brd_boot_recv"));
-  atomic_fetch_add(&boot->busy, 1);
-  res = p2p_recv(boot, peer, tag, buf, size);
-  atomic_fetch_sub(&boot->busy, 1);
-  return res;
+  return user_xfer(boot, peer, tag, buf, size, 0, "brd_boot_recv");
 }
 
 /* Ring allgather in both directions at once: step s moves slice rank-s to

@@ -14,6 +14,7 @@
  * behaviour, and deployments rely on it to tune programs they cannot change.
  */
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,39 +32,38 @@
 
 #define UNDEF NCCL_CONFIG_UNDEF_INT
 
-/* Resets the fields that a struct of this version did not have. NCCL's
- * thresholds; splitShare (2.18) and commName (2.27) are reset as well, so a
- * stale pointer in a struct that claims an older version is never read. */
+/* The fields newer than 2.14's struct, with the version that brought each:
+ * NCCL's thresholds. */
+static const struct {
+  size_t off, size; /* within ncclConfig_t */
+  unsigned since;   /* NCCL_VERSION code */
+} newer_fields[] = {
+#define SINCE(field, x, y, z) \
+  {offsetof(ncclConfig_t, field), sizeof(((ncclConfig_t *)0)->field), NCCL_VERSION(x, y, z)}
+    SINCE(blocking, 2, 14, 0),
+    SINCE(cgaClusterSize, 2, 17, 0), SINCE(minCTAs, 2, 17, 0),
+    SINCE(maxCTAs, 2, 17, 0), SINCE(netName, 2, 17, 0),
+    SINCE(splitShare, 2, 18, 0),
+    SINCE(trafficClass, 2, 25, 0),
+    SINCE(commName, 2, 27, 0), SINCE(collnetEnable, 2, 27, 0),
+    SINCE(CTAPolicy, 2, 27, 0), SINCE(shrinkShare, 2, 27, 0),
+    SINCE(nvlsCTAs, 2, 27, 0),
+    SINCE(nChannelsPerNetPeer, 2, 28, 0), SINCE(nvlinkCentricSched, 2, 28, 0),
+    SINCE(graphUsageMode, 2, 29, 0), SINCE(numRmaCtx, 2, 29, 0),
+    SINCE(maxP2pPeers, 2, 30, 0), SINCE(graphStreamOrdering, 2, 30, 0),
+#undef SINCE
+};
+
+/* Resets the fields that a struct of this version did not have to their
+ * initializer values; splitShare (2.18) and commName (2.27) are reset as
+ * well, so a stale pointer in a struct that claims an older version is
+ * never read. */
 static void drop_newer_fields(ncclConfig_t *c) {
   const ncclConfig_t init = NCCL_CONFIG_INITIALIZER;
-  if (c->version < NCCL_VERSION(2, 14, 0)) c->blocking = init.blocking;
-  if (c->version < NCCL_VERSION(2, 17, 0)) {
-    c->cgaClusterSize = init.cgaClusterSize;
-    c->minCTAs = init.minCTAs;
-    c->maxCTAs = init.maxCTAs;
-    c->netName = init.netName;
-  }
-  if (c->version < NCCL_VERSION(2, 18, 0)) c->splitShare = init.splitShare;
-  if (c->version < NCCL_VERSION(2, 25, 0)) c->trafficClass = init.trafficClass;
-  if (c->version < NCCL_VERSION(2, 27, 0)) {
-    c->commName = init.commName;
-    c->collnetEnable = init.collnetEnable;
-    c->CTAPolicy = init.CTAPolicy;
-    c->shrinkShare = init.shrinkShare;
-    c->nvlsCTAs = init.nvlsCTAs;
-  }
-  if (c->version < NCCL_VERSION(2, 28, 0)) {
-    c->nChannelsPerNetPeer = init.nChannelsPerNetPeer;
-    c->nvlinkCentricSched = init.nvlinkCentricSched;
-  }
-  if (c->version < NCCL_VERSION(2, 29, 0)) {
-    c->graphUsageMode = init.graphUsageMode;
-    c->numRmaCtx = init.numRmaCtx;
-  }
-  if (c->version < NCCL_VERSION(2, 30, 0)) {
-    c->maxP2pPeers = init.maxP2pPeers;
-    c->graphStreamOrdering = init.graphStreamOrdering;
-  }
+  for (size_t i = 0; i < sizeof(newer_fields) / sizeof(newer_fields[0]); i++)
+    if (c->version < newer_fields[i].since)
+      memcpy((char *)c + newer_fields[i].off, (const char *)&init + newer_fields[i].off,
+             newer_fields[i].size);
 }
 
 /* Bytes of the application's struct that hold fields: no more than its
@@ -75,18 +75,60 @@ static size_t user_bytes(size_t size) {
 
 static int is_bool(int v) { return v == 0 || v == 1; }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define OR_UNDEF " or leave it NCCL_CONFIG_UNDEF_INT"
+
+/* An int field the application may set, the values it may take and what
+ * the message about any other value advises. */
+typedef struct {
+  size_t off;        /* offsetof(ncclConfig_t, field) */
+  const char *name;
+  int lo, hi;        /* accepted, inclusive */
+  const char *hint;
+} int_rule_t;
+
+#define RULE(field, lo, hi, hint) {offsetof(ncclConfig_t, field), #field, lo, hi, hint}
+
+/* Checked before minCTAs/maxCTAs, then the rest, in NCCL's order: the
+ * first value out of range is the one reported. */
+static const int_rule_t head_rules[] = {
+    RULE(blocking, 0, 1, "use 1 (blocking), 0 (nonblocking)" OR_UNDEF),
+    RULE(cgaClusterSize, 0, INT_MAX, "use 0 to " STR(BRD_CONFIG_MAX_CGA_CLUSTER) OR_UNDEF),
+};
+static const int_rule_t tail_rules[] = {
+    RULE(splitShare, 0, 1, "use 0 or 1"),
+    RULE(collnetEnable, 0, 1, "use 0 or 1"),
+    RULE(CTAPolicy, NCCL_CTA_POLICY_DEFAULT, NCCL_CTA_POLICY_ZERO,
+         "use NCCL_CTA_POLICY_DEFAULT (0), NCCL_CTA_POLICY_EFFICIENCY (1) or "
+         "NCCL_CTA_POLICY_ZERO (2)"),
+    RULE(shrinkShare, 0, 1, "use 0 or 1"),
+    RULE(nvlsCTAs, 1, INT_MAX, "use a positive count" OR_UNDEF),
+    RULE(nChannelsPerNetPeer, 1, BRD_CONFIG_MAX_CTAS,
+         "use 1 to " STR(BRD_CONFIG_MAX_CTAS) OR_UNDEF),
+    RULE(nvlinkCentricSched, 0, 1, "use 0 or 1"),
+    RULE(graphUsageMode, 0, INT_MAX, "use 0 or more," OR_UNDEF),
+    RULE(numRmaCtx, 1, INT_MAX, "use a positive count" OR_UNDEF),
+    RULE(maxP2pPeers, 1, INT_MAX, "use a positive count" OR_UNDEF " (no limit)"),
+    RULE(graphStreamOrdering, 0, 1, "use 0 or 1"),
+};
+
+/* Checks the fields of rules[0..n) that c sets (undefined ones pass). */
+static ncclResult_t check_rules(const ncclConfig_t *c, const int_rule_t *rules, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    int v;
+    memcpy(&v, (const char *)c + rules[i].off, sizeof(v));
+    if (v != UNDEF && (v < rules[i].lo || v > rules[i].hi)) {
+      WARN("Invalid ncclConfig_t.%s %d: %s", rules[i].name, v, rules[i].hint);
+      return ncclInvalidArgument;
+    }
+  }
+  return ncclSuccess;
+}
+
 /* Checks the values the application set (undefined ones pass). */
 static ncclResult_t check_user_values(const ncclConfig_t *c) {
-  if (c->blocking != UNDEF && !is_bool(c->blocking)) {
-    WARN("Invalid ncclConfig_t.blocking %d: use 1 (blocking), 0 (nonblocking) "
-         "or leave it NCCL_CONFIG_UNDEF_INT", c->blocking);
-    return ncclInvalidArgument;
-  }
-  if (c->cgaClusterSize != UNDEF && c->cgaClusterSize < 0) {
-    WARN("Invalid ncclConfig_t.cgaClusterSize %d: use 0 to %d or leave it "
-         "NCCL_CONFIG_UNDEF_INT", c->cgaClusterSize, BRD_CONFIG_MAX_CGA_CLUSTER);
-    return ncclInvalidArgument;
-  }
+  CHECK(check_rules(c, head_rules, sizeof(head_rules) / sizeof(head_rules[0])));
   /* NCCL compares minCTAs with maxCTAs even when maxCTAs is undefined
    * (INT_MIN), so setting minCTAs alone is rejected there too. */
   if ((c->minCTAs != UNDEF && c->minCTAs <= 0) ||
@@ -102,59 +144,7 @@ static ncclResult_t check_user_values(const ncclConfig_t *c) {
     }
     return ncclInvalidArgument;
   }
-  if (c->splitShare != UNDEF && !is_bool(c->splitShare)) {
-    WARN("Invalid ncclConfig_t.splitShare %d: use 0 or 1", c->splitShare);
-    return ncclInvalidArgument;
-  }
-  if (c->collnetEnable != UNDEF && !is_bool(c->collnetEnable)) {
-    WARN("Invalid ncclConfig_t.collnetEnable %d: use 0 or 1", c->collnetEnable);
-    return ncclInvalidArgument;
-  }
-  if (c->CTAPolicy != UNDEF &&
-      (c->CTAPolicy < NCCL_CTA_POLICY_DEFAULT || c->CTAPolicy > NCCL_CTA_POLICY_ZERO)) {
-    WARN("Invalid ncclConfig_t.CTAPolicy %d: use NCCL_CTA_POLICY_DEFAULT (0), "
-         "NCCL_CTA_POLICY_EFFICIENCY (1) or NCCL_CTA_POLICY_ZERO (2)", c->CTAPolicy);
-    return ncclInvalidArgument;
-  }
-  if (c->shrinkShare != UNDEF && !is_bool(c->shrinkShare)) {
-    WARN("Invalid ncclConfig_t.shrinkShare %d: use 0 or 1", c->shrinkShare);
-    return ncclInvalidArgument;
-  }
-  if (c->nvlsCTAs != UNDEF && c->nvlsCTAs <= 0) {
-    WARN("Invalid ncclConfig_t.nvlsCTAs %d: use a positive count or leave it "
-         "NCCL_CONFIG_UNDEF_INT", c->nvlsCTAs);
-    return ncclInvalidArgument;
-  }
-  if (c->nChannelsPerNetPeer != UNDEF &&
-      (c->nChannelsPerNetPeer <= 0 || c->nChannelsPerNetPeer > BRD_CONFIG_MAX_CTAS)) {
-    WARN("Invalid ncclConfig_t.nChannelsPerNetPeer %d: use 1 to %d or leave it "
-         "NCCL_CONFIG_UNDEF_INT", c->nChannelsPerNetPeer, BRD_CONFIG_MAX_CTAS);
-    return ncclInvalidArgument;
-  }
-  if (c->nvlinkCentricSched != UNDEF && !is_bool(c->nvlinkCentricSched)) {
-    WARN("Invalid ncclConfig_t.nvlinkCentricSched %d: use 0 or 1", c->nvlinkCentricSched);
-    return ncclInvalidArgument;
-  }
-  if (c->graphUsageMode != UNDEF && c->graphUsageMode < 0) {
-    WARN("Invalid ncclConfig_t.graphUsageMode %d: use 0 or more, or leave it "
-         "NCCL_CONFIG_UNDEF_INT", c->graphUsageMode);
-    return ncclInvalidArgument;
-  }
-  if (c->numRmaCtx != UNDEF && c->numRmaCtx <= 0) {
-    WARN("Invalid ncclConfig_t.numRmaCtx %d: use a positive count or leave it "
-         "NCCL_CONFIG_UNDEF_INT", c->numRmaCtx);
-    return ncclInvalidArgument;
-  }
-  if (c->maxP2pPeers != UNDEF && c->maxP2pPeers <= 0) {
-    WARN("Invalid ncclConfig_t.maxP2pPeers %d: use a positive count or leave it "
-         "NCCL_CONFIG_UNDEF_INT (no limit)", c->maxP2pPeers);
-    return ncclInvalidArgument;
-  }
-  if (c->graphStreamOrdering != UNDEF && !is_bool(c->graphStreamOrdering)) {
-    WARN("Invalid ncclConfig_t.graphStreamOrdering %d: use 0 or 1", c->graphStreamOrdering);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
+  return check_rules(c, tail_rules, sizeof(tail_rules) / sizeof(tail_rules[0]));
 }
 
 /* Sets *field to def when undefined; logs a value the application chose. */
@@ -165,6 +155,34 @@ static void fill_int(int *field, int def, const char *what) {
     INFO(BRD_SUBSYS_ENV, "Comm config %s set to %d", what, *field);
   }
 }
+
+/* What each int field the application left undefined becomes, in the
+ * order the values it chose are logged. */
+static const struct {
+  size_t off; /* offsetof(ncclConfig_t, field) */
+  const char *name;
+  int def;
+} int_defaults[] = {
+#define DEFAULT(field, def) {offsetof(ncclConfig_t, field), #field, def}
+    DEFAULT(blocking, DEFAULT_BLOCKING),
+    DEFAULT(cgaClusterSize, DEFAULT_CGA_CLUSTER),
+    DEFAULT(minCTAs, DEFAULT_MIN_CTAS),
+    DEFAULT(maxCTAs, DEFAULT_MAX_CTAS),
+    DEFAULT(splitShare, 0),
+    DEFAULT(trafficClass, UNDEF),
+    DEFAULT(collnetEnable, 0),
+    DEFAULT(CTAPolicy, NCCL_CTA_POLICY_DEFAULT),
+    DEFAULT(shrinkShare, 0),
+    DEFAULT(nvlsCTAs, UNDEF),
+    DEFAULT(nChannelsPerNetPeer, UNDEF),
+    DEFAULT(nvlinkCentricSched, 0),
+    /* Accepted and kept; see config.h for what each means to Braid. */
+    DEFAULT(graphUsageMode, UNDEF),
+    DEFAULT(numRmaCtx, 1),
+    DEFAULT(maxP2pPeers, UNDEF),
+    DEFAULT(graphStreamOrdering, 0),
+#undef DEFAULT
+};
 
 /* Steps 1 and 2: the application's struct, checked and completed. */
 static ncclResult_t config_from_user(const ncclConfig_t *user, ncclConfig_t *c_out) {
@@ -183,23 +201,9 @@ static ncclResult_t config_from_user(const ncclConfig_t *user, ncclConfig_t *c_o
     drop_newer_fields(&c);
   }
   CHECK(check_user_values(&c));
-  fill_int(&c.blocking, DEFAULT_BLOCKING, "blocking");
-  fill_int(&c.cgaClusterSize, DEFAULT_CGA_CLUSTER, "cgaClusterSize");
-  fill_int(&c.minCTAs, DEFAULT_MIN_CTAS, "minCTAs");
-  fill_int(&c.maxCTAs, DEFAULT_MAX_CTAS, "maxCTAs");
-  fill_int(&c.splitShare, 0, "splitShare");
-  fill_int(&c.trafficClass, UNDEF, "trafficClass");
-  fill_int(&c.collnetEnable, 0, "collnetEnable");
-  fill_int(&c.CTAPolicy, NCCL_CTA_POLICY_DEFAULT, "CTAPolicy");
-  fill_int(&c.shrinkShare, 0, "shrinkShare");
-  fill_int(&c.nvlsCTAs, UNDEF, "nvlsCTAs");
-  fill_int(&c.nChannelsPerNetPeer, UNDEF, "nChannelsPerNetPeer");
-  fill_int(&c.nvlinkCentricSched, 0, "nvlinkCentricSched");
-  /* Accepted and kept; see config.h for what each means to Braid. */
-  fill_int(&c.graphUsageMode, UNDEF, "graphUsageMode");
-  fill_int(&c.numRmaCtx, 1, "numRmaCtx");
-  fill_int(&c.maxP2pPeers, UNDEF, "maxP2pPeers");
-  fill_int(&c.graphStreamOrdering, 0, "graphStreamOrdering");
+  for (size_t i = 0; i < sizeof(int_defaults) / sizeof(int_defaults[0]); i++)
+    fill_int((int *)((char *)&c + int_defaults[i].off), int_defaults[i].def,
+             int_defaults[i].name);
   if (c.netName != NULL) INFO(BRD_SUBSYS_ENV, "Comm config netName set to %s", c.netName);
   if (c.commName != NULL) INFO(BRD_SUBSYS_ENV, "Comm config commName set to %s", c.commName);
   *c_out = c;
@@ -236,6 +240,23 @@ static void env_positive(brd_param_id_t id, int *field, const char *what) {
 static void env_any(brd_param_id_t id, int *field) {
   int v;
   if (env_int(id, &v)) *field = v;
+}
+
+/* Clamps a CTA count above the channel limit to the limit. */
+static void clamp_ctas(int *field, const char *what) {
+  if (*field > BRD_CONFIG_MAX_CTAS) {
+    INFO(BRD_SUBSYS_ENV, "%s %d is above the channel limit, using %d", what, *field,
+         BRD_CONFIG_MAX_CTAS);
+    *field = BRD_CONFIG_MAX_CTAS;
+  }
+}
+
+/* Sets a switch that is neither 0 nor 1 to 0. */
+static void bool_or_zero(int *field, const char *what) {
+  if (!is_bool(*field)) {
+    INFO(BRD_SUBSYS_ENV, "%s %d is not 0 or 1, using 0", what, *field);
+    *field = 0;
+  }
 }
 
 /* Step 3: environment overrides, then clamps. net_out receives the
@@ -287,29 +308,15 @@ static void env_override(ncclConfig_t *c, const char **net_out) {
          BRD_CONFIG_MAX_CGA_CLUSTER, BRD_CONFIG_MAX_CGA_CLUSTER);
     c->cgaClusterSize = BRD_CONFIG_MAX_CGA_CLUSTER;
   }
-  if (c->minCTAs > BRD_CONFIG_MAX_CTAS) {
-    INFO(BRD_SUBSYS_ENV, "minCTAs %d is above the channel limit, using %d", c->minCTAs,
-         BRD_CONFIG_MAX_CTAS);
-    c->minCTAs = BRD_CONFIG_MAX_CTAS;
-  }
-  if (c->maxCTAs > BRD_CONFIG_MAX_CTAS) {
-    INFO(BRD_SUBSYS_ENV, "maxCTAs %d is above the channel limit, using %d", c->maxCTAs,
-         BRD_CONFIG_MAX_CTAS);
-    c->maxCTAs = BRD_CONFIG_MAX_CTAS;
-  }
+  clamp_ctas(&c->minCTAs, "minCTAs");
+  clamp_ctas(&c->maxCTAs, "maxCTAs");
   if (c->minCTAs > c->maxCTAs) {
     INFO(BRD_SUBSYS_ENV, "minCTAs %d is above maxCTAs %d, using %d for both", c->minCTAs,
          c->maxCTAs, c->maxCTAs);
     c->minCTAs = c->maxCTAs;
   }
-  if (!is_bool(c->splitShare)) {
-    INFO(BRD_SUBSYS_ENV, "splitShare %d is not 0 or 1, using 0", c->splitShare);
-    c->splitShare = 0;
-  }
-  if (!is_bool(c->collnetEnable)) {
-    INFO(BRD_SUBSYS_ENV, "collnetEnable %d is not 0 or 1, using 0", c->collnetEnable);
-    c->collnetEnable = 0;
-  }
+  bool_or_zero(&c->splitShare, "splitShare");
+  bool_or_zero(&c->collnetEnable, "collnetEnable");
   if (c->CTAPolicy < NCCL_CTA_POLICY_DEFAULT || c->CTAPolicy > NCCL_CTA_POLICY_ZERO) {
     INFO(BRD_SUBSYS_ENV, "CTAPolicy %d is not a known policy, using %d", c->CTAPolicy,
          NCCL_CTA_POLICY_DEFAULT);

@@ -45,29 +45,27 @@ int64_t brd_device_busid_to_int(const char *bus_id) {
   return (int64_t)strtoll(hex, NULL, 16);
 }
 
+#if BRAID_CUDA
+/* Runs a CUDA runtime query that writes one int, named what, into *v_out. */
+static ncclResult_t query_int(cudaError_t (*fn)(int *), const char *what, int *v_out) {
+  int v = 0;
+  CUDA_WARN(fn(&v), what);
+  *v_out = v;
+  return ncclSuccess;
+}
+#define QUERY_INT(fn, v_out) query_int(fn, #fn, v_out)
+#else
+/* Without CUDA every such query answers 0. */
+#define QUERY_INT(fn, v_out) (*(v_out) = 0, ncclSuccess)
+#endif
+
 /* See gpu.h. */
 ncclResult_t brd_device_count(int *count_out) {
-#if BRAID_CUDA
-  int n = 0;
-  CUDA_WARN(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
-  *count_out = n;
-#else
-  *count_out = 0;
-#endif
-  return ncclSuccess;
+  return QUERY_INT(cudaGetDeviceCount, count_out);
 }
 
 /* See gpu.h. */
-ncclResult_t brd_device_current(int *dev_out) {
-#if BRAID_CUDA
-  int dev = 0;
-  CUDA_WARN(cudaGetDevice(&dev), "cudaGetDevice");
-  *dev_out = dev;
-#else
-  *dev_out = 0;
-#endif
-  return ncclSuccess;
-}
+ncclResult_t brd_device_current(int *dev_out) { return QUERY_INT(cudaGetDevice, dev_out); }
 
 /* See gpu.h. */
 ncclResult_t brd_device_set(int dev) {

@@ -182,6 +182,16 @@ static ncclResult_t tasks_run(void *base, int n, size_t size) {
   return res;
 }
 
+/* The index of comm's task among the first n of the `size`-byte elements
+ * at base (each beginning with its comm_task_t, as for tasks_run); n when
+ * comm has none yet. */
+static int task_find(const void *base, int n, size_t size, const struct ncclComm *comm) {
+  int i = 0;
+  while (i < n && ((const comm_task_t *)((const char *)base + (size_t)i * size))->comm != comm)
+    i++;
+  return i;
+}
+
 /* One communicator's jobs. */
 typedef struct {
   comm_task_t t;
@@ -206,9 +216,7 @@ static ncclResult_t jobs_run(void) {
   }
   int nr = 0;
   for (int i = 0; i < njobs; i++) {
-    int j = 0;
-    while (j < nr && runs[j].t.comm != jobs[i].comm) j++;
-    if (j == nr) {
+    if (task_find(runs, nr, sizeof(*runs), jobs[i].comm) == nr) {
       runs[nr].t.comm = jobs[i].comm;
       runs[nr].t.run = jobs_main;
       runs[nr].list = jobs;
@@ -416,8 +424,7 @@ static ncclResult_t batches_make(comm_batch_t **out, int *nout) {
   }
   int nb = 0;
   for (int i = 0; i < queue_len; i++) {
-    int j = 0;
-    while (j < nb && bs[j].t.comm != queue[i].comm) j++;
+    int j = task_find(bs, nb, sizeof(*bs), queue[i].comm);
     if (j == nb) {
       int n = 0;
       for (int k = i; k < queue_len; k++) n += queue[k].comm == queue[i].comm;

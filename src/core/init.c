@@ -271,12 +271,7 @@ static ncclResult_t run_root_init(struct brd_init_job *job) {
   t_boot = brd_time_now_ns();
 
   CHECK(brd_device_peer_info((brd_device_backend_t)comm->backend, job->dev, &mine));
-  comm->peers = calloc((size_t)job->nranks, sizeof(*comm->peers));
-  if (comm->peers == NULL) {
-    WARN("out of host memory allocating %zu bytes for the peer table",
-         (size_t)job->nranks * sizeof(*comm->peers));
-    return ncclSystemError;
-  }
+  BRD_CALLOC(comm->peers, (size_t)job->nranks, "the peer table");
   comm->peers[job->rank] = mine;
   CHECK(brd_boot_allgather(comm->boot, comm->peers, sizeof(*comm->peers)));
   t_gather = brd_time_now_ns();
@@ -381,13 +376,7 @@ static ncclResult_t run_child_init(struct brd_init_job *job) {
                                    &comm->abort_flag, &comm->boot), res, out);
   t_boot = brd_time_now_ns();
   /* Identities come from the parent's table: no second allgather. */
-  comm->peers = calloc((size_t)n, sizeof(*comm->peers));
-  if (comm->peers == NULL) {
-    WARN("out of host memory allocating %zu bytes for the peer table",
-         (size_t)n * sizeof(*comm->peers));
-    res = ncclSystemError;
-    goto out;
-  }
+  BRD_CALLOC_GOTO(comm->peers, (size_t)n, "the peer table", res, out);
   for (int i = 0; i < n; i++) comm->peers[i] = parent->peers[ranks[i]];
   t_gather = brd_time_now_ns();
   CHECK_GOTO(topology(comm, job->fn), res, out);

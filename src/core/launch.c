@@ -81,7 +81,7 @@ static struct brd_backend *backend_of(const struct brd_rt *rt) {
 ncclResult_t brd_rt_poll(struct ncclComm *comm) {
   const struct brd_rt *rt = rt_enter(comm);
   struct brd_backend *bk = backend_of(rt);
-  ncclResult_t res = bk != NULL ? rt->be->poll(comm, bk) : ncclSuccess;
+  ncclResult_t res = bk != NULL && rt->be->poll != NULL ? rt->be->poll(comm, bk) : ncclSuccess;
   rt_leave(comm);
   return res;
 }
@@ -90,7 +90,7 @@ ncclResult_t brd_rt_poll(struct ncclComm *comm) {
 void brd_rt_abort(struct ncclComm *comm) {
   const struct brd_rt *rt = rt_enter(comm);
   struct brd_backend *bk = backend_of(rt);
-  if (bk != NULL) rt->be->abort(bk);
+  if (bk != NULL && rt->be->abort != NULL) rt->be->abort(bk);
   rt_leave(comm);
 }
 
@@ -281,7 +281,7 @@ static ncclResult_t bracketed(struct ncclComm *comm, struct brd_rt *rt, const br
   if (profile && comm->prof != NULL) brd_prof_launch_begin(comm->prof, calls, ncalls);
   res = rt->be->begin(comm, rt->bk, &l);
   if (res == ncclSuccess) res = body(comm, rt, &l, arg);
-  res = rt->be->end(comm, rt->bk, &l, res);
+  if (rt->be->end != NULL) res = rt->be->end(comm, rt->bk, &l, res);
   if (profile && comm->prof != NULL) brd_prof_launch_end(comm->prof, res);
   record_error(comm, res);
   atomic_fetch_sub(&rt->busy, 1);

@@ -386,21 +386,6 @@ static ncclResult_t host_begin(struct ncclComm *comm, struct brd_backend *b,
   return ncclSuccess;
 }
 
-static ncclResult_t host_end(struct ncclComm *comm, struct brd_backend *b,
-                             brd_backend_launch_t *l, ncclResult_t res) {
-  (void)comm, (void)b, (void)l;
-  return res;
-}
-
-/* Host launches complete before they return, and their waits watch the
- * communicator's abort flag themselves. */
-static ncclResult_t host_poll(struct ncclComm *comm, struct brd_backend *b) {
-  (void)comm, (void)b;
-  return ncclSuccess;
-}
-
-static void host_abort(struct brd_backend *b) { (void)b; }
-
 /* One-sided runs complete here, on the caller's thread; the executor
  * WARNs a hang itself. */
 static ncclResult_t host_rma_run(struct ncclComm *comm, struct brd_backend *b,
@@ -431,8 +416,10 @@ const brd_backend_ops_t brd_backend_host = {
     .order = NULL,
     .run_works = host_run_works,
     .rma_run = host_rma_run,
-    .end = host_end,
-    .poll = host_poll,
-    .abort = host_abort,
+    /* Host launches complete before they return, and their waits watch
+     * the communicator's abort flag themselves. */
+    .end = NULL,
+    .poll = NULL,
+    .abort = NULL,
     .destroy = host_destroy,
 };

@@ -39,17 +39,6 @@ static ncclResult_t cuda_begin(struct ncclComm *comm, struct brd_backend *b,
   return no_cuda();
 }
 
-static ncclResult_t cuda_end(struct ncclComm *comm, struct brd_backend *b,
-                             brd_backend_launch_t *l, ncclResult_t res) {
-  (void)comm, (void)b, (void)l;
-  return res;
-}
-
-static ncclResult_t cuda_poll(struct ncclComm *comm, struct brd_backend *b) {
-  (void)comm, (void)b;
-  return ncclSuccess;
-}
-
 static void cuda_nothing(struct brd_backend *b) { (void)b; }
 
 static ncclResult_t cuda_reg_export(const struct ncclComm *comm, const char *ptr, size_t size,
@@ -69,8 +58,8 @@ static ncclResult_t cuda_reg_import(struct ncclComm *comm, const brd_seg_handle_
 
 /* caps refuses, so nothing else is ever called. */
 #define CUDA_OPS_RUN                                                                     \
-  .window_create = cuda_window_create, .begin = cuda_begin, .end = cuda_end,             \
-  .poll = cuda_poll, .abort = cuda_nothing, .destroy = cuda_nothing,                     \
+  .window_create = cuda_window_create, .begin = cuda_begin, .end = NULL, .poll = NULL,   \
+  .abort = NULL, .destroy = cuda_nothing,                                                \
   .reg_export = cuda_reg_export, .reg_import = cuda_reg_import
 
 static void cuda_topo(const struct ncclComm *comm, int p2p, brd_tune_topo_t *t) {

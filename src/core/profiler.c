@@ -118,62 +118,39 @@ static ncclDebugLogger_t logger(void) {
 }
 
 
-/* The newest ncclProfiler_vN of dl with a name, an init and the calls. */
-static const any_prof_t *find_symbol(void *dl, int *version_out) {
-  char symname[32];
-  for (int v = NEWEST; v >= OLDEST; v--) {
-    snprintf(symname, sizeof(symname), "ncclProfiler_v%d", v);
-    const any_prof_t *sym = dlsym(dl, symname);
-    if (sym != NULL && sym->v1.name != NULL && sym->v1.init != NULL &&
-        sym->v1.startEvent != NULL && sym->v1.stopEvent != NULL) {
-      *version_out = v;
-      return sym;
-    }
-  }
-  return NULL;
+/* Whether an ncclProfiler_vN table has a name, an init and the calls. */
+static int usable(const void *table) {
+  const any_prof_t *sym = table;
+  return sym->v1.name != NULL && sym->v1.init != NULL && sym->v1.startEvent != NULL &&
+         sym->v1.stopEvent != NULL;
 }
 
 /* Loads the library (brd_plugin_lib_acquire's load): 1 when it did. */
 static int load(brd_plugin_lib_t *l) {
-  char missing[2 * PATH_MAX] = "", err[512] = "", netpath[PATH_MAX] = "";
-  const char *spec = brd_param_str(BRD_P_PROFILER_PLUGIN);
-  int requested = spec != NULL && spec[0] != '\0';
-  if (!requested) spec = NULL;
-  if (requested) {
-    INFO(BRD_SUBSYS_ENV | BRD_SUBSYS_PROFILE, "NCCL_PROFILER_PLUGIN set by environment to %s",
-         spec);
-    if (strcasecmp(spec, "none") == 0) {
-      return 0;
-    }
-  }
-  int in_net = 0;
-  void *dl = brd_plugin_open(spec, "profiler", missing, sizeof(missing), err, sizeof(err));
-  if (dl != NULL) {
-    brd_plugin_path(dl, spec ? spec : "libnccl-profiler.so", lib_path, sizeof(lib_path));
-  } else {
-    if (missing[0] != '\0') INFO(SUBSYS, "PROFILER/Plugin: Could not find:%s", missing);
-    if (err[0] != '\0') INFO(SUBSYS, "PROFILER/Plugin: %s", err);
-    /* As NCCL, a profiler may also live in the net plugin's library. */
-    dl = brd_net_plugin_lib_open(netpath, sizeof(netpath));
-    if (dl != NULL) {
-      snprintf(lib_path, sizeof(lib_path), "%s", netpath);
-      in_net = 1;
-    }
-  }
+  brd_plugin_found_t f;
+  int none;
+  const char *spec = brd_plugin_spec("NCCL_PROFILER_PLUGIN", brd_param_str(BRD_P_PROFILER_PLUGIN),
+                                     BRD_SUBSYS_ENV | BRD_SUBSYS_PROFILE, &none);
+  int requested = spec != NULL;
+  if (none) return 0;
+  /* As NCCL, a profiler may also live in the net plugin's library. */
+  void *dl = brd_net_plugin_open_other(spec, "profiler", "PROFILER/Plugin", SUBSYS, &f);
   if (dl == NULL) {
     if (requested)
       WARN("PROFILER/Plugin: cannot load NCCL_PROFILER_PLUGIN=%s: could not find%s%s%s. Give "
            "NCCL_PROFILER_PLUGIN a path, put the library on LD_LIBRARY_PATH, or unset it; "
-           "Braid runs without a profiler", spec, missing[0] ? missing : " it",
-           err[0] ? ": " : "", err);
+           "Braid runs without a profiler", spec, f.missing[0] ? f.missing : " it",
+           f.err[0] ? ": " : "", f.err);
     else
       INFO(SUBSYS, "PROFILER/Plugin: no profiler plugin (optional)");
     return 0;
   }
+  snprintf(lib_path, sizeof(lib_path), "%s", f.path);
   int version = 0;
-  const any_prof_t *sym = find_symbol(dl, &version);
+  const any_prof_t *sym =
+      brd_plugin_find_versioned(dl, "ncclProfiler_v", NEWEST, OLDEST, usable, &version);
   if (sym == NULL) {
-    if (requested && !in_net)
+    if (requested && !f.in_net)
       WARN("PROFILER/Plugin: %s exports no usable ncclProfiler_v%d .. v%d (Braid loads "
            "those versions); Braid runs without a profiler", lib_path, NEWEST, OLDEST);
     else
@@ -267,34 +244,6 @@ void brd_prof_reset(void) {
 
 /* ---- descriptors ---------------------------------------------------------- */
 
-static int func_num(brd_coll_t c) {
-  switch (c) {
-  case BRD_COLL_BROADCAST: return ncclFuncBroadcast;
-  case BRD_COLL_REDUCE: return ncclFuncReduce;
-  case BRD_COLL_ALLGATHER: return ncclFuncAllGather;
-  case BRD_COLL_REDUCESCATTER: return ncclFuncReduceScatter;
-  case BRD_COLL_ALLREDUCE: return ncclFuncAllReduce;
-  case BRD_COLL_SEND: return ncclFuncSend;
-  case BRD_COLL_RECV: return ncclFuncRecv;
-  case BRD_COLL_ALLTOALL: return ncclFuncAlltoAll;
-  case BRD_COLL_SCATTER: return ncclFuncScatter;
-  case BRD_COLL_GATHER: return ncclFuncGather;
-  default: return ncclNumFuncs;
-  }
-}
-
-static const char *func_str(brd_coll_t c) {
-  static const char *const names[ncclNumFuncs + 1] = {
-      [ncclFuncBroadcast] = "Broadcast", [ncclFuncReduce] = "Reduce",
-      [ncclFuncAllGather] = "AllGather", [ncclFuncReduceScatter] = "ReduceScatter",
-      [ncclFuncAllReduce] = "AllReduce", [ncclFuncSendRecv] = "SendRecv",
-      [ncclFuncSend] = "Send",           [ncclFuncRecv] = "Recv",
-      [ncclFuncAlltoAll] = "AlltoAll",   [ncclFuncScatter] = "Scatter",
-      [ncclFuncGather] = "Gather",       [ncclNumFuncs] = "Unknown",
-  };
-  return names[func_num(c)];
-}
-
 static const char *dtype_str(ncclDataType_t t) {
   static const char *const names[ncclNumTypes] = {
       "ncclInt8",    "ncclUint8",   "ncclInt32",   "ncclUint32",
@@ -341,6 +290,39 @@ static void *p2p_buff(const brd_call_t *c) {
 
 static size_t coll_bytes(const brd_call_t *c) { return c->count * brd_dtype_size(c->dtype); }
 
+/* The descriptor members that keep their names from one version to the
+ * next, a group each; in the fill_vN below, where p, e and c are in scope.
+ * v1 numbers func and datatype where later versions name them. */
+#define FILL_COLL_CALL(d, func_v, dtype_v)                \
+  do {                                                    \
+    (d)->coll.seqNumber = e->seq;                         \
+    (d)->coll.func = func_v;                              \
+    (d)->coll.sendBuff = c->sendbuff;                     \
+    (d)->coll.recvBuff = c->recvbuff;                     \
+    (d)->coll.count = c->count;                           \
+    (d)->coll.root = c->root;                             \
+    (d)->coll.datatype = dtype_v;                         \
+  } while (0)
+
+#define FILL_P2P_CALL(d, func_v, dtype_v)                 \
+  do {                                                    \
+    (d)->p2p.func = func_v;                               \
+    (d)->p2p.buff = p2p_buff(c);                          \
+    (d)->p2p.datatype = dtype_v;                          \
+    (d)->p2p.count = c->count;                            \
+    (d)->p2p.peer = c->root;                              \
+  } while (0)
+
+#define FILL_PROXY_OP(d)                                  \
+  do {                                                    \
+    (d)->proxyOp.pid = p->pid;                            \
+    (d)->proxyOp.channelId = u8(e->chan);                 \
+    (d)->proxyOp.peer = e->peer;                          \
+    (d)->proxyOp.nSteps = 1;                              \
+    (d)->proxyOp.chunkSize = e->chunk;                    \
+    (d)->proxyOp.isSend = e->is_send;                     \
+  } while (0)
+
 static void fill_v1(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v1_t *d) {
   const struct ncclComm *comm = p->comm;
   const brd_call_t *c = e->call;
@@ -348,13 +330,7 @@ static void fill_v1(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
   case ncclProfileColl:
     d->coll.name = comm->comm_name;
     d->coll.commHash = comm->comm_hash;
-    d->coll.seqNumber = e->seq;
-    d->coll.func = (uint8_t)func_num(c->coll);
-    d->coll.sendBuff = c->sendbuff;
-    d->coll.recvBuff = c->recvbuff;
-    d->coll.count = c->count;
-    d->coll.root = c->root;
-    d->coll.datatype = (uint8_t)c->dtype;
+    FILL_COLL_CALL(d, (uint8_t)brd_coll_nccl_func(c->coll), (uint8_t)c->dtype);
     d->coll.op = (uint32_t)c->op;
     d->coll.trafficBytes = coll_bytes(c);
     d->coll.nMaxChannels = u8(e->nch);
@@ -365,59 +341,33 @@ static void fill_v1(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
   case ncclProfileP2p:
     d->p2p.name = comm->comm_name;
     d->p2p.commHash = comm->comm_hash;
-    d->p2p.func = (uint8_t)func_num(c->coll);
-    d->p2p.buff = p2p_buff(c);
-    d->p2p.datatype = (uint8_t)c->dtype;
-    d->p2p.count = c->count;
-    d->p2p.peer = c->root;
+    FILL_P2P_CALL(d, (uint8_t)brd_coll_nccl_func(c->coll), (uint8_t)c->dtype);
     break;
-  case ncclProfileProxyOp:
-    d->proxyOp.pid = p->pid;
-    d->proxyOp.channelId = u8(e->chan);
-    d->proxyOp.peer = e->peer;
-    d->proxyOp.nSteps = 1;
-    d->proxyOp.chunkSize = e->chunk;
-    d->proxyOp.isSend = e->is_send;
-    break;
+  case ncclProfileProxyOp: FILL_PROXY_OP(d); break;
   case ncclProfileProxyStep: d->proxyStep.step = e->step; break;
   default: break;
   }
 }
 
 /* v2 and v3 share their coll/p2p members up to datatype. */
-#define FILL_V23_COMMON(d)                                \
-  do {                                                    \
-    if (e->type == ncclProfileColl) {                     \
-      (d)->coll.name = comm->comm_name;                   \
-      (d)->coll.commHash = comm->comm_hash;               \
-      (d)->coll.seqNumber = e->seq;                       \
-      (d)->coll.func = func_str(c->coll);                 \
-      (d)->coll.sendBuff = c->sendbuff;                   \
-      (d)->coll.recvBuff = c->recvbuff;                   \
-      (d)->coll.count = c->count;                         \
-      (d)->coll.root = c->root;                           \
-      (d)->coll.datatype = dtype_str(c->dtype);           \
-      (d)->coll.nMaxChannels = u8(e->nch);                \
-      (d)->coll.algo = algo_str(e->algo);                 \
-      (d)->coll.proto = proto_str(e->proto);              \
-    } else if (e->type == ncclProfileP2p) {               \
-      (d)->p2p.name = comm->comm_name;                    \
-      (d)->p2p.commHash = comm->comm_hash;                \
-      (d)->p2p.func = func_str(c->coll);                  \
-      (d)->p2p.buff = p2p_buff(c);                        \
-      (d)->p2p.datatype = dtype_str(c->dtype);            \
-      (d)->p2p.count = c->count;                          \
-      (d)->p2p.peer = c->root;                            \
-    } else if (e->type == ncclProfileProxyOp) {           \
-      (d)->proxyOp.pid = p->pid;                          \
-      (d)->proxyOp.channelId = u8(e->chan);               \
-      (d)->proxyOp.peer = e->peer;                        \
-      (d)->proxyOp.nSteps = 1;                            \
-      (d)->proxyOp.chunkSize = e->chunk;                  \
-      (d)->proxyOp.isSend = e->is_send;                   \
-    } else if (e->type == ncclProfileProxyStep) {         \
-      (d)->proxyStep.step = e->step;                      \
-    }                                                     \
+#define FILL_V23_COMMON(d)                                           \
+  do {                                                               \
+    if (e->type == ncclProfileColl) {                                \
+      (d)->coll.name = comm->comm_name;                              \
+      (d)->coll.commHash = comm->comm_hash;                          \
+      FILL_COLL_CALL(d, brd_coll_name(c->coll), dtype_str(c->dtype));     \
+      (d)->coll.nMaxChannels = u8(e->nch);                           \
+      (d)->coll.algo = algo_str(e->algo);                            \
+      (d)->coll.proto = proto_str(e->proto);                         \
+    } else if (e->type == ncclProfileP2p) {                          \
+      (d)->p2p.name = comm->comm_name;                               \
+      (d)->p2p.commHash = comm->comm_hash;                           \
+      FILL_P2P_CALL(d, brd_coll_name(c->coll), dtype_str(c->dtype));      \
+    } else if (e->type == ncclProfileProxyOp) {                      \
+      FILL_PROXY_OP(d);                                              \
+    } else if (e->type == ncclProfileProxyStep) {                    \
+      (d)->proxyStep.step = e->step;                                 \
+    }                                                                \
   } while (0)
 
 static void fill_v2(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v2_t *d) {
@@ -435,53 +385,43 @@ static void fill_v3(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
 }
 
 /* v4 .. v6 share coll/p2p/proxy/kernelCh members. */
-#define FILL_V456_COMMON(d)                               \
-  do {                                                    \
-    switch (e->type) {                                    \
-    case ncclProfileColl:                                 \
-      (d)->coll.seqNumber = e->seq;                       \
-      (d)->coll.func = func_str(c->coll);                 \
-      (d)->coll.sendBuff = c->sendbuff;                   \
-      (d)->coll.recvBuff = c->recvbuff;                   \
-      (d)->coll.count = c->count;                         \
-      (d)->coll.root = c->root;                           \
-      (d)->coll.datatype = dtype_str(c->dtype);           \
-      (d)->coll.nChannels = u8(e->nch);                   \
-      (d)->coll.algo = algo_str(e->algo);                 \
-      (d)->coll.proto = proto_str(e->proto);              \
-      break;                                              \
-    case ncclProfileP2p:                                  \
-      (d)->p2p.func = func_str(c->coll);                  \
-      (d)->p2p.buff = p2p_buff(c);                        \
-      (d)->p2p.datatype = dtype_str(c->dtype);            \
-      (d)->p2p.count = c->count;                          \
-      (d)->p2p.peer = c->root;                            \
-      (d)->p2p.nChannels = u8(e->nch);                    \
-      break;                                              \
-    case ncclProfileProxyOp:                              \
-      (d)->proxyOp.pid = p->pid;                          \
-      (d)->proxyOp.channelId = u8(e->chan);               \
-      (d)->proxyOp.peer = e->peer;                        \
-      (d)->proxyOp.nSteps = 1;                            \
-      (d)->proxyOp.chunkSize = e->chunk;                  \
-      (d)->proxyOp.isSend = e->is_send;                   \
-      break;                                              \
-    case ncclProfileProxyStep:                            \
-      (d)->proxyStep.step = e->step;                      \
-      break;                                              \
-    case ncclProfileKernelCh:                             \
-      (d)->kernelCh.channelId = u8(e->chan);              \
-      (d)->kernelCh.pTimer = e->ptimer;                   \
-      break;                                              \
-    default:                                              \
-      break;                                              \
-    }                                                     \
+#define FILL_V456_COMMON(d)                                          \
+  do {                                                               \
+    switch (e->type) {                                               \
+    case ncclProfileColl:                                            \
+      FILL_COLL_CALL(d, brd_coll_name(c->coll), dtype_str(c->dtype));     \
+      (d)->coll.nChannels = u8(e->nch);                              \
+      (d)->coll.algo = algo_str(e->algo);                            \
+      (d)->coll.proto = proto_str(e->proto);                         \
+      break;                                                         \
+    case ncclProfileP2p:                                             \
+      FILL_P2P_CALL(d, brd_coll_name(c->coll), dtype_str(c->dtype));      \
+      (d)->p2p.nChannels = u8(e->nch);                               \
+      break;                                                         \
+    case ncclProfileProxyOp: FILL_PROXY_OP(d); break;                \
+    case ncclProfileProxyStep: (d)->proxyStep.step = e->step; break; \
+    case ncclProfileKernelCh:                                        \
+      (d)->kernelCh.channelId = u8(e->chan);                         \
+      (d)->kernelCh.pTimer = e->ptimer;                              \
+      break;                                                         \
+    default: break;                                                  \
+    }                                                                \
   } while (0)
 
 static void fill_v4(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v4_t *d) {
   const brd_call_t *c = e->call;
   FILL_V456_COMMON(d);
 }
+
+/* The members v5's collApi and p2pApi share, in fill_v5. */
+#define FILL_API_CALL(m)                                  \
+  do {                                                    \
+    d->m.func = brd_coll_name(c->coll);                        \
+    d->m.count = c->count;                                \
+    d->m.datatype = dtype_str(c->dtype);                  \
+    d->m.stream = c->stream;                              \
+    d->m.graphCaptured = false;                           \
+  } while (0)
 
 static void fill_v5(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v5_t *d) {
   const brd_call_t *c = e->call;
@@ -494,20 +434,10 @@ static void fill_v5(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
     d->groupApi.groupDepth = 1;
     break;
   case ncclProfileCollApi:
-    d->collApi.func = func_str(c->coll);
-    d->collApi.count = c->count;
-    d->collApi.datatype = dtype_str(c->dtype);
+    FILL_API_CALL(collApi);
     d->collApi.root = c->root;
-    d->collApi.stream = c->stream;
-    d->collApi.graphCaptured = false;
     break;
-  case ncclProfileP2pApi:
-    d->p2pApi.func = func_str(c->coll);
-    d->p2pApi.count = c->count;
-    d->p2pApi.datatype = dtype_str(c->dtype);
-    d->p2pApi.stream = c->stream;
-    d->p2pApi.graphCaptured = false;
-    break;
+  case ncclProfileP2pApi: FILL_API_CALL(p2pApi); break;
   case ncclProfileKernelLaunch:
     d->kernelLaunch.stream = p->ncalls > 0 ? p->calls[0].stream : NULL;
     break;
@@ -518,52 +448,28 @@ static void fill_v5(const brd_prof_t *p, const ev_t *e, ncclProfilerEventDescr_v
 _Static_assert(sizeof(ncclProfilerEventDescr_v5_t) <= sizeof(ncclProfilerEventDescr_v6_t),
                "v6 descriptors begin with v5's");
 
+/* In ev_start: fills a version-V descriptor for e (its header, then
+ * fill_vV) and starts it through the plugin's vV table into h and r. */
+#define START_VN(V)                                                         \
+  do {                                                                      \
+    ncclProfilerEventDescr_v##V##_t d;                                      \
+    memset(&d, 0, sizeof(d));                                               \
+    d.type = e->type, d.parentObj = e->parent, d.rank = p->comm->rank;      \
+    fill_v##V(p, e, &d);                                                    \
+    r = p->sym->v##V.startEvent(p->ctx, &h, &d);                            \
+  } while (0)
+
 /* Starts event e when the plugin asked for its type; the handle or NULL. */
 static void *ev_start(brd_prof_t *p, const ev_t *e) {
   if ((p->mask & (int)e->type) == 0) return NULL;
   void *h = NULL;
   ncclResult_t r;
   switch (p->version) {
-  case 1: {
-    ncclProfilerEventDescr_v1_t d;
-    memset(&d, 0, sizeof(d));
-    d.type = (uint8_t)e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
-    fill_v1(p, e, &d);
-    r = p->sym->v1.startEvent(p->ctx, &h, &d);
-    break;
-  }
-  case 2: {
-    ncclProfilerEventDescr_v2_t d;
-    memset(&d, 0, sizeof(d));
-    d.type = (uint8_t)e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
-    fill_v2(p, e, &d);
-    r = p->sym->v2.startEvent(p->ctx, &h, &d);
-    break;
-  }
-  case 3: {
-    ncclProfilerEventDescr_v3_t d;
-    memset(&d, 0, sizeof(d));
-    d.type = (uint8_t)e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
-    fill_v3(p, e, &d);
-    r = p->sym->v3.startEvent(p->ctx, &h, &d);
-    break;
-  }
-  case 4: {
-    ncclProfilerEventDescr_v4_t d;
-    memset(&d, 0, sizeof(d));
-    d.type = (uint8_t)e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
-    fill_v4(p, e, &d);
-    r = p->sym->v4.startEvent(p->ctx, &h, &d);
-    break;
-  }
-  case 5: {
-    ncclProfilerEventDescr_v5_t d;
-    memset(&d, 0, sizeof(d));
-    d.type = e->type, d.parentObj = e->parent, d.rank = p->comm->rank;
-    fill_v5(p, e, &d);
-    r = p->sym->v5.startEvent(p->ctx, &h, &d);
-    break;
-  }
+  case 1: START_VN(1); break;
+  case 2: START_VN(2); break;
+  case 3: START_VN(3); break;
+  case 4: START_VN(4); break;
+  case 5: START_VN(5); break;
   default: {
     /* v6's descriptor begins with v5's members at the same offsets (the
      * header's asserts): filled through v5's view of the same bytes. */

@@ -182,27 +182,13 @@ static ncclResult_t segs_check(const brd_exec_cuda_args_t *args,
          BRD_EXEC_CUDA_INLINE_SEGS);
     return ncclInvalidArgument;
   }
-  for (uint32_t i = 0; i < n; i++) {
-    if ((segs[i].ptr == NULL && segs[i].count > 0) || segs[i].count > args->count) {
-      WARN("CUDA executor: rank %d %s segment %u has %zu elements at %p "
-           "(launch count %zu)", args->rank, what, i, segs[i].count,
-           segs[i].ptr, args->count);
-      return ncclInvalidArgument;
-    }
-  }
-  return ncclSuccess;
+  return brd_exec_segs_check(segs, n, args->count, args->rank, "CUDA executor", what);
 }
 
 static ncclResult_t args_check(const brd_exec_cuda_args_t *args,
                                       const brd_ir_plan_t *p, uint32_t nchans) {
-  int want_in = brd_ir_coll_has_input(p->coll, (int)args->rank, (int)p->root);
-  int want_out = brd_ir_coll_has_output(p->coll, (int)args->rank, (int)p->root);
-  if ((want_in && args->input == NULL) || (want_out && args->output == NULL)) {
-    WARN("CUDA executor: rank %d has a NULL %s buffer for %zu elements",
-         args->rank, want_in && args->input == NULL ? "input" : "output",
-         args->count);
-    return ncclInvalidArgument;
-  }
+  CHECK(brd_exec_bufs_check(p, (int)args->rank, args->input, args->output, args->count,
+                            "CUDA executor"));
   if (args->in_segs_dev == NULL)
     CHECK(segs_check(args, args->in_segs, args->n_in_segs, "input"));
   if (args->out_segs_dev == NULL)

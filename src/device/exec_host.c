@@ -529,21 +529,6 @@ static ncclResult_t run_op(blk_ctx_t *b, const brd_ir_op_t *op) {
   }
 }
 
-/* A segment table: every buffer present, none longer than the launch. */
-static ncclResult_t check_segs(const brd_exec_args_t *args,
-                               const brd_exec_seg_t *segs, uint32_t n,
-                               const char *what) {
-  for (uint32_t i = 0; segs != NULL && i < n; i++) {
-    if ((segs[i].ptr == NULL && segs[i].count > 0) || segs[i].count > args->count) {
-      WARN("host executor: rank %d %s segment %u has %zu elements at %p "
-           "(launch count %zu)", args->rank, what, i, segs[i].count,
-           segs[i].ptr, args->count);
-      return ncclInvalidArgument;
-    }
-  }
-  return ncclSuccess;
-}
-
 /* See exec_host.h. */
 ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
                                    const brd_exec_args_t *args) {
@@ -566,16 +551,12 @@ ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
   CHECK(brd_reduce_op_init(args->dtype, args->redop, p->nranks, args->scalar,
                            &l->op));
   if (args->count > 0) {
-    int want_in = brd_ir_coll_has_input(p->coll, (int)args->rank, (int)p->root);
-    int want_out = brd_ir_coll_has_output(p->coll, (int)args->rank, (int)p->root);
-    if ((want_in && args->input == NULL) || (want_out && args->output == NULL)) {
-      WARN("host executor: rank %d has a NULL %s buffer for %zu elements",
-           args->rank, want_in && args->input == NULL ? "input" : "output",
-           args->count);
-      return ncclInvalidArgument;
-    }
-    CHECK(check_segs(args, args->in_segs, args->n_in_segs, "input"));
-    CHECK(check_segs(args, args->out_segs, args->n_out_segs, "output"));
+    CHECK(brd_exec_bufs_check(p, (int)args->rank, args->input, args->output, args->count,
+                              "host executor"));
+    CHECK(brd_exec_segs_check(args->in_segs, args->n_in_segs, args->count, args->rank,
+                              "host executor", "input"));
+    CHECK(brd_exec_segs_check(args->out_segs, args->n_out_segs, args->count, args->rank,
+                              "host executor", "output"));
     if (brd_ir_plan_rank(p, args->rank)->nchans > 0 && args->chans == NULL) {
       WARN("host executor: rank %d has no channel pointers for a plan with "
            "%u channels", args->rank, brd_ir_plan_rank(p, args->rank)->nchans);

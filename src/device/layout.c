@@ -70,3 +70,29 @@ uint64_t brd_plan_epoch_reserve(uint64_t *cursor, uint64_t span) {
   *cursor = epoch + span;
   return epoch;
 }
+
+/* See layout.h. */
+ncclResult_t brd_exec_segs_check(const brd_exec_seg_t *segs, uint32_t n, size_t count,
+                                 int rank, const char *executor, const char *what) {
+  for (uint32_t i = 0; segs != NULL && i < n; i++) {
+    if ((segs[i].ptr == NULL && segs[i].count > 0) || segs[i].count > count) {
+      WARN("%s: rank %d %s segment %u has %zu elements at %p (launch count %zu)", executor,
+           rank, what, i, segs[i].count, segs[i].ptr, count);
+      return ncclInvalidArgument;
+    }
+  }
+  return ncclSuccess;
+}
+
+/* See layout.h. */
+ncclResult_t brd_exec_bufs_check(const brd_ir_plan_t *plan, int rank, const void *input,
+                                 const void *output, size_t count, const char *executor) {
+  int want_in = brd_ir_coll_has_input(plan->coll, rank, (int)plan->root);
+  int want_out = brd_ir_coll_has_output(plan->coll, rank, (int)plan->root);
+  if ((want_in && input == NULL) || (want_out && output == NULL)) {
+    WARN("%s: rank %d has a NULL %s buffer for %zu elements", executor, rank,
+         want_in && input == NULL ? "input" : "output", count);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}

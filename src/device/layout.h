@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "device/exec.h"
 #include "device/ir.h"
 
 #ifdef __cplusplus
@@ -125,6 +126,20 @@ void brd_plan_destroy(brd_ir_plan_t *plan);
  * memory. */
 ncclResult_t brd_plan_clone(const brd_ir_plan_t *plan,
                             brd_ir_plan_t **plan_out);
+
+/* Checks that rank has the input and output buffers its part of plan's
+ * collective reads and writes (brd_ir_coll_has_input/output). Otherwise
+ * ncclInvalidArgument with a WARN naming the executor, the rank and the
+ * missing buffer. Any thread. */
+ncclResult_t brd_exec_bufs_check(const brd_ir_plan_t *plan, int rank, const void *input,
+                                 const void *output, size_t count, const char *executor);
+
+/* Checks a launch's segment table (segs[0..n), NULL for none): every
+ * buffer present unless empty, none longer than the launch's count. On a
+ * bad segment, ncclInvalidArgument with a WARN naming the executor, the
+ * rank and which table (what: "input", "output"). Any thread. */
+ncclResult_t brd_exec_segs_check(const brd_exec_seg_t *segs, uint32_t n, size_t count,
+                                 int rank, const char *executor, const char *what);
 
 #ifdef __cplusplus
 } /* extern "C" */

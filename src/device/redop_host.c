@@ -295,30 +295,22 @@ DEFINE_INT_KERNEL(reduce_u64, uint64_t, uint64_t, 0)
  * min/max ignore a NaN operand (as fminf/fmaxf) and order -0 below +0, so
  * the result never depends on the order of the operands. */
 
-static inline float min_f32(float a, float b) {
-  if (a != a) return b;
-  if (b != b || a < b) return a;
-  if (b < a) return b;
-  return signbit(a) ? a : b;
-}
-static inline float max_f32(float a, float b) {
-  if (a != a) return b;
-  if (b != b || a > b) return a;
-  if (b > a) return b;
-  return signbit(a) ? b : a;
-}
-static inline double min_f64(double a, double b) {
-  if (a != a) return b;
-  if (b != b || a < b) return a;
-  if (b < a) return b;
-  return signbit(a) ? a : b;
-}
-static inline double max_f64(double a, double b) {
-  if (a != a) return b;
-  if (b != b || a > b) return a;
-  if (b > a) return b;
-  return signbit(a) ? b : a;
-}
+#define DEFINE_FLOAT_MINMAX(T, sfx)                 \
+  static inline T min_##sfx(T a, T b) {             \
+    if (a != a) return b;                           \
+    if (b != b || a < b) return a;                  \
+    if (b < a) return b;                            \
+    return signbit(a) ? a : b;                      \
+  }                                                 \
+  static inline T max_##sfx(T a, T b) {             \
+    if (a != a) return b;                           \
+    if (b != b || a > b) return a;                  \
+    if (b > a) return b;                            \
+    return signbit(a) ? b : a;                      \
+  }
+
+DEFINE_FLOAT_MINMAX(float, f32)
+DEFINE_FLOAT_MINMAX(double, f64)
 
 #define DEFINE_FLOAT_KERNEL(NAME, T, MINF, MAXF)                              \
   static void NAME(const brd_reduce_op_t *op, T *dst,                         \

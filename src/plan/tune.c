@@ -82,6 +82,7 @@
 
 #include "base/check.h"
 #include "base/debug.h"
+#include "nccl_common.h"
 #include "plan/tune.h"
 
 #define BASE_US 5.0
@@ -916,6 +917,23 @@ ncclResult_t brd_tune_select(const brd_tune_topo_t *topo, brd_coll_t coll,
 
 /* See tune.h. */
 const char *brd_coll_name(brd_coll_t coll) { return coll_name(coll); }
+
+/* See tune.h. */
+int brd_coll_nccl_func(brd_coll_t coll) {
+  switch (coll) {
+  case BRD_COLL_BROADCAST: return ncclFuncBroadcast;
+  case BRD_COLL_REDUCE: return ncclFuncReduce;
+  case BRD_COLL_ALLGATHER: return ncclFuncAllGather;
+  case BRD_COLL_REDUCESCATTER: return ncclFuncReduceScatter;
+  case BRD_COLL_ALLREDUCE: return ncclFuncAllReduce;
+  case BRD_COLL_SEND: return ncclFuncSend;
+  case BRD_COLL_RECV: return ncclFuncRecv;
+  case BRD_COLL_ALLTOALL: return ncclFuncAlltoAll;
+  case BRD_COLL_SCATTER: return ncclFuncScatter;
+  case BRD_COLL_GATHER: return ncclFuncGather;
+  default: return ncclNumFuncs;
+  }
+}
 
 /* See tune.h. */
 ncclResult_t brd_tune_costs(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,

@@ -140,6 +140,10 @@ const char *brd_proto_name(brd_proto_t proto);
 /* NCCL's spelling of a collective ("AllReduce"); "Unknown" out of range. */
 const char *brd_coll_name(brd_coll_t coll);
 
+/* NCCL's ncclFunc_t number for coll (what plugins are told); ncclNumFuncs
+ * for a value that is none of Braid's collectives. */
+int brd_coll_nccl_func(brd_coll_t coll);
+
 /* Parses NCCL_ALGO and NCCL_PROTO (either may be NULL or "" for unset) with
  * NCCL 2.28's syntax: entries separated by ';', each "[func:]name,name" or
  * "[func:]^name,name" (^ allows all but the names). Only the first entry may

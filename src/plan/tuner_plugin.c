@@ -77,63 +77,38 @@ static ncclDebugLogger_t logger(void) {
 static const char *res_text(ncclResult_t r) { return ncclGetErrorString(r); }
 
 
-/* The newest ncclTunerPlugin_vN of dl with a name and an init. */
-static const any_tuner_t *find_symbol(void *dl, int *version_out) {
-  char symname[32];
-  for (int v = NEWEST; v >= OLDEST; v--) {
-    snprintf(symname, sizeof(symname), "ncclTunerPlugin_v%d", v);
-    const any_tuner_t *sym = dlsym(dl, symname);
-    if (sym != NULL && sym->v2.name != NULL && sym->v2.init != NULL) {
-      *version_out = v;
-      return sym;
-    }
-  }
-  return NULL;
+/* Whether an ncclTunerPlugin_vN table has a name and an init. */
+static int usable(const void *table) {
+  const any_tuner_t *sym = table;
+  return sym->v2.name != NULL && sym->v2.init != NULL;
 }
 
 /* Loads the library (brd_plugin_lib_acquire's load): 1 when it did. */
 static int load(brd_plugin_lib_t *l) {
-  char missing[2 * PATH_MAX] = "", err[512] = "", netpath[PATH_MAX] = "";
-  const char *spec = brd_param_str(BRD_P_TUNER_PLUGIN);
-  int requested = spec != NULL && spec[0] != '\0';
-  if (!requested) spec = NULL;
-  if (requested) {
-    INFO(BRD_SUBSYS_ENV | BRD_SUBSYS_TUNING, "NCCL_TUNER_PLUGIN set by environment to %s",
-         spec);
-    if (strcasecmp(spec, "none") == 0) {
-      return 0;
-    }
-  }
-  const char *where = NULL;
-  void *dl = brd_plugin_open(spec, "tuner", missing, sizeof(missing), err, sizeof(err));
-  if (dl != NULL) {
-    brd_plugin_path(dl, spec ? spec : "libnccl-tuner.so", lib_path, sizeof(lib_path));
-    where = lib_path;
-  } else {
-    if (missing[0] != '\0')
-      INFO(SUBSYS, "TUNER/Plugin: Could not find:%s", missing);
-    if (err[0] != '\0') INFO(SUBSYS, "TUNER/Plugin: %s", err);
-    /* NCCL looks for a tuner inside the net plugin's library next. */
-    dl = brd_net_plugin_lib_open(netpath, sizeof(netpath));
-    if (dl != NULL) {
-      snprintf(lib_path, sizeof(lib_path), "%s", netpath);
-      where = NULL;
-    }
-  }
+  brd_plugin_found_t f;
+  int none;
+  const char *spec = brd_plugin_spec("NCCL_TUNER_PLUGIN", brd_param_str(BRD_P_TUNER_PLUGIN),
+                                     BRD_SUBSYS_ENV | BRD_SUBSYS_TUNING, &none);
+  int requested = spec != NULL;
+  if (none) return 0;
+  /* NCCL looks for a tuner inside the net plugin's library next. */
+  void *dl = brd_net_plugin_open_other(spec, "tuner", "TUNER/Plugin", SUBSYS, &f);
   if (dl == NULL) {
     if (requested)
       WARN("TUNER/Plugin: cannot load NCCL_TUNER_PLUGIN=%s: could not find%s%s%s (and no "
            "tuner in the net plugin library). Give NCCL_TUNER_PLUGIN a path, put the library "
            "on LD_LIBRARY_PATH, or set NCCL_TUNER_PLUGIN=none; Braid tunes by itself",
-           spec, missing[0] ? missing : " it", err[0] ? ": " : "", err);
+           spec, f.missing[0] ? f.missing : " it", f.err[0] ? ": " : "", f.err);
     else
       INFO(SUBSYS, "TUNER/Plugin: no tuner plugin (optional); Braid tunes by itself");
     return 0;
   }
+  snprintf(lib_path, sizeof(lib_path), "%s", f.path);
   int version = 0;
-  const any_tuner_t *sym = find_symbol(dl, &version);
+  const any_tuner_t *sym =
+      brd_plugin_find_versioned(dl, "ncclTunerPlugin_v", NEWEST, OLDEST, usable, &version);
   if (sym == NULL) {
-    if (where != NULL && requested)
+    if (!f.in_net && requested)
       WARN("External tuner plugin %s is unsupported: it exports no usable "
            "ncclTunerPlugin_v%d .. v%d (Braid loads those versions); Braid tunes by itself",
            lib_path, OLDEST, NEWEST);
@@ -227,14 +202,8 @@ void brd_tuner_reset(void) {
 
 /* NCCL's number for the collectives it tunes; -1 for the others. */
 static int func_of(brd_coll_t coll) {
-  switch (coll) {
-  case BRD_COLL_BROADCAST: return ncclFuncBroadcast;
-  case BRD_COLL_REDUCE: return ncclFuncReduce;
-  case BRD_COLL_ALLGATHER: return ncclFuncAllGather;
-  case BRD_COLL_REDUCESCATTER: return ncclFuncReduceScatter;
-  case BRD_COLL_ALLREDUCE: return ncclFuncAllReduce;
-  default: return -1;
-  }
+  int func = brd_coll_nccl_func(coll);
+  return func <= ncclFuncAllReduce ? func : -1;
 }
 
 /* The version's getCollInfo, with v2's pair turned into a 0.0 entry as

@@ -168,28 +168,29 @@ static ncclResult_t not_ready(const brd_net_plugin_t *p, const char *call) {
     (out)->maxCollBytes = (in).maxCollBytes;                                  \
   } while (0)
 
+/* In ad_get_properties: a version-V table's answer for dev, as `in`, with
+ * the members every version has copied into out. */
+#define GET_PROPS_V(V)                                                        \
+  ncclNetProperties_v##V##_t in;                                              \
+  PCALL(p, "getProperties", p->fn.v##V.getProperties(dev, &in));              \
+  COPY_COMMON(&out, in, dev)
+
 static ncclResult_t ad_get_properties(brd_net_plugin_t *p, int dev, brd_net_props_t *props) {
   NEED_READY(p, "getProperties");
   brd_net_props_t out;
   switch (p->version) {
   case 6: {
-    ncclNetProperties_v6_t in;
-    PCALL(p, "getProperties", p->fn.v6.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(6);
     break;
   }
   case 7: {
-    ncclNetProperties_v7_t in;
-    PCALL(p, "getProperties", p->fn.v7.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(7);
     out.netDeviceType = in.netDeviceType;
     out.netDeviceVersion = in.netDeviceVersion;
     break;
   }
   case 8: {
-    ncclNetProperties_v8_t in;
-    PCALL(p, "getProperties", p->fn.v8.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(8);
     out.regIsGlobal = in.regIsGlobal;
     out.netDeviceType = in.netDeviceType;
     out.netDeviceVersion = in.netDeviceVersion;
@@ -197,24 +198,18 @@ static ncclResult_t ad_get_properties(brd_net_plugin_t *p, int dev, brd_net_prop
   }
   case 9:
   case 10: {
-    ncclNetProperties_v9_t in;
-    PCALL(p, "getProperties", p->fn.v9.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(9);
     COPY_V9(&out, in);
     break;
   }
   case 11: {
-    ncclNetProperties_v11_t in;
-    PCALL(p, "getProperties", p->fn.v11.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(11);
     COPY_V9(&out, in);
     out.maxMultiRequestSize = in.maxMultiRequestSize;
     break;
   }
   default: {
-    ncclNetProperties_v12_t in;
-    PCALL(p, "getProperties", p->fn.v12.getProperties(dev, &in));
-    COPY_COMMON(&out, in, dev);
+    GET_PROPS_V(12);
     int nd = in.vProps.ndevs < 0 ? 0 : in.vProps.ndevs;
     if (nd > NCCL_NET_MAX_DEVS_PER_NIC_V12) nd = NCCL_NET_MAX_DEVS_PER_NIC_V12;
     out.regIsGlobal = in.regIsGlobal;
@@ -667,12 +662,7 @@ static ncclResult_t load(const char *spec, int loud, brd_net_plugin_t **out) {
 
   int version = 0, coll_version = 0;
   const void *sym = NULL, *collsym = NULL;
-  char symname[64];
-  for (int v = NEWEST; v >= OLDEST && sym == NULL; v--) {
-    snprintf(symname, sizeof(symname), "ncclNetPlugin_v%d", v);
-    sym = dlsym(dl, symname);
-    if (sym != NULL) version = v;
-  }
+  sym = brd_plugin_find_versioned(dl, "ncclNetPlugin_v", NEWEST, OLDEST, NULL, &version);
   /* name and init are all a table holds before init. */
   const ncclNet_v6_t *head = sym;
   if (sym == NULL || head->name == NULL || head->init == NULL) {
@@ -686,11 +676,8 @@ static ncclResult_t load(const char *spec, int loud, brd_net_plugin_t **out) {
     dlclose(dl);
     return ncclInvalidUsage;
   }
-  for (int v = NEWEST; v >= OLDEST && collsym == NULL; v--) {
-    snprintf(symname, sizeof(symname), "ncclCollNetPlugin_v%d", v);
-    collsym = dlsym(dl, symname);
-    if (collsym != NULL) coll_version = v;
-  }
+  collsym =
+      brd_plugin_find_versioned(dl, "ncclCollNetPlugin_v", NEWEST, OLDEST, NULL, &coll_version);
 
   pthread_mutex_lock(&slots_mu);
   brd_net_plugin_t *p = NULL;
@@ -968,6 +955,25 @@ void *brd_net_plugin_lib_open(char *path_out, size_t n) {
   free(list);
   if (h != NULL && path_out != NULL && n > 0) brd_plugin_path(h, spec ? spec : "libnccl-net.so", path_out, n);
   return h;
+}
+
+/* See net_plugin.h. */
+void *brd_net_plugin_open_other(const char *spec, const char *kind, const char *prefix,
+                                unsigned long subsys, brd_plugin_found_t *f) {
+  memset(f, 0, sizeof(*f));
+  void *dl = brd_plugin_open(spec, kind, f->missing, sizeof(f->missing), f->err,
+                             sizeof(f->err));
+  if (dl != NULL) {
+    char def[64];
+    snprintf(def, sizeof(def), "libnccl-%s.so", kind);
+    brd_plugin_path(dl, spec ? spec : def, f->path, sizeof(f->path));
+    return dl;
+  }
+  if (f->missing[0] != '\0') INFO(subsys, "%s: Could not find:%s", prefix, f->missing);
+  if (f->err[0] != '\0') INFO(subsys, "%s: %s", prefix, f->err);
+  dl = brd_net_plugin_lib_open(f->path, sizeof(f->path));
+  f->in_net = dl != NULL;
+  return dl;
 }
 
 void brd_net_reset(void) {

@@ -13,6 +13,8 @@
 #ifndef BRD_TRANSPORT_NET_PLUGIN_H
 #define BRD_TRANSPORT_NET_PLUGIN_H
 
+#include <limits.h>
+
 #include "transport/net.h"
 
 /* Adapter slots: plugins loaded at once in one process. */
@@ -60,6 +62,25 @@ const char *brd_net_plugin_path(const brd_net_plugin_t *p);
  * caller dlcloses it; *path_out (n bytes) gets the file's path. Any
  * thread; blocks on dlopen. */
 void *brd_net_plugin_lib_open(char *path_out, size_t n);
+
+/* What brd_net_plugin_open_other opened, or why it opened nothing. */
+typedef struct brd_plugin_found {
+  char path[PATH_MAX];        /* the file opened */
+  char missing[2 * PATH_MAX]; /* the names tried and not found */
+  char err[512];              /* the last other loader error */
+  int in_net;                 /* 1: it is the net plugin's library */
+} brd_plugin_found_t;
+
+/* Opens the library of a plugin of another kind ("tuner", "profiler") as
+ * NCCL does: spec by brd_plugin_open's rules (NULL: libnccl-<kind>.so),
+ * else the net plugin's library (brd_net_plugin_lib_open), which may hold
+ * one too. What the first step did not find is logged under subsys, each
+ * line starting with prefix ("TUNER/Plugin"). Returns the handle (the
+ * caller dlcloses it) with f->path and f->in_net set, or NULL with
+ * f->missing and f->err for the caller's message. Any thread; blocks on
+ * dlopen. */
+void *brd_net_plugin_open_other(const char *spec, const char *kind, const char *prefix,
+                                unsigned long subsys, brd_plugin_found_t *f);
 
 /* Forgets brd_net_get's choice and unloads the plugin it kept, so the next
  * call reads NCCL_NET_PLUGIN and NCCL_NET again. For tests: nothing may

@@ -1045,17 +1045,34 @@ static sock_req_t *req_next(sock_comm_t *c) {
   return r;
 }
 
+/* The start of a post on c: *request NULL, then c's failure if it has
+ * one, else the next free request in *r_out (NULL when all are in flight:
+ * the post returns ncclSuccess without a request, as the net API asks). */
+static ncclResult_t req_take(sock_comm_t *c, void **request, sock_req_t **r_out) {
+  int err = atomic_load(&c->error);
+  *request = NULL;
+  if (err != ncclSuccess) return (ncclResult_t)err;
+  *r_out = req_next(c);
+  return ncclSuccess;
+}
+
+/* The end of a post: r, its buffer set, starts with its control message. */
+static ncclResult_t req_post(sock_comm_t *c, sock_req_t *r, void **request) {
+  r->state = REQ_CTRL;
+  c->post_seq++;
+  *request = r;
+  return ncclSuccess;
+}
+
 static ncclResult_t sock_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
                                void *phandle, void **request) {
   sock_comm_t *c = send_comm;
-  sock_req_t *r;
-  int err = atomic_load(&c->error);
+  sock_req_t *r = NULL;
   (void)tag;
   (void)mhandle;
   (void)phandle;
-  *request = NULL;
-  if (err != ncclSuccess) return (ncclResult_t)err;
-  if ((r = req_next(c)) == NULL) return ncclSuccess;
+  CHECK(req_take(c, request, &r));
+  if (r == NULL) return ncclSuccess;
   r->buf = data;
   r->cap = r->size = size;
   r->hdr.size = size;
@@ -1066,17 +1083,13 @@ static ncclResult_t sock_isend(void *send_comm, void *data, size_t size, int tag
   } else {
     r->ctrl_bytes = size;
   }
-  r->state = REQ_CTRL;
-  c->post_seq++;
-  *request = r;
-  return ncclSuccess;
+  return req_post(c, r, request);
 }
 
 static ncclResult_t sock_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                                void **mhandles, void **phandles, void **request) {
   sock_comm_t *c = recv_comm;
-  sock_req_t *r;
-  int err = atomic_load(&c->error);
+  sock_req_t *r = NULL;
   (void)tags;
   (void)mhandles;
   (void)phandles;
@@ -1085,15 +1098,12 @@ static ncclResult_t sock_irecv(void *recv_comm, int n, void **data, size_t *size
     SOCK_WARN("NET/Socket : irecv of %d buffers; this net receives one at a time (maxRecvs 1)", n);
     return ncclInternalError;
   }
-  if (err != ncclSuccess) return (ncclResult_t)err;
-  if ((r = req_next(c)) == NULL) return ncclSuccess;
+  CHECK(req_take(c, request, &r));
+  if (r == NULL) return ncclSuccess;
   r->buf = data[0];
   r->cap = sizes[0];
   r->size = 0;
-  r->state = REQ_CTRL;
-  c->post_seq++;
-  *request = r;
-  return ncclSuccess;
+  return req_post(c, r, request);
 }
 
 static ncclResult_t sock_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,

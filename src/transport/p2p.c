@@ -195,6 +195,29 @@ out:
   return res;
 }
 
+/* Reserves alloc bytes of address space (aligned to align, 0 for the
+ * default), maps h there (what names the map call in a message) and
+ * grants dev, and with all_peers its peers, access. *va_out on success;
+ * on failure nothing of this remains, and h is still the caller's. */
+static ncclResult_t vmm_map(CUmemGenericAllocationHandle h, size_t alloc, size_t align,
+                            int dev, int all_peers, const char *what, CUdeviceptr *va_out) {
+  ncclResult_t res = ncclSuccess;
+  CUdeviceptr va = 0;
+  CU_CHECK_GOTO(drv()->mem_address_reserve(&va, alloc, align, 0, 0), "cuMemAddressReserve",
+                res, out);
+  CU_CHECK_GOTO(drv()->mem_map(va, alloc, 0, h, 0), what, res, fail_free_va);
+  CHECK_GOTO(vmm_grant(va, alloc, dev, all_peers), res, fail_unmap);
+  *va_out = va;
+  return ncclSuccess;
+
+fail_unmap:
+  drv()->mem_unmap(va, alloc);
+fail_free_va:
+  drv()->mem_address_free(va, alloc);
+out:
+  return res;
+}
+
 /* Allocates and maps size bytes (rounded up to the recommended granularity)
  * on dev, exportable as a POSIX descriptor; fills m's mapping fields. */
 static ncclResult_t vmm_alloc(int dev, size_t size, int all_peers, p2p_mem_t *m) {
@@ -214,10 +237,7 @@ static ncclResult_t vmm_alloc(int dev, size_t size, int all_peers, p2p_mem_t *m)
   if (gran == 0) gran = 2u << 20;
   size_t alloc = (size + gran - 1) / gran * gran;
   CU_CHECK_GOTO(drv()->mem_create(&h, alloc, &prop, 0), "cuMemCreate", res, out);
-  CU_CHECK_GOTO(drv()->mem_address_reserve(&va, alloc, gran, 0, 0), "cuMemAddressReserve", res,
-          fail_release);
-  CU_CHECK_GOTO(drv()->mem_map(va, alloc, 0, h, 0), "cuMemMap", res, fail_free_va);
-  CHECK_GOTO(vmm_grant(va, alloc, dev, all_peers), res, fail_unmap);
+  CHECK_GOTO(vmm_map(h, alloc, gran, dev, all_peers, "cuMemMap", &va), res, fail_release);
   m->ptr = (void *)(uintptr_t)va;
   m->alloc_size = alloc;
   m->cu = h;
@@ -225,10 +245,6 @@ static ncclResult_t vmm_alloc(int dev, size_t size, int all_peers, p2p_mem_t *m)
   m->dev = dev;
   return ncclSuccess;
 
-fail_unmap:
-  drv()->mem_unmap(va, alloc);
-fail_free_va:
-  drv()->mem_address_free(va, alloc);
 fail_release:
   drv()->mem_release(h);
 out:
@@ -385,20 +401,13 @@ static ncclResult_t import_vmm(const brd_seg_handle_t *h, const p2p_name_t *nm, 
           "cuMemImportFromShareableHandle", res, fail_close);
   close(fd);
   fd = -1;
-  CU_CHECK_GOTO(drv()->mem_address_reserve(&va, alloc, 0, 0, 0), "cuMemAddressReserve", res,
-          fail_release);
-  CU_CHECK_GOTO(drv()->mem_map(va, alloc, 0, m->cu, 0), "cuMemMap (peer memory)", res,
-          fail_free_va);
-  CHECK_GOTO(vmm_grant(va, alloc, dev, 0), res, fail_unmap);
+  CHECK_GOTO(vmm_map(m->cu, alloc, 0, dev, 0, "cuMemMap (peer memory)", &va), res,
+             fail_release);
   m->ptr = (void *)(uintptr_t)va;
   m->alloc_size = alloc;
   m->mode = MODE_VMM;
   return ncclSuccess;
 
-fail_unmap:
-  drv()->mem_unmap(va, alloc);
-fail_free_va:
-  drv()->mem_address_free(va, alloc);
 fail_release:
   drv()->mem_release(m->cu);
 fail_close:
