@@ -234,6 +234,17 @@ int brd_comm_ranks_per_device(const struct ncclComm *comm) {
 }
 
 /* See comm.h. */
+int brd_comm_device_other_process(const struct ncclComm *comm) {
+  if (comm->peers == NULL) return -1;
+  const brd_peer_info_t *me = &comm->peers[comm->rank];
+  for (int r = 0; r < comm->nranks; r++)
+    if (comm->peers[r].host_hash == me->host_hash && comm->peers[r].bus_id == me->bus_id &&
+        comm->peers[r].pid_hash != me->pid_hash)
+      return r;
+  return -1;
+}
+
+/* See comm.h. */
 int brd_comm_all_in_process(const struct ncclComm *comm) {
   if (comm->peers == NULL) return comm->nranks == 1;
   for (int r = 0; r < comm->nranks; r++)

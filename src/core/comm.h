@@ -109,6 +109,10 @@ int brd_comm_ranks_per_device(const struct ncclComm *comm);
  * without a peer table counts). Any thread. */
 int brd_comm_all_in_process(const struct ncclComm *comm);
 
+/* The lowest rank of comm in another process on this rank's GPU (same host
+ * and bus id, another pid_hash), or -1 when there is none. Any thread. */
+int brd_comm_device_other_process(const struct ncclComm *comm);
+
 /* Liveness. The first launch on a communicator of more than one rank
  * registers it with the process's watchdog thread, which every 50 ms
  * checks the ring neighbours' bootstrap connections (closed: the

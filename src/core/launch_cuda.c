@@ -85,7 +85,7 @@
 #include "plan/plan.h"
 #include "base/time.h"
 
-#define NB_LIMIT 8          /* most blocks per rank, unless NCCL_MAX_CTAS or
+#define NB_LIMIT 32         /* most blocks per rank, unless NCCL_MAX_CTAS or
                                ncclConfig_t.maxCTAs asks for more */
 #define P2P_PLANS_WARN 4096 /* point-to-point plans kept before a WARN */
 
@@ -355,6 +355,30 @@ static ncclResult_t cuda_drain(struct ncclComm *comm, struct brd_backend *rt) {
   }
 }
 
+/* Ranks in different processes that share a GPU without MPS get separate
+ * contexts, which the GPU runs in turns (time slices of milliseconds): a
+ * kernel that waits for a peer's kernel waits for the next turn. Say so
+ * once per communicator, with the fix. */
+static void mps_check(struct ncclComm *comm) {
+  int other = brd_comm_device_other_process(comm), mps = 0;
+  if (other < 0) return;
+  if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, comm->cuda_dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  if (mps) {
+    INFO(BRD_SUBSYS_INIT, "rank %d: GPU %d is shared with rank %d's process through MPS",
+         comm->rank, comm->cuda_dev, other);
+    return;
+  }
+  WARN("rank %d: rank %d, in another process, shares GPU %d without MPS: the GPU runs "
+       "the two processes' kernels in turns, so every step of a collective waits for a "
+       "time slice (2.2 ms per all-reduce of 2 processes on an H200, 26 us under MPS); "
+       "start the MPS control daemon (nvidia-cuda-mps-control -d) before the job, or "
+       "run the ranks on one GPU as threads of one process",
+       comm->rank, other, comm->cuda_dev);
+}
+
 static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_out, char *why,
                               size_t nwhy) {
   ncclResult_t res = ncclSuccess;
@@ -385,12 +409,16 @@ static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_ou
     res = ncclInvalidUsage;
     goto out;
   }
-  /* Eight blocks per rank unless the user asks for more (NCCL_MAX_CTAS,
-   * ncclConfig_t.maxCTAs): each block adds its share of NCCL_BUFFSIZE to
-   * the scratch window. */
+  /* By default half the SMs, shared among the ranks on the GPU, and at
+   * most NB_LIMIT blocks per rank: the rest stay free for the job's own
+   * kernels, and every block of every sharing rank is resident with room
+   * to spare (each takes a whole SM). The user may ask for more
+   * (NCCL_MAX_CTAS, ncclConfig_t.maxCTAs), up to every SM. The scratch
+   * window does not grow with the blocks (brd_plan_scratch_bytes). */
   int asked = brd_param_getenv(brd_param_table[BRD_P_MAX_CTAS].name) != NULL ||
               comm->config.maxCTAs != BRD_CONFIG_MAX_CTAS;
-  if (!asked && nb > NB_LIMIT) nb = NB_LIMIT;
+  if (!asked) nb = nb / 2 > NB_LIMIT ? NB_LIMIT : nb / 2 > 0 ? nb / 2 : 1;
+  mps_check(comm);
   if (comm->config.maxCTAs > 0 && nb > comm->config.maxCTAs) nb = comm->config.maxCTAs;
   caps.nb_max = nb;
   int64_t stage = brd_param_int(BRD_P_BRAID_CUDA_STAGING);
@@ -1181,11 +1209,11 @@ const brd_backend_ops_t brd_backend_cuda = {
     .reg_needs_p2p = 1,
     .rma_mem = BRD_TRANSPORT_MEM_GPU,
     .switch_chans = BRD_BACKEND_SWITCH_OPT_IN,
-    /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 1 MiB, 8 from 16 MiB,
-     * and where NCCL_MAX_CTAS allows, 16 from 32 MiB, 32 from 64 MiB, 64
-     * from 128 MiB. */
-    .nb_sizes = {(size_t)64 << 10, (size_t)1 << 20, (size_t)16 << 20, (size_t)32 << 20,
-                 (size_t)64 << 20, (size_t)128 << 20},
+    /* GPU blocks are cheap to add: 2 from 64 KiB, 4 from 256 KiB, 8 from
+     * 1 MiB, 16 from 4 MiB, 32 from 16 MiB, and where NCCL_MAX_CTAS allows,
+     * 64 from 64 MiB. One block moves 15-20 GB/s (docs/perf/gpu.md). */
+    .nb_sizes = {(size_t)64 << 10, (size_t)256 << 10, (size_t)1 << 20, (size_t)4 << 20,
+                 (size_t)16 << 20, (size_t)64 << 20},
     .p2p_round_ops = 48, /* BRD_EXEC_CUDA_INLINE_SEGS: segments ride in the kernel's parameters */
     .topo = cuda_topo,
     .caps = cuda_caps,

@@ -344,6 +344,10 @@ ncclResult_t brd_plan_builder_finish(const brd_plan_builder_t *b,
   return ncclSuccess;
 }
 
+/* Scratch of a plan, in NCCL_BUFFSIZE (or NCCL_LL_BUFFSIZE) units: 16, 64 MiB
+ * at the default 4 MiB (two phases of 8 blocks' slots). */
+#define SCRATCH_SLOTS 16
+
 /* See plan.h. */
 size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan) {
   if (plan->nslots == 0) return 0;
@@ -354,7 +358,16 @@ size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan) {
   slot &= ~(int64_t)15;
   if (slot < 64) slot = 64;
   size_t phases = (plan->flags & BRD_IR_PLAN_F_ONE_PHASE) ? 1 : 2;
-  return phases * (size_t)plan->nslots * (size_t)slot;
+  /* At most SCRATCH_SLOTS buffers of the size in all: a plan of many
+   * blocks gets smaller slots, not more memory. */
+  size_t cap = (size_t)SCRATCH_SLOTS * (size_t)(buff > 64 ? buff : 64);
+  size_t want = phases * (size_t)plan->nslots * (size_t)slot;
+  if (want > cap) {
+    slot = (int64_t)(cap / (phases * plan->nslots)) & ~(int64_t)15;
+    if (slot < 64) slot = 64;
+    want = phases * (size_t)plan->nslots * (size_t)slot;
+  }
+  return want;
 }
 
 /* See plan.h. */

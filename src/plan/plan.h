@@ -131,8 +131,9 @@ ncclResult_t brd_plan_builder_finish(const brd_plan_builder_t *b,
 /* Scratch bytes one rank needs for this plan, both phases included (one
  * area for BRD_IR_PLAN_F_ONE_PHASE plans): each slot is NCCL_BUFFSIZE /
  * slot_div bytes (NCCL_LL_BUFFSIZE for LL plans), rounded down to 16 and at
- * least 64, so every slot_div slots share one buffer of NCCL's size. 0 for
- * a plan without slots. Reads the parameters through brd_param_int; any
+ * least 64, so every slot_div slots share one buffer of NCCL's size; but
+ * never more than 16 such buffers in all (64 MiB at NCCL's default 4 MiB):
+ * a plan of more slots gets smaller ones. 0 for a plan without slots. Reads the parameters through brd_param_int; any
  * thread. */
 size_t brd_plan_scratch_bytes(const brd_ir_plan_t *plan);
 

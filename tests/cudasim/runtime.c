@@ -187,6 +187,7 @@ static struct {
   int hold[MAX_DEVICES];                   /* a load or a pageable copy from
                                               the device holds the context */
   int pageable;                            /* model pageable copies */
+  int mps;                                 /* cudaDevAttrMpsEnabled (BRAID_CUDASIM_MPS) */
   struct CUstream_st *streams;             /* every live stream */
   struct CUstream_st *legacy[MAX_DEVICES]; /* created on first use */
   capture_t *captures;                     /* active captures */
@@ -237,6 +238,7 @@ static void init_locked(void) {
   S.lazy = env_int("BRAID_CUDASIM_LAZY_LOADING", 1) &&
            !(ml != NULL && strcmp(ml, "EAGER") == 0);
   S.pageable = env_int("BRAID_CUDASIM_PAGEABLE", 1);
+  S.mps = env_int("BRAID_CUDASIM_MPS", 0);
   /* One memfd per allocation: allow as many as the hard limit. */
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -1259,6 +1261,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
   int v;
   switch (attr) {
   case cudaDevAttrMultiProcessorCount: v = S.nsms; break;
+  case cudaDevAttrMpsEnabled: v = S.mps; break;
   case cudaDevAttrComputeCapabilityMajor: v = 9; break;
   case cudaDevAttrComputeCapabilityMinor: v = 0; break;
   case cudaDevAttrMaxThreadsPerBlock: v = 1024; break;

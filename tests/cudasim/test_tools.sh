@@ -48,26 +48,58 @@ check all_reduce_perf -b 8 -e 1M -f 16 -t 1 -g 2 -c 1 -w 1 -n 2 -d all -o all
 check sendrecv_perf -b 8 -e 64K -f 16 -P 3 -c 1 -w 1 -n 2
 check all_gather_perf -b 8 -e 64K -f 16 -P 2 -c 1 -w 1 -n 2
 
-# NCCL_MAX_CTAS above the default 8 blocks per rank: a 64 MiB all-reduce of
-# 2 ranks sharing the GPU runs its plan on 32 blocks each (the tuner's
-# INFO line says so) and checks out.
-dbg=$(mktemp -d)
-out=$(NCCL_MAX_CTAS=32 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING \
-      NCCL_DEBUG_FILE="$dbg/log.%p" timeout 300 \
-      "$bin/all_reduce_perf" -b 64M -e 64M -t 2 -g 1 -c 1 -w 0 -n 1 2>&1)
-rc=$?
-log=$(cat "$dbg"/log.* 2>/dev/null)
-rm -rf "$dbg"
-if [[ $rc -ne 0 ]] || ! grep -q 'plan: ring all-reduce, Simple, 32 blocks' <<<"$log" ||
-   ! grep -q 'up to 32 blocks per rank' <<<"$log" ||
-   ! awk '/^ +67108864 / { ok = ($9 == "0" && $13 == "0") } END { exit !ok }' <<<"$out"; then
-  echo "FAIL NCCL_MAX_CTAS=32: no checked 64 MiB all-reduce on 32 blocks per rank"
-  grep -E '^ +67108864|WARN|failure' <<<"$out" | head -4 | sed 's/^/  | /'
-  grep -E 'blocks per rank|WARN' <<<"$log" | head -4 | sed 's/^/  | /'
-  fails=$((fails + 1))
-else
-  echo "PASS NCCL_MAX_CTAS=32: 64 MiB all-reduce, 2 ranks, 32 blocks each"
-fi
+# Blocks per rank: by default half the SMs shared among the ranks on the
+# GPU, at most 32 (132 SMs: 32 for 2 ranks, 8 for 8 ranks, 4 for 2 ranks of
+# a 16-SM GPU); NCCL_MAX_CTAS above that. A 64 MiB all-reduce runs its plan
+# on that many blocks (the INFO lines say so) and checks out.
+blocks() { # want, label, env..., -- args...
+  local want=$1 label=$2; shift 2
+  local envs=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  local dbg out rc log
+  dbg=$(mktemp -d)
+  out=$(env "${envs[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING \
+        NCCL_DEBUG_FILE="$dbg/log.%p" timeout 300 \
+        "$bin/all_reduce_perf" -b 64M -e 64M -c 1 -w 0 -n 1 "$@" 2>&1)
+  rc=$?
+  log=$(cat "$dbg"/log.* 2>/dev/null)
+  rm -rf "$dbg"
+  if [[ $rc -ne 0 ]] || ! grep -q "all-reduce, Simple, $want blocks" <<<"$log" ||
+     ! grep -q "up to $want blocks per rank" <<<"$log" ||
+     ! awk '/^ +67108864 / { ok = ($9 == "0" && $13 == "0") } END { exit !ok }' <<<"$out"; then
+    echo "FAIL $label: no checked 64 MiB all-reduce on $want blocks per rank"
+    grep -E '^ +67108864|WARN|failure' <<<"$out" | head -4 | sed 's/^/  | /'
+    grep -E 'blocks per rank|blocks,|WARN' <<<"$log" | head -4 | sed 's/^/  | /'
+    fails=$((fails + 1))
+  else
+    echo "PASS $label: 64 MiB all-reduce on $want blocks per rank"
+  fi
+}
+blocks 32 "2 ranks, default" -- -t 2 -g 1
+blocks 4 "2 ranks, 16 SMs" BRAID_CUDASIM_SMS=16 -- -t 2 -g 1
+blocks 8 "8 ranks, default" -- -t 8 -g 1
+blocks 16 "8 ranks, NCCL_MAX_CTAS=16" NCCL_MAX_CTAS=16 -- -t 8 -g 1
+
+# Ranks in two processes on one GPU: without MPS every rank WARNs that the
+# GPU takes turns between them, and names the fix; under MPS none does.
+for mps in 0 1; do
+  out=$(BRAID_CUDASIM_MPS=$mps NCCL_DEBUG=WARN timeout 300 \
+        "$bin/all_reduce_perf" -b 8 -e 8 -P 2 -c 1 -w 0 -n 1 2>&1)
+  rc=$?
+  # The two processes print at once: count the ranks that warned.
+  nwarn=$(grep -oE 'WARN rank [0-9]+: rank [0-9]+, in another process, shares GPU 0 without MPS' \
+          <<<"$out" | sort -u | wc -l)
+  want=$((mps == 0 ? 2 : 0))
+  fix=$(grep -c 'start the MPS control daemon (nvidia-cuda-mps-control -d)' <<<"$out")
+  if [[ $rc -ne 0 || $nwarn -ne $want || ($want -gt 0 && $fix -eq 0) ]]; then
+    echo "FAIL MPS=$mps: $nwarn MPS warnings from 2 processes sharing the GPU, want $want (exit $rc)"
+    grep -E 'WARN|failure' <<<"$out" | head -4 | sed 's/^/  | /'
+    fails=$((fails + 1))
+  else
+    echo "PASS MPS=$mps: $nwarn MPS warnings from 2 processes sharing the GPU"
+  fi
+done
 
 if [[ $fails -gt 0 ]]; then
   echo "FAIL: $fails benchmark run(s) failed"
