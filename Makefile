@@ -9,7 +9,8 @@
 #   make install PREFIX=dir   library and header
 #
 # Options: CUDA=0 (host mode only), CUDA_ARCHS="80 90 100", ASAN=1, UBSAN=1,
-# TSAN=1, DEBUG=1, MPI=1 (benchmarks launched by mpirun), BUILD=dir, V=1.
+# TSAN=1, DEBUG=1, MPI=1 (benchmarks launched by mpirun), BUILD=dir, V=1,
+# EXEC_UNROLL=n (packs in flight per GPU thread, default 4: src/device/exec.cu).
 
 PREFIX     ?= /usr/local
 CUDA_HOME  ?= /usr/local/cuda
@@ -70,7 +71,8 @@ GENCODE  := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
 # No C++ runtime in the library: no exceptions, RTTI or guarded statics.
 NVCCFLAGS := -std=c++17 -O3 $(GENCODE) -Xcompiler -fPIC,-fvisibility=hidden \
              -Xcompiler -fno-exceptions,-fno-rtti,-fno-threadsafe-statics \
-             -Xcompiler -Wall,-Werror $(if $(SAN_FLAGS),-Xcompiler $(subst $(eval) ,$(comma),$(strip $(SAN_FLAGS))))
+             -Xcompiler -Wall,-Werror $(if $(SAN_FLAGS),-Xcompiler $(subst $(eval) ,$(comma),$(strip $(SAN_FLAGS)))) \
+             $(if $(EXEC_UNROLL),-DBRD_EXEC_UNROLL=$(EXEC_UNROLL))
 else
 CPPFLAGS += -DBRAID_NO_CUDA=1
 endif

@@ -83,8 +83,17 @@ namespace {
  * read; at about half a microsecond per poll this checks every few ms. */
 const uint32_t SPIN_CHECK_INTERVAL = 8192;
 
-/* Packs in flight per thread in a plain copy. */
-const int COPY_UNROLL = 4;
+/* Packs (16 bytes) in flight per thread: in a plain copy, and per source
+ * in a reduction of 4- and 8-byte elements (narrower ones keep half as
+ * many, their accumulators being wider than the data). A loop iteration
+ * waits one memory latency for them, so with one block per SM these set
+ * the bytes a block has in flight (512 threads x 4 x 16 = 32 KiB). The
+ * build may set other values (make EXEC_UNROLL=8) to measure them. */
+#ifndef BRD_EXEC_UNROLL
+#define BRD_EXEC_UNROLL 4
+#endif
+const int COPY_UNROLL = BRD_EXEC_UNROLL;
+const int REDUCE_UNROLL = BRD_EXEC_UNROLL;
 
 /* The host half's types (exec_kernel.h), by their short names here. */
 typedef brd_exec_report_t report_t;
@@ -709,7 +718,7 @@ __device__ __forceinline__ bool reduce_chunk(const ctx_t &c, pos_t w,
   const int N = 16 / (int)sizeof(raw_t);
   /* Narrow types hold 8 or 16 accumulators per pack: fewer packs in
    * flight keep them in registers. */
-  const int U = sizeof(raw_t) >= 4 ? 4 : 2;
+  const int U = sizeof(raw_t) >= 4 ? REDUCE_UNROLL : (REDUCE_UNROLL + 1) / 2;
   const uint32_t stride = blockDim.x;
   const int nsrc = op->nsrc, nref = op->nsrc + op->ndst;
   const acc_t scalar = Tr::scalar(c.arg);

@@ -50,8 +50,10 @@ for tool in memcheck racecheck; do
   [[ $tool == racecheck ]] && replays=2
   echo "-- $san --tool $tool $prog (BRAID_TEST_GRAPH_REPLAYS=$replays)"
   start=$SECONDS
+  # Line-buffered, so what a program cut off by the limit printed (a hang
+  # report at BRAID_TIMEOUT, NCCL_DEBUG=WARN) reaches the log.
   BRAID_TEST_GRAPH_REPLAYS=$replays timeout --kill-after=10 "$LIMIT" \
-    "$san" --tool "$tool" --error-exitcode 86 "$prog"
+    stdbuf -oL -eL "$san" --tool "$tool" --error-exitcode 86 "$prog"
   rc=$?
   secs=$((SECONDS - start))
   case $rc in
