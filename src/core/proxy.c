@@ -619,8 +619,49 @@ ncclResult_t brd_proxy_check(struct ncclComm *comm, const uint8_t *port) {
 
 static int proxy_dev(const struct ncclComm *comm, int ndev);
 
+/* The device brd_proxy_nic_mbps chose for a rank of a communicator, which
+ * brd_proxy_create of that rank takes moments later instead of discovering
+ * the topology again. Plain data in a ring under choice_mu (any thread):
+ * an entry no proxy takes, of a communicator that never needs one, is
+ * overwritten in time, and a proxy that finds none chooses afresh. */
+#define CHOICES 64
+static struct {
+  const struct ncclComm *comm; /* NULL: free; only compared */
+  uint64_t comm_hash;
+  int rank, ndev, dev;
+} choices[CHOICES];
+static unsigned choice_next;
+static pthread_mutex_t choice_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void choice_keep(const struct ncclComm *comm, int ndev, int dev) {
+  pthread_mutex_lock(&choice_mu);
+  unsigned i = choice_next++ % CHOICES;
+  choices[i].comm = comm;
+  choices[i].comm_hash = comm->comm_hash;
+  choices[i].rank = comm->rank;
+  choices[i].ndev = ndev;
+  choices[i].dev = dev;
+  pthread_mutex_unlock(&choice_mu);
+}
+
+/* proxy_dev, taking the choice brd_proxy_nic_mbps kept if there is one. */
+static int choice_take(const struct ncclComm *comm, int ndev) {
+  int dev = -1;
+  pthread_mutex_lock(&choice_mu);
+  for (int i = 0; i < CHOICES && dev < 0; i++) {
+    if (choices[i].comm != comm || choices[i].comm_hash != comm->comm_hash ||
+        choices[i].rank != comm->rank || choices[i].ndev != ndev)
+      continue;
+    dev = choices[i].dev;
+    choices[i].comm = NULL;
+  }
+  pthread_mutex_unlock(&choice_mu);
+  return dev >= 0 ? dev : proxy_dev(comm, ndev);
+}
+
 /* See proxy.h. A context of the net's own for the question (a net lists
- * its devices once initialised), given back at once. */
+ * its devices once initialised), given back at once; the device chosen is
+ * kept for this rank's proxy. */
 int brd_proxy_nic_mbps(const struct ncclComm *comm) {
   char why[512] = "";
   const brd_net_ops_t *net = brd_net_get(why, sizeof(why));
@@ -631,9 +672,11 @@ int brd_proxy_nic_mbps(const struct ncclComm *comm) {
   int ndev = 0, mbps = 0;
   brd_net_props_t props;
   memset(&props, 0, sizeof(props));
-  if (net->devices(&ndev) == ncclSuccess && ndev > 0 &&
-      net->getProperties(proxy_dev(comm, ndev), &props) == ncclSuccess && props.speed > 0)
-    mbps = props.speed;
+  if (net->devices(&ndev) == ncclSuccess && ndev > 0) {
+    int dev = proxy_dev(comm, ndev);
+    choice_keep(comm, ndev, dev);
+    if (net->getProperties(dev, &props) == ncclSuccess && props.speed > 0) mbps = props.speed;
+  }
   if (net->finalize != NULL) (void)net->finalize(ctx);
   return mbps;
 }
@@ -702,7 +745,7 @@ ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *
     res = ncclInvalidUsage;
     goto fail;
   }
-  px->dev = proxy_dev(comm, ndev);
+  px->dev = choice_take(comm, ndev);
   for (int r = 0; r < comm->nranks; r++)
     if (port[r]) CHECK_GOTO(port_alloc(px, r, &px->ports[r]), res, fail);
   CHECK_GOTO(ports_connect(px), res, fail);

@@ -406,3 +406,63 @@ int tdev_stage_host(int rank, int n) {
   setenv("BRAID_HOSTID", id, 1);
   return host;
 }
+
+/* See tdev.h. */
+int tdev_id_pipes_open(tdev_id_pipes_t *p, int n) {
+  p->n = 0;
+  if (n < 1 || n > 8) {
+    set_error("tdev_id_pipes_open: %d ranks (1 to 8)", n);
+    return -1;
+  }
+  for (; p->n < n; p->n++) {
+    if (pipe(p->fd[p->n]) != 0) {
+      set_error("pipe for the unique id of rank %d failed", p->n);
+      tdev_id_pipes_close(p);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* See tdev.h. */
+int tdev_id_pipes_share(tdev_id_pipes_t *p, int rank, ncclUniqueId *id_out) {
+  ncclUniqueId id;
+  int rc = 0;
+  /* Drop every end this rank does not use, so that a reader sees end of
+   * file rather than waiting for ever when rank 0 died. */
+  for (int r = 0; r < p->n; r++) {
+    if (r != rank) close(p->fd[r][0]);
+    if (rank != 0) close(p->fd[r][1]);
+  }
+  if (rank == 0) {
+    ncclResult_t res = ncclGetUniqueId(&id);
+    if (res != ncclSuccess) {
+      set_error("ncclGetUniqueId failed: %s", ncclGetErrorString(res));
+      rc = -1;
+    }
+    for (int r = 1; r < p->n; r++) {
+      if (rc == 0 && write(p->fd[r][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+        set_error("writing the unique id to rank %d failed", r);
+        rc = -1;
+      }
+      close(p->fd[r][1]);
+    }
+    close(p->fd[0][1]);
+  } else if (read(p->fd[rank][0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+    set_error("rank %d could not read the unique id from rank 0", rank);
+    rc = -1;
+  }
+  close(p->fd[rank][0]);
+  p->n = 0;
+  if (rc == 0) *id_out = id;
+  return rc;
+}
+
+/* See tdev.h. */
+void tdev_id_pipes_close(tdev_id_pipes_t *p) {
+  for (int r = 0; r < p->n; r++) {
+    close(p->fd[r][0]);
+    close(p->fd[r][1]);
+  }
+  p->n = 0;
+}

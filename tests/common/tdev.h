@@ -108,6 +108,28 @@ int tdev_rank_counts(int host_n, int quick_n, int out[4]);
  * index (0 without BRAID_TEST_HOSTS). */
 int tdev_stage_host(int rank, int n);
 
+/* Hands one unique id to n rank processes (n <= 8) forked by the caller,
+ * made after the fork (a process must not fork while it runs threads, and
+ * in CUDA mode must not have touched CUDA): rank 0 calls ncclGetUniqueId
+ * and writes the id to ranks 1..n-1 through one pipe each. Use:
+ *   tdev_id_pipes_open before the forks (0, or -1 with the reason in
+ *   tdev_last_error(), nothing left open);
+ *   tdev_id_pipes_share in each forked rank: 0 with the id in *id_out,
+ *   or -1 (tdev_last_error()) when rank 0 could not make or write it or
+ *   this rank could not read it; it blocks until rank 0 has written, or
+ *   until rank 0 and the parent have closed the pipes (rank 0 died);
+ *   tdev_id_pipes_close in the parent once every rank is forked.
+ * The struct is the caller's; the pipes are closed by share (in a rank)
+ * and close (in the parent). */
+typedef struct {
+  int n;
+  int fd[8][2]; /* rank r reads fd[r][0]; rank 0 writes fd[r][1] */
+} tdev_id_pipes_t;
+
+int tdev_id_pipes_open(tdev_id_pipes_t *p, int n);
+int tdev_id_pipes_share(tdev_id_pipes_t *p, int rank, ncclUniqueId *id_out);
+void tdev_id_pipes_close(tdev_id_pipes_t *p);
+
 typedef int (*tdev_rank_fn)(ncclUniqueId id, int n, int rank, char *msg, size_t msglen);
 
 /* Runs fn for ranks 0..n-1 (n <= 8) of a fresh unique id, one thread each,

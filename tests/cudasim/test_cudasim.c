@@ -1006,6 +1006,19 @@ static void *lazy_helper(void *p) {
   return NULL;
 }
 
+/* Loads `key` on this thread while a spinning kernel holds the device and
+ * a second thread sets *flag after 0.3 s: checks that the load returned
+ * only once the kernel could end, and leaves the setter's record in
+ * *rel. */
+static void load_waits_for_kernel(_Atomic int *flag, const void *key, lazy_helper_t *rel) {
+  *rel = (lazy_helper_t){flag, 0.3, NULL, 0};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, lazy_helper, rel), 0);
+  CU(brd_cudasim_load(key));
+  assert_int_equal(atomic_load(flag), 1);
+  assert_int_equal(pthread_join(th, NULL), 0);
+}
+
 /* CUDA's lazy loading as the simulator models it (runtime.c, load_locked):
  * a kernel already loaded launches while another kernel spins; the first
  * load of one waits for the device to idle and, meanwhile, holds every
@@ -1024,28 +1037,20 @@ static void test_lazy_loading(void **state) {
   CU(brd_cudasim_load(&key_a));
   assert_int_equal(atomic_load(&flag), 0);
   /* Not loaded: waits for the spinning kernel to end. */
-  lazy_helper_t rel = {&flag, 0.3, NULL, 0};
-  pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, lazy_helper, &rel), 0);
-  CU(brd_cudasim_load(&key_b));
-  assert_int_equal(atomic_load(&flag), 1);
-  assert_int_equal(pthread_join(th, NULL), 0);
+  lazy_helper_t rel;
+  load_waits_for_kernel(&flag, &key_b, &rel);
   CU(cudaStreamSynchronize(s));
   /* Another thread's load holds even a loaded kernel's launch. */
   atomic_store(&flag, 0);
   CU(brd_cudasim_launch(s, spin_fn, &fp, sizeof(fp)));
   lazy_helper_t loader = {&flag, 0.0, &key_c, 0};
+  pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, lazy_helper, &loader), 0);
   struct timespec ts = {0, 100000000};
   nanosleep(&ts, NULL); /* the loader is waiting for the device now */
-  lazy_helper_t rel2 = {&flag, 0.3, NULL, 0};
-  pthread_t th2;
-  assert_int_equal(pthread_create(&th2, NULL, lazy_helper, &rel2), 0);
-  CU(brd_cudasim_load(&key_a));
-  assert_int_equal(atomic_load(&flag), 1);
+  load_waits_for_kernel(&flag, &key_a, &rel);
   assert_int_equal(pthread_join(th, NULL), 0);
-  assert_int_equal(pthread_join(th2, NULL), 0);
-  assert_true(loader.done_at >= rel2.done_at);
+  assert_true(loader.done_at >= rel.done_at);
   CU(cudaStreamSynchronize(s));
   CU(cudaStreamDestroy(s));
 }

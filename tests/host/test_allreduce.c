@@ -365,12 +365,11 @@ static void test_threads_one_rank_each(void **state) {
  * CUDA mode this runs before anything else in this process touched CUDA:
  * a forked child cannot use a CUDA its parent initialised. */
 static void run_processes(int n) {
-  int idpipe[8][2], pipes[8][2];
+  tdev_id_pipes_t idp;
+  int pipes[8][2];
   pid_t pids[8];
-  for (int r = 0; r < n; r++) {
-    assert_int_equal(pipe(idpipe[r]), 0);
-    assert_int_equal(pipe(pipes[r]), 0);
-  }
+  if (tdev_id_pipes_open(&idp, n) != 0) fail_msg("%s", tdev_last_error());
+  for (int r = 0; r < n; r++) assert_int_equal(pipe(pipes[r]), 0);
   fflush(NULL);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
@@ -379,23 +378,17 @@ static void run_processes(int n) {
       char msg[256] = "";
       ncclUniqueId id;
       tdev_stage_host(r, n);
-      if (r == 0) {
-        if (ncclGetUniqueId(&id) != ncclSuccess) _exit(3);
-        for (int p = 1; p < n; p++)
-          if (write(idpipe[p][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) _exit(4);
-      } else if (read(idpipe[r][0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
-        _exit(5);
-      }
-      int f = run_rank(id, n, r, msg, sizeof(msg));
+      int f = 1;
+      if (tdev_id_pipes_share(&idp, r, &id) != 0)
+        snprintf(msg, sizeof(msg), "%s", tdev_last_error());
+      else
+        f = run_rank(id, n, r, msg, sizeof(msg));
       (void)!write(pipes[r][1], msg, strlen(msg) + 1);
       _exit(f ? 1 : 0);
     }
     close(pipes[r][1]);
   }
-  for (int r = 0; r < n; r++) {
-    close(idpipe[r][0]);
-    close(idpipe[r][1]);
-  }
+  tdev_id_pipes_close(&idp);
   for (int r = 0; r < n; r++) {
     int st;
     char msg[256] = "";

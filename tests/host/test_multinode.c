@@ -281,12 +281,11 @@ static int run_rank(ncclUniqueId id, int n, int rank, int refuse, char *msg, siz
  * making the unique id after the fork and handing it on by pipe. */
 static void run_layout(const layout_t *l, const config_t *cfg) {
   int n = l->n, refuse = strstr(cfg->algo, "Hier") != NULL && !l->even;
-  int idpipe[MAXR][2], pipes[MAXR][2];
+  tdev_id_pipes_t idp;
+  int pipes[MAXR][2];
   pid_t pids[MAXR];
-  for (int r = 0; r < n; r++) {
-    assert_int_equal(pipe(idpipe[r]), 0);
-    assert_int_equal(pipe(pipes[r]), 0);
-  }
+  if (tdev_id_pipes_open(&idp, n) != 0) fail_msg("%s", tdev_last_error());
+  for (int r = 0; r < n; r++) assert_int_equal(pipe(pipes[r]), 0);
   fflush(NULL);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
@@ -298,23 +297,17 @@ static void run_layout(const layout_t *l, const config_t *cfg) {
       setenv("BRAID_HOSTID", hostid, 1);
       setenv("NCCL_ALGO", cfg->algo, 1);
       setenv("NCCL_PROTO", cfg->proto, 1);
-      if (r == 0) {
-        if (ncclGetUniqueId(&id) != ncclSuccess) _exit(3);
-        for (int p = 1; p < n; p++)
-          if (write(idpipe[p][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) _exit(4);
-      } else if (read(idpipe[r][0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
-        _exit(5);
-      }
-      int f = run_rank(id, n, r, refuse, msg, sizeof(msg));
+      int f = 1;
+      if (tdev_id_pipes_share(&idp, r, &id) != 0)
+        snprintf(msg, sizeof(msg), "%s", tdev_last_error());
+      else
+        f = run_rank(id, n, r, refuse, msg, sizeof(msg));
       (void)!write(pipes[r][1], msg, strlen(msg) + 1);
       _exit(f ? 1 : 0);
     }
     close(pipes[r][1]);
   }
-  for (int r = 0; r < n; r++) {
-    close(idpipe[r][0]);
-    close(idpipe[r][1]);
-  }
+  tdev_id_pipes_close(&idp);
   int failed = 0;
   char first[512] = "";
   for (int r = 0; r < n; r++) {
