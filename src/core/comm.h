@@ -45,6 +45,10 @@ struct ncclComm {
   int backend;             /* brd_device_backend_t */
   int node;                /* index of this rank's host among the comm's hosts */
   int n_nodes;             /* distinct host identities in the comm */
+  int proxy_dev_kept;      /* net device + 1 brd_proxy_nic_mbps chose for
+                              this rank's proxy (0: none); the proxy takes
+                              it when the net lists proxy_ndev_kept devices */
+  int proxy_ndev_kept;
   struct brd_peer_info *peers;   /* owned: nranks entries from the init allgather */
   int host_cores;          /* physical cores of this host (plan/topo.c) */
   uint32_t split_count;    /* splits/shrinks made from this comm (caller's thread) */

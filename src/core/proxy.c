@@ -619,50 +619,19 @@ ncclResult_t brd_proxy_check(struct ncclComm *comm, const uint8_t *port) {
 
 static int proxy_dev(const struct ncclComm *comm, int ndev);
 
-/* The device brd_proxy_nic_mbps chose for a rank of a communicator, which
- * brd_proxy_create of that rank takes moments later instead of discovering
- * the topology again. Plain data in a ring under choice_mu (any thread):
- * an entry no proxy takes, of a communicator that never needs one, is
- * overwritten in time, and a proxy that finds none chooses afresh. */
-#define CHOICES 64
-static struct {
-  const struct ncclComm *comm; /* NULL: free; only compared */
-  uint64_t comm_hash;
-  int rank, ndev, dev;
-} choices[CHOICES];
-static unsigned choice_next;
-static pthread_mutex_t choice_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void choice_keep(const struct ncclComm *comm, int ndev, int dev) {
-  pthread_mutex_lock(&choice_mu);
-  unsigned i = choice_next++ % CHOICES;
-  choices[i].comm = comm;
-  choices[i].comm_hash = comm->comm_hash;
-  choices[i].rank = comm->rank;
-  choices[i].ndev = ndev;
-  choices[i].dev = dev;
-  pthread_mutex_unlock(&choice_mu);
-}
-
-/* proxy_dev, taking the choice brd_proxy_nic_mbps kept if there is one. */
-static int choice_take(const struct ncclComm *comm, int ndev) {
-  int dev = -1;
-  pthread_mutex_lock(&choice_mu);
-  for (int i = 0; i < CHOICES && dev < 0; i++) {
-    if (choices[i].comm != comm || choices[i].comm_hash != comm->comm_hash ||
-        choices[i].rank != comm->rank || choices[i].ndev != ndev)
-      continue;
-    dev = choices[i].dev;
-    choices[i].comm = NULL;
-  }
-  pthread_mutex_unlock(&choice_mu);
-  return dev >= 0 ? dev : proxy_dev(comm, ndev);
+/* proxy_dev, taking the choice brd_proxy_nic_mbps kept in the
+ * communicator if it was made for as many devices. */
+static int choice_take(struct ncclComm *comm, int ndev) {
+  int kept = comm->proxy_dev_kept;
+  comm->proxy_dev_kept = 0;
+  if (kept > 0 && comm->proxy_ndev_kept == ndev) return kept - 1;
+  return proxy_dev(comm, ndev);
 }
 
 /* See proxy.h. A context of the net's own for the question (a net lists
  * its devices once initialised), given back at once; the device chosen is
  * kept for this rank's proxy. */
-int brd_proxy_nic_mbps(const struct ncclComm *comm) {
+int brd_proxy_nic_mbps(struct ncclComm *comm) {
   char why[512] = "";
   const brd_net_ops_t *net = brd_net_get(why, sizeof(why));
   if (net == NULL) return 0;
@@ -674,7 +643,8 @@ int brd_proxy_nic_mbps(const struct ncclComm *comm) {
   memset(&props, 0, sizeof(props));
   if (net->devices(&ndev) == ncclSuccess && ndev > 0) {
     int dev = proxy_dev(comm, ndev);
-    choice_keep(comm, ndev, dev);
+    comm->proxy_dev_kept = dev + 1;
+    comm->proxy_ndev_kept = ndev;
     if (net->getProperties(dev, &props) == ncclSuccess && props.speed > 0) mbps = props.speed;
   }
   if (net->finalize != NULL) (void)net->finalize(ctx);

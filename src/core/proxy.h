@@ -45,8 +45,9 @@ ncclResult_t brd_proxy_check(struct ncclComm *comm, const uint8_t *port);
 
 /* The line rate (Mbit/s, the net's getProperties speed) of the net device
  * this rank's proxy would use; 0 when no net is usable or the net does not
- * say. Blocks on the net's selection and on topology discovery once. */
-int brd_proxy_nic_mbps(const struct ncclComm *comm);
+ * say. Blocks on the net's selection and on topology discovery once; keeps
+ * the device chosen in comm (proxy_dev_kept) for brd_proxy_create. */
+int brd_proxy_nic_mbps(struct ncclComm *comm);
 
 /* Connects this rank to every rank r with port[r] != 0 over the process's
  * net (brd_net_get): a send and a receive connection each, the listen
