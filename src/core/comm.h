@@ -17,7 +17,7 @@
 
 struct brd_boot;   /* bootstrap state (bootstrap.h) */
 struct brd_peer_info;  /* per-rank identity (device.h) */
-struct brd_init_job;   /* an init running on a helper thread (init.c) */
+struct brd_init_job;   /* an init running on a helper thread (init.h, init_job.c) */
 
 struct ncclComm {
   uint64_t magic;          /* BRD_COMM_MAGIC while alive, 0 once destroyed */
@@ -40,7 +40,7 @@ struct ncclComm {
 
   struct brd_boot *boot;   /* owned: bootstrap ring to the other ranks */
 
-  /* Lifecycle and topology (owner: init.c; written by init, read-only
+  /* Lifecycle and topology (owner: init.c, init_job.c; written by init, read-only
    * afterwards unless noted). */
   int backend;             /* brd_device_backend_t */
   int node;                /* index of this rank's host among the comm's hosts */
@@ -138,7 +138,7 @@ ncclResult_t brd_comm_live_check(struct ncclComm *comm, const char *fn);
 void brd_comm_destroy(struct ncclComm *comm);
 
 /* Blocks until every ncclCommInitRank/Split/Shrink this thread started
- * inside the current group has finished (init.c). Blocking communicators
+ * inside the current group has finished (init_job.c). Blocking communicators
  * that failed are freed and their handles set to NULL; when one fails, the
  * others still running are aborted. Returns the first error, else
  * ncclInProgress when nonblocking inits were started in the group, else

@@ -448,6 +448,106 @@ static int all_ok(const wire_t *all, int nranks, int first, brd_nvls_status_t *s
   return 1;
 }
 
+/* Step 2 on local rank 0: makes the multicast object and offers it (the
+ * handle; a descriptor server, in *srv_out, when a rank of another process,
+ * or share_fd, needs the descriptor). */
+static void step_offer(const brd_nvls_args_t *a, brd_nvls_t *n, const wire_t *all,
+                       uint32_t mypid, wire_t *me, brd_ipc_fdsrv_t **srv_out) {
+  const brd_cudrv_t *drv = n->drv;
+  CUmulticastObjectProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.numDevices = (unsigned int)a->nranks;
+  prop.size = n->mem.mc_size;
+  prop.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  if (cu_ok(drv, me, drv->mc_create(&n->mc, &prop), "cuMulticastCreate")) {
+    if (!mc_hold(drv, n->mc)) {
+      (void)drv->mem_release(n->mc);
+      fail(me, WIRE_DRIVER, "calloc", 0, "out of memory");
+    } else {
+      n->held = 1;
+      me->handle = (uint64_t)n->mc;
+    }
+  }
+  int need_fd = a->share_fd;
+  for (int i = 0; i < a->nranks; i++) need_fd |= all[i].pid != mypid;
+  if (n->held && need_fd) {
+    int fd = -1;
+    if (cu_ok(drv, me, drv->mem_export(&fd, n->mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+              "cuMemExportToShareableHandle")) {
+      if (brd_ipc_fdsrv_create(fd, srv_out) != ncclSuccess)
+        fail(me, WIRE_DRIVER, "descriptor server", 0, "%s", brd_log_last_error());
+      else
+        me->serial = brd_ipc_fdsrv_serial(*srv_out);
+      close(fd);
+    }
+  }
+}
+
+/* Step 3 on every other rank: takes local rank 0's handle (same process)
+ * or descriptor. */
+static void step_take(const brd_nvls_args_t *a, brd_nvls_t *n, const wire_t *all,
+                      uint32_t mypid, double timeout, wire_t *me) {
+  const brd_cudrv_t *drv = n->drv;
+  const wire_t *c = &all[0];
+  if (c->pid == mypid && !a->share_fd) {
+    n->mc = (CUmemGenericAllocationHandle)c->handle;
+    if (mc_hold(drv, n->mc))
+      n->held = 1;
+    else
+      fail(me, WIRE_DRIVER, "calloc", 0, "out of memory");
+  } else if (c->serial == 0) {
+    fail(me, WIRE_DRIVER, "descriptor fetch", 0,
+         "local rank 0 (pid %u) offered no descriptor", c->pid);
+  } else {
+    int fd = -1;
+    if (brd_ipc_fd_fetch(c->pid, c->serial, timeout, a->abort_flag, &fd) != ncclSuccess) {
+      fail(me, WIRE_DRIVER, "descriptor fetch", 0, "from pid %u: %s", c->pid,
+           brd_log_last_error());
+    } else {
+      if (cu_ok(drv, me,
+                drv->mem_import(&n->mc, (void *)(uintptr_t)fd,
+                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                "cuMemImportFromShareableHandle")) {
+        if (mc_hold(drv, n->mc)) {
+          n->held = 1;
+        } else {
+          (void)drv->mem_release(n->mc);
+          fail(me, WIRE_DRIVER, "calloc", 0, "out of memory");
+        }
+      }
+      close(fd);
+    }
+  }
+}
+
+/* Step 4 on this rank: binds its memory, maps the multicast range. */
+static void step_bind(const brd_nvls_args_t *a, brd_nvls_t *n, wire_t *me) {
+  const brd_cudrv_t *drv = n->drv;
+  if (a->bind == BRD_NVLS_BIND_MEM)
+    n->bound = cu_ok(drv, me,
+                     drv->mc_bind_mem(n->mc, 0, (CUmemGenericAllocationHandle)a->mem_handle,
+                                      a->mem_offset, n->mem.bind_size, 0),
+                     "cuMulticastBindMem");
+  else
+    n->bound = cu_ok(drv, me,
+                     drv->mc_bind_addr(n->mc, 0, (CUdeviceptr)a->addr, n->mem.bind_size, 0),
+                     "cuMulticastBindAddr");
+  if (n->bound)
+    n->reserved = cu_ok(drv, me,
+                        drv->mem_address_reserve(&n->va, n->mem.mc_size, n->mem.gran_rec, 0, 0),
+                        "cuMemAddressReserve");
+  if (n->reserved)
+    n->mapped = cu_ok(drv, me, drv->mem_map(n->va, n->mem.mc_size, 0, n->mc, 0), "cuMemMap");
+  if (n->mapped) {
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof(acc));
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.location.id = a->dev;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    (void)cu_ok(drv, me, drv->mem_set_access(n->va, n->mem.mc_size, &acc, 1), "cuMemSetAccess");
+  }
+}
+
 /* Gives back what this rank holds, in reverse order of making. */
 static void nvls_unwind(brd_nvls_t *n) {
   const brd_cudrv_t *drv = n->drv;
@@ -503,73 +603,14 @@ ncclResult_t brd_nvls_create(const brd_nvls_args_t *a, brd_nvls_t **nvls_out,
   /* 2. Local rank 0 makes the object and offers it. */
   memset(&me, 0, sizeof(me));
   me.pid = mypid;
-  if (creator) {
-    CUmulticastObjectProp prop;
-    memset(&prop, 0, sizeof(prop));
-    prop.numDevices = (unsigned int)a->nranks;
-    prop.size = n->mem.mc_size;
-    prop.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    if (cu_ok(drv, &me, drv->mc_create(&n->mc, &prop), "cuMulticastCreate")) {
-      if (!mc_hold(drv, n->mc)) {
-        (void)drv->mem_release(n->mc);
-        fail(&me, WIRE_DRIVER, "calloc", 0, "out of memory");
-      } else {
-        n->held = 1;
-        me.handle = (uint64_t)n->mc;
-      }
-    }
-    int need_fd = a->share_fd;
-    for (int i = 0; i < a->nranks; i++) need_fd |= all[i].pid != mypid;
-    if (n->held && need_fd) {
-      int fd = -1;
-      if (cu_ok(drv, &me, drv->mem_export(&fd, n->mc, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                "cuMemExportToShareableHandle")) {
-        if (brd_ipc_fdsrv_create(fd, &srv) != ncclSuccess)
-          fail(&me, WIRE_DRIVER, "descriptor server", 0, "%s", brd_log_last_error());
-        else
-          me.serial = brd_ipc_fdsrv_serial(srv);
-        close(fd);
-      }
-    }
-  }
+  if (creator) step_offer(a, n, all, mypid, &me, &srv);
   if (!gather(a, &me, all, &res)) goto fail_unwind;
   if (!all_ok(all, a->nranks, 0, &st, &kind)) goto off;
 
   /* 3. Every rank takes the handle and adds its device. */
   memset(&me, 0, sizeof(me));
   me.pid = mypid;
-  if (!creator) {
-    const wire_t *c = &all[0];
-    if (c->pid == mypid && !a->share_fd) {
-      n->mc = (CUmemGenericAllocationHandle)c->handle;
-      if (mc_hold(drv, n->mc))
-        n->held = 1;
-      else
-        fail(&me, WIRE_DRIVER, "calloc", 0, "out of memory");
-    } else if (c->serial == 0) {
-      fail(&me, WIRE_DRIVER, "descriptor fetch", 0,
-           "local rank 0 (pid %u) offered no descriptor", c->pid);
-    } else {
-      int fd = -1;
-      if (brd_ipc_fd_fetch(c->pid, c->serial, timeout, a->abort_flag, &fd) != ncclSuccess) {
-        fail(&me, WIRE_DRIVER, "descriptor fetch", 0, "from pid %u: %s", c->pid,
-             brd_log_last_error());
-      } else {
-        if (cu_ok(drv, &me,
-                  drv->mem_import(&n->mc, (void *)(uintptr_t)fd,
-                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                  "cuMemImportFromShareableHandle")) {
-          if (mc_hold(drv, n->mc)) {
-            n->held = 1;
-          } else {
-            (void)drv->mem_release(n->mc);
-            fail(&me, WIRE_DRIVER, "calloc", 0, "out of memory");
-          }
-        }
-        close(fd);
-      }
-    }
-  }
+  if (!creator) step_take(a, n, all, mypid, timeout, &me);
   if (n->held && cu_ok(drv, &me, drv->mc_add_device(n->mc, n->cudev), "cuMulticastAddDevice"))
     n->added = 1;
   /* The status gather before any bind: cuMulticastBind* blocks until every
@@ -583,29 +624,7 @@ ncclResult_t brd_nvls_create(const brd_nvls_args_t *a, brd_nvls_t **nvls_out,
   /* 4. Bind this rank's memory, map the multicast range. */
   memset(&me, 0, sizeof(me));
   me.pid = mypid;
-  if (a->bind == BRD_NVLS_BIND_MEM)
-    n->bound = cu_ok(drv, &me,
-                     drv->mc_bind_mem(n->mc, 0, (CUmemGenericAllocationHandle)a->mem_handle,
-                                      a->mem_offset, n->mem.bind_size, 0),
-                     "cuMulticastBindMem");
-  else
-    n->bound = cu_ok(drv, &me,
-                     drv->mc_bind_addr(n->mc, 0, (CUdeviceptr)a->addr, n->mem.bind_size, 0),
-                     "cuMulticastBindAddr");
-  if (n->bound)
-    n->reserved = cu_ok(drv, &me,
-                        drv->mem_address_reserve(&n->va, n->mem.mc_size, n->mem.gran_rec, 0, 0),
-                        "cuMemAddressReserve");
-  if (n->reserved)
-    n->mapped = cu_ok(drv, &me, drv->mem_map(n->va, n->mem.mc_size, 0, n->mc, 0), "cuMemMap");
-  if (n->mapped) {
-    CUmemAccessDesc acc;
-    memset(&acc, 0, sizeof(acc));
-    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    acc.location.id = a->dev;
-    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    (void)cu_ok(drv, &me, drv->mem_set_access(n->va, n->mem.mc_size, &acc, 1), "cuMemSetAccess");
-  }
+  step_bind(a, n, &me);
   /* A late failure disables every rank too. */
   if (!gather(a, &me, all, &res)) goto fail_unwind;
   if (!all_ok(all, a->nranks, 0, &st, &kind)) goto off;
