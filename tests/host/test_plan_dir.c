@@ -16,6 +16,12 @@
  *   - NCCL_ALGO set: the built-ins run, whatever the library holds.
  *   - Ranks (processes) given different libraries: every rank WARNs and
  *     ignores the library; results stay exact.
+ *   - MSCCL++ execution plans (tests/data/mscclpp) on 2 ranks: the LL
+ *     packet all-reduce (its max_message_size set to 4096 in the copy) and
+ *     the Simple one run, in place, for the calls in their ranges, exactly,
+ *     with INFO naming the file; out-of-place calls run the built-ins. The
+ *     switch-channel plan and one with an unknown op are refused with a
+ *     WARN naming the file, GPU, thread block, op index and op name.
  *
  * Each configuration runs in a child (this program again, with its
  * environment and NCCL_DEBUG_FILE), so parameters are read afresh.
@@ -64,10 +70,29 @@ static const call_t calls[] = {
 };
 #define NCALLS (sizeof(calls) / sizeof(calls[0]))
 
+/* The MSCCL++ configuration: 2 ranks, in-place plans; the packet plan up
+ * to 4096 bytes, the Simple plan above. */
+#define MSCCLPP_DIR "tests/data/mscclpp"
+static const call_t mcalls[] = {
+    {ncclFloat32, ncclSum, 1, 1},       /* 4: the packet plan */
+    {ncclFloat32, ncclSum, 1023, 1},    /* 4092: the packet plan */
+    {ncclInt32, ncclMax, 1024, 1},      /* 4096: the packet plan */
+    {ncclFloat32, ncclSum, 1023, 0},    /* 4092 out of place: built-in */
+    {ncclFloat32, ncclSum, 1025, 1},    /* 4100: the Simple plan */
+    {ncclFloat32, ncclAvg, 33333, 1},   /* 133332: the Simple plan */
+    {ncclFloat64, ncclSum, 700001, 1},  /* 5600008: the Simple plan */
+    {ncclFloat32, ncclSum, 33333, 0},   /* 133332 out of place: built-in */
+    {ncclFloat32, ncclSum, 7, 1},       /* 28: the packet plan again */
+};
+#define NMCALLS (sizeof(mcalls) / sizeof(mcalls[0]))
+
+static const call_t *cur_calls = calls;
+static size_t cur_ncalls = NCALLS;
+
 static int run_calls(ncclComm_t comm, cudaStream_t stream, int n, int rank, char *msg,
                      size_t msglen) {
-  for (size_t i = 0; i < NCALLS; i++) {
-    const call_t *c = &calls[i];
+  for (size_t i = 0; i < cur_ncalls; i++) {
+    const call_t *c = &cur_calls[i];
     size_t es = ref_dtype_size(c->dt);
     void *send = tdev_alloc(c->count * es);
     void *recv = c->inplace ? send : tdev_alloc(c->count * es);
@@ -163,7 +188,13 @@ static int child_processes(int n) {
 static int child(const char *what) {
   if (strcmp(what, "processes") == 0) return child_processes(NRANKS);
   char msg[300] = "";
-  if (tdev_run_threads(NRANKS, rank_fn, msg, sizeof(msg)) != 0) {
+  int n = NRANKS;
+  if (strcmp(what, "mscclpp") == 0) {
+    cur_calls = mcalls;
+    cur_ncalls = NMCALLS;
+    n = 2;
+  }
+  if (tdev_run_threads(n, rank_fn, msg, sizeof(msg)) != 0) {
     printf("FAIL %s: %s\n", what, msg);
     return 1;
   }
@@ -330,6 +361,67 @@ static void check_library_log(const char *log) {
         "a refused or skipped plan ran");
 }
 
+static void check_mscclpp_log(const char *log) {
+  char line[1024];
+  check(count_of(log, "a_packet.json (MSCCL++ plan, allreduce") == 2 &&
+            count_of(log, "b_allreduce.json (MSCCL++ plan, allreduce") == 2,
+        "the two MSCCL++ plans were not loaded on both ranks");
+  check(runs(log, "a_packet.json", 4, "in place") == 2 &&
+            runs(log, "a_packet.json", 4092, "in place") == 2 &&
+            runs(log, "a_packet.json", 4096, "in place") == 2 &&
+            runs(log, "a_packet.json", 28, "in place") == 2,
+        "the packet plan did not run (once per rank) for the in-place calls up to 4096 bytes");
+  check(runs(log, "b_allreduce.json", 4100, "in place") == 2 &&
+            runs(log, "b_allreduce.json", 133332, "in place") == 2 &&
+            runs(log, "b_allreduce.json", 5600008, "in place") == 2,
+        "the Simple plan did not run (once per rank) for the in-place calls above 4096 bytes");
+  check(runs(log, "a_packet.json", 4100, "in place") == 0 && any_runs(log, 4092) == 2 &&
+            count_of(log, "out of place)") == 0,
+        "an MSCCL++ plan ran outside its range or out of place");
+  const char *w = line_with(log, "c_nvls.json", "WARN", line, sizeof(line));
+  check(w != NULL && strstr(line, "gpu 0, thread block 0, op 5 (glres)") != NULL &&
+            strstr(line, "switch channel over the input buffer") != NULL,
+        "no WARN refusing c_nvls.json's glres with its gpu, thread block and op: %s",
+        w ? line : "(none)");
+  w = line_with(log, "d_unknown.json", "WARN", line, sizeof(line));
+  check(w != NULL && strstr(line, "gpu 0, thread block 0, op 1 (frobnicate): unknown op name") != NULL,
+        "no WARN refusing d_unknown.json's unknown op: %s", w ? line : "(none)");
+  check(strstr(log, "c_nvls.json runs") == NULL && strstr(log, "d_unknown.json runs") == NULL,
+        "a refused MSCCL++ plan ran");
+}
+
+/* Copies MSCCL++ plan `from` into dir/to, replacing the first `a` by `b`
+ * (a may be NULL). */
+static int copy_plan(const char *from, const char *dir, const char *to, const char *a,
+                     const char *b) {
+  char p[800];
+  snprintf(p, sizeof(p), "%s/%s", MSCCLPP_DIR, from);
+  char *t = slurp(p);
+  if (t == NULL) {
+    printf("FAIL: cannot read %s\n", p);
+    return -1;
+  }
+  char *q = a ? strstr(t, a) : NULL;
+  if (a != NULL && q == NULL) {
+    printf("FAIL: %s holds no %s\n", p, a);
+    free(t);
+    return -1;
+  }
+  char *u = malloc(strlen(t) + (b ? strlen(b) : 0) + 1);
+  if (q != NULL) {
+    memcpy(u, t, (size_t)(q - t));
+    strcpy(u + (q - t), b);
+    strcat(u, q + strlen(a));
+  } else {
+    strcpy(u, t);
+  }
+  snprintf(p, sizeof(p), "%s/%s", dir, to);
+  int r = spit(p, u);
+  free(u);
+  free(t);
+  return r;
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   const char *role = getenv("PLANDIR_TEST_CHILD");
@@ -351,11 +443,12 @@ int main(int argc, char **argv) {
     perror("mkdtemp");
     return 1;
   }
-  char lib[600], other[600], logs[600], p[700];
+  char lib[600], other[600], logs[600], mlib[600], p[700];
   snprintf(lib, sizeof(lib), "%s/lib", dir);
   snprintf(other, sizeof(other), "%s/other", dir);
   snprintf(logs, sizeof(logs), "%s/logs", dir);
-  if (mkdir(lib, 0700) || mkdir(other, 0700) || mkdir(logs, 0700)) {
+  snprintf(mlib, sizeof(mlib), "%s/mscclpp", dir);
+  if (mkdir(lib, 0700) || mkdir(other, 0700) || mkdir(logs, 0700) || mkdir(mlib, 0700)) {
     perror("mkdir");
     return 1;
   }
@@ -430,6 +523,13 @@ int main(int argc, char **argv) {
   snprintf(p, sizeof(p), "%s/a_ring3.json", other);
   bad |= export_plan(tool, "-c allreduce -a ring -p Simple -n 3 -m 4096 -M 65536", p);
   free(ring3);
+  /* The MSCCL++ library. */
+  bad |= copy_plan("allreduce_packet.json", mlib, "a_packet.json",
+                   "\"max_message_size\": 18446744073709551615", "\"max_message_size\": 4096");
+  bad |= copy_plan("allreduce.json", mlib, "b_allreduce.json", NULL, NULL);
+  bad |= copy_plan("reduce_nvls.json", mlib, "c_nvls.json", NULL, NULL);
+  bad |= copy_plan("allreduce_packet.json", mlib, "d_unknown.json", "\"name\": \"respkt\"",
+                   "\"name\": \"frobnicate\"");
   if (bad) {
     printf("FAIL: writing the plan files failed\n");
     return 1;
@@ -439,7 +539,7 @@ int main(int argc, char **argv) {
     const char *what;
     int algo;     /* NCCL_ALGO=Ring */
     int per_rank; /* ranks as processes, rank 2 given `other` */
-  } configs[] = {{"library", 0, 0}, {"algo", 1, 0}, {"processes", 0, 1}};
+  } configs[] = {{"library", 0, 0}, {"algo", 1, 0}, {"processes", 0, 1}, {"mscclpp", 0, 0}};
   for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {
     char logpat[700];
     snprintf(logpat, sizeof(logpat), "%s/%s.%%p.log", logs, configs[i].what);
@@ -453,7 +553,7 @@ int main(int argc, char **argv) {
       setenv("NCCL_DEBUG", "INFO", 1);
       setenv("NCCL_DEBUG_SUBSYS", "INIT,TUNING,COLL", 1);
       setenv("NCCL_DEBUG_FILE", logpat, 1);
-      setenv("BRAID_PLAN_DIR", lib, 1);
+      setenv("BRAID_PLAN_DIR", strcmp(configs[i].what, "mscclpp") == 0 ? mlib : lib, 1);
       if (configs[i].algo) setenv("NCCL_ALGO", "Ring", 1);
       if (configs[i].per_rank) setenv("PLANDIR_RANK2", other, 1);
       execv("/proc/self/exe", argv);
@@ -470,6 +570,8 @@ int main(int argc, char **argv) {
       check(0, "configuration %s: no log", configs[i].what);
     } else if (i == 0) {
       check_library_log(log);
+    } else if (strcmp(configs[i].what, "mscclpp") == 0) {
+      check_mscclpp_log(log);
     } else if (configs[i].algo) {
       check(strstr(log, "loaded ") != NULL, "NCCL_ALGO: the library was not loaded");
       check(strstr(log, ".json runs") == NULL, "NCCL_ALGO=Ring: a library plan ran");
