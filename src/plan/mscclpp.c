@@ -147,6 +147,8 @@ typedef struct mctx {
   int pass;              /* 0: count writes, 1: check reads, 2: build */
   int prologue;          /* in place: each rank first copies its input to
                           * its output, and every chunk ref is the output */
+  int sw_stage;          /* switch refs to the user's buffer, staged in scratch */
+  int64_t sw_base;       /* first slot of that staging */
   int credit_sem;        /* semaphore of the slot-reuse credits */
   int32_t credit_k;      /* their sequence number in an iteration */
   brd_plan_builder_t *b; /* NULL in the dry pass */
@@ -280,8 +282,8 @@ static ncclResult_t read_gpu(mctx_t *c, int r) {
   c->gpu = r;
   CHECK(get_int(c, g->js, "id", 1, 0, 0, INT32_MAX, &v));
   if (v != r)
-    return fail(c, ncclInvalidArgument, "field \"id\" is %" PRId64 ", expected %d (gpus[] in rank order)",
-                v, r);
+    return fail(c, ncclInvalidArgument,
+                "field \"id\" is %" PRId64 ", expected %d (gpus[] in rank order)", v, r);
   CHECK(get_int(c, g->js, "input_chunks", 1, 0, 0, 65535, &g->in_chunks));
   CHECK(get_int(c, g->js, "output_chunks", 1, 0, 0, 65535, &g->out_chunks));
   CHECK(get_int(c, g->js, "scratch_chunks", 1, 0, 0, 65535, &g->scratch_chunks));
@@ -423,6 +425,7 @@ typedef struct mref {
   brd_plan_ref_t ref;
   int io;          /* names an input/output chunk */
   int sw;          /* through the switch channel */
+  int staged;      /* ... to the user's buffer, staged in scratch */
   int64_t index, size;
 } mref_t;
 
@@ -459,13 +462,28 @@ static ncclResult_t read_ref(mctx_t *c, const mtb_t *t, int op_chan_type, const 
     int sc;
     CHECK(tb_chan(c, t, 2, vw->i, &sc));
     type = g->sw_buf[sc];
-    if (type != MB_SCRATCH)
+    if (type != MB_SCRATCH && !c->inplace)
       return fail(c, ncclInvalidArgument,
-                  "%s[%zu] goes through a switch channel over the %s buffer (\"%s\"): Braid's "
-                  "switch channels reach scratch slots only, not the user's buffers", list, i,
+                  "%s[%zu] goes through a switch channel over the %s buffer (\"%s\") of an "
+                  "out-of-place plan: Braid's switch channels reach scratch slots only, and "
+                  "only the one buffer of an in-place plan is staged there", list, i,
                   mb_names[type], type == MB_INPUT ? "i" : "o");
     out->sw = 1;
     owner = -2;
+    if (type != MB_SCRATCH) {
+      /* The user's buffer through the switch: its chunks are staged in
+       * slots sw_base.. of every rank's scratch (see run_pass). */
+      if (index + size > c->nchunks)
+        return fail(c, ncclInvalidArgument,
+                    "%s[%zu]: chunks %" PRId64 "..%" PRId64 " of the switch channel's %s "
+                    "buffer, which has %" PRId64 " chunks", list, i, index, index + size - 1,
+                    mb_names[type], c->nchunks);
+      c->sw_stage = 1;
+      out->staged = 1;
+      out->ref = brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH,
+                              (uint32_t)(c->sw_base + index));
+      return ncclSuccess;
+    }
   } else if (vb != NULL) {
     snprintf(key, sizeof(key), "%s[%zu].buffer_id", list, i);
     CHECK(want(c, key, vb, BRD_JSON_INT));
@@ -474,8 +492,9 @@ static ncclResult_t read_ref(mctx_t *c, const mtb_t *t, int op_chan_type, const 
                   "%s[%zu] names remote buffer %" PRId64 " but the op's channel_type is not "
                   "memory or port", list, i, vb->i);
     const brd_json_t *ids = t->rbuf_ids[op_chan_type];
-    if (ids == NULL || vb->i < 0 || (size_t)vb->i >= ids->n || ids->kids[vb->i].type != BRD_JSON_INT ||
-        ids->kids[vb->i].i < 0 || ids->kids[vb->i].i >= g->nrbuf)
+    if (ids == NULL || vb->i < 0 || (size_t)vb->i >= ids->n ||
+        ids->kids[vb->i].type != BRD_JSON_INT || ids->kids[vb->i].i < 0 ||
+        ids->kids[vb->i].i >= g->nrbuf)
       return fail(c, ncclInvalidArgument,
                   "%s[%zu]: remote buffer %" PRId64 " is not one the thread block reaches", list,
                   i, vb->i);
@@ -644,8 +663,18 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
   for (size_t i = 0; i < srcs->n; i++) sw |= s[i].sw;
   for (size_t i = 0; i < dsts->n; i++) sw |= d[i].sw;
   if (sw != (kind == K_SWITCH_REDUCE || kind == K_SWITCH_STORE))
-    return fail(c, ncclInvalidArgument, sw ? "a switch-channel ref on an op that is not a "
-                                             "switch op" : "a switch op without a switch-channel ref");
+    return fail(c, ncclInvalidArgument, "%s",
+                sw ? "a switch-channel ref on an op that is not a switch op"
+                   : "a switch op without a switch-channel ref");
+  for (size_t i = 0; i < srcs->n + dsts->n; i++) {
+    const mref_t *x = i < srcs->n ? &s[i] : &d[i - srcs->n];
+    if (!x->staged) continue;
+    if (chunk < 0) chunk = x->index;
+    if (x->index != chunk)
+      return fail(c, ncclInvalidArgument,
+                  "switch-channel refs to chunks %" PRId64 " and %" PRId64 "; Braid moves chunk c "
+                  "of one buffer only to chunk c of another", x->index, chunk);
+  }
   if (chunk < 0) {
     if (!sw)
       return fail(c, ncclInvalidArgument,
@@ -809,6 +838,23 @@ static ncclResult_t one_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
   }
 }
 
+/* Block 0 of rank r copies its input into the switch staging slots
+ * (back = 0), or the staging slots into its output (back = 1). */
+static ncclResult_t stage_copy(mctx_t *c, int r, int back) {
+  brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, 0);
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, 0);
+  brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, (uint32_t)c->sw_base);
+  brd_plan_move_t m;
+  memset(&m, 0, sizeof(m));
+  m.code = BRD_IR_OP_COPY;
+  m.nchunks = (uint32_t)c->nchunks;
+  m.nsrc = 1;
+  m.src = back ? &slot : &in;
+  m.ndst = 1;
+  m.dst = back ? &out : &slot;
+  return brd_plan_op_move(c->b, r, 0, &m);
+}
+
 static ncclResult_t run_pass(mctx_t *c) {
   for (int r = 0; r < c->n; r++)
     for (int t = 0; t < MC_NTYPES; t++)
@@ -829,6 +875,12 @@ static ncclResult_t run_pass(mctx_t *c) {
     for (int b = 0; b < c->nb_out && c->nb_out > 1 && res == ncclSuccess; b++)
       res = brd_plan_op_barrier(c->b, r, b);
     if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the input copy");
+  }
+  for (int r = 0; r < c->n && c->b != NULL && c->sw_stage; r++) {
+    ncclResult_t res = stage_copy(c, r, 0);
+    for (int b = 0; b < c->nb_out && c->nb_out > 1 && res == ncclSuccess; b++)
+      res = brd_plan_op_barrier(c->b, r, b);
+    if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the staging copy");
   }
   for (int r = 0; r < c->n; r++) {
     const brd_json_t *tbs = brd_json_get(c->g[r].js, "threadblocks");
@@ -855,6 +907,16 @@ static ncclResult_t run_pass(mctx_t *c) {
   }
   c->gpu = c->tb = c->op = -1;
   if (c->b == NULL) return ncclSuccess;
+  /* The staged buffer back to the output, once every block is done (the
+   * plan's own synchronisation orders the other ranks' multicast writes
+   * before its end). */
+  for (int r = 0; r < c->n && c->sw_stage; r++) {
+    ncclResult_t res = ncclSuccess;
+    for (int b = 0; b < c->nb_out && c->nb_out > 1 && res == ncclSuccess; b++)
+      res = brd_plan_op_barrier(c->b, r, b);
+    if (res == ncclSuccess) res = stage_copy(c, r, 1);
+    if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the staging copy");
+  }
   /* Slot-reuse credits: Braid runs the plan once per window of the
    * buffers, MSCCL++ once per launch, so a rank whose scratch peers write
    * tells them, once all its blocks are past their reads, that the next
@@ -977,6 +1039,7 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     res = fail(&c, ncclSystemError, "out of host memory");
     goto out;
   }
+  c.sw_base = c.nslots;
   c.wcount = calloc((size_t)c.n * (size_t)c.nchunks, sizeof(uint32_t));
   if (c.wcount == NULL) {
     res = fail(&c, ncclSystemError, "out of host memory");
@@ -986,6 +1049,7 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
   c.pass = 1;
   CHECK_GOTO(run_pass(&c), res, out);
   c.pass = 2;
+  if (c.sw_stage) c.nslots = c.sw_base + c.nchunks;
   int credits = 0;
   for (size_t i = 0; i < (size_t)c.n * (size_t)c.n; i++) credits |= c.wr[i];
   if (credits) {

@@ -17,11 +17,14 @@
  *   - Ranks (processes) given different libraries: every rank WARNs and
  *     ignores the library; results stay exact.
  *   - MSCCL++ execution plans (tests/data/mscclpp) on 2 ranks: the LL
- *     packet all-reduce (its max_message_size set to 4096 in the copy) and
- *     the Simple one run, in place, for the calls in their ranges, exactly,
- *     with INFO naming the file; out-of-place calls run the built-ins. The
- *     switch-channel plan and one with an unknown op are refused with a
- *     WARN naming the file, GPU, thread block, op index and op name.
+ *     packet all-reduce (its max_message_size set to 4096 in the copy),
+ *     the switch-channel one (NCCL_NVLS_ENABLE=1; 8192..65536 bytes in its
+ *     copy) and the Simple one run, in place, for the calls in their
+ *     ranges, exactly, with INFO naming the file; out-of-place calls run
+ *     the built-ins. Where NVLS stays off (CUDA mode on the simulator) the
+ *     switch plan is skipped with an INFO and the Simple one runs instead.
+ *     Plans with an unknown op or a flush are refused with a WARN naming
+ *     the file, GPU, thread block, op index and op name.
  *
  * Each configuration runs in a child (this program again, with its
  * environment and NCCL_DEBUG_FILE), so parameters are read afresh.
@@ -82,6 +85,9 @@ static const call_t mcalls[] = {
     {ncclFloat32, ncclAvg, 33333, 1},   /* 133332: the Simple plan */
     {ncclFloat64, ncclSum, 700001, 1},  /* 5600008: the Simple plan */
     {ncclFloat32, ncclSum, 33333, 0},   /* 133332 out of place: built-in */
+    {ncclFloat32, ncclSum, 3001, 1},    /* 12004: the switch plan */
+    {ncclFloat32, ncclSum, 16384, 1},   /* 65536: the switch plan */
+    {ncclFloat32, ncclSum, 16385, 1},   /* 65540: the Simple plan */
     {ncclFloat32, ncclSum, 7, 1},       /* 28: the packet plan again */
 };
 #define NMCALLS (sizeof(mcalls) / sizeof(mcalls[0]))
@@ -373,20 +379,38 @@ static void check_mscclpp_log(const char *log) {
         "the packet plan did not run (once per rank) for the in-place calls up to 4096 bytes");
   check(runs(log, "b_allreduce.json", 4100, "in place") == 2 &&
             runs(log, "b_allreduce.json", 133332, "in place") == 2 &&
-            runs(log, "b_allreduce.json", 5600008, "in place") == 2,
+            runs(log, "b_allreduce.json", 5600008, "in place") == 2 &&
+            runs(log, "b_allreduce.json", 65540, "in place") == 2,
         "the Simple plan did not run (once per rank) for the in-place calls above 4096 bytes");
   check(runs(log, "a_packet.json", 4100, "in place") == 0 && any_runs(log, 4092) == 2 &&
             count_of(log, "out of place)") == 0,
         "an MSCCL++ plan ran outside its range or out of place");
-  const char *w = line_with(log, "c_nvls.json", "WARN", line, sizeof(line));
-  check(w != NULL && strstr(line, "gpu 0, thread block 0, op 5 (glres)") != NULL &&
-            strstr(line, "switch channel over the input buffer") != NULL,
-        "no WARN refusing c_nvls.json's glres with its gpu, thread block and op: %s",
+  const char *dev = getenv("BRAID_DEVICE");
+  int host = dev != NULL && strcmp(dev, "host") == 0;
+  int nvls_off = count_of(log, "a0_nvls.json: it has switch channels and NVLS is off");
+  check(count_of(log, "a0_nvls.json (MSCCL++ plan, allreduce") == 2,
+        "the switch-channel MSCCL++ plan was not loaded on both ranks");
+  if (host || nvls_off == 0) {
+    check(runs(log, "a0_nvls.json", 12004, "in place") == 2 &&
+              runs(log, "a0_nvls.json", 65536, "in place") == 2,
+          "the switch-channel plan did not run (once per rank) for 12004 and 65536 bytes");
+  } else {
+    check(nvls_off == 2 && runs(log, "b_allreduce.json", 12004, "in place") == 2,
+          "NVLS off: the switch-channel plan was not skipped on both ranks, or the Simple "
+          "plan did not run in its place");
+  }
+  check(runs(log, "a0_nvls.json", 65540, "in place") == 0,
+        "the switch-channel plan ran above its max_message_size");
+  const char *w = line_with(log, "c_flush.json", "WARN", line, sizeof(line));
+  check(w != NULL &&
+            strstr(line, "gpu 0, thread block 1, op 1 (flush): a port-channel flush") != NULL,
+        "no WARN refusing c_flush.json's flush with its gpu, thread block and op: %s",
         w ? line : "(none)");
   w = line_with(log, "d_unknown.json", "WARN", line, sizeof(line));
-  check(w != NULL && strstr(line, "gpu 0, thread block 0, op 1 (frobnicate): unknown op name") != NULL,
+  check(w != NULL &&
+            strstr(line, "gpu 0, thread block 0, op 1 (frobnicate): unknown op name") != NULL,
         "no WARN refusing d_unknown.json's unknown op: %s", w ? line : "(none)");
-  check(strstr(log, "c_nvls.json runs") == NULL && strstr(log, "d_unknown.json runs") == NULL,
+  check(strstr(log, "c_flush.json runs") == NULL && strstr(log, "d_unknown.json runs") == NULL,
         "a refused MSCCL++ plan ran");
 }
 
@@ -527,7 +551,21 @@ int main(int argc, char **argv) {
   bad |= copy_plan("allreduce_packet.json", mlib, "a_packet.json",
                    "\"max_message_size\": 18446744073709551615", "\"max_message_size\": 4096");
   bad |= copy_plan("allreduce.json", mlib, "b_allreduce.json", NULL, NULL);
-  bad |= copy_plan("reduce_nvls.json", mlib, "c_nvls.json", NULL, NULL);
+  snprintf(p, sizeof(p), "%s/nvls.tmp", mlib);
+  bad |= copy_plan("reduce_nvls.json", mlib, "nvls.tmp", "\"min_message_size\": 0",
+                   "\"min_message_size\": 8192");
+  {
+    char *nt = slurp(p);
+    char *q = nt ? strstr(nt, "\"max_message_size\": 18446744073709551615") : NULL;
+    if (q != NULL) memcpy(q, "\"max_message_size\": 65536               ", 40);
+    bad |= q == NULL;
+    if (q != NULL) unlink(p);
+    snprintf(p, sizeof(p), "%s/a0_nvls.json", mlib);
+    if (q != NULL) bad |= spit(p, nt);
+    free(nt);
+  }
+  bad |= copy_plan("allreduce_packet.json", mlib, "c_flush.json", "\"name\": \"upkt\"",
+                   "\"name\": \"flush\"");
   bad |= copy_plan("allreduce_packet.json", mlib, "d_unknown.json", "\"name\": \"respkt\"",
                    "\"name\": \"frobnicate\"");
   if (bad) {
@@ -555,6 +593,12 @@ int main(int argc, char **argv) {
       setenv("NCCL_DEBUG_FILE", logpat, 1);
       setenv("BRAID_PLAN_DIR", strcmp(configs[i].what, "mscclpp") == 0 ? mlib : lib, 1);
       if (configs[i].algo) setenv("NCCL_ALGO", "Ring", 1);
+      unsetenv("NCCL_NVLS_ENABLE");
+      /* Host mode emulates the switch; CUDA mode needs cuMem windows for
+       * it (NVLS stays off there and the switch plan is skipped). */
+      const char *dev = getenv("BRAID_DEVICE");
+      if (strcmp(configs[i].what, "mscclpp") == 0 && dev != NULL && strcmp(dev, "host") == 0)
+        setenv("NCCL_NVLS_ENABLE", "1", 1);
       if (configs[i].per_rank) setenv("PLANDIR_RANK2", other, 1);
       execv("/proc/self/exe", argv);
       _exit(127);

@@ -12,8 +12,10 @@
  *   - allreduce_packet.json (LL, ppkt/respkt/upkt): the same, with LL
  *     flags, slots and the slot-reuse credit; verifies.
  *   - The library fields: in place only, 2^64-1 as no limit, a set range.
- *   - reduce_nvls.json (glres on a switch channel over the input buffer)
- *     is refused with the GPU, thread block, op index and op name.
+ *   - reduce_nvls.json (glres on a switch channel over the input buffer):
+ *     the buffer staged in scratch slots (a copy in, MC_REDUCE of slot r
+ *     through the switch channel on rank r, a copy out); verifies. Out of
+ *     place it is refused with the GPU, thread block, op index and op name.
  *   - Malformed or unsupported inputs: a missing field, an unknown op, a
  *     chunk out of range, a refused op (flush), a remote buffer the
  *     thread block does not reach, another collective, malformed JSON;
@@ -288,19 +290,47 @@ static void expect_refusal(const char *file, const char *a, const char *b, const
   free(t);
 }
 
-static void test_nvls_refused(void **state) {
+static void test_nvls(void **state) {
   (void)state;
-  char err[600];
-  int is = 0;
-  brd_ir_plan_t *p = NULL;
-  ncclResult_t res =
-      brd_plan_mscclpp_read(DATA "reduce_nvls.json", 0, &is, &p, NULL, err, sizeof(err));
-  assert_int_equal(res, ncclInvalidArgument);
-  assert_int_equal(is, 1);
-  assert_null(p);
-  assert_non_null(strstr(err, "MSCCL++ plan " DATA "reduce_nvls.json: gpu 0, thread block 0, "
-                              "op 5 (glres): src_buff[0] goes through a switch channel over "
-                              "the input buffer"));
+  brd_ir_plan_t *p = load("reduce_nvls.json", 0, NULL);
+  assert_int_equal(p->nranks, 2);
+  assert_int_equal(p->nblocks, 1);
+  assert_int_equal(p->nchunks, 2);
+  assert_int_equal(p->nslots, 2); /* the staged buffer */
+  assert_int_equal(p->algo, BRD_IR_ALGO_NVLS);
+  for (int r = 0; r < 2; r++) {
+    const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
+    assert_int_equal(rk->nchans, 2);
+    int sw = brd_ir_plan_chan(p, r, 0)->type == BRD_IR_CHAN_SWITCH ? 0 : 1;
+    assert_int_equal(brd_ir_plan_chan(p, r, sw)->type, BRD_IR_CHAN_SWITCH);
+    assert_int_equal(brd_ir_plan_chan(p, r, sw)->peer, BRD_IR_SWITCH_PEER);
+    assert_int_equal(brd_ir_plan_chan(p, r, 1 - sw)->peer, 1 - r);
+    /* copy in, the JSON's 11 ops, copy out */
+    assert_int_equal(brd_ir_plan_block(p, r, 0)->nops, 13);
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 0);
+    assert_int_equal(op[0].code, BRD_IR_OP_COPY);
+    assert_int_equal(op[0].nchunks, 2);
+    check_ref(p, r, &op[0].ref[0], (xref_t){IN, -1, 0});
+    check_ref(p, r, &op[0].ref[1], (xref_t){BRD_IR_BUF_SCRATCH, -1, 0});
+    check_sync(p, r, &op[1 + 1], BRD_IR_OP_SIGNAL, 1 - r, 0, 1);
+    check_sync(p, r, &op[1 + 3], BRD_IR_OP_WAIT, 1 - r, 0, 1);
+    const brd_ir_op_t *g = &op[1 + 5];
+    assert_int_equal(g->code, BRD_IR_OP_MC_REDUCE);
+    assert_int_equal(g->chunk, r);
+    assert_int_equal(g->nsrc, 1);
+    assert_int_equal(g->ndst, 1);
+    assert_int_equal(g->ref[0].chan, sw);
+    assert_int_equal(g->ref[0].index, r);
+    assert_int_equal(g->ref[1].chan, sw);
+    assert_int_equal(g->ref[1].index, r);
+    check_sync(p, r, &op[1 + 7], BRD_IR_OP_SIGNAL, 1 - r, 0, 2);
+    check_sync(p, r, &op[1 + 9], BRD_IR_OP_WAIT, 1 - r, 0, 2);
+    assert_int_equal(op[12].code, BRD_IR_OP_COPY);
+    check_ref(p, r, &op[12].ref[0], (xref_t){BRD_IR_BUF_SCRATCH, -1, 0});
+    check_ref(p, r, &op[12].ref[1], (xref_t){OUT, -1, 0});
+  }
+  verify_in_place(p);
+  brd_plan_destroy(p);
 }
 
 static void test_malformed(void **state) {
@@ -323,6 +353,9 @@ static void test_malformed(void **state) {
   expect_refusal("allreduce_packet.json", "\"buffer_id\": 0", "\"buffer_id\": 3",
                  "gpu 0, thread block 0, op 0 (ppkt): dst_buff[0]: remote buffer 3 is not one "
                  "the thread block reaches");
+  expect_refusal("reduce_nvls.json", "\"inplace\": true", "\"inplace\": false",
+                 "gpu 0, thread block 0, op 5 (glres): src_buff[0] goes through a switch "
+                 "channel over the input buffer (\"i\") of an out-of-place plan");
   expect_refusal("allreduce_packet.json", "\"collective\": \"allreduce\"",
                  "\"collective\": \"allgather\"",
                  "collective \"allgather\": only \"allreduce\" plans are translated");
@@ -354,7 +387,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_allreduce_simple),
       cmocka_unit_test(test_allreduce_packet),
-      cmocka_unit_test(test_nvls_refused),
+      cmocka_unit_test(test_nvls),
       cmocka_unit_test(test_malformed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
