@@ -684,6 +684,32 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
   }
   if (kind == K_PACKET && !c->ll)
     return fail(c, ncclInvalidArgument, "an LL packet op in a plan of protocol Simple");
+  if (kind == K_PACKET) {
+    /* MSCCL++'s packet ops read their first source and write their first
+     * destination as plain data whatever the buffer (in the ops that have
+     * one), and every other ref as packets; Braid keeps packets in scratch
+     * and plain data in the user's buffers. */
+    static const char *const plain_src0[] = {"ppkt", "cpkt", "respkt", "repkt", "recpkt",
+                                             "recspkt"};
+    static const char *const plain_dst0[] = {"upkt", "respkt", "repkt", "recpkt", "recspkt"};
+    int ps = 0, pd = 0;
+    for (size_t i = 0; i < NELEM(plain_src0); i++) ps |= strcmp(c->opname, plain_src0[i]) == 0;
+    for (size_t i = 0; i < NELEM(plain_dst0); i++) pd |= strcmp(c->opname, plain_dst0[i]) == 0;
+    for (size_t i = 0; i < srcs->n + dsts->n; i++) {
+      int dst = i >= srcs->n;
+      size_t j = dst ? i - srcs->n : i;
+      const mref_t *x = dst ? &d[j] : &s[j];
+      int plain = j == 0 && (dst ? pd : ps);
+      if (plain && !x->io)
+        return fail(c, ncclInvalidArgument,
+                    "%s[0] is plain data in scratch; Braid's LL scratch holds packets only",
+                    dst ? "dst_buff" : "src_buff");
+      if (!plain && x->io)
+        return fail(c, ncclInvalidArgument,
+                    "%s[%zu] holds packets in the user's buffer; Braid keeps packets in scratch",
+                    dst ? "dst_buff" : "src_buff", j);
+    }
+  }
   if (kind != K_PACKET && (ll_src || ll_dst))
     return fail(c, ncclInvalidArgument,
                 "a plain op on scratch, which holds LL packets in a plan of protocol LL");

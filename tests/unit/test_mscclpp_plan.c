@@ -21,6 +21,8 @@
  *     thread block does not reach, another collective, malformed JSON;
  *     each refused with a message naming the file and the place. Braid's
  *     own format is not taken for MSCCL++.
+ *   - Allocation failures while translating (each sample) unwind without
+ *     leaks and return ncclSystemError.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,6 +38,8 @@
 #include "plan/plan.h"
 #include "plan/plan_json.h"
 #include "plan/verify.h"
+
+#include "failalloc.h"
 
 #define DATA "tests/data/mscclpp/"
 
@@ -356,6 +360,12 @@ static void test_malformed(void **state) {
   expect_refusal("reduce_nvls.json", "\"inplace\": true", "\"inplace\": false",
                  "gpu 0, thread block 0, op 5 (glres): src_buff[0] goes through a switch "
                  "channel over the input buffer (\"i\") of an out-of-place plan");
+  /* upkt's source is packets: in the input buffer Braid cannot hold them. */
+  expect_refusal("allreduce_packet.json",
+                 "\"type\": \"s\",\n                  \"index\": 2,",
+                 "\"type\": \"i\",\n                  \"index\": 2,",
+                 "gpu 0, thread block 1, op 1 (upkt): src_buff[0] holds packets in the user's "
+                 "buffer");
   expect_refusal("allreduce_packet.json", "\"collective\": \"allreduce\"",
                  "\"collective\": \"allgather\"",
                  "collective \"allgather\": only \"allreduce\" plans are translated");
@@ -383,12 +393,43 @@ static void test_malformed(void **state) {
   brd_json_free(root);
 }
 
+static void test_alloc_failures(void **state) {
+  (void)state;
+  static const char *const files[] = {"allreduce_packet.json", "allreduce.json",
+                                      "reduce_nvls.json"};
+  for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+    char *t = edited(files[f], NULL, NULL);
+    brd_json_t *root = NULL;
+    assert_int_equal(brd_json_parse(t, strlen(t), "a.json", &root, NULL, 0), ncclSuccess);
+    int failures_seen = 0;
+    for (long k = 0;; k++) {
+      brd_ir_plan_t *plan = NULL;
+      alloc_calls = 0;
+      fail_at = k;
+      live = 0;
+      armed = 1;
+      ncclResult_t res = brd_plan_mscclpp_translate(root, "a.json", 2, &plan, NULL, NULL, 0);
+      if (res == ncclSuccess) brd_plan_destroy(plan);
+      armed = 0;
+      assert_int_equal(live, 0);
+      if (res == ncclSuccess) break;
+      assert_int_equal(res, ncclSystemError);
+      assert_null(plan);
+      failures_seen++;
+    }
+    assert_true(failures_seen > 5);
+    brd_json_free(root);
+    free(t);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_allreduce_simple),
       cmocka_unit_test(test_allreduce_packet),
       cmocka_unit_test(test_nvls),
       cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
