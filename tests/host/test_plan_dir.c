@@ -20,8 +20,11 @@
  *     packet all-reduce (its max_message_size set to 4096 in the copy),
  *     the switch-channel one (NCCL_NVLS_ENABLE=1; 8192..65536 bytes in its
  *     copy) and the Simple one run, in place, for the calls in their
- *     ranges, exactly, with INFO naming the file; out-of-place calls run
- *     the built-ins. Where NVLS stays off (CUDA mode on the simulator) the
+ *     ranges, exactly, with INFO naming the file; out-of-place calls from
+ *     64 bytes to 1 MiB run a hand-written out-of-place plan through
+ *     scratch (oop_scratch.json), others the built-ins. Small buffers
+ *     (NCCL_BUFFSIZE 64 KiB, NCCL_LL_BUFFSIZE 4 KiB) make the larger calls
+ *     run several windows (the slot-reuse credits). Where NVLS stays off (CUDA mode on the simulator) the
  *     switch plan is skipped with an INFO and the Simple one runs instead.
  *     Plans with an unknown op or a flush are refused with a WARN naming
  *     the file, GPU, thread block, op index and op name.
@@ -80,11 +83,14 @@ static const call_t mcalls[] = {
     {ncclFloat32, ncclSum, 1, 1},       /* 4: the packet plan */
     {ncclFloat32, ncclSum, 1023, 1},    /* 4092: the packet plan */
     {ncclInt32, ncclMax, 1024, 1},      /* 4096: the packet plan */
-    {ncclFloat32, ncclSum, 1023, 0},    /* 4092 out of place: built-in */
+    {ncclFloat32, ncclSum, 1023, 0},    /* 4092 out of place: oop_scratch */
+    {ncclFloat32, ncclSum, 15, 0},      /* 60 out of place: built-in */
+    {ncclFloat32, ncclSum, 262145, 0},  /* 1048580 out of place: built-in */
+    {ncclInt32, ncclMin, 262144, 0},    /* 1048576 out of place: oop_scratch */
     {ncclFloat32, ncclSum, 1025, 1},    /* 4100: the Simple plan */
     {ncclFloat32, ncclAvg, 33333, 1},   /* 133332: the Simple plan */
     {ncclFloat64, ncclSum, 700001, 1},  /* 5600008: the Simple plan */
-    {ncclFloat32, ncclSum, 33333, 0},   /* 133332 out of place: built-in */
+    {ncclFloat32, ncclAvg, 33333, 0},   /* 133332 out of place: oop_scratch */
     {ncclFloat32, ncclSum, 3001, 1},    /* 12004: the switch plan */
     {ncclFloat32, ncclSum, 16384, 1},   /* 65536: the switch plan */
     {ncclFloat32, ncclSum, 16385, 1},   /* 65540: the Simple plan */
@@ -382,9 +388,15 @@ static void check_mscclpp_log(const char *log) {
             runs(log, "b_allreduce.json", 5600008, "in place") == 2 &&
             runs(log, "b_allreduce.json", 65540, "in place") == 2,
         "the Simple plan did not run (once per rank) for the in-place calls above 4096 bytes");
-  check(runs(log, "a_packet.json", 4100, "in place") == 0 && any_runs(log, 4092) == 2 &&
-            count_of(log, "out of place)") == 0,
-        "an MSCCL++ plan ran outside its range or out of place");
+  check(runs(log, "e_oop.json", 4092, "out of place") == 2 &&
+            runs(log, "e_oop.json", 133332, "out of place") == 2 &&
+            runs(log, "e_oop.json", 1048576, "out of place") == 2,
+        "the out-of-place plan did not run (once per rank) for 4092, 133332, 1048576 bytes");
+  check(runs(log, "a_packet.json", 4100, "in place") == 0 && any_runs(log, 4092) == 4 &&
+            any_runs(log, 60) == 0 && any_runs(log, 1048580) == 0 &&
+            count_of(log, "out of place)") == 6,
+        "an MSCCL++ plan ran outside its range, or in place or out of place where it is not "
+        "declared so");
   const char *dev = getenv("BRAID_DEVICE");
   int host = dev != NULL && strcmp(dev, "host") == 0;
   int nvls_off = count_of(log, "a0_nvls.json: it has switch channels and NVLS is off");
@@ -566,6 +578,7 @@ int main(int argc, char **argv) {
   }
   bad |= copy_plan("allreduce_packet.json", mlib, "c_flush.json", "\"name\": \"upkt\"",
                    "\"name\": \"flush\"");
+  bad |= copy_plan("oop_scratch.json", mlib, "e_oop.json", NULL, NULL);
   bad |= copy_plan("allreduce_packet.json", mlib, "d_unknown.json", "\"name\": \"respkt\"",
                    "\"name\": \"frobnicate\"");
   if (bad) {
@@ -599,6 +612,10 @@ int main(int argc, char **argv) {
       const char *dev = getenv("BRAID_DEVICE");
       if (strcmp(configs[i].what, "mscclpp") == 0 && dev != NULL && strcmp(dev, "host") == 0)
         setenv("NCCL_NVLS_ENABLE", "1", 1);
+      if (strcmp(configs[i].what, "mscclpp") == 0) {
+        setenv("NCCL_BUFFSIZE", "65536", 1);
+        setenv("NCCL_LL_BUFFSIZE", "4096", 1);
+      }
       if (configs[i].per_rank) setenv("PLANDIR_RANK2", other, 1);
       execv("/proc/self/exe", argv);
       _exit(127);

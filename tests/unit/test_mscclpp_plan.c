@@ -21,6 +21,9 @@
  *     thread block does not reach, another collective, malformed JSON;
  *     each refused with a message naming the file and the place. Braid's
  *     own format is not taken for MSCCL++.
+ *   - oop_scratch.json, a hand-written out-of-place Simple plan through
+ *     scratch (put, re, put of the result): ops as written plus the
+ *     slot-reuse credit; verifies out of place.
  *   - Allocation failures while translating (each sample) unwind without
  *     leaks and return ncclSystemError.
  */
@@ -280,6 +283,57 @@ static void test_allreduce_packet(void **state) {
   free(t);
 }
 
+static void test_out_of_place(void **state) {
+  (void)state;
+  /* oop_scratch.json, rank r (peer q): put input chunk q into q's
+   * scratch slot 0, signal, wait, reduce input chunk r with slot 0 into
+   * output chunk r, put that into q's output chunk r, signal, wait. */
+  char *t = edited("oop_scratch.json", NULL, NULL);
+  char err[600];
+  brd_ir_plan_t *p = NULL;
+  brd_plan_json_meta_t meta;
+  ncclResult_t res = translate(t, "oop.json", 0, &p, &meta, err, sizeof(err));
+  if (res != ncclSuccess) print_error("%s\n", err);
+  assert_int_equal(res, ncclSuccess);
+  assert_int_equal(meta.inplace, BRD_PLAN_JSON_INPLACE_NO);
+  assert_int_equal(meta.min_bytes, 64);
+  assert_int_equal(meta.max_bytes, 1048576);
+  assert_int_equal(p->nblocks, 1);
+  assert_int_equal(p->nchunks, 2);
+  assert_int_equal(p->nslots, 1);
+  assert_int_equal(p->seq_per_iter, 3); /* two signals, then the credit */
+  for (int r = 0; r < 2; r++) {
+    int q = 1 - r;
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 0);
+    assert_int_equal(brd_ir_plan_block(p, r, 0)->nops, 9);
+    check_sync(p, r, &op[0], BRD_IR_OP_WAIT, q, 1, 0); /* credit */
+    assert_int_equal(op[1].code, BRD_IR_OP_PUT);
+    assert_int_equal(op[1].chunk, q);
+    check_ref(p, r, &op[1].ref[0], (xref_t){IN, -1, q});
+    check_ref(p, r, &op[1].ref[1], (xref_t){BRD_IR_BUF_SCRATCH, q, 0});
+    check_sync(p, r, &op[2], BRD_IR_OP_SIGNAL, q, 0, 1);
+    check_sync(p, r, &op[3], BRD_IR_OP_WAIT, q, 0, 1);
+    assert_int_equal(op[4].code, BRD_IR_OP_REDUCE);
+    assert_int_equal(op[4].flags, BRD_IR_F_POSTOP);
+    check_ref(p, r, &op[4].ref[0], (xref_t){IN, -1, r});
+    check_ref(p, r, &op[4].ref[1], (xref_t){BRD_IR_BUF_SCRATCH, -1, 0});
+    check_ref(p, r, &op[4].ref[2], (xref_t){OUT, -1, r});
+    assert_int_equal(op[5].code, BRD_IR_OP_PUT);
+    check_ref(p, r, &op[5].ref[0], (xref_t){OUT, -1, r});
+    check_ref(p, r, &op[5].ref[1], (xref_t){OUT, q, r});
+    check_sync(p, r, &op[6], BRD_IR_OP_SIGNAL, q, 0, 2);
+    check_sync(p, r, &op[7], BRD_IR_OP_WAIT, q, 0, 2);
+    check_sync(p, r, &op[8], BRD_IR_OP_SIGNAL, q, 1, 3);
+  }
+  brd_verify_opts_t opts = {0, 3};
+  brd_verify_report_t rep;
+  res = brd_plan_verify(p, &opts, &rep);
+  if (res != ncclSuccess) print_error("%s\n", rep.msg);
+  assert_int_equal(res, ncclSuccess);
+  brd_plan_destroy(p);
+  free(t);
+}
+
 static void expect_refusal(const char *file, const char *a, const char *b, const char *msg) {
   char *t = edited(file, a, b);
   char err[600] = "";
@@ -428,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_simple),
       cmocka_unit_test(test_allreduce_packet),
       cmocka_unit_test(test_nvls),
+      cmocka_unit_test(test_out_of_place),
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_alloc_failures),
   };
