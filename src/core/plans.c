@@ -15,6 +15,7 @@
 #include "algos/algos.h"
 #include "device/redop.h"
 #include "core/plans.h"
+#include "plan/mscclpp.h"
 #include "plan/plan.h"
 #include "plan/tune.h"
 #include "plan/verify.h"
@@ -217,12 +218,24 @@ static int library_verify(const char *path, int rank, const brd_ir_plan_t *plan,
   return 0;
 }
 
+/* Blocks per rank of the host backend (core/launch_host.c). */
+#define MSCCLPP_HOST_BLOCKS 2
+
 /* Loads one file into the library (or refuses or skips it). */
 static ncclResult_t library_file(brd_plan_cache_t *c, const char *path, int rank, int rpn) {
   brd_ir_plan_t *plan = NULL;
   brd_plan_json_meta_t meta;
   char err[640];
-  ncclResult_t res = brd_plan_json_read(path, &plan, &meta, err, sizeof(err));
+  int mscclpp = 0;
+  /* An MSCCL++ execution plan is translated (plan/mscclpp.h); any other
+   * document is read as Braid's own format. The host executor runs two
+   * blocks per rank, so there its thread blocks fold onto two. */
+  const char *dev = brd_param_str(BRD_P_BRAID_DEVICE);
+  int max_blocks = dev != NULL && strcmp(dev, "host") == 0 ? MSCCLPP_HOST_BLOCKS : 0;
+  ncclResult_t res =
+      brd_plan_mscclpp_read(path, max_blocks, &mscclpp, &plan, &meta, err, sizeof(err));
+  if (res == ncclSuccess && !mscclpp)
+    res = brd_plan_json_read(path, &plan, &meta, err, sizeof(err));
   if (res == ncclSystemError) return res;
   if (res != ncclSuccess) {
     /* The reader WARNed with the file and the JSON path. */
@@ -280,8 +293,9 @@ static ncclResult_t library_file(brd_plan_cache_t *c, const char *path, int rank
              meta.max_bytes);
   else
     snprintf(range, sizeof(range), "from %" PRIu64 " bytes", meta.min_bytes);
-  INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_TUNING, "plan library: rank %d loaded %s (%s, %u ranks, "
-       "%u blocks, %s, %s%s)", rank, path, coll_text[plan->coll], (unsigned)plan->nranks,
+  INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_TUNING, "plan library: rank %d loaded %s (%s%s, %u ranks, "
+       "%u blocks, %s, %s%s)", rank, path, mscclpp ? "MSCCL++ plan, " : "", coll_text[plan->coll],
+       (unsigned)plan->nranks,
        (unsigned)plan->nblocks, plan->proto == BRD_IR_PROTO_LL ? "LL" : "Simple", range,
        meta.inplace == BRD_PLAN_JSON_INPLACE_YES  ? ", in place only"
        : meta.inplace == BRD_PLAN_JSON_INPLACE_NO ? ", out of place only"

@@ -226,16 +226,17 @@ ncclResult_t brd_plan_json_write(const brd_ir_plan_t *p, const brd_plan_json_met
 
 /* ---- JSON reader -------------------------------------------------------------- */
 
-enum { J_NULL, J_BOOL, J_INT, J_NUM, J_STR, J_ARR, J_OBJ };
+enum {
+  J_NULL = BRD_JSON_NULL,
+  J_BOOL = BRD_JSON_BOOL,
+  J_INT = BRD_JSON_INT,
+  J_NUM = BRD_JSON_NUM,
+  J_STR = BRD_JSON_STR,
+  J_ARR = BRD_JSON_ARR,
+  J_OBJ = BRD_JSON_OBJ,
+};
 
-typedef struct jval {
-  int type;
-  int64_t i;         /* J_INT value, J_BOOL 0/1 */
-  char *s;           /* J_STR (owned, NUL-terminated) */
-  struct jval *kids; /* J_ARR items, J_OBJ values (owned) */
-  char **keys;       /* J_OBJ keys (owned), parallel to kids */
-  size_t n, cap;
-} jval_t;
+typedef brd_json_t jval_t;
 
 typedef struct jctx {
   const char *name; /* file name for messages */
@@ -1070,8 +1071,48 @@ out:
 }
 
 /* See plan_json.h. */
-ncclResult_t brd_plan_json_read(const char *path, brd_ir_plan_t **plan_out,
-                                brd_plan_json_meta_t *meta_out, char *err, size_t errlen) {
+ncclResult_t brd_json_parse(const char *text, size_t len, const char *name,
+                            brd_json_t **root_out, char *err, size_t errlen) {
+  jctx_t c;
+  ncclResult_t res;
+  memset(&c, 0, sizeof(c));
+  c.name = name ? name : "(json)";
+  c.start = c.p = text;
+  c.end = text + len;
+  c.err = err;
+  c.errlen = errlen;
+  if (err && errlen) err[0] = '\0';
+  brd_json_t *root = calloc(1, sizeof(*root));
+  if (root == NULL) return oom(&c);
+  CHECK_GOTO(parse_value(&c, root, 0), res, fail_free);
+  skip_ws(&c);
+  if (c.p != c.end) {
+    res = syntax(&c, "text after the document");
+    goto fail_free;
+  }
+  *root_out = root;
+  return ncclSuccess;
+fail_free:
+  brd_json_free(root);
+  return res;
+}
+
+/* See plan_json.h. */
+void brd_json_free(brd_json_t *root) {
+  if (root == NULL) return;
+  jval_fini(root);
+  free(root);
+}
+
+/* See plan_json.h. */
+const brd_json_t *brd_json_get(const brd_json_t *obj, const char *key) {
+  if (obj == NULL || obj->type != J_OBJ) return NULL;
+  return obj_get(obj, key);
+}
+
+/* See plan_json.h. */
+ncclResult_t brd_plan_json_text_read(const char *path, char **text_out, size_t *len_out,
+                                     char *err, size_t errlen) {
   ncclResult_t res = ncclSuccess;
   char *text = NULL;
   size_t len = 0, cap = 0;
@@ -1112,10 +1153,23 @@ ncclResult_t brd_plan_json_read(const char *path, brd_ir_plan_t **plan_out,
     res = ncclSystemError;
     goto out;
   }
-  res = brd_plan_json_parse(text, len, path, plan_out, meta_out, err, errlen);
+  *text_out = text;
+  *len_out = len;
+  text = NULL;
 out:
   free(text);
   fclose(f);
+  return res;
+}
+
+/* See plan_json.h. */
+ncclResult_t brd_plan_json_read(const char *path, brd_ir_plan_t **plan_out,
+                                brd_plan_json_meta_t *meta_out, char *err, size_t errlen) {
+  char *text = NULL;
+  size_t len = 0;
+  CHECK(brd_plan_json_text_read(path, &text, &len, err, errlen));
+  ncclResult_t res = brd_plan_json_parse(text, len, path, plan_out, meta_out, err, errlen);
+  free(text);
   return res;
 }
 

@@ -84,6 +84,49 @@ ncclResult_t brd_plan_json_load(const char *path, const brd_verify_opts_t *opts,
                                 brd_verify_report_t *report_out, char *err,
                                 size_t errlen);
 
+/* The JSON reader behind brd_plan_json_parse, for other formats of plan
+ * files (plan/mscclpp.h): a parsed document as a tree of values. */
+enum {
+  BRD_JSON_NULL,
+  BRD_JSON_BOOL,
+  BRD_JSON_INT, /* an integer that fits int64_t */
+  BRD_JSON_NUM, /* any other number (value not kept) */
+  BRD_JSON_STR,
+  BRD_JSON_ARR,
+  BRD_JSON_OBJ,
+};
+
+typedef struct brd_json {
+  int type;              /* BRD_JSON_* */
+  int64_t i;             /* BRD_JSON_INT value, BRD_JSON_BOOL 0/1 */
+  char *s;               /* BRD_JSON_STR (owned, NUL-terminated) */
+  struct brd_json *kids; /* array items, object values (owned), n of them */
+  char **keys;           /* object keys (owned), parallel to kids */
+  size_t n, cap;
+} brd_json_t;
+
+/* Parses the JSON document text[0 .. len) (RFC 8259, nesting depth at
+ * most 64) into a tree the caller frees with brd_json_free. Malformed
+ * JSON: ncclInvalidArgument, a WARN naming `name`, line and column, and the
+ * message in err[0 .. errlen) (err may be NULL); out of memory:
+ * ncclSystemError. Writes *root_out only on success. Any thread. */
+ncclResult_t brd_json_parse(const char *text, size_t len, const char *name,
+                            brd_json_t **root_out, char *err, size_t errlen);
+
+/* Frees a tree of brd_json_parse; NULL is a no-op. */
+void brd_json_free(brd_json_t *root);
+
+/* The value of field `key` of object obj; NULL when obj is not an object
+ * (or NULL) or has no such field. Pure. */
+const brd_json_t *brd_json_get(const brd_json_t *obj, const char *key);
+
+/* Reads the whole file at path (at most 256 MiB) into a malloc'd buffer
+ * (not NUL-terminated) the caller frees. ncclInvalidArgument (WARN, and
+ * the message in err) for a file that cannot be opened or is too large,
+ * ncclSystemError when reading fails. Any thread; blocks reading. */
+ncclResult_t brd_plan_json_text_read(const char *path, char **text_out, size_t *len_out,
+                                     char *err, size_t errlen);
+
 /* The document's name of datatype dt ("float32") or reduction op
  * ("sum", "premulsum" for BRD_PLAN_JSON_REDOP_PREMULSUM); "?" if none. */
 const char *brd_plan_json_dtype_name(int dt);

@@ -16,6 +16,19 @@
  *   - NCCL_ALGO set: the built-ins run, whatever the library holds.
  *   - Ranks (processes) given different libraries: every rank WARNs and
  *     ignores the library; results stay exact.
+ *   - MSCCL++ execution plans (../shared/mscclpp-plans, and Braid's own
+ *     tests/data/mscclpp/oop_scratch.json) on 2 ranks: the LL
+ *     packet all-reduce (its max_message_size set to 4096 in the copy),
+ *     the switch-channel one (NCCL_NVLS_ENABLE=1; 8192..65536 bytes in its
+ *     copy) and the Simple one run, in place, for the calls in their
+ *     ranges, exactly, with INFO naming the file; out-of-place calls from
+ *     64 bytes to 1 MiB run a hand-written out-of-place plan through
+ *     scratch (oop_scratch.json), others the built-ins. Small buffers
+ *     (NCCL_BUFFSIZE 64 KiB, NCCL_LL_BUFFSIZE 4 KiB) make the larger calls
+ *     run several windows (the slot-reuse credits). Where NVLS stays off (CUDA mode on the simulator) the
+ *     switch plan is skipped with an INFO and the Simple one runs instead.
+ *     Plans with an unknown op or a flush are refused with a WARN naming
+ *     the file, GPU, thread block, op index and op name.
  *
  * Each configuration runs in a child (this program again, with its
  * environment and NCCL_DEBUG_FILE), so parameters are read afresh.
@@ -64,10 +77,42 @@ static const call_t calls[] = {
 };
 #define NCALLS (sizeof(calls) / sizeof(calls[0]))
 
+/* The MSCCL++ configuration: 2 ranks, in-place plans; the packet plan up
+ * to 4096 bytes, the Simple plan above. */
+/* MSCCL++'s sample plans (BRAID_MSCCLPP_PLANS, else ../shared/mscclpp-plans
+ * from the repository root); Braid's own in tests/data/mscclpp. */
+#define OWN_MSCCLPP_DIR "tests/data/mscclpp"
+static const char *mscclpp_dir(const char *file) {
+  const char *d = getenv("BRAID_MSCCLPP_PLANS");
+  if (strcmp(file, "oop_scratch.json") == 0) return OWN_MSCCLPP_DIR;
+  return d != NULL && *d ? d : "../shared/mscclpp-plans";
+}
+static const call_t mcalls[] = {
+    {ncclFloat32, ncclSum, 1, 1},       /* 4: the packet plan */
+    {ncclFloat32, ncclSum, 1023, 1},    /* 4092: the packet plan */
+    {ncclInt32, ncclMax, 1024, 1},      /* 4096: the packet plan */
+    {ncclFloat32, ncclSum, 1023, 0},    /* 4092 out of place: oop_scratch */
+    {ncclFloat32, ncclSum, 15, 0},      /* 60 out of place: built-in */
+    {ncclFloat32, ncclSum, 262145, 0},  /* 1048580 out of place: built-in */
+    {ncclInt32, ncclMin, 262144, 0},    /* 1048576 out of place: oop_scratch */
+    {ncclFloat32, ncclSum, 1025, 1},    /* 4100: the Simple plan */
+    {ncclFloat32, ncclAvg, 33333, 1},   /* 133332: the Simple plan */
+    {ncclFloat64, ncclSum, 700001, 1},  /* 5600008: the Simple plan */
+    {ncclFloat32, ncclAvg, 33333, 0},   /* 133332 out of place: oop_scratch */
+    {ncclFloat32, ncclSum, 3001, 1},    /* 12004: the switch plan */
+    {ncclFloat32, ncclSum, 16384, 1},   /* 65536: the switch plan */
+    {ncclFloat32, ncclSum, 16385, 1},   /* 65540: the Simple plan */
+    {ncclFloat32, ncclSum, 7, 1},       /* 28: the packet plan again */
+};
+#define NMCALLS (sizeof(mcalls) / sizeof(mcalls[0]))
+
+static const call_t *cur_calls = calls;
+static size_t cur_ncalls = NCALLS;
+
 static int run_calls(ncclComm_t comm, cudaStream_t stream, int n, int rank, char *msg,
                      size_t msglen) {
-  for (size_t i = 0; i < NCALLS; i++) {
-    const call_t *c = &calls[i];
+  for (size_t i = 0; i < cur_ncalls; i++) {
+    const call_t *c = &cur_calls[i];
     size_t es = ref_dtype_size(c->dt);
     void *send = tdev_alloc(c->count * es);
     void *recv = c->inplace ? send : tdev_alloc(c->count * es);
@@ -163,7 +208,13 @@ static int child_processes(int n) {
 static int child(const char *what) {
   if (strcmp(what, "processes") == 0) return child_processes(NRANKS);
   char msg[300] = "";
-  if (tdev_run_threads(NRANKS, rank_fn, msg, sizeof(msg)) != 0) {
+  int n = NRANKS;
+  if (strcmp(what, "mscclpp") == 0) {
+    cur_calls = mcalls;
+    cur_ncalls = NMCALLS;
+    n = 2;
+  }
+  if (tdev_run_threads(n, rank_fn, msg, sizeof(msg)) != 0) {
     printf("FAIL %s: %s\n", what, msg);
     return 1;
   }
@@ -330,6 +381,91 @@ static void check_library_log(const char *log) {
         "a refused or skipped plan ran");
 }
 
+static void check_mscclpp_log(const char *log) {
+  char line[1024];
+  check(count_of(log, "a_packet.json (MSCCL++ plan, allreduce") == 2 &&
+            count_of(log, "b_allreduce.json (MSCCL++ plan, allreduce") == 2,
+        "the two MSCCL++ plans were not loaded on both ranks");
+  check(runs(log, "a_packet.json", 4, "in place") == 2 &&
+            runs(log, "a_packet.json", 4092, "in place") == 2 &&
+            runs(log, "a_packet.json", 4096, "in place") == 2 &&
+            runs(log, "a_packet.json", 28, "in place") == 2,
+        "the packet plan did not run (once per rank) for the in-place calls up to 4096 bytes");
+  check(runs(log, "b_allreduce.json", 4100, "in place") == 2 &&
+            runs(log, "b_allreduce.json", 133332, "in place") == 2 &&
+            runs(log, "b_allreduce.json", 5600008, "in place") == 2 &&
+            runs(log, "b_allreduce.json", 65540, "in place") == 2,
+        "the Simple plan did not run (once per rank) for the in-place calls above 4096 bytes");
+  check(runs(log, "e_oop.json", 4092, "out of place") == 2 &&
+            runs(log, "e_oop.json", 133332, "out of place") == 2 &&
+            runs(log, "e_oop.json", 1048576, "out of place") == 2,
+        "the out-of-place plan did not run (once per rank) for 4092, 133332, 1048576 bytes");
+  check(runs(log, "a_packet.json", 4100, "in place") == 0 && any_runs(log, 4092) == 4 &&
+            any_runs(log, 60) == 0 && any_runs(log, 1048580) == 0 &&
+            count_of(log, "out of place)") == 6,
+        "an MSCCL++ plan ran outside its range, or in place or out of place where it is not "
+        "declared so");
+  const char *dev = getenv("BRAID_DEVICE");
+  int host = dev != NULL && strcmp(dev, "host") == 0;
+  int nvls_off = count_of(log, "a0_nvls.json: it has switch channels and NVLS is off");
+  check(count_of(log, "a0_nvls.json (MSCCL++ plan, allreduce") == 2,
+        "the switch-channel MSCCL++ plan was not loaded on both ranks");
+  if (host || nvls_off == 0) {
+    check(runs(log, "a0_nvls.json", 12004, "in place") == 2 &&
+              runs(log, "a0_nvls.json", 65536, "in place") == 2,
+          "the switch-channel plan did not run (once per rank) for 12004 and 65536 bytes");
+  } else {
+    check(nvls_off == 2 && runs(log, "b_allreduce.json", 12004, "in place") == 2,
+          "NVLS off: the switch-channel plan was not skipped on both ranks, or the Simple "
+          "plan did not run in its place");
+  }
+  check(runs(log, "a0_nvls.json", 65540, "in place") == 0,
+        "the switch-channel plan ran above its max_message_size");
+  const char *w = line_with(log, "c_flush.json", "WARN", line, sizeof(line));
+  check(w != NULL &&
+            strstr(line, "gpu 0, thread block 1, op 1 (flush): a port-channel flush") != NULL,
+        "no WARN refusing c_flush.json's flush with its gpu, thread block and op: %s",
+        w ? line : "(none)");
+  w = line_with(log, "d_unknown.json", "WARN", line, sizeof(line));
+  check(w != NULL &&
+            strstr(line, "gpu 0, thread block 0, op 1 (frobnicate): unknown op name") != NULL,
+        "no WARN refusing d_unknown.json's unknown op: %s", w ? line : "(none)");
+  check(strstr(log, "c_flush.json runs") == NULL && strstr(log, "d_unknown.json runs") == NULL,
+        "a refused MSCCL++ plan ran");
+}
+
+/* Copies MSCCL++ plan `from` into dir/to, replacing the first `a` by `b`
+ * (a may be NULL). */
+static int copy_plan(const char *from, const char *dir, const char *to, const char *a,
+                     const char *b) {
+  char p[800];
+  snprintf(p, sizeof(p), "%s/%s", mscclpp_dir(from), from);
+  char *t = slurp(p);
+  if (t == NULL) {
+    printf("FAIL: cannot read %s\n", p);
+    return -1;
+  }
+  char *q = a ? strstr(t, a) : NULL;
+  if (a != NULL && q == NULL) {
+    printf("FAIL: %s holds no %s\n", p, a);
+    free(t);
+    return -1;
+  }
+  char *u = malloc(strlen(t) + (b ? strlen(b) : 0) + 1);
+  if (q != NULL) {
+    memcpy(u, t, (size_t)(q - t));
+    strcpy(u + (q - t), b);
+    strcat(u, q + strlen(a));
+  } else {
+    strcpy(u, t);
+  }
+  snprintf(p, sizeof(p), "%s/%s", dir, to);
+  int r = spit(p, u);
+  free(u);
+  free(t);
+  return r;
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   const char *role = getenv("PLANDIR_TEST_CHILD");
@@ -351,11 +487,12 @@ int main(int argc, char **argv) {
     perror("mkdtemp");
     return 1;
   }
-  char lib[600], other[600], logs[600], p[700];
+  char lib[600], other[600], logs[600], mlib[600], p[700];
   snprintf(lib, sizeof(lib), "%s/lib", dir);
   snprintf(other, sizeof(other), "%s/other", dir);
   snprintf(logs, sizeof(logs), "%s/logs", dir);
-  if (mkdir(lib, 0700) || mkdir(other, 0700) || mkdir(logs, 0700)) {
+  snprintf(mlib, sizeof(mlib), "%s/mscclpp", dir);
+  if (mkdir(lib, 0700) || mkdir(other, 0700) || mkdir(logs, 0700) || mkdir(mlib, 0700)) {
     perror("mkdir");
     return 1;
   }
@@ -430,6 +567,36 @@ int main(int argc, char **argv) {
   snprintf(p, sizeof(p), "%s/a_ring3.json", other);
   bad |= export_plan(tool, "-c allreduce -a ring -p Simple -n 3 -m 4096 -M 65536", p);
   free(ring3);
+  /* The MSCCL++ library, where MSCCL++'s samples are to be found. */
+  char samples_at[700];
+  snprintf(samples_at, sizeof(samples_at), "%s/allreduce.json", mscclpp_dir("allreduce.json"));
+  int samples = access(samples_at, R_OK) == 0;
+  if (!samples)
+    printf("SKIP: configuration mscclpp: MSCCL++'s sample plans are not at %s (set "
+           "BRAID_MSCCLPP_PLANS to their directory)\n", samples_at);
+  if (samples) {
+    bad |= copy_plan("allreduce_packet.json", mlib, "a_packet.json",
+                     "\"max_message_size\": 18446744073709551615", "\"max_message_size\": 4096");
+    bad |= copy_plan("allreduce.json", mlib, "b_allreduce.json", NULL, NULL);
+    snprintf(p, sizeof(p), "%s/nvls.tmp", mlib);
+    bad |= copy_plan("reduce_nvls.json", mlib, "nvls.tmp", "\"min_message_size\": 0",
+                     "\"min_message_size\": 8192");
+    {
+      char *nt = slurp(p);
+      char *q = nt ? strstr(nt, "\"max_message_size\": 18446744073709551615") : NULL;
+      if (q != NULL) memcpy(q, "\"max_message_size\": 65536               ", 40);
+      bad |= q == NULL;
+      if (q != NULL) unlink(p);
+      snprintf(p, sizeof(p), "%s/a0_nvls.json", mlib);
+      if (q != NULL) bad |= spit(p, nt);
+      free(nt);
+    }
+    bad |= copy_plan("allreduce_packet.json", mlib, "c_flush.json", "\"name\": \"upkt\"",
+                     "\"name\": \"flush\"");
+    bad |= copy_plan("oop_scratch.json", mlib, "e_oop.json", NULL, NULL);
+    bad |= copy_plan("allreduce_packet.json", mlib, "d_unknown.json", "\"name\": \"respkt\"",
+                     "\"name\": \"frobnicate\"");
+  }
   if (bad) {
     printf("FAIL: writing the plan files failed\n");
     return 1;
@@ -439,8 +606,9 @@ int main(int argc, char **argv) {
     const char *what;
     int algo;     /* NCCL_ALGO=Ring */
     int per_rank; /* ranks as processes, rank 2 given `other` */
-  } configs[] = {{"library", 0, 0}, {"algo", 1, 0}, {"processes", 0, 1}};
+  } configs[] = {{"library", 0, 0}, {"algo", 1, 0}, {"processes", 0, 1}, {"mscclpp", 0, 0}};
   for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {
+    if (!samples && strcmp(configs[i].what, "mscclpp") == 0) continue;
     char logpat[700];
     snprintf(logpat, sizeof(logpat), "%s/%s.%%p.log", logs, configs[i].what);
     fflush(NULL);
@@ -453,8 +621,18 @@ int main(int argc, char **argv) {
       setenv("NCCL_DEBUG", "INFO", 1);
       setenv("NCCL_DEBUG_SUBSYS", "INIT,TUNING,COLL", 1);
       setenv("NCCL_DEBUG_FILE", logpat, 1);
-      setenv("BRAID_PLAN_DIR", lib, 1);
+      setenv("BRAID_PLAN_DIR", strcmp(configs[i].what, "mscclpp") == 0 ? mlib : lib, 1);
       if (configs[i].algo) setenv("NCCL_ALGO", "Ring", 1);
+      unsetenv("NCCL_NVLS_ENABLE");
+      /* Host mode emulates the switch; CUDA mode needs cuMem windows for
+       * it (NVLS stays off there and the switch plan is skipped). */
+      const char *dev = getenv("BRAID_DEVICE");
+      if (strcmp(configs[i].what, "mscclpp") == 0 && dev != NULL && strcmp(dev, "host") == 0)
+        setenv("NCCL_NVLS_ENABLE", "1", 1);
+      if (strcmp(configs[i].what, "mscclpp") == 0) {
+        setenv("NCCL_BUFFSIZE", "65536", 1);
+        setenv("NCCL_LL_BUFFSIZE", "4096", 1);
+      }
       if (configs[i].per_rank) setenv("PLANDIR_RANK2", other, 1);
       execv("/proc/self/exe", argv);
       _exit(127);
@@ -470,6 +648,8 @@ int main(int argc, char **argv) {
       check(0, "configuration %s: no log", configs[i].what);
     } else if (i == 0) {
       check_library_log(log);
+    } else if (strcmp(configs[i].what, "mscclpp") == 0) {
+      check_mscclpp_log(log);
     } else if (configs[i].algo) {
       check(strstr(log, "loaded ") != NULL, "NCCL_ALGO: the library was not loaded");
       check(strstr(log, ".json runs") == NULL, "NCCL_ALGO=Ring: a library plan ran");

@@ -1,0 +1,521 @@
+/*
+ * Unit tests for MSCCL++ execution plans read as Braid plans
+ * (src/plan/mscclpp.c), on MSCCL++'s sample plans (../shared/mscclpp-plans
+ * or $BRAID_MSCCLPP_PLANS; the tests that need them skip without them) and
+ * Braid's own tests/data/mscclpp/oop_scratch.json:
+ *
+ *   - allreduce.json (Simple, 8 thread blocks, rlxsignal/rlxwait/rres):
+ *     each block's ops, op by op, against a table written from the JSON
+ *     (rank r, thread block b reduces chunk 8r + b with the peer's chunk
+ *     over GPU channel b, so semaphore b; its signals and waits count 1,
+ *     2), plus the input-to-output copy an in-place plan that reads a
+ *     peer's buffer starts with. It verifies in place; folded onto 2
+ *     blocks it keeps every op and still verifies.
+ *   - allreduce_packet.json (LL, ppkt/respkt/upkt): the same, with LL
+ *     flags, slots and the slot-reuse credit; verifies.
+ *   - The library fields: in place only, 2^64-1 as no limit, a set range.
+ *   - reduce_nvls.json (glres on a switch channel over the input buffer):
+ *     the buffer staged in scratch slots (a copy in, MC_REDUCE of slot r
+ *     through the switch channel on rank r, a copy out); verifies. Out of
+ *     place it is refused with the GPU, thread block, op index and op name.
+ *   - Malformed or unsupported inputs: a missing field, an unknown op, a
+ *     chunk out of range, a refused op (flush), a remote buffer the
+ *     thread block does not reach, another collective, malformed JSON;
+ *     each refused with a message naming the file and the place. Braid's
+ *     own format is not taken for MSCCL++.
+ *   - oop_scratch.json, a hand-written out-of-place Simple plan through
+ *     scratch (put, re, put of the result): ops as written plus the
+ *     slot-reuse credit; verifies out of place.
+ *   - Allocation failures while translating (each sample) unwind without
+ *     leaks and return ncclSystemError.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "plan/mscclpp.h"
+#include "plan/plan.h"
+#include "plan/plan_json.h"
+#include "plan/verify.h"
+
+#include "failalloc.h"
+
+/* MSCCL++'s own sample plans are read where the project keeps them
+ * (BRAID_MSCCLPP_PLANS, else ../shared/mscclpp-plans from the repository
+ * root); tests that need them skip where they are absent. Braid's own
+ * hand-written plan is in tests/data/mscclpp. */
+#define OWN_DATA "tests/data/mscclpp/"
+
+static void sample_path(const char *file, char *path, size_t n) {
+  const char *dir = getenv("BRAID_MSCCLPP_PLANS");
+  if (strcmp(file, "oop_scratch.json") == 0)
+    snprintf(path, n, OWN_DATA "%s", file);
+  else
+    snprintf(path, n, "%s/%s", dir != NULL && *dir ? dir : "../shared/mscclpp-plans", file);
+}
+
+/* Skips the calling test where MSCCL++'s samples are not to be found. */
+static void need_samples(void) {
+  char path[512];
+  sample_path("allreduce.json", path, sizeof(path));
+  if (access(path, R_OK) != 0) {
+    print_message("SKIP: MSCCL++'s sample plans are not at %s (set BRAID_MSCCLPP_PLANS to "
+                  "their directory)\n", path);
+    skip();
+  }
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  char *s = malloc(1 << 20);
+  size_t n = s ? fread(s, 1, (1 << 20) - 1, f) : 0;
+  fclose(f);
+  if (s) s[n] = '\0';
+  return s;
+}
+
+/* The sample text with the first `a` replaced by `b`. */
+static char *edited(const char *file, const char *a, const char *b) {
+  char path[512];
+  sample_path(file, path, sizeof(path));
+  char *t = slurp(path);
+  assert_non_null(t);
+  if (a == NULL) return t;
+  char *q = strstr(t, a);
+  assert_non_null(q);
+  char *u = malloc(strlen(t) + strlen(b) + 1);
+  memcpy(u, t, (size_t)(q - t));
+  strcpy(u + (q - t), b);
+  strcat(u, q + strlen(a));
+  free(t);
+  return u;
+}
+
+/* Parses and translates text; returns the result, the plan in *plan_out. */
+static ncclResult_t translate(const char *text, const char *name, int max_blocks,
+                              brd_ir_plan_t **plan_out, brd_plan_json_meta_t *meta_out,
+                              char *err, size_t errlen) {
+  brd_json_t *root = NULL;
+  ncclResult_t res = brd_json_parse(text, strlen(text), name, &root, err, errlen);
+  if (res != ncclSuccess) return res;
+  assert_int_equal(brd_plan_mscclpp_detect(root), 1);
+  res = brd_plan_mscclpp_translate(root, name, max_blocks, plan_out, meta_out, err, errlen);
+  brd_json_free(root);
+  return res;
+}
+
+static brd_ir_plan_t *load(const char *file, int max_blocks, brd_plan_json_meta_t *meta) {
+  char path[512], err[600];
+  int is = 0;
+  brd_ir_plan_t *plan = NULL;
+  sample_path(file, path, sizeof(path));
+  ncclResult_t res = brd_plan_mscclpp_read(path, max_blocks, &is, &plan, meta, err, sizeof(err));
+  if (res != ncclSuccess) print_error("%s\n", err);
+  assert_int_equal(res, ncclSuccess);
+  assert_int_equal(is, 1);
+  assert_non_null(plan);
+  return plan;
+}
+
+static void verify_in_place(const brd_ir_plan_t *plan) {
+  brd_verify_opts_t opts = {1, 3};
+  brd_verify_report_t rep;
+  ncclResult_t res = brd_plan_verify(plan, &opts, &rep);
+  if (res != ncclSuccess) print_error("%s\n", rep.msg);
+  assert_int_equal(res, ncclSuccess);
+}
+
+/* Expected refs: {buf, peer (-1 local), index}. */
+typedef struct xref {
+  int buf, peer, index;
+} xref_t;
+
+static void check_ref(const brd_ir_plan_t *p, int rank, const brd_ir_ref_t *r, xref_t x) {
+  assert_int_equal(r->buf, x.buf);
+  assert_int_equal(r->index, x.index);
+  if (x.peer < 0) {
+    assert_int_equal(r->chan, BRD_IR_CHAN_LOCAL);
+  } else {
+    assert_int_not_equal(r->chan, BRD_IR_CHAN_LOCAL);
+    assert_int_equal(brd_ir_plan_chan(p, rank, r->chan)->peer, x.peer);
+  }
+}
+
+#define LLS (BRD_IR_BUF_SCRATCH | BRD_IR_REF_LL)
+#define IN BRD_IR_BUF_INPUT
+#define OUT BRD_IR_BUF_OUTPUT
+#define SEM BRD_IR_BUF_SEM
+
+static void check_sync(const brd_ir_plan_t *p, int rank, const brd_ir_op_t *op, int code,
+                       int peer, int sem, int k) {
+  assert_int_equal(op->code, code);
+  assert_int_equal(op->k, k);
+  check_ref(p, rank, &op->ref[0], (xref_t){SEM, peer, sem});
+}
+
+static void test_allreduce_simple(void **state) {
+  (void)state;
+  need_samples();
+  brd_plan_json_meta_t meta;
+  brd_ir_plan_t *p = load("allreduce.json", 0, &meta);
+  assert_int_equal(p->nranks, 2);
+  assert_int_equal(p->nblocks, 8);
+  assert_int_equal(p->nchunks, 16);
+  assert_int_equal(p->nslots, 0);
+  assert_int_equal(p->proto, BRD_IR_PROTO_SIMPLE);
+  assert_int_equal(p->coll, BRD_IR_COLL_ALLREDUCE);
+  assert_int_equal(p->nsems, 8); /* 8 channels to the one peer */
+  assert_int_equal(p->seq_per_iter, 2);
+  assert_int_equal(meta.inplace, BRD_PLAN_JSON_INPLACE_YES);
+  assert_int_equal(meta.min_bytes, 0);
+  assert_int_equal(meta.max_bytes, 0); /* 2^64-1: no limit */
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(brd_ir_plan_rank(p, r)->nchans, 1);
+    assert_int_equal(brd_ir_plan_chan(p, r, 0)->peer, 1 - r);
+    for (int b = 0; b < 8; b++) {
+      /* The JSON's 7 ops (rlxsignal, rlxwait, nop, rres, nop, signal,
+       * wait), after block 0's input copy and the barrier every block
+       * passes before touching the buffers. */
+      const brd_ir_op_t *op = brd_ir_plan_ops(p, r, b);
+      uint32_t n = brd_ir_plan_block(p, r, b)->nops;
+      int pre = b == 0 ? 2 : 1;
+      assert_int_equal(n, 7 + pre);
+      if (b == 0) {
+        assert_int_equal(op[0].code, BRD_IR_OP_COPY);
+        assert_int_equal(op[0].nchunks, 16);
+        check_ref(p, r, &op[0].ref[0], (xref_t){IN, -1, 0});
+        check_ref(p, r, &op[0].ref[1], (xref_t){OUT, -1, 0});
+      }
+      assert_int_equal(op[pre - 1].code, BRD_IR_OP_BARRIER);
+      op += pre;
+      int chunk = 8 * r + b, peer = 1 - r;
+      check_sync(p, r, &op[0], BRD_IR_OP_SIGNAL, peer, b, 1);
+      check_sync(p, r, &op[1], BRD_IR_OP_WAIT, peer, b, 1);
+      assert_int_equal(op[2].code, BRD_IR_OP_NOP);
+      assert_int_equal(op[3].code, BRD_IR_OP_REDUCE);
+      assert_int_equal(op[3].chunk, chunk);
+      assert_int_equal(op[3].nchunks, 1);
+      assert_int_equal(op[3].nsrc, 2);
+      assert_int_equal(op[3].ndst, 2);
+      assert_int_equal(op[3].flags, BRD_IR_F_POSTOP);
+      check_ref(p, r, &op[3].ref[0], (xref_t){OUT, -1, chunk});
+      check_ref(p, r, &op[3].ref[1], (xref_t){OUT, peer, chunk});
+      check_ref(p, r, &op[3].ref[2], (xref_t){OUT, -1, chunk});
+      check_ref(p, r, &op[3].ref[3], (xref_t){OUT, peer, chunk});
+      assert_int_equal(op[4].code, BRD_IR_OP_NOP);
+      check_sync(p, r, &op[5], BRD_IR_OP_SIGNAL, peer, b, 2);
+      check_sync(p, r, &op[6], BRD_IR_OP_WAIT, peer, b, 2);
+    }
+  }
+  verify_in_place(p);
+  brd_plan_destroy(p);
+
+  /* Folded onto 2 blocks: thread blocks 0-3 in block 0, 4-7 in block 1,
+   * one after another; nothing lost, still correct. */
+  p = load("allreduce.json", 2, NULL);
+  assert_int_equal(p->nblocks, 2);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(brd_ir_plan_block(p, r, 0)->nops, 2 + 4 * 7);
+    assert_int_equal(brd_ir_plan_block(p, r, 1)->nops, 1 + 4 * 7);
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 1) + 1;
+    assert_int_equal(op[3].chunk, 8 * r + 4);
+    assert_int_equal(op[7 + 3].chunk, 8 * r + 5);
+    check_sync(p, r, &op[7], BRD_IR_OP_SIGNAL, 1 - r, 5, 1);
+  }
+  verify_in_place(p);
+  brd_plan_destroy(p);
+}
+
+static void test_allreduce_packet(void **state) {
+  (void)state;
+  need_samples();
+  brd_plan_json_meta_t meta;
+  brd_ir_plan_t *p = load("allreduce_packet.json", 0, &meta);
+  assert_int_equal(p->nranks, 2);
+  assert_int_equal(p->nblocks, 2);
+  assert_int_equal(p->nchunks, 4);
+  assert_int_equal(p->nslots, 4);
+  assert_int_equal(p->proto, BRD_IR_PROTO_LL);
+  assert_int_equal(meta.inplace, BRD_PLAN_JSON_INPLACE_YES);
+  /* LL flag 1; the credit is semaphore 1 (after the channel's 0, unused
+   * by signals here) at the iteration's last sequence number, 2. */
+  assert_int_equal(p->seq_per_iter, 2);
+  assert_int_equal(p->nsems, 2);
+  /* From the JSON: gpu 0 tb 0 = ppkt i[2..3] -> peer s[0..1];
+   * respkt i[0] + s[0] -> i[0], peer s[2]. gpu 0 tb 1 = respkt i[1] + s[1]
+   * -> i[1], peer s[3]; upkt s[2..3] -> i[2..3]. gpu 1: the same with the
+   * halves swapped, its tb 0 holding the upkt. */
+  for (int r = 0; r < 2; r++) {
+    int peer = 1 - r, mine = 2 * r, other = 2 - 2 * r;
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 0);
+    uint32_t n0 = brd_ir_plan_block(p, r, 0)->nops, n1 = brd_ir_plan_block(p, r, 1)->nops;
+    /* copy, barrier, credit wait, JSON ops, barrier, credit signal */
+    assert_int_equal(n0, 3 + (r == 0 ? 2 : 3) + 2);
+    assert_int_equal(n1, 2 + (r == 0 ? 2 : 1) + 1);
+    assert_int_equal(op[0].code, BRD_IR_OP_COPY);
+    assert_int_equal(op[1].code, BRD_IR_OP_BARRIER);
+    check_sync(p, r, &op[2], BRD_IR_OP_WAIT, peer, 1, 0);
+    assert_int_equal(op[3].code, BRD_IR_OP_PKT_PUT);
+    assert_int_equal(op[3].chunk, other);
+    assert_int_equal(op[3].nchunks, 2);
+    assert_int_equal(op[3].k, 1);
+    check_ref(p, r, &op[3].ref[0], (xref_t){OUT, -1, other});
+    check_ref(p, r, &op[3].ref[1], (xref_t){LLS, peer, 0});
+    assert_int_equal(op[4].code, BRD_IR_OP_PKT_REDUCE);
+    assert_int_equal(op[4].chunk, mine);
+    assert_int_equal(op[4].nsrc, 2);
+    assert_int_equal(op[4].ndst, 2);
+    assert_int_equal(op[4].k_src, 1);
+    assert_int_equal(op[4].flags, BRD_IR_F_POSTOP);
+    check_ref(p, r, &op[4].ref[0], (xref_t){OUT, -1, mine});
+    check_ref(p, r, &op[4].ref[1], (xref_t){LLS, -1, 0});
+    check_ref(p, r, &op[4].ref[2], (xref_t){OUT, -1, mine});
+    check_ref(p, r, &op[4].ref[3], (xref_t){LLS, peer, 2});
+    const brd_ir_op_t *unpack = r == 0 ? &brd_ir_plan_ops(p, r, 1)[3] : &op[5];
+    assert_int_equal(unpack->code, BRD_IR_OP_PKT_REDUCE);
+    assert_int_equal(unpack->nsrc, 1);
+    assert_int_equal(unpack->flags, 0); /* a copy of the finished value */
+    check_ref(p, r, &unpack->ref[0], (xref_t){LLS, -1, 2});
+    check_ref(p, r, &unpack->ref[1], (xref_t){OUT, -1, other});
+    check_sync(p, r, &op[n0 - 1], BRD_IR_OP_SIGNAL, peer, 1, 2);
+    assert_int_equal(op[n0 - 2].code, BRD_IR_OP_BARRIER);
+  }
+  verify_in_place(p);
+  brd_plan_destroy(p);
+
+  /* A set range. */
+  char *t = edited("allreduce_packet.json", "\"max_message_size\": 18446744073709551615",
+                   "\"max_message_size\": 4096");
+  char *u = NULL;
+  char err[600];
+  assert_int_equal(translate(t, "ranged.json", 0, &p, &meta, err, sizeof(err)), ncclSuccess);
+  assert_int_equal(meta.max_bytes, 4096);
+  brd_plan_destroy(p);
+  u = edited("allreduce_packet.json", "\"min_message_size\": 0", "\"min_message_size\": 8192");
+  free(t);
+  t = u;
+  u = NULL;
+  char *v = strstr(t, "18446744073709551615");
+  memcpy(v, "4096                ", 20);
+  assert_int_equal(translate(t, "backwards.json", 0, &p, &meta, err, sizeof(err)),
+                   ncclInvalidArgument);
+  assert_non_null(strstr(err, "backwards.json: max_message_size is below min_message_size"));
+  free(t);
+}
+
+static void test_out_of_place(void **state) {
+  (void)state;
+  /* oop_scratch.json, rank r (peer q): put input chunk q into q's
+   * scratch slot 0, signal, wait, reduce input chunk r with slot 0 into
+   * output chunk r, put that into q's output chunk r, signal, wait. */
+  char *t = edited("oop_scratch.json", NULL, NULL);
+  char err[600];
+  brd_ir_plan_t *p = NULL;
+  brd_plan_json_meta_t meta;
+  ncclResult_t res = translate(t, "oop.json", 0, &p, &meta, err, sizeof(err));
+  if (res != ncclSuccess) print_error("%s\n", err);
+  assert_int_equal(res, ncclSuccess);
+  assert_int_equal(meta.inplace, BRD_PLAN_JSON_INPLACE_NO);
+  assert_int_equal(meta.min_bytes, 64);
+  assert_int_equal(meta.max_bytes, 1048576);
+  assert_int_equal(p->nblocks, 1);
+  assert_int_equal(p->nchunks, 2);
+  assert_int_equal(p->nslots, 1);
+  assert_int_equal(p->seq_per_iter, 3); /* two signals, then the credit */
+  for (int r = 0; r < 2; r++) {
+    int q = 1 - r;
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 0);
+    assert_int_equal(brd_ir_plan_block(p, r, 0)->nops, 9);
+    check_sync(p, r, &op[0], BRD_IR_OP_WAIT, q, 1, 0); /* credit */
+    assert_int_equal(op[1].code, BRD_IR_OP_PUT);
+    assert_int_equal(op[1].chunk, q);
+    check_ref(p, r, &op[1].ref[0], (xref_t){IN, -1, q});
+    check_ref(p, r, &op[1].ref[1], (xref_t){BRD_IR_BUF_SCRATCH, q, 0});
+    check_sync(p, r, &op[2], BRD_IR_OP_SIGNAL, q, 0, 1);
+    check_sync(p, r, &op[3], BRD_IR_OP_WAIT, q, 0, 1);
+    assert_int_equal(op[4].code, BRD_IR_OP_REDUCE);
+    assert_int_equal(op[4].flags, BRD_IR_F_POSTOP);
+    check_ref(p, r, &op[4].ref[0], (xref_t){IN, -1, r});
+    check_ref(p, r, &op[4].ref[1], (xref_t){BRD_IR_BUF_SCRATCH, -1, 0});
+    check_ref(p, r, &op[4].ref[2], (xref_t){OUT, -1, r});
+    assert_int_equal(op[5].code, BRD_IR_OP_PUT);
+    check_ref(p, r, &op[5].ref[0], (xref_t){OUT, -1, r});
+    check_ref(p, r, &op[5].ref[1], (xref_t){OUT, q, r});
+    check_sync(p, r, &op[6], BRD_IR_OP_SIGNAL, q, 0, 2);
+    check_sync(p, r, &op[7], BRD_IR_OP_WAIT, q, 0, 2);
+    check_sync(p, r, &op[8], BRD_IR_OP_SIGNAL, q, 1, 3);
+  }
+  brd_verify_opts_t opts = {0, 3};
+  brd_verify_report_t rep;
+  res = brd_plan_verify(p, &opts, &rep);
+  if (res != ncclSuccess) print_error("%s\n", rep.msg);
+  assert_int_equal(res, ncclSuccess);
+  brd_plan_destroy(p);
+  free(t);
+}
+
+static void expect_refusal(const char *file, const char *a, const char *b, const char *msg) {
+  char *t = edited(file, a, b);
+  char err[600] = "";
+  brd_ir_plan_t *p = NULL;
+  ncclResult_t res = translate(t, "bad.json", 0, &p, NULL, err, sizeof(err));
+  if (res == ncclSuccess || strstr(err, msg) == NULL)
+    print_error("expected \"%s\", got (%d) \"%s\"\n", msg, res, err);
+  assert_int_equal(res, ncclInvalidArgument);
+  assert_null(p);
+  assert_non_null(strstr(err, "MSCCL++ plan bad.json: "));
+  assert_non_null(strstr(err, msg));
+  free(t);
+}
+
+static void test_nvls(void **state) {
+  (void)state;
+  need_samples();
+  brd_ir_plan_t *p = load("reduce_nvls.json", 0, NULL);
+  assert_int_equal(p->nranks, 2);
+  assert_int_equal(p->nblocks, 1);
+  assert_int_equal(p->nchunks, 2);
+  assert_int_equal(p->nslots, 2); /* the staged buffer */
+  assert_int_equal(p->algo, BRD_IR_ALGO_NVLS);
+  for (int r = 0; r < 2; r++) {
+    const brd_ir_rank_t *rk = brd_ir_plan_rank(p, r);
+    assert_int_equal(rk->nchans, 2);
+    int sw = brd_ir_plan_chan(p, r, 0)->type == BRD_IR_CHAN_SWITCH ? 0 : 1;
+    assert_int_equal(brd_ir_plan_chan(p, r, sw)->type, BRD_IR_CHAN_SWITCH);
+    assert_int_equal(brd_ir_plan_chan(p, r, sw)->peer, BRD_IR_SWITCH_PEER);
+    assert_int_equal(brd_ir_plan_chan(p, r, 1 - sw)->peer, 1 - r);
+    /* copy in, the JSON's 11 ops, copy out */
+    assert_int_equal(brd_ir_plan_block(p, r, 0)->nops, 13);
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 0);
+    assert_int_equal(op[0].code, BRD_IR_OP_COPY);
+    assert_int_equal(op[0].nchunks, 2);
+    check_ref(p, r, &op[0].ref[0], (xref_t){IN, -1, 0});
+    check_ref(p, r, &op[0].ref[1], (xref_t){BRD_IR_BUF_SCRATCH, -1, 0});
+    check_sync(p, r, &op[1 + 1], BRD_IR_OP_SIGNAL, 1 - r, 0, 1);
+    check_sync(p, r, &op[1 + 3], BRD_IR_OP_WAIT, 1 - r, 0, 1);
+    const brd_ir_op_t *g = &op[1 + 5];
+    assert_int_equal(g->code, BRD_IR_OP_MC_REDUCE);
+    assert_int_equal(g->chunk, r);
+    assert_int_equal(g->nsrc, 1);
+    assert_int_equal(g->ndst, 1);
+    assert_int_equal(g->ref[0].chan, sw);
+    assert_int_equal(g->ref[0].index, r);
+    assert_int_equal(g->ref[1].chan, sw);
+    assert_int_equal(g->ref[1].index, r);
+    check_sync(p, r, &op[1 + 7], BRD_IR_OP_SIGNAL, 1 - r, 0, 2);
+    check_sync(p, r, &op[1 + 9], BRD_IR_OP_WAIT, 1 - r, 0, 2);
+    assert_int_equal(op[12].code, BRD_IR_OP_COPY);
+    check_ref(p, r, &op[12].ref[0], (xref_t){BRD_IR_BUF_SCRATCH, -1, 0});
+    check_ref(p, r, &op[12].ref[1], (xref_t){OUT, -1, 0});
+  }
+  verify_in_place(p);
+  brd_plan_destroy(p);
+}
+
+static void test_malformed(void **state) {
+  (void)state;
+  need_samples();
+  expect_refusal("allreduce_packet.json", "\"input_chunks\": 4", "\"in_chunks\": 4",
+                 "gpu 0: missing field \"input_chunks\"");
+  expect_refusal("allreduce_packet.json", "\"name\": \"respkt\"", "\"name\": \"frobnicate\"",
+                 "gpu 0, thread block 0, op 1 (frobnicate): unknown op name");
+  expect_refusal("allreduce_packet.json", "\"name\": \"upkt\"", "\"name\": \"flush\"",
+                 "gpu 0, thread block 1, op 1 (flush): a port-channel flush");
+  /* gpu 0 tb 0's ppkt reads i[2..3]: make it i[3..4] of 4 chunks. */
+  expect_refusal("allreduce_packet.json", "\"index\": 2,", "\"index\": 3,",
+                 "gpu 0, thread block 0, op 0 (ppkt): src_buff[0]: chunks 3..4 of the local "
+                 "input buffer, which has 4 chunks");
+  /* gpu 0 tb 0's ppkt writes the peer's s[0..1]: make it s[3..4]. */
+  expect_refusal("allreduce_packet.json", "\"index\": 0,\n                  \"size\": 2",
+                 "\"index\": 3,\n                  \"size\": 2",
+                 "gpu 0, thread block 0, op 0 (ppkt): dst_buff[0]: chunks 3..4 of rank 1's "
+                 "scratch buffer, which has 4 chunks");
+  expect_refusal("allreduce_packet.json", "\"buffer_id\": 0", "\"buffer_id\": 3",
+                 "gpu 0, thread block 0, op 0 (ppkt): dst_buff[0]: remote buffer 3 is not one "
+                 "the thread block reaches");
+  expect_refusal("reduce_nvls.json", "\"inplace\": true", "\"inplace\": false",
+                 "gpu 0, thread block 0, op 5 (glres): src_buff[0] goes through a switch "
+                 "channel over the input buffer (\"i\") of an out-of-place plan");
+  /* upkt's source is packets: in the input buffer Braid cannot hold them. */
+  expect_refusal("allreduce_packet.json",
+                 "\"type\": \"s\",\n                  \"index\": 2,",
+                 "\"type\": \"i\",\n                  \"index\": 2,",
+                 "gpu 0, thread block 1, op 1 (upkt): src_buff[0] holds packets in the user's "
+                 "buffer");
+  expect_refusal("allreduce_packet.json", "\"collective\": \"allreduce\"",
+                 "\"collective\": \"allgather\"",
+                 "collective \"allgather\": only \"allreduce\" plans are translated");
+  expect_refusal("allreduce.json", "\"rres\"", "\"rppkt\"",
+                 "gpu 0, thread block 0, op 3 (rppkt): an LL packet op in a plan of protocol "
+                 "Simple");
+  expect_refusal("allreduce.json", "\"channel_ids\": [", "\"channel_ids\": [4, ",
+                 "gpu 0, thread block 0, op 0 (rlxsignal): memory channel 4 is not one of the "
+                 "thread block's 1 memory channels");
+  /* Malformed JSON: the reader's line and column. */
+  char *t = edited("allreduce.json", NULL, NULL);
+  t[strlen(t) / 2] = '\0';
+  char err[600];
+  brd_json_t *root = NULL;
+  assert_int_equal(brd_json_parse(t, strlen(t), "cut.json", &root, err, sizeof(err)),
+                   ncclInvalidArgument);
+  assert_non_null(strstr(err, "cut.json: line "));
+  free(t);
+  /* Braid's own format is not MSCCL++. */
+  const char *own = "{\"format\": \"braid-plan\", \"version\": 1, \"collective\": \"allreduce\", "
+                    "\"gpus\": []}";
+  assert_int_equal(brd_json_parse(own, strlen(own), "own.json", &root, err, sizeof(err)),
+                   ncclSuccess);
+  assert_int_equal(brd_plan_mscclpp_detect(root), 0);
+  brd_json_free(root);
+}
+
+static void test_alloc_failures(void **state) {
+  (void)state;
+  need_samples();
+  static const char *const files[] = {"allreduce_packet.json", "allreduce.json",
+                                      "reduce_nvls.json"};
+  for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+    char *t = edited(files[f], NULL, NULL);
+    brd_json_t *root = NULL;
+    assert_int_equal(brd_json_parse(t, strlen(t), "a.json", &root, NULL, 0), ncclSuccess);
+    int failures_seen = 0;
+    for (long k = 0;; k++) {
+      brd_ir_plan_t *plan = NULL;
+      alloc_calls = 0;
+      fail_at = k;
+      live = 0;
+      armed = 1;
+      ncclResult_t res = brd_plan_mscclpp_translate(root, "a.json", 2, &plan, NULL, NULL, 0);
+      if (res == ncclSuccess) brd_plan_destroy(plan);
+      armed = 0;
+      assert_int_equal(live, 0);
+      if (res == ncclSuccess) break;
+      assert_int_equal(res, ncclSystemError);
+      assert_null(plan);
+      failures_seen++;
+    }
+    assert_true(failures_seen > 5);
+    brd_json_free(root);
+    free(t);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_allreduce_simple),
+      cmocka_unit_test(test_allreduce_packet),
+      cmocka_unit_test(test_nvls),
+      cmocka_unit_test(test_out_of_place),
+      cmocka_unit_test(test_malformed),
+      cmocka_unit_test(test_alloc_failures),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
