@@ -30,6 +30,7 @@
 struct ncclComm;
 struct brd_backend;
 struct brd_works;
+struct brd_nvls;
 
 /* What a rank reports before any window exists; all ranks agree on the
  * weakest (window.c). Exchanged as bytes: fixed layout. */
@@ -121,6 +122,16 @@ typedef struct brd_backend_ops {
    * INFO or WARN). An error only where NCCL_NVLS_ENABLE=1 required it, or
    * a failure of the exchange itself. NULL: nothing to map. */
   ncclResult_t (*switch_bind)(struct ncclComm *comm, struct brd_backend *b, int *on_out);
+
+  /* A window every rank registers (ncclCommWindowRegister, collective):
+   * binds [ptr, ptr + size) on every rank to one multicast object, with
+   * every rank at the same time. *mc_out the object (brd_nvls_destroy
+   * frees it), or NULL with why (nwhy bytes) when it is not bound (the
+   * same on every rank). An error only where NCCL_NVLS_ENABLE=1 required
+   * it, or a failure of the exchange itself. NULL: windows are never
+   * bound (host mode). */
+  ncclResult_t (*reg_switch_bind)(struct ncclComm *comm, char *ptr, size_t size,
+                                  struct brd_nvls **mc_out, char *why, size_t nwhy);
 
   /* Starts a launch of l->calls (b is NULL before the first connection).
    * The launch's end op undoes it whatever this returns. Calling thread. */

@@ -508,6 +508,80 @@ out:
   return res;
 }
 
+/* A registered window (backend.h reg_switch_bind): every rank's range
+ * bound by address to one multicast object, which needs ncclMemAlloc
+ * (cuMem) memory of the same size on every rank of one host; asked first,
+ * so that all ranks skip together. */
+static ncclResult_t cuda_reg_switch(struct ncclComm *comm, char *ptr, size_t size,
+                                    struct brd_nvls **mc_out, char *why, size_t nwhy) {
+  typedef struct {
+    uint64_t size;
+    int32_t vmm, off; /* off: NCCL_NVLS_ENABLE=0 on this rank */
+  } pub_t;
+  int n = comm->nranks, me = comm->rank, saved = -1;
+  size_t room = 0;
+  ncclResult_t res = ncclSuccess;
+  *mc_out = NULL;
+  if (comm->n_nodes > 1) {
+    snprintf(why, nwhy, "the communicator spans hosts, and a multicast object lives on one");
+    return ncclSuccess;
+  }
+  pub_t *all = calloc((size_t)n, sizeof(*all));
+  if (all == NULL) {
+    WARN("out of host memory binding a window of %d ranks to multicast", n);
+    return ncclSystemError;
+  }
+  all[me].size = size;
+  all[me].vmm = brd_p2p_mem_vmm_room(ptr, &room);
+  all[me].off = brd_param_int(BRD_P_NVLS_ENABLE) == 0;
+  CHECK_GOTO(brd_boot_allgather(comm->boot, all, sizeof(*all)), res, out);
+  for (int r = 0; r < n; r++) {
+    if (all[r].off) {
+      snprintf(why, nwhy, "NVLS is off on rank %d (NCCL_NVLS_ENABLE=0)", r);
+      goto out;
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    if (!all[r].vmm) {
+      snprintf(why, nwhy, "rank %d's window is not ncclMemAlloc (cuMem) memory, which "
+               "multicast cannot bind", r);
+      goto out;
+    }
+    if (all[r].size != size) {
+      snprintf(why, nwhy, "the ranks' windows differ in size (rank %d: %llu bytes, rank "
+               "%d: %zu), and one multicast object binds the same size on every rank", r,
+               (unsigned long long)all[r].size, me, size);
+      goto out;
+    }
+  }
+  if (cudaGetDevice(&saved) != cudaSuccess) {
+    (void)cudaGetLastError();
+    saved = -1;
+  }
+  CHECK_GOTO(brd_device_set(comm->cuda_dev), res, out);
+  brd_nvls_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.nranks = n;
+  a.rank = me;
+  a.dev = comm->cuda_dev;
+  a.enable = -1;
+  a.allgather = nvls_allgather;
+  a.allgather_ctx = comm;
+  a.bind = BRD_NVLS_BIND_ADDR;
+  a.addr = (uintptr_t)ptr;
+  a.addr_room = room;
+  a.size = size;
+  a.abort_flag = &comm->abort_flag;
+  brd_nvls_status_t st;
+  memset(&st, 0, sizeof(st));
+  res = brd_nvls_create(&a, mc_out, &st);
+  if (res == ncclSuccess && *mc_out == NULL) snprintf(why, nwhy, "%s", st.why);
+out:
+  if (saved >= 0 && saved != comm->cuda_dev) (void)cudaSetDevice(saved);
+  free(all);
+  return res;
+}
+
 static void cuda_abort(struct brd_backend *rt) {
   brd_exec_cuda_status_abort(rt->st_coll);
   brd_exec_cuda_status_abort(rt->st_p2p);
@@ -631,7 +705,7 @@ static void cuda_quiesce(struct brd_backend *rt) { (void)wait_idle(rt); }
   .window_seal = cuda_window_seal, .begin = brd_launch_cuda_begin,                       \
   .run_local = brd_launch_cuda_run_local, .order = brd_launch_cuda_order,                \
   .run_works = brd_launch_cuda_run_works, .rma_run = brd_launch_cuda_rma_run,            \
-  .switch_bind = cuda_switch_bind,                                                       \
+  .switch_bind = cuda_switch_bind, .reg_switch_bind = cuda_reg_switch,                  \
   .end = brd_launch_cuda_end, .poll = brd_launch_cuda_poll,                              \
   .abort = cuda_abort, .peer_gone = cuda_peer_gone, .destroy = cuda_destroy,             \
   .reg_export = cuda_reg_export, .reg_import = cuda_reg_import,                          \

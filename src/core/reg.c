@@ -29,6 +29,7 @@
 #include "core/enqueue.h"
 #include "core/group.h"
 #include "core/reg.h"
+#include "transport/nvls.h"
 #include "core/rma.h"
 #include "base/param.h"
 #include "transport/transport.h"
@@ -57,6 +58,8 @@ struct brd_reg {
   uint64_t *remote;         /* owned: [nranks] ptr as each rank maps it */
   brd_reg_peer_t *pushed;   /* owned: [nranks] the service of each rank
                              * holding an import of it (pid 0: none) */
+  struct brd_nvls *mc;      /* owned: a window's multicast object, or NULL
+                             * (the NVLS registry says why) */
   struct brd_reg *next;     /* ordered by beg */
 };
 
@@ -597,7 +600,12 @@ static ncclResult_t reg_release(ncclComm_t comm, void *handle, int window, const
     return ncclInvalidUsage;
   }
   if (gone != NULL) {
-    if (window) brd_rma_window_untrack((ncclWindow_t)gone);
+    if (window) {
+      brd_rma_window_untrack((ncclWindow_t)gone);
+      brd_nvls_window_forget(gone);
+      brd_nvls_destroy(gone->mc);
+      gone->mc = NULL;
+    }
     reg_unshare(comm, gone);
     reg_free(comm, gone);
   }
@@ -674,6 +682,30 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
 }
 
 /* Registers a checked window now (collective). */
+/* Binds window r to a multicast object where the backend can (collective,
+ * as the registration), and records the outcome in the NVLS registry the
+ * multimem getters read (transport/nvls.h): the mapping, or why there is
+ * none. Under the lock. */
+static ncclResult_t window_switch(struct ncclComm *comm, struct brd_reg *r, const char *fn) {
+  const brd_backend_ops_t *be = brd_backend_choose(comm);
+  char why[400] = "";
+  if (be->reg_switch_bind == NULL) {
+    snprintf(why, sizeof(why), "the %s backend has no multicast (NVLS needs CUDA mode on "
+             "GPUs joined by NVSwitch)", be->name);
+  } else {
+    ncclResult_t res = be->reg_switch_bind(comm, r->ptr, r->size, &r->mc, why, sizeof(why));
+    if (res != ncclSuccess) return res;
+  }
+  if (r->mc != NULL) {
+    INFO(BRD_SUBSYS_REG | BRD_SUBSYS_NVLS, "%s : rank %d: window %p bound to a multicast "
+         "object at %p", fn, comm->rank, (void *)r, brd_nvls_mc_ptr(r->mc));
+    return brd_nvls_window_bind(r, brd_nvls_mc_ptr(r->mc), 0, r->size);
+  }
+  INFO(BRD_SUBSYS_REG | BRD_SUBSYS_NVLS, "%s : rank %d: window %p has no multicast "
+       "mapping: %s", fn, comm->rank, (void *)r, why);
+  return brd_nvls_window_unbound(r, why);
+}
+
 static ncclResult_t window_register(ncclComm_t comm, void *buff, size_t size,
                                     ncclWindow_t *win, int winFlags) {
   static const char fn[] = "ncclCommWindowRegister";
@@ -688,6 +720,7 @@ static ncclResult_t window_register(ncclComm_t comm, void *buff, size_t size,
       r->state = REG_STAGED;
     else
       res = reg_exchange(comm, r, 1, fn);
+    if (res == ncclSuccess) res = window_switch(comm, r, fn);
   }
   pthread_mutex_unlock(&regs->lock);
   if (res == ncclSuccess) res = brd_rma_window_track(comm, (ncclWindow_t)r);

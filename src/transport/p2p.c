@@ -679,6 +679,21 @@ int brd_p2p_seg_vmm(const brd_seg_t *seg, size_t *room_out) {
 }
 
 /* See transport.h. */
+int brd_p2p_mem_vmm_room(const void *ptr, size_t *room_out) {
+  int vmm = 0;
+  const char *p = ptr;
+  pthread_mutex_lock(&mems_lock);
+  for (p2p_mem_t *m = mems; m != NULL && !vmm; m = m->next) {
+    const char *base = m->ptr;
+    if (m->mode != MODE_VMM || m->imported || p < base || p >= base + m->alloc_size) continue;
+    vmm = 1;
+    *room_out = (size_t)(base + m->alloc_size - p);
+  }
+  pthread_mutex_unlock(&mems_lock);
+  return vmm;
+}
+
+/* See transport.h. */
 ncclResult_t brd_p2p_import_user(const brd_seg_handle_t *h, brd_seg_t *seg_out) {
   p2p_name_t nm;
   int dev;
@@ -754,6 +769,12 @@ void brd_p2p_export_seal(brd_p2p_export_t *ex) { (void)ex; }
 /* See transport.h. */
 int brd_p2p_seg_vmm(const brd_seg_t *seg, size_t *room_out) {
   (void)seg, (void)room_out;
+  return 0;
+}
+
+/* See transport.h. */
+int brd_p2p_mem_vmm_room(const void *ptr, size_t *room_out) {
+  (void)ptr, (void)room_out;
   return 0;
 }
 

@@ -198,6 +198,13 @@ void brd_p2p_export_seal(brd_p2p_export_t *ex);
  * unknown segment. Any thread. */
 int brd_p2p_seg_vmm(const brd_seg_t *seg, size_t *room_out);
 
+/* Whether ptr lies in cuMem (VMM) memory this process allocated with the
+ * P2P transport (ncclMemAlloc blocks and segments, not imports), which
+ * multicast can bind by address: 1 with the bytes mapped from ptr to the
+ * allocation's end in *room_out; 0 otherwise (cudaMalloc or CUDA IPC
+ * memory, host memory, a CUDA=0 build). Any thread. */
+int brd_p2p_mem_vmm_room(const void *ptr, size_t *room_out);
+
 /* Maps what a peer exported with brd_p2p_export: the allocation starts at
  * seg_out->ptr (add the exporter's offset). Another process's memory is
  * mapped once per process and reference counted; this process's own is

@@ -19,6 +19,14 @@
  *             the bind) and the calls run on the ring, exact.
  *   required  the same refusal with NCCL_NVLS_ENABLE=1: the first call
  *             fails on every rank (the setup is required), none hangs.
+ *   windows   ncclCommWindowRegister of ncclMemAlloc buffers (2 ranks,
+ *             NVLS automatic): each window is bound to a multicast object,
+ *             and ncclGetLsaMultimemDevicePointer gives an address that the
+ *             simulator's own table (brd_cudasim_mc_find) confirms is a
+ *             multicast mapping whose members are the ranks' buffers, in
+ *             rank order, offsets included; past the window the getter
+ *             refuses. A cudaMalloc window is not bound and the getter says
+ *             why; with NCCL_NVLS_ENABLE=0 (nowin) neither is bound.
  *
  * Each configuration runs in a child process (the simulator and Braid
  * read their environment once per process) under an alarm.
@@ -38,7 +46,9 @@
 #include <cuda_runtime_api.h>
 
 #include "coll_ref.h"
+#include "cudasim.h"
 #include "nccl.h"
+#include "core/devapi.h" /* the device API's host declarations (NCCL's nccl_device.h) */
 
 #define MAXR 4
 
@@ -192,6 +202,92 @@ static void child_required(void) {
   _exit(0);
 }
 
+/* Registers one window per rank in a group (a collective call). */
+static void windows_register(ncclComm_t *comms, int n, void **buf, size_t bytes,
+                             ncclWindow_t *win) {
+  if (ncclGroupStart() != ncclSuccess) DIE("ncclGroupStart");
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    if (ncclCommWindowRegister(comms[r], buf[r], bytes, &win[r], NCCL_WIN_COLL_SYMMETRIC) !=
+        ncclSuccess)
+      DIE("ncclCommWindowRegister(rank %d): %s", r, ncclGetLastError(NULL));
+  }
+  if (ncclGroupEnd() != ncclSuccess) DIE("window registration: %s", ncclGetLastError(NULL));
+}
+
+static void windows_free(ncclComm_t *comms, int n, ncclWindow_t *win) {
+  for (int r = 0; r < n; r++)
+    if (ncclCommWindowDeregister(comms[r], win[r]) != ncclSuccess)
+      DIE("ncclCommWindowDeregister(rank %d): %s", r, ncclGetLastError(NULL));
+}
+
+/* The multimem getter refuses window w with code want, its last error
+ * naming `because`. */
+static void expect_unbound(ncclWindow_t w, size_t offset, ncclResult_t want,
+                           const char *because) {
+  void *p = (void *)1;
+  ncclResult_t res = ncclGetLsaMultimemDevicePointer(w, offset, &p);
+  if (res != want || strstr(ncclGetLastError(NULL), because) == NULL)
+    DIE("ncclGetLsaMultimemDevicePointer(offset %zu) returned %d (%s), want %d naming "
+        "\"%s\"", offset, res, ncclGetLastError(NULL), want, because);
+}
+
+/* windows: ncclMemAlloc windows are bound to multicast, and the getter's
+ * address is the simulator's multicast mapping of the ranks' buffers. */
+static void child_windows(void) {
+  const int n = 2;
+  const size_t bytes = 1 << 20;
+  ncclComm_t comms[MAXR];
+  cudaStream_t st[MAXR];
+  void *buf[MAXR], *plain[MAXR];
+  ncclWindow_t win[MAXR], pwin[MAXR];
+  comms_make(n, comms, st);
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    if (ncclMemAlloc(&buf[r], bytes) != ncclSuccess) DIE("ncclMemAlloc(rank %d)", r);
+    if (cudaMalloc(&plain[r], bytes) != cudaSuccess) DIE("cudaMalloc(rank %d)", r);
+  }
+  windows_register(comms, n, buf, bytes, win);
+  const int nvls = getenv("NCCL_NVLS_ENABLE") == NULL;
+  for (int r = 0; r < n; r++) {
+    if (!nvls) {
+      expect_unbound(win[r], 0, ncclInvalidUsage, "NCCL_NVLS_ENABLE=0");
+      continue;
+    }
+    void *mc = NULL, *mc2 = NULL;
+    if (ncclGetLsaMultimemDevicePointer(win[r], 0, &mc) != ncclSuccess || mc == NULL)
+      DIE("rank %d: no multicast address for an ncclMemAlloc window: %s", r,
+          ncclGetLastError(NULL));
+    brd_cudasim_mc_t m;
+    if (!brd_cudasim_mc_find(mc, bytes, &m))
+      DIE("rank %d: %p is not a bound multicast mapping of %zu bytes", r, mc, bytes);
+    if (m.n != n) DIE("rank %d: the multicast object has %d members, want %d", r, m.n, n);
+    for (int q = 0; q < n; q++) {
+      size_t off = (size_t)((const char *)mc - m.base);
+      if (m.uc[q] + off != (char *)buf[q])
+        DIE("rank %d: member %d's copy of the window is %p, rank %d's buffer is %p", r, q,
+            (void *)(m.uc[q] + off), q, buf[q]);
+    }
+    if (ncclGetLsaMultimemDevicePointer(win[r], 4096, &mc2) != ncclSuccess ||
+        (char *)mc2 != (char *)mc + 4096)
+      DIE("rank %d: offset 4096 gives %p, want %p", r, mc2, (void *)((char *)mc + 4096));
+    expect_unbound(win[r], bytes + 16, ncclInvalidArgument, "outside");
+  }
+  windows_register(comms, n, plain, bytes, pwin);
+  for (int r = 0; r < n; r++)
+    expect_unbound(pwin[r], 0, ncclInvalidUsage,
+                   nvls ? "not ncclMemAlloc (cuMem) memory" : "NCCL_NVLS_ENABLE=0");
+  windows_free(comms, n, pwin);
+  windows_free(comms, n, win);
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    ncclMemFree(buf[r]);
+    cudaFree(plain[r]);
+  }
+  comms_free(n, comms, st, 0);
+  _exit(0);
+}
+
 /* Runs fn in a child with the given environment (NULL-terminated
  * NAME=VALUE list) under a deadline. */
 static void in_child(void (*fn)(void), const char *const *env, unsigned deadline_s) {
@@ -244,11 +340,29 @@ static void test_required(void **state) {
   in_child(child_required, env, 300);
 }
 
+static void test_windows(void **state) {
+  static const char *const env[] = {"BRAID_CUDASIM_CUMEM=1", "BRAID_CUDASIM_DEVICES=2",
+                                    NULL};
+  (void)state;
+  if (!cuda_mode()) skip();
+  in_child(child_windows, env, 300);
+}
+
+static void test_nowin(void **state) {
+  static const char *const env[] = {"BRAID_CUDASIM_CUMEM=1", "BRAID_CUDASIM_DEVICES=2",
+                                    "NCCL_NVLS_ENABLE=0", NULL};
+  (void)state;
+  if (!cuda_mode()) skip();
+  in_child(child_windows, env, 300);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_forced),
       cmocka_unit_test(test_failbind),
       cmocka_unit_test(test_required),
+      cmocka_unit_test(test_windows),
+      cmocka_unit_test(test_nowin),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
