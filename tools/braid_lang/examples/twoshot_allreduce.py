@@ -1,0 +1,37 @@
+"""Two-shot all-reduce: n ranks, n chunks per window; rank r owns chunk r.
+
+Shot 1 (reduce-scatter): every rank puts its input chunk q into rank q's
+scratch slot r and signals; rank q waits for all peers and reduces its own
+input chunk q with the n - 1 slots into its output. Shot 2 (all-gather):
+rank q puts its finished chunk into every peer's output and signals; each
+rank waits for every peer. One channel per pair of ranks carries both
+shots: its semaphore's first signal says "your slot is full", the second
+"my chunk is in your output".
+Parameters: -D ranks=N (2..8), -D proto=Simple|LL.
+"""
+from braid_lang import *
+
+n = param("ranks", 4)
+proto = param("proto", "Simple")
+
+with CollectiveProgram("twoshot_allreduce", AllReduce(n), n, protocol=proto,
+                       min_message_size=0, max_message_size=1 << 22, algo="twoshot") as prog:
+    inp = {r: Rank(r).get_input_buffer() for r in range(n)}
+    out = {r: Rank(r).get_output_buffer() for r in range(n)}
+    scr = {r: Buffer(r, n) for r in range(n)}  # slot q: rank q's contribution
+    ch = {(r, q): MemoryChannel(q, r) for r in range(n) for q in range(n) if q != r}
+    peers = {r: [q for q in range(n) if q != r] for r in range(n)}
+
+    for r in range(n):
+        rank = Rank(r)
+        for q in peers[r]:
+            ch[r, q].put(scr[q][r], inp[r][q], tb=0)
+            ch[r, q].signal(tb=0)
+        for q in peers[r]:
+            ch[r, q].wait(tb=0)
+        rank.reduce(inp[r][r], [scr[r][q] for q in peers[r]], tb=0, dst_chunk=out[r][r])
+        for q in peers[r]:
+            ch[r, q].put(out[q][r], out[r][r], tb=0)
+            ch[r, q].signal(tb=0)
+        for q in peers[r]:
+            ch[r, q].wait(tb=0)
