@@ -181,7 +181,7 @@ class CollectiveProgram:
 
     def ref(self, rank, chunk, t=0, ll=None):
         """The IR reference of `chunk` seen from `rank`."""
-        r = {"buf": chunk.kind, "index": chunk.index + t}
+        r = {"buf": chunk.kind}
         if chunk.kind == "scratch" and (ll if ll is not None else self.protocol == "LL"):
             r["ll"] = True
         if chunk.rank != rank:
@@ -191,6 +191,7 @@ class CollectiveProgram:
                                 "scratch first" % (rank, chunk.rank, chunk.rank))
             r["chan"] = self.chan_to(rank, chunk.rank, "a %s chunk" % chunk.kind)
             r["peer"] = chunk.rank
+        r["index"] = chunk.index + t  # the exporter's key order
         return r
 
     def data_op(self, rank, tb, code, srcs, dsts, postop=None, what=""):
@@ -265,7 +266,15 @@ class CollectiveProgram:
 
     # -- output --------------------------------------------------------------
     def lower(self):
-        """The plan as a JSON-ready dict (call after the `with` block)."""
+        """The plan as a JSON-ready dict (call after the `with` block).
+
+        Scratch-reuse credits (reuse_credits): where rank w writes into
+        rank r's scratch, w's block waits, before its first such write,
+        for r's credit of the previous iteration (k = 1 - seq_per_iter on
+        semaphore `nsems - 1`), and r, after all its blocks (a barrier if
+        it has several), signals the credit (k = 1) to every such w. So a
+        window's writes never overtake a peer still reading the previous
+        window's slots; the verifier checks the rest."""
         nblocks = max([max(b) + 1 for b in self.blocks if b] + [1])
         nsems = 0
         for (s, d), objs in self.chan_objs.items():
@@ -274,11 +283,6 @@ class CollectiveProgram:
         for counts in (self.sig_count, self.wait_count):
             for v in counts.values():
                 spi = max(spi, v)
-        for (r, c, s), n in self.wait_count.items():
-            peer = self.chans[r][c]
-            sent = self.sig_count.get((peer, self.chans[peer].index(r) if r in self.chans[peer] else -1, s), 0)
-            if sent < n:
-                pass  # left to the verifier, which names rank, block and op
         ranks = []
         credit_sem = nsems
         writers = {}  # reader rank -> set of writer ranks (through scratch)
@@ -286,10 +290,7 @@ class CollectiveProgram:
             for (w, tb, c) in self.remote_scratch:
                 writers.setdefault(self.chans[w][c], set()).add(w)
         if writers:
-            nsems += 1
-            spi_credit = max(spi, 1)
-        else:
-            spi_credit = spi
+            nsems += 1  # the credit semaphore, after every channel object's
         for r in range(self.num_ranks):
             blocks = []
             for b in range(nblocks):
@@ -302,7 +303,7 @@ class CollectiveProgram:
                         for ref in o.get("refs", [])[o.get("nsrc", 0):]:
                             if ref["buf"] == "scratch" and "chan" in ref and ref["chan"] not in credited:
                                 credited.add(ref["chan"])
-                                out.append({"op": "wait", "k": 1 - spi_credit, "nsrc": 1, "refs": [
+                                out.append({"op": "wait", "k": 1 - spi, "nsrc": 1, "refs": [
                                     {"buf": "sem", "chan": ref["chan"], "peer": ref["peer"], "index": credit_sem}]})
                         out.append(o)
                     ops = out
@@ -324,7 +325,7 @@ class CollectiveProgram:
             "flags": [], "root": 0, "nranks": self.num_ranks, "nblocks": nblocks,
             "nchunks": self.nchunks, "nslots": self.nslots,
             "slot_div": max(self.nslots, 1) if self.nslots else 1,
-            "nsems": max(nsems, 1), "seq_per_iter": spi_credit,
+            "nsems": max(nsems, 1), "seq_per_iter": spi,
             "min_bytes": self.min_message_size,
         }
         if self.max_message_size:
