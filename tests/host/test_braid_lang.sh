@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The plan language (tools/braid_lang): its unit tests of the lowering; for
-# every example (ring, one-shot, two-shot all-reduce, all-gather; Simple and
-# LL; 2 and 4 ranks) `python3 -m braid_lang check` writes the plan and the
-# verifier accepts it, and the plan, dropped in a BRAID_PLAN_DIR, runs in
-# host mode through the benchmark (small buffers: larger calls take several
-# windows, so scratch slots are reused), exactly (#wrong 0, in and out of place)
-# with every rank's INFO line naming the file; and two programs with planted
-# bugs (a missing signal, a wrong chunk) are refused by `check`, the
-# verifier naming rank, block and op.
+# The plan language (tools/braid_lang): its unit tests of the lowering;
+# for every example (ring, one-shot, two-shot all-reduce, all-gather, each
+# Simple and LL; an all-reduce over a switch channel, NVLS on; 2 and 4
+# ranks) `python3 -m braid_lang check` writes the plan and the verifier
+# accepts it, and the plan, dropped in a BRAID_PLAN_DIR, runs in host mode
+# through the benchmark (small buffers: larger calls take several windows,
+# so scratch slots are reused), exactly (#wrong 0, in and out of place),
+# with every rank's INFO line naming the file; and two programs with
+# planted bugs (a missing signal, a wrong chunk) are refused by `check`,
+# the verifier naming rank, block and op.
 set -uo pipefail
 BUILD=${BUILD:-build}
 export BRAID_PLAN_TOOL=${BRAID_PLAN_TOOL:-$BUILD/bin/braid-plan}
@@ -40,7 +41,7 @@ run() { # example proto nranks perf sizes(-b -e)
   grep -q "verifier: plan is correct" "$tmp/check.txt" ||
     { echo "FAIL $name: no verdict: $(cat "$tmp/check.txt")"; fail=1; return; }
   local out=$tmp/perf.txt rc
-  BRAID_PLAN_DIR=$dir NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING,INIT,COLL \
+  env ${RUN_ENV:-} BRAID_PLAN_DIR=$dir NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING,INIT,COLL \
     NCCL_DEBUG_FILE="$dir/info.%p" NCCL_BUFFSIZE=65536 NCCL_LL_BUFFSIZE=16384 \
     timeout 60 "$BUILD/bin/$perf" -t "$n" -g 1 -b "$b" -e "$e" -f 8 -c 1 -n 2 -w 1 >"$out" 2>&1
   rc=$?
@@ -72,6 +73,8 @@ for n in 2 4; do
     run oneshot_allreduce $proto $n all_reduce_perf 1K 256K
     run allgather $proto $n all_gather_perf $((n * 1024)) $((n * 262144))
   done
+  # switch channels run where NVLS is on (host mode: on request)
+  RUN_ENV=NCCL_NVLS_ENABLE=1 run switch_allreduce Simple $n all_reduce_perf 1K 256K
 done
 
 for bug in missing_signal wrong_chunk; do

@@ -137,7 +137,9 @@ class CollectiveProgram:
         self.sig_count = {}  # (rank, chan, sem) -> signals per iteration
         self.wait_count = {}
         self.remote_scratch = set()  # (writer rank, tb, chan) that writes peer scratch
-        self.lowered = None
+        self.switch = None
+        self.switch_sems = 0
+        self.sync_max = 0
 
     def __enter__(self):
         global _current
@@ -279,7 +281,8 @@ class CollectiveProgram:
         nsems = 0
         for (s, d), objs in self.chan_objs.items():
             nsems = max(nsems, len(objs))
-        spi = 1
+        nsems = max(nsems, self.switch_sems)
+        spi = max(1, self.sync_max)
         for counts in (self.sig_count, self.wait_count):
             for v in counts.values():
                 spi = max(spi, v)
@@ -301,7 +304,8 @@ class CollectiveProgram:
                     out, credited = [], set()
                     for o in ops:
                         for ref in o.get("refs", [])[o.get("nsrc", 0):]:
-                            if ref["buf"] == "scratch" and "chan" in ref and ref["chan"] not in credited:
+                            if (ref["buf"] == "scratch" and ref.get("chan", SWITCH) != SWITCH
+                                    and ref["chan"] not in credited):
                                 credited.add(ref["chan"])
                                 out.append({"op": "wait", "k": 1 - spi, "nsrc": 1, "refs": [
                                     {"buf": "sem", "chan": ref["chan"], "peer": ref["peer"], "index": credit_sem}]})
@@ -316,8 +320,14 @@ class CollectiveProgram:
                                 c = self.chans[r].index(w) if w in self.chans[r] else self.chan_index(r, w)
                                 ops.append({"op": "signal", "k": 1, "ndst": 1, "refs": [
                                     {"buf": "sem", "chan": c, "peer": w, "index": credit_sem}]})
-                blocks.append({"ops": [_clean(o) for o in ops]})
+                blocks.append({"ops": ops})
             chans = [{"peer": p, "type": self.chan_type[(r, p)]} for p in self.chans[r]]
+            if self.switch is not None:
+                for blk in blocks:
+                    blk["ops"] = [_switch_resolved(o, len(chans)) for o in blk["ops"]]
+                chans.append({"peer": -1, "type": "switch"})
+            for blk in blocks:
+                blk["ops"] = [_clean(o) for o in blk["ops"]]
             ranks.append({"rank": r, "chans": chans, "blocks": blocks})
         doc = {
             "format": "braid-plan", "version": 1,
@@ -341,6 +351,15 @@ class CollectiveProgram:
     def json(self):
         """The plan document as text, one op per line."""
         return dumps(self.lower())
+
+
+def _switch_resolved(op, index):
+    """The op with its switch placeholder refs on channel `index`."""
+    if not any(ref.get("chan") == SWITCH for ref in op.get("refs", [])):
+        return op
+    op = dict(op)
+    op["refs"] = [dict(ref, chan=index) if ref.get("chan") == SWITCH else ref for ref in op["refs"]]
+    return op
 
 
 def _clean(op):
@@ -552,9 +571,110 @@ class PortChannel(_Channel):
 
 
 class SwitchChannel:
-    """A switch (NVLS multicast) channel. Not lowered yet: the IR's switch
-    ops (mc_reduce, mc_store, mc_barrier) are written by hand for now."""
+    """A switch (NVLS multicast) channel: it reaches the same scratch slot
+    (or switch semaphore) of every rank at once. Braid's switch channels
+    span all the plan's ranks and reach scratch only; one per program.
+    `sw.at_rank(r)` gives rank r's end, with reduce, broadcast and barrier."""
 
     def __init__(self, rank_list, buffer_type="scratch"):
-        raise PlanError("SwitchChannel is not lowered by this version of the language; "
-                        "write the switch ops (docs/plans.md, \"Switch ops\") in JSON")
+        prog = current_program()
+        if sorted(rank_list) != list(range(prog.num_ranks)):
+            raise PlanError("a switch channel spans every rank of the plan (ranks 0..%d)"
+                            % (prog.num_ranks - 1))
+        if buffer_type != "scratch":
+            raise PlanError("switch channels reach scratch slots only (buffer_type \"scratch\"): "
+                            "copy input chunks into scratch first")
+        if prog.protocol != "Simple":
+            raise PlanError("switch channels run the Simple protocol only")
+        if prog.switch is not None:
+            raise PlanError("a plan has at most one switch channel")
+        prog.switch = self
+        self.prog = prog
+        self.bar_count = {}
+
+    def at_rank(self, rank):
+        return _SwitchEnd(self, rank)
+
+
+class _SwitchEnd:
+    def __init__(self, sw, rank):
+        self.sw, self.prog, self.rank = sw, sw.prog, rank
+
+    def _slot(self, offset, size):
+        index = offset.index if isinstance(offset, Chunk) else int(offset)
+        if isinstance(offset, Chunk) and offset.kind != "scratch":
+            raise PlanError("rank %d: switch ops name scratch slots, not %r" % (self.rank, offset))
+        if index + size > self.prog.nslots:
+            raise PlanError("rank %d: switch slots %d..%d pass the %d scratch slots allocated"
+                            % (self.rank, index, index + size - 1, self.prog.nslots))
+        return {"buf": "scratch", "chan": SWITCH, "peer": -1, "index": index}
+
+    def _chunk_of(self, refs, slot_index, what, tb):
+        for c in refs:
+            if c.kind in ("input", "output"):
+                return c.index % self.prog.nchunks
+        held = self.prog.slot_chunk.get((self.rank, slot_index))
+        if held is None:
+            raise PlanError("rank %d tb %d %s: moves scratch only and no earlier op put a chunk in "
+                            "slot %d" % (self.rank, tb, what, slot_index))
+        return held
+
+    def reduce(self, buffer_offset, size, dst_chunk, tb, broadcast_offset=None, postop=None):
+        """MC_REDUCE: slots buffer_offset .. +size of every rank's scratch,
+        reduced, into the local dst_chunk (a chunk, a list, or None) and,
+        with broadcast_offset, into those slots of every rank's scratch."""
+        src = self._slot(buffer_offset, size)
+        dsts = [] if dst_chunk is None else (list(dst_chunk) if isinstance(dst_chunk, (list, tuple)) else [dst_chunk])
+        for d in dsts:
+            if d.rank != self.rank or d.size != size:
+                raise PlanError("rank %d tb %d switch reduce: destination %r must be local and %d chunks"
+                                % (self.rank, tb, d, size))
+        refs = [src] + [self.prog.ref(self.rank, d) for d in dsts]
+        if broadcast_offset is not None:
+            refs.append(self._slot(broadcast_offset, size))
+        if len(refs) < 2:
+            raise PlanError("rank %d tb %d switch reduce: no destination" % (self.rank, tb))
+        chunk = self._chunk_of(dsts, src["index"], "switch reduce", tb)
+        if postop is None:
+            postop = self.prog.collective.reduction
+        op = {"op": "mc_reduce", "chunk": chunk, "nchunks": size, "nsrc": 1, "ndst": len(refs) - 1,
+              "refs": refs}
+        if postop:
+            op["flags"] = ["postop"]
+        if broadcast_offset is not None:
+            for r in range(self.prog.num_ranks):
+                for t in range(size):
+                    self.prog.slot_chunk[(r, refs[-1]["index"] + t)] = chunk + t
+        return self.prog.emit(self.rank, tb, op)
+
+    def broadcast(self, src_chunk, buffer_offset, size, tb, combine=False):
+        """MC_STORE (MC_RED with combine=True): the local src_chunk into
+        slots buffer_offset .. +size of every rank's scratch."""
+        if src_chunk.rank != self.rank or src_chunk.size != size:
+            raise PlanError("rank %d tb %d switch broadcast: source %r must be local and %d chunks"
+                            % (self.rank, tb, src_chunk, size))
+        dst = self._slot(buffer_offset, size)
+        if src_chunk.kind == "scratch":
+            chunk = self._chunk_of([], src_chunk.index, "switch broadcast", tb)
+        else:
+            chunk = src_chunk.index % self.prog.nchunks
+        op = {"op": "mc_red" if combine else "mc_store", "chunk": chunk, "nchunks": size,
+              "nsrc": 1, "ndst": 1, "refs": [self.prog.ref(self.rank, src_chunk), dst]}
+        for r in range(self.prog.num_ranks):
+            for t in range(size):
+                self.prog.slot_chunk[(r, dst["index"] + t)] = chunk + t
+        return self.prog.emit(self.rank, tb, op)
+
+    def barrier(self, tb, sem=0):
+        """MC_BARRIER: every rank's n-th barrier on switch semaphore `sem`
+        (k = n) joins all ranks; one thread block per rank and semaphore."""
+        key = (self.rank, sem)
+        self.sw.bar_count[key] = self.sw.bar_count.get(key, 0) + 1
+        self.prog.switch_sems = max(self.prog.switch_sems, sem + 1)
+        self.prog.sync_max = max(self.prog.sync_max, self.sw.bar_count[key])
+        return self.prog.emit(self.rank, tb, {"op": "mc_barrier", "k": self.sw.bar_count[key], "ndst": 1,
+                                              "refs": [{"buf": "sem", "chan": SWITCH, "peer": -1,
+                                                        "index": sem}]})
+
+
+SWITCH = "switch"  # placeholder channel of switch refs, resolved when lowered

@@ -103,6 +103,32 @@ class Lowering(unittest.TestCase):
         self.assertEqual(doc["ranks"][0]["chans"], [{"peer": 1, "type": "port"}])
         self.assertEqual(ops(doc, 0), [{"op": "nop"}])
 
+    def test_switch_channel(self):
+        with CollectiveProgram("p", AllReduce(2), 2) as prog:
+            sw = SwitchChannel([0, 1])
+            for r in range(2):
+                inp, out, scr = Rank(r).get_input_buffer(), Rank(r).get_output_buffer(), Buffer(r, 2)
+                MemoryChannel(1 - r, r)
+                Rank(r).copy(scr[0:2], inp[0:2], tb=0)
+                sw.at_rank(r).barrier(tb=0)
+                sw.at_rank(r).reduce(scr[r], 1, out[r], tb=0, broadcast_offset=scr[r])
+                sw.at_rank(r).broadcast(inp[r], 0, 1, tb=0, combine=True)
+                sw.at_rank(r).barrier(tb=0)
+        doc = prog.lower()
+        self.assertEqual(doc["ranks"][1]["chans"], [{"peer": 0, "type": "memory"},
+                                                    {"peer": -1, "type": "switch"}])
+        o = ops(doc, 1)
+        self.assertEqual(o[1], {"op": "mc_barrier", "k": 1, "ndst": 1, "refs": [
+            {"buf": "sem", "chan": 1, "peer": -1, "index": 0}]})
+        self.assertEqual(o[2], {"op": "mc_reduce", "flags": ["postop"], "chunk": 1, "nchunks": 1,
+                                "nsrc": 1, "ndst": 2, "refs": [
+                                    {"buf": "scratch", "chan": 1, "peer": -1, "index": 1},
+                                    {"buf": "output", "index": 1},
+                                    {"buf": "scratch", "chan": 1, "peer": -1, "index": 1}]})
+        self.assertEqual((o[3]["op"], o[3]["chunk"], o[3]["refs"][1]["index"]), ("mc_red", 1, 0))
+        self.assertEqual(o[4]["k"], 2)
+        self.assertEqual((doc["nsems"], doc["seq_per_iter"]), (1, 2))
+
     def test_dumps_is_json_of_the_document(self):
         with CollectiveProgram("p", AllReduce(2), 2) as prog:
             MemoryChannel(1, 0).signal(tb=0)
@@ -122,8 +148,11 @@ class Lowering(unittest.TestCase):
         with self.assertRaisesRegex(PlanError, "out of the buffer"):
             with CollectiveProgram("p", AllReduce(2), 2):
                 Rank(0).get_input_buffer()[2]
-        with self.assertRaisesRegex(PlanError, "not lowered"):
-            with CollectiveProgram("p", AllReduce(2), 2):
+        with self.assertRaisesRegex(PlanError, "every rank"):
+            with CollectiveProgram("p", AllReduce(3), 3):
+                SwitchChannel([0, 1])
+        with self.assertRaisesRegex(PlanError, "Simple protocol only"):
+            with CollectiveProgram("p", AllReduce(2), 2, protocol="LL"):
                 SwitchChannel([0, 1])
         with self.assertRaisesRegex(PlanError, "names scratch only|moves scratch only"):
             with CollectiveProgram("p", AllReduce(2), 2):
