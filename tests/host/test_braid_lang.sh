@@ -2,7 +2,7 @@
 # The plan language (tools/braid_lang): its unit tests of the lowering;
 # for every example (ring, one-shot, two-shot all-reduce, all-gather, each
 # Simple and LL; an all-reduce over a switch channel, NVLS on; 2 and 4
-# ranks) `python3 -m braid_lang check` writes the plan and the verifier
+# ranks; the two-shot also with two thread blocks per rank) `python3 -m braid_lang check` writes the plan and the verifier
 # accepts it, and the plan, dropped in a BRAID_PLAN_DIR, runs in host mode
 # through the benchmark (small buffers: larger calls take several windows,
 # so scratch slots are reused), exactly (#wrong 0, in and out of place),
@@ -31,11 +31,12 @@ fi
 
 run() { # example proto nranks perf sizes(-b -e)
   local ex=$1 proto=$2 n=$3 perf=$4 b=$5 e=$6
-  local name=$ex-$proto-$n dir=$tmp/$ex-$proto-$n
+  local name=$ex-$proto-$n${DEFS:+-${DEFS//[ =]/}}
+  local dir=$tmp/$name
   mkdir -p "$dir"
   local plan=$dir/$name.json
   if ! python3 -m braid_lang check "tools/braid_lang/examples/$ex.py" -o "$plan" \
-       -D ranks="$n" -D proto="$proto" >"$tmp/check.txt" 2>&1; then
+       -D ranks="$n" -D proto="$proto" ${DEFS:+-D $DEFS} >"$tmp/check.txt" 2>&1; then
     echo "FAIL $name: check refuses the example: $(cat "$tmp/check.txt")"; fail=1; return
   fi
   grep -q "verifier: plan is correct" "$tmp/check.txt" ||
@@ -76,6 +77,8 @@ for n in 2 4; do
   # switch channels run where NVLS is on (host mode: on request)
   RUN_ENV=NCCL_NVLS_ENABLE=1 run switch_allreduce Simple $n all_reduce_perf 1K 256K
 done
+# two thread blocks per rank (rank barriers, credits from block 0)
+for proto in Simple LL; do DEFS=blocks=2 run twoshot_allreduce $proto 4 all_reduce_perf 1K 256K; done
 
 for bug in missing_signal wrong_chunk; do
   python3 -m braid_lang check "tools/braid_lang/tests/bad_$bug.py" -o "$tmp/bad.json" >"$tmp/bad.txt" 2>&1

@@ -7,12 +7,16 @@ rank q puts its finished chunk into every peer's output and signals; each
 rank waits for every peer. One channel per pair of ranks carries both
 shots: its semaphore's first signal says "your slot is full", the second
 "my chunk is in your output".
-Parameters: -D ranks=N (2..8), -D proto=Simple|LL.
+With -D blocks=2 the peers are shared among two thread blocks (peer q in
+block q mod 2), joined by rank barriers around the reduction, which block
+0 runs.
+Parameters: -D ranks=N (2..8), -D proto=Simple|LL, -D blocks=1|2.
 """
 from braid_lang import *
 
 n = param("ranks", 4)
 proto = param("proto", "Simple")
+blocks = param("blocks", 1)
 
 with CollectiveProgram("twoshot_allreduce", AllReduce(n), n, protocol=proto,
                        min_message_size=0, max_message_size=1 << 22, algo="twoshot") as prog:
@@ -24,14 +28,19 @@ with CollectiveProgram("twoshot_allreduce", AllReduce(n), n, protocol=proto,
 
     for r in range(n):
         rank = Rank(r)
+        tb = {q: q % blocks for q in peers[r]}  # the block that serves peer q
         for q in peers[r]:
-            ch[r, q].put(scr[q][r], inp[r][q], tb=0)
-            ch[r, q].signal(tb=0)
+            ch[r, q].put(scr[q][r], inp[r][q], tb=tb[q])
+            ch[r, q].signal(tb=tb[q])
         for q in peers[r]:
-            ch[r, q].wait(tb=0)
+            ch[r, q].wait(tb=tb[q])
+        if blocks > 1:
+            rank.barrier(range(blocks))
         rank.reduce(inp[r][r], [scr[r][q] for q in peers[r]], tb=0, dst_chunk=out[r][r])
+        if blocks > 1:
+            rank.barrier(range(blocks))
         for q in peers[r]:
-            ch[r, q].put(out[q][r], out[r][r], tb=0)
-            ch[r, q].signal(tb=0)
+            ch[r, q].put(out[q][r], out[r][r], tb=tb[q])
+            ch[r, q].signal(tb=tb[q])
         for q in peers[r]:
-            ch[r, q].wait(tb=0)
+            ch[r, q].wait(tb=tb[q])
