@@ -2,7 +2,8 @@
 # The plan language (tools/braid_lang): its unit tests of the lowering;
 # for every example (ring, one-shot, two-shot all-reduce, all-gather, each
 # Simple and LL; an all-reduce over a switch channel, NVLS on; 2 and 4
-# ranks; the two-shot also with two thread blocks per rank) `python3 -m braid_lang check` writes the plan and the verifier
+# ranks; the two-shot also with two thread blocks per rank, the ring and
+# the all-gather as two instances) `python3 -m braid_lang check` writes the plan and the verifier
 # accepts it, and the plan, dropped in a BRAID_PLAN_DIR, runs in host mode
 # through the benchmark (small buffers: larger calls take several windows,
 # so scratch slots are reused), exactly (#wrong 0, in and out of place),
@@ -78,7 +79,12 @@ for n in 2 4; do
   RUN_ENV=NCCL_NVLS_ENABLE=1 run switch_allreduce Simple $n all_reduce_perf 1K 256K
 done
 # two thread blocks per rank (rank barriers, credits from block 0)
-for proto in Simple LL; do DEFS=blocks=2 run twoshot_allreduce $proto 4 all_reduce_perf 1K 256K; done
+# and the program replicated on two thread blocks (instances)
+for proto in Simple LL; do
+  DEFS=blocks=2 run twoshot_allreduce $proto 4 all_reduce_perf 1K 256K
+  DEFS=instances=2 run ring_allreduce $proto 4 all_reduce_perf 1K 256K
+  DEFS=instances=2 run allgather $proto 4 all_gather_perf 4096 1048576
+done
 
 for bug in missing_signal wrong_chunk; do
   python3 -m braid_lang check "tools/braid_lang/tests/bad_$bug.py" -o "$tmp/bad.json" >"$tmp/bad.txt" 2>&1

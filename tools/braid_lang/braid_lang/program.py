@@ -107,8 +107,8 @@ class CollectiveProgram:
             raise ValueError("collective is for %d ranks, program for %d" % (collective.num_ranks, num_ranks))
         if protocol not in ("Simple", "LL"):
             raise ValueError("protocol %r: Simple or LL" % protocol)
-        if instances != 1:
-            raise ValueError("instances must be 1: write more thread blocks instead")
+        if not isinstance(instances, int) or instances < 1:
+            raise ValueError("instances must be an int >= 1")
         if inplace is None:
             inplace = collective.inplace
         self.name = name
@@ -282,6 +282,10 @@ class CollectiveProgram:
         for (s, d), objs in self.chan_objs.items():
             nsems = max(nsems, len(objs))
         nsems = max(nsems, self.switch_sems)
+        inst = self.instances
+        expanded = [self._instances(r, nblocks, nsems) for r in range(self.num_ranks)]
+        nblocks *= inst
+        nsems *= inst
         spi = max(1, self.sync_max)
         for counts in (self.sig_count, self.wait_count):
             for v in counts.values():
@@ -297,7 +301,7 @@ class CollectiveProgram:
         for r in range(self.num_ranks):
             blocks = []
             for b in range(nblocks):
-                ops = [dict(o) for o in self.blocks[r].get(b, [])]
+                ops = expanded[r].get(b, [])
                 if writers:
                     # before this block's first write into a peer's scratch:
                     # the previous iteration's credit from that peer
@@ -333,8 +337,8 @@ class CollectiveProgram:
             "format": "braid-plan", "version": 1,
             "collective": self.collective.name, "algo": self.algo, "proto": self.protocol,
             "flags": [], "root": 0, "nranks": self.num_ranks, "nblocks": nblocks,
-            "nchunks": self.nchunks, "nslots": self.nslots,
-            "slot_div": max(self.nslots, 1) if self.nslots else 1,
+            "nchunks": self.nchunks * inst, "nslots": self.nslots * inst,
+            "slot_div": self.nslots * inst if self.nslots else 1,
             "nsems": max(nsems, 1), "seq_per_iter": spi,
             "min_bytes": self.min_message_size,
         }
@@ -347,6 +351,37 @@ class CollectiveProgram:
             doc["redops"] = list(self.redops)
         doc["ranks"] = ranks
         return doc
+
+    def _instances(self, rank, nblocks, nsems):
+        """Rank `rank`'s blocks with the program replicated `instances`
+        times: instance i runs thread block t as block i * nblocks + t, on
+        chunks i * nchunks + c of a window of instances * nchunks chunks
+        (in every segment), scratch slots i * nslots + s, and semaphores
+        i * nsems + m of each channel (switch semaphores likewise)."""
+        n, inst, out = self.nchunks, self.instances, {}
+        for i in range(inst):
+            for tb, ops in self.blocks[rank].items():
+                new_ops = []
+                for o in ops:
+                    o = dict(o)
+                    if "refs" in o:
+                        refs = []
+                        for ref in o["refs"]:
+                            ref = dict(ref)
+                            if ref["buf"] in ("input", "output"):
+                                seg, c = divmod(ref["index"], n)
+                                ref["index"] = seg * n * inst + i * n + c
+                            elif ref["buf"] == "scratch":
+                                ref["index"] += i * self.nslots
+                            else:
+                                ref["index"] += i * nsems
+                            refs.append(ref)
+                        o["refs"] = refs
+                    if o["op"] not in ("signal", "wait", "barrier", "nop", "mc_barrier"):
+                        o["chunk"] = o.get("chunk", 0) + i * n
+                    new_ops.append(o)
+                out[i * nblocks + tb] = new_ops
+        return out
 
     def json(self):
         """The plan document as text, one op per line."""

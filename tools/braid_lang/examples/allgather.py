@@ -5,14 +5,16 @@ then it puts its input into its segment of every peer's output and
 signals, and waits for every peer's data. With -D proto=LL the input goes as packets into
 the peers' scratch instead (no semaphores: the reader spins on the flags)
 and each rank unpacks the n - 1 slots into its output.
-Parameters: -D ranks=N (2..8), -D proto=Simple|LL.
+Parameters: -D ranks=N (2..8), -D proto=Simple|LL, -D instances=I (the
+program replicated on I thread blocks, each on its share of the window).
 """
 from braid_lang import *
 
 n = param("ranks", 4)
 proto = param("proto", "Simple")
+instances = param("instances", 1)
 
-with CollectiveProgram("allgather", AllGather(n), n, protocol=proto,
+with CollectiveProgram("allgather", AllGather(n), n, instances=instances, protocol=proto,
                        max_message_size=1 << 22, algo="oneshot") as prog:
     inp = {r: Rank(r).get_input_buffer() for r in range(n)}
     out = {r: Rank(r).get_output_buffer() for r in range(n)}

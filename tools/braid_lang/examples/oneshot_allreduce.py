@@ -1,14 +1,16 @@
 """One-shot all-reduce: every rank puts its whole input window into every
 peer's scratch and signals; each rank waits for all peers and reduces its
 own input with the n - 1 copies into its output, every chunk at once.
-Parameters: -D ranks=N (2..8), -D proto=Simple|LL.
+Parameters: -D ranks=N (2..8), -D proto=Simple|LL, -D instances=I (the
+program replicated on I thread blocks, each on its share of the window).
 """
 from braid_lang import *
 
 n = param("ranks", 4)
 proto = param("proto", "Simple")
+instances = param("instances", 1)
 
-with CollectiveProgram("oneshot_allreduce", AllReduce(n), n, protocol=proto,
+with CollectiveProgram("oneshot_allreduce", AllReduce(n), n, instances=instances, protocol=proto,
                        max_message_size=1 << 18, algo="oneshot") as prog:
     inp = {r: Rank(r).get_input_buffer() for r in range(n)}
     out = {r: Rank(r).get_output_buffer() for r in range(n)}

@@ -5,14 +5,16 @@ Reduce-scatter: in step s rank r sends its partial sum of chunk
 rank r holds the full sum of chunk r and writes it to its own output and
 the next rank's output in one op. All-gather: n - 2 more steps forward the
 finished chunks, output to output.
-Parameters: -D ranks=N (2..8), -D proto=Simple|LL.
+Parameters: -D ranks=N (2..8), -D proto=Simple|LL, -D instances=I (the
+program replicated on I thread blocks, each on its share of the window).
 """
 from braid_lang import *
 
 n = param("ranks", 4)
 proto = param("proto", "Simple")
+instances = param("instances", 1)
 
-with CollectiveProgram("ring_allreduce", AllReduce(n), n, protocol=proto,
+with CollectiveProgram("ring_allreduce", AllReduce(n), n, instances=instances, protocol=proto,
                        max_message_size=1 << 22, algo="ring") as prog:
     inp = {r: Rank(r).get_input_buffer() for r in range(n)}
     out = {r: Rank(r).get_output_buffer() for r in range(n)}

@@ -10,15 +10,17 @@ shots: its semaphore's first signal says "your slot is full", the second
 With -D blocks=2 the peers are shared among two thread blocks (peer q in
 block q mod 2), joined by rank barriers around the reduction, which block
 0 runs.
-Parameters: -D ranks=N (2..8), -D proto=Simple|LL, -D blocks=1|2.
+Parameters: -D ranks=N (2..8), -D proto=Simple|LL, -D instances=I (the
+program replicated on I thread blocks, each on its share of the window), -D blocks=1|2.
 """
 from braid_lang import *
 
 n = param("ranks", 4)
 proto = param("proto", "Simple")
+instances = param("instances", 1)
 blocks = param("blocks", 1)
 
-with CollectiveProgram("twoshot_allreduce", AllReduce(n), n, protocol=proto,
+with CollectiveProgram("twoshot_allreduce", AllReduce(n), n, instances=instances, protocol=proto,
                        min_message_size=0, max_message_size=1 << 22, algo="twoshot") as prog:
     inp = {r: Rank(r).get_input_buffer() for r in range(n)}
     out = {r: Rank(r).get_output_buffer() for r in range(n)}

@@ -129,6 +129,26 @@ class Lowering(unittest.TestCase):
         self.assertEqual(o[4]["k"], 2)
         self.assertEqual((doc["nsems"], doc["seq_per_iter"]), (1, 2))
 
+    def test_instances_replicate_blocks_chunks_slots_sems(self):
+        with CollectiveProgram("p", AllGather(2, chunk_factor=2), 2, instances=2) as prog:
+            scr = Buffer(1, 3)
+            ch = MemoryChannel(1, 0)
+            ch.put(Rank(1).get_output_buffer()[2:4], Rank(0).get_input_buffer()[0:2], tb=0)
+            ch.signal(tb=0)
+            MemoryChannel(0, 1)
+            MemoryChannel(1, 0).put(scr[1], Rank(0).get_input_buffer()[1], tb=1)
+        doc = prog.lower()
+        self.assertEqual((doc["nblocks"], doc["nchunks"], doc["nslots"]), (4, 4, 6))
+        self.assertEqual(doc["nsems"], 5)  # 2 objects x 2 instances, then the credit
+        put = ops(doc, 0, 2)[0]  # instance 1 of block 0
+        self.assertEqual((put["chunk"], put["nchunks"]), (2, 2))
+        # input chunk 0 -> 1 * 2 + 0; output segment 1 chunk 0 -> 1 * 4 + 2 + 0
+        self.assertEqual([r["index"] for r in put["refs"]], [2, 6])
+        self.assertEqual(ops(doc, 0, 2)[1]["refs"][0]["index"], 2)  # semaphore 0 + 1 * 2
+        put2 = ops(doc, 0, 3)[1]  # instance 1 of block 1, after its credit wait
+        self.assertEqual((put2["chunk"], put2["refs"][1]["index"]), (3, 4))  # slot 1 + 1 * 3
+        self.assertEqual(ops(doc, 0, 3)[0]["refs"][0]["index"], 4)  # the credit semaphore
+
     def test_dumps_is_json_of_the_document(self):
         with CollectiveProgram("p", AllReduce(2), 2) as prog:
             MemoryChannel(1, 0).signal(tb=0)
