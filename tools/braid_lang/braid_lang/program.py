@@ -104,7 +104,8 @@ class CollectiveProgram:
                 raise ValueError("collective %r: one of %s" % (collective, ", ".join(_COLLECTIVES)))
             collective = _COLLECTIVES[collective](num_ranks)
         if collective.num_ranks != num_ranks:
-            raise ValueError("collective is for %d ranks, program for %d" % (collective.num_ranks, num_ranks))
+            raise ValueError("collective is for %d ranks, program for %d"
+                             % (collective.num_ranks, num_ranks))
         if protocol not in ("Simple", "LL"):
             raise ValueError("protocol %r: Simple or LL" % protocol)
         if not isinstance(instances, int) or instances < 1:
@@ -209,7 +210,8 @@ class CollectiveProgram:
                 this = c.index % self.nchunks
                 if chunk is not None and this != chunk:
                     raise PlanError("rank %d tb %d %s: input/output chunks of one op must be the "
-                                    "same chunk of the window (chunk %d and %d)" % (rank, tb, what, chunk, this))
+                                    "same chunk of the window (chunk %d and %d)"
+                                    % (rank, tb, what, chunk, this))
                 chunk = this
         if chunk is None:
             held = [self.slot_chunk.get((c.rank, c.index)) for c in srcs if c.kind == "scratch"]
@@ -311,8 +313,9 @@ class CollectiveProgram:
                             if (ref["buf"] == "scratch" and ref.get("chan", SWITCH) != SWITCH
                                     and ref["chan"] not in credited):
                                 credited.add(ref["chan"])
-                                out.append({"op": "wait", "k": 1 - spi, "nsrc": 1, "refs": [
-                                    {"buf": "sem", "chan": ref["chan"], "peer": ref["peer"], "index": credit_sem}]})
+                                sem = {"buf": "sem", "chan": ref["chan"], "peer": ref["peer"],
+                                       "index": credit_sem}
+                                out.append({"op": "wait", "k": 1 - spi, "nsrc": 1, "refs": [sem]})
                         out.append(o)
                     ops = out
                     mine = sorted(writers.get(r, ()))
@@ -321,7 +324,7 @@ class CollectiveProgram:
                             ops.append({"op": "barrier"})
                         if b == 0:
                             for w in mine:
-                                c = self.chans[r].index(w) if w in self.chans[r] else self.chan_index(r, w)
+                                c = self.chan_index(r, w)  # made here if r never named w
                                 ops.append({"op": "signal", "k": 1, "ndst": 1, "refs": [
                                     {"buf": "sem", "chan": c, "peer": w, "index": credit_sem}]})
                 blocks.append({"ops": ops})
@@ -451,7 +454,9 @@ class Buffer:
         if not 0 <= rank < prog.num_ranks:
             raise PlanError("rank %d is outside the program's %d ranks" % (rank, prog.num_ranks))
         self.rank, self.size, self.kind = rank, size, kind
-        self.base = prog.alloc_scratch(rank, size) if kind == "scratch" and base is None else (base or 0)
+        if kind == "scratch" and base is None:
+            base = prog.alloc_scratch(rank, size)
+        self.base = base or 0
 
     def __getitem__(self, key):
         if isinstance(key, slice):
@@ -487,7 +492,8 @@ class Rank:
 
     def _own(self, chunk, what):
         if chunk.rank != self.rank:
-            raise PlanError("rank %d %s: chunk %r is rank %d's, not local" % (self.rank, what, chunk, chunk.rank))
+            raise PlanError("rank %d %s: chunk %r is rank %d's, not local"
+                            % (self.rank, what, chunk, chunk.rank))
 
     def copy(self, dst_chunk, src_chunk, tb):
         """COPY one local chunk to one or more local destinations (LL: PKT_PUT
@@ -534,7 +540,8 @@ class _Channel:
         prog = current_program()
         for r in (dst_rank, src_rank):
             if not 0 <= r < prog.num_ranks:
-                raise PlanError("channel rank %d is outside the program's %d ranks" % (r, prog.num_ranks))
+                raise PlanError("channel rank %d is outside the program's %d ranks"
+                                % (r, prog.num_ranks))
         self.prog, self.dst, self.src = prog, dst_rank, src_rank
         self.chan = prog.chan_index(src_rank, dst_rank, self.ctype)
         objs = prog.chan_objs.setdefault((src_rank, dst_rank), [])
@@ -659,10 +666,16 @@ class _SwitchEnd:
         reduced, into the local dst_chunk (a chunk, a list, or None) and,
         with broadcast_offset, into those slots of every rank's scratch."""
         src = self._slot(buffer_offset, size)
-        dsts = [] if dst_chunk is None else (list(dst_chunk) if isinstance(dst_chunk, (list, tuple)) else [dst_chunk])
+        if dst_chunk is None:
+            dsts = []
+        elif isinstance(dst_chunk, (list, tuple)):
+            dsts = list(dst_chunk)
+        else:
+            dsts = [dst_chunk]
         for d in dsts:
             if d.rank != self.rank or d.size != size:
-                raise PlanError("rank %d tb %d switch reduce: destination %r must be local and %d chunks"
+                raise PlanError("rank %d tb %d switch reduce: destination %r must be local "
+                                "and %d chunks"
                                 % (self.rank, tb, d, size))
         refs = [src] + [self.prog.ref(self.rank, d) for d in dsts]
         if broadcast_offset is not None:
@@ -707,9 +720,9 @@ class _SwitchEnd:
         self.sw.bar_count[key] = self.sw.bar_count.get(key, 0) + 1
         self.prog.switch_sems = max(self.prog.switch_sems, sem + 1)
         self.prog.sync_max = max(self.prog.sync_max, self.sw.bar_count[key])
-        return self.prog.emit(self.rank, tb, {"op": "mc_barrier", "k": self.sw.bar_count[key], "ndst": 1,
-                                              "refs": [{"buf": "sem", "chan": SWITCH, "peer": -1,
-                                                        "index": sem}]})
+        ref = {"buf": "sem", "chan": SWITCH, "peer": -1, "index": sem}
+        return self.prog.emit(self.rank, tb, {"op": "mc_barrier", "k": self.sw.bar_count[key],
+                                              "ndst": 1, "refs": [ref]})
 
 
 SWITCH = "switch"  # placeholder channel of switch refs, resolved when lowered
