@@ -20,6 +20,12 @@
  * -i and -N set the plan library's fields (docs/plans.md) in the -J
  * output, over those a loaded document has.
  *
+ * With -s (and no -J or -o) it also prints the cost estimate computed
+ * from the plan's own ops (plan/plan_cost.h) on the tuner's model of
+ * -g h100|h200|pcie GPUs (h100 by default), -N ranks per node (all ranks
+ * on one node by default; several nodes get 8 NICs of 400 Gbit/s each),
+ * beside the tuner's formula for the plan's algorithm and protocol.
+ *
  * Linked against the static library: it reads the internal plan API.
  */
 #include <stdio.h>
@@ -31,7 +37,9 @@
 #include "algos/algos.h"
 #include "device/ir.h"
 #include "plan/plan.h"
+#include "plan/plan_cost.h"
 #include "plan/plan_json.h"
+#include "plan/tune.h"
 #include "plan/verify.h"
 
 static const char *coll_names[] = {"allreduce", "allgather", "reducescatter",
@@ -69,7 +77,51 @@ static void usage(FILE *f) {
           "  -d deterministic (rank-ordered) variant, -V verify the plan\n"
           "  -J write the plan as JSON, -f load (and verify) a JSON plan\n"
           "  -m/-M min/max message bytes, -i any|yes|no in place, -N ranks per node:\n"
-          "     the plan library's fields in the -J output (docs/plans.md)\n");
+          "     the plan library's fields in the -J output (docs/plans.md)\n"
+          "  -g h100|h200|pcie: the GPUs the cost estimate (printed with -s) assumes;\n"
+          "     -N also places that many ranks per node for it\n");
+}
+
+/* Prints the plan-derived estimate for `bytes` and, for a plan of an
+ * algorithm the tuner models, the tuner's formula beside it. */
+static int print_estimate(FILE *f, const brd_ir_plan_t *p, size_t bytes, size_t esize,
+                          const char *gpu_s, int rpn) {
+  brd_hw_gpu_t gpu;
+  if (!brd_hw_gpu_parse(gpu_s, &gpu)) {
+    fprintf(stderr, "braid-plan: -g takes h100, h200 or pcie\n");
+    return 1;
+  }
+  int n = p->nranks;
+  if (rpn <= 0 || rpn > n) rpn = n;
+  if (n % rpn != 0) {
+    fprintf(stderr, "braid-plan: -N %d does not divide %d ranks\n", rpn, n);
+    return 1;
+  }
+  brd_tune_topo_t topo;
+  if (brd_hw_topo(gpu, n / rpn, rpn, n / rpn > 1 ? 8 : 0, 400.0, &topo) != ncclSuccess) return 1;
+  int dtype = esize == 1 ? 0 : esize == 2 ? 6 : esize == 8 ? 8 : 7;
+  brd_plan_cost_t c;
+  if (brd_plan_cost_estimate(p, &topo, bytes / esize, dtype, brd_plan_scratch_bytes(p), &c) !=
+      ncclSuccess) {
+    fprintf(stderr, "braid-plan: no estimate for this plan\n");
+    return 1;
+  }
+  fprintf(f, "estimate for %zu bytes: %.1f us (critical path %llu sync hops, %llu bytes on the "
+             "busiest channel; links alone %.1f us; %d x %s, %d per node)\n",
+          bytes, c.time_us, (unsigned long long)c.sync_hops,
+          (unsigned long long)c.busiest_chan_bytes, c.link_us, n, gpu_s, rpn);
+  /* The tuner's size: the larger buffer for all-gather and reduce-scatter. */
+  size_t tb = bytes;
+  if (p->coll == BRD_IR_COLL_ALLGATHER || p->coll == BRD_IR_COLL_REDUCESCATTER)
+    tb *= (size_t)n;
+  if (p->algo != BRD_IR_ALGO_COPY && p->algo != BRD_IR_ALGO_NVLS && p->coll < BRD_IR_COLL_SENDRECV) {
+    float formula = brd_tune_estimate(&topo, (brd_coll_t)p->coll, tb, (brd_algo_t)p->algo,
+                                      (brd_proto_t)p->proto);
+    if (formula >= 0.0f)
+      fprintf(f, "tuner's formula for %s/%s: %.1f us\n", brd_algo_name((brd_algo_t)p->algo),
+              brd_proto_name((brd_proto_t)p->proto), formula);
+  }
+  return 0;
 }
 
 static int ref_peer(const brd_ir_plan_t *p, int rank, brd_ir_ref_t r) {
@@ -243,9 +295,9 @@ int main(int argc, char **argv) {
   int nranks = 4, nblocks = 1, root = 0, det = 0, verify = 0, json_out = 0, opt;
   size_t bytes = 0, esize = 4;
   brd_plan_json_meta_t meta;
-  const char *min_s = NULL, *max_s = NULL, *inplace_s = NULL, *rpn_s = NULL;
+  const char *min_s = NULL, *max_s = NULL, *inplace_s = NULL, *rpn_s = NULL, *gpu_s = "h100";
   memset(&meta, 0, sizeof(meta));
-  while ((opt = getopt(argc, argv, "c:a:p:n:b:r:s:t:dVJf:o:m:M:i:N:h")) != -1) {
+  while ((opt = getopt(argc, argv, "c:a:p:n:b:r:s:t:dVJf:o:m:M:i:N:g:h")) != -1) {
     switch (opt) {
     case 'c': coll_s = optarg; break;
     case 'a': algo_s = optarg; break;
@@ -264,6 +316,7 @@ int main(int argc, char **argv) {
     case 'M': max_s = optarg; break;
     case 'i': inplace_s = optarg; break;
     case 'N': rpn_s = optarg; break;
+    case 'g': gpu_s = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -356,6 +409,9 @@ show:;
     if (rc == 0) printf("wrote %s\n", svg);
   } else {
     print_plan(stdout, plan, bytes, esize);
+    if (bytes > 0 && print_estimate(stdout, plan, bytes, esize, gpu_s,
+                                    rpn_s != NULL ? atoi(rpn_s) : 0) != 0)
+      rc = 1;
   }
   if (verify) {
     brd_verify_opts_t vo;
