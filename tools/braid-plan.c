@@ -38,6 +38,7 @@
 #include "device/ir.h"
 #include "plan/plan.h"
 #include "plan/plan_cost.h"
+#include "plan/mscclpp.h"
 #include "plan/plan_json.h"
 #include "plan/tune.h"
 #include "plan/verify.h"
@@ -346,7 +347,20 @@ int main(int argc, char **argv) {
      * as if it were usable. */
     char err[640];
     brd_verify_report_t rep;
-    res = brd_plan_json_load(json_in, NULL, &plan, &meta, &rep, err, sizeof(err));
+    /* An MSCCL++ execution plan (as the plan library reads it, one Braid
+     * block per thread block): translated, then checked as below. */
+    int is_ms = 0;
+    res = brd_plan_mscclpp_read(json_in, 0, &is_ms, &plan, &meta, err, sizeof(err));
+    if (res == ncclSuccess && is_ms) {
+      brd_verify_opts_t vo = {meta.inplace == BRD_PLAN_JSON_INPLACE_YES, 2};
+      if (brd_plan_verify(plan, &vo, &rep) != ncclSuccess) {
+        fprintf(stderr, "braid-plan: %s: the MSCCL++ plan is wrong: %s\n", json_in, rep.msg);
+        brd_plan_destroy(plan);
+        return 1;
+      }
+    } else if (res == ncclSuccess) {
+      res = brd_plan_json_load(json_in, NULL, &plan, &meta, &rep, err, sizeof(err));
+    }
     if (res != ncclSuccess) {
       fprintf(stderr, "braid-plan: %s\n", err);
       return 1;
