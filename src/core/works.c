@@ -422,10 +422,12 @@ static brd_plan_user_t *library_choice(const brd_works_view_t *v, brd_plan_cache
   brd_plan_user_t *u = brd_plans_library_match(plans, &k);
   if (u != NULL && brd_log_on(BRD_LOG_INFO, BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING)) {
     char est[160];
-    library_estimate(v, c, coll, u->plan, est, sizeof(est));
     INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING, "%s : rank %d: plan library: %s runs (%llu "
-         "bytes per rank, %s; %s)", c->fn, v->rank, u->path, (unsigned long long)k.bytes,
-         k.in_place ? "in place" : "out of place", est);
+         "bytes per rank, %s)", c->fn, v->rank, u->path, (unsigned long long)k.bytes,
+         k.in_place ? "in place" : "out of place");
+    library_estimate(v, c, coll, u->plan, est, sizeof(est));
+    INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING, "%s : rank %d: plan library: %s: %s", c->fn,
+         v->rank, u->path, est);
   }
   return u;
 }
