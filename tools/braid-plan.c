@@ -70,7 +70,8 @@ static void usage(FILE *f) {
           "[-o out.svg]\n"
           "  coll: allreduce allgather reducescatter broadcast reduce "
           "alltoall gather scatter\n"
-          "  algo: ring tree oneshot twoshot (allreduce); ring oneshot (direct) for\n"
+          "  algo: ring tree oneshot twoshot hier (allreduce; hier and the tree across\n"
+          "        nodes need -N); ring oneshot (direct) for\n"
           "        the others; zerocopy (allreduce, allgather, reducescatter: reads and\n"
           "        writes registered buffers in place, Simple only); nvls (allreduce,\n"
           "        allgather, reducescatter: switch channels) and nvls-ll (the\n"
@@ -80,13 +81,14 @@ static void usage(FILE *f) {
           "  -m/-M min/max message bytes, -i any|yes|no in place, -N ranks per node:\n"
           "     the plan library's fields in the -J output (docs/plans.md)\n"
           "  -g h100|h200|pcie: the GPUs the cost estimate (printed with -s) assumes;\n"
-          "     -N also places that many ranks per node for it\n");
+          "     -N also places that many ranks per node for it and for the tree and\n"
+          "     hierarchical generators\n");
 }
 
 /* Prints the plan-derived estimate for `bytes` and, for a plan of an
  * algorithm the tuner models, the tuner's formula beside it. */
 static int print_estimate(FILE *f, const brd_ir_plan_t *p, size_t bytes, size_t esize,
-                          const char *gpu_s, int rpn) {
+                          const char *gpu_s, int rpn, int tuner_algo) {
   brd_hw_gpu_t gpu;
   if (!brd_hw_gpu_parse(gpu_s, &gpu)) {
     fprintf(stderr, "braid-plan: -g takes h100, h200 or pcie\n");
@@ -115,11 +117,12 @@ static int print_estimate(FILE *f, const brd_ir_plan_t *p, size_t bytes, size_t 
   size_t tb = bytes;
   if (p->coll == BRD_IR_COLL_ALLGATHER || p->coll == BRD_IR_COLL_REDUCESCATTER)
     tb *= (size_t)n;
-  if (p->algo != BRD_IR_ALGO_COPY && p->algo != BRD_IR_ALGO_NVLS && p->coll < BRD_IR_COLL_SENDRECV) {
-    float formula = brd_tune_estimate(&topo, (brd_coll_t)p->coll, tb, (brd_algo_t)p->algo,
+  int a = tuner_algo >= 0 ? tuner_algo : p->algo;
+  if (a != BRD_IR_ALGO_COPY && a != BRD_IR_ALGO_NVLS && p->coll < BRD_IR_COLL_SENDRECV) {
+    float formula = brd_tune_estimate(&topo, (brd_coll_t)p->coll, tb, (brd_algo_t)a,
                                       (brd_proto_t)p->proto);
     if (formula >= 0.0f)
-      fprintf(f, "tuner's formula for %s/%s: %.1f us\n", brd_algo_name((brd_algo_t)p->algo),
+      fprintf(f, "tuner's formula for %s/%s: %.1f us\n", brd_algo_name((brd_algo_t)a),
               brd_proto_name((brd_proto_t)p->proto), formula);
   }
   return 0;
@@ -330,6 +333,7 @@ int main(int argc, char **argv) {
   if (algo < 0 && strcasecmp(algo_s, "direct") == 0) algo = BRD_IR_ALGO_ONESHOT;
   if (algo < 0 && strcasecmp(algo_s, "chain") == 0) algo = BRD_IR_ALGO_RING;
   if (algo < 0 && strcasecmp(algo_s, "pairwise") == 0) algo = BRD_IR_ALGO_ONESHOT;
+  if (algo < 0 && strcasecmp(algo_s, "hier") == 0) algo = BRD_ALGO_HIER;
   int proto = strcasecmp(proto_s, "LL") == 0       ? BRD_IR_PROTO_LL
               : strcasecmp(proto_s, "Simple") == 0 ? BRD_IR_PROTO_SIMPLE
                                                    : -1;
@@ -385,8 +389,16 @@ int main(int argc, char **argv) {
   }
   brd_algos_args_t args = {.nranks = nranks, .order = NULL, .nblocks = nblocks,
                            .proto = proto};
+  /* -N: the node layout the generators that place by node (tree, hier)
+   * follow, rank r on node r / N. */
+  int *host = NULL;
+  if (rpn_s != NULL && atoi(rpn_s) > 0 && nranks > 0) {
+    host = malloc((size_t)nranks * sizeof(*host));
+    if (host == NULL) return 1;
+    for (int r = 0; r < nranks; r++) host[r] = r / atoi(rpn_s);
+  }
   if (!zerocopy)
-    res = brd_algos_generate(coll, algo, &args, root, det, &plan);
+    res = brd_algos_generate_hosts(coll, algo, &args, host, root, det, &plan);
   else if (det)
     res = ncclInvalidArgument;
   else if (coll == BRD_IR_COLL_ALLREDUCE)
@@ -397,6 +409,7 @@ int main(int argc, char **argv) {
     res = brd_algos_zerocopy_allgather(&args, &plan);
   else
     res = ncclInvalidArgument;
+  free(host);
   if (res != ncclSuccess) {
     fprintf(stderr, "braid-plan: no plan for %s/%s/%s with %d ranks: %s\n",
             coll_s, algo_s, proto_s, nranks, ncclGetErrorString(res));
@@ -424,7 +437,8 @@ show:;
   } else {
     print_plan(stdout, plan, bytes, esize);
     if (bytes > 0 && print_estimate(stdout, plan, bytes, esize, gpu_s,
-                                    rpn_s != NULL ? atoi(rpn_s) : 0) != 0)
+                                    rpn_s != NULL ? atoi(rpn_s) : 0,
+                                    json_in == NULL && algo == BRD_ALGO_HIER ? algo : -1) != 0)
       rc = 1;
   }
   if (verify) {

@@ -18,11 +18,13 @@
  * rate = link GB/s x 1000 x eff[proto] / blocks (the blocks share a rank's
  * links); the link is intra_bw / ranks_per_device inside a node, inter_bw /
  * ranks_per_device between nodes (or, with NIC counts, the node's NICs
- * shared by its ranks), nvls_bw over a switch channel. step[] and eff[]
+ * shared by the node's ranks that reach another node in the plan), nvls_bw
+ * over a switch channel. step[] and eff[]
  * are the tuner's protocol factors (tune.c), and BASE_US its launch cost,
- * so the two estimates speak the same units. Each stream carries the sync
- * hops of the path that set its clock; the launch's answer is the latest
- * stream's. Contention between streams on one link is not modelled beyond
+ * so the two estimates speak the same units. Each stream also counts the
+ * sync hops of the longest chain of them that reaches it (a SIGNAL, a
+ * remote LL write or a switch barrier adds one); the launch's count is the
+ * longest chain's. Contention between streams on one link is not modelled beyond
  * the equal share.
  *
  * Iterations: up to BRD_PLAN_COST_ITERS are simulated; a longer launch
@@ -175,10 +177,8 @@ static int ll_ready(sim_t *m, int r, const brd_ir_op_t *op, uint32_t it, double 
       if (slot >= m->p->nslots) continue;
       ev_t *e = ev_find(&m->ll[(size_t)r * m->p->nslots + slot], seq_of(m, it, op->k_src));
       if (e == NULL) return -1;
-      if (e->t > t) {
-        t = e->t;
-        h = e->h;
-      }
+      if (e->t > t) t = e->t;
+      if (e->h > h) h = e->h;
     }
   }
   *t_out = t;
@@ -192,10 +192,8 @@ static int step_data(sim_t *m, stream_t *s, int r, const brd_ir_op_t *op) {
   double ready;
   uint64_t rh;
   if (ll_ready(m, r, op, s->it, &ready, &rh) < 0) return 0;
-  if (ready > s->t) {
-    s->t = ready;
-    s->h = rh;
-  }
+  if (ready > s->t) s->t = ready;
+  if (rh > s->h) s->h = rh;
   double b = op_bytes(m, op, s->it), dur = 0.0;
   const brd_ir_rank_t *rk = brd_ir_plan_rank(m->p, r);
   for (int i = 0; i < op->nsrc + op->ndst && i < BRD_IR_MAX_REFS; i++) {
@@ -244,10 +242,8 @@ static int barrier_arrive(stream_t *s, evlist_t *e, int64_t key, int need, ev_t 
       ev = &e->v[e->n - 1];
     } else {
       ev->count++;
-      if (s->t > ev->t) {
-        ev->t = s->t;
-        ev->h = s->h;
-      }
+      if (s->t > ev->t) ev->t = s->t;
+      if (s->h > ev->h) ev->h = s->h;
     }
     s->arrived = 1;
   }
@@ -278,20 +274,16 @@ static int step(sim_t *m, stream_t *s, int r, const brd_ir_op_t *op) {
     const ev_t *e = ev_first_at_least(
         &m->sems[((size_t)rk->chan_first + ref.chan) * m->p->nsems + ref.index], want);
     if (e == NULL) return 0;
-    if (e->t > s->t) {
-      s->t = e->t;
-      s->h = e->h;
-    }
+    if (e->t > s->t) s->t = e->t;
+    if (e->h > s->h) s->h = e->h;
     return 1;
   }
   case BRD_IR_OP_BARRIER: {
     ev_t *ev;
     int rc = barrier_arrive(s, &m->bars[r], s->nbar, m->B, &ev);
     if (rc <= 0) return rc;
-    if (ev->t > s->t) {
-      s->t = ev->t;
-      s->h = ev->h;
-    }
+    if (ev->t > s->t) s->t = ev->t;
+    if (ev->h > s->h) s->h = ev->h;
     s->nbar++;
     s->arrived = 0;
     return 1;
@@ -326,10 +318,8 @@ static int run(sim_t *m) {
         uint32_t nops = brd_ir_plan_block(m->p, r, b)->nops;
         while (!s->done) {
           if (s->pc == nops) {
-            if (s->t > m->iter_t[s->it]) {
-              m->iter_t[s->it] = s->t;
-              m->iter_h[s->it] = s->h;
-            }
+            if (s->t > m->iter_t[s->it]) m->iter_t[s->it] = s->t;
+            if (s->h > m->iter_h[s->it]) m->iter_h[s->it] = s->h;
             s->pc = 0;
             if (++s->it == m->nsim || nops == 0) {
               s->done = 1;
@@ -371,8 +361,27 @@ static void rates_init(sim_t *m) {
   const brd_tune_topo_t *t = m->topo;
   double rpd = t->ranks_per_device, eff = proto_eff[m->p->proto <= 2 ? m->p->proto : 0];
   double step = proto_step[m->p->proto <= 2 ? m->p->proto : 0];
-  double inter = t->inter_nics > 0 ? t->inter_nics * (double)t->inter_bw / t->local_nranks
-                                   : t->inter_bw / rpd;
+  double inter = t->inter_bw / rpd;
+  if (t->inter_nics > 0) {
+    /* A node's NICs are shared by the ranks of the node that reach
+     * another node in this plan (a ring crosses at one rank per node,
+     * which then has them all, as the tuner's node-egress term assumes). */
+    int most = 1;
+    for (int nd = 0; nd < t->nnodes; nd++) {
+      int users = 0;
+      for (int r = 0; r < m->n; r++) {
+        if (node_of(m, r) != nd) continue;
+        const brd_ir_rank_t *rk = brd_ir_plan_rank(m->p, r);
+        for (uint32_t c = 0; c < rk->nchans; c++)
+          if (chan_kind(m, r, (int)c) == KIND_INTER) {
+            users++;
+            break;
+          }
+      }
+      if (users > most) most = users;
+    }
+    inter = t->inter_nics * (double)t->inter_bw / most;
+  }
   double sw = (t->nvls_bw > 0.0f ? t->nvls_bw : t->intra_bw * NVLS_FIT) / rpd;
   m->rank_rate[KIND_INTRA] = t->intra_bw / rpd * 1000.0 * eff;
   m->rank_rate[KIND_INTER] = inter * 1000.0 * eff;

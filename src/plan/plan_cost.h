@@ -29,8 +29,8 @@ typedef struct {
   double time_us;             /* the estimate: launch cost + critical path */
   double link_us;             /* busiest rank link's bytes / its bandwidth
                                * (a lower bound for the data alone) */
-  uint64_t sync_hops;         /* sync hops (SIGNAL to WAIT, LL flag, switch
-                               * barrier) on the path that ends last */
+  uint64_t sync_hops;         /* the longest chain of sync hops (SIGNAL to
+                               * WAIT, LL flag, switch barrier) in the launch */
   uint64_t busiest_chan_bytes; /* bytes through the busiest channel, both
                                 * directions, over the whole launch */
   uint64_t niter;             /* iterations of the launch */
@@ -42,7 +42,8 @@ typedef struct {
  * placed node by node: rank r is on node r / topo->local_nranks. A
  * channel to a rank of the same node is priced at intra_bw / intra_lat,
  * one to another node at inter_bw / inter_lat (NIC counts: the node's
- * NICs shared by its ranks), a switch channel at nvls_bw / nvls_lat; each
+ * NICs shared by its ranks that reach another node in the plan), a switch
+ * channel at nvls_bw / nvls_lat; each
  * block of a rank gets an equal share of the rank's links. Per hop the
  * latency is multiplied, and the payload rate divided, by the tuner's
  * protocol factors. count 0 costs 0.
