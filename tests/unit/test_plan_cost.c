@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "algos/algos.h"
+#include "failalloc.h"
 #include "plan/plan.h"
 #include "plan/plan_cost.h"
 #include "plan/tune.h"
@@ -234,6 +235,110 @@ static void test_refusals(void **state) {
   brd_plan_destroy(p);
 }
 
+/* Two nodes of 8 (8 x 400G NICs each): at 8 bytes the hierarchical plan
+ * pays 2(L-1) = 14 hops inside the nodes and 2(N-1) = 2 across, by hand
+ * 5 + 14 x intra_lat x 5 + 2 x inter_lat x 5 (the formula's count too);
+ * the ring's longest chain is its 2(n-1) = 30 steps. */
+static void test_across_nodes(void **state) {
+  (void)state;
+  brd_tune_topo_t t;
+  assert_int_equal(brd_hw_topo(BRD_HW_GPU_H100, 2, 8, 8, 400.0, &t), ncclSuccess);
+  int host[16];
+  for (int r = 0; r < 16; r++) host[r] = r / 8;
+  brd_algos_args_t args = {.nranks = 16, .order = NULL, .nblocks = 1,
+                           .proto = BRD_IR_PROTO_SIMPLE};
+  brd_ir_plan_t *hier = NULL, *ring = NULL;
+  assert_int_equal(brd_algos_generate_hosts(BRD_IR_COLL_ALLREDUCE, BRD_ALGO_HIER, &args, host, 0,
+                                            0, &hier),
+                   ncclSuccess);
+  assert_int_equal(brd_algos_generate_hosts(BRD_IR_COLL_ALLREDUCE, BRD_IR_ALGO_RING, &args, host,
+                                            0, 0, &ring),
+                   ncclSuccess);
+  brd_plan_cost_t h = est(hier, &t, 8), r = est(ring, &t, 8);
+  assert_int_equal(h.sync_hops, 16);
+  assert_true(fabs(h.time_us - (5.0 + 14 * t.intra_lat * 5.0 + 2 * t.inter_lat * 5.0)) < 0.05);
+  assert_int_equal(r.sync_hops, 30);
+  /* At least its forward hops: 28 inside the nodes, 2 across. */
+  assert_true(r.time_us >= 5.0 + 28 * t.intra_lat * 5.0 + 2 * t.inter_lat * 5.0 - 0.05);
+  /* Large: within 4 x of the formula (slot credits across the net, see
+   * cost-model.md), and more than the links alone. */
+  brd_plan_cost_t big = est(ring, &t, 64 * MIB);
+  double f = brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, 64 * MIB, BRD_ALGO_RING,
+                               BRD_PROTO_SIMPLE);
+  assert_true(big.time_us > f / 2.0 && big.time_us < 4.0 * f);
+  assert_true(big.time_us > big.link_us);
+  brd_plan_destroy(hier);
+  brd_plan_destroy(ring);
+}
+
+/* LL flags synchronise like semaphores: rank 0 writes packets into rank
+ * 1's scratch, rank 1 reduces them when the flags are there. One hop of
+ * intra_lat x 1 (LL); a reader whose flag nobody writes never completes. */
+static brd_ir_plan_t *ll_pair(int32_t k_src) {
+  brd_plan_shape_t sh = {2, 1, 1, 1, 1, 1, 1, BRD_IR_PROTO_LL, BRD_IR_ALGO_ONESHOT,
+                         BRD_IR_COLL_BROADCAST, 0, 0};
+  brd_plan_builder_t *b;
+  assert_int_equal(brd_plan_builder_create(&sh, &b), ncclSuccess);
+  brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, 0);
+  brd_plan_ref_t far = brd_plan_ref(BRD_IR_BUF_SCRATCH | BRD_IR_REF_LL, 1, 0);
+  brd_plan_ref_t near = brd_plan_ref(BRD_IR_BUF_SCRATCH | BRD_IR_REF_LL, -1, 0);
+  brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, 0);
+  brd_plan_move_t put = {BRD_IR_OP_PKT_PUT, 0, 0, 1, 1, 0, 1, &in, 1, &far};
+  brd_plan_move_t red = {BRD_IR_OP_PKT_REDUCE, 0, 0, 1, 0, k_src, 1, &near, 1, &out};
+  assert_int_equal(brd_plan_op_move(b, 0, 0, &put), ncclSuccess);
+  assert_int_equal(brd_plan_op_move(b, 1, 0, &red), ncclSuccess);
+  brd_ir_plan_t *p;
+  assert_int_equal(brd_plan_builder_finish(b, &p), ncclSuccess);
+  brd_plan_builder_destroy(b);
+  return p;
+}
+
+static void test_ll_flags(void **state) {
+  (void)state;
+  brd_tune_topo_t t = node_topo(2);
+  brd_ir_plan_t *p = ll_pair(1);
+  size_t bytes = 64;
+  brd_plan_cost_t c;
+  assert_int_equal(brd_plan_cost_estimate(p, &t, bytes / 4, ncclFloat32, 4096, &c), ncclSuccess);
+  assert_int_equal(c.sync_hops, 1);
+  /* Launch, the write of 64 bytes at half the link's rate (LL), a hop. */
+  double put = (double)bytes / (t.intra_bw * 1000.0 * 0.5);
+  assert_true(fabs(c.time_us - (5.0 + put + t.intra_lat)) < 1e-3);
+  brd_plan_destroy(p);
+  p = ll_pair(2);
+  assert_int_equal(brd_plan_cost_estimate(p, &t, bytes / 4, ncclFloat32, 4096, &c),
+                   ncclInvalidArgument);
+  brd_plan_destroy(p);
+}
+
+/* Out of memory at every allocation: ncclSystemError, nothing left
+ * allocated, nothing written. */
+static void test_alloc_failures(void **state) {
+  (void)state;
+  brd_tune_topo_t t = node_topo(5);
+  brd_ir_plan_t *p = gen(BRD_IR_ALGO_RING, BRD_IR_PROTO_SIMPLE, 5, 2);
+  size_t scratch = brd_plan_scratch_bytes(p);
+  brd_plan_cost_t c;
+  int failures = 0;
+  for (long at = 0;; at++) {
+    memset(&c, 0x5a, sizeof(c));
+    brd_plan_cost_t before = c;
+    alloc_calls = 0;
+    fail_at = at;
+    live = 0;
+    armed = 1;
+    ncclResult_t res = brd_plan_cost_estimate(p, &t, 1 << 20, ncclFloat32, scratch, &c);
+    armed = 0;
+    assert_int_equal(live, 0);
+    if (res == ncclSuccess) break;
+    assert_int_equal(res, ncclSystemError);
+    assert_memory_equal(&c, &before, sizeof(c));
+    failures++;
+  }
+  assert_true(failures > 5);
+  brd_plan_destroy(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_within_factor_of_formula),
@@ -242,6 +347,9 @@ int main(void) {
       cmocka_unit_test(test_grows),
       cmocka_unit_test(test_sync_chain),
       cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_across_nodes),
+      cmocka_unit_test(test_ll_flags),
+      cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
