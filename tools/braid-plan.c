@@ -20,6 +20,12 @@
  * -i and -N set the plan library's fields (docs/plans.md) in the -J
  * output, over those a loaded document has.
  *
+ * With -s (and no -J or -o) it also prints the cost estimate computed
+ * from the plan's own ops (plan/plan_cost.h) on the tuner's model of
+ * -g h100|h200|pcie GPUs (h100 by default), -N ranks per node (all ranks
+ * on one node by default; several nodes get 8 NICs of 400 Gbit/s each),
+ * beside the tuner's formula for the plan's algorithm and protocol.
+ *
  * Linked against the static library: it reads the internal plan API.
  */
 #include <stdio.h>
@@ -31,7 +37,10 @@
 #include "algos/algos.h"
 #include "device/ir.h"
 #include "plan/plan.h"
+#include "plan/plan_cost.h"
+#include "plan/mscclpp.h"
 #include "plan/plan_json.h"
+#include "plan/tune.h"
 #include "plan/verify.h"
 
 static const char *coll_names[] = {"allreduce", "allgather", "reducescatter",
@@ -61,7 +70,8 @@ static void usage(FILE *f) {
           "[-o out.svg]\n"
           "  coll: allreduce allgather reducescatter broadcast reduce "
           "alltoall gather scatter\n"
-          "  algo: ring tree oneshot twoshot (allreduce); ring oneshot (direct) for\n"
+          "  algo: ring tree oneshot twoshot hier (allreduce; hier and the tree across\n"
+          "        nodes need -N); ring oneshot (direct) for\n"
           "        the others; zerocopy (allreduce, allgather, reducescatter: reads and\n"
           "        writes registered buffers in place, Simple only); nvls (allreduce,\n"
           "        allgather, reducescatter: switch channels) and nvls-ll (the\n"
@@ -69,7 +79,53 @@ static void usage(FILE *f) {
           "  -d deterministic (rank-ordered) variant, -V verify the plan\n"
           "  -J write the plan as JSON, -f load (and verify) a JSON plan\n"
           "  -m/-M min/max message bytes, -i any|yes|no in place, -N ranks per node:\n"
-          "     the plan library's fields in the -J output (docs/plans.md)\n");
+          "     the plan library's fields in the -J output (docs/plans.md)\n"
+          "  -g h100|h200|pcie: the GPUs the cost estimate (printed with -s) assumes;\n"
+          "     -N also places that many ranks per node for it and for the tree and\n"
+          "     hierarchical generators\n");
+}
+
+/* Prints the plan-derived estimate for `bytes` and, for a plan of an
+ * algorithm the tuner models, the tuner's formula beside it. */
+static int print_estimate(FILE *f, const brd_ir_plan_t *p, size_t bytes, size_t esize,
+                          const char *gpu_s, int rpn, int tuner_algo) {
+  brd_hw_gpu_t gpu;
+  if (!brd_hw_gpu_parse(gpu_s, &gpu)) {
+    fprintf(stderr, "braid-plan: -g takes h100, h200 or pcie\n");
+    return 1;
+  }
+  int n = p->nranks;
+  if (rpn <= 0 || rpn > n) rpn = n;
+  if (n % rpn != 0) {
+    fprintf(stderr, "braid-plan: -N %d does not divide %d ranks\n", rpn, n);
+    return 1;
+  }
+  brd_tune_topo_t topo;
+  if (brd_hw_topo(gpu, n / rpn, rpn, n / rpn > 1 ? 8 : 0, 400.0, &topo) != ncclSuccess) return 1;
+  int dtype = esize == 1 ? 0 : esize == 2 ? 6 : esize == 8 ? 8 : 7;
+  brd_plan_cost_t c;
+  if (brd_plan_cost_estimate(p, &topo, bytes / esize, dtype, brd_plan_scratch_bytes(p), &c) !=
+      ncclSuccess) {
+    fprintf(stderr, "braid-plan: no estimate for this plan\n");
+    return 1;
+  }
+  fprintf(f, "estimate for %zu bytes: %.1f us (critical path %llu sync hops, %llu bytes on the "
+             "busiest channel; links alone %.1f us; %d x %s, %d per node)\n",
+          bytes, c.time_us, (unsigned long long)c.sync_hops,
+          (unsigned long long)c.busiest_chan_bytes, c.link_us, n, gpu_s, rpn);
+  /* The tuner's size: the larger buffer for all-gather and reduce-scatter. */
+  size_t tb = bytes;
+  if (p->coll == BRD_IR_COLL_ALLGATHER || p->coll == BRD_IR_COLL_REDUCESCATTER)
+    tb *= (size_t)n;
+  int a = tuner_algo >= 0 ? tuner_algo : p->algo;
+  if (a != BRD_IR_ALGO_COPY && a != BRD_IR_ALGO_NVLS && p->coll < BRD_IR_COLL_SENDRECV) {
+    float formula = brd_tune_estimate(&topo, (brd_coll_t)p->coll, tb, (brd_algo_t)a,
+                                      (brd_proto_t)p->proto);
+    if (formula >= 0.0f)
+      fprintf(f, "tuner's formula for %s/%s: %.1f us\n", brd_algo_name((brd_algo_t)a),
+              brd_proto_name((brd_proto_t)p->proto), formula);
+  }
+  return 0;
 }
 
 static int ref_peer(const brd_ir_plan_t *p, int rank, brd_ir_ref_t r) {
@@ -243,9 +299,9 @@ int main(int argc, char **argv) {
   int nranks = 4, nblocks = 1, root = 0, det = 0, verify = 0, json_out = 0, opt;
   size_t bytes = 0, esize = 4;
   brd_plan_json_meta_t meta;
-  const char *min_s = NULL, *max_s = NULL, *inplace_s = NULL, *rpn_s = NULL;
+  const char *min_s = NULL, *max_s = NULL, *inplace_s = NULL, *rpn_s = NULL, *gpu_s = "h100";
   memset(&meta, 0, sizeof(meta));
-  while ((opt = getopt(argc, argv, "c:a:p:n:b:r:s:t:dVJf:o:m:M:i:N:h")) != -1) {
+  while ((opt = getopt(argc, argv, "c:a:p:n:b:r:s:t:dVJf:o:m:M:i:N:g:h")) != -1) {
     switch (opt) {
     case 'c': coll_s = optarg; break;
     case 'a': algo_s = optarg; break;
@@ -264,6 +320,7 @@ int main(int argc, char **argv) {
     case 'M': max_s = optarg; break;
     case 'i': inplace_s = optarg; break;
     case 'N': rpn_s = optarg; break;
+    case 'g': gpu_s = optarg; break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -276,6 +333,7 @@ int main(int argc, char **argv) {
   if (algo < 0 && strcasecmp(algo_s, "direct") == 0) algo = BRD_IR_ALGO_ONESHOT;
   if (algo < 0 && strcasecmp(algo_s, "chain") == 0) algo = BRD_IR_ALGO_RING;
   if (algo < 0 && strcasecmp(algo_s, "pairwise") == 0) algo = BRD_IR_ALGO_ONESHOT;
+  if (algo < 0 && strcasecmp(algo_s, "hier") == 0) algo = BRD_ALGO_HIER;
   int proto = strcasecmp(proto_s, "LL") == 0       ? BRD_IR_PROTO_LL
               : strcasecmp(proto_s, "Simple") == 0 ? BRD_IR_PROTO_SIMPLE
                                                    : -1;
@@ -293,7 +351,20 @@ int main(int argc, char **argv) {
      * as if it were usable. */
     char err[640];
     brd_verify_report_t rep;
-    res = brd_plan_json_load(json_in, NULL, &plan, &meta, &rep, err, sizeof(err));
+    /* An MSCCL++ execution plan (as the plan library reads it, one Braid
+     * block per thread block): translated, then checked as below. */
+    int is_ms = 0;
+    res = brd_plan_mscclpp_read(json_in, 0, &is_ms, &plan, &meta, err, sizeof(err));
+    if (res == ncclSuccess && is_ms) {
+      brd_verify_opts_t vo = {meta.inplace == BRD_PLAN_JSON_INPLACE_YES, 2};
+      if (brd_plan_verify(plan, &vo, &rep) != ncclSuccess) {
+        fprintf(stderr, "braid-plan: %s: the MSCCL++ plan is wrong: %s\n", json_in, rep.msg);
+        brd_plan_destroy(plan);
+        return 1;
+      }
+    } else if (res == ncclSuccess) {
+      res = brd_plan_json_load(json_in, NULL, &plan, &meta, &rep, err, sizeof(err));
+    }
     if (res != ncclSuccess) {
       fprintf(stderr, "braid-plan: %s\n", err);
       return 1;
@@ -318,8 +389,16 @@ int main(int argc, char **argv) {
   }
   brd_algos_args_t args = {.nranks = nranks, .order = NULL, .nblocks = nblocks,
                            .proto = proto};
+  /* -N: the node layout the generators that place by node (tree, hier)
+   * follow, rank r on node r / N. */
+  int *host = NULL;
+  if (rpn_s != NULL && atoi(rpn_s) > 0 && nranks > 0) {
+    host = malloc((size_t)nranks * sizeof(*host));
+    if (host == NULL) return 1;
+    for (int r = 0; r < nranks; r++) host[r] = r / atoi(rpn_s);
+  }
   if (!zerocopy)
-    res = brd_algos_generate(coll, algo, &args, root, det, &plan);
+    res = brd_algos_generate_hosts(coll, algo, &args, host, root, det, &plan);
   else if (det)
     res = ncclInvalidArgument;
   else if (coll == BRD_IR_COLL_ALLREDUCE)
@@ -330,6 +409,7 @@ int main(int argc, char **argv) {
     res = brd_algos_zerocopy_allgather(&args, &plan);
   else
     res = ncclInvalidArgument;
+  free(host);
   if (res != ncclSuccess) {
     fprintf(stderr, "braid-plan: no plan for %s/%s/%s with %d ranks: %s\n",
             coll_s, algo_s, proto_s, nranks, ncclGetErrorString(res));
@@ -356,6 +436,10 @@ show:;
     if (rc == 0) printf("wrote %s\n", svg);
   } else {
     print_plan(stdout, plan, bytes, esize);
+    if (bytes > 0 && print_estimate(stdout, plan, bytes, esize, gpu_s,
+                                    rpn_s != NULL ? atoi(rpn_s) : 0,
+                                    json_in == NULL && algo == BRD_ALGO_HIER ? algo : -1) != 0)
+      rc = 1;
   }
   if (verify) {
     brd_verify_opts_t vo;

@@ -2,6 +2,7 @@
  * Braid: the works builder; see works.h for the rules. Pure C over the
  * runtime's view: no threads, no sockets, no CUDA (tests/unit/test_works.c).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@
 #include "core/works.h"
 #include "device/redop.h"
 #include "plan/plan.h"
+#include "plan/plan_cost.h"
 #include "plan/tuner_plugin.h"
 
 static int is_reduction(uint8_t coll) { return brd_ir_coll_traits(coll).reduction; }
@@ -358,6 +360,41 @@ static ncclResult_t exchange_output(const brd_works_view_t *v,
   return ncclSuccess;
 }
 
+/* For the INFO line of a library plan: its estimate from its own ops
+ * (plan/plan_cost.h) beside the cost model's for the built-in plan the
+ * tuner would choose (the internal model's, without a tuner plugin). Only
+ * computed while that line prints. */
+static void library_estimate(const brd_works_view_t *v, const brd_call_t *c, uint8_t coll,
+                             const brd_ir_plan_t *plan, char *buf, size_t len) {
+  brd_plan_cost_t pc;
+  int have = brd_plan_cost_estimate(plan, v->topo, c->count, (int)c->dtype,
+                                    scratch_size(&v->win[v->rank], plan), &pc) == ncclSuccess;
+  size_t bytes = c->count * brd_dtype_size(c->dtype);
+  if (coll != BRD_IR_COLL_ALLREDUCE && coll != BRD_IR_COLL_BROADCAST &&
+      coll != BRD_IR_COLL_REDUCE)
+    bytes *= (size_t)v->nranks; /* the tuner's size, as choose() gives it */
+  uint32_t avail = brd_plans_available(coll, 0);
+  if (!v->topo->nvls) avail &= ~BRD_ALGO_BIT(BRD_ALGO_NVLS);
+  float costs[BRD_ALGO_COUNT][BRD_PROTO_COUNT];
+  int ba = -1, bp = -1;
+  if (brd_tune_costs(v->topo, c->coll, bytes, avail, v->mask, costs) == ncclSuccess)
+    for (int a = 0; a < BRD_ALGO_COUNT; a++)
+      for (int i = 0; i < BRD_PLANS_NPROTOS; i++) {
+        int p = brd_plans_protos[i];
+        if (costs[a][p] >= 0.0f && (ba < 0 || costs[a][p] < costs[ba][bp])) {
+          ba = a;
+          bp = p;
+        }
+      }
+  int w = have ? snprintf(buf, len, "plan estimate %.1f us, %llu sync hops", pc.time_us,
+                          (unsigned long long)pc.sync_hops)
+               : snprintf(buf, len, "no plan estimate");
+  if (w < 0 || (size_t)w >= len) return;
+  if (ba >= 0)
+    snprintf(buf + w, len - (size_t)w, "; built-in %s/%s %.1f us by the cost model",
+             brd_algo_name((brd_algo_t)ba), brd_proto_name((brd_proto_t)bp), costs[ba][bp]);
+}
+
 /* The plan library's plan for call c, or NULL for the built-ins: only
  * while NCCL_ALGO is unset, and not for deterministic reductions (a
  * library plan's order of addition is its own). The inputs (the call's
@@ -383,10 +420,15 @@ static brd_plan_user_t *library_choice(const brd_works_view_t *v, brd_plan_cache
   k.dtype = (int)c->dtype;
   k.redop = c->premul ? BRD_PLAN_JSON_REDOP_PREMULSUM : (int)c->op;
   brd_plan_user_t *u = brd_plans_library_match(plans, &k);
-  if (u != NULL)
+  if (u != NULL && brd_log_on(BRD_LOG_INFO, BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING)) {
+    char est[160];
     INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING, "%s : rank %d: plan library: %s runs (%llu "
          "bytes per rank, %s)", c->fn, v->rank, u->path, (unsigned long long)k.bytes,
          k.in_place ? "in place" : "out of place");
+    library_estimate(v, c, coll, u->plan, est, sizeof(est));
+    INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING, "%s : rank %d: plan library: %s: %s", c->fn,
+         v->rank, u->path, est);
+  }
   return u;
 }
 
