@@ -40,13 +40,9 @@
 #include "device/layout.h"
 #include "plan/plan_cost.h"
 
-/* The tuner's launch cost and protocol factors (tune.c's BASE_US,
- * proto_step, proto_eff), indexed by BRD_IR_PROTO_*. */
-#define BASE_US 5.0
-static const double proto_step[3] = {5.0, 1.0, 2.5};
-static const double proto_eff[3] = {1.0, 0.5, 120.0 / 128.0};
-/* tune.c's fit for NVLS, where nvls_bw is unset. */
-#define NVLS_FIT 0.85
+/* The tuner's launch cost, protocol factors and NVLS fit (tune.h). */
+#define BASE_US brd_tune_launch_us()
+#define NVLS_FIT brd_tune_algo_fit(BRD_ALGO_NVLS)
 
 enum { KIND_INTRA = 0, KIND_INTER = 1, KIND_SWITCH = 2, NKINDS = 3 };
 
@@ -359,8 +355,8 @@ static void sim_free(sim_t *m) {
 /* Per-block and per-rank link rates, and per-hop latencies. */
 static void rates_init(sim_t *m) {
   const brd_tune_topo_t *t = m->topo;
-  double rpd = t->ranks_per_device, eff = proto_eff[m->p->proto <= 2 ? m->p->proto : 0];
-  double step = proto_step[m->p->proto <= 2 ? m->p->proto : 0];
+  double rpd = t->ranks_per_device, eff = brd_tune_proto_eff(m->p->proto);
+  double step = brd_tune_proto_step(m->p->proto);
   double inter = t->inter_bw / rpd;
   if (t->inter_nics > 0) {
     /* A node's NICs are shared by the ranks of the node that reach
@@ -405,7 +401,7 @@ static double link_time(const sim_t *m, double scale) {
       }
   if (m->topo->inter_nics > 0) {
     double node_rate = m->topo->inter_nics * (double)m->topo->inter_bw * 1000.0 *
-                       proto_eff[m->p->proto <= 2 ? m->p->proto : 0];
+                       brd_tune_proto_eff(m->p->proto);
     for (int i = 0; i < m->topo->nnodes; i++)
       if (m->node_out[i] * scale / node_rate > worst) worst = m->node_out[i] * scale / node_rate;
   }

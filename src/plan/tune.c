@@ -157,6 +157,18 @@ static const double algo_fit[BRD_ALGO_COUNT] = {
     [BRD_ALGO_PAT] = 0.75,           [BRD_ALGO_HIER] = 1.0,
 };
 
+/* See tune.h. */
+double brd_tune_launch_us(void) { return BASE_US; }
+double brd_tune_proto_step(int proto) {
+  return proto_step[proto >= 0 && proto < BRD_PROTO_COUNT ? proto : BRD_PROTO_SIMPLE];
+}
+double brd_tune_proto_eff(int proto) {
+  return proto_eff[proto >= 0 && proto < BRD_PROTO_COUNT ? proto : BRD_PROTO_SIMPLE];
+}
+double brd_tune_algo_fit(int algo) {
+  return algo >= 0 && algo < BRD_ALGO_COUNT ? algo_fit[algo] : 1.0;
+}
+
 /* Protocols each algorithm's kernels implement. */
 static const uint32_t algo_protos[BRD_ALGO_COUNT] = {
     [BRD_ALGO_RING] = BRD_PROTO_ALL,

@@ -205,6 +205,15 @@ float brd_tune_estimate_hier(const brd_tune_topo_t *topo, brd_coll_t coll, size_
  * node); 0 otherwise. Pure; any thread. */
 int brd_tune_nvls_lowlat(const brd_tune_topo_t *topo, size_t bytes);
 
+/* The cost model's constants, for estimates made elsewhere (plan_cost.c):
+ * the launch cost in us, a protocol's per-step latency factor and
+ * bandwidth efficiency (proto: BRD_PROTO_*, which equal BRD_IR_PROTO_*;
+ * out of range reads Simple's), and an algorithm's fit (BRD_ALGO_*). */
+double brd_tune_launch_us(void);
+double brd_tune_proto_step(int proto);
+double brd_tune_proto_eff(int proto);
+double brd_tune_algo_fit(int algo);
+
 /* The model's time for either NVLS all-reduce plan (lowlat 1: the
  * low-latency one) or, for all-gather and reduce-scatter, the NVLS plan;
  * -1.0f where NVLS cannot run coll on topo. Any thread. */
