@@ -534,7 +534,7 @@ static ncclResult_t cuda_reg_switch(struct ncclComm *comm, char *ptr, size_t siz
   all[me].size = size;
   all[me].vmm = brd_p2p_mem_vmm_room(ptr, &room);
   all[me].off = brd_param_int(BRD_P_NVLS_ENABLE) == 0;
-  CHECK_GOTO(brd_boot_allgather(comm->boot, all, sizeof(*all)), res, out);
+  if (n > 1) CHECK_GOTO(brd_boot_allgather(comm->boot, all, sizeof(*all)), res, out);
   for (int r = 0; r < n; r++) {
     if (all[r].off) {
       snprintf(why, nwhy, "NVLS is off on rank %d (NCCL_NVLS_ENABLE=0)", r);
