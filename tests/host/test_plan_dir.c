@@ -169,10 +169,9 @@ static int rank_fn(ncclUniqueId id, int n, int rank, char *msg, size_t msglen) {
 
 /* Ranks as processes, rank r reading BRAID_PLAN_DIR from PLANDIR_RANK<r>. */
 static int child_processes(int n) {
-  int idpipe[NRANKS][2];
+  tdev_id_pipes_t idp;
   pid_t pids[NRANKS];
-  for (int r = 0; r < n; r++)
-    if (pipe(idpipe[r]) != 0) return 1;
+  if (tdev_id_pipes_open(&idp, n) != 0) return 1;
   fflush(NULL);
   for (int r = 0; r < n; r++) {
     pids[r] = fork();
@@ -183,19 +182,14 @@ static int child_processes(int n) {
       const char *dir = getenv(var);
       if (dir != NULL) setenv("BRAID_PLAN_DIR", dir, 1);
       ncclUniqueId id;
-      if (r == 0) {
-        if (ncclGetUniqueId(&id) != ncclSuccess) _exit(3);
-        for (int p = 1; p < n; p++)
-          if (write(idpipe[p][1], &id, sizeof(id)) != (ssize_t)sizeof(id)) _exit(4);
-      } else if (read(idpipe[r][0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
-        _exit(5);
-      }
+      if (tdev_id_pipes_share(&idp, r, &id) != 0) _exit(1);
       int f = rank_fn(id, n, r, msg, sizeof(msg));
       if (f) printf("FAIL: %s\n", msg);
       fflush(NULL);
       _exit(f ? 1 : 0);
     }
   }
+  tdev_id_pipes_close(&idp);
   int failed = 0;
   for (int r = 0; r < n; r++) {
     int st;
