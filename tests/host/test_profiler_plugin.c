@@ -400,18 +400,44 @@ static int proxy_rank(int rank, const ncclUniqueId *id) {
         break;
       }
   }
+  /* A send and a receive with the other host: their messages' ProxyOps
+   * belong to the P2p events. */
+  float *sb = malloc(PX_COUNT * sizeof(float)), *rb = calloc(PX_COUNT, sizeof(float));
+  for (int i = 0; i < PX_COUNT; i++) sb[i] = (float)(rank * 10 + i % 7);
+  NCCL_EXPECT(ncclGroupStart());
+  NCCL_EXPECT(ncclSend(sb, PX_COUNT, ncclFloat32, 1 - rank, comm, NULL));
+  NCCL_EXPECT(ncclRecv(rb, PX_COUNT, ncclFloat32, 1 - rank, comm, NULL));
+  NCCL_EXPECT(ncclGroupEnd());
+  for (int i = 0; i < PX_COUNT; i++)
+    if (rb[i] != (float)((1 - rank) * 10 + i % 7)) {
+      EXPECT(0, "rank %d recv [%d] = %g", rank, i, rb[i]);
+      break;
+    }
+  free(sb);
+  free(rb);
   free(buf);
   NCCL_EXPECT(ncclCommDestroy(comm));
   if (st != NULL) {
+    /* Every ProxyOp was under a live Coll/P2p of this rank and every
+     * ProxyStep under a live ProxyOp (the plugin's rules: violations),
+     * none without a parent (orphans). */
     EXPECT(st->violations == 0, "%ld violations, first: %s", st->violations, st->first_violation);
     EXPECT(st->open == 0, "%ld events open", st->open);
     EXPECT(st->starts[3] > 0, "no ProxyOp event");
+    EXPECT(st->orphans[3] == 0 && st->orphans[4] == 0, "ProxyOp orphans %ld, ProxyStep %ld",
+           st->orphans[3], st->orphans[4]);
     EXPECT(st->starts[4] == st->starts[3], "ProxyStep %ld, ProxyOp %ld", st->starts[4],
            st->starts[3]);
-    /* Both directions carried at least this rank's share of the data. */
-    EXPECT(st->proxy_bytes >= (long)(3 * PX_COUNT * sizeof(float)), "proxy bytes %ld",
+    EXPECT(st->proxy_desc_bad == 0, "%ld ProxyOp descriptors out of range", st->proxy_desc_bad);
+    /* The messages carried at least this rank's share of the data. */
+    EXPECT(st->proxy_bytes >= (long)(4 * PX_COUNT * sizeof(float)), "proxy bytes %ld",
            st->proxy_bytes);
     EXPECT(st->starts[1] == 3, "Coll %ld", st->starts[1]);
+    EXPECT(st->starts[2] == 2, "P2p %ld", st->starts[2]);
+    EXPECT(st->proxy_under_p2p > 0, "no ProxyOp under a P2p event");
+    for (int b = 0; b < PROFTEST_NTYPES; b++)
+      EXPECT(st->starts[b] == st->stops[b], "type %d: %ld starts, %ld stops", b, st->starts[b],
+             st->stops[b]);
   }
   return nfail != 0;
 }
@@ -504,6 +530,11 @@ static int cuda_child(const void *arg) {
   EXPECT(st->starts[9] == 2 * CU_RANKS && st->starts[10] == 2 * CU_RANKS, "API events");
   EXPECT(st->coll_count_sum == (size_t)2 * CU_RANKS * 7, "Coll counts %zu", st->coll_count_sum);
   EXPECT(st->coll_names_bad == 0 && st->coll_nch_zero == 0, "Coll descriptors");
+  /* KernelCh: at least one channel per launch and rank, each under its
+   * call's Coll/P2p (the plugin's rules) and given KernelChStop before its
+   * stop, stopped once the stream got past the works. */
+  EXPECT(st->starts[6] >= 3 * CU_RANKS, "KernelCh %ld", st->starts[6]);
+  EXPECT(st->orphans[6] == 0, "KernelCh orphans %ld", st->orphans[6]);
   for (int b = 0; b < PROFTEST_NTYPES; b++)
     EXPECT(st->starts[b] == st->stops[b], "type %d: %ld starts, %ld stops", b, st->starts[b],
            st->stops[b]);
