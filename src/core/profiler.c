@@ -112,6 +112,8 @@ struct brd_prof {
   pthread_mutex_t mu;         /* the lrec fields marked mu, pending */
   int pending;                /* mu: armed completion callbacks not run yet */
   int dead;                   /* mu: finalized with callbacks pending: they only free */
+  struct lrec *live_L;        /* mu: the launch proxy operations attach to, NULL: none
+                               * (p->L, or a detached one whose kernel still runs) */
   /* The launch running now (the launching thread only). */
   int active;                 /* between launch_begin and launch_end */
   const brd_call_t *calls;    /* borrowed for the launch */
@@ -683,6 +685,7 @@ void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls) {
   L->ended = 0;
   L->cur_call = -1;
   L->live = 1;
+  p->live_L = L;
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -891,6 +894,7 @@ static void launch_done(void *arg) {
   pthread_mutex_lock(&p->mu);
   p->pending--;
   L->live = 0;
+  if (p->live_L == L) p->live_L = NULL;
   L->kch_armed = 0;
   if (p->dead) { /* finalized: nothing may reach the plugin now */
     L->kch_n = 0;
@@ -934,7 +938,10 @@ void brd_prof_launch_end(brd_prof_t *p, ncclResult_t res) {
   kch_close(p);
   pthread_mutex_lock(&p->mu);
   int armed = L->kch_armed;
-  if (!armed) L->live = 0; /* armed: proxy operations attach until the stream is done */
+  if (!armed) { /* armed: proxy operations attach until the stream is done */
+    L->live = 0;
+    if (p->live_L == L) p->live_L = NULL;
+  }
   pthread_mutex_unlock(&p->mu);
   if (!armed) kch_stop_all(p, L);
   /* Calls that never reached a work (a failed launch, or a call with
@@ -984,7 +991,7 @@ void brd_prof_proxy_start(brd_prof_t *p, int peer, int is_send, size_t bytes,
   memset(op, 0, sizeof(*op));
   if ((p->mask & (ncclProfileProxyOp | ncclProfileProxyStep)) == 0) return;
   pthread_mutex_lock(&p->mu);
-  lrec_t *L = p->L;
+  lrec_t *L = p->live_L;
   int i = L != NULL && L->live ? attach_pick(L, peer, is_send) : -1;
   void *parent = NULL;
   if (i >= 0) {

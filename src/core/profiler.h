@@ -20,7 +20,10 @@
  *              P2pApi (v5+, with parentGroup = Group). In host mode a Coll
  *              spans its works (from its first piece's start to its last
  *              piece's end); a backend without per-work hooks (CUDA)
- *              starts and stops them around the launch (NCCL: "enqueued").
+ *              starts them at the launch (NCCL: "enqueued") and stops
+ *              them once the stream is past the works (see KernelCh;
+ *              at the launch's end when the plugin wants no KernelCh,
+ *              ProxyOp or ProxyStep events)
  *   KernelCh   (v3+) one per block of each work, channelId = block; parent
  *              the work's Coll (or the launch's first P2p). Host mode:
  *              around the work. CUDA mode: from the launch until the
