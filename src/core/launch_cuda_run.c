@@ -47,6 +47,7 @@
 #include "core/config.h"
 #include "core/backend.h"
 #include "core/gpu.h"
+#include "core/profiler.h"
 #include "core/works.h"
 #include "core/bootstrap.h"
 #include "base/param.h"
@@ -481,7 +482,6 @@ ncclResult_t brd_launch_cuda_poll(struct ncclComm *comm, struct brd_backend *rt)
 ncclResult_t brd_launch_cuda_run_works(struct ncclComm *comm, struct brd_backend *rt,
                                        brd_backend_launch_t *l, brd_works_t *ws) {
   cuda_launch_t *ctx = ctx_of(l);
-  (void)comm;
   for (int s = 0; s < ws->nsnaps; s++) {
     void *copy;
     CHECK(snapshot(rt, ctx, ws->snaps[s].src, ws->snaps[s].bytes, ws->snap_bytes, &copy));
@@ -503,6 +503,16 @@ ncclResult_t brd_launch_cuda_run_works(struct ncclComm *comm, struct brd_backend
     CHECK(enqueue_work(rt, ctx, &w->args, w->p2p,
                        w->direct && !w->args.xchg ? 0 : ws->stage_half, w->direct,
                        w->scalar_dev, &cp));
+  }
+  /* The profiler's KernelCh events end when the stream gets past the
+   * works (not in a captured graph: they end with the launch). */
+  void (*prof_fn)(void *);
+  void *prof_arg;
+  if (comm->prof != NULL && !ctx->capturing &&
+      brd_prof_launch_enqueued(comm->prof, &prof_fn, &prof_arg) &&
+      cudaLaunchHostFunc(ctx->stream, prof_fn, prof_arg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    prof_fn(prof_arg); /* not queued: they end now */
   }
   return ncclSuccess;
 }

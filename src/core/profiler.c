@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/check.h"
@@ -57,20 +58,47 @@ static char lib_path[PATH_MAX];
  * its launches altogether. */
 #define LAUNCH_TYPES                                                                     \
   (ncclProfileGroup | ncclProfileColl | ncclProfileP2p | ncclProfileKernelCh |          \
-   ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi | ncclProfileKernelLaunch)
+   ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi | ncclProfileKernelLaunch |  \
+   ncclProfileProxyOp | ncclProfileProxyStep)
 
 /* Event types each version knows. */
 static const int version_types[NEWEST + 1] = {
     0, 0x3f, 0x3f, 0xff, 0xff, 0xfff, 0x7fff,
 };
 
-/* One call of the launch. */
+/* One call of the launch. The fields under "mu" are shared with the
+ * proxy thread and the CUDA completion callback (brd_prof_t.mu). */
 typedef struct pcall {
   void *api;          /* CollApi / P2pApi handle */
   void *ev;           /* Coll / P2p handle */
-  int started, stopped;
+  int started, stopped; /* the launching thread's view */
   int works_left;     /* works of this call not ended yet */
+  int peer, dir;      /* point-to-point: the peer, 1 send / 0 receive; -1 collective */
+  int open;           /* mu: ev started, children may attach */
+  int closed;         /* mu: the call ended; ev stops with its last child */
+  int refs;           /* mu: open children outside the launching thread */
 } pcall_t;
+
+/* A launch's events that children outside the launching thread (the
+ * proxy's ProxyOps, CUDA-mode KernelChs) may keep open past its end. The
+ * current one belongs to brd_prof_t; one that ends with children still
+ * open is detached and belongs to them: the last to stop stops the
+ * launch's remaining events and frees it. */
+typedef struct lrec {
+  pcall_t *pc;        /* owned: [pc_cap] */
+  int pc_cap, ncalls;
+  void *group, *group_api;
+  int refs;           /* mu: open children of all its calls */
+  int ended;          /* mu: detached at launch_end, stops with refs 0 */
+  int live;           /* mu: proxy operations may attach to its calls */
+  int cur_call;       /* mu: the collective whose work runs now, -1 */
+  /* CUDA mode: one KernelCh per block of each work, stopped when the
+   * stream reaches the launch's completion callback. */
+  void **kch;         /* owned: [kch_cap] */
+  int kch_n, kch_cap;
+  int kch_armed;      /* mu: the completion callback is enqueued */
+  struct brd_prof *p; /* the context, for the completion callback */
+} lrec_t;
 
 /* Aligned: the contexts of ranks that are threads of one process are
  * written on every launch and must not share a cache line. */
@@ -81,18 +109,24 @@ struct brd_prof {
   void *ctx;                  /* the plugin's */
   int mask;                   /* what init asked for, cut to the version's types */
   pid_t pid;
+  pthread_mutex_t mu;         /* the lrec fields marked mu, pending */
+  int pending;                /* mu: armed completion callbacks not run yet */
+  int dead;                   /* mu: finalized with callbacks pending: they only free */
+  struct lrec *live_L;        /* mu: the launch proxy operations attach to, NULL: none
+                               * (p->L, or a detached one whose kernel still runs) */
   /* The launch running now (the launching thread only). */
   int active;                 /* between launch_begin and launch_end */
   const brd_call_t *calls;    /* borrowed for the launch */
   int ncalls;
-  pcall_t *pc;                /* owned: [pc_cap] */
-  int pc_cap;
-  void *group, *group_api, *klaunch;
+  lrec_t *L;                  /* owned: this launch's record (NULL: none yet) */
+  pcall_t *pc;                /* L->pc while active */
+  void *klaunch;
   const struct brd_works *ws; /* borrowed for the launch */
   int per_work;
   int p2p_works_left;
   int p2p_started;
   void *first_p2p;            /* parent of the point-to-point works' channels */
+  int first_p2p_call;         /* its call index, -1 */
   int kch_work;               /* the work whose channels are open, -1: none */
   void **kch;                 /* owned: [kch_cap] that work's KernelCh handles */
   int kch_n, kch_cap;
@@ -192,6 +226,7 @@ ncclResult_t brd_prof_create(struct ncclComm *comm, brd_prof_t **out) {
   p->version = lib.version;
   p->pid = getpid();
   p->kch_work = -1;
+  pthread_mutex_init(&p->mu, NULL);
   int mask = (int)brd_param_int(BRD_P_PROFILE_EVENT_MASK);
   int nnodes = comm->n_nodes > 0 ? comm->n_nodes : 1;
   ncclResult_t r;
@@ -211,6 +246,7 @@ ncclResult_t brd_prof_create(struct ncclComm *comm, brd_prof_t **out) {
          "profiler (%s v%d, rank %d of %d). See the plugin's messages above, or unset "
          "NCCL_PROFILER_PLUGIN", (int)r, ncclGetErrorString(r), lib_name, p->version,
          comm->rank, comm->nranks);
+    pthread_mutex_destroy(&p->mu);
     free(p);
     unref();
     return ncclSuccess;
@@ -222,15 +258,50 @@ ncclResult_t brd_prof_create(struct ncclComm *comm, brd_prof_t **out) {
   return ncclSuccess;
 }
 
+static void lrec_free(lrec_t *L) {
+  if (L == NULL) return;
+  free(L->pc);
+  free(L->kch);
+  free(L);
+}
+
 void brd_prof_destroy(brd_prof_t *p) {
   if (p == NULL) return;
+  /* A completion callback still queued on a stream holds this context:
+   * wait for it (the streams' work is normally done by now). */
+  int64_t deadline = brd_time_now_ns() + 10LL * 1000000000LL;
+  for (;;) {
+    pthread_mutex_lock(&p->mu);
+    int pending = p->pending;
+    pthread_mutex_unlock(&p->mu);
+    if (pending == 0) break;
+    int aborted = atomic_load(&p->comm->abort_flag) != 0;
+    if (aborted || brd_time_now_ns() > deadline) {
+      if (!aborted)
+        WARN("PROFILER/Plugin: rank %d: %d launches' KernelCh events still wait for their "
+             "stream after 10 s; finalizing %s without them. Synchronize the streams before "
+             "ncclCommDestroy", p->comm->rank, pending, lib_name);
+      pthread_mutex_lock(&p->mu);
+      p->dead = 1; /* the late callbacks then only free their records */
+      pthread_mutex_unlock(&p->mu);
+      break;
+    }
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
   ncclResult_t r = p->sym->v1.finalize != NULL ? p->sym->v1.finalize(p->ctx) : ncclSuccess;
   if (r != ncclSuccess)
     WARN("PROFILER/Plugin: %s (v%d) finalize failed: %s (ignored: the communicator is "
          "going away)", lib_name, p->version, ncclGetErrorString(r));
-  free(p->pc);
-  free(p->kch);
-  free(p);
+  pthread_mutex_lock(&p->mu);
+  int leaked = p->pending;
+  pthread_mutex_unlock(&p->mu);
+  if (leaked == 0) {
+    lrec_free(p->L);
+    free(p->kch);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+  } /* else the late callbacks still read p: it stays (a bounded leak) */
   unref();
 }
 
@@ -514,25 +585,81 @@ static void *lines_alloc(size_t n, size_t size) {
   return aligned_alloc(128, (n * size + 127) / 128 * 128);
 }
 
+
+/* Makes p->L hold ncalls calls (a new record after a detach); 0 when out
+ * of memory. The launching thread. */
+static int lrec_ready(brd_prof_t *p, int ncalls) {
+  lrec_t *L = p->L;
+  if (L == NULL) {
+    L = calloc(1, sizeof(*L));
+    if (L == NULL) return 0;
+    pthread_mutex_lock(&p->mu);
+    p->L = L;
+    pthread_mutex_unlock(&p->mu);
+  }
+  if (ncalls > L->pc_cap) {
+    int cap = ncalls < 8 ? 8 : ncalls;
+    pcall_t *pc = lines_alloc((size_t)cap, sizeof(*pc));
+    if (pc == NULL) return 0;
+    free(L->pc);
+    L->pc = pc;
+    L->pc_cap = cap;
+  }
+  return 1;
+}
+
+/* Stops a call's Coll/P2p and its API event (mu held). */
+static void call_events_stop(brd_prof_t *p, pcall_t *pc) {
+  ev_stop(p, pc->ev);
+  ev_stop(p, pc->api);
+  pc->ev = pc->api = NULL;
+}
+
+/* The launch's own events, after all its calls' (mu held, or L private). */
+static void group_stop(brd_prof_t *p, lrec_t *L) {
+  ev_stop(p, L->group);
+  ev_stop(p, L->group_api);
+  L->group = L->group_api = NULL;
+}
+
+/* Drops one child's hold on call i of L (mu held): the call's events stop
+ * with the last one once the call ended, and a detached launch's with its
+ * last child (L is freed then: returns 1). */
+static int unpin(brd_prof_t *p, lrec_t *L, int i) {
+  pcall_t *pc = &L->pc[i];
+  pc->refs--;
+  L->refs--;
+  if (pc->closed && pc->refs == 0) call_events_stop(p, pc);
+  if (L->ended && L->refs == 0) {
+    group_stop(p, L);
+    lrec_free(L);
+    return 1;
+  }
+  return 0;
+}
+
 void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls) {
   p->active = 0;
   if ((p->mask & LAUNCH_TYPES) == 0) return;
-  if (ncalls > p->pc_cap) {
-    int cap = ncalls < 8 ? 8 : ncalls;
-    pcall_t *pc = lines_alloc((size_t)cap, sizeof(*pc));
-    if (pc != NULL) free(p->pc);
-    if (pc == NULL) {
-      WARN("rank %d: out of host memory for the profiler's view of a launch of %d calls; "
-           "this launch is not profiled", p->comm->rank, ncalls);
-      return;
-    }
-    p->pc = pc;
-    p->pc_cap = cap;
+  if (!lrec_ready(p, ncalls)) {
+    WARN("rank %d: out of host memory for the profiler's view of a launch of %d calls; "
+         "this launch is not profiled", p->comm->rank, ncalls);
+    return;
   }
-  memset(p->pc, 0, (size_t)ncalls * sizeof(*p->pc));
+  lrec_t *L = p->L;
+  /* L is not live (launch_end made it so): nothing else reads it now. */
+  memset(L->pc, 0, (size_t)ncalls * sizeof(*L->pc));
+  for (int i = 0; i < ncalls; i++) {
+    L->pc[i].dir = is_p2p(&calls[i]) ? calls[i].coll == BRD_COLL_SEND : -1;
+    L->pc[i].peer = calls[i].root;
+  }
+  L->ncalls = ncalls;
+  L->kch_n = 0;
+  L->kch_armed = 0;
   p->active = 1;
   p->calls = calls;
   p->ncalls = ncalls;
+  p->pc = L->pc;
   p->ws = NULL;
   p->per_work = 0;
   p->p2p_works_left = 0;
@@ -544,15 +671,22 @@ void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls) {
   ev_t e;
   memset(&e, 0, sizeof(e));
   e.type = ncclProfileGroup;
-  p->group = ev_start(p, &e);
+  L->group = ev_start(p, &e);
   e.type = ncclProfileGroupApi;
-  p->group_api = ev_start(p, &e);
+  L->group_api = ev_start(p, &e);
   for (int i = 0; i < ncalls; i++) {
     e.type = is_p2p(&calls[i]) ? ncclProfileP2pApi : ncclProfileCollApi;
-    e.parent = p->group_api;
+    e.parent = L->group_api;
     e.call = &calls[i];
     p->pc[i].api = ev_start(p, &e);
   }
+  pthread_mutex_lock(&p->mu);
+  L->refs = 0;
+  L->ended = 0;
+  L->cur_call = -1;
+  L->live = 1;
+  p->live_L = L;
+  pthread_mutex_unlock(&p->mu);
 }
 
 /* Starts call i's Coll or P2p event (w: its first work, or NULL). */
@@ -564,8 +698,8 @@ static void call_start(brd_prof_t *p, int i, const brd_work_t *w) {
   ev_t e;
   memset(&e, 0, sizeof(e));
   e.call = c;
-  e.parent = p->version >= 5 ? pc->api : p->group;
-  e.parent_group = p->group;
+  e.parent = p->version >= 5 ? pc->api : p->L->group;
+  e.parent_group = p->L->group;
   e.algo = w != NULL ? w->args.plan->algo : -1;
   e.proto = w != NULL ? w->args.plan->proto : -1;
   e.nch = w != NULL ? w->args.plan->nblocks : 0;
@@ -575,17 +709,23 @@ static void call_start(brd_prof_t *p, int i, const brd_work_t *w) {
     e.type = ncclProfileColl;
     e.seq = p->coll_seq++;
   }
-  pc->ev = ev_start(p, &e);
-  if (is_p2p(c) && p->first_p2p == NULL) p->first_p2p = pc->ev;
+  void *h = ev_start(p, &e);
+  pthread_mutex_lock(&p->mu);
+  pc->ev = h;
+  pc->open = 1;
+  pthread_mutex_unlock(&p->mu);
+  if (is_p2p(c) && p->first_p2p == NULL) p->first_p2p = h;
 }
 
+/* Call i ended: its events stop now, or with the last child still open. */
 static void call_stop(brd_prof_t *p, int i) {
   pcall_t *pc = &p->pc[i];
   if (!pc->started || pc->stopped) return;
   pc->stopped = 1;
-  ev_stop(p, pc->ev);
-  ev_stop(p, pc->api);
-  pc->api = NULL;
+  pthread_mutex_lock(&p->mu);
+  pc->closed = 1;
+  if (pc->refs == 0) call_events_stop(p, pc);
+  pthread_mutex_unlock(&p->mu);
 }
 
 /* The call index of a collective work, -1 for point-to-point. */
@@ -595,10 +735,46 @@ static int work_call(const brd_prof_t *p, const brd_work_t *w) {
   return i >= 0 && i < p->ncalls ? (int)i : -1;
 }
 
+/* Grows a table of handles to n entries (its contents are not kept). */
+static int kch_room(void ***h, int *cap, int n) {
+  if (n <= *cap) return 1;
+  int c = n < 16 ? 16 : n;
+  void **k = lines_alloc((size_t)c, sizeof(*k));
+  if (k == NULL) return 0;
+  free(*h);
+  *h = k;
+  *cap = c;
+  return 1;
+}
+
+/* CUDA mode: one KernelCh per block of every work, started now (the
+ * launch), children of their work's call. */
+static void kch_start_all(brd_prof_t *p, const struct brd_works *ws) {
+  lrec_t *L = p->L;
+  int n = 0;
+  for (int w = 0; w < ws->n; w++) n += ws->w[w].args.plan->nblocks;
+  if (!kch_room(&L->kch, &L->kch_cap, n)) return; /* untracked */
+  ev_t e;
+  memset(&e, 0, sizeof(e));
+  e.type = ncclProfileKernelCh;
+  e.ptimer = (uint64_t)brd_time_now_ns();
+  for (int w = 0; w < ws->n; w++) {
+    int i = work_call(p, &ws->w[w]);
+    if (i < 0) i = p->first_p2p_call;
+    if (i < 0) continue;
+    e.parent = p->pc[i].ev;
+    for (int b = 0; b < ws->w[w].args.plan->nblocks; b++) {
+      e.chan = b;
+      L->kch[L->kch_n++] = ev_start(p, &e);
+    }
+  }
+}
+
 void brd_prof_launch_works(brd_prof_t *p, const struct brd_works *ws, int per_work) {
   if (!p->active) return;
   p->ws = ws;
   p->per_work = per_work;
+  p->first_p2p_call = -1;
   for (int w = 0; w < ws->n; w++) {
     int i = work_call(p, &ws->w[w]);
     if (i >= 0)
@@ -609,7 +785,7 @@ void brd_prof_launch_works(brd_prof_t *p, const struct brd_works *ws, int per_wo
   ev_t e;
   memset(&e, 0, sizeof(e));
   e.type = ncclProfileKernelLaunch;
-  e.parent = p->group_api;
+  e.parent = p->L->group_api;
   p->klaunch = ev_start(p, &e);
   if (!per_work) {
     /* Without work hooks, each call's first work describes it. */
@@ -621,7 +797,15 @@ void brd_prof_launch_works(brd_prof_t *p, const struct brd_works *ws, int per_wo
     for (int w = 0; w < ws->n && pw == NULL; w++)
       if (ws->w[w].p2p) pw = &ws->w[w];
     for (int i = 0; i < p->ncalls; i++)
-      if (is_p2p(&p->calls[i])) call_start(p, i, pw);
+      if (is_p2p(&p->calls[i])) {
+        call_start(p, i, pw);
+        if (p->first_p2p_call < 0) p->first_p2p_call = i;
+      }
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < p->ncalls && p->L->cur_call < 0; i++)
+      if (!is_p2p(&p->calls[i])) p->L->cur_call = i;
+    pthread_mutex_unlock(&p->mu);
+    if (p->mask & ncclProfileKernelCh) kch_start_all(p, ws);
   }
 }
 
@@ -639,6 +823,20 @@ static void kch_close(brd_prof_t *p) {
   p->kch_work = -1;
 }
 
+/* Stops L's CUDA-mode KernelCh events, pTimer now (before their calls). */
+static void kch_stop_all(brd_prof_t *p, lrec_t *L) {
+  ncclProfilerEventStateArgs_v4_t a4;
+  memset(&a4, 0, sizeof(a4));
+  a4.kernelCh.pTimer = (uint64_t)brd_time_now_ns();
+  for (int k = 0; k < L->kch_n; k++) {
+    if (L->kch[k] == NULL) continue;
+    if (p->version >= 4) ev_state(p, L->kch[k], ncclProfilerKernelChStop, NULL, &a4);
+    ev_stop(p, L->kch[k]);
+    L->kch[k] = NULL;
+  }
+  L->kch_n = 0;
+}
+
 void brd_prof_work_begin(brd_prof_t *p, int w) {
   if (!p->active || p->ws == NULL || w < 0 || w >= p->ws->n) return;
   const brd_work_t *wk = &p->ws->w[w];
@@ -647,6 +845,9 @@ void brd_prof_work_begin(brd_prof_t *p, int w) {
   if (i >= 0) {
     call_start(p, i, wk);
     parent = p->pc[i].ev;
+    pthread_mutex_lock(&p->mu);
+    p->L->cur_call = i;
+    pthread_mutex_unlock(&p->mu);
   } else {
     if (!p->p2p_started) {
       p->p2p_started = 1;
@@ -657,14 +858,7 @@ void brd_prof_work_begin(brd_prof_t *p, int w) {
   }
   if ((p->mask & ncclProfileKernelCh) == 0) return;
   int nb = wk->args.plan->nblocks;
-  if (nb > p->kch_cap) {
-    int cap = nb < 16 ? 16 : nb;
-    void **k = lines_alloc((size_t)cap, sizeof(*k));
-    if (k == NULL) return; /* channels untracked for this work */
-    free(p->kch);
-    p->kch = k;
-    p->kch_cap = cap;
-  }
+  if (!kch_room(&p->kch, &p->kch_cap, nb)) return; /* channels untracked for this work */
   ev_t e;
   memset(&e, 0, sizeof(e));
   e.type = ncclProfileKernelCh;
@@ -691,10 +885,65 @@ void brd_prof_work_end(brd_prof_t *p, int w) {
   }
 }
 
+/* The stream reached the end of a CUDA-mode launch (a host function on
+ * the launch's stream, or brd_prof_launch_end when none could be queued):
+ * its KernelChs stop, then the holds on its calls are dropped. */
+static void launch_done(void *arg) {
+  lrec_t *L = arg;
+  brd_prof_t *p = L->p;
+  pthread_mutex_lock(&p->mu);
+  p->pending--;
+  L->live = 0;
+  if (p->live_L == L) p->live_L = NULL;
+  L->kch_armed = 0;
+  if (p->dead) { /* finalized: nothing may reach the plugin now */
+    L->kch_n = 0;
+    L->refs -= L->ncalls;
+    if (L->ended && L->refs == 0) lrec_free(L);
+    pthread_mutex_unlock(&p->mu);
+    return;
+  }
+  kch_stop_all(p, L);
+  int n = L->ncalls;
+  for (int i = 0; i < n; i++)
+    if (unpin(p, L, i)) break; /* the last hold: L is gone */
+  pthread_mutex_unlock(&p->mu);
+}
+
+int brd_prof_launch_enqueued(brd_prof_t *p, void (**fn_out)(void *), void **arg_out) {
+  *fn_out = NULL;
+  *arg_out = NULL;
+  if (!p->active || p->per_work || p->ws == NULL ||
+      (p->mask & (ncclProfileKernelCh | ncclProfileProxyOp | ncclProfileProxyStep)) == 0)
+    return 0;
+  lrec_t *L = p->L;
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < L->ncalls; i++) {
+    L->pc[i].refs++;
+    L->refs++;
+  }
+  L->kch_armed = 1;
+  L->p = p;
+  p->pending++;
+  pthread_mutex_unlock(&p->mu);
+  *fn_out = launch_done;
+  *arg_out = L;
+  return 1;
+}
+
 void brd_prof_launch_end(brd_prof_t *p, ncclResult_t res) {
   (void)res;
   if (!p->active) return;
+  lrec_t *L = p->L;
   kch_close(p);
+  pthread_mutex_lock(&p->mu);
+  int armed = L->kch_armed;
+  if (!armed) { /* armed: proxy operations attach until the stream is done */
+    L->live = 0;
+    if (p->live_L == L) p->live_L = NULL;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (!armed) kch_stop_all(p, L);
   /* Calls that never reached a work (a failed launch, or a call with
    * nothing to move) still get their event, so every call has one. */
   for (int i = 0; i < p->ncalls; i++) {
@@ -702,48 +951,93 @@ void brd_prof_launch_end(brd_prof_t *p, ncclResult_t res) {
     call_stop(p, i);
   }
   ev_stop(p, p->klaunch);
-  ev_stop(p, p->group);
-  ev_stop(p, p->group_api);
-  p->klaunch = p->group = p->group_api = NULL;
+  p->klaunch = NULL;
+  pthread_mutex_lock(&p->mu);
+  if (L->refs == 0) {
+    group_stop(p, L);
+  } else {
+    L->ended = 1; /* its last child stops the rest and frees it */
+    p->L = NULL;
+  }
+  pthread_mutex_unlock(&p->mu);
   p->active = 0;
   p->ws = NULL;
   p->calls = NULL;
+  p->pc = NULL;
 }
 
 /* ---- the proxy ---------------------------------------------------------------- */
 
-void brd_prof_proxy_start(brd_prof_t *p, int peer, int is_send, size_t bytes, void *h_out[2]) {
-  h_out[0] = h_out[1] = NULL;
+/* Whether a proxy operation may become a child of pc (mu held): its event
+ * started and it has not ended, or something still holds it open. */
+static int attachable(const pcall_t *pc) {
+  return pc->open && (!pc->closed || pc->refs > 0);
+}
+
+/* The call a message to (is_send) or from peer serves (mu held), -1 none:
+ * the send or receive with that peer, else the collective running now,
+ * else the launch's first call still open. */
+static int attach_pick(const lrec_t *L, int peer, int is_send) {
+  for (int i = 0; i < L->ncalls; i++)
+    if (L->pc[i].dir == is_send && L->pc[i].peer == peer && attachable(&L->pc[i])) return i;
+  if (L->cur_call >= 0 && attachable(&L->pc[L->cur_call])) return L->cur_call;
+  for (int i = 0; i < L->ncalls; i++)
+    if (attachable(&L->pc[i])) return i;
+  return -1;
+}
+
+void brd_prof_proxy_start(brd_prof_t *p, int peer, int is_send, size_t bytes,
+                          brd_prof_op_t *op) {
+  memset(op, 0, sizeof(*op));
   if ((p->mask & (ncclProfileProxyOp | ncclProfileProxyStep)) == 0) return;
+  pthread_mutex_lock(&p->mu);
+  lrec_t *L = p->live_L;
+  int i = L != NULL && L->live ? attach_pick(L, peer, is_send) : -1;
+  void *parent = NULL;
+  if (i >= 0) {
+    L->pc[i].refs++;
+    L->refs++;
+    parent = L->pc[i].ev;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (i < 0) return; /* no launch it serves: not tracked */
+  op->owner = L;
+  op->call = i;
   ev_t e;
   memset(&e, 0, sizeof(e));
   e.type = ncclProfileProxyOp;
+  e.parent = parent;
   e.peer = peer;
   e.is_send = is_send;
   e.chunk = bytes > (size_t)INT32_MAX ? INT32_MAX : (int)bytes;
-  h_out[0] = ev_start(p, &e);
+  op->op = ev_start(p, &e);
   ncclProfilerEventStateArgs_v1_t a1;
   memset(&a1, 0, sizeof(a1));
   a1.proxyOp.transSize = bytes;
   a1.proxyOp.steps = 1;
   if (p->version <= 3)
-    ev_state(p, h_out[0], is_send ? ncclProfilerProxyOpSendPosted : ncclProfilerProxyOpRecvReceived,
+    ev_state(p, op->op, is_send ? ncclProfilerProxyOpSendPosted : ncclProfilerProxyOpRecvReceived,
              &a1, NULL);
   else
-    ev_state(p, h_out[0], ncclProfilerProxyOpInProgress_v4, NULL, NULL);
+    ev_state(p, op->op, ncclProfilerProxyOpInProgress_v4, NULL, NULL);
   e.type = ncclProfileProxyStep;
-  e.parent = h_out[0];
+  e.parent = op->op;
   e.step = 0;
-  h_out[1] = ev_start(p, &e);
+  op->step = ev_start(p, &e);
   ncclProfilerEventStateArgs_v4_t a4;
   memset(&a4, 0, sizeof(a4));
   a4.proxyStep.transSize = bytes;
-  ev_state(p, h_out[1], is_send ? ncclProfilerProxyStepSendWait : ncclProfilerProxyStepRecvWait,
+  ev_state(p, op->step, is_send ? ncclProfilerProxyStepSendWait : ncclProfilerProxyStepRecvWait,
            &a1, &a4);
 }
 
-void brd_prof_proxy_stop(brd_prof_t *p, void *h[2]) {
-  ev_stop(p, h[1]);
-  ev_stop(p, h[0]);
-  h[0] = h[1] = NULL;
+void brd_prof_proxy_stop(brd_prof_t *p, brd_prof_op_t *op) {
+  ev_stop(p, op->step);
+  ev_stop(p, op->op);
+  if (op->owner != NULL) {
+    pthread_mutex_lock(&p->mu);
+    (void)unpin(p, op->owner, op->call);
+    pthread_mutex_unlock(&p->mu);
+  }
+  memset(op, 0, sizeof(*op));
 }

@@ -20,13 +20,24 @@
  *              P2pApi (v5+, with parentGroup = Group). In host mode a Coll
  *              spans its works (from its first piece's start to its last
  *              piece's end); a backend without per-work hooks (CUDA)
- *              starts and stops them around the launch (NCCL: "enqueued").
+ *              starts them at the launch (NCCL: "enqueued") and stops
+ *              them once the stream is past the works (see KernelCh;
+ *              at the launch's end when the plugin wants no KernelCh,
+ *              ProxyOp or ProxyStep events)
  *   KernelCh   (v3+) one per block of each work, channelId = block; parent
- *              the work's Coll (or the launch's first P2p)
+ *              the work's Coll (or the launch's first P2p). Host mode:
+ *              around the work. CUDA mode: from the launch until the
+ *              stream reaches a host function queued after the works
+ *              (brd_prof_launch_enqueued; none while capturing: then they
+ *              stop at the launch's end)
  *   ProxyOp / ProxyStep  one per message the proxy of port channels sends
- *              or receives (parent NULL: the proxy carries no call), with
- *              one step each
- * Every started event is stopped once, children before parents.
+ *              or receives while a launch is live, with one step each;
+ *              ProxyOp's parent is the Coll/P2p of the call it serves
+ * Every started event is stopped once, children before parents: a call
+ * whose proxy operations (or, in CUDA mode, kernel) outlive it keeps its
+ * Coll/P2p and API events open until the last of them stops, and the
+ * launch's Group/GroupApi wait for all its calls' (they are then stopped
+ * by the proxy thread or the CUDA callback thread).
  *
  * The hooks below are called only when comm->prof is not NULL, so a
  * communicator without a plugin pays one branch per hook.
@@ -79,11 +90,31 @@ void brd_prof_work_end(brd_prof_t *p, int w);
  * not stop yet is stopped, children first. */
 void brd_prof_launch_end(brd_prof_t *p, ncclResult_t res);
 
+/* The CUDA backend enqueued the launch's works on its stream. Returns 1
+ * with a host function and its argument that the caller must run once
+ * (cudaLaunchHostFunc on that stream, or directly when that fails) when
+ * the stream gets there: the launch's KernelCh events stop then, and its
+ * calls' events stay open (their stop waits) until then, so proxy
+ * operations of the running kernel find them. 0: nothing to run (the
+ * plugin wants none of those events, or a host-backend launch). Not while
+ * the stream is captured. The launching thread, before launch_end. */
+int brd_prof_launch_enqueued(brd_prof_t *p, void (**fn_out)(void *), void **arg_out);
+
+/* A proxy operation's events (the proxy's, zeroed; NULL: not tracked). */
+typedef struct brd_prof_op {
+  void *op, *step;    /* ProxyOp, ProxyStep handles */
+  void *owner;        /* the launch record holding its parent open */
+  int call;           /* the parent's call in it */
+} brd_prof_op_t;
+
 /* A proxy operation: one message of `bytes` to (is_send) or from peer.
- * h_out[0] and h_out[1] get the ProxyOp and ProxyStep handles that
- * brd_prof_proxy_stop takes (NULL: not tracked). The proxy thread. */
-void brd_prof_proxy_start(brd_prof_t *p, int peer, int is_send, size_t bytes, void *h_out[2]);
-void brd_prof_proxy_stop(brd_prof_t *p, void *h[2]);
+ * Its ProxyOp's parent is the Coll/P2p event of the call the message
+ * serves (the send or receive with that peer, else the collective running
+ * now), which stays open until brd_prof_proxy_stop; a message outside
+ * every launch is not tracked. The proxy thread; takes the context's lock
+ * briefly. */
+void brd_prof_proxy_start(brd_prof_t *p, int peer, int is_send, size_t bytes, brd_prof_op_t *op);
+void brd_prof_proxy_stop(brd_prof_t *p, brd_prof_op_t *op);
 
 /* Forgets a failed or finished load so the next brd_prof_create reads
  * NCCL_PROFILER_PLUGIN again. For tests: no context may be alive. */

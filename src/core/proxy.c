@@ -60,7 +60,7 @@ typedef struct rec_hdr {
 typedef struct send_slot {
   size_t fill;  /* bytes of records */
   void *req;    /* the net's request while posted */
-  void *prof[2]; /* the profiler's ProxyOp and ProxyStep while posted */
+  brd_prof_op_t prof; /* the profiler's events while posted */
 } send_slot_t;
 
 typedef struct port {
@@ -396,7 +396,8 @@ static int port_progress(port_t *pt) {
       }
       if (req == NULL) break; /* the net is full: later */
       s->req = req;
-      if (px->comm->prof != NULL) brd_prof_proxy_start(px->comm->prof, pt->peer, 1, s->fill, s->prof);
+      if (px->comm->prof != NULL)
+        brd_prof_proxy_start(px->comm->prof, pt->peer, 1, s->fill, &s->prof);
       pt->post++;
       busy = 1;
     }
@@ -409,7 +410,7 @@ static int port_progress(port_t *pt) {
         return 1;
       }
       if (!done) break;
-      if (px->comm->prof != NULL) brd_prof_proxy_stop(px->comm->prof, s->prof);
+      if (px->comm->prof != NULL) brd_prof_proxy_stop(px->comm->prof, &s->prof);
       pthread_mutex_lock(&pt->mu);
       s->fill = 0;
       s->req = NULL;
@@ -444,10 +445,11 @@ static int port_progress(port_t *pt) {
     }
     if (!done) break;
     pt->rreq[pt->rnext % NRECV] = NULL;
-    void *prof[2] = {NULL, NULL};
-    if (px->comm->prof != NULL) brd_prof_proxy_start(px->comm->prof, pt->peer, 0, (size_t)size, prof);
+    brd_prof_op_t prof;
+    if (px->comm->prof != NULL)
+      brd_prof_proxy_start(px->comm->prof, pt->peer, 0, (size_t)size, &prof);
     ncclResult_t ares = apply(pt, pt->rbuf + (pt->rnext % NRECV) * SLOT_BYTES, (size_t)size);
-    if (px->comm->prof != NULL) brd_prof_proxy_stop(px->comm->prof, prof);
+    if (px->comm->prof != NULL) brd_prof_proxy_stop(px->comm->prof, &prof);
     if (ares != ncclSuccess) return 1;
     pt->rnext++;
     busy = 1;
@@ -559,7 +561,7 @@ static void host_free(void *ctx, void *host) {
 static void port_free(brd_proxy_t *px, port_t *pt) {
   const brd_net_ops_t *net = px->net;
   if (px->comm->prof != NULL) /* sends still posted: their events end here */
-    for (int i = 0; i < NSEND; i++) brd_prof_proxy_stop(px->comm->prof, pt->send[i].prof);
+    for (int i = 0; i < NSEND; i++) brd_prof_proxy_stop(px->comm->prof, &pt->send[i].prof);
   if (pt->send_mh != NULL) net->deregMr(pt->send_comm, pt->send_mh);
   if (pt->recv_mh != NULL) net->deregMr(pt->recv_comm, pt->recv_mh);
   if (pt->send_comm != NULL) net->closeSend(pt->send_comm);

@@ -19,10 +19,13 @@
  * and kept, the default mask 0; an init that fails (WARN, no events, the
  * collectives still right); none and a name that does not exist (no
  * plugin, no hang); and two processes on two hosts whose channels cross
- * the socket net, for the proxy's events. Under BRAID_DEVICE=cuda (a GPU,
- * or the simulator's build of this program) one more scenario runs 2
- * ranks in CUDA mode, where Coll/P2p events wrap the launch instead of
- * its works; elsewhere it is skipped.
+ * the socket net, for the proxy's events (every ProxyOp under a live
+ * Coll/P2p of its rank, those of the send/receive pair under P2p). Under
+ * BRAID_DEVICE=cuda (a GPU, or the simulator's build of this program) two
+ * more scenarios run: 2 ranks in CUDA mode, where Coll/P2p events last
+ * from the launch until the stream is past its works and each block is a
+ * KernelCh, and the two-host proxy scenario in CUDA mode, whose messages
+ * come after the launch returned; elsewhere they are skipped.
  */
 #include <dlfcn.h>
 #include <limits.h>
@@ -383,50 +386,90 @@ static void test_no_plugin(void **state) {
 
 #define PX_COUNT 4099
 
-static int proxy_rank(int rank, const ncclUniqueId *id) {
+/* One rank of two on two hosts: 3 all-reduces and a send/receive pair
+ * over the proxy, in host mode or (cuda) CUDA mode, where the proxy's
+ * messages come while the kernel runs, after the launch returned. */
+static int proxy_rank(int rank, const ncclUniqueId *id, int cuda) {
   setenv("BRAID_HOSTID", rank == 0 ? "node-a" : "node-b", 1);
   ncclComm_t comm;
   NCCL_EXPECT(ncclCommInitRank(&comm, 2, *id, rank));
   if (nfail) return 1;
   proftest_state_t *st = record("libnccl-profiler-testv5.so", 5);
   EXPECT(st != NULL, "plugin not loaded");
-  float *buf = malloc(PX_COUNT * sizeof(float));
+  cudaStream_t stream = NULL;
+  EXPECT(tdev_stream_create(&stream) == 0, "%s", tdev_last_error());
+  float *buf = tdev_alloc(PX_COUNT * sizeof(float));
+  float *sb = tdev_alloc(PX_COUNT * sizeof(float)), *rb = tdev_alloc(PX_COUNT * sizeof(float));
+  EXPECT(buf != NULL && sb != NULL && rb != NULL, "%s", tdev_last_error());
+  if (nfail) return 1;
   for (int k = 0; k < 3; k++) {
     for (int i = 0; i < PX_COUNT; i++) buf[i] = (float)(rank + 1 + i % 3);
-    NCCL_EXPECT(ncclAllReduce(buf, buf, PX_COUNT, ncclFloat32, ncclSum, comm, NULL));
+    NCCL_EXPECT(ncclAllReduce(buf, buf, PX_COUNT, ncclFloat32, ncclSum, comm, stream));
+    EXPECT(tdev_stream_sync(stream, 120) == 0, "%s", tdev_last_error());
     for (int i = 0; i < PX_COUNT; i++)
       if (buf[i] != (float)(3 + 2 * (i % 3))) {
         EXPECT(0, "rank %d [%d] = %g", rank, i, buf[i]);
         break;
       }
   }
-  free(buf);
+  /* A send and a receive with the other host: their messages' ProxyOps
+   * belong to the P2p events. */
+  for (int i = 0; i < PX_COUNT; i++) sb[i] = (float)(rank * 10 + i % 7), rb[i] = 0;
+  NCCL_EXPECT(ncclGroupStart());
+  NCCL_EXPECT(ncclSend(sb, PX_COUNT, ncclFloat32, 1 - rank, comm, stream));
+  NCCL_EXPECT(ncclRecv(rb, PX_COUNT, ncclFloat32, 1 - rank, comm, stream));
+  NCCL_EXPECT(ncclGroupEnd());
+  EXPECT(tdev_stream_sync(stream, 120) == 0, "%s", tdev_last_error());
+  for (int i = 0; i < PX_COUNT; i++)
+    if (rb[i] != (float)((1 - rank) * 10 + i % 7)) {
+      EXPECT(0, "rank %d recv [%d] = %g", rank, i, rb[i]);
+      break;
+    }
+  tdev_free(sb);
+  tdev_free(rb);
+  tdev_free(buf);
   NCCL_EXPECT(ncclCommDestroy(comm));
+  tdev_stream_destroy(stream);
   if (st != NULL) {
+    /* Every ProxyOp was under a live Coll/P2p of this rank and every
+     * ProxyStep under a live ProxyOp (the plugin's rules: violations),
+     * none without a parent (orphans). */
     EXPECT(st->violations == 0, "%ld violations, first: %s", st->violations, st->first_violation);
     EXPECT(st->open == 0, "%ld events open", st->open);
     EXPECT(st->starts[3] > 0, "no ProxyOp event");
+    EXPECT(st->orphans[3] == 0 && st->orphans[4] == 0, "ProxyOp orphans %ld, ProxyStep %ld",
+           st->orphans[3], st->orphans[4]);
     EXPECT(st->starts[4] == st->starts[3], "ProxyStep %ld, ProxyOp %ld", st->starts[4],
            st->starts[3]);
-    /* Both directions carried at least this rank's share of the data. */
-    EXPECT(st->proxy_bytes >= (long)(3 * PX_COUNT * sizeof(float)), "proxy bytes %ld",
+    EXPECT(st->proxy_desc_bad == 0, "%ld ProxyOp descriptors out of range", st->proxy_desc_bad);
+    /* The messages carried at least this rank's share of the data. */
+    EXPECT(st->proxy_bytes >= (long)(4 * PX_COUNT * sizeof(float)), "proxy bytes %ld",
            st->proxy_bytes);
     EXPECT(st->starts[1] == 3, "Coll %ld", st->starts[1]);
+    if (cuda)
+      EXPECT(st->starts[6] >= 4 && st->orphans[6] == 0, "KernelCh %ld, orphans %ld",
+             st->starts[6], st->orphans[6]);
+    EXPECT(st->starts[2] == 2, "P2p %ld", st->starts[2]);
+    EXPECT(st->proxy_under_p2p > 0, "no ProxyOp under a P2p event");
+    for (int b = 0; b < PROFTEST_NTYPES; b++)
+      EXPECT(st->starts[b] == st->stops[b], "type %d: %ld starts, %ld stops", b, st->starts[b],
+             st->stops[b]);
   }
   return nfail != 0;
 }
 
 static int proxy_scen(const void *arg) {
-  (void)arg;
+  int cuda = arg != NULL;
   scen_t s = {"testv5", NULL, 5, NULL, NULL, NULL};
   scen_env(&s);
+  if (cuda) setenv("BRAID_DEVICE", "cuda", 1);
   setenv("BRAID_BOOTSTRAP_TIMEOUT", "30", 1);
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
   pid_t pids[2];
   for (int r = 0; r < 2; r++) {
     pids[r] = fork();
-    if (pids[r] == 0) _exit(proxy_rank(r, &id));
+    if (pids[r] == 0) _exit(proxy_rank(r, &id, cuda));
   }
   int bad = 0;
   for (int r = 0; r < 2; r++) {
@@ -441,6 +484,21 @@ static int proxy_scen(const void *arg) {
 static void test_proxy_events(void **state) {
   (void)state;
   assert_int_equal(in_child(proxy_scen, NULL), 0);
+}
+
+/* The same in CUDA mode (a GPU, or the simulator's build). */
+static void test_proxy_events_cuda(void **state) {
+  (void)state;
+  char why[256];
+  if (tdev_kind() != TDEV_CUDA) {
+    printf("SKIP: CUDA mode only (BRAID_DEVICE=cuda on a GPU, or the simulator's build)\n");
+    skip();
+  }
+  if (!tdev_usable(why, sizeof(why))) {
+    printf("SKIP: %s\n", why);
+    skip();
+  }
+  assert_int_equal(in_child(proxy_scen, "cuda"), 0);
 }
 
 /* ---- CUDA mode (a GPU or the simulator): no per-work hooks ---- */
@@ -504,6 +562,11 @@ static int cuda_child(const void *arg) {
   EXPECT(st->starts[9] == 2 * CU_RANKS && st->starts[10] == 2 * CU_RANKS, "API events");
   EXPECT(st->coll_count_sum == (size_t)2 * CU_RANKS * 7, "Coll counts %zu", st->coll_count_sum);
   EXPECT(st->coll_names_bad == 0 && st->coll_nch_zero == 0, "Coll descriptors");
+  /* KernelCh: at least one channel per launch and rank, each under its
+   * call's Coll/P2p (the plugin's rules) and given KernelChStop before its
+   * stop, stopped once the stream got past the works. */
+  EXPECT(st->starts[6] >= 3 * CU_RANKS, "KernelCh %ld", st->starts[6]);
+  EXPECT(st->orphans[6] == 0, "KernelCh orphans %ld", st->orphans[6]);
   for (int b = 0; b < PROFTEST_NTYPES; b++)
     EXPECT(st->starts[b] == st->stops[b], "type %d: %ld starts, %ld stops", b, st->starts[b],
            st->stops[b]);
@@ -633,6 +696,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_masks),        cmocka_unit_test(test_init_fails),
       cmocka_unit_test(test_no_plugin),    cmocka_unit_test(test_proxy_events),
       cmocka_unit_test(test_timeline),     cmocka_unit_test(test_cuda_mode),
+      cmocka_unit_test(test_proxy_events_cuda),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

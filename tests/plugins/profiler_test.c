@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nccl_profiler.h"
 #include "profiler_test.h"
@@ -208,6 +209,10 @@ static void look_at(const DESCR *d, event_t *e) {
     break;
   case ncclProfileProxyOp:
     STATE.proxy_bytes += d->proxyOp.chunkSize;
+    if (d->proxyOp.pid != getpid() || d->proxyOp.nSteps < 1 || d->proxyOp.chunkSize <= 0 ||
+        (d->proxyOp.isSend != 0 && d->proxyOp.isSend != 1) ||
+        (STATE.nranks > 0 && (d->proxyOp.peer < 0 || d->proxyOp.peer >= STATE.nranks)))
+      STATE.proxy_desc_bad++;
     break;
   default:
     break;
@@ -218,8 +223,8 @@ static void look_at(const DESCR *d, event_t *e) {
 static int parent_ok(int bit, int pbit) {
   switch (bit) {
   case 1: case 2: return PROF_VERSION >= 5 ? pbit == (bit == 1 ? 9 : 10) : pbit == 0;
+  case 3: case 6: return pbit == 1 || pbit == 2;
   case 4: return pbit == 3;
-  case 6: return pbit == 1 || pbit == 2;
   case 9: case 10: case 11: return pbit == 8;
   default: return 0;
   }
@@ -252,6 +257,13 @@ static ncclResult_t p_start(void *context, void **handle, DESCR *d) {
   e->ctx = c;
   e->next = c->events;
   c->events = e;
+  /* A child with no parent although the plugin asked for its parent's
+   * type (ProxyOp and KernelCh under Coll/P2p, ProxyStep under ProxyOp). */
+  int want_parent = (bit == 3 || bit == 6) ? (c->mask & (ncclProfileColl | ncclProfileP2p)) ==
+                                                  (ncclProfileColl | ncclProfileP2p)
+                    : bit == 4 ? (c->mask & ncclProfileProxyOp) != 0
+                               : 0;
+  if (d->parentObj == NULL && want_parent) STATE.orphans[bit]++;
   if (d->parentObj != NULL) {
     event_t *p = d->parentObj;
     if (!live(p))
@@ -260,6 +272,7 @@ static ncclResult_t p_start(void *context, void **handle, DESCR *d) {
       violation("type %d: parent of another context", bit);
     else {
       if (!parent_ok(bit, p->bit)) violation("type %d under parent of type %d", bit, p->bit);
+      if (bit == 3 && p->bit == 2) STATE.proxy_under_p2p++;
       p->open_children++;
       e->parent = p;
     }

@@ -12,8 +12,10 @@
  *     the plugin asked for
  *   - Coll seqNumber counts 0, 1, 2 .. per context; v5+ parentGroup of a
  *     Coll/P2p is a live Group event; Coll/P2p parents are Group (v1..v4)
- *     or CollApi/P2pApi (v5+); KernelCh under Coll/P2p; ProxyStep under
- *     ProxyOp
+ *     or CollApi/P2pApi (v5+); KernelCh and ProxyOp under Coll/P2p
+ *     (of the same context: the same rank); ProxyStep under ProxyOp
+ *   - a child started with no parent although its parent's type was asked
+ *     for is counted in `orphans` (ProxyOp, KernelCh, ProxyStep)
  *   - KernelCh gets ncclProfilerKernelChStop before its stop (v4+)
  *   - finalize finds no event of its context still open
  *
@@ -52,6 +54,9 @@ typedef struct {
   long coll_names_bad;          /* Coll func/datatype/algo/proto not as expected */
   long p2p_peer_bad;            /* P2p peer out of [0, nranks) */
   long proxy_bytes;             /* ProxyOp chunkSize, summed */
+  long proxy_desc_bad;          /* ProxyOp pid/peer/nSteps/chunkSize/isSend out of range */
+  long orphans[PROFTEST_NTYPES]; /* children without the parent they should have */
+  long proxy_under_p2p;         /* ProxyOps whose parent is a P2p event */
   char last_func[32], last_dtype[32], last_algo[32], last_proto[32];
 } proftest_state_t;
 
