@@ -232,6 +232,43 @@ void tdev_host_free(void *p) {
 }
 
 /* See tdev.h. */
+int tdev_device_count(void) {
+  if (tdev_kind() == TDEV_HOST) return 0;
+#if BRAID_CUDA
+  int n = 0;
+  atomic_store(&cuda_touched, 1);
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+#else
+  return 0;
+#endif
+}
+
+/* See tdev.h. */
+int tdev_device_per_rank(int rank) {
+  if (tdev_kind() == TDEV_HOST) return 0;
+#if BRAID_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  if (rank >= n || cudaSetDevice(rank) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  atomic_store(&cuda_touched, 1);
+  return 1;
+#else
+  (void)rank;
+  return 0;
+#endif
+}
+
+/* See tdev.h. */
 int tdev_stream_create(cudaStream_t *stream_out) {
   if (tdev_kind() == TDEV_HOST) {
     *stream_out = NULL;

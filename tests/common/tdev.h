@@ -68,6 +68,15 @@ void tdev_host_free(void *p);
 
 /* Creates a rank's stream: non-blocking in CUDA mode, NULL in host mode.
  * Returns 0, or -1 with the reason in tdev_last_error(). */
+/* CUDA mode: makes device `rank` current for the calling thread when the
+ * process sees more than `rank` devices (returns 1), else leaves the
+ * current device (returns 0); host mode: 0. Ranks on devices of their own
+ * is what NVLS needs (the simulator: BRAID_CUDASIM_DEVICES). */
+int tdev_device_per_rank(int rank);
+
+/* CUDA mode: the devices this process sees (0 on an error); host mode: 0. */
+int tdev_device_count(void);
+
 int tdev_stream_create(cudaStream_t *stream_out);
 
 /* Destroys a stream from tdev_stream_create; NULL is a no-op. */

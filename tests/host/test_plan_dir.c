@@ -25,8 +25,11 @@
  *     64 bytes to 1 MiB run a hand-written out-of-place plan through
  *     scratch (oop_scratch.json), others the built-ins. Small buffers
  *     (NCCL_BUFFSIZE 64 KiB, NCCL_LL_BUFFSIZE 4 KiB) make the larger calls
- *     run several windows (the slot-reuse credits). Where NVLS stays off (CUDA mode on the simulator) the
- *     switch plan is skipped with an INFO and the Simple one runs instead.
+ *     run several windows (the slot-reuse credits). In CUDA mode each
+ *     rank gets a device of its own where there are enough (the
+ *     simulator makes two, with cuMem windows) and NVLS is asked for, so
+ *     the switch plan runs on the simulator's multicast; where NVLS stays
+ *     off (one GPU) it is skipped with an INFO and the Simple one runs.
  *     Plans with an unknown op or a flush are refused with a WARN naming
  *     the file, GPU, thread block, op index and op name.
  *
@@ -150,6 +153,8 @@ static int run_calls(ncclComm_t comm, cudaStream_t stream, int n, int rank, char
 }
 
 static int rank_fn(ncclUniqueId id, int n, int rank, char *msg, size_t msglen) {
+  /* The MSCCL++ switch plan in CUDA mode: NVLS needs a GPU per rank. */
+  if (getenv("PLANDIR_DEVICE_PER_RANK") != NULL) (void)tdev_device_per_rank(rank);
   ncclComm_t comm;
   cudaStream_t stream;
   if (tdev_stream_create(&stream) != 0) {
@@ -207,6 +212,11 @@ static int child(const char *what) {
     cur_calls = mcalls;
     cur_ncalls = NMCALLS;
     n = 2;
+    /* A device per rank (the simulator's two): NVLS, which the CUDA
+     * backend turns on only when asked, is asked for; with fewer devices
+     * it stays off and the switch plan is skipped. */
+    if (getenv("PLANDIR_DEVICE_PER_RANK") != NULL && tdev_device_count() >= n)
+      setenv("NCCL_NVLS_ENABLE", "1", 1);
   }
   if (tdev_run_threads(n, rank_fn, msg, sizeof(msg)) != 0) {
     printf("FAIL %s: %s\n", what, msg);
@@ -404,6 +414,8 @@ static void check_mscclpp_log(const char *log) {
   int nvls_off = count_of(log, "a0_nvls.json: it has switch channels and NVLS is off");
   check(count_of(log, "a0_nvls.json (MSCCL++ plan, allreduce") == 2,
         "the switch-channel MSCCL++ plan was not loaded on both ranks");
+  printf("mscclpp: the switch-channel plan %s\n",
+         host || nvls_off == 0 ? "ran (NVLS on)" : "was skipped (NVLS off in CUDA mode here)");
   if (host || nvls_off == 0) {
     check(runs(log, "a0_nvls.json", 12004, "in place") == 2 &&
               runs(log, "a0_nvls.json", 65536, "in place") == 2,
@@ -623,6 +635,14 @@ int main(int argc, char **argv) {
       const char *dev = getenv("BRAID_DEVICE");
       if (strcmp(configs[i].what, "mscclpp") == 0 && dev != NULL && strcmp(dev, "host") == 0)
         setenv("NCCL_NVLS_ENABLE", "1", 1);
+      if (strcmp(configs[i].what, "mscclpp") == 0 && dev != NULL && strcmp(dev, "cuda") == 0) {
+        /* A device per rank (the simulator makes two, cuMem windows) so
+         * that NVLS can bind the switch plan's window; a machine with one
+         * GPU keeps it off and the plan is skipped (child()). */
+        setenv("BRAID_CUDASIM_DEVICES", "2", 1);
+        setenv("BRAID_CUDASIM_CUMEM", "1", 1);
+        setenv("PLANDIR_DEVICE_PER_RANK", "1", 1);
+      }
       if (strcmp(configs[i].what, "mscclpp") == 0) {
         setenv("NCCL_BUFFSIZE", "65536", 1);
         setenv("NCCL_LL_BUFFSIZE", "4096", 1);
