@@ -95,6 +95,9 @@ HOST_SRC  := $(sort $(wildcard tests/host/*.c))
 HOST_BIN  := $(HOST_SRC:tests/host/%.c=$(BUILD)/tests/host/%)
 GPU_SRC   := $(sort $(wildcard tests/gpu/*.c))
 GPU_BIN   := $(GPU_SRC:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+ifeq ($(CUDA),1)
+GPU_BIN   += $(BUILD)/tests/gpu/sync_probe
+endif
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TOOL_BIN  := $(TOOL_SRC:tools/%.c=$(BUILD)/bin/%)
 # Net plugins: each folder plugins/<name>/ (but include/) with C files
@@ -241,6 +244,13 @@ $(BUILD)/tests/gpu/nvls_probe: tests/gpu/nvls_probe.c $(STLIB)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(STLIB) $(LDLIBS)
+
+# Which host calls hold work back behind a running kernel: a CUDA program
+# on its own (no Braid), for the GPU check (scripts/gpu-check).
+$(BUILD)/tests/gpu/sync_probe: tests/gpu/sync_probe.cu
+	@mkdir -p $(@D)
+	@echo "  NVCC    $@"
+	$(Q)$(NVCC) -O2 $(GENCODE) -Wno-deprecated-declarations $< -o $@
 
 $(BUILD)/bin/%: tools/%.c $(SHLIB) $(TOOLCOMMON_OBJ)
 	@mkdir -p $(@D)

@@ -71,6 +71,7 @@
 
 #define NB_LIMIT 32         /* most blocks per rank, unless NCCL_MAX_CTAS or
                                ncclConfig_t.maxCTAs asks for more */
+#define NB_LIMIT_SHARED 8   /* the same where ranks share the GPU */
 
 /* n zeroed per-pair cursors in device memory, zeroed on a private stream
  * (no other work on the device is waited for). */
@@ -332,12 +333,18 @@ static ncclResult_t cuda_caps(struct ncclComm *comm, brd_backend_caps_t *caps_ou
   /* By default half the SMs, shared among the ranks on the GPU, and at
    * most NB_LIMIT blocks per rank: the rest stay free for the job's own
    * kernels, and every block of every sharing rank is resident with room
-   * to spare (each takes a whole SM). The user may ask for more
-   * (NCCL_MAX_CTAS, ncclConfig_t.maxCTAs), up to every SM. The scratch
-   * window does not grow with the blocks (brd_plan_scratch_bytes). */
+   * to spare (each takes a whole SM). Ranks sharing the GPU take at most
+   * NB_LIMIT_SHARED: on an H200, 2 to 8 ranks as threads of one process
+   * with up to 32 blocks each hung now and then in their first collective
+   * (a rank's block never started; about one run in six, cause not yet
+   * found: docs/perf/gpu.md), where 8 blocks passed every check. The user
+   * may ask for more (NCCL_MAX_CTAS, ncclConfig_t.maxCTAs), up to every
+   * SM. The scratch window does not grow with the blocks
+   * (brd_plan_scratch_bytes). */
   int asked = brd_param_getenv(brd_param_table[BRD_P_MAX_CTAS].name) != NULL ||
               comm->config.maxCTAs != BRD_CONFIG_MAX_CTAS;
-  if (!asked) nb = nb / 2 > NB_LIMIT ? NB_LIMIT : nb / 2 > 0 ? nb / 2 : 1;
+  int limit = share > 1 ? NB_LIMIT_SHARED : NB_LIMIT;
+  if (!asked) nb = nb / 2 > limit ? limit : nb / 2 > 0 ? nb / 2 : 1;
   mps_check(comm);
   if (comm->config.maxCTAs > 0 && nb > comm->config.maxCTAs) nb = comm->config.maxCTAs;
   caps.nb_max = nb;

@@ -49,11 +49,13 @@ check sendrecv_perf -b 8 -e 64K -f 16 -P 3 -c 1 -w 1 -n 2
 check all_gather_perf -b 8 -e 64K -f 16 -P 2 -c 1 -w 1 -n 2
 
 # Blocks per rank: by default half the SMs shared among the ranks on the
-# GPU, at most 32 (132 SMs: 32 for 2 ranks, 8 for 8 ranks, 4 for 2 ranks of
-# a 16-SM GPU); NCCL_MAX_CTAS above that. Each run says so at connect (the
-# INFO lines of the limit and of the plans made up to it) and checks out;
-# the 64 MiB all-reduce of 2 ranks runs its plan on all 32 blocks, the
-# others stay at 1 MiB (the simulator is slow at 8 ranks).
+# GPU, at most 32 for a rank with a GPU of its own and 8 where ranks share
+# one (132 SMs: 32 for 2 ranks on 2 GPUs, 8 for 2 or 8 ranks on one, 4 for
+# 2 ranks of a 16-SM GPU); NCCL_MAX_CTAS above that. Each run says so at
+# connect (the INFO lines of the limit and of the plans made up to it) and
+# checks out; the 64 MiB all-reduce of 2 ranks on 2 GPUs runs its plan on
+# all 32 blocks, the others stay at 1 MiB (the simulator is slow at 8
+# ranks).
 blocks() { # want, label, bytes, env..., -- args...
   local want=$1 label=$2 bytes=$3; shift 3
   local envs=()
@@ -79,7 +81,9 @@ blocks() { # want, label, bytes, env..., -- args...
     echo "PASS $label: $bytes-byte all-reduce, up to $want blocks per rank"
   fi
 }
-blocks 32 "2 ranks, default" 67108864 -- -t 2 -g 1
+blocks 32 "2 ranks on 2 GPUs, default" 67108864 BRAID_CUDASIM_DEVICES=2 -- -t 2 -g 1
+blocks 8 "2 ranks on one GPU, default" 1048576 -- -t 2 -g 1
+blocks 32 "2 ranks on one GPU, NCCL_MAX_CTAS=32" 1048576 NCCL_MAX_CTAS=32 -- -t 2 -g 1
 blocks 4 "2 ranks, 16 SMs" 1048576 BRAID_CUDASIM_SMS=16 -- -t 2 -g 1
 blocks 8 "8 ranks, default" 1048576 -- -t 8 -g 1
 blocks 16 "8 ranks, NCCL_MAX_CTAS=16" 1048576 NCCL_MAX_CTAS=16 -- -t 8 -g 1
