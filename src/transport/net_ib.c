@@ -55,8 +55,18 @@
  * local ones); an async event that takes the port down (or a fatal
  * device event) fails every comm on that port. The peer closing its TCP
  * socket fails waiting requests with ncclRemoteError (logged at INFO: a
- * peer that is done closes too; the caller decides). Host memory only:
- * NCCL_PTR_CUDA and DMA-BUF are reported unsupported.
+ * peer that is done closes too; the caller decides).
+ *
+ * GPU memory (GPUDirect RDMA). ptrSupport carries NCCL's bits: CUDA when
+ * nvidia-peermem is loaded, DMA-BUF when NCCL's probe says the NIC takes
+ * it (and NCCL_DMABUF_ENABLE). regMr of CUDA memory chooses per device,
+ * GPU and direction, as NCCL does, and says why at INFO once: the GPU-NIC
+ * PCI path type against NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ for sends,
+ * then DMA-BUF (cuMemGetHandleForAddressRange through cudrv.c, then
+ * ibv_reg_dmabuf_mr), then peermem (ibv_reg_mr of the device address),
+ * else a refusal: the caller stages through host memory. iflush reads 1
+ * byte of the received GPU buffer over a loopback QP where NCCL needs a
+ * flush (compute capability < 9.0 or NCCL_NET_FORCE_FLUSH).
  */
 #include <arpa/inet.h>
 #include <errno.h>
