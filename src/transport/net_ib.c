@@ -1374,6 +1374,13 @@ static int gpu_nic_distance(const ib_dev_t *d, int gpu, char *detail, size_t n) 
 }
 #endif
 
+/* Whether receives into GPU memory of compute capability cc (x 10; -1
+ * unknown) need a flush: NCCL's ncclTopoNeedFlush without C2C. */
+static int flush_rule(int cc) {
+  if (brd_param_int(BRD_P_GDR_FLUSH_DISABLE) != 0) return 0;
+  return brd_param_int(BRD_P_NET_FORCE_FLUSH) != 0 || (cc >= 0 && cc < 90);
+}
+
 /* NCCL's choice for GPU memory at data on d, for sends (the NIC reads
  * it) or receives: host staging when NCCL_NET_GDR_LEVEL puts the GPU too
  * far from the NIC or NCCL_NET_GDR_READ keeps sends off it; else DMA-BUF
@@ -1427,8 +1434,7 @@ static int gdr_choose(ib_dev_t *d, const void *data, int is_send, ib_gdr_t *g) {
       snprintf(g->why, sizeof(g->why), "no DMA-BUF (%.200s) and no nvidia-peermem (%.120s)", dm,
                pm);
   }
-  if (g->mem != IB_MEM_HOST && brd_param_int(BRD_P_GDR_FLUSH_DISABLE) == 0)
-    g->flush = g->cc < 90 || brd_param_int(BRD_P_NET_FORCE_FLUSH) != 0;
+  if (g->mem != IB_MEM_HOST) g->flush = flush_rule(g->cc);
   if (g->gpu >= 0 && g->gpu < IB_GDR_GPUS && !d->gdr_logged[g->gpu][is_send != 0]) {
     d->gdr_logged[g->gpu][is_send != 0] = 1;
     if (g->mem == IB_MEM_HOST)
@@ -1653,9 +1659,14 @@ static ncclResult_t ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int ty
   }
   CHECK_GOTO(cache_room(d), res, out);
   ib_mr_entry_t n = {lo, (hi - lo) / page, 0, IB_MEM_DMABUF, 0, NULL};
-  ib_gdr_t g;
-  if (type == BRD_NET_PTR_CUDA && gdr_choose(d, data, c->is_send, &g)) n.flush = g.flush;
-  else n.flush = brd_param_int(BRD_P_NET_FORCE_FLUSH) != 0;
+  int gpu = -1, cc = -1;
+#if BRAID_CUDA
+  if (type != BRD_NET_PTR_CUDA || !gpu_of(data, &gpu, &cc)) cc = -1;
+#else
+  (void)type;
+#endif
+  (void)gpu;
+  n.flush = flush_rule(cc);
   n.mr = ibv->reg_dmabuf_mr(d->pd, offset - ((uintptr_t)data - lo), hi - lo, lo, fd,
                             IB_MR_ACCESS);
   if (n.mr == NULL) {

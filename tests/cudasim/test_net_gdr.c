@@ -9,7 +9,8 @@
  *   choice     DMA-BUF when the NIC, the driver and NCCL_DMABUF_ENABLE allow
  *              it (even with peermem present); peermem when DMA-BUF is off
  *              (NCCL_DMABUF_ENABLE=0), refused by the NIC's probe or by the
- *              driver; host staging (regMr refused, the reason at INFO)
+ *              driver, or when the DMA-BUF registration itself fails (an
+ *              error without peermem); host staging (regMr refused, the reason at INFO)
  *              when neither; peermem present but refused by the kernel is
  *              an error that says so. Each choice moves bytes into and out
  *              of GPU memory exactly, and getProperties' ptrSupport says
@@ -285,6 +286,17 @@ static void test_peermem_second(void **state) {
   at = log_size();
   gpu_case(0, ncclSuccess, 0);
   assert_logged(at, "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0");
+  env("BRAID_CUDASIM_DMABUF", NULL);
+  /* Chosen, but the registration itself fails: peermem takes over. */
+  env("BRAID_MOCK_IB_DMABUF", "2");
+  at = log_size();
+  gpu_case(0, ncclSuccess, 0);
+  assert_logged(at, "ibv_reg_dmabuf_mr of 102400 bytes");
+  assert_logged(at, "failed: Invalid argument; registering through nvidia-peermem instead");
+  /* ... and without peermem that is an error naming the call. */
+  env("BRAID_IB_PEERMEM", "0");
+  gpu_case(0, ncclSystemError, 0);
+  assert_non_null(strstr(ncclGetLastError(NULL), "ibv_reg_dmabuf_mr of 102400 bytes"));
   env_clear();
 }
 

@@ -33,7 +33,8 @@
  * byte `offset` of it is the memory at `iova` (the same file at the same
  * file offset in /proc/self/maps) and that offset + length fits; the
  * probe NCCL makes (fd -1) fails with EBADF, or EOPNOTSUPP with
- * BRAID_MOCK_IB_DMABUF=0. BRAID_MOCK_IB_PEERMEM=0 makes ibv_reg_mr refuse
+ * BRAID_MOCK_IB_DMABUF=0; with 2 the probe passes and every real
+ * registration fails (EINVAL). BRAID_MOCK_IB_PEERMEM=0 makes ibv_reg_mr refuse
  * (EFAULT, as the kernel does without nvidia-peermem) ranges mapped from
  * the simulator's memory ("/memfd:braid-cudasim-" mappings).
  *
@@ -1053,6 +1054,10 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0) {
     errno = EBADF;
+    return NULL;
+  }
+  if (env_long("BRAID_MOCK_IB_DMABUF", 1) == 2) {
+    errno = EINVAL; /* the probe passed, this registration does not */
     return NULL;
   }
   /* Byte `offset` of the DMA-BUF must be the memory at iova, and the

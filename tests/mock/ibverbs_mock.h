@@ -18,7 +18,9 @@
  *                               (not delivered, not completed) until
  *                               braid_mock_ib_release lets them go
  *   BRAID_MOCK_IB_DMABUF        0: the NIC takes no DMA-BUF (ibv_reg_dmabuf_mr
- *                               fails with EOPNOTSUPP); default 1
+ *                               fails with EOPNOTSUPP); 2: the probe (fd -1)
+ *                               passes but registrations fail (EINVAL);
+ *                               default 1
  *   BRAID_MOCK_IB_PEERMEM       0: nvidia-peermem is absent: ibv_reg_mr of
  *                               the CUDA simulator's memory fails (EFAULT);
  *                               default 1
