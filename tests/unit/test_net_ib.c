@@ -411,7 +411,7 @@ static void test_split_sizes(void **state) {
   static const int data_qps[7][4] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1},
                                      {1, 2, 2, 2}, {1, 2, 3, 4}, {1, 2, 3, 4}};
   const size_t cap = (1 << 20) + 256;
-  unsigned char *s = malloc(cap), *r = malloc(cap), *ref = malloc(cap);
+  unsigned char *s = calloc(1, cap), *r = malloc(cap), *ref = malloc(cap);
   assert_non_null(s);
   assert_non_null(r);
   assert_non_null(ref);
