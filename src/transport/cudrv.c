@@ -158,6 +158,62 @@ brd_cudrv_addr_range_fn_t brd_cudrv_addr_range(void) {
   return addr_range;
 }
 
+/* DMA-BUF export: CUDA 11.7's cuMemGetHandleForAddressRange. */
+#define DRV_DMABUF_ABI_VERSION 11070
+
+static brd_cudrv_dmabuf_t dmabuf_fns;
+static pthread_once_t dmabuf_once = PTHREAD_ONCE_INIT;
+
+static void *drv_sym(const char *name, unsigned int version) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) !=
+          cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    fn = NULL;
+  }
+  return fn;
+}
+
+static void dmabuf_load(void) {
+  void *fn = drv_sym("cuMemGetHandleForAddressRange", DRV_DMABUF_ABI_VERSION);
+  memcpy(&dmabuf_fns.range_handle, &fn, sizeof(fn));
+  fn = drv_sym("cuDeviceGet", DRV_ABI_VERSION);
+  memcpy(&dmabuf_fns.device_get, &fn, sizeof(fn));
+  fn = drv_sym("cuDeviceGetAttribute", DRV_ABI_VERSION);
+  memcpy(&dmabuf_fns.device_get_attribute, &fn, sizeof(fn));
+}
+
+/* See cudrv.h. */
+const brd_cudrv_dmabuf_t *brd_cudrv_dmabuf(void) {
+  pthread_once(&dmabuf_once, dmabuf_load);
+  return &dmabuf_fns;
+}
+
+/* See cudrv.h. */
+int brd_cudrv_dmabuf_supported(int ordinal, char *why, size_t whylen) {
+  const brd_cudrv_dmabuf_t *t = brd_cudrv_dmabuf();
+  CUdevice dev;
+  int v = 0;
+  if (t->range_handle == NULL || t->device_get == NULL || t->device_get_attribute == NULL) {
+    if (why != NULL)
+      snprintf(why, whylen, "the CUDA driver has no cuMemGetHandleForAddressRange (DMA-BUF "
+               "needs CUDA 11.7 or later)");
+    return 0;
+  }
+  if (t->device_get(&dev, ordinal) != CUDA_SUCCESS ||
+      t->device_get_attribute(&v, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev) != CUDA_SUCCESS ||
+      v == 0) {
+    if (why != NULL)
+      snprintf(why, whylen, "CUDA device %d does not export DMA-BUF "
+               "(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0: needs the open kernel modules "
+               "and Linux 5.12 or later)", ordinal);
+    return 0;
+  }
+  return 1;
+}
+
 /* See cudrv.h. */
 const char *brd_cudrv_errstr(CUresult r) {
   const char *s = NULL;

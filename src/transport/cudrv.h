@@ -73,6 +73,24 @@ int brd_cudrv_has_multicast(const brd_cudrv_t *t, char *why, size_t whylen);
 typedef CUresult (*brd_cudrv_addr_range_fn_t)(CUdeviceptr *, size_t *, CUdeviceptr);
 brd_cudrv_addr_range_fn_t brd_cudrv_addr_range(void);
 
+/* GPUDirect RDMA over DMA-BUF, resolved on its own (the IB net needs it
+ * where the cuMem table is unusable): cuMemGetHandleForAddressRange (CUDA
+ * 11.7) and cuDeviceGet / cuDeviceGetAttribute. range_handle is NULL where
+ * the driver lacks it. Any thread; blocks only on the first call. */
+typedef struct {
+  CUresult (*range_handle)(void *, CUdeviceptr, size_t, CUmemRangeHandleType,
+                           unsigned long long);
+  CUresult (*device_get)(CUdevice *, int);
+  CUresult (*device_get_attribute)(int *, CUdevice_attribute, CUdevice);
+} brd_cudrv_dmabuf_t;
+const brd_cudrv_dmabuf_t *brd_cudrv_dmabuf(void);
+
+/* Whether CUDA device `ordinal` exports DMA-BUF handles
+ * (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, and cuMemGetHandleForAddressRange
+ * present): 1 or 0, with why (whylen bytes, may be NULL) saying which part
+ * is missing. Any thread. */
+int brd_cudrv_dmabuf_supported(int ordinal, char *why, size_t whylen);
+
 /* The driver's text for r, or a fixed text when the table cannot say. */
 const char *brd_cudrv_errstr(CUresult r);
 

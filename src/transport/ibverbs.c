@@ -59,6 +59,10 @@ static ncclResult_t load_locked(void) {
     void *p = dlvsym(h, "_ibv_query_gid_ex", "IBVERBS_1.11");
     if (p == NULL) p = dlsym(h, "_ibv_query_gid_ex");
     memcpy(&ibv_ops.query_gid_ex, &p, sizeof(p));
+    /* DMA-BUF registration (GPU memory without nvidia-peermem). */
+    p = dlvsym(h, "ibv_reg_dmabuf_mr", "IBVERBS_1.12");
+    if (p == NULL) p = dlsym(h, "ibv_reg_dmabuf_mr");
+    memcpy(&ibv_ops.reg_dmabuf_mr, &p, sizeof(p));
   }
 #undef RESOLVE
   if (missing != NULL) {

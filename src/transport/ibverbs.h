@@ -32,6 +32,11 @@ typedef struct brd_ibv_ops {
   struct ibv_pd *(*alloc_pd)(struct ibv_context *context);
   int (*dealloc_pd)(struct ibv_pd *pd);
   struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access);
+  /* Optional (rdma-core 34+, IBVERBS_1.12): registers `length` bytes at
+   * `offset` of the DMA-BUF `fd`, addressed as `iova` in work requests.
+   * NULL where the library predates it: GPU memory then needs peermem. */
+  struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t length,
+                                  uint64_t iova, int fd, int access);
   int (*dereg_mr)(struct ibv_mr *mr);
   struct ibv_cq *(*create_cq)(struct ibv_context *context, int cqe, void *cq_context,
                               struct ibv_comp_channel *channel, int comp_vector);

@@ -55,8 +55,18 @@
  * local ones); an async event that takes the port down (or a fatal
  * device event) fails every comm on that port. The peer closing its TCP
  * socket fails waiting requests with ncclRemoteError (logged at INFO: a
- * peer that is done closes too; the caller decides). Host memory only:
- * NCCL_PTR_CUDA and DMA-BUF are reported unsupported.
+ * peer that is done closes too; the caller decides).
+ *
+ * GPU memory (GPUDirect RDMA). ptrSupport carries NCCL's bits: CUDA when
+ * nvidia-peermem is loaded, DMA-BUF when NCCL's probe says the NIC takes
+ * it (and NCCL_DMABUF_ENABLE). regMr of CUDA memory chooses per device,
+ * GPU and direction, as NCCL does, and says why at INFO once: the GPU-NIC
+ * PCI path type against NCCL_NET_GDR_LEVEL, NCCL_NET_GDR_READ for sends,
+ * then DMA-BUF (cuMemGetHandleForAddressRange through cudrv.c, then
+ * ibv_reg_dmabuf_mr), then peermem (ibv_reg_mr of the device address),
+ * else a refusal: the caller stages through host memory. iflush reads 1
+ * byte of the received GPU buffer over a loopback QP where NCCL needs a
+ * flush (compute capability < 9.0 or NCCL_NET_FORCE_FLUSH).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -65,6 +75,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <ctype.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +93,12 @@
 #include "transport/ibverbs.h"
 #include "transport/net_ib.h"
 
+#if BRAID_CUDA
+#include <cuda_runtime.h>
+
+#include "transport/cudrv.h"
+#endif
+
 #define IB_MAX_DEVS 16
 #define IB_NREQ BRD_NET_MAX_REQUESTS /* requests and FIFO slots per comm */
 #define IB_MAX_QPS 128
@@ -90,6 +107,11 @@
 #define IB_MAX_RECVS 8 /* buffers per irecv (NCCL_NET_IB_MAX_RECVS) */
 #define IB_SPLIT_ALIGN 128 /* a QP's share of a message is a multiple of this */
 #define IB_NCTS (IB_NREQ * IB_MAX_RECVS)
+#define IB_GDR_GPUS 64 /* GPUs whose GPUDirect choice is remembered per device */
+#define IB_MR_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
+
+/* How a registration reaches its memory. */
+enum { IB_MEM_HOST = 0, IB_MEM_PEERMEM = 1, IB_MEM_DMABUF = 2 };
 
 /* ---- pure pieces (net_ib.h) --------------------------------------------- */
 
@@ -156,10 +178,14 @@ int brd_ib_gid_select(const brd_ib_gid_t *table, int n, int family, int roce_ver
 
 /* ---- devices ------------------------------------------------------------------ */
 
+/* One registration of the cache: a page range of host memory or of one
+ * GPU's memory, shared by every regMr that falls inside it. */
 typedef struct {
   uintptr_t addr;  /* page-aligned start */
   size_t pages;
   int refs;
+  int mem;         /* IB_MEM_*: host memory, or GPU memory by peermem or DMA-BUF */
+  int flush;       /* GPU memory whose receives need a flush (iflush) */
   struct ibv_mr *mr;
 } ib_mr_entry_t;
 
@@ -180,6 +206,9 @@ typedef struct {
   int nmr, mr_cap;
   int failed;                 /* the port went down: every comm fails */
   char fail_why[160];
+  int dmabuf;                 /* ibv_reg_dmabuf_mr works here (NCCL's probe) */
+  char dmabuf_why[160];       /* why it does not */
+  uint8_t gdr_logged[IB_GDR_GPUS][2]; /* the choice for (GPU, send) was said */
 } ib_dev_t;
 
 typedef struct {
@@ -265,6 +294,115 @@ static int pick_gid(ib_dev_t *d) {
   return idx;
 }
 
+/* ---- GPUDirect RDMA: what the NIC and the host allow ----------------------------- */
+
+/* NCCL's DMA-BUF probe: a registration of fd -1 fails with EBADF where
+ * the kernel and provider take DMA-BUF, EOPNOTSUPP or EPROTONOSUPPORT
+ * where they do not. */
+static void dmabuf_probe(ib_dev_t *d) {
+  d->dmabuf = 0;
+  if (ibv->reg_dmabuf_mr == NULL) {
+    snprintf(d->dmabuf_why, sizeof(d->dmabuf_why), "libibverbs has no ibv_reg_dmabuf_mr "
+             "(rdma-core 34 or later has it)");
+    return;
+  }
+  errno = 0;
+  struct ibv_mr *mr = ibv->reg_dmabuf_mr(d->pd, 0, 0, 0, -1, 0);
+  if (mr != NULL) {
+    (void)ibv->dereg_mr(mr);
+  } else if (errno == EOPNOTSUPP || errno == EPROTONOSUPPORT) {
+    snprintf(d->dmabuf_why, sizeof(d->dmabuf_why), "the device refuses DMA-BUF registrations "
+             "(%s: the kernel or the provider is too old)", strerror(errno));
+    return;
+  }
+  d->dmabuf = 1;
+}
+
+#if BRAID_CUDA
+/* Whether nvidia-peermem (or the older nv_peer_mem) is loaded, as NCCL
+ * checks it; BRAID_IB_PEERMEM=0/1 overrides (containers may hide sysfs).
+ * why says what was found. */
+static int peermem_present(char *why, size_t n) {
+  static const char *const files[] = {"/sys/kernel/mm/memory_peers/nv_mem/version",
+                                      "/sys/kernel/mm/memory_peers/nv_mem_nc/version",
+                                      "/sys/module/nvidia_peermem/version"};
+  int64_t forced = brd_param_int(BRD_P_IB_PEERMEM);
+  if (forced != BRD_PARAM_UNSET) {
+    snprintf(why, n, "BRAID_IB_PEERMEM=%d", forced != 0);
+    return forced != 0;
+  }
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    if (access(files[i], F_OK) == 0) {
+      snprintf(why, n, "%s exists", files[i]);
+      return 1;
+    }
+  }
+  snprintf(why, n, "the nvidia_peermem module is not loaded (modprobe nvidia_peermem)");
+  return 0;
+}
+#endif
+
+/* NCCL's path types, in NCCL's order (NCCL_NET_GDR_LEVEL names one). */
+static const char *const ib_path_names[BRD_IB_PATH_COUNT] = {
+    "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS"};
+
+/* See net_ib.h. */
+const char *brd_ib_path_name(int path) {
+  return path >= 0 && path < BRD_IB_PATH_COUNT ? ib_path_names[path] : "?";
+}
+
+/* See net_ib.h. */
+int brd_ib_gdr_level_parse(const char *s) {
+  /* NCCL's numbers from before path names: 0 LOC .. 4 SYS, 5 SYS. */
+  static const int old_levels[] = {BRD_IB_PATH_LOC, BRD_IB_PATH_PIX, BRD_IB_PATH_PXB,
+                                   BRD_IB_PATH_PHB, BRD_IB_PATH_SYS, BRD_IB_PATH_SYS};
+  if (s == NULL || s[0] == '\0') return -1;
+  for (int i = 0; i < BRD_IB_PATH_COUNT; i++)
+    if (strcasecmp(s, ib_path_names[i]) == 0) return i;
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < 0) return -1;
+  return old_levels[v > 5 ? 5 : v];
+}
+
+/* The bus ids ("DDDD:BB:DD.F") of a sysfs device path below its root
+ * "/sys/devices/pciDDDD:BB/"; 0 when the path is not one. */
+static int pci_components(const char *path, char root[16], const char *bdf[16]) {
+  static const char pre[] = "/sys/devices/";
+  if (path == NULL || strncmp(path, pre, sizeof(pre) - 1) != 0) return 0;
+  const char *p = path + sizeof(pre) - 1;
+  size_t len = strcspn(p, "/");
+  if (len < 4 || len >= 16 || strncmp(p, "pci", 3) != 0) return 0;
+  memcpy(root, p, len);
+  root[len] = '\0';
+  int n = 0;
+  for (p += len; *p == '/' && n < 16;) {
+    p++;
+    len = strcspn(p, "/");
+    if (len != 12 || p[4] != ':' || p[7] != ':' || p[10] != '.') break;
+    bdf[n++] = p;
+    p += len;
+  }
+  return n;
+}
+
+/* See net_ib.h. */
+int brd_ib_pci_distance(const char *a_path, int a_numa, const char *b_path, int b_numa) {
+  char ra[16], rb[16];
+  const char *ca[16], *cb[16];
+  int na = pci_components(a_path, ra, ca), nb = pci_components(b_path, rb, cb);
+  if (na == 0 || nb == 0) return BRD_IB_PATH_SYS;
+  if (strcmp(ra, rb) != 0)
+    return a_numa >= 0 && a_numa == b_numa ? BRD_IB_PATH_PHB : BRD_IB_PATH_SYS;
+  int m = 0;
+  while (m < na && m < nb && strncasecmp(ca[m], cb[m], 12) == 0) m++;
+  if (m == na && m == nb) return BRD_IB_PATH_LOC;
+  if (m == 0) return BRD_IB_PATH_PHB;
+  /* Below the last shared bridge a switch is two levels (its downstream
+   * port, then the device or the next switch's upstream port). */
+  return na - m <= 2 && nb - m <= 2 ? BRD_IB_PATH_PIX : BRD_IB_PATH_PXB;
+}
+
 static void gid_str(const union ibv_gid *g, char *buf, size_t n) {
   if (inet_ntop(AF_INET6, g->raw, buf, (socklen_t)n) == NULL) snprintf(buf, n, "?");
 }
@@ -305,6 +443,7 @@ static int dev_open(struct ibv_device *dev, int port, ib_dev_t *d) {
   }
   d->pd = ibv->alloc_pd(d->ctx);
   if (d->pd == NULL) goto fail;
+  dmabuf_probe(d);
   /* Async events are read without waiting, from whoever progresses. */
   int fl = fcntl(d->ctx->async_fd, F_GETFL);
   if (fl >= 0) (void)fcntl(d->ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
@@ -481,7 +620,15 @@ static ncclResult_t ib_get_properties(int dev, brd_net_props_t *props) {
   props->name = d->name;
   props->pciPath = d->pci_path;
   props->guid = d->guid;
+  /* NCCL's bits: CUDA with nvidia-peermem, DMA-BUF where the probe took
+   * it. regMr of BRD_NET_PTR_CUDA works with either (DMA-BUF first). */
   props->ptrSupport = BRD_NET_PTR_HOST;
+#if BRAID_CUDA
+  char why[160];
+  if (peermem_present(why, sizeof(why))) props->ptrSupport |= BRD_NET_PTR_CUDA;
+  if (d->dmabuf && brd_param_int(BRD_P_DMABUF_ENABLE) != 0)
+    props->ptrSupport |= BRD_NET_PTR_DMABUF;
+#endif
   props->regIsGlobal = 1;
   props->forceFlush = 0;
   props->speed = d->speed;
@@ -550,11 +697,13 @@ typedef struct {
 /* ---- comms ------------------------------------------------------------------------------- */
 
 enum { REQ_FREE = 0, REQ_BUSY };
-enum { WR_SEND = 1, WR_RECV = 2, WR_CTS = 3 };
+enum { WR_SEND = 1, WR_RECV = 2, WR_CTS = 3, WR_FLUSH = 4 };
 
 typedef struct {
   ib_dev_t *dev;
   struct ibv_mr *mr;  /* the cache's */
+  int mem;            /* IB_MEM_* */
+  int flush;          /* GPU memory whose receives need a flush */
 } ib_mh_t;
 
 /* One request: a receive is a whole group (reqs[slot * IB_MAX_RECVS]);
@@ -562,6 +711,8 @@ typedef struct {
 typedef struct ib_req {
   ib_comm_t *comm;
   int state;
+  int flush;          /* a flush (iflush): done when its read completed */
+  int pending;        /* flush: completions still to come */
   unsigned slot;
   uint64_t seq;       /* the group */
   void *data;         /* send */
@@ -603,6 +754,12 @@ struct ib_comm {
   char peer_name[BRD_SOCK_ADDR_STRLEN];
   ib_grp_t grp[IB_NREQ];
   ib_req_t reqs[IB_NCTS];
+  /* Receiver, GPUDirect flushes: a QP connected to itself, and the 4-byte
+   * host target its RDMA reads land in; made at the first flush. */
+  struct ibv_qp *flush_qp;    /* owned */
+  struct ibv_mr *flush_mr;    /* owned */
+  uint32_t flush_dummy;
+  ib_req_t freqs[IB_NREQ];
 };
 
 typedef struct {
@@ -650,6 +807,8 @@ static void comm_destroy(ib_comm_t *c) {
   brd_sock_close(&c->sock);
   for (int i = 0; i < c->nqps; i++)
     if (c->qps[i] != NULL) (void)ibv->destroy_qp(c->qps[i]);
+  if (c->flush_qp != NULL) (void)ibv->destroy_qp(c->flush_qp);
+  if (c->flush_mr != NULL) (void)ibv->dereg_mr(c->flush_mr);
   if (c->cq != NULL) (void)ibv->destroy_cq(c->cq);
   if (c->fifo_mr != NULL) (void)ibv->dereg_mr(c->fifo_mr);
   free(c->fifo);
@@ -665,7 +824,7 @@ static int qp_count(void) {
 static ncclResult_t comm_verbs_create(ib_comm_t *c, int nqps) {
   ib_dev_t *d = c->dev;
   c->nqps = nqps;
-  c->cq = ibv->create_cq(d->ctx, 4 * IB_NREQ * nqps, NULL, NULL, 0);
+  c->cq = ibv->create_cq(d->ctx, 4 * IB_NREQ * nqps + IB_NREQ, NULL, NULL, 0);
   if (c->cq == NULL) {
     WARN("NET/IB : ibv_create_cq on %s failed: %s", d->name, strerror(errno));
     return ncclSystemError;
@@ -727,6 +886,56 @@ static ncclResult_t comm_verbs_create(ib_comm_t *c, int nqps) {
   return ncclSuccess;
 }
 
+/* One QP to RTR then RTS against a remote QP (number, LID, GID, MTU). */
+static ncclResult_t qp_connect(ib_comm_t *c, struct ibv_qp *qp, uint32_t rqpn, uint32_t rlid,
+                               const uint8_t *rgid, uint32_t rmtu) {
+  ib_dev_t *d = c->dev;
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = (enum ibv_mtu)(rmtu < (uint32_t)d->attr.active_mtu ? rmtu : d->attr.active_mtu);
+  a.dest_qp_num = rqpn;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  if (d->link == IBV_LINK_LAYER_ETHERNET) {
+    a.ah_attr.is_global = 1;
+    memcpy(a.ah_attr.grh.dgid.raw, rgid, 16);
+    a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
+    a.ah_attr.grh.hop_limit = 255;
+    a.ah_attr.grh.traffic_class = (uint8_t)c->tc;
+  } else {
+    a.ah_attr.is_global = 0;
+    a.ah_attr.dlid = (uint16_t)rlid;
+  }
+  a.ah_attr.sl = (uint8_t)brd_param_int(BRD_P_IB_SL);
+  a.ah_attr.port_num = (uint8_t)d->port;
+  int rc = ibv->modify_qp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (rc != 0) {
+    WARN("NET/IB : QP %u on %s:%d to RTR (remote QP %u, LID %u) failed: %s", qp->qp_num,
+         d->name, d->port, rqpn, rlid, strerror(rc));
+    return ncclSystemError;
+  }
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = (uint8_t)brd_param_int(BRD_P_IB_TIMEOUT);
+  a.retry_cnt = (uint8_t)brd_param_int(BRD_P_IB_RETRY_CNT);
+  a.rnr_retry = 7;
+  a.sq_psn = 0;
+  a.max_rd_atomic = 1;
+  rc = ibv->modify_qp(qp, &a,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                          IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+  if (rc != 0) {
+    WARN("NET/IB : QP %u on %s:%d to RTS failed: %s", qp->qp_num, d->name, d->port,
+         strerror(rc));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
 /* Every QP to RTR then RTS against the peer's metadata. */
 static ncclResult_t comm_verbs_connect(ib_comm_t *c) {
   ib_dev_t *d = c->dev;
@@ -736,52 +945,8 @@ static ncclResult_t comm_verbs_connect(ib_comm_t *c) {
          c->peer_name, c->peer.nqps, link_name((int)c->peer.link), c->nqps, link_name(d->link));
     return ncclInvalidUsage;
   }
-  for (int i = 0; i < c->nqps; i++) {
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = (enum ibv_mtu)(c->peer.mtu < (uint32_t)d->attr.active_mtu ? c->peer.mtu
-                                                                          : d->attr.active_mtu);
-    a.dest_qp_num = c->peer.qpn[i];
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    if (d->link == IBV_LINK_LAYER_ETHERNET) {
-      a.ah_attr.is_global = 1;
-      memcpy(a.ah_attr.grh.dgid.raw, c->peer.gid, 16);
-      a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
-      a.ah_attr.grh.hop_limit = 255;
-      a.ah_attr.grh.traffic_class = (uint8_t)c->tc;
-    } else {
-      a.ah_attr.is_global = 0;
-      a.ah_attr.dlid = (uint16_t)c->peer.lid;
-    }
-    a.ah_attr.sl = (uint8_t)brd_param_int(BRD_P_IB_SL);
-    a.ah_attr.port_num = (uint8_t)d->port;
-    int rc = ibv->modify_qp(c->qps[i], &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    if (rc != 0) {
-      WARN("NET/IB : QP %u on %s:%d to RTR (remote QP %u, LID %u) failed: %s", c->qps[i]->qp_num,
-           d->name, d->port, c->peer.qpn[i], c->peer.lid, strerror(rc));
-      return ncclSystemError;
-    }
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = (uint8_t)brd_param_int(BRD_P_IB_TIMEOUT);
-    a.retry_cnt = (uint8_t)brd_param_int(BRD_P_IB_RETRY_CNT);
-    a.rnr_retry = 7;
-    a.sq_psn = 0;
-    a.max_rd_atomic = 1;
-    rc = ibv->modify_qp(c->qps[i], &a,
-                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-    if (rc != 0) {
-      WARN("NET/IB : QP %u on %s:%d to RTS failed: %s", c->qps[i]->qp_num, d->name, d->port,
-           strerror(rc));
-      return ncclSystemError;
-    }
-  }
+  for (int i = 0; i < c->nqps; i++)
+    CHECK(qp_connect(c, c->qps[i], c->peer.qpn[i], c->peer.lid, c->peer.gid, c->peer.mtu));
   return ncclSuccess;
 }
 
@@ -877,9 +1042,10 @@ static const char *wc_status_name(enum ibv_wc_status s) {
 }
 
 static const char *wr_kind_name(int kind) {
-  return kind == WR_SEND ? "RDMA_WRITE_WITH_IMM (data)"
-         : kind == WR_CTS ? "RDMA_WRITE (clear-to-send)"
-                          : "RECV (immediate)";
+  return kind == WR_SEND    ? "RDMA_WRITE_WITH_IMM (data)"
+         : kind == WR_CTS   ? "RDMA_WRITE (clear-to-send)"
+         : kind == WR_FLUSH ? "RDMA_READ (GPUDirect flush)"
+                            : "RECV (immediate)";
 }
 
 /* 1 when the peer has closed the TCP connection (its comm is gone). */
@@ -927,6 +1093,10 @@ static ncclResult_t comm_poll(ib_comm_t *c) {
         continue;
       }
       if (slot >= IB_NREQ) continue;
+      if (kind == WR_FLUSH) {
+        if (c->freqs[slot].pending > 0) c->freqs[slot].pending--;
+        continue;
+      }
       ib_grp_t *g = &c->grp[slot];
       if (g->pending > 0) g->pending--;
       if (kind == WR_RECV && g->n == 1) g->imm_size = (int)ntohl(wc[i].imm_data);
@@ -962,6 +1132,10 @@ static ncclResult_t comm_alloc(int is_send, int dev, int tc, ib_comm_t **out) {
   c->tc = tc;
   c->sock.fd = -1;
   for (int i = 0; i < IB_NCTS; i++) c->reqs[i].comm = c;
+  for (int i = 0; i < IB_NREQ; i++) {
+    c->freqs[i].comm = c;
+    c->freqs[i].flush = 1;
+  }
   for (int i = 0; i < IB_NREQ; i++) c->grp[i].seq = UINT64_MAX;
   *out = c;
   return ncclSuccess;
@@ -1137,67 +1311,377 @@ fail:
 
 /* ---- registration ---------------------------------------------------------------------- */
 
-static ncclResult_t ib_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
-  ib_comm_t *c = comm;
-  ib_dev_t *d = c->dev;
-  *mhandle = NULL;
-  if (type != BRD_NET_PTR_HOST) {
-    WARN("NET/IB : registering %s memory is not supported (host memory only: no GPUDirect "
-         "RDMA in this build)", type == BRD_NET_PTR_CUDA ? "CUDA" : "DMA-BUF");
-    return ncclInternalError;
+/* What regMr of GPU memory does for one GPU and device (gdr_choose). */
+typedef struct {
+  int gpu;          /* CUDA ordinal */
+  int cc;           /* compute capability x 10 */
+  int mem;          /* IB_MEM_*: HOST is "no GPUDirect: stage through host memory" */
+  int flush;        /* receives into it need iflush */
+  char why[384];
+} ib_gdr_t;
+
+#if BRAID_CUDA
+/* The CUDA device holding data and its compute capability; 0 when data is
+ * not device memory. */
+static int gpu_of(const void *data, int *gpu_out, int *cc_out) {
+  struct cudaPointerAttributes a;
+  int major = 0, minor = 0;
+  if (cudaPointerGetAttributes(&a, data) != cudaSuccess || a.type != cudaMemoryTypeDevice) {
+    (void)cudaGetLastError();
+    return 0;
   }
-  long page = sysconf(_SC_PAGESIZE);
-  uintptr_t lo = (uintptr_t)data & ~((uintptr_t)page - 1);
-  uintptr_t hi = ((uintptr_t)data + size + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-  if (hi == lo) hi = lo + (uintptr_t)page;
-  size_t pages = (hi - lo) / (size_t)page;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, a.device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, a.device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  *gpu_out = a.device;
+  *cc_out = major * 10 + minor;
+  return 1;
+}
+
+static int numa_of(const char *dir) {
+  char path[PATH_MAX + 16], text[16] = {0};
+  snprintf(path, sizeof(path), "%s/numa_node", dir);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  return n > 0 ? atoi(text) : -1;
+}
+
+/* The PCI path type between GPU `gpu` and d's NIC, from sysfs; SYS when
+ * either has no PCI path there. detail says what was compared. */
+static int gpu_nic_distance(const ib_dev_t *d, int gpu, char *detail, size_t n) {
+  char bus[32], link[64];
+  if (cudaDeviceGetPCIBusId(bus, sizeof(bus), gpu) != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(detail, n, "GPU %d has no PCI bus id", gpu);
+    return BRD_IB_PATH_SYS;
+  }
+  for (char *p = bus; *p != '\0'; p++) *p = (char)tolower((unsigned char)*p);
+  snprintf(link, sizeof(link), "/sys/bus/pci/devices/%s", bus);
+  char *gpu_path = realpath(link, NULL);
+  if (gpu_path == NULL || d->pci_path == NULL) {
+    snprintf(detail, n, "PCI path unknown: no sysfs entry for %s", gpu_path == NULL ? bus : d->name);
+    free(gpu_path);
+    return BRD_IB_PATH_SYS;
+  }
+  int path = brd_ib_pci_distance(gpu_path, numa_of(gpu_path), d->pci_path, numa_of(d->pci_path));
+  snprintf(detail, n, "GPU %s, NIC %.160s", bus, d->pci_path);
+  free(gpu_path);
+  return path;
+}
+#endif
+
+/* Whether receives into GPU memory of compute capability cc (x 10; -1
+ * unknown) need a flush: NCCL's ncclTopoNeedFlush without C2C. */
+static int flush_rule(int cc) {
+  if (brd_param_int(BRD_P_GDR_FLUSH_DISABLE) != 0) return 0;
+  return brd_param_int(BRD_P_NET_FORCE_FLUSH) != 0 || (cc >= 0 && cc < 90);
+}
+
+/* NCCL's choice for GPU memory at data on d, for sends (the NIC reads
+ * it) or receives: host staging when NCCL_NET_GDR_LEVEL puts the GPU too
+ * far from the NIC or NCCL_NET_GDR_READ keeps sends off it; else DMA-BUF
+ * when NCCL_DMABUF_ENABLE, the NIC and the driver allow it; else peermem
+ * when it is loaded; else host staging. Said at INFO once per (device,
+ * GPU, direction). d->mu held. Returns 0 when data is not GPU memory. */
+static int gdr_choose(ib_dev_t *d, const void *data, int is_send, ib_gdr_t *g) {
+  memset(g, 0, sizeof(*g));
+#if !BRAID_CUDA
+  (void)d;
+  (void)data;
+  (void)is_send;
+  return 0;
+#else
+  if (!gpu_of(data, &g->gpu, &g->cc)) return 0;
+  char detail[256], dm[256] = "", pm[160] = "";
+  const char *level_s = brd_param_str(BRD_P_NET_GDR_LEVEL);
+  int level = brd_ib_gdr_level_parse(level_s);
+  if (level < 0) {
+    if (level_s != NULL && level_s[0] != '\0')
+      INFO(BRD_SUBSYS_NET | BRD_SUBSYS_ENV, "NCCL_NET_GDR_LEVEL=%s is not a path type (LOC, "
+           "PIX, PXB, PHB, SYS or 0-5); PXB is used", level_s);
+    level = BRD_IB_PATH_PXB;
+  }
+  int dist = gpu_nic_distance(d, g->gpu, detail, sizeof(detail));
+  int64_t rd = brd_param_int(BRD_P_NET_GDR_READ);
+  g->mem = IB_MEM_HOST;
+  if (dist > level) {
+    snprintf(g->why, sizeof(g->why), "GPU %d and %s are %s apart (%.200s), beyond "
+             "NCCL_NET_GDR_LEVEL=%s", g->gpu, d->name, brd_ib_path_name(dist), detail,
+             brd_ib_path_name(level));
+  } else if (is_send && rd == 0) {
+    snprintf(g->why, sizeof(g->why), "NCCL_NET_GDR_READ=0 keeps sends off GPU memory");
+  } else if (is_send && rd < 0 && g->cc < 80) {
+    snprintf(g->why, sizeof(g->why), "GPU %d has compute capability %d.%d: sends from GPU "
+             "memory start at 8.0 (NCCL_NET_GDR_READ=1 forces them)", g->gpu, g->cc / 10,
+             g->cc % 10);
+  } else {
+    if (brd_param_int(BRD_P_DMABUF_ENABLE) == 0)
+      snprintf(dm, sizeof(dm), "NCCL_DMABUF_ENABLE=0");
+    else if (!d->dmabuf)
+      snprintf(dm, sizeof(dm), "%s", d->dmabuf_why);
+    else if (brd_cudrv_dmabuf_supported(g->gpu, dm, sizeof(dm)))
+      g->mem = IB_MEM_DMABUF;
+    if (g->mem == IB_MEM_HOST && peermem_present(pm, sizeof(pm))) g->mem = IB_MEM_PEERMEM;
+    if (g->mem == IB_MEM_DMABUF)
+      snprintf(g->why, sizeof(g->why), "DMA-BUF");
+    else if (g->mem == IB_MEM_PEERMEM)
+      snprintf(g->why, sizeof(g->why), "nvidia-peermem (%.120s); no DMA-BUF: %.200s", pm, dm);
+    else
+      snprintf(g->why, sizeof(g->why), "no DMA-BUF (%.200s) and no nvidia-peermem (%.120s)", dm,
+               pm);
+  }
+  if (g->mem != IB_MEM_HOST) g->flush = flush_rule(g->cc);
+  if (g->gpu >= 0 && g->gpu < IB_GDR_GPUS && !d->gdr_logged[g->gpu][is_send != 0]) {
+    d->gdr_logged[g->gpu][is_send != 0] = 1;
+    if (g->mem == IB_MEM_HOST)
+      INFO(BRD_SUBSYS_NET | BRD_SUBSYS_INIT, "NET/IB : GPU Direct RDMA off for GPU %d and %s "
+           "(%s): %s; GPU buffers are staged through host memory", g->gpu, d->name,
+           is_send ? "send" : "receive", g->why);
+    else
+      INFO(BRD_SUBSYS_NET | BRD_SUBSYS_INIT, "NET/IB : GPU Direct RDMA on for GPU %d and %s "
+           "(%s) through %s; path %s (%.200s), NCCL_NET_GDR_LEVEL %s%s", g->gpu, d->name,
+           is_send ? "send" : "receive", g->why, brd_ib_path_name(dist), detail,
+           brd_ib_path_name(level),
+           is_send ? ""
+           : g->flush ? "; receives are flushed (compute capability below 9.0, or "
+                        "NCCL_NET_FORCE_FLUSH)"
+                      : "; receives need no flush");
+  }
+  return 1;
+#endif
+}
+
+/* The cache entry holding [lo, hi) of kind host (mem 0) or GPU (mem != 0),
+ * or NULL. d->mu held. */
+static ib_mr_entry_t *cache_find(ib_dev_t *d, uintptr_t lo, uintptr_t hi, int gpu_mem) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (int i = 0; i < d->nmr; i++) {
+    ib_mr_entry_t *e = &d->mrs[i];
+    if ((e->mem != IB_MEM_HOST) == gpu_mem && lo >= e->addr && hi <= e->addr + e->pages * page)
+      return e;
+  }
+  return NULL;
+}
+
+/* Adds a registration to the cache (room made first). d->mu held. */
+static ncclResult_t cache_room(ib_dev_t *d) {
+  if (d->nmr < d->mr_cap) return ncclSuccess;
+  int cap = d->mr_cap ? 2 * d->mr_cap : 32;
+  ib_mr_entry_t *n = realloc(d->mrs, (size_t)cap * sizeof(*n));
+  if (n == NULL) {
+    WARN("NET/IB : out of host memory for the registration cache");
+    return ncclSystemError;
+  }
+  d->mrs = n;
+  d->mr_cap = cap;
+  return ncclSuccess;
+}
+
+/* The page range [lo, hi) holding [data, data + size), one page at least. */
+static void page_range(const void *data, size_t size, uintptr_t *lo, uintptr_t *hi) {
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  *lo = (uintptr_t)data & ~(page - 1);
+  *hi = ((uintptr_t)data + size + page - 1) & ~(page - 1);
+  if (*hi == *lo) *hi = *lo + page;
+}
+
+#if BRAID_CUDA
+/* GPU memory [lo, hi) through DMA-BUF: a handle from the driver for the
+ * allocation from its base to hi (page-aligned, as the driver wants it),
+ * registered at lo's offset in it; the fd is closed once the MR holds it. */
+static struct ibv_mr *reg_dmabuf_range(ib_dev_t *d, uintptr_t lo, uintptr_t hi, char *err,
+                                       size_t n) {
+  const brd_cudrv_dmabuf_t *t = brd_cudrv_dmabuf();
+  brd_cudrv_addr_range_fn_t range = brd_cudrv_addr_range();
+  CUdeviceptr base = (CUdeviceptr)lo;
+  size_t alloc = 0;
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  if (range != NULL && range(&base, &alloc, (CUdeviceptr)lo) == CUDA_SUCCESS &&
+      (base & (page - 1)) == 0 && base <= lo) {
+    /* from the allocation's base */
+  } else {
+    base = (CUdeviceptr)lo;
+  }
+  int fd = -1;
+  CUresult r = t->range_handle(&fd, base, hi - (uintptr_t)base,
+                               CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (r != CUDA_SUCCESS) {
+    snprintf(err, n, "cuMemGetHandleForAddressRange of %zu bytes at 0x%llx failed: %s (%d)",
+             (size_t)(hi - (uintptr_t)base), (unsigned long long)base, brd_cudrv_errstr(r),
+             (int)r);
+    return NULL;
+  }
+  struct ibv_mr *mr = ibv->reg_dmabuf_mr(d->pd, lo - (uintptr_t)base, hi - lo, lo, fd,
+                                         IB_MR_ACCESS);
+  if (mr == NULL)
+    snprintf(err, n, "ibv_reg_dmabuf_mr of %zu bytes at %p (offset %zu of DMA-BUF fd %d) on "
+             "%s failed: %s", (size_t)(hi - lo), (void *)lo, (size_t)(lo - (uintptr_t)base), fd,
+             d->name, strerror(errno));
+  close(fd);
+  return mr;
+}
+#endif
+
+static ncclResult_t mh_new(ib_dev_t *d, ib_mr_entry_t *e, void **mhandle) {
   ib_mh_t *mh = malloc(sizeof(*mh));
   if (mh == NULL) {
     WARN("NET/IB : out of host memory");
     return ncclSystemError;
   }
-  pthread_mutex_lock(&d->mu);
-  for (int i = 0; i < d->nmr; i++) {
-    ib_mr_entry_t *e = &d->mrs[i];
-    if (lo >= e->addr && hi <= e->addr + e->pages * (size_t)page) {
-      e->refs++;
-      mh->dev = d;
-      mh->mr = e->mr;
-      pthread_mutex_unlock(&d->mu);
-      *mhandle = mh;
-      return ncclSuccess;
-    }
-  }
-  if (d->nmr == d->mr_cap) {
-    int cap = d->mr_cap ? 2 * d->mr_cap : 32;
-    ib_mr_entry_t *n = realloc(d->mrs, (size_t)cap * sizeof(*n));
-    if (n == NULL) {
-      pthread_mutex_unlock(&d->mu);
-      free(mh);
-      WARN("NET/IB : out of host memory for the registration cache");
-      return ncclSystemError;
-    }
-    d->mrs = n;
-    d->mr_cap = cap;
-  }
-  struct ibv_mr *mr = ibv->reg_mr(d->pd, (void *)lo, hi - lo,
-                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                      IBV_ACCESS_REMOTE_READ);
-  if (mr == NULL) {
-    int err = errno;
-    pthread_mutex_unlock(&d->mu);
-    free(mh);
-    WARN("NET/IB : ibv_reg_mr of %zu bytes at %p on %s failed: %s%s", (size_t)(hi - lo),
-         (void *)lo, d->name, strerror(err),
-         err == ENOMEM ? " (raise the locked-memory limit: ulimit -l unlimited)" : "");
-    return ncclSystemError;
-  }
-  d->mrs[d->nmr++] = (ib_mr_entry_t){lo, pages, 1, mr};
   mh->dev = d;
-  mh->mr = mr;
-  pthread_mutex_unlock(&d->mu);
+  mh->mr = e->mr;
+  mh->mem = e->mem;
+  mh->flush = e->flush;
+  e->refs++;
   *mhandle = mh;
   return ncclSuccess;
+}
+
+/* regMr: host memory (BRD_NET_PTR_HOST) with ibv_reg_mr; GPU memory
+ * (BRD_NET_PTR_CUDA) through DMA-BUF or peermem as gdr_choose says, or
+ * refused (ncclInvalidUsage: the caller stages through host memory) when
+ * GPUDirect RDMA is off for this GPU and NIC. Registrations are cached by
+ * page range, per device: a range inside a registered one shares it. */
+static ncclResult_t ib_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
+  ib_comm_t *c = comm;
+  ib_dev_t *d = c->dev;
+  ncclResult_t res = ncclSuccess;
+  *mhandle = NULL;
+  if (type != BRD_NET_PTR_HOST && type != BRD_NET_PTR_CUDA) {
+    WARN("NET/IB : regMr of memory type %d (host %d or CUDA %d); DMA-BUF goes through "
+         "regMrDmaBuf", type, BRD_NET_PTR_HOST, BRD_NET_PTR_CUDA);
+    return ncclInternalError;
+  }
+  uintptr_t lo, hi;
+  page_range(data, size, &lo, &hi);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  int gpu_mem = type == BRD_NET_PTR_CUDA;
+  pthread_mutex_lock(&d->mu);
+  ib_mr_entry_t *e = cache_find(d, lo, hi, gpu_mem);
+  if (e != NULL) {
+    res = mh_new(d, e, mhandle);
+    goto out;
+  }
+  CHECK_GOTO(cache_room(d), res, out);
+  ib_mr_entry_t n = {lo, (hi - lo) / page, 0, IB_MEM_HOST, 0, NULL};
+  if (!gpu_mem) {
+    n.mr = ibv->reg_mr(d->pd, (void *)lo, hi - lo, IB_MR_ACCESS);
+    if (n.mr == NULL) {
+      int err = errno;
+      WARN("NET/IB : ibv_reg_mr of %zu bytes at %p on %s failed: %s%s", (size_t)(hi - lo),
+           (void *)lo, d->name, strerror(err),
+           err == ENOMEM ? " (raise the locked-memory limit: ulimit -l unlimited)" : "");
+      res = ncclSystemError;
+      goto out;
+    }
+  } else {
+    ib_gdr_t g;
+    if (!gdr_choose(d, data, c->is_send, &g)) {
+      WARN("NET/IB : regMr of CUDA memory at %p on %s, but %s", data, d->name,
+           BRAID_CUDA ? "it is not device memory of a CUDA device"
+                      : "this library was built without CUDA (CUDA=0)");
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    if (g.mem == IB_MEM_HOST) {
+      WARN("NET/IB : cannot register GPU %d memory at %p on %s: GPU Direct RDMA is off (%s). "
+           "Stage GPU buffers through host memory", g.gpu, data, d->name, g.why);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    char err[512] = "";
+#if BRAID_CUDA
+    if (g.mem == IB_MEM_DMABUF) {
+      n.mr = reg_dmabuf_range(d, lo, hi, err, sizeof(err));
+      char pm[160];
+      if (n.mr == NULL && peermem_present(pm, sizeof(pm))) {
+        INFO(BRD_SUBSYS_NET, "NET/IB : %s; registering through nvidia-peermem instead", err);
+        g.mem = IB_MEM_PEERMEM;
+      }
+    }
+#endif
+    if (g.mem == IB_MEM_PEERMEM) {
+      n.mr = ibv->reg_mr(d->pd, (void *)lo, hi - lo, IB_MR_ACCESS);
+      if (n.mr == NULL)
+        snprintf(err, sizeof(err), "ibv_reg_mr of GPU %d memory (%zu bytes at %p, through "
+                 "nvidia-peermem) on %s failed: %s", g.gpu, (size_t)(hi - lo), (void *)lo,
+                 d->name, strerror(errno));
+    }
+    if (n.mr == NULL) {
+      WARN("NET/IB : %s. Check that the GPU memory is a cudaMalloc or cuMem allocation, or set "
+           "NCCL_NET_GDR_LEVEL=LOC to stage GPU buffers through host memory", err);
+      res = ncclSystemError;
+      goto out;
+    }
+    n.mem = g.mem;
+    n.flush = g.flush;
+  }
+  d->mrs[d->nmr] = n;
+  res = mh_new(d, &d->mrs[d->nmr], mhandle);
+  if (res != ncclSuccess) (void)ibv->dereg_mr(n.mr);
+  else d->nmr++;
+out:
+  pthread_mutex_unlock(&d->mu);
+  return res;
+}
+
+/* regMrDmaBuf (NCCL's semantics): the caller's DMA-BUF fd, whose byte
+ * `offset` is data; the fd stays the caller's. Cached with the GPU
+ * registrations. */
+static ncclResult_t ib_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
+                                     uint64_t offset, int fd, void **mhandle) {
+  ib_comm_t *c = comm;
+  ib_dev_t *d = c->dev;
+  ncclResult_t res = ncclSuccess;
+  *mhandle = NULL;
+  if (ibv->reg_dmabuf_mr == NULL || !d->dmabuf) {
+    WARN("NET/IB : regMrDmaBuf on %s, which takes no DMA-BUF (%s); check ptrSupport first",
+         d->name, d->dmabuf_why);
+    return ncclInvalidUsage;
+  }
+  uintptr_t lo, hi;
+  page_range(data, size, &lo, &hi);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  if ((uintptr_t)data - lo > offset) {
+    WARN("NET/IB : regMrDmaBuf of %p at offset %llu of fd %d: the page start %p would lie "
+         "before the DMA-BUF", data, (unsigned long long)offset, fd, (void *)lo);
+    return ncclInvalidUsage;
+  }
+  pthread_mutex_lock(&d->mu);
+  ib_mr_entry_t *e = cache_find(d, lo, hi, 1);
+  if (e != NULL) {
+    res = mh_new(d, e, mhandle);
+    goto out;
+  }
+  CHECK_GOTO(cache_room(d), res, out);
+  ib_mr_entry_t n = {lo, (hi - lo) / page, 0, IB_MEM_DMABUF, 0, NULL};
+  int gpu = -1, cc = -1;
+#if BRAID_CUDA
+  if (type != BRD_NET_PTR_CUDA || !gpu_of(data, &gpu, &cc)) cc = -1;
+#else
+  (void)type;
+#endif
+  (void)gpu;
+  n.flush = flush_rule(cc);
+  n.mr = ibv->reg_dmabuf_mr(d->pd, offset - ((uintptr_t)data - lo), hi - lo, lo, fd,
+                            IB_MR_ACCESS);
+  if (n.mr == NULL) {
+    WARN("NET/IB : ibv_reg_dmabuf_mr of %zu bytes at %p (fd %d, offset %llu) on %s failed: %s",
+         (size_t)(hi - lo), (void *)lo, fd, (unsigned long long)offset, d->name, strerror(errno));
+    res = ncclSystemError;
+    goto out;
+  }
+  d->mrs[d->nmr] = n;
+  res = mh_new(d, &d->mrs[d->nmr], mhandle);
+  if (res != ncclSuccess) (void)ibv->dereg_mr(n.mr);
+  else d->nmr++;
+out:
+  pthread_mutex_unlock(&d->mu);
+  return res;
 }
 
 static ncclResult_t ib_dereg_mr(void *comm, void *mhandle) {
@@ -1441,15 +1925,90 @@ static ncclResult_t ib_irecv(void *recv_comm, int n, void **data, size_t *sizes,
   return ncclSuccess;
 }
 
+/* The receiver's flush QP: an RC QP connected to itself on the comm's
+ * CQ, and the host word its reads land in (NCCL's loopback flush). */
+static ncclResult_t flush_setup(ib_comm_t *c) {
+  ib_dev_t *d = c->dev;
+  struct ibv_qp_init_attr ia;
+  memset(&ia, 0, sizeof(ia));
+  ia.send_cq = c->cq;
+  ia.recv_cq = c->cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = IB_NREQ;
+  ia.cap.max_recv_wr = 1;
+  ia.cap.max_send_sge = 1;
+  ia.cap.max_recv_sge = 1;
+  c->flush_mr = ibv->reg_mr(d->pd, &c->flush_dummy, sizeof(c->flush_dummy),
+                            IBV_ACCESS_LOCAL_WRITE);
+  if (c->flush_mr == NULL) {
+    WARN("NET/IB : registering the flush target on %s failed: %s", d->name, strerror(errno));
+    return ncclSystemError;
+  }
+  c->flush_qp = ibv->create_qp(d->pd, &ia);
+  if (c->flush_qp == NULL) {
+    WARN("NET/IB : ibv_create_qp of the flush QP on %s failed: %s", d->name, strerror(errno));
+    return ncclSystemError;
+  }
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = (uint16_t)brd_param_int(BRD_P_IB_PKEY);
+  a.port_num = (uint8_t)d->port;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+  int rc = ibv->modify_qp(c->flush_qp, &a,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc != 0) {
+    WARN("NET/IB : the flush QP %u on %s:%d to INIT failed: %s", c->flush_qp->qp_num, d->name,
+         d->port, strerror(rc));
+    return ncclSystemError;
+  }
+  return qp_connect(c, c->flush_qp, c->flush_qp->qp_num, d->attr.lid, d->gid.raw,
+                    (uint32_t)d->attr.active_mtu);
+}
+
+/* iflush, as NCCL: where the last non-empty buffer of a completed receive
+ * is GPU memory that needs it (compute capability < 9.0, or
+ * NCCL_NET_FORCE_FLUSH; never with NCCL_GDR_FLUSH_DISABLE), a signalled
+ * RDMA read of 1 byte of it into a host word, over the loopback QP: its
+ * completion means the NIC's earlier PCIe writes into the GPU are visible.
+ * Otherwise *request is NULL: nothing to wait for. */
 static ncclResult_t ib_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
                               void **request) {
-  (void)recv_comm;
-  (void)n;
-  (void)data;
-  (void)sizes;
-  (void)mhandles;
-  /* Host memory only: a completed receive is already visible. */
+  ib_comm_t *c = recv_comm;
   *request = NULL;
+  int last = -1;
+  for (int i = 0; i < n; i++)
+    if (sizes != NULL && sizes[i] > 0) last = i;
+  if (last < 0 || mhandles == NULL || mhandles[last] == NULL) return ncclSuccess;
+  ib_mh_t *mh = mhandles[last];
+  if (mh->mem == IB_MEM_HOST || !mh->flush) return ncclSuccess;
+  CHECK(comm_progress(c));
+  if (c->flush_qp == NULL) {
+    ncclResult_t res = flush_setup(c);
+    if (res != ncclSuccess) return comm_fail(c, res, 1, "NET/IB : no flush QP on %s",
+                                             c->dev->name);
+  }
+  int k = 0;
+  while (k < IB_NREQ && c->freqs[k].state != REQ_FREE) k++;
+  if (k == IB_NREQ) return ncclSuccess; /* every flush in flight: later */
+  ib_req_t *q = &c->freqs[k];
+  struct ibv_sge sge = {(uint64_t)(uintptr_t)&c->flush_dummy, 1, c->flush_mr->lkey};
+  struct ibv_send_wr wr, *bad = NULL;
+  memset(&wr, 0, sizeof(wr));
+  wr.wr_id = ((uint64_t)WR_FLUSH << 56) | (uint64_t)k;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = (uint64_t)(uintptr_t)data[last];
+  wr.wr.rdma.rkey = mh->mr->rkey;
+  int rc = brd_ibv_post_send(c->flush_qp, &wr, &bad);
+  if (rc != 0)
+    return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_send of a flush on QP %u (%s) "
+                     "failed: %s", c->flush_qp->qp_num, c->dev->name, strerror(rc));
+  q->state = REQ_BUSY;
+  q->pending = 1;
+  *request = q;
   return ncclSuccess;
 }
 
@@ -1467,6 +2026,13 @@ static ncclResult_t ib_test(void *request, int *done, int *sizes) {
     return ncclInternalError;
   }
   ib_comm_t *c = r->comm;
+  if (r->flush) {
+    CHECK(comm_progress(c));
+    if (r->pending > 0) return ncclSuccess;
+    *done = 1;
+    r->state = REQ_FREE;
+    return ncclSuccess;
+  }
   ib_grp_t *g = &c->grp[r->slot];
   /* Completions first: a request whose bytes moved is done even when the
    * connection failed right after it. */
@@ -1518,7 +2084,7 @@ const brd_net_ops_t brd_net_ib = {
     .connect = ib_connect,
     .accept = ib_accept,
     .regMr = ib_reg_mr,
-    .regMrDmaBuf = NULL,
+    .regMrDmaBuf = ib_reg_mr_dmabuf,
     .deregMr = ib_dereg_mr,
     .isend = ib_isend,
     .irecv = ib_irecv,

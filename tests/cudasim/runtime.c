@@ -4,7 +4,8 @@
  *
  * Model:
  *   devices  BRAID_CUDASIM_DEVICES of them (default 1), BRAID_CUDASIM_SMS
- *            SMs each (default 132), compute capability 9.0, bus id
+ *            SMs each (default 132), compute capability BRAID_CUDASIM_CC
+ *            (major x 10 + minor, read at each call; default 90), bus id
  *            0000:<device + 1>:00.0, peer access between any two.
  *   memory   host memory. cudaMalloc maps a memfd (MAP_SHARED) so that a
  *            CUDA IPC handle (magic, pid, fd, offset, size, serial) can be
@@ -1262,8 +1263,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
   switch (attr) {
   case cudaDevAttrMultiProcessorCount: v = S.nsms; break;
   case cudaDevAttrMpsEnabled: v = S.mps; break;
-  case cudaDevAttrComputeCapabilityMajor: v = 9; break;
-  case cudaDevAttrComputeCapabilityMinor: v = 0; break;
+  case cudaDevAttrComputeCapabilityMajor: v = env_int("BRAID_CUDASIM_CC", 90) / 10; break;
+  case cudaDevAttrComputeCapabilityMinor: v = env_int("BRAID_CUDASIM_CC", 90) % 10; break;
   case cudaDevAttrMaxThreadsPerBlock: v = 1024; break;
   case cudaDevAttrWarpSize: v = 32; break;
   case cudaDevAttrMaxSharedMemoryPerBlock: v = 49152; break;
@@ -1301,8 +1302,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   prop->regsPerBlock = 65536;
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
-  prop->major = 9;
-  prop->minor = 0;
+  prop->major = env_int("BRAID_CUDASIM_CC", 90) / 10;
+  prop->minor = env_int("BRAID_CUDASIM_CC", 90) % 10;
   prop->multiProcessorCount = S.nsms;
   prop->canMapHostMemory = 1;
   prop->unifiedAddressing = 1;
@@ -1632,6 +1633,10 @@ static CUresult sim_device_get_attribute(int *v, CUdevice_attribute attr, CUdevi
   if (dev_check(d) != cudaSuccess) return CUDA_ERROR_INVALID_DEVICE;
   if (attr == CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED) {
     *v = mc_supported();
+    return CUDA_SUCCESS;
+  }
+  if (attr == CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED) {
+    *v = env_int("BRAID_CUDASIM_DMABUF", 1) != 0;
     return CUDA_SUCCESS;
   }
   if (attr == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ||
@@ -2156,6 +2161,36 @@ static CUresult sim_mem_get_address_range(CUdeviceptr *pbase, size_t *psize, CUd
   return r;
 }
 
+/* cuMemGetHandleForAddressRange, DMA-BUF only (BRAID_CUDASIM_DMABUF, 1 by
+ * default; 0: CUDA_ERROR_NOT_SUPPORTED): the handle is a duplicate of the
+ * cudaMalloc allocation's memfd, so byte k of it is byte k of the
+ * allocation; the range must therefore start at the allocation's base (a
+ * subset of what CUDA takes), and, as CUDA asks, dptr and size are
+ * multiples of the host page and the range lies in the allocation's
+ * pages. The caller closes the fd. */
+static CUresult sim_mem_get_handle_for_address_range(void *handle, CUdeviceptr dptr, size_t size,
+                                                     CUmemRangeHandleType type,
+                                                     unsigned long long flags) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  if (handle == NULL || type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || size == 0 ||
+      dptr % pg != 0 || size % pg != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (env_int("BRAID_CUDASIM_DMABUF", 1) == 0 || flags != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  lock();
+  alloc_t *a = alloc_find((const void *)(uintptr_t)dptr);
+  CUresult r = CUDA_SUCCESS;
+  if (a == NULL || a->kind != MEM_DEVICE || a->fd < 0 ||
+      (uintptr_t)a->base != (uintptr_t)dptr || size > a->map_size) {
+    r = CUDA_ERROR_INVALID_VALUE;
+  } else {
+    int fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) r = CUDA_ERROR_OUT_OF_MEMORY;
+    else *(int *)handle = fd;
+  }
+  unlock();
+  return r;
+}
+
 #define DRV_FN(name, fn) {name, (void (*)(void))(fn)}
 static const struct {
   const char *name;
@@ -2165,6 +2200,7 @@ static const struct {
     DRV_FN("cuDeviceGet", sim_device_get),
     DRV_FN("cuDeviceGetAttribute", sim_device_get_attribute),
     DRV_FN("cuMemGetAddressRange", sim_mem_get_address_range),
+    DRV_FN("cuMemGetHandleForAddressRange", sim_mem_get_handle_for_address_range),
     DRV_FN("cuMulticastGetGranularity", sim_mc_get_granularity),
     DRV_FN("cuMulticastCreate", sim_mc_create),
     DRV_FN("cuMulticastAddDevice", sim_mc_add_device),

@@ -23,8 +23,23 @@
  * of a QP come in post order, and a write is in the target's memory before
  * the target's receive completes.
  *
- * Not modelled: RDMA read, atomics, send/receive with data, SRQs, CQ
- * events; an RNR is reported at once instead of retried.
+ * RDMA reads are served within one process (the IB net's loopback flush
+ * QP reads its own GPU buffers): the target QP must be RTR or RTS,
+ * connected back to the reader and allow remote reads, and the rkey must
+ * give remote read over the range.
+ *
+ * GPU memory. ibv_reg_dmabuf_mr takes a DMA-BUF fd as the CUDA simulator
+ * hands them out (tests/cudasim: the allocation's memfd) and checks that
+ * byte `offset` of it is the memory at `iova` (the same file at the same
+ * file offset in /proc/self/maps) and that offset + length fits; the
+ * probe NCCL makes (fd -1) fails with EBADF, or EOPNOTSUPP with
+ * BRAID_MOCK_IB_DMABUF=0; with 2 the probe passes and every real
+ * registration fails (EINVAL). BRAID_MOCK_IB_PEERMEM=0 makes ibv_reg_mr refuse
+ * (EFAULT, as the kernel does without nvidia-peermem) ranges mapped from
+ * the simulator's memory ("/memfd:braid-cudasim-" mappings).
+ *
+ * Not modelled: reads across processes, atomics, send/receive with data,
+ * SRQs, CQ events; an RNR is reported at once instead of retried.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -38,6 +53,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -192,6 +208,9 @@ static uint32_t next_key = 0x1000;
 static struct ibv_qp_attr last_rts;
 static int have_last_rts;
 static atomic_ulong writes;
+static atomic_ulong reads;          /* RDMA reads served */
+static atomic_ulong dmabuf_regs;    /* DMA-BUF registrations made */
+static braid_mock_ib_write_t last_read; /* under G */
 
 #define WLOG 4096
 static braid_mock_ib_write_t wlog[WLOG]; /* write i at (i - 1) % WLOG; under G */
@@ -572,6 +591,50 @@ static void take_down(int dev, int port) {
   }
 }
 
+/* An RDMA read of this process's memory through a QP connected to a QP
+ * of this process; completes it (signalled or in error). G held. */
+static void serve_read(mqp_t *q, struct ibv_send_wr *wr) {
+  enum ibv_wc_status st = IBV_WC_SUCCESS;
+  uint64_t len = 0;
+  for (int i = 0; i < wr->num_sge; i++) len += wr->sg_list[i].length;
+  atomic_fetch_add(&reads, 1);
+  last_read = (braid_mock_ib_write_t){q->qp.qp_num, q->attr.dest_qp_num, 0, 0,
+                                      wr->wr.rdma.remote_addr, len};
+  mqp_t *t = qp_find(q->attr.dest_qp_num);
+  mmr_t *rm = mr_find(wr->wr.rdma.rkey);
+  const mdev_t *d = qp_dev(q);
+  if (q->qp.state == IBV_QPS_ERR) {
+    st = IBV_WC_WR_FLUSH_ERR;
+  } else if (is_down(d->index, q->attr.port_num) || t == NULL ||
+             t->attr.dest_qp_num != q->qp.qp_num ||
+             (t->qp.state != IBV_QPS_RTR && t->qp.state != IBV_QPS_RTS)) {
+    st = IBV_WC_RETRY_EXC_ERR; /* no responder (reads across processes are not modelled) */
+  } else if (!(t->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ) || rm == NULL ||
+             rm->mr.pd != t->qp.pd || !(rm->access & IBV_ACCESS_REMOTE_READ) ||
+             !range_in(rm, wr->wr.rdma.remote_addr, len)) {
+    st = IBV_WC_REM_ACCESS_ERR;
+  } else {
+    for (int i = 0; i < wr->num_sge && st == IBV_WC_SUCCESS; i++) {
+      mmr_t *m = mr_find(wr->sg_list[i].lkey);
+      if (m == NULL || m->mr.pd != q->qp.pd || !(m->access & IBV_ACCESS_LOCAL_WRITE) ||
+          !range_in(m, wr->sg_list[i].addr, wr->sg_list[i].length))
+        st = IBV_WC_LOC_PROT_ERR;
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < wr->num_sge && st == IBV_WC_SUCCESS; i++) {
+      memcpy((void *)(uintptr_t)wr->sg_list[i].addr,
+             (const char *)(uintptr_t)wr->wr.rdma.remote_addr + off, wr->sg_list[i].length);
+      off += wr->sg_list[i].length;
+    }
+  }
+  if (st != IBV_WC_SUCCESS) {
+    qp_error(q);
+    complete(q, wr->wr_id, st, IBV_WC_RDMA_READ);
+  } else if (wr->send_flags & IBV_SEND_SIGNALED) {
+    complete(q, wr->wr_id, IBV_WC_SUCCESS, IBV_WC_RDMA_READ);
+  }
+}
+
 static int mock_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
   mqp_t *q = (mqp_t *)(void *)ibqp;
   for (; wr != NULL; wr = wr->next) {
@@ -580,6 +643,11 @@ static int mock_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ib
       pthread_mutex_unlock(&G);
       *bad = wr;
       return EINVAL;
+    }
+    if (wr->opcode == IBV_WR_RDMA_READ && wr->num_sge >= 0 && wr->num_sge <= q->max_sge) {
+      serve_read(q, wr);
+      pthread_mutex_unlock(&G);
+      continue;
     }
     if ((wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) ||
         wr->num_sge < 0 || wr->num_sge > q->max_sge) {
@@ -907,6 +975,32 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd) {
 }
 
 #undef ibv_reg_mr
+/* Whether addr lies in a mapping of the CUDA simulator's memory (its
+ * memfds); with the mapped file's device, inode and file offset of addr. */
+static int sim_memory(uint64_t addr, dev_t *dev_out, ino_t *ino_out, uint64_t *off_out) {
+  FILE *f = fopen("/proc/self/maps", "re");
+  char line[512];
+  int hit = 0;
+  if (f == NULL) return 0;
+  while (!hit && fgets(line, sizeof(line), f) != NULL) {
+    unsigned long lo, hi, off, ino;
+    unsigned maj, min;
+    int at = 0;
+    if (sscanf(line, "%lx-%lx %*s %lx %x:%x %lu %n", &lo, &hi, &off, &maj, &min, &ino, &at) < 6)
+      continue;
+    if (addr < lo || addr >= hi) continue;
+    if (strstr(line + at, "/memfd:braid-cudasim-") != line + at) break;
+    hit = 1;
+    if (dev_out != NULL) *dev_out = makedev(maj, min);
+    if (ino_out != NULL) *ino_out = (ino_t)ino;
+    if (off_out != NULL) *off_out = off + (addr - lo);
+  }
+  fclose(f);
+  return hit;
+}
+
+static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t length, int access);
+
 EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access) {
   long limit = env_long("BRAID_MOCK_IB_REG_LIMIT", -1);
   if (limit >= 0 && length > (size_t)limit) {
@@ -922,6 +1016,16 @@ EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, i
     errno = EFAULT;
     return NULL;
   }
+  if (env_long("BRAID_MOCK_IB_PEERMEM", 1) == 0 && length > 0 &&
+      sim_memory((uint64_t)(uintptr_t)addr, NULL, NULL, NULL)) {
+    errno = EFAULT; /* GPU memory without nvidia-peermem */
+    return NULL;
+  }
+  return mr_new(pd, addr, length, access);
+}
+
+/* A new MR over [addr, addr + length). */
+static struct ibv_mr *mr_new(struct ibv_pd *pd, void *addr, size_t length, int access) {
   mmr_t *m = calloc(1, sizeof(*m));
   if (m == NULL) {
     errno = ENOMEM;
@@ -939,6 +1043,37 @@ EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, i
   mrs = m;
   pthread_mutex_unlock(&G);
   return &m->mr;
+}
+
+EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+                                       uint64_t iova, int fd, int access) {
+  if (env_long("BRAID_MOCK_IB_DMABUF", 1) == 0) {
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    errno = EBADF;
+    return NULL;
+  }
+  if (env_long("BRAID_MOCK_IB_DMABUF", 1) == 2) {
+    errno = EINVAL; /* the probe passed, this registration does not */
+    return NULL;
+  }
+  /* Byte `offset` of the DMA-BUF must be the memory at iova, and the
+   * range must lie inside the DMA-BUF. */
+  dev_t dev;
+  ino_t ino;
+  uint64_t file_off;
+  if (!sim_memory(iova, &dev, &ino, &file_off) || ino != st.st_ino || file_off != offset ||
+      offset > (uint64_t)st.st_size || length > (uint64_t)st.st_size - offset || length == 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  (void)dev;
+  struct ibv_mr *mr = mr_new(pd, (void *)(uintptr_t)iova, length, access);
+  if (mr != NULL) atomic_fetch_add(&dmabuf_regs, 1);
+  return mr;
 }
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
@@ -1224,3 +1359,18 @@ EXPORT int braid_mock_ib_release(int n) {
 
 EXPORT unsigned long braid_mock_ib_writes(void);
 EXPORT unsigned long braid_mock_ib_writes(void) { return atomic_load(&writes); }
+
+EXPORT unsigned long braid_mock_ib_reads(void);
+EXPORT unsigned long braid_mock_ib_reads(void) { return atomic_load(&reads); }
+
+EXPORT int braid_mock_ib_last_read(braid_mock_ib_write_t *out);
+EXPORT int braid_mock_ib_last_read(braid_mock_ib_write_t *out) {
+  if (atomic_load(&reads) == 0) return -1;
+  pthread_mutex_lock(&G);
+  *out = last_read;
+  pthread_mutex_unlock(&G);
+  return 0;
+}
+
+EXPORT unsigned long braid_mock_ib_dmabuf_regs(void);
+EXPORT unsigned long braid_mock_ib_dmabuf_regs(void) { return atomic_load(&dmabuf_regs); }

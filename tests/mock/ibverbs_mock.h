@@ -17,6 +17,13 @@
  *   BRAID_MOCK_IB_HOLD_IMM      1: RDMA writes with immediate are held
  *                               (not delivered, not completed) until
  *                               braid_mock_ib_release lets them go
+ *   BRAID_MOCK_IB_DMABUF        0: the NIC takes no DMA-BUF (ibv_reg_dmabuf_mr
+ *                               fails with EOPNOTSUPP); 2: the probe (fd -1)
+ *                               passes but registrations fail (EINVAL);
+ *                               default 1
+ *   BRAID_MOCK_IB_PEERMEM       0: nvidia-peermem is absent: ibv_reg_mr of
+ *                               the CUDA simulator's memory fails (EFAULT);
+ *                               default 1
  */
 #ifndef BRAID_TESTS_IBVERBS_MOCK_H
 #define BRAID_TESTS_IBVERBS_MOCK_H
@@ -51,5 +58,13 @@ typedef int (*braid_mock_ib_write_log_fn)(unsigned long i, braid_mock_ib_write_t
 /* Delivers and completes up to n writes held by BRAID_MOCK_IB_HOLD_IMM,
  * oldest first. Returns how many it let go. */
 typedef int (*braid_mock_ib_release_fn)(int n);
+
+/* RDMA reads this process served; the last one ({reader QP, its
+ * destination QP, 0, 0, remote address, length}; 0, or -1 when none). */
+typedef unsigned long (*braid_mock_ib_reads_fn)(void);
+typedef int (*braid_mock_ib_last_read_fn)(braid_mock_ib_write_t *out);
+
+/* DMA-BUF registrations this process made (ibv_reg_dmabuf_mr that succeeded). */
+typedef unsigned long (*braid_mock_ib_dmabuf_regs_fn)(void);
 
 #endif /* BRAID_TESTS_IBVERBS_MOCK_H */

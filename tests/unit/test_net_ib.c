@@ -107,6 +107,70 @@ static void test_gid_select(void **state) {
   assert_int_equal(brd_ib_gid_select(v1, 3, AF_INET, 2), 1);
 }
 
+/* NCCL_NET_GDR_LEVEL: names in any case, NCCL's old numbers. */
+static void test_gdr_level_parse(void **state) {
+  (void)state;
+  static const struct {
+    const char *s;
+    int want;
+  } cases[] = {{"LOC", BRD_IB_PATH_LOC}, {"pix", BRD_IB_PATH_PIX}, {"PXB", BRD_IB_PATH_PXB},
+               {"PHB", BRD_IB_PATH_PHB}, {"SYS", BRD_IB_PATH_SYS}, {"NVL", BRD_IB_PATH_NVL},
+               {"0", BRD_IB_PATH_LOC},   {"1", BRD_IB_PATH_PIX},   {"2", BRD_IB_PATH_PXB},
+               {"3", BRD_IB_PATH_PHB},   {"4", BRD_IB_PATH_SYS},   {"5", BRD_IB_PATH_SYS},
+               {"9", BRD_IB_PATH_SYS},   {NULL, -1},               {"", -1},
+               {"NODE", -1},             {"2x", -1},               {"-1", -1}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int got = brd_ib_gdr_level_parse(cases[i].s);
+    if (got != cases[i].want)
+      fail_msg("NCCL_NET_GDR_LEVEL=%s: %d, want %d", cases[i].s ? cases[i].s : "(unset)", got,
+               cases[i].want);
+  }
+  assert_string_equal(brd_ib_path_name(BRD_IB_PATH_PXB), "PXB");
+  assert_string_equal(brd_ib_path_name(BRD_IB_PATH_SYS), "SYS");
+  assert_string_equal(brd_ib_path_name(42), "?");
+}
+
+/* GPU-NIC distances over hand-made sysfs paths (an H100 box: GPU and
+ * NIC behind one PCIe switch, two switches, other root ports, other
+ * sockets). */
+static void test_pci_distance(void **state) {
+  (void)state;
+  static const char *const gpu =
+      "/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0";
+  static const struct {
+    const char *nic;
+    int gnuma, nnuma, want;
+  } cases[] = {
+      /* Same switch: the NIC two levels below the shared bridge. */
+      {"/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:19:00.0", 0, 0,
+       BRD_IB_PATH_PIX},
+      /* A second switch on the NIC's side. */
+      {"/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:02.0/0000:1a:00.0/"
+       "0000:1b:00.0/0000:1c:00.0", 0, 0, BRD_IB_PATH_PXB},
+      /* Only the root port shared. */
+      {"/sys/devices/pci0000:15/0000:15:02.0/0000:20:00.0", 0, 0, BRD_IB_PATH_PHB},
+      /* Another host bridge on the same NUMA node; on another node. */
+      {"/sys/devices/pci0000:30/0000:30:01.0/0000:31:00.0", 0, 0, BRD_IB_PATH_PHB},
+      {"/sys/devices/pci0000:b0/0000:b0:01.0/0000:b1:00.0", 0, 1, BRD_IB_PATH_SYS},
+      {"/sys/devices/pci0000:b0/0000:b0:01.0/0000:b1:00.0", -1, -1, BRD_IB_PATH_SYS},
+      /* The device itself (a trailing slash changes nothing). */
+      {"/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0/", 0, 0,
+       BRD_IB_PATH_LOC},
+      /* Not PCI, or unknown. */
+      {"/sys/devices/virtual/net/lo", 0, 0, BRD_IB_PATH_SYS},
+      {NULL, 0, 0, BRD_IB_PATH_SYS},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    int got = brd_ib_pci_distance(gpu, cases[i].gnuma, cases[i].nic, cases[i].nnuma);
+    if (got != cases[i].want)
+      fail_msg("case %zu (%s): %s, want %s", i, cases[i].nic ? cases[i].nic : "NULL",
+               brd_ib_path_name(got), brd_ib_path_name(cases[i].want));
+    /* Symmetric. */
+    assert_int_equal(brd_ib_pci_distance(cases[i].nic, cases[i].nnuma, gpu, cases[i].gnuma),
+                     got);
+  }
+}
+
 /* ---- devices ---------------------------------------------------------------------- */
 
 static int count_devices(void) {
@@ -131,13 +195,38 @@ static void test_devices(void **state) {
   assert_int_equal(net->getProperties(0, &p), ncclSuccess);
   assert_string_equal(p.name, "mlx5_0");
   assert_int_equal(p.port, 1);
-  assert_int_equal(p.ptrSupport, BRD_NET_PTR_HOST);
+  /* The mock takes DMA-BUF (NCCL's probe); no nvidia-peermem here. A
+   * build without CUDA registers host memory only. */
+  assert_int_equal(p.ptrSupport, BRAID_CUDA ? BRD_NET_PTR_HOST | BRD_NET_PTR_DMABUF
+                                            : BRD_NET_PTR_HOST);
   assert_int_equal(p.maxRecvs, 8); /* NCCL_NET_IB_MAX_RECVS */
   assert_int_equal(p.speed, 100000); /* the mock's 4x EDR */
   assert_int_equal(net->getProperties(1, &p), ncclSuccess);
   assert_string_equal(p.name, "mlx5_1");
   assert_int_equal(net->getProperties(2, &p), ncclInternalError);
   assert_int_equal(net->finalize(ctx), ncclSuccess);
+  /* DMA-BUF off (by the NIC, or by NCCL_DMABUF_ENABLE); peermem present. */
+  static const struct {
+    const char *mock_dmabuf, *enable, *peermem;
+    int want;
+  } bits[] = {{"0", NULL, "0", BRD_NET_PTR_HOST},
+              {NULL, "0", "0", BRD_NET_PTR_HOST},
+              {"0", NULL, "1", BRD_NET_PTR_HOST | (BRAID_CUDA ? BRD_NET_PTR_CUDA : 0)},
+              {NULL, NULL, "1",
+               BRD_NET_PTR_HOST | (BRAID_CUDA ? BRD_NET_PTR_CUDA | BRD_NET_PTR_DMABUF : 0)}};
+  for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++) {
+    env("BRAID_MOCK_IB_DMABUF", bits[i].mock_dmabuf);
+    env("NCCL_DMABUF_ENABLE", bits[i].enable);
+    env("BRAID_IB_PEERMEM", bits[i].peermem);
+    assert_int_equal(net->init(&ctx, 1, &cfg, brd_net_log, NULL), ncclSuccess);
+    assert_int_equal(net->getProperties(1, &p), ncclSuccess);
+    if (p.ptrSupport != bits[i].want)
+      fail_msg("case %zu: ptrSupport 0x%x, want 0x%x", i, p.ptrSupport, bits[i].want);
+    assert_int_equal(net->finalize(ctx), ncclSuccess);
+  }
+  env("BRAID_MOCK_IB_DMABUF", NULL);
+  env("NCCL_DMABUF_ENABLE", NULL);
+  env("BRAID_IB_PEERMEM", "0");
 
   env("NCCL_IB_HCA", "^mlx5_0");
   assert_int_equal(count_devices(), 1);
@@ -322,7 +411,7 @@ static void test_split_sizes(void **state) {
   static const int data_qps[7][4] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1},
                                      {1, 2, 2, 2}, {1, 2, 3, 4}, {1, 2, 3, 4}};
   const size_t cap = (1 << 20) + 256;
-  unsigned char *s = malloc(cap), *r = malloc(cap), *ref = malloc(cap);
+  unsigned char *s = calloc(1, cap), *r = malloc(cap), *ref = malloc(cap);
   assert_non_null(s);
   assert_non_null(r);
   assert_non_null(ref);
@@ -715,7 +804,10 @@ static void test_reg_cache_and_refusal(void **state) {
   assert_non_null(other);
   assert_int_equal(net->regMr(k.scomm, other, n, BRD_NET_PTR_HOST, &c), ncclSystemError);
   assert_null(c);
-  assert_int_equal(net->regMr(k.scomm, other, n, BRD_NET_PTR_CUDA, &c), ncclInternalError);
+  /* Host memory said to be CUDA memory, and an unknown type. */
+  assert_int_equal(net->regMr(k.scomm, other, n, BRD_NET_PTR_CUDA, &c), ncclInvalidUsage);
+  assert_null(c);
+  assert_int_equal(net->regMr(k.scomm, other, n, BRD_NET_PTR_DMABUF, &c), ncclInternalError);
   env("BRAID_MOCK_IB_REG_LIMIT", NULL);
   assert_int_equal(net->deregMr(k.scomm, b), ncclSuccess);
   assert_int_equal(net->deregMr(k.scomm, a), ncclSuccess);
@@ -835,6 +927,7 @@ int main(void) {
   unsetenv("BRAID_MOCK_IB_DEVICES");
   unsetenv("NCCL_IB_HCA");
   unsetenv("NCCL_IB_DISABLE");
+  setenv("BRAID_IB_PEERMEM", "0", 1); /* whatever this host has loaded */
   brd_param_reload();
   mock = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
   if (mock == NULL) mock = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
@@ -845,6 +938,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hca_match),
       cmocka_unit_test(test_gid_select),
+      cmocka_unit_test(test_gdr_level_parse),
+      cmocka_unit_test(test_pci_distance),
       cmocka_unit_test(test_devices),
       cmocka_unit_test(test_sizes_ib),
       cmocka_unit_test(test_sizes_roce),
