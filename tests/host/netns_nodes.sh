@@ -104,10 +104,13 @@ nodes_up() {
     in_node 0 ip link add bv0 type veth peer name bv1 netns "${node_pid[1]}" ||
       skip "cannot create a veth pair between namespaces here"
   else
-    unshare -n sleep 240 &
+    # The bridge's namespace must exist before anything enters it (else
+    # the bridge would land in this namespace).
+    unshare -n sh -c ": >'$work/up-sw' && exec sleep 240" &
     sw_pid=$!
     holders+=($!)
-    sleep 0.05
+    for _ in $(seq 100); do [[ -e $work/up-sw ]] && break; sleep 0.05; done
+    [[ -e $work/up-sw ]] || skip "cannot create the bridge's network namespace"
     nsenter -t "$sw_pid" -n ip link add br0 type bridge forward_delay 0 ||
       skip "cannot create a bridge in a namespace here"
     nsenter -t "$sw_pid" -n ip link set br0 up
@@ -126,7 +129,7 @@ nodes_up() {
   for ((i = 0; i < n; i++)); do link_wait "$i" LOWER_UP || skip "node $i's veth never came up"; done
 }
 
-link_wait() { # node, LOWER_UP or NO-CARRIER: waits up to 5 s for the state
+link_wait() { # node, flag (LOWER_UP): waits up to 5 s for bv<node> to show it
   local i=$1 want=$2
   for _ in $(seq 100); do
     in_node "$i" ip -o link show "bv$i" | grep -q "[<,]$want[,>]" && return 0
@@ -181,13 +184,15 @@ bench() {
     fail "$label: $rows checked rows, wrong elements or out-of-bounds values"
     failed=1
   fi
-  # Every process: one of $nodes nodes with 2 ranks each, its node's veth
-  # for the bootstrap and the socket net, port channels to the other nodes
-  # over it.
+  # Every process: one of $nodes nodes with 2 ranks each, a shared-memory
+  # window for its node's other rank (in the node's /dev/shm), its node's
+  # veth for the bootstrap and the socket net, port channels to the other
+  # nodes over it.
   for ((p = 0; p < np; p++)); do
     local want="bv$((p / 2)):$(addr $((p / 2)))" d=$run/debug.$p
-    if ! grep -q "localRanks 2 nodes $nodes .*Init COMPLETE" "$d"; then
-      fail "$label: process $p does not see $nodes nodes of 2 ranks"
+    if ! grep -q "localRanks 2 nodes $nodes .*Init COMPLETE" "$d" ||
+       ! grep -q "SHM window of" "$d"; then
+      fail "$label: process $p does not see $nodes nodes of 2 ranks sharing memory"
       failed=1
     fi
     if ! grep -q "Bootstrap: Using $want" "$d" || ! grep -q "NET/Socket : Using .*$want" "$d" ||
