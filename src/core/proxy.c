@@ -440,7 +440,8 @@ static int port_progress(port_t *pt) {
     int done = 0, size = 0;
     ncclResult_t res = net->test(pt->rreq[pt->rnext % NRECV], &done, &size);
     if (res != ncclSuccess) {
-      net_error(pt, 0, res, "a receive (the connection closed before the peer was done)");
+      net_error(pt, 0, res, "a receive (the connection closed or timed out before the peer "
+                            "was done; the net's warning before this one says which)");
       return 1;
     }
     if (!done) break;

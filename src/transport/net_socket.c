@@ -483,7 +483,10 @@ static int io_step(int fd, int is_send, char *a, size_t na, char *b, size_t nb, 
       *done += (size_t)n;
       continue;
     }
-    if (n == 0) return is_send ? IO_AGAIN : IO_CLOSED;
+    if (n == 0) {
+      errno = 0; /* an orderly close: no error to report */
+      return is_send ? IO_AGAIN : IO_CLOSED;
+    }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return IO_AGAIN;
     if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN || errno == ETIMEDOUT ||
@@ -494,11 +497,28 @@ static int io_step(int fd, int is_send, char *a, size_t na, char *b, size_t nb, 
   return IO_DONE;
 }
 
+/* Seconds of unacknowledged data after which a connection fails: a third
+ * of BRAID_TIMEOUT, at least 1. */
+static int ack_deadline_s(void) {
+  int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT) / 3;
+  return t < 1 ? 1 : t > 3600 ? 3600 : (int)t;
+}
+
 /* Turns an IO_CLOSED or IO_ERROR on one of c's sockets into the comm's
  * error. what: "receiving a message header", ... */
 static ncclResult_t io_fail(sock_comm_t *c, int rc, int err, const char *what, size_t done,
                             size_t size) {
-  c->quiet_close = rc == IO_CLOSED && done == 0 && err == 0 && !c->is_send &&
+  if (rc == IO_CLOSED && err == ETIMEDOUT) { /* set_liveness's limit */
+    c->quiet_close = 0;
+    return comm_fail(c, ncclRemoteError,
+                     "NET/Socket : %s acknowledged nothing for %d s while %s (%zu of %zu "
+                     "bytes): the link to its host is down or the host is unreachable. Check "
+                     "the network between the hosts, or raise BRAID_TIMEOUT, of which this "
+                     "limit is a third",
+                     c->peer, ack_deadline_s(), what, done, size);
+  }
+  if (rc == IO_CLOSED) err = 0; /* an end of stream and a reset read alike */
+  c->quiet_close = rc == IO_CLOSED && done == 0 && !c->is_send &&
                    strcmp(what, "receiving a message header") == 0;
   if (rc == IO_CLOSED)
     return comm_fail(c, ncclRemoteError,
@@ -536,7 +556,7 @@ static void *helper_main(void *arg) {
           break;
         }
         if (rc != IO_DONE) {
-          (void)io_fail(c, rc, rc == IO_CLOSED ? 0 : errno,
+          (void)io_fail(c, rc, errno,
                         c->is_send ? "sending data" : "receiving data", t->done, t->size);
           return NULL;
         }
@@ -626,14 +646,14 @@ static ncclResult_t ctrl_progress(sock_comm_t *c) {
       r->ctrl_done = done - r->hdr_done;
       if (rc == IO_AGAIN) return ncclSuccess;
       if (rc != IO_DONE)
-        return io_fail(c, rc, rc == IO_CLOSED ? 0 : errno, "sending on the control socket",
+        return io_fail(c, rc, errno, "sending on the control socket",
                        done, sizeof(r->hdr) + r->ctrl_bytes);
     } else {
       if (r->hdr_done < sizeof(r->hdr)) {
         rc = io_step(c->ctrl.fd, 0, (char *)&r->hdr, sizeof(r->hdr), NULL, 0, &r->hdr_done);
         if (rc == IO_AGAIN) return ncclSuccess;
         if (rc != IO_DONE)
-          return io_fail(c, rc, rc == IO_CLOSED ? 0 : errno, "receiving a message header",
+          return io_fail(c, rc, errno, "receiving a message header",
                          r->hdr_done, sizeof(r->hdr));
         if (r->hdr.seq != r->seq)
           return comm_fail(c, ncclInternalError,
@@ -659,7 +679,7 @@ static ncclResult_t ctrl_progress(sock_comm_t *c) {
       rc = io_step(c->ctrl.fd, 0, r->buf, r->ctrl_bytes, NULL, 0, &r->ctrl_done);
       if (rc == IO_AGAIN) return ncclSuccess;
       if (rc != IO_DONE)
-        return io_fail(c, rc, rc == IO_CLOSED ? 0 : errno, "receiving on the control socket",
+        return io_fail(c, rc, errno, "receiving on the control socket",
                        r->ctrl_done, r->ctrl_bytes);
     }
     if (r->hdr.task_size != 0 && r->size > 0) {
@@ -774,11 +794,31 @@ fail_free:
   return res;
 }
 
+/* A dead link is named by the net before a collective's wait on it gives
+ * up: data or a keepalive probe (sent after ack_deadline_s idle seconds)
+ * unacknowledged for ack_deadline_s fails the connection with ETIMEDOUT
+ * (TCP_USER_TIMEOUT), which the next send or the posted receive reports.
+ * A live peer's kernel acknowledges whatever its process is doing.
+ * Returns 0, or -1 with errno. */
+static int set_liveness(int fd) {
+  int one = 1, idle = ack_deadline_s(), intvl = idle > 3 ? idle / 3 : 1;
+  unsigned ms = (unsigned)idle * 1000u;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof(ms)) != 0 ||
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0)
+    return -1;
+  return 0;
+}
+
 static ncclResult_t set_nodelay(sock_comm_t *c, int fd) {
   int one = 1;
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
     return comm_fail(c, ncclSystemError, "NET/Socket : setsockopt(TCP_NODELAY) failed: %s",
                      strerror(errno));
+  if (set_liveness(fd) != 0)
+    return comm_fail(c, ncclSystemError, "NET/Socket : setting TCP keepalive and "
+                     "TCP_USER_TIMEOUT failed: %s", strerror(errno));
   return ncclSuccess;
 }
 
@@ -932,6 +972,7 @@ static ncclResult_t accept_collect(sock_listen_t *l) {
       return ncclSystemError;
     }
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    (void)set_liveness(fd);
     if (l->npend == l->cap) {
       int cap = l->cap ? l->cap * 2 : 2 * (SOCK_MAX_SOCKS + 1);
       sock_pending_t *p = realloc(l->pend, (size_t)cap * sizeof(*p));
