@@ -56,6 +56,8 @@ enum {
   K_PACKET,      /* ppkt, cpkt, rppkt, upkt, repkt, respkt, recpkt, recspkt */
   K_SWITCH_REDUCE, /* glres */
   K_SWITCH_STORE,  /* gstore */
+  K_PIPELINE,      /* pipeline: its inner ops, unrolled */
+  K_FLUSH,         /* flush: nothing on memory channels, refused on port ones */
   K_REFUSE,
 };
 
@@ -89,11 +91,9 @@ static const struct {
     {"recspkt", K_PACKET, NULL},
     {"glres", K_SWITCH_REDUCE, NULL},
     {"gstore", K_SWITCH_STORE, NULL},
-    {"flush", K_REFUSE,
-     "a port-channel flush (local completion of earlier puts) has no Braid op"},
+    {"flush", K_FLUSH, NULL},
+    {"pipeline", K_PIPELINE, NULL},
     {"gstorepkt", K_REFUSE, "switch-channel stores of LL packets have no Braid op"},
-    {"pipeline", K_REFUSE,
-     "pipelined loops (iter_context) are not translated: Braid loops over windows itself"},
     {"sem_acquire", K_REFUSE, "device semaphores (sem_acquire/sem_release) have no Braid op"},
     {"sem_release", K_REFUSE, "device semaphores (sem_acquire/sem_release) have no Braid op"},
 };
@@ -131,19 +131,30 @@ typedef struct mctx {
   mgpu_t *g;     /* owned, [n] */
   int ll;        /* protocol LL */
   int inplace;
+  int coll;      /* BRD_IR_COLL_* */
+  int reuse;     /* reuse_resources: scratch refs only inside pipelines */
+  uint64_t max_msg; /* max_message_size as MSCCL++ counts it; 0: no limit */
+  int64_t in_chunks; /* MSCCL++'s input_chunks (every GPU alike) */
+  int64_t nb;    /* in place: chunks of the one buffer (before R) */
+  int R;         /* Braid chunks per MSCCL++ chunk (pipelines cut chunks) */
+  uint32_t cr;   /* Braid's nchunks: nchunks * R */
+  /* The pipeline being unrolled: piece pipe_i of pipe_n, pipe_len Braid
+   * chunks each (pipe_n 0: outside one). */
+  int pipe_i, pipe_n;
+  int64_t pipe_len;
   int nblocks;   /* thread blocks of the GPU with most */
   int nb_out;    /* blocks of the Braid plan (fewer when folded) */
   int blk;       /* the Braid block of the current thread block */
-  int64_t nchunks;
-  int64_t nslots;
+  int64_t nchunks; /* MSCCL++ chunks of one segment (Braid's before R) */
+  int64_t nslots;  /* scratch chunks (Braid's slots before R) */
   int mem_max;   /* most memory channels from one rank to one peer */
   int32_t kmax;  /* largest sequence number used */
   int sem_max;   /* largest semaphore index used */
   int has_switch;
   uint8_t *wr;           /* owned, [n * n]: rank r writes rank p's scratch */
   uint8_t *waited;       /* owned, [n * nblocks * n]: credit wait emitted */
-  uint32_t *wcount;      /* owned, [n * nchunks]: ops writing each chunk of a
-                          * rank's buffer (in place: input and output) */
+  uint32_t *wcount;      /* owned, [n * nb * R]: in place, ops writing each
+                          * chunk of a rank's one buffer */
   int pass;              /* 0: count writes, 1: check reads, 2: build */
   int prologue;          /* in place: each rank first copies its input to
                           * its output, and every chunk ref is the output */
@@ -152,8 +163,9 @@ typedef struct mctx {
   int credit_sem;        /* semaphore of the slot-reuse credits */
   int32_t credit_k;      /* their sequence number in an iteration */
   brd_plan_builder_t *b; /* NULL in the dry pass */
-  /* where we are, for messages (-1: not inside one) */
-  int gpu, tb, op;
+  /* where we are, for messages (-1: not inside one; inner: the op of a
+   * pipeline) */
+  int gpu, tb, op, inner;
   const char *opname;
 } mctx_t;
 
@@ -167,7 +179,10 @@ __attribute__((format(printf, 3, 4))) static ncclResult_t fail(mctx_t *c, ncclRe
   va_start(ap, fmt);
   vsnprintf(what, sizeof(what), fmt, ap);
   va_end(ap);
-  if (c->gpu >= 0 && c->tb >= 0 && c->op >= 0)
+  if (c->gpu >= 0 && c->tb >= 0 && c->op >= 0 && c->inner >= 0)
+    snprintf(where, sizeof(where), "gpu %d, thread block %d, op %d (pipeline), inner op %d "
+             "(%s): ", c->gpu, c->tb, c->op, c->inner, c->opname ? c->opname : "?");
+  else if (c->gpu >= 0 && c->tb >= 0 && c->op >= 0)
     snprintf(where, sizeof(where), "gpu %d, thread block %d, op %d (%s): ", c->gpu, c->tb,
              c->op, c->opname ? c->opname : "?");
   else if (c->gpu >= 0 && c->tb >= 0)
@@ -365,6 +380,66 @@ static ncclResult_t read_gpu(mctx_t *c, int r) {
   return ncclSuccess;
 }
 
+/* Pipelines. MSCCL++'s executor runs a pipeline's inner ops
+ * ceil(num_chunks x chunk bytes / unit_size) times, iteration i on bytes
+ * [i x unit_size, (i + 1) x unit_size) of every ref, so the count grows
+ * with the message. A Braid plan serves every size, so each pipeline is
+ * unrolled a fixed number of times: as many as MSCCL++ runs at the plan's
+ * max_message_size, at most PIPE_MAX (also with no max_message_size).
+ * Braid's chunks are MSCCL++'s cut into R, a multiple of every pipeline's
+ * count over its gcd with num_chunks, so each iteration's share is whole
+ * chunks. A correct plan gives the same result at any count (MSCCL++'s
+ * own varies), and the verifier checks the unrolled one. */
+#define PIPE_MAX 8
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b != 0) {
+    int64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+static int pipe_iters(const mctx_t *c, int64_t unit, int64_t nck) {
+  if (c->max_msg == 0 || c->in_chunks < 1 || unit < 1) return PIPE_MAX;
+  /* MSCCL++ compares an all-gather's output size with the range, its
+   * input size otherwise; a chunk is the input over input_chunks, in
+   * 16-byte units. */
+  uint64_t in = c->coll == BRD_IR_COLL_ALLGATHER ? c->max_msg / (uint64_t)c->n : c->max_msg;
+  uint64_t cb = (in / 16 + (uint64_t)c->in_chunks - 1) / (uint64_t)c->in_chunks * 16;
+  if (cb != 0 && (uint64_t)nck > UINT64_MAX / cb) return PIPE_MAX;
+  uint64_t it = ((uint64_t)nck * cb + (uint64_t)unit - 1) / (uint64_t)unit;
+  return it < 1 ? 1 : it > PIPE_MAX ? PIPE_MAX : (int)it;
+}
+
+/* R for every pipeline of the document (malformed ones are left to the
+ * translation's messages). */
+static int pipes_scan(const mctx_t *c) {
+  int64_t r = 1;
+  for (int g = 0; g < c->n; g++) {
+    const brd_json_t *tbs = brd_json_get(c->g[g].js, "threadblocks");
+    for (size_t b = 0; tbs != NULL && b < tbs->n; b++) {
+      const brd_json_t *ops = brd_json_get(&tbs->kids[b], "ops");
+      for (size_t i = 0; ops != NULL && ops->type == BRD_JSON_ARR && i < ops->n; i++) {
+        const brd_json_t *nm = brd_json_get(&ops->kids[i], "name");
+        const brd_json_t *ctx = brd_json_get(&ops->kids[i], "iter_context");
+        if (nm == NULL || nm->type != BRD_JSON_STR || strcmp(nm->s, "pipeline") != 0 ||
+            ctx == NULL)
+          continue;
+        const brd_json_t *u = brd_json_get(ctx, "unit_size"), *k = brd_json_get(ctx, "num_chunks");
+        if (u == NULL || k == NULL || u->type != BRD_JSON_INT || k->type != BRD_JSON_INT ||
+            u->i < 1 || k->i < 1 || k->i > 65535)
+          continue;
+        int64_t p = pipe_iters(c, u->i, k->i), need = p / gcd64(p, k->i);
+        r = r / gcd64(r, need) * need;
+        if (r > 65535) return 65536;
+      }
+    }
+  }
+  return (int)r;
+}
+
 /* A thread block's view: GPU channel ids per type, remote buffer ids per
  * channel type. */
 typedef struct mtb {
@@ -422,11 +497,13 @@ static ncclResult_t tb_chan(mctx_t *c, const mtb_t *t, int type, int64_t idx, in
 
 /* One translated ref: where it points and which chunks. */
 typedef struct mref {
-  brd_plan_ref_t ref;
+  brd_plan_ref_t ref; /* for `one` refs, OUTPUT until resolve_one says */
   int io;          /* names an input/output chunk */
+  int one;         /* in place: chunk `index` of the rank's one buffer */
   int sw;          /* through the switch channel */
   int staged;      /* ... to the user's buffer, staged in scratch */
-  int64_t index, size;
+  int64_t index, size; /* Braid chunks (MSCCL++'s times R): io refs the
+                        * chunk in the buffer, others the slot */
 } mref_t;
 
 static const char *const mb_names[] = {"input", "output", "scratch"};
@@ -478,10 +555,16 @@ static ncclResult_t read_ref(mctx_t *c, const mtb_t *t, int op_chan_type, const 
                     "%s[%zu]: chunks %" PRId64 "..%" PRId64 " of the switch channel's %s "
                     "buffer, which has %" PRId64 " chunks", list, i, index, index + size - 1,
                     mb_names[type], c->nchunks);
+      if (c->coll != BRD_IR_COLL_ALLREDUCE)
+        return fail(c, ncclInvalidArgument,
+                    "%s[%zu] goes through a switch channel over the user's buffer, which Braid "
+                    "stages for all-reduce plans only", list, i);
       c->sw_stage = 1;
       out->staged = 1;
+      out->index = index * c->R;
+      out->size = size * c->R;
       out->ref = brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH,
-                              (uint32_t)(c->sw_base + index));
+                              (uint32_t)((c->sw_base + index) * c->R));
       return ncclSuccess;
     }
   } else if (vb != NULL) {
@@ -522,19 +605,33 @@ static ncclResult_t read_ref(mctx_t *c, const mtb_t *t, int op_chan_type, const 
                 " chunks", list, i, index, index + size - 1, whose, mb_names[type], limit);
   }
   int remote = owner != c->gpu;
+  out->index = index * c->R;
+  out->size = size * c->R;
   if (type == MB_SCRATCH) {
+    if (c->reuse && c->pipe_n == 0)
+      return fail(c, ncclInvalidArgument,
+                  "%s[%zu] names scratch outside a pipeline in a plan with reuse_resources, "
+                  "where MSCCL++ places scratch chunks by a fixed scratch size; Braid "
+                  "translates such plans only where every scratch ref is in a pipeline", list,
+                  i);
     out->ref = brd_plan_ref((uint8_t)(BRD_IR_BUF_SCRATCH | (c->ll ? BRD_IR_REF_LL : 0)),
                             owner == -2 ? BRD_PLAN_PEER_SWITCH : remote ? owner : -1,
-                            (uint32_t)index);
+                            (uint32_t)out->index);
     return ncclSuccess;
   }
   out->io = 1;
   if (c->inplace) {
-    /* One buffer: local reads name the input (the verifier and the
-     * executors alias it to the output), writes and peers' buffers the
-     * output. */
-    uint8_t b = !remote && !dst && !c->prologue ? BRD_IR_BUF_INPUT : BRD_IR_BUF_OUTPUT;
-    out->ref = brd_plan_ref(b, remote ? owner : -1, (uint32_t)index);
+    /* One buffer per rank (MSCCL++'s DSL names an in-place all-gather's
+     * input as the rank's block of its output, a reduce-scatter's output
+     * as the rank's block of its input); which Braid buffer a chunk of it
+     * is, resolve_one says per piece. */
+    int64_t j = index;
+    if ((c->coll == BRD_IR_COLL_ALLGATHER && type == MB_INPUT) ||
+        (c->coll == BRD_IR_COLL_REDUCESCATTER && type == MB_OUTPUT))
+      j += (int64_t)owner * c->nchunks;
+    out->one = 1;
+    out->index = j * c->R;
+    out->ref = brd_plan_ref(BRD_IR_BUF_OUTPUT, remote ? owner : -1, (uint32_t)out->index);
     return ncclSuccess;
   }
   if (type == MB_INPUT && dst)
@@ -546,14 +643,47 @@ static ncclResult_t read_ref(mctx_t *c, const mtb_t *t, int op_chan_type, const 
                 "%s[%zu] reads a peer's input buffer in place; Braid reaches peers' outputs and "
                 "scratch only (use an in-place plan, or stage through scratch)", list, i);
   out->ref = brd_plan_ref(type == MB_INPUT ? BRD_IR_BUF_INPUT : BRD_IR_BUF_OUTPUT,
-                          remote ? owner : -1, (uint32_t)index);
+                          remote ? owner : -1, (uint32_t)out->index);
   return ncclSuccess;
 }
 
-static ncclResult_t emit(mctx_t *c, const brd_plan_move_t *m) {
-  if (c->b == NULL) return ncclSuccess;
-  ncclResult_t res = brd_plan_op_move(c->b, c->gpu, c->blk, m);
-  if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the op");
+/* In place, chunk j (Braid's) of the one buffer of the rank at the other
+ * end of `peer` (-1: this rank) as Braid names it, for a read (dst 0) or
+ * a write. The rank's input is all of it (all-reduce, reduce-scatter) or
+ * its own block (all-gather), its output all of it (all-reduce,
+ * all-gather) or its own block (reduce-scatter). Local reads of the input
+ * name the input unless every rank first copies its input to its output
+ * (c->prologue); writes and peers' buffers name the output, and a chunk
+ * outside it (a reduce-scatter's other blocks) can only be read locally,
+ * as input. */
+static ncclResult_t resolve_one(mctx_t *c, const char *list, size_t i, int dst, int peer,
+                                uint32_t j, brd_plan_ref_t *out) {
+  int q = peer < 0 ? c->gpu : peer;
+  uint32_t seg = j / c->cr, qs = (uint32_t)q * c->cr;
+  int in_in = 1, in_out = 1;
+  uint32_t in_idx = j, out_idx = j;
+  if (c->coll == BRD_IR_COLL_ALLGATHER) {
+    in_in = seg == (uint32_t)q;
+    in_idx = j - qs;
+  } else if (c->coll == BRD_IR_COLL_REDUCESCATTER) {
+    in_out = seg == (uint32_t)q;
+    out_idx = j - qs;
+  }
+  if (dst || peer >= 0) {
+    if (!in_out)
+      return fail(c, ncclInvalidArgument,
+                  "%s[%zu] %s block %u of %s buffer, which in place is input only (the "
+                  "output is block %d): Braid %s", list, i, dst ? "writes" : "reads", seg,
+                  peer >= 0 ? "a peer's" : "the", q,
+                  dst ? "never writes inputs" : "reads peers' outputs and scratch only");
+    *out = brd_plan_ref(BRD_IR_BUF_OUTPUT, peer, out_idx);
+  } else if (in_in && !c->prologue) {
+    *out = brd_plan_ref(BRD_IR_BUF_INPUT, -1, in_idx);
+  } else if (in_out) {
+    *out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, out_idx);
+  } else {
+    *out = brd_plan_ref(BRD_IR_BUF_INPUT, -1, in_idx);
+  }
   return ncclSuccess;
 }
 
@@ -581,6 +711,66 @@ static ncclResult_t sync_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
   return ncclSuccess;
 }
 
+/* One piece of a data op: its chunks [done, done + len), every ref
+ * advanced by `done`, in-place refs resolved (resolve_one), as one IR op
+ * (switch ops) or a builder move at op chunk `chunk`. Runs in every pass,
+ * so that resolve_one refuses early; adds to the plan in the build pass
+ * only. */
+static ncclResult_t emit_piece(mctx_t *c, const brd_plan_move_t *m, const mref_t *s,
+                               const mref_t *d, uint32_t done, uint32_t len, uint32_t chunk,
+                               int sw) {
+  brd_plan_ref_t sr[MAX_REFS], dr[MAX_REFS];
+  for (int i = 0; i < m->nsrc + m->ndst; i++) {
+    int dst = i >= m->nsrc;
+    int j = dst ? i - m->nsrc : i;
+    const mref_t *x = dst ? &d[j] : &s[j];
+    brd_plan_ref_t *o = dst ? &dr[j] : &sr[j];
+    *o = x->ref;
+    o->index += done;
+    if (x->one)
+      CHECK(resolve_one(c, dst ? "dst_buff" : "src_buff", (size_t)j, dst, x->ref.peer,
+                        x->ref.index + done, o));
+  }
+  if (c->b == NULL) return ncclSuccess;
+  brd_plan_move_t p = *m;
+  p.chunk = chunk;
+  p.nchunks = len;
+  p.src = sr;
+  p.dst = dr;
+  ncclResult_t res;
+  if (!sw) {
+    res = brd_plan_op_move(c->b, c->gpu, c->blk, &p);
+    if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the op");
+    return ncclSuccess;
+  }
+  /* Switch ops go in as single IR ops (the builder's move splits data ops
+   * only). */
+  if (p.nsrc + p.ndst > BRD_IR_MAX_REFS)
+    return fail(c, ncclInvalidArgument, "more than %d refs on a switch op", BRD_IR_MAX_REFS);
+  brd_ir_op_t ir;
+  memset(&ir, 0, sizeof(ir));
+  ir.code = p.code;
+  ir.flags = p.flags;
+  ir.nsrc = (uint8_t)p.nsrc;
+  ir.ndst = (uint8_t)p.ndst;
+  ir.chunk = (uint16_t)p.chunk;
+  ir.nchunks = (uint16_t)p.nchunks;
+  for (int i = 0; i < p.nsrc + p.ndst; i++) {
+    const brd_plan_ref_t *r = i < p.nsrc ? &sr[i] : &dr[i - p.nsrc];
+    uint8_t ch = BRD_IR_CHAN_LOCAL;
+    res = ncclSuccess;
+    if (r->peer == BRD_PLAN_PEER_SWITCH) res = brd_plan_chan_switch(c->b, c->gpu, &ch);
+    else if (r->peer >= 0) res = brd_plan_chan_get(c->b, c->gpu, r->peer, &ch);
+    if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the op");
+    ir.ref[i].buf = r->buf;
+    ir.ref[i].chan = ch;
+    ir.ref[i].index = (uint16_t)r->index;
+  }
+  res = brd_plan_op_add(c->b, c->gpu, c->blk, &ir);
+  if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the op");
+  return ncclSuccess;
+}
+
 static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int kind) {
   int ctype = -1;
   if (brd_json_get(op, "channel_type") != NULL)
@@ -589,6 +779,11 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
     return fail(c, ncclInvalidArgument,
                 "thread block groups (tbg_info: one op split over several thread blocks) are "
                 "not translated");
+  if (kind == K_PACKET && c->pipe_n > 0)
+    return fail(c, ncclInvalidArgument,
+                "a packet op inside a pipeline: MSCCL++'s executor runs packet ops on their "
+                "whole chunks in every iteration, ignoring the pipeline's offsets; Braid does "
+                "not translate that");
   const brd_json_t *srcs, *dsts;
   CHECK(get_arr(c, op, "src_buff", &srcs));
   CHECK(get_arr(c, op, "dst_buff", &dsts));
@@ -596,8 +791,7 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
     return fail(c, ncclInvalidArgument, "%zu sources and %zu destinations (1 to %d each)",
                 srcs->n, dsts->n, MAX_REFS);
   mref_t s[MAX_REFS], d[MAX_REFS];
-  brd_plan_ref_t sr[MAX_REFS], dr[MAX_REFS];
-  int64_t chunk = -1, size = -1;
+  int64_t size = -1;
   int ll_src = 0, ll_dst = 0, remote_src = 0, remote_dst = 0, local_dst = 0, out_dst = 0;
   for (int pass = 0; pass < 2; pass++) {
     const brd_json_t *list = pass ? dsts : srcs;
@@ -610,26 +804,16 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
         return fail(c, ncclInvalidArgument,
                     "%s[%zu] moves %" PRId64 " chunks, an earlier ref %" PRId64 "; Braid moves "
                     "the same chunks from every source to every destination",
-                    pass ? "dst_buff" : "src_buff", i, m[i].size, size);
-      if (m[i].io) {
-        if (chunk < 0) chunk = m[i].index;
-        if (m[i].index != chunk)
-          return fail(c, ncclInvalidArgument,
-                      "%s[%zu] names input/output chunk %" PRId64 ", an earlier ref chunk %" PRId64
-                      "; Braid moves chunk c of one buffer only to chunk c of another",
-                      pass ? "dst_buff" : "src_buff", i, m[i].index, chunk);
-      }
+                    pass ? "dst_buff" : "src_buff", i, m[i].size / c->R, size / c->R);
       int ll = (m[i].ref.buf & BRD_IR_REF_LL) != 0, rem = m[i].ref.peer != -1;
       if (pass) {
         ll_dst |= ll;
         remote_dst |= rem;
         local_dst |= !rem;
         out_dst |= m[i].io;
-        dr[i] = m[i].ref;
       } else {
         ll_src |= ll;
         remote_src |= rem;
-        sr[i] = m[i].ref;
         if (ll && rem)
           return fail(c, ncclInvalidArgument,
                       "src_buff[%zu] reads LL packets from a peer's scratch; Braid reads packets "
@@ -637,27 +821,21 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
       }
     }
   }
-  if (c->inplace && c->pass < 2) {
-    /* MSCCL++ reads and writes one buffer in place; Braid's executors may
-     * give the output its own memory (host staging), so a read that may
-     * follow another op's write of the chunk, or a read of a peer's
-     * buffer, needs the input copied to the output first. */
-    int self = 0;
-    for (size_t i = 0; i < dsts->n; i++) self |= d[i].io && d[i].ref.peer == -1;
-    for (size_t i = 0; i < dsts->n && c->pass == 0; i++) {
-      if (!d[i].io) continue;
-      int owner = d[i].ref.peer == -1 ? c->gpu : d[i].ref.peer;
-      for (int64_t k = 0; k < d[i].size; k++)
-        c->wcount[(size_t)owner * (size_t)c->nchunks + (size_t)(d[i].index + k)]++;
-    }
-    for (size_t i = 0; i < srcs->n && c->pass == 1; i++) {
-      if (!s[i].io) continue;
-      if (s[i].ref.peer != -1) c->prologue = 1;
-      for (int64_t k = 0; k < s[i].size; k++)
-        if (c->wcount[(size_t)c->gpu * (size_t)c->nchunks + (size_t)(s[i].index + k)] >
-            (uint32_t)self)
-          c->prologue = 1;
-    }
+  /* Input/output and staged refs: Braid moves chunk c of a buffer (or of
+   * a block of one) only to chunk c of another. */
+  int64_t chunk = -1;
+  for (size_t i = 0; i < srcs->n + dsts->n; i++) {
+    int dst = i >= srcs->n;
+    size_t j = dst ? i - srcs->n : i;
+    const mref_t *x = dst ? &d[j] : &s[j];
+    if (!x->io && !x->staged) continue;
+    if (chunk < 0) chunk = x->index;
+    if (x->index % c->cr != chunk % c->cr)
+      return fail(c, ncclInvalidArgument,
+                  "%s[%zu] names chunk %" PRId64 " of its buffer, an earlier ref chunk %" PRId64
+                  "; Braid moves chunk c of a buffer (or of a rank's block of one, %" PRId64
+                  " chunks) only to chunk c of another", dst ? "dst_buff" : "src_buff", j,
+                  x->index / c->R, chunk / c->R, c->nchunks);
   }
   int sw = 0;
   for (size_t i = 0; i < srcs->n; i++) sw |= s[i].sw;
@@ -666,15 +844,6 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
     return fail(c, ncclInvalidArgument, "%s",
                 sw ? "a switch-channel ref on an op that is not a switch op"
                    : "a switch op without a switch-channel ref");
-  for (size_t i = 0; i < srcs->n + dsts->n; i++) {
-    const mref_t *x = i < srcs->n ? &s[i] : &d[i - srcs->n];
-    if (!x->staged) continue;
-    if (chunk < 0) chunk = x->index;
-    if (x->index != chunk)
-      return fail(c, ncclInvalidArgument,
-                  "switch-channel refs to chunks %" PRId64 " and %" PRId64 "; Braid moves chunk c "
-                  "of one buffer only to chunk c of another", x->index, chunk);
-  }
   if (chunk < 0) {
     if (!sw)
       return fail(c, ncclInvalidArgument,
@@ -715,12 +884,8 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
                 "a plain op on scratch, which holds LL packets in a plan of protocol LL");
   brd_plan_move_t m;
   memset(&m, 0, sizeof(m));
-  m.chunk = (uint32_t)chunk;
-  m.nchunks = (uint32_t)size;
   m.nsrc = (int)srcs->n;
-  m.src = sr;
   m.ndst = (int)dsts->n;
-  m.dst = dr;
   if (kind == K_PACKET) {
     m.k = 1;
     m.k_src = 1;
@@ -729,8 +894,8 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
                  ? BRD_IR_OP_PKT_PUT
                  : BRD_IR_OP_PKT_REDUCE;
     if (m.code == BRD_IR_OP_PKT_PUT)
-      for (int i = 0; i < m.ndst; i++) m.code = (dr[i].buf & BRD_IR_REF_LL) ? m.code
-                                                                            : BRD_IR_OP_PKT_REDUCE;
+      for (int i = 0; i < m.ndst; i++) m.code = (d[i].ref.buf & BRD_IR_REF_LL) ? m.code
+                                                                              : BRD_IR_OP_PKT_REDUCE;
   } else if (kind == K_SWITCH_REDUCE) {
     if (m.nsrc != 1 || !s[0].sw)
       return fail(c, ncclInvalidArgument, "glres needs one source through the switch channel");
@@ -753,39 +918,51 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
    * refuses the plan if that is wrong. */
   if (m.nsrc >= 2 && out_dst) m.flags = BRD_IR_F_POSTOP;
   if (m.code == BRD_IR_OP_MC_REDUCE) m.flags = BRD_IR_F_POSTOP;
-  if (sw) {
-    c->has_switch = 1;
-    if (c->b == NULL) return ncclSuccess;
-    /* Switch ops go in as single IR ops (the builder's move splits
-     * data ops only). */
-    if (m.nsrc + m.ndst > BRD_IR_MAX_REFS)
-      return fail(c, ncclInvalidArgument, "more than %d refs on a switch op", BRD_IR_MAX_REFS);
-    brd_ir_op_t ir;
-    memset(&ir, 0, sizeof(ir));
-    ir.code = m.code;
-    ir.flags = m.flags;
-    ir.nsrc = (uint8_t)m.nsrc;
-    ir.ndst = (uint8_t)m.ndst;
-    ir.chunk = (uint16_t)m.chunk;
-    ir.nchunks = (uint16_t)m.nchunks;
-    for (int i = 0; i < m.nsrc + m.ndst; i++) {
-      const brd_plan_ref_t *r = i < m.nsrc ? &sr[i] : &dr[i - m.nsrc];
-      uint8_t ch = BRD_IR_CHAN_LOCAL;
-      ncclResult_t res = ncclSuccess;
-      if (r->peer == BRD_PLAN_PEER_SWITCH) res = brd_plan_chan_switch(c->b, c->gpu, &ch);
-      else if (r->peer >= 0) res = brd_plan_chan_get(c->b, c->gpu, r->peer, &ch);
-      if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the op");
-      ir.ref[i].buf = r->buf;
-      ir.ref[i].chan = ch;
-      ir.ref[i].index = (uint16_t)r->index;
+  /* Inside a pipeline this iteration moves its share of the chunks:
+   * piece pipe_i of pipe_n, pipe_len Braid chunks each, as MSCCL++ moves
+   * unit_size bytes from offset i x unit_size of every ref (a ref shorter
+   * than the pipeline's chunks has nothing left in the last pieces). */
+  int empty = 0;
+  if (c->pipe_n > 0) {
+    int64_t start = (int64_t)c->pipe_i * c->pipe_len;
+    int64_t end = start + c->pipe_len < size ? start + c->pipe_len : size;
+    if (start >= end) {
+      empty = 1;
+    } else {
+      for (size_t i = 0; i < srcs->n + dsts->n; i++) {
+        mref_t *x = i < srcs->n ? &s[i] : &d[i - srcs->n];
+        x->index += start;
+        x->ref.index += (uint32_t)start;
+      }
+      chunk += start;
+      size = end - start;
     }
-    ncclResult_t res = brd_plan_op_add(c->b, c->gpu, c->blk, &ir);
-    if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the op");
-    return ncclSuccess;
   }
-  for (int i = 0; i < m.ndst; i++) {
-    int p = dr[i].peer;
-    if (p < 0 || (dr[i].buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SCRATCH) continue;
+  if (c->inplace && c->pass < 2 && !empty) {
+    /* MSCCL++ reads and writes one buffer in place; Braid's executors may
+     * give the output its own memory (host staging), so a read that may
+     * follow another op's write of the chunk, or a read of a peer's
+     * buffer, needs the input copied to the output first. */
+    size_t nbr = (size_t)c->nb * (size_t)c->R;
+    int self = 0;
+    for (size_t i = 0; i < dsts->n; i++) self |= d[i].io && d[i].ref.peer == -1;
+    for (size_t i = 0; i < dsts->n && c->pass == 0; i++) {
+      if (!d[i].io) continue;
+      int owner = d[i].ref.peer == -1 ? c->gpu : d[i].ref.peer;
+      for (int64_t k = 0; k < size; k++) c->wcount[(size_t)owner * nbr + (size_t)(d[i].index + k)]++;
+    }
+    for (size_t i = 0; i < srcs->n && c->pass == 1; i++) {
+      if (!s[i].io) continue;
+      if (s[i].ref.peer != -1) c->prologue = 1;
+      for (int64_t k = 0; k < size; k++)
+        if (c->wcount[(size_t)c->gpu * nbr + (size_t)(s[i].index + k)] > (uint32_t)self)
+          c->prologue = 1;
+    }
+  }
+  if (sw) c->has_switch = 1;
+  for (size_t i = 0; i < dsts->n && !sw && !empty; i++) {
+    int p = d[i].ref.peer;
+    if (p < 0 || (d[i].ref.buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SCRATCH) continue;
     c->wr[(size_t)c->gpu * c->n + p] = 1;
     uint8_t *w = &c->waited[((size_t)c->gpu * c->nb_out + c->blk) * c->n + p];
     if (c->b == NULL || *w) continue;
@@ -798,7 +975,14 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
                                         (uint32_t)c->credit_sem, 0);
     if (res != ncclSuccess) return fail(c, res, "the plan builder refuses the op");
   }
-  CHECK(emit(c, &m));
+  /* One op per block of the buffers it crosses (an op's input/output
+   * refs lie in one segment each: device/ir.h). */
+  for (uint32_t done = 0; done < (uint32_t)size && !empty;) {
+    uint32_t ch = (uint32_t)((chunk + done) % c->cr), len = (uint32_t)size - done;
+    if (len > c->cr - ch) len = c->cr - ch;
+    CHECK(emit_piece(c, &m, s, d, done, len, ch, sw));
+    done += len;
+  }
   if (kind == K_PLAIN_SIGNAL) {
     if (ctype != MC_MEMORY && ctype != MC_PORT)
       return fail(c, ncclInvalidArgument, "a put with signal needs channel_type memory or port");
@@ -806,6 +990,8 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
   }
   return ncclSuccess;
 }
+
+static ncclResult_t pipeline_op(mctx_t *c, const mtb_t *t, const brd_json_t *op);
 
 static ncclResult_t one_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
   const char *name;
@@ -824,6 +1010,19 @@ static ncclResult_t one_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
   if (kind < 0) return fail(c, ncclInvalidArgument, "unknown op name");
   if (kind == K_REFUSE) return fail(c, ncclInvalidArgument, "%s", why);
   switch (kind) {
+  case K_PIPELINE: return pipeline_op(c, t, op);
+  case K_FLUSH: {
+    /* Completion of earlier port-channel puts at their source. A memory
+     * channel's stores are complete when issued: nothing to do. */
+    int type = MC_PORT;
+    if (brd_json_get(op, "channel_type") != NULL)
+      CHECK(get_chan_type(c, op, "channel_type", &type));
+    if (type != MC_MEMORY)
+      return fail(c, ncclInvalidArgument,
+                  "a port-channel flush (local completion of earlier puts): Braid's IR reserves "
+                  "FLUSH but neither executor runs it yet");
+    return ncclSuccess;
+  }
   case K_NOP:
     if (c->b != NULL) {
       brd_ir_op_t nop;
@@ -864,16 +1063,45 @@ static ncclResult_t one_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
   }
 }
 
+/* A pipeline: its inner ops `pipe_n` times, iteration i on piece i of
+ * every data op's chunks (see pipe_iters). Sync ops, nops and barriers
+ * inside run every iteration, as in MSCCL++. */
+static ncclResult_t pipeline_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
+  if (c->pipe_n > 0) return fail(c, ncclInvalidArgument, "a pipeline inside a pipeline");
+  const brd_json_t *ctx = brd_json_get(op, "iter_context"), *ops;
+  int64_t unit, nck;
+  CHECK(want(c, "iter_context", ctx, BRD_JSON_OBJ));
+  CHECK(get_int(c, ctx, "unit_size", 1, 0, 1, INT64_MAX, &unit));
+  CHECK(get_int(c, ctx, "num_chunks", 1, 0, 1, 65535, &nck));
+  CHECK(get_arr(c, op, "ops", &ops));
+  int p = pipe_iters(c, unit, nck);
+  const char *name = c->opname;
+  c->pipe_n = p;
+  c->pipe_len = nck * c->R / p; /* exact: R is a multiple of p / gcd(p, nck) */
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < p && res == ncclSuccess; i++) {
+    c->pipe_i = i;
+    for (size_t j = 0; j < ops->n && res == ncclSuccess; j++) {
+      c->inner = (int)j;
+      res = one_op(c, t, &ops->kids[j]);
+    }
+  }
+  c->pipe_n = 0;
+  c->inner = -1;
+  c->opname = name;
+  return res;
+}
+
 /* Block 0 of rank r copies its input into the switch staging slots
  * (back = 0), or the staging slots into its output (back = 1). */
 static ncclResult_t stage_copy(mctx_t *c, int r, int back) {
   brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, 0);
   brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, 0);
-  brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, (uint32_t)c->sw_base);
+  brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, (uint32_t)(c->sw_base * c->R));
   brd_plan_move_t m;
   memset(&m, 0, sizeof(m));
   m.code = BRD_IR_OP_COPY;
-  m.nchunks = (uint32_t)c->nchunks;
+  m.nchunks = c->cr;
   m.nsrc = 1;
   m.src = back ? &slot : &in;
   m.ndst = 1;
@@ -887,12 +1115,18 @@ static ncclResult_t run_pass(mctx_t *c) {
       for (int i = 0; i < c->g[r].nch[t]; i++) c->g[r].ch[t][i].nsig = c->g[r].ch[t][i].nwait = 0;
   memset(c->waited, 0, (size_t)c->n * (size_t)c->nb_out * (size_t)c->n);
   for (int r = 0; r < c->n && c->b != NULL && c->prologue; r++) {
-    brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1, 0);
-    brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, 0);
+    /* The input to where it lies in the one buffer: the whole output
+     * (all-reduce), the rank's block of the output (all-gather), the
+     * output from the rank's block of the input (reduce-scatter). */
+    uint32_t rs = (uint32_t)r * c->cr;
+    brd_plan_ref_t in = brd_plan_ref(BRD_IR_BUF_INPUT, -1,
+                                     c->coll == BRD_IR_COLL_REDUCESCATTER ? rs : 0);
+    brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1,
+                                      c->coll == BRD_IR_COLL_ALLGATHER ? rs : 0);
     brd_plan_move_t m;
     memset(&m, 0, sizeof(m));
     m.code = BRD_IR_OP_COPY;
-    m.nchunks = (uint32_t)c->nchunks;
+    m.nchunks = c->cr;
     m.nsrc = 1;
     m.src = &in;
     m.ndst = 1;
@@ -931,7 +1165,7 @@ static ncclResult_t run_pass(mctx_t *c) {
       }
     }
   }
-  c->gpu = c->tb = c->op = -1;
+  c->gpu = c->tb = c->op = c->inner = -1;
   if (c->b == NULL) return ncclSuccess;
   /* The staged buffer back to the output, once every block is done (the
    * plan's own synchronisation orders the other ranks' multicast writes
@@ -985,16 +1219,29 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
   c.name = name ? name : "(plan)";
   c.err = err;
   c.errlen = errlen;
-  c.gpu = c.tb = c.op = -1;
+  c.gpu = c.tb = c.op = c.inner = -1;
+  c.R = 1;
   if (err && errlen) err[0] = '\0';
   if (root == NULL || root->type != BRD_JSON_OBJ)
     return fail(&c, ncclInvalidArgument, "the document is not an object");
   const char *coll, *proto;
   const brd_json_t *gpus, *ip;
   CHECK(get_str(&c, root, "collective", &coll));
-  if (strcmp(coll, "allreduce") != 0)
+  static const struct {
+    const char *name;
+    int coll;
+  } colls[] = {{"allreduce", BRD_IR_COLL_ALLREDUCE},
+               {"allgather", BRD_IR_COLL_ALLGATHER},
+               {"reducescatter", BRD_IR_COLL_REDUCESCATTER},
+               {"alltoall", BRD_IR_COLL_ALLTOALL}};
+  c.coll = -1;
+  for (size_t i = 0; i < NELEM(colls); i++)
+    if (strcmp(coll, colls[i].name) == 0) c.coll = colls[i].coll;
+  if (c.coll < 0)
     return fail(&c, ncclInvalidArgument,
-                "collective \"%s\": only \"allreduce\" plans are translated", coll);
+                "collective \"%s\": only \"allreduce\", \"allgather\", \"reducescatter\" "
+                "and \"alltoall\" plans are translated%s", coll,
+                strcmp(coll, "broadcast") == 0 ? " (the format names no broadcast root)" : "");
   CHECK(get_str(&c, root, "protocol", &proto));
   if (strcmp(proto, "LL") == 0) c.ll = 1;
   else if (strcmp(proto, "Simple") != 0)
@@ -1003,11 +1250,15 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
   ip = brd_json_get(root, "inplace");
   CHECK(want(&c, "inplace", ip, BRD_JSON_BOOL));
   c.inplace = (int)ip->i;
-  const brd_json_t *ctx = brd_json_get(root, "reuse_resources");
-  if (ctx != NULL && ctx->type == BRD_JSON_BOOL && ctx->i)
+  if (c.inplace && c.coll == BRD_IR_COLL_ALLTOALL)
     return fail(&c, ncclInvalidArgument,
-                "reuse_resources (scratch chunks folded onto a fixed scratch size) is not "
-                "translated");
+                "an in-place all-to-all: Braid's all-to-all has no in-place layout");
+  /* reuse_resources folds scratch offsets onto a fixed scratch size,
+   * which only pipelines use (their iterations share the space); Braid
+   * gives each iteration slots of its own, so such plans translate where
+   * every scratch ref is in a pipeline (read_ref). */
+  const brd_json_t *reuse = brd_json_get(root, "reuse_resources");
+  c.reuse = reuse != NULL && reuse->type == BRD_JSON_BOOL && reuse->i;
   int64_t v;
   CHECK(get_int(&c, root, "min_message_size", 0, 0, 0, INT64_MAX, &v));
   meta.min_bytes = (uint64_t)v;
@@ -1021,11 +1272,29 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     if (meta.max_bytes != 0 && meta.max_bytes < meta.min_bytes)
       return fail(&c, ncclInvalidArgument, "max_message_size is below min_message_size");
   }
-  meta.inplace = c.inplace ? BRD_PLAN_JSON_INPLACE_YES : BRD_PLAN_JSON_INPLACE_NO;
+  c.max_msg = meta.max_bytes;
+  /* Plans of every collective but all-to-all declare in place or out of
+   * place (the library's rule: an all-to-all plan holds both ways). */
+  meta.inplace = c.coll == BRD_IR_COLL_ALLTOALL ? BRD_PLAN_JSON_INPLACE_ANY
+                 : c.inplace                    ? BRD_PLAN_JSON_INPLACE_YES
+                                                : BRD_PLAN_JSON_INPLACE_NO;
   CHECK(get_arr(&c, root, "gpus", &gpus));
   if (gpus->n < 1 || gpus->n > 65535)
     return fail(&c, ncclInvalidArgument, "%zu gpus (1 to 65535)", gpus->n);
   c.n = (int)gpus->n;
+  if (c.coll == BRD_IR_COLL_ALLGATHER) {
+    /* MSCCL++ sizes an all-gather by its output, Braid by each rank's
+     * input: the range divided by the ranks, rounded inwards. */
+    uint64_t min_raw = meta.min_bytes;
+    meta.min_bytes = (meta.min_bytes + (uint64_t)c.n - 1) / (uint64_t)c.n;
+    if (meta.max_bytes != 0) {
+      meta.max_bytes /= (uint64_t)c.n;
+      if (meta.max_bytes == 0 || meta.max_bytes < meta.min_bytes)
+        return fail(&c, ncclInvalidArgument,
+                    "min_message_size %" PRIu64 " to max_message_size %" PRIu64 " holds no "
+                    "all-gather of %d ranks (whole bytes per rank)", min_raw, c.max_msg, c.n);
+    }
+  }
   c.g = calloc((size_t)c.n, sizeof(*c.g));
   if (c.g == NULL) return fail(&c, ncclSystemError, "out of host memory");
   for (int r = 0; r < c.n; r++) {
@@ -1040,15 +1309,34 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     if ((int)tbs->n > c.nblocks) c.nblocks = (int)tbs->n;
   }
   for (int r = 0; r < c.n; r++) CHECK_GOTO(read_gpu(&c, r), res, out);
-  c.nchunks = c.g[0].in_chunks;
+  /* Chunks per segment: MSCCL++ cuts every buffer into chunks of one
+   * size (the input over input_chunks); Braid's segments (a rank's block
+   * of an all-gather's output, ...) are whole ones. */
+  c.in_chunks = c.g[0].in_chunks;
+  int64_t out0 = c.g[0].out_chunks;
+  c.nchunks = c.coll == BRD_IR_COLL_REDUCESCATTER ? out0
+              : c.coll == BRD_IR_COLL_ALLTOALL    ? c.in_chunks / c.n
+                                                  : c.in_chunks;
+  c.nb = c.coll == BRD_IR_COLL_ALLREDUCE ? c.nchunks : c.nchunks * c.n;
   for (int r = 0; r < c.n; r++) {
     c.gpu = r;
     const mgpu_t *g = &c.g[r];
-    if (g->in_chunks != c.nchunks || g->out_chunks != c.nchunks || c.nchunks < 1) {
+    int64_t want_in = c.coll == BRD_IR_COLL_ALLREDUCE || c.coll == BRD_IR_COLL_ALLGATHER
+                          ? c.nchunks : c.nchunks * c.n;
+    int64_t want_out = c.coll == BRD_IR_COLL_ALLREDUCE || c.coll == BRD_IR_COLL_REDUCESCATTER
+                           ? c.nchunks : c.nchunks * c.n;
+    if (c.nchunks < 1 || g->in_chunks != want_in || g->out_chunks != want_out) {
+      static const char *const need[] = {
+          [BRD_IR_COLL_ALLREDUCE] = "an all-reduce needs both equal",
+          [BRD_IR_COLL_ALLGATHER] = "an all-gather needs output_chunks = ranks x input_chunks",
+          [BRD_IR_COLL_REDUCESCATTER] =
+              "a reduce-scatter needs input_chunks = ranks x output_chunks",
+          [BRD_IR_COLL_ALLTOALL] = "an all-to-all needs both equal, a multiple of the ranks",
+      };
       res = fail(&c, ncclInvalidArgument,
-                 "input_chunks %" PRId64 " and output_chunks %" PRId64 "; an all-reduce needs "
-                 "both equal, at least 1 and the same on every GPU (%" PRId64 " on gpu 0)",
-                 g->in_chunks, g->out_chunks, c.nchunks);
+                 "input_chunks %" PRId64 " and output_chunks %" PRId64 "; %s, at least 1 and "
+                 "the same on every GPU (%" PRId64 " and %" PRId64 " on gpu 0)",
+                 g->in_chunks, g->out_chunks, need[c.coll], c.in_chunks, out0);
       goto out;
     }
     if (g->scratch_chunks > c.nslots) c.nslots = g->scratch_chunks;
@@ -1066,7 +1354,16 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     goto out;
   }
   c.sw_base = c.nslots;
-  c.wcount = calloc((size_t)c.n * (size_t)c.nchunks, sizeof(uint32_t));
+  c.R = pipes_scan(&c);
+  if ((int64_t)c.R * c.nchunks * (c.nb / c.nchunks) > 65535 ||
+      (int64_t)c.R * (c.nslots + c.nchunks) > 65535) {
+    res = fail(&c, ncclInvalidArgument,
+               "its pipelines cut each chunk into %d, more chunks or scratch slots than a "
+               "Braid plan holds (65535)", c.R);
+    goto out;
+  }
+  c.cr = (uint32_t)(c.nchunks * c.R);
+  c.wcount = calloc((size_t)c.n * (size_t)c.nb * (size_t)c.R, sizeof(uint32_t));
   if (c.wcount == NULL) {
     res = fail(&c, ncclSystemError, "out of host memory");
     goto out;
@@ -1076,6 +1373,7 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
   CHECK_GOTO(run_pass(&c), res, out);
   c.pass = 2;
   if (c.sw_stage) c.nslots = c.sw_base + c.nchunks;
+  c.nslots *= c.R;
   int credits = 0;
   for (size_t i = 0; i < (size_t)c.n * (size_t)c.n; i++) credits |= c.wr[i];
   if (credits) {
@@ -1086,14 +1384,14 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
   memset(&shape, 0, sizeof(shape));
   shape.nranks = c.n;
   shape.nblocks = c.nb_out;
-  shape.nchunks = (uint32_t)c.nchunks;
+  shape.nchunks = c.cr;
   shape.nslots = (uint32_t)c.nslots;
   shape.slot_div = c.nslots > 0 ? (uint32_t)c.nslots : 1;
   shape.nsems = (uint32_t)c.sem_max + 1;
   shape.seq_per_iter = c.kmax > 0 ? (uint32_t)c.kmax : 1;
   shape.proto = c.ll ? BRD_IR_PROTO_LL : BRD_IR_PROTO_SIMPLE;
   shape.algo = c.has_switch ? BRD_IR_ALGO_NVLS : BRD_IR_ALGO_ONESHOT;
-  shape.coll = BRD_IR_COLL_ALLREDUCE;
+  shape.coll = (uint8_t)c.coll;
   if (c.has_switch && c.ll) {
     res = fail(&c, ncclInvalidArgument, "switch-channel ops in a plan of protocol LL");
     goto out;
