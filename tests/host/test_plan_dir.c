@@ -32,6 +32,13 @@
  *     off (one GPU) it is skipped with an INFO and the Simple one runs.
  *     Plans with an unknown op or a flush are refused with a WARN naming
  *     the file, GPU, thread block, op index and op name.
+ *   - Braid's own MSCCL++ plans (tests/data/mscclpp, no samples needed) on
+ *     3 ranks (configuration mscclpp-own): a pipelined all-reduce,
+ *     all-gathers (LL and Simple out of place, in place), reduce-scatters
+ *     (out of place, in place) and an all-to-all, each exact against the
+ *     CPU reference for the calls in its range and of its kind, with INFO
+ *     naming the file once per rank, the others on the built-ins; a plan
+ *     with sem_acquire refused with a WARN naming the op.
  *
  * Each configuration runs in a child (this program again, with its
  * environment and NCCL_DEBUG_FILE), so parameters are read afresh.
@@ -118,16 +125,17 @@ static const call_t mcalls[] = {
 
 /* The MSCCL++ plans of tests/data/mscclpp on 3 ranks: the pipelined
  * all-reduce (out of place, up to 393216 bytes), the all-gathers (out of
- * place from 4096 bytes per rank; in place), the reduce-scatters (out of
- * place and in place) and the all-to-all. */
+ * place in LL up to 65536 bytes per rank, in Simple above; in place), the
+ * reduce-scatters (out of place and in place) and the all-to-all. */
 static const call_t ocalls[] = {
     {ncclFloat32, ncclSum, 1001, 0, REF_AR},    /* 4004: the pipeline */
     {ncclInt32, ncclMax, 33333, 0, REF_AR},     /* 133332: the pipeline */
     {ncclFloat32, ncclAvg, 98304, 0, REF_AR},   /* 393216: the pipeline */
     {ncclFloat32, ncclSum, 98305, 0, REF_AR},   /* 393220: built-in */
     {ncclFloat32, ncclSum, 1001, 1, REF_AR},    /* 4004 in place: built-in */
-    {ncclFloat32, ncclSum, 1023, 0, REF_AG},    /* 4092: built-in */
-    {ncclFloat32, ncclSum, 1024, 0, REF_AG},    /* 4096: ag_put */
+    {ncclFloat32, ncclSum, 1023, 0, REF_AG},    /* 4092: ag_packet */
+    {ncclFloat32, ncclSum, 16384, 0, REF_AG},   /* 65536: ag_packet */
+    {ncclFloat32, ncclSum, 16385, 0, REF_AG},   /* 65540: ag_put */
     {ncclInt32, ncclSum, 50001, 0, REF_AG},     /* 200004: ag_put */
     {ncclFloat32, ncclSum, 777, 1, REF_AG},     /* 3108 in place: ag_get_inplace */
     {ncclFloat64, ncclSum, 50001, 1, REF_AG},   /* 400008 in place: ag_get_inplace */
@@ -510,7 +518,8 @@ static void check_own_log(const char *log) {
   char line[1024];
   static const struct {
     const char *file, *coll;
-  } loaded[] = {{"a_ar_pipeline.json", "allreduce"}, {"b_ag_put.json", "allgather"},
+  } loaded[] = {{"a_ar_pipeline.json", "allreduce"}, {"b0_ag_packet.json", "allgather"},
+                {"b_ag_put.json", "allgather"},
                 {"c_ag_get_inplace.json", "allgather"}, {"d_rs_scratch.json", "reducescatter"},
                 {"e_rs_inplace.json", "reducescatter"}, {"f_a2a_put.json", "alltoall"}};
   for (size_t i = 0; i < sizeof(loaded) / sizeof(loaded[0]); i++) {
@@ -526,7 +535,9 @@ static void check_own_log(const char *log) {
       {"a_ar_pipeline.json", 4004, "out of place"},
       {"a_ar_pipeline.json", 133332, "out of place"},
       {"a_ar_pipeline.json", 393216, "out of place"},
-      {"b_ag_put.json", 4096, "out of place"},
+      {"b0_ag_packet.json", 4092, "out of place"},
+      {"b0_ag_packet.json", 65536, "out of place"},
+      {"b_ag_put.json", 65540, "out of place"},
       {"b_ag_put.json", 200004, "out of place"},
       {"c_ag_get_inplace.json", 3108, "in place"},
       {"c_ag_get_inplace.json", 400008, "in place"},
@@ -542,10 +553,8 @@ static void check_own_log(const char *log) {
     check(runs(log, ran[i].file, ran[i].bytes, ran[i].how) == NRANKS,
           "%s did not run once per rank for %u bytes %s", ran[i].file, ran[i].bytes,
           ran[i].how);
-  /* Outside: above the pipeline's max, in place for an out-of-place plan,
-   * below the all-gather's min (4096 bytes per rank: 12288 of output). */
-  check(any_runs(log, 393220) == 0 && any_runs(log, 4092) == 0 &&
-            runs(log, "a_ar_pipeline.json", 4004, "in place") == 0,
+  /* Outside: above the pipeline's max, in place for an out-of-place plan. */
+  check(any_runs(log, 393220) == 0 && runs(log, "a_ar_pipeline.json", 4004, "in place") == 0,
         "an MSCCL++ plan ran outside its range or kind");
   check(count_of(log, ".json runs (") == NRANKS * (int)(sizeof(ran) / sizeof(ran[0])),
         "MSCCL++ plans ran %d times, expected %d", count_of(log, ".json runs ("),
@@ -725,6 +734,7 @@ int main(int argc, char **argv) {
   }
   /* Braid's own MSCCL++ plans (tests/data/mscclpp), and one refused. */
   bad |= copy_plan("ar_pipeline.json", olib, "a_ar_pipeline.json", NULL, NULL);
+  bad |= copy_plan("ag_packet.json", olib, "b0_ag_packet.json", NULL, NULL);
   bad |= copy_plan("ag_put.json", olib, "b_ag_put.json", NULL, NULL);
   bad |= copy_plan("ag_get_inplace.json", olib, "c_ag_get_inplace.json", NULL, NULL);
   bad |= copy_plan("rs_scratch.json", olib, "d_rs_scratch.json", NULL, NULL);

@@ -2,7 +2,7 @@
  * Unit tests for MSCCL++ execution plans read as Braid plans
  * (src/plan/mscclpp.c), on MSCCL++'s sample plans (../shared/mscclpp-plans
  * or $BRAID_MSCCLPP_PLANS; the tests that need them skip without them) and
- * Braid's own tests/data/mscclpp/oop_scratch.json:
+ * Braid's own in tests/data/mscclpp:
  *
  *   - allreduce.json (Simple, 8 thread blocks, rlxsignal/rlxwait/rres):
  *     each block's ops, op by op, against a table written from the JSON
@@ -26,8 +26,22 @@
  *   - oop_scratch.json, a hand-written out-of-place Simple plan through
  *     scratch (put, re, put of the result): ops as written plus the
  *     slot-reuse credit; verifies out of place.
- *   - Allocation failures while translating (each sample) unwind without
- *     leaks and return ncclSystemError.
+ *   - All-gathers (ag_put, ag_packet out of place, ag_get_inplace in
+ *     place: the input copied to the rank's block first, as peers read
+ *     it), reduce-scatters (rs_scratch, rs_inplace) and an all-to-all
+ *     (a2a_put): segments and chunk indexes, the message range in the
+ *     library's bytes, each verified as it declares.
+ *   - A pipeline (ar_pipeline) unrolled at the count MSCCL++ runs at its
+ *     max_message_size (2; 1 and 8 with other ranges; 3 over 2 chunks, the
+ *     last iteration empty), op by op, each verified.
+ *   - A refusal per feature still refused (port flush, gstorepkt,
+ *     sem_acquire/sem_release, tbg_info, reuse_resources outside
+ *     pipelines, nested pipelines, packets in a pipeline, broadcast, an
+ *     in-place all-to-all, a reduce-scatter writing another block in
+ *     place), each naming the place; a flush on memory channels is no op.
+ *   - Allocation failures while translating (each sample, the pipeline,
+ *     the in-place all-gather) unwind without leaks and return
+ *     ncclSystemError.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -541,6 +555,24 @@ static void test_allgather(void **state) {
   p = load_edited("ag_put.json", "\"max_message_size\": 18446744073709551615",
                   "\"max_message_size\": 36001", &meta);
   assert_int_equal(meta.max_bytes, 12000);
+  brd_plan_destroy(p);
+
+  /* ag_packet.json (LL): packets of the input into both peers' scratch,
+   * the copy into the own block, the peers' packets unpacked into theirs. */
+  p = load("ag_packet.json", 0, &meta);
+  assert_int_equal(p->proto, BRD_IR_PROTO_LL);
+  assert_int_equal(meta.max_bytes, 65536);
+  for (int r = 0; r < 3; r++) {
+    int a = r == 0 ? 1 : 0, b = r == 2 ? 1 : 2;
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 0);
+    assert_int_equal(op[1].code, BRD_IR_OP_PKT_PUT);
+    check_ref(p, r, &op[1].ref[1], (xref_t){LLS, a, 2 * (r < a ? r : r - 1)});
+    assert_int_equal(op[5].code, BRD_IR_OP_PKT_REDUCE);
+    check_ref(p, r, &op[5].ref[0], (xref_t){LLS, -1, 0});
+    check_ref(p, r, &op[5].ref[1], (xref_t){OUT, -1, 2 * a});
+    check_ref(p, r, &op[6].ref[1], (xref_t){OUT, -1, 2 * b});
+  }
+  verify_as(p, 0);
   brd_plan_destroy(p);
 
   /* ag_get_inplace.json (3 chunks each, in place): thread block k of rank

@@ -19,6 +19,10 @@ JSON that MSCCL++'s DSL emits and its executor runs) for Braid's tests:
                        then a put of each reduced chunk to every peer.
   a2a_put.json         3-rank all-to-all: each rank puts block p of its
                        input into block r of peer p's output.
+  ag_packet.json       3-rank all-gather, out of place, protocol LL: each
+                       rank puts its input as packets into every peer's
+                       scratch (ppkt), copies it into its own block, and
+                       unpacks what the peers put into their blocks (upkt).
 
 Run from this directory: python3 gen_plans.py
 """
@@ -69,8 +73,8 @@ def gpu(r, inc, outc, scr, tbs, rbufs):
             "semaphores": []}
 
 
-def plan(name, coll, inplace, gpus, lo=0, hi=2**64 - 1):
-    return {"name": name, "collective": coll, "protocol": "Simple", "inplace": inplace,
+def plan(name, coll, inplace, gpus, lo=0, hi=2**64 - 1, proto="Simple"):
+    return {"name": name, "collective": coll, "protocol": proto, "inplace": inplace,
             "reuse_resources": False, "gpus": gpus, "num_threads_per_block": 1024,
             "use_double_scratch_buffer": False, "buffer_alignment": 16,
             "min_message_size": lo, "max_message_size": hi}
@@ -154,9 +158,26 @@ def a2a_put():
     return plan("alltoall_put", "alltoall", False, gs)
 
 
+def ag_packet():
+    c = 2
+    gs = []
+    for r in range(N):
+        ops = []
+        for k, p in enumerate(peers(r)):
+            slot = peers(p).index(r)
+            ops.append(data("ppkt", [ref("i", 0, c)], [rbuf(k, slot * c, c)], [k]))
+        ops.append(data("copy", [ref("i", 0, c)], [ref("o", r * c, c)]))
+        for k, p in enumerate(peers(r)):
+            ops.append(data("upkt", [ref("s", k * c, c)], [ref("o", p * c, c)]))
+        gs.append(gpu(r, c, N * c, (N - 1) * c, [tb(0, ops, ALL, ALL)],
+                      [(p, "s") for p in peers(r)]))
+    return plan("allgather_packet", "allgather", False, gs, hi=3 * 65536, proto="LL")
+
+
 for fname, doc in [("ag_put.json", ag_put()), ("ag_get_inplace.json", ag_get_inplace()),
                    ("rs_scratch.json", rs(False)), ("rs_inplace.json", rs(True)),
-                   ("ar_pipeline.json", ar_pipeline()), ("a2a_put.json", a2a_put())]:
+                   ("ar_pipeline.json", ar_pipeline()), ("a2a_put.json", a2a_put()),
+                   ("ag_packet.json", ag_packet())]:
     with open(fname, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
