@@ -135,6 +135,11 @@ static ncclResult_t emit_piece(mctx_t *c, const brd_plan_move_t *m, const mref_t
                                     x->ref.index + done, o));
   }
   if (c->b == NULL) return ncclSuccess;
+  /* In place, a copy between MSCCL++'s two names of one chunk (an
+   * all-gather's input and the rank's block of its output) is nothing. */
+  if (m->code == BRD_IR_OP_COPY && m->nsrc == 1 && m->ndst == 1 && sr[0].buf == dr[0].buf &&
+      sr[0].peer == dr[0].peer && sr[0].index == dr[0].index)
+    return ncclSuccess;
   brd_plan_move_t p = *m;
   p.chunk = chunk;
   p.nchunks = len;

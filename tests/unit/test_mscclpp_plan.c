@@ -557,6 +557,24 @@ static void test_allgather(void **state) {
   assert_int_equal(meta.max_bytes, 12000);
   brd_plan_destroy(p);
 
+  /* ag_put.json declared in place: MSCCL++'s executor then reads the
+   * input ("i") as the rank's block of the output, so the copy is one
+   * onto itself and goes; the put reads a chunk the copy writes, so the
+   * input is copied to the output first. */
+  p = load_edited("ag_put.json", "\"inplace\": false", "\"inplace\": true", &meta);
+  assert_int_equal(meta.inplace, BRD_PLAN_JSON_INPLACE_YES);
+  for (int r = 0; r < 3; r++) {
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 0);
+    assert_int_equal(brd_ir_plan_block(p, r, 0)->nops, 10);
+    assert_int_equal(op[0].code, BRD_IR_OP_COPY);
+    check_ref(p, r, &op[0].ref[0], (xref_t){IN, -1, 0});
+    check_ref(p, r, &op[0].ref[1], (xref_t){OUT, -1, 2 * r});
+    assert_int_equal(op[5].code, BRD_IR_OP_PUT);
+    check_ref(p, r, &op[5].ref[0], (xref_t){OUT, -1, 2 * r});
+  }
+  verify_as(p, 1);
+  brd_plan_destroy(p);
+
   /* ag_packet.json (LL): packets of the input into both peers' scratch,
    * the copy into the own block, the peers' packets unpacked into theirs. */
   p = load("ag_packet.json", 0, &meta);
