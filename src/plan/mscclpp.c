@@ -26,8 +26,9 @@
  * brd_mscclpp_ref_resolve says which Braid buffer a chunk of it is.
  *
  * Pipelines (mscclpp_int.h) are unrolled: their inner ops run a fixed
- * number of times, each time on the next share of their chunks, Braid's
- * chunks being MSCCL++'s cut into R so that shares are whole chunks.
+ * number of times, each time on the next share of their chunks; an op of
+ * a thread-block group (tbg_info) moves its thread block's share. Braid's
+ * chunks are MSCCL++'s cut into R so that shares are whole chunks.
  *
  * Semaphores: the m-th memory channel from rank r to peer p pairs with the
  * m-th from p to r (MSCCL++ connects channels to one peer in order); it
@@ -186,11 +187,20 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
   int ctype = -1;
   if (brd_json_get(op, "channel_type") != NULL)
     CHECK(brd_mscclpp_get_chan_type(c, op, "channel_type", &ctype));
-  if (brd_json_get(op, "tbg_info") != NULL)
-    return brd_mscclpp_fail(
-        c, ncclInvalidArgument,
-        "thread block groups (tbg_info: one op split over several thread blocks) are "
-        "not translated");
+  /* A thread-block group: tbg_size thread blocks each move a share of the
+   * op's chunks, tb_id's share here (MSCCL++ splits the bytes of every
+   * ref evenly; Braid's chunks are cut so that shares are whole chunks). */
+  const brd_json_t *tbg = brd_json_get(op, "tbg_info");
+  int64_t tbg_id = 0, tbg_size = 0;
+  if (tbg != NULL) {
+    if (c->pipe_n > 0)
+      return brd_mscclpp_fail(c, ncclInvalidArgument,
+                              "a thread-block group (tbg_info) inside a pipeline is not "
+                              "translated");
+    CHECK(brd_mscclpp_want(c, "tbg_info", tbg, BRD_JSON_OBJ));
+    CHECK(brd_mscclpp_get_int(c, tbg, "tbg_size", 1, 0, 1, 65535, &tbg_size));
+    CHECK(brd_mscclpp_get_int(c, tbg, "tb_id", 1, 0, 0, tbg_size - 1, &tbg_id));
+  }
   if (kind == K_PACKET && c->pipe_n > 0)
     return brd_mscclpp_fail(
         c, ncclInvalidArgument,
@@ -343,11 +353,13 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
   /* Inside a pipeline this iteration moves its share of the chunks:
    * piece pipe_i of pipe_n, pipe_len Braid chunks each, as MSCCL++ moves
    * unit_size bytes from offset i x unit_size of every ref (a ref shorter
-   * than the pipeline's chunks has nothing left in the last pieces). */
+   * than the pipeline's chunks has nothing left in the last pieces). A
+   * member of a thread-block group moves share tb_id of tbg_size. */
   int empty = 0;
-  if (c->pipe_n > 0) {
-    int64_t start = (int64_t)c->pipe_i * c->pipe_len;
-    int64_t end = start + c->pipe_len < size ? start + c->pipe_len : size;
+  if (c->pipe_n > 0 || tbg != NULL) {
+    int64_t len = tbg != NULL ? size / tbg_size : c->pipe_len;
+    int64_t start = (tbg != NULL ? tbg_id : c->pipe_i) * len;
+    int64_t end = start + len < size ? start + len : size;
     if (start >= end) {
       empty = 1;
     } else {
@@ -794,13 +806,13 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     goto out;
   }
   c.sw_base = c.nslots;
-  c.R = brd_mscclpp_pipes_scan(&c);
+  c.R = brd_mscclpp_cut_scan(&c);
   if ((int64_t)c.R * c.nchunks * (c.nb / c.nchunks) > 65535 ||
       (int64_t)c.R * (c.nslots + c.nchunks) > 65535) {
     res = brd_mscclpp_fail(
         &c, ncclInvalidArgument,
-        "its pipelines cut each chunk into %d, more chunks or scratch slots than a "
-        "Braid plan holds (65535)",
+        "its pipelines and thread-block groups cut each chunk into %d, more chunks or "
+        "scratch slots than a Braid plan holds (65535)",
         c.R);
     goto out;
   }
@@ -810,6 +822,11 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     res = brd_mscclpp_fail(&c, ncclSystemError, "out of host memory");
     goto out;
   }
+  /* An in-place all-gather's own block may be left as it is (the input
+   * already is the answer there), but the executors may give the output
+   * memory of its own and copy every block of it back, the rank's own
+   * included: each rank copies its input there first, always. */
+  if (c.inplace && c.coll == BRD_IR_COLL_ALLGATHER) c.prologue = 1;
   CHECK_GOTO(run_pass(&c), res, out);
   c.pass = 1;
   CHECK_GOTO(run_pass(&c), res, out);

@@ -272,22 +272,44 @@ int brd_mscclpp_pipe_iters(const mctx_t *c, int64_t unit, int64_t nck) {
 }
 
 /* See mscclpp_int.h. */
-int brd_mscclpp_pipes_scan(const mctx_t *c) {
+int brd_mscclpp_cut_scan(const mctx_t *c) {
   int64_t r = 1;
   for (int g = 0; g < c->n; g++) {
     const brd_json_t *tbs = brd_json_get(c->g[g].js, "threadblocks");
     for (size_t b = 0; tbs != NULL && b < tbs->n; b++) {
       const brd_json_t *ops = brd_json_get(&tbs->kids[b], "ops");
       for (size_t i = 0; ops != NULL && ops->type == BRD_JSON_ARR && i < ops->n; i++) {
-        const brd_json_t *nm = brd_json_get(&ops->kids[i], "name");
-        const brd_json_t *ctx = brd_json_get(&ops->kids[i], "iter_context");
-        if (nm == NULL || nm->type != BRD_JSON_STR || strcmp(nm->s, "pipeline") != 0 || ctx == NULL)
+        const brd_json_t *op = &ops->kids[i];
+        const brd_json_t *nm = brd_json_get(op, "name");
+        const brd_json_t *ctx = brd_json_get(op, "iter_context");
+        const brd_json_t *tbg = brd_json_get(op, "tbg_info");
+        int64_t parts, whole;
+        if (tbg != NULL) {
+          /* tbg_size shares of the op's chunks (its first ref's size). */
+          const brd_json_t *n = brd_json_get(tbg, "tbg_size");
+          const brd_json_t *src = brd_json_get(op, "src_buff");
+          const brd_json_t *sz = src != NULL && src->type == BRD_JSON_ARR && src->n > 0
+                                     ? brd_json_get(&src->kids[0], "size")
+                                     : NULL;
+          if (n == NULL || sz == NULL || n->type != BRD_JSON_INT || sz->type != BRD_JSON_INT ||
+              n->i < 1 || n->i > 65535 || sz->i < 1 || sz->i > 65535)
+            continue;
+          parts = n->i;
+          whole = sz->i;
+        } else if (nm != NULL && nm->type == BRD_JSON_STR && strcmp(nm->s, "pipeline") == 0 &&
+                   ctx != NULL) {
+          /* Iterations over num_chunks chunks. */
+          const brd_json_t *u = brd_json_get(ctx, "unit_size");
+          const brd_json_t *k = brd_json_get(ctx, "num_chunks");
+          if (u == NULL || k == NULL || u->type != BRD_JSON_INT || k->type != BRD_JSON_INT ||
+              u->i < 1 || k->i < 1 || k->i > 65535)
+            continue;
+          parts = brd_mscclpp_pipe_iters(c, u->i, k->i);
+          whole = k->i;
+        } else {
           continue;
-        const brd_json_t *u = brd_json_get(ctx, "unit_size"), *k = brd_json_get(ctx, "num_chunks");
-        if (u == NULL || k == NULL || u->type != BRD_JSON_INT || k->type != BRD_JSON_INT ||
-            u->i < 1 || k->i < 1 || k->i > 65535)
-          continue;
-        int64_t p = brd_mscclpp_pipe_iters(c, u->i, k->i), need = p / gcd64(p, k->i);
+        }
+        int64_t need = parts / gcd64(parts, whole);
         r = r / gcd64(r, need) * need;
         if (r > 65535) return 65536;
       }

@@ -88,7 +88,7 @@ typedef struct mctx {
   uint64_t max_msg;  /* max_message_size as MSCCL++ counts it; 0: no limit */
   int64_t in_chunks; /* MSCCL++'s input_chunks (every GPU alike) */
   int64_t nb;        /* in place: chunks of the one buffer (before R) */
-  int R;             /* Braid chunks per MSCCL++ chunk (pipelines cut chunks) */
+  int R;             /* Braid chunks per MSCCL++ chunk (brd_mscclpp_cut_scan) */
   uint32_t cr;       /* Braid's nchunks: nchunks * R */
   /* The pipeline being unrolled: piece pipe_i of pipe_n, pipe_len Braid
    * chunks each (pipe_n 0: outside one). */
@@ -184,11 +184,13 @@ ncclResult_t brd_mscclpp_tb_chan(mctx_t *c, const mtb_t *t, int type, int64_t id
  * unrolled to (1 .. PIPE_MAX). Pure. */
 int brd_mscclpp_pipe_iters(const mctx_t *c, int64_t unit, int64_t nck);
 
-/* R: the least common multiple over the document's pipelines of each
- * one's iterations over their gcd with its num_chunks (1 without
- * pipelines; above 65535 means too many). Needs c->g[*].js, c->n,
- * c->coll, c->max_msg, c->in_chunks. Pure. */
-int brd_mscclpp_pipes_scan(const mctx_t *c);
+/* R, how finely Braid cuts MSCCL++'s chunks: the least common multiple
+ * of parts / gcd(parts, whole) over the document's pipelines (parts: its
+ * iterations, whole: its num_chunks) and ops of thread-block groups
+ * (parts: tbg_size, whole: the op's chunks). 1 without either; above
+ * 65535 means too many. Needs c->g[*].js, c->n, c->coll, c->max_msg,
+ * c->in_chunks. Pure. */
+int brd_mscclpp_cut_scan(const mctx_t *c);
 
 /* Translates src_buff/dst_buff entry e (list[i]; dst: a destination) of an
  * op whose channel_type is op_chan_type (-1 when absent) into *out: its

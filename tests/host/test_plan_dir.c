@@ -34,7 +34,9 @@
  *     the file, GPU, thread block, op index and op name.
  *   - Braid's own MSCCL++ plans (tests/data/mscclpp, no samples needed) on
  *     3 ranks (configuration mscclpp-own): a pipelined all-reduce,
- *     all-gathers (LL and Simple out of place, in place), reduce-scatters
+ *     all-gathers (LL and Simple out of place; in place, up to 4096
+ *     bytes per rank with puts split over a thread-block group, above
+ *     with gets), reduce-scatters
  *     (out of place, in place) and an all-to-all, each exact against the
  *     CPU reference for the calls in its range and of its kind, with INFO
  *     naming the file once per rank, the others on the built-ins; a plan
@@ -125,7 +127,8 @@ static const call_t mcalls[] = {
 
 /* The MSCCL++ plans of tests/data/mscclpp on 3 ranks: the pipelined
  * all-reduce (out of place, up to 393216 bytes), the all-gathers (out of
- * place in LL up to 65536 bytes per rank, in Simple above; in place), the
+ * place in LL up to 65536 bytes per rank, in Simple above; in place, a
+ * thread-block group up to 4096 bytes per rank, gets above), the
  * reduce-scatters (out of place and in place) and the all-to-all. */
 static const call_t ocalls[] = {
     {ncclFloat32, ncclSum, 1001, 0, REF_AR},    /* 4004: the pipeline */
@@ -137,7 +140,9 @@ static const call_t ocalls[] = {
     {ncclFloat32, ncclSum, 16384, 0, REF_AG},   /* 65536: ag_packet */
     {ncclFloat32, ncclSum, 16385, 0, REF_AG},   /* 65540: ag_put */
     {ncclInt32, ncclSum, 50001, 0, REF_AG},     /* 200004: ag_put */
-    {ncclFloat32, ncclSum, 777, 1, REF_AG},     /* 3108 in place: ag_get_inplace */
+    {ncclFloat32, ncclSum, 777, 1, REF_AG},     /* 3108 in place: ag_tbg_inplace */
+    {ncclInt32, ncclSum, 1024, 1, REF_AG},      /* 4096 in place: ag_tbg_inplace */
+    {ncclFloat32, ncclSum, 1025, 1, REF_AG},    /* 4100 in place: ag_get_inplace */
     {ncclFloat64, ncclSum, 50001, 1, REF_AG},   /* 400008 in place: ag_get_inplace */
     {ncclFloat32, ncclSum, 1001, 0, REF_RS},    /* 12012: rs_scratch */
     {ncclInt32, ncclMin, 40000, 0, REF_RS},     /* 480000: rs_scratch */
@@ -520,7 +525,8 @@ static void check_own_log(const char *log) {
     const char *file, *coll;
   } loaded[] = {{"a_ar_pipeline.json", "allreduce"}, {"b0_ag_packet.json", "allgather"},
                 {"b_ag_put.json", "allgather"},
-                {"c_ag_get_inplace.json", "allgather"}, {"d_rs_scratch.json", "reducescatter"},
+                {"c0_ag_tbg_inplace.json", "allgather"}, {"c_ag_get_inplace.json", "allgather"},
+                {"d_rs_scratch.json", "reducescatter"},
                 {"e_rs_inplace.json", "reducescatter"}, {"f_a2a_put.json", "alltoall"}};
   for (size_t i = 0; i < sizeof(loaded) / sizeof(loaded[0]); i++) {
     char frag[128];
@@ -539,7 +545,9 @@ static void check_own_log(const char *log) {
       {"b0_ag_packet.json", 65536, "out of place"},
       {"b_ag_put.json", 65540, "out of place"},
       {"b_ag_put.json", 200004, "out of place"},
-      {"c_ag_get_inplace.json", 3108, "in place"},
+      {"c0_ag_tbg_inplace.json", 3108, "in place"},
+      {"c0_ag_tbg_inplace.json", 4096, "in place"},
+      {"c_ag_get_inplace.json", 4100, "in place"},
       {"c_ag_get_inplace.json", 400008, "in place"},
       {"d_rs_scratch.json", 12012, "out of place"},
       {"d_rs_scratch.json", 480000, "out of place"},
@@ -736,6 +744,7 @@ int main(int argc, char **argv) {
   bad |= copy_plan("ar_pipeline.json", olib, "a_ar_pipeline.json", NULL, NULL);
   bad |= copy_plan("ag_packet.json", olib, "b0_ag_packet.json", NULL, NULL);
   bad |= copy_plan("ag_put.json", olib, "b_ag_put.json", NULL, NULL);
+  bad |= copy_plan("ag_tbg_inplace.json", olib, "c0_ag_tbg_inplace.json", NULL, NULL);
   bad |= copy_plan("ag_get_inplace.json", olib, "c_ag_get_inplace.json", NULL, NULL);
   bad |= copy_plan("rs_scratch.json", olib, "d_rs_scratch.json", NULL, NULL);
   bad |= copy_plan("rs_inplace.json", olib, "e_rs_inplace.json", NULL, NULL);

@@ -28,14 +28,15 @@
  *     slot-reuse credit; verifies out of place.
  *   - All-gathers (ag_put, ag_packet out of place, ag_get_inplace in
  *     place: the input copied to the rank's block first, as peers read
- *     it), reduce-scatters (rs_scratch, rs_inplace) and an all-to-all
+ *     it; ag_tbg_inplace: puts split over a thread-block group), reduce-scatters (rs_scratch, rs_inplace) and an all-to-all
  *     (a2a_put): segments and chunk indexes, the message range in the
  *     library's bytes, each verified as it declares.
  *   - A pipeline (ar_pipeline) unrolled at the count MSCCL++ runs at its
  *     max_message_size (2; 1 and 8 with other ranges; 3 over 2 chunks, the
  *     last iteration empty), op by op, each verified.
  *   - A refusal per feature still refused (port flush, gstorepkt,
- *     sem_acquire/sem_release, tbg_info, reuse_resources outside
+ *     sem_acquire/sem_release, tbg_info in a pipeline or out of range,
+ *     reuse_resources outside
  *     pipelines, nested pipelines, packets in a pipeline, broadcast, an
  *     in-place all-to-all, a reduce-scatter writing another block in
  *     place), each naming the place; a flush on memory channels is no op.
@@ -559,8 +560,7 @@ static void test_allgather(void **state) {
 
   /* ag_put.json declared in place: MSCCL++'s executor then reads the
    * input ("i") as the rank's block of the output, so the copy is one
-   * onto itself and goes; the put reads a chunk the copy writes, so the
-   * input is copied to the output first. */
+   * onto itself and goes; the input is copied to the output first. */
   p = load_edited("ag_put.json", "\"inplace\": false", "\"inplace\": true", &meta);
   assert_int_equal(meta.inplace, BRD_PLAN_JSON_INPLACE_YES);
   for (int r = 0; r < 3; r++) {
@@ -571,6 +571,35 @@ static void test_allgather(void **state) {
     check_ref(p, r, &op[0].ref[1], (xref_t){OUT, -1, 2 * r});
     assert_int_equal(op[5].code, BRD_IR_OP_PUT);
     check_ref(p, r, &op[5].ref[0], (xref_t){OUT, -1, 2 * r});
+  }
+  verify_as(p, 1);
+  brd_plan_destroy(p);
+
+  /* ag_tbg_inplace.json (1 chunk each, in place, 2 thread blocks): each
+   * put is a thread-block group of both, so Braid's chunks are halves and
+   * thread block b puts half b of the rank's block, between barriers. As
+   * in every in-place all-gather, the input is first copied to the rank's
+   * block of the output (block 0, then a barrier of both): the executors
+   * may copy every block of a staged output back. */
+  p = load("ag_tbg_inplace.json", 0, &meta);
+  assert_int_equal(p->nchunks, 2);
+  assert_int_equal(meta.max_bytes, 4096);
+  for (int r = 0; r < 3; r++) {
+    int a = r == 0 ? 1 : 0;
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 0);
+    assert_int_equal(op[0].code, BRD_IR_OP_COPY);
+    check_ref(p, r, &op[0].ref[0], (xref_t){IN, -1, 0});
+    check_ref(p, r, &op[0].ref[1], (xref_t){OUT, -1, 2 * r});
+    for (int b = 0; b < 2; b++) {
+      const brd_ir_op_t *put = &brd_ir_plan_ops(p, r, b)[b == 0 ? 5 : 2];
+      assert_int_equal(put[-1].code, BRD_IR_OP_BARRIER);
+      assert_int_equal(put->code, BRD_IR_OP_PUT);
+      assert_int_equal(put->chunk, b);
+      assert_int_equal(put->nchunks, 1);
+      check_ref(p, r, &put->ref[0], (xref_t){OUT, -1, 2 * r + b});
+      check_ref(p, r, &put->ref[1], (xref_t){OUT, a, 2 * r + b});
+      assert_int_equal(put[1].code, BRD_IR_OP_BARRIER);
+    }
   }
   verify_as(p, 1);
   brd_plan_destroy(p);
@@ -788,9 +817,13 @@ static void test_refusals(void **state) {
                  "gpu 0, thread block 0, op 2 (sem_release): device semaphores");
   expect_refusal("ag_put.json", "\"name\": \"copy\"", "\"name\": \"gstorepkt\"",
                  "gpu 0, thread block 0, op 2 (gstorepkt): switch-channel stores of LL packets");
+  expect_refusal("ar_pipeline.json", "\"name\": \"re\"",
+                 "\"tbg_info\": {\"tb_id\": 0, \"tbg_size\": 2}, \"name\": \"re\"",
+                 "gpu 0, thread block 0, op 0 (pipeline), inner op 4 (re): a thread-block "
+                 "group (tbg_info) inside a pipeline");
   expect_refusal("ag_put.json", "\"name\": \"copy\"",
-                 "\"tbg_info\": {\"tb_id\": 0, \"tbg_size\": 2}, \"name\": \"copy\"",
-                 "gpu 0, thread block 0, op 2 (copy): thread block groups");
+                 "\"tbg_info\": {\"tb_id\": 2, \"tbg_size\": 2}, \"name\": \"copy\"",
+                 "gpu 0, thread block 0, op 2 (copy): field \"tb_id\" is 2, out of range [0, 1]");
   expect_refusal("rs_scratch.json", "\"reuse_resources\": false", "\"reuse_resources\": true",
                  "gpu 0, thread block 0, op 0 (put): dst_buff[0] names scratch outside a "
                  "pipeline in a plan with reuse_resources");

@@ -19,6 +19,12 @@ JSON that MSCCL++'s DSL emits and its executor runs) for Braid's tests:
                        then a put of each reduced chunk to every peer.
   a2a_put.json         3-rank all-to-all: each rank puts block p of its
                        input into block r of peer p's output.
+  ag_tbg_inplace.json  3-rank all-gather, in place, 2 thread blocks: for each
+                       peer, thread block 0 handshakes (rlxsignal/rlxwait),
+                       both put half of the rank's block into the peer's
+                       output as a thread-block group (tbg_info) between
+                       barriers of both, then thread block 0 signals and
+                       waits; up to 4096 bytes per rank.
   ag_packet.json       3-rank all-gather, out of place, protocol LL: each
                        rank puts its input as packets into every peer's
                        scratch (ppkt), copies it into its own block, and
@@ -158,6 +164,23 @@ def a2a_put():
     return plan("alltoall_put", "alltoall", False, gs)
 
 
+def ag_tbg_inplace():
+    gs = []
+    bar = {"name": "barrier", "barrier_id": 0, "num_threadblocks": 2}
+    for r in range(N):
+        tb0, tb1 = [], []
+        for k, p in enumerate(peers(r)):
+            put = data("put", [ref("o", r, 1)], [rbuf(k, r, 1)], [k])
+            tb0 += [{"name": "rlxsignal", "channel_ids": [k], "channel_type": "memory"},
+                    {"name": "rlxwait", "channel_ids": [k], "channel_type": "memory"},
+                    bar, dict(put, tbg_info={"tb_id": 0, "tbg_size": 2}), bar,
+                    sync("signal", [k]), sync("wait", [k])]
+            tb1 += [bar, dict(put, tbg_info={"tb_id": 1, "tbg_size": 2}), bar]
+        gs.append(gpu(r, 1, N, 0, [tb(0, tb0, ALL, ALL), tb(1, tb1, ALL, ALL)],
+                      [(p, "o") for p in peers(r)]))
+    return plan("allgather_tbg_inplace", "allgather", True, gs, hi=N * 4096)
+
+
 def ag_packet():
     c = 2
     gs = []
@@ -177,7 +200,7 @@ def ag_packet():
 for fname, doc in [("ag_put.json", ag_put()), ("ag_get_inplace.json", ag_get_inplace()),
                    ("rs_scratch.json", rs(False)), ("rs_inplace.json", rs(True)),
                    ("ar_pipeline.json", ar_pipeline()), ("a2a_put.json", a2a_put()),
-                   ("ag_packet.json", ag_packet())]:
+                   ("ag_packet.json", ag_packet()), ("ag_tbg_inplace.json", ag_tbg_inplace())]:
     with open(fname, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
