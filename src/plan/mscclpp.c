@@ -116,9 +116,9 @@ static ncclResult_t sync_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
 }
 
 /* One piece of a data op: its chunks [done, done + len), every ref
- * advanced by `done`, in-place refs resolved (resolve_one), as one IR op
+ * advanced by `done`, in-place refs resolved (brd_mscclpp_ref_resolve), as one IR op
  * (switch ops) or a builder move at op chunk `chunk`. Runs in every pass,
- * so that resolve_one refuses early; adds to the plan in the build pass
+ * so that the resolution refuses early; adds to the plan in the build pass
  * only. */
 static ncclResult_t emit_piece(mctx_t *c, const brd_plan_move_t *m, const mref_t *s,
                                const mref_t *d, uint32_t done, uint32_t len, uint32_t chunk,
@@ -702,7 +702,7 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
   /* reuse_resources folds scratch offsets onto a fixed scratch size,
    * which only pipelines use (their iterations share the space); Braid
    * gives each iteration slots of its own, so such plans translate where
-   * every scratch ref is in a pipeline (read_ref). */
+   * every scratch ref is in a pipeline (brd_mscclpp_ref_read). */
   const brd_json_t *reuse = brd_json_get(root, "reuse_resources");
   c.reuse = reuse != NULL && reuse->type == BRD_JSON_BOOL && reuse->i;
   int64_t v;

@@ -2,7 +2,8 @@
  * MSCCL++ execution plans: reading the document (see mscclpp.c for what it
  * holds and how it is translated): its fields with messages that name
  * them, each GPU's channels and remote buffers, a thread block's lists,
- * buffer refs in Braid's units, and the pipelines' iteration counts.
+ * buffer refs in Braid's units, and how finely pipelines and thread-block
+ * groups cut chunks.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -24,8 +25,7 @@ ncclResult_t brd_mscclpp_fail(mctx_t *c, ncclResult_t res, const char *fmt, ...)
   va_end(ap);
   if (c->gpu >= 0 && c->tb >= 0 && c->op >= 0 && c->inner >= 0)
     snprintf(where, sizeof(where),
-             "gpu %d, thread block %d, op %d (pipeline), inner op %d "
-             "(%s): ",
+             "gpu %d, thread block %d, op %d (pipeline), inner op %d (%s): ",
              c->gpu, c->tb, c->op, c->inner, c->opname ? c->opname : "?");
   else if (c->gpu >= 0 && c->tb >= 0 && c->op >= 0)
     snprintf(where, sizeof(where), "gpu %d, thread block %d, op %d (%s): ", c->gpu, c->tb, c->op,
@@ -506,7 +506,7 @@ ncclResult_t brd_mscclpp_ref_read(mctx_t *c, const mtb_t *t, int op_chan_type, c
     /* One buffer per rank (MSCCL++'s DSL names an in-place all-gather's
      * input as the rank's block of its output, a reduce-scatter's output
      * as the rank's block of its input); which Braid buffer a chunk of it
-     * is, resolve_one says per piece. */
+     * is, brd_mscclpp_ref_resolve says per piece. */
     int64_t j = index;
     if ((c->coll == BRD_IR_COLL_ALLGATHER && type == MB_INPUT) ||
         (c->coll == BRD_IR_COLL_REDUCESCATTER && type == MB_OUTPUT))

@@ -131,7 +131,7 @@ typedef struct mtb {
 
 /* One translated ref: where it points and which chunks. */
 typedef struct mref {
-  brd_plan_ref_t ref;  /* for `one` refs, OUTPUT until resolve_one says */
+  brd_plan_ref_t ref;  /* `one` refs: OUTPUT until brd_mscclpp_ref_resolve */
   int io;              /* names an input/output chunk */
   int one;             /* in place: chunk `index` of the rank's one buffer */
   int sw;              /* through the switch channel */
