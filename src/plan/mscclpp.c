@@ -502,9 +502,9 @@ static ncclResult_t one_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
   }
 }
 
-/* A pipeline: its inner ops `pipe_n` times, iteration i on piece i of
- * every data op's chunks (see pipe_iters). Sync ops, nops and barriers
- * inside run every iteration, as in MSCCL++. */
+/* A pipeline: its inner ops `pipe_n` times (brd_mscclpp_pipe_iters),
+ * iteration i on piece i of every data op's chunks. Sync ops, nops and
+ * barriers inside run every iteration, as in MSCCL++. */
 static ncclResult_t pipeline_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
   if (c->pipe_n > 0)
     return brd_mscclpp_fail(c, ncclInvalidArgument, "a pipeline inside a pipeline");
