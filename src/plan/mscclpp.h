@@ -2,10 +2,13 @@
  * MSCCL++ execution plans (the JSON that the MSCCL++ DSL emits and its
  * executor runs) read as Braid plans: each GPU's thread blocks become the
  * rank's blocks, each op one or more IR ops (device/ir.h), chunk indexes
- * stay chunk indexes (MSCCL++ cuts a rank's buffer into `input_chunks`
- * equal chunks; Braid cuts each iteration window into as many) and scratch
- * chunks become scratch slots. What Braid cannot express is refused with
- * a message naming the file, GPU, thread block, op index and op name.
+ * stay chunk indexes (MSCCL++ cuts a rank's buffers into chunks of one
+ * size, the input over `input_chunks`; Braid cuts each segment of an
+ * iteration window into as many, times R where pipelines, which are
+ * unrolled, or thread-block groups need finer chunks) and scratch chunks
+ * become scratch slots. All-reduce, all-gather, reduce-scatter and
+ * all-to-all plans are translated. What Braid cannot express is refused
+ * with a message naming the file, GPU, thread block, op index and op name.
  * docs/plans.md ("MSCCL++ execution plans") lists the ops translated and
  * refused, and how the plan's fields become the library's.
  */
@@ -26,11 +29,13 @@ int brd_plan_mscclpp_detect(const brd_json_t *root);
 /* Translates the MSCCL++ plan root (detected as above) into a plan blob
  * the caller frees with brd_plan_destroy, and the library fields it
  * implies into *meta_out (may be NULL): min/max bytes from
- * min_message_size/max_message_size, in place only or out of place only
- * from "inplace". `name` (the file) starts every message. max_blocks > 0
- * folds the thread blocks onto at most that many Braid blocks (consecutive
- * thread blocks run one after another in one block; plans with barriers
- * are then refused); 0 keeps one block per thread block. The verifier is
+ * min_message_size/max_message_size (an all-gather's, which MSCCL++
+ * counts in output bytes, divided by the ranks), in place only or out of
+ * place only from "inplace" (either for an all-to-all). `name` (the file)
+ * starts every message. max_blocks > 0 folds the thread blocks onto at
+ * most that many Braid blocks (consecutive thread blocks run one after
+ * another in one block; plans with barriers are then refused); 0 keeps
+ * one block per thread block. The verifier is
  * not run. On failure returns ncclInvalidArgument (a missing or malformed
  * field, an unknown op, a chunk out of range, an op Braid cannot express)
  * or ncclSystemError (out of memory), WARNs once and copies the message

@@ -32,6 +32,15 @@
  *     off (one GPU) it is skipped with an INFO and the Simple one runs.
  *     Plans with an unknown op or a flush are refused with a WARN naming
  *     the file, GPU, thread block, op index and op name.
+ *   - Braid's own MSCCL++ plans (tests/data/mscclpp, no samples needed) on
+ *     3 ranks (configuration mscclpp-own): a pipelined all-reduce,
+ *     all-gathers (LL and Simple out of place; in place, up to 4096
+ *     bytes per rank with puts split over a thread-block group, above
+ *     with gets), reduce-scatters
+ *     (out of place, in place) and an all-to-all, each exact against the
+ *     CPU reference for the calls in its range and of its kind, with INFO
+ *     naming the file once per rank, the others on the built-ins; a plan
+ *     with sem_acquire refused with a WARN naming the op.
  *
  * Each configuration runs in a child (this program again, with its
  * environment and NCCL_DEBUG_FILE), so parameters are read afresh.
@@ -55,28 +64,33 @@
 
 /* ---- the child: ranks running calls ----------------------------------------- */
 
+/* The collective of a call: REF_AR, REF_AG, REF_RS (coll_ref.h) or
+ * CALL_A2A. */
+#define CALL_A2A 3
+
 typedef struct call {
   ncclDataType_t dt;
   ncclRedOp_t op;
-  size_t count;
+  size_t count; /* per rank: NCCL's count (recvcount, sendcount) */
   int inplace;
+  int kind;     /* 0 (REF_AR): all-reduce */
 } call_t;
 
 /* Bytes per rank: float32/int32, so count x 4. */
 static const call_t calls[] = {
-    {ncclFloat32, ncclSum, 1023, 0},  /* 4092: below the ring's range */
-    {ncclFloat32, ncclSum, 1024, 0},  /* 4096: the ring */
-    {ncclFloat32, ncclSum, 1024, 1},  /* 4096 in place: the ring */
-    {ncclInt32, ncclMax, 2048, 0},    /* 8192: the ring */
-    {ncclFloat32, ncclAvg, 3000, 1},  /* 12000 in place: the ring */
-    {ncclFloat32, ncclSum, 16384, 0}, /* 65536: the ring */
-    {ncclFloat32, ncclSum, 16385, 0}, /* 65540: above it */
-    {ncclFloat32, ncclSum, 25, 1},    /* 100 in place: the LL plan */
-    {ncclFloat32, ncclSum, 25, 0},    /* 100 out of place: built-in */
-    {ncclInt32, ncclSum, 25, 1},      /* 100 in place, int32: built-in */
-    {ncclFloat32, ncclMin, 64, 1},    /* 256 in place: the LL plan */
-    {ncclFloat32, ncclSum, 65, 1},    /* 260 in place: built-in */
-    {ncclFloat32, ncclSum, 70001, 0}, /* 280004: built-in */
+    {ncclFloat32, ncclSum, 1023, 0, REF_AR},  /* 4092: below the ring's range */
+    {ncclFloat32, ncclSum, 1024, 0, REF_AR},  /* 4096: the ring */
+    {ncclFloat32, ncclSum, 1024, 1, REF_AR},  /* 4096 in place: the ring */
+    {ncclInt32, ncclMax, 2048, 0, REF_AR},    /* 8192: the ring */
+    {ncclFloat32, ncclAvg, 3000, 1, REF_AR},  /* 12000 in place: the ring */
+    {ncclFloat32, ncclSum, 16384, 0, REF_AR}, /* 65536: the ring */
+    {ncclFloat32, ncclSum, 16385, 0, REF_AR}, /* 65540: above it */
+    {ncclFloat32, ncclSum, 25, 1, REF_AR},    /* 100 in place: the LL plan */
+    {ncclFloat32, ncclSum, 25, 0, REF_AR},    /* 100 out of place: built-in */
+    {ncclInt32, ncclSum, 25, 1, REF_AR},      /* 100 in place, int32: built-in */
+    {ncclFloat32, ncclMin, 64, 1, REF_AR},    /* 256 in place: the LL plan */
+    {ncclFloat32, ncclSum, 65, 1, REF_AR},    /* 260 in place: built-in */
+    {ncclFloat32, ncclSum, 70001, 0, REF_AR}, /* 280004: built-in */
 };
 #define NCALLS (sizeof(calls) / sizeof(calls[0]))
 
@@ -87,27 +101,58 @@ static const call_t calls[] = {
 #define OWN_MSCCLPP_DIR "tests/data/mscclpp"
 static const char *mscclpp_dir(const char *file) {
   const char *d = getenv("BRAID_MSCCLPP_PLANS");
-  if (strcmp(file, "oop_scratch.json") == 0) return OWN_MSCCLPP_DIR;
+  if (strcmp(file, "allreduce.json") != 0 && strcmp(file, "allreduce_packet.json") != 0 &&
+      strcmp(file, "reduce_nvls.json") != 0)
+    return OWN_MSCCLPP_DIR;
   return d != NULL && *d ? d : "../shared/mscclpp-plans";
 }
 static const call_t mcalls[] = {
-    {ncclFloat32, ncclSum, 1, 1},       /* 4: the packet plan */
-    {ncclFloat32, ncclSum, 1023, 1},    /* 4092: the packet plan */
-    {ncclInt32, ncclMax, 1024, 1},      /* 4096: the packet plan */
-    {ncclFloat32, ncclSum, 1023, 0},    /* 4092 out of place: oop_scratch */
-    {ncclFloat32, ncclSum, 15, 0},      /* 60 out of place: built-in */
-    {ncclFloat32, ncclSum, 262145, 0},  /* 1048580 out of place: built-in */
-    {ncclInt32, ncclMin, 262144, 0},    /* 1048576 out of place: oop_scratch */
-    {ncclFloat32, ncclSum, 1025, 1},    /* 4100: the Simple plan */
-    {ncclFloat32, ncclAvg, 33333, 1},   /* 133332: the Simple plan */
-    {ncclFloat64, ncclSum, 700001, 1},  /* 5600008: the Simple plan */
-    {ncclFloat32, ncclAvg, 33333, 0},   /* 133332 out of place: oop_scratch */
-    {ncclFloat32, ncclSum, 3001, 1},    /* 12004: the switch plan */
-    {ncclFloat32, ncclSum, 16384, 1},   /* 65536: the switch plan */
-    {ncclFloat32, ncclSum, 16385, 1},   /* 65540: the Simple plan */
-    {ncclFloat32, ncclSum, 7, 1},       /* 28: the packet plan again */
+    {ncclFloat32, ncclSum, 1, 1, REF_AR},       /* 4: the packet plan */
+    {ncclFloat32, ncclSum, 1023, 1, REF_AR},    /* 4092: the packet plan */
+    {ncclInt32, ncclMax, 1024, 1, REF_AR},      /* 4096: the packet plan */
+    {ncclFloat32, ncclSum, 1023, 0, REF_AR},    /* 4092 out of place: oop_scratch */
+    {ncclFloat32, ncclSum, 15, 0, REF_AR},      /* 60 out of place: built-in */
+    {ncclFloat32, ncclSum, 262145, 0, REF_AR},  /* 1048580 out of place: built-in */
+    {ncclInt32, ncclMin, 262144, 0, REF_AR},    /* 1048576 out of place: oop_scratch */
+    {ncclFloat32, ncclSum, 1025, 1, REF_AR},    /* 4100: the Simple plan */
+    {ncclFloat32, ncclAvg, 33333, 1, REF_AR},   /* 133332: the Simple plan */
+    {ncclFloat64, ncclSum, 700001, 1, REF_AR},  /* 5600008: the Simple plan */
+    {ncclFloat32, ncclAvg, 33333, 0, REF_AR},   /* 133332 out of place: oop_scratch */
+    {ncclFloat32, ncclSum, 3001, 1, REF_AR},    /* 12004: the switch plan */
+    {ncclFloat32, ncclSum, 16384, 1, REF_AR},   /* 65536: the switch plan */
+    {ncclFloat32, ncclSum, 16385, 1, REF_AR},   /* 65540: the Simple plan */
+    {ncclFloat32, ncclSum, 7, 1, REF_AR},       /* 28: the packet plan again */
 };
 #define NMCALLS (sizeof(mcalls) / sizeof(mcalls[0]))
+
+/* The MSCCL++ plans of tests/data/mscclpp on 3 ranks: the pipelined
+ * all-reduce (out of place, up to 393216 bytes), the all-gathers (out of
+ * place in LL up to 65536 bytes per rank, in Simple above; in place, a
+ * thread-block group up to 4096 bytes per rank, gets above), the
+ * reduce-scatters (out of place and in place) and the all-to-all. */
+static const call_t ocalls[] = {
+    {ncclFloat32, ncclSum, 1001, 0, REF_AR},    /* 4004: the pipeline */
+    {ncclInt32, ncclMax, 33333, 0, REF_AR},     /* 133332: the pipeline */
+    {ncclFloat32, ncclAvg, 98304, 0, REF_AR},   /* 393216: the pipeline */
+    {ncclFloat32, ncclSum, 98305, 0, REF_AR},   /* 393220: built-in */
+    {ncclFloat32, ncclSum, 1001, 1, REF_AR},    /* 4004 in place: built-in */
+    {ncclFloat32, ncclSum, 1023, 0, REF_AG},    /* 4092: ag_packet */
+    {ncclFloat32, ncclSum, 16384, 0, REF_AG},   /* 65536: ag_packet */
+    {ncclFloat32, ncclSum, 16385, 0, REF_AG},   /* 65540: ag_put */
+    {ncclInt32, ncclSum, 50001, 0, REF_AG},     /* 200004: ag_put */
+    {ncclFloat32, ncclSum, 777, 1, REF_AG},     /* 3108 in place: ag_tbg_inplace */
+    {ncclInt32, ncclSum, 1024, 1, REF_AG},      /* 4096 in place: ag_tbg_inplace */
+    {ncclFloat32, ncclSum, 1025, 1, REF_AG},    /* 4100 in place: ag_get_inplace */
+    {ncclFloat64, ncclSum, 50001, 1, REF_AG},   /* 400008 in place: ag_get_inplace */
+    {ncclFloat32, ncclSum, 1001, 0, REF_RS},    /* 12012: rs_scratch */
+    {ncclInt32, ncclMin, 40000, 0, REF_RS},     /* 480000: rs_scratch */
+    {ncclFloat32, ncclAvg, 3333, 0, REF_RS},    /* 39996: rs_scratch */
+    {ncclFloat32, ncclSum, 1001, 1, REF_RS},    /* 12012 in place: rs_inplace */
+    {ncclInt32, ncclMax, 40001, 1, REF_RS},     /* 480012 in place: rs_inplace */
+    {ncclFloat32, ncclSum, 999, 0, CALL_A2A},   /* 11988: a2a_put */
+    {ncclInt32, ncclSum, 30001, 0, CALL_A2A},   /* 360012: a2a_put */
+};
+#define NOCALLS (sizeof(ocalls) / sizeof(ocalls[0]))
 
 static const call_t *cur_calls = calls;
 static size_t cur_ncalls = NCALLS;
@@ -116,36 +161,64 @@ static int run_calls(ncclComm_t comm, cudaStream_t stream, int n, int rank, char
                      size_t msglen) {
   for (size_t i = 0; i < cur_ncalls; i++) {
     const call_t *c = &cur_calls[i];
-    size_t es = ref_dtype_size(c->dt);
-    void *send = tdev_alloc(c->count * es);
-    void *recv = c->inplace ? send : tdev_alloc(c->count * es);
-    void *expect = malloc(c->count * es);
+    size_t es = ref_dtype_size(c->dt), nc = (size_t)n * c->count;
+    char *mem = tdev_alloc(nc * es), *other = tdev_alloc(nc * es);
+    void *expect = malloc(nc * es);
+    const void *send = NULL;
+    void *recv = NULL;
     int bad = 0;
-    if (send == NULL || recv == NULL || expect == NULL) {
+    if (mem == NULL || other == NULL || expect == NULL) {
       snprintf(msg, msglen, "rank %d: %s", rank, tdev_last_error());
       bad = 1;
       goto next;
     }
-    ref_fill_input(c->dt, c->op, rank, send, c->count);
-    if (!c->inplace) ref_poison(c->dt, recv, c->count);
-    ncclResult_t r = ncclAllReduce(send, recv, c->count, c->dt, c->op, comm, stream);
-    ref_reduce_expect(c->dt, c->op, n, 1.0, expect, c->count);
+    if (c->kind == CALL_A2A) {
+      /* Block q of the input goes to rank q, which keeps it as block
+       * `rank` of its output. */
+      for (int q = 0; q < n; q++) ref_fill_move(c->dt, rank, q, mem + (size_t)q * c->count * es,
+                                                c->count);
+      ref_poison(c->dt, other, nc);
+      send = mem;
+      recv = other;
+    } else {
+      ref_case_fill((ref_kind_t)c->kind, c->dt, c->op, rank, n, c->count, c->inplace, mem,
+                    other, &send, &recv);
+    }
+    ncclResult_t r;
+    switch (c->kind) {
+    case REF_AG: r = ncclAllGather(send, recv, c->count, c->dt, comm, stream); break;
+    case REF_RS: r = ncclReduceScatter(send, recv, c->count, c->dt, c->op, comm, stream); break;
+    case CALL_A2A: r = ncclAlltoAll(send, recv, c->count, c->dt, comm, stream); break;
+    default: r = ncclAllReduce(send, recv, c->count, c->dt, c->op, comm, stream); break;
+    }
+    static const char *const kinds[] = {"all-reduce", "all-gather", "reduce-scatter",
+                                        "all-to-all"};
     char m[160] = "";
+    size_t wrong = 0;
     if (r != ncclSuccess) {
       snprintf(msg, msglen, "rank %d call %zu: %s", rank, i, ncclGetLastError(NULL));
       bad = 1;
     } else if (tdev_stream_sync(stream, SYNC_TIMEOUT_S) != 0) {
       snprintf(msg, msglen, "rank %d call %zu: %s", rank, i, tdev_last_error());
       bad = 1;
-    } else if (ref_compare(c->dt, c->op == ncclAvg, recv, expect, c->count, m, sizeof(m))) {
-      snprintf(msg, msglen, "rank %d call %zu (%s %s count %zu %s): %s", rank, i,
-               ref_dtype_name(c->dt), ref_op_name(c->op), c->count,
+    } else {
+      if (c->kind == CALL_A2A)
+        for (int q = 0; q < n && wrong == 0; q++)
+          wrong = ref_check_move(c->dt, q, rank, (char *)recv + (size_t)q * c->count * es,
+                                 c->count, m, sizeof(m));
+      else
+        wrong = ref_case_check((ref_kind_t)c->kind, c->dt, c->op, rank, n, c->count, recv,
+                               expect, m, sizeof(m));
+    }
+    if (wrong != 0) {
+      snprintf(msg, msglen, "rank %d call %zu (%s %s %s count %zu %s): %s", rank, i,
+               kinds[c->kind], ref_dtype_name(c->dt), ref_op_name(c->op), c->count,
                c->inplace ? "in place" : "out of place", m);
       bad = 1;
     }
   next:
-    if (!c->inplace) tdev_free(recv);
-    tdev_free(send);
+    tdev_free(other);
+    tdev_free(mem);
     free(expect);
     if (bad) return 1;
   }
@@ -208,6 +281,10 @@ static int child(const char *what) {
   if (strcmp(what, "processes") == 0) return child_processes(NRANKS);
   char msg[300] = "";
   int n = NRANKS;
+  if (strcmp(what, "mscclpp-own") == 0) {
+    cur_calls = ocalls;
+    cur_ncalls = NOCALLS;
+  }
   if (strcmp(what, "mscclpp") == 0) {
     cur_calls = mcalls;
     cur_ncalls = NMCALLS;
@@ -440,6 +517,64 @@ static void check_mscclpp_log(const char *log) {
         "a refused MSCCL++ plan ran");
 }
 
+/* The plans of tests/data/mscclpp: each ran, once per rank, for the calls
+ * in its range and of its kind (in place or not), and for no other. */
+static void check_own_log(const char *log) {
+  char line[1024];
+  static const struct {
+    const char *file, *coll;
+  } loaded[] = {{"a_ar_pipeline.json", "allreduce"}, {"b0_ag_packet.json", "allgather"},
+                {"b_ag_put.json", "allgather"},
+                {"c0_ag_tbg_inplace.json", "allgather"}, {"c_ag_get_inplace.json", "allgather"},
+                {"d_rs_scratch.json", "reducescatter"},
+                {"e_rs_inplace.json", "reducescatter"}, {"f_a2a_put.json", "alltoall"}};
+  for (size_t i = 0; i < sizeof(loaded) / sizeof(loaded[0]); i++) {
+    char frag[128];
+    snprintf(frag, sizeof(frag), "%s (MSCCL++ plan, %s", loaded[i].file, loaded[i].coll);
+    check(count_of(log, frag) == NRANKS, "%s was not loaded on every rank", loaded[i].file);
+  }
+  static const struct {
+    const char *file;
+    unsigned bytes;
+    const char *how;
+  } ran[] = {
+      {"a_ar_pipeline.json", 4004, "out of place"},
+      {"a_ar_pipeline.json", 133332, "out of place"},
+      {"a_ar_pipeline.json", 393216, "out of place"},
+      {"b0_ag_packet.json", 4092, "out of place"},
+      {"b0_ag_packet.json", 65536, "out of place"},
+      {"b_ag_put.json", 65540, "out of place"},
+      {"b_ag_put.json", 200004, "out of place"},
+      {"c0_ag_tbg_inplace.json", 3108, "in place"},
+      {"c0_ag_tbg_inplace.json", 4096, "in place"},
+      {"c_ag_get_inplace.json", 4100, "in place"},
+      {"c_ag_get_inplace.json", 400008, "in place"},
+      {"d_rs_scratch.json", 12012, "out of place"},
+      {"d_rs_scratch.json", 480000, "out of place"},
+      {"d_rs_scratch.json", 39996, "out of place"},
+      {"e_rs_inplace.json", 12012, "in place"},
+      {"e_rs_inplace.json", 480012, "in place"},
+      {"f_a2a_put.json", 11988, "out of place"},
+      {"f_a2a_put.json", 360012, "out of place"},
+  };
+  for (size_t i = 0; i < sizeof(ran) / sizeof(ran[0]); i++)
+    check(runs(log, ran[i].file, ran[i].bytes, ran[i].how) == NRANKS,
+          "%s did not run once per rank for %u bytes %s", ran[i].file, ran[i].bytes,
+          ran[i].how);
+  /* Outside: above the pipeline's max, in place for an out-of-place plan. */
+  check(any_runs(log, 393220) == 0 && runs(log, "a_ar_pipeline.json", 4004, "in place") == 0,
+        "an MSCCL++ plan ran outside its range or kind");
+  check(count_of(log, ".json runs (") == NRANKS * (int)(sizeof(ran) / sizeof(ran[0])),
+        "MSCCL++ plans ran %d times, expected %d", count_of(log, ".json runs ("),
+        NRANKS * (int)(sizeof(ran) / sizeof(ran[0])));
+  const char *w = line_with(log, "y_sem.json", "WARN", line, sizeof(line));
+  check(w != NULL && strstr(line, "gpu 0, thread block 0, op 2 (sem_acquire): device "
+                                  "semaphores") != NULL,
+        "no WARN refusing y_sem.json's sem_acquire with its gpu, thread block and op: %s",
+        w ? line : "(none)");
+  check(strstr(log, "y_sem.json runs") == NULL, "a refused MSCCL++ plan ran");
+}
+
 /* Copies MSCCL++ plan `from` into dir/to, replacing the first `a` by `b`
  * (a may be NULL). */
 static int copy_plan(const char *from, const char *dir, const char *to, const char *a,
@@ -493,12 +628,14 @@ int main(int argc, char **argv) {
     perror("mkdtemp");
     return 1;
   }
-  char lib[600], other[600], logs[600], mlib[600], p[700];
+  char lib[600], other[600], logs[600], mlib[600], olib[600], p[700];
   snprintf(lib, sizeof(lib), "%s/lib", dir);
   snprintf(other, sizeof(other), "%s/other", dir);
   snprintf(logs, sizeof(logs), "%s/logs", dir);
   snprintf(mlib, sizeof(mlib), "%s/mscclpp", dir);
-  if (mkdir(lib, 0700) || mkdir(other, 0700) || mkdir(logs, 0700) || mkdir(mlib, 0700)) {
+  snprintf(olib, sizeof(olib), "%s/mscclpp-own", dir);
+  if (mkdir(lib, 0700) || mkdir(other, 0700) || mkdir(logs, 0700) || mkdir(mlib, 0700) ||
+      mkdir(olib, 0700)) {
     perror("mkdir");
     return 1;
   }
@@ -603,6 +740,17 @@ int main(int argc, char **argv) {
     bad |= copy_plan("allreduce_packet.json", mlib, "d_unknown.json", "\"name\": \"respkt\"",
                      "\"name\": \"frobnicate\"");
   }
+  /* Braid's own MSCCL++ plans (tests/data/mscclpp), and one refused. */
+  bad |= copy_plan("ar_pipeline.json", olib, "a_ar_pipeline.json", NULL, NULL);
+  bad |= copy_plan("ag_packet.json", olib, "b0_ag_packet.json", NULL, NULL);
+  bad |= copy_plan("ag_put.json", olib, "b_ag_put.json", NULL, NULL);
+  bad |= copy_plan("ag_tbg_inplace.json", olib, "c0_ag_tbg_inplace.json", NULL, NULL);
+  bad |= copy_plan("ag_get_inplace.json", olib, "c_ag_get_inplace.json", NULL, NULL);
+  bad |= copy_plan("rs_scratch.json", olib, "d_rs_scratch.json", NULL, NULL);
+  bad |= copy_plan("rs_inplace.json", olib, "e_rs_inplace.json", NULL, NULL);
+  bad |= copy_plan("a2a_put.json", olib, "f_a2a_put.json", NULL, NULL);
+  bad |= copy_plan("ag_put.json", olib, "y_sem.json", "\"name\": \"copy\"",
+                   "\"name\": \"sem_acquire\"");
   if (bad) {
     printf("FAIL: writing the plan files failed\n");
     return 1;
@@ -612,7 +760,8 @@ int main(int argc, char **argv) {
     const char *what;
     int algo;     /* NCCL_ALGO=Ring */
     int per_rank; /* ranks as processes, rank 2 given `other` */
-  } configs[] = {{"library", 0, 0}, {"algo", 1, 0}, {"processes", 0, 1}, {"mscclpp", 0, 0}};
+  } configs[] = {{"library", 0, 0},   {"algo", 1, 0},        {"processes", 0, 1},
+                 {"mscclpp", 0, 0},   {"mscclpp-own", 0, 0}};
   for (size_t i = 0; i < sizeof(configs) / sizeof(configs[0]); i++) {
     if (!samples && strcmp(configs[i].what, "mscclpp") == 0) continue;
     char logpat[700];
@@ -627,7 +776,9 @@ int main(int argc, char **argv) {
       setenv("NCCL_DEBUG", "INFO", 1);
       setenv("NCCL_DEBUG_SUBSYS", "INIT,TUNING,COLL", 1);
       setenv("NCCL_DEBUG_FILE", logpat, 1);
-      setenv("BRAID_PLAN_DIR", strcmp(configs[i].what, "mscclpp") == 0 ? mlib : lib, 1);
+      setenv("BRAID_PLAN_DIR", strcmp(configs[i].what, "mscclpp") == 0       ? mlib
+                               : strcmp(configs[i].what, "mscclpp-own") == 0 ? olib
+                                                                             : lib, 1);
       if (configs[i].algo) setenv("NCCL_ALGO", "Ring", 1);
       unsetenv("NCCL_NVLS_ENABLE");
       /* Host mode emulates the switch; CUDA mode needs cuMem windows for
@@ -643,7 +794,7 @@ int main(int argc, char **argv) {
         setenv("BRAID_CUDASIM_CUMEM", "1", 1);
         setenv("PLANDIR_DEVICE_PER_RANK", "1", 1);
       }
-      if (strcmp(configs[i].what, "mscclpp") == 0) {
+      if (strncmp(configs[i].what, "mscclpp", 7) == 0) {
         setenv("NCCL_BUFFSIZE", "65536", 1);
         setenv("NCCL_LL_BUFFSIZE", "4096", 1);
       }
@@ -664,6 +815,8 @@ int main(int argc, char **argv) {
       check_library_log(log);
     } else if (strcmp(configs[i].what, "mscclpp") == 0) {
       check_mscclpp_log(log);
+    } else if (strcmp(configs[i].what, "mscclpp-own") == 0) {
+      check_own_log(log);
     } else if (configs[i].algo) {
       check(strstr(log, "loaded ") != NULL, "NCCL_ALGO: the library was not loaded");
       check(strstr(log, ".json runs") == NULL, "NCCL_ALGO=Ring: a library plan ran");
