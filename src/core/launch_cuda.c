@@ -465,6 +465,25 @@ static ncclResult_t nvls_allgather(void *ctx, const void *in, void *out, size_t 
   return brd_boot_allgather(comm->boot, out, len);
 }
 
+/* A multicast object over every rank's [ptr, ptr + size) of device dev,
+ * bound by address (room: the bytes of the cuMem allocation from ptr on),
+ * NVLS_ENABLE's choice left to brd_nvls_create. */
+static void nvls_addr_args(struct ncclComm *comm, int dev, void *ptr, size_t room, size_t size,
+                           brd_nvls_args_t *a) {
+  memset(a, 0, sizeof(*a));
+  a->nranks = comm->nranks;
+  a->rank = comm->rank;
+  a->dev = dev;
+  a->enable = -1;
+  a->allgather = nvls_allgather;
+  a->allgather_ctx = comm;
+  a->bind = BRD_NVLS_BIND_ADDR;
+  a->addr = (uintptr_t)ptr;
+  a->addr_room = room;
+  a->size = size;
+  a->abort_flag = &comm->abort_flag;
+}
+
 /* Switch channels (backend.h switch_bind): the whole window bound to a
  * multicast object by address (transport/nvls.c), which needs cuMem
  * windows on every rank: asked first, so that all ranks skip together. */
@@ -492,18 +511,7 @@ static ncclResult_t cuda_switch_bind(struct ncclComm *comm, struct brd_backend *
     goto out;
   }
   brd_nvls_args_t a;
-  memset(&a, 0, sizeof(a));
-  a.nranks = comm->nranks;
-  a.rank = comm->rank;
-  a.dev = rt->dev;
-  a.enable = -1;
-  a.allgather = nvls_allgather;
-  a.allgather_ctx = comm;
-  a.bind = BRD_NVLS_BIND_ADDR;
-  a.addr = (uintptr_t)rt->self.ptr;
-  a.addr_room = room;
-  a.size = rt->self.size;
-  a.abort_flag = &comm->abort_flag;
+  nvls_addr_args(comm, rt->dev, rt->self.ptr, room, rt->self.size, &a);
   brd_nvls_status_t st;
   CHECK_GOTO(brd_nvls_create(&a, &rt->nvls, &st), res, out);
   if (rt->nvls != NULL) {
@@ -567,18 +575,7 @@ static ncclResult_t cuda_reg_switch(struct ncclComm *comm, char *ptr, size_t siz
   }
   CHECK_GOTO(brd_device_set(comm->cuda_dev), res, out);
   brd_nvls_args_t a;
-  memset(&a, 0, sizeof(a));
-  a.nranks = n;
-  a.rank = me;
-  a.dev = comm->cuda_dev;
-  a.enable = -1;
-  a.allgather = nvls_allgather;
-  a.allgather_ctx = comm;
-  a.bind = BRD_NVLS_BIND_ADDR;
-  a.addr = (uintptr_t)ptr;
-  a.addr_room = room;
-  a.size = size;
-  a.abort_flag = &comm->abort_flag;
+  nvls_addr_args(comm, comm->cuda_dev, ptr, room, size, &a);
   brd_nvls_status_t st;
   memset(&st, 0, sizeof(st));
   res = brd_nvls_create(&a, mc_out, &st);

@@ -667,15 +667,7 @@ void brd_p2p_export_seal(brd_p2p_export_t *ex) {
 
 /* See transport.h. */
 int brd_p2p_seg_vmm(const brd_seg_t *seg, size_t *room_out) {
-  int vmm = 0;
-  pthread_mutex_lock(&mems_lock);
-  p2p_mem_t *m = mem_find_locked(seg->ptr);
-  if (m != NULL && m->mode == MODE_VMM && !m->imported) {
-    vmm = 1;
-    *room_out = m->alloc_size;
-  }
-  pthread_mutex_unlock(&mems_lock);
-  return vmm;
+  return brd_p2p_mem_vmm_room(seg->ptr, room_out);
 }
 
 /* See transport.h. */
