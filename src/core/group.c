@@ -24,6 +24,7 @@
 #include "core/launch.h"
 #include "base/param.h"
 #include "base/time.h"
+#include "core/backend.h"
 #include "core/bootstrap.h"
 
 static _Thread_local int group_depth;
@@ -508,11 +509,38 @@ fail:
   return res;
 }
 
+/* Ranks sharing a GPU wait for each other inside their kernels, so two
+ * ranks of one communicator on one GPU must not queue a group's calls on
+ * the same stream: the second kernel would wait behind the first, which
+ * waits for it (until BRAID_TIMEOUT). NCCL never meets this (one rank per GPU).
+ * ncclInvalidUsage (WARN naming both ranks) in CUDA mode; host mode has
+ * no streams to wait on. */
+static ncclResult_t shared_stream_check(void) {
+  for (int i = 0; i < queue_len; i++) {
+    struct ncclComm *a = queue[i].comm;
+    if (a == NULL || queue[i].count == 0 || brd_backend_choose(a) == &brd_backend_host)
+      continue;
+    for (int j = i + 1; j < queue_len; j++) {
+      struct ncclComm *b = queue[j].comm;
+      if (b == NULL || b == a || b->comm_hash != a->comm_hash || queue[j].count == 0 ||
+          queue[j].stream != queue[i].stream || b->cuda_dev != a->cuda_dev)
+        continue;
+      WARN("%s : rank %d and rank %d share GPU %d and this group queues calls of both on the "
+           "same stream: each rank's kernel would wait behind the other's, which waits for "
+           "it; give every communicator on a GPU a stream of its own", queue[j].fn,
+           a->rank, b->rank, a->cuda_dev);
+      return ncclInvalidUsage;
+    }
+  }
+  return ncclSuccess;
+}
+
 /* The outermost group end: runs (or, after a failed call, drops) the
  * queue. */
 static ncclResult_t run_queue(void) {
   comm_batch_t *bs;
   int nb;
+  if (group_err == ncclSuccess) group_err = shared_stream_check();
   if (group_err != ncclSuccess) {
     /* NCCL drops the whole group; nonblocking communicators keep the
      * error as their state. */
@@ -581,7 +609,11 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
     for (int j = i; j < queue_len && res == ncclSuccess; j++) {
       if (queue[j].comm != queue[i].comm || queue[j].count == 0) continue;
       float us = 0.0f;
-      res = brd_launch_estimate(queue[j].comm, &queue[j], &us);
+      int pipe_ops = 0; /* NCCL's numPipeOps: this collective's calls on the comm */
+      for (int k = i; k < queue_len; k++)
+        pipe_ops += queue[k].comm == queue[i].comm && queue[k].coll == queue[j].coll &&
+                    queue[k].count != 0;
+      res = brd_launch_estimate(queue[j].comm, &queue[j], pipe_ops, &us);
       total += us;
     }
     if (total > worst) worst = total;

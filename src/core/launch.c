@@ -167,9 +167,18 @@ static void record_error(struct ncclComm *comm, ncclResult_t res) {
   atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res);
 }
 
+static void works_view(struct ncclComm *comm, const struct brd_rt *rt, brd_works_view_t *v);
+
 /* See launch.h. */
-ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
-                                 const brd_call_t *c, float *us_out) {
+ncclResult_t brd_launch_estimate(struct ncclComm *comm, const brd_call_t *c, int pipe_ops,
+                                 float *us_out) {
+  struct brd_rt *rt = comm->rt;
+  if (rt != NULL && rt->ready && c->coll != BRD_COLL_SEND && c->coll != BRD_COLL_RECV) {
+    /* Connected: the plan a launch would run, priced from its own ops. */
+    brd_works_view_t v;
+    works_view(comm, rt, &v);
+    return brd_works_estimate(&v, &rt->plans, c, pipe_ops > 0 ? pipe_ops : 1, us_out);
+  }
   brd_tune_mask_t mask;
   brd_tune_topo_t topo;
   CHECK(brd_tune_parse(brd_param_str(BRD_P_ALGO), brd_param_str(BRD_P_PROTO),

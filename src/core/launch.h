@@ -70,10 +70,13 @@ ncclResult_t brd_launch_rma(struct ncclComm *comm, const brd_exec_args_t *a,
 uint64_t brd_launch_count(struct ncclComm *comm);
 
 /* The cost model's estimate, in microseconds, of one checked call on comm
- * (ncclGroupSimulateEnd). Local: no peer is contacted and nothing runs.
- * Calling thread. */
-ncclResult_t brd_launch_estimate(const struct ncclComm *comm,
-                                 const brd_call_t *call, float *us_out);
+ * (ncclGroupSimulateEnd): once comm has connected (its first launch), the
+ * plan its launch would run, priced from its own ops (brd_works_estimate;
+ * pipe_ops: the calls of this collective in the group); before that, and
+ * for sends and receives, the tuner's formula for its choice. Local: no
+ * peer is contacted and nothing runs. Calling thread. */
+ncclResult_t brd_launch_estimate(struct ncclComm *comm, const brd_call_t *call, int pipe_ops,
+                                 float *us_out);
 
 /* Frees a runtime (comm teardown), first waiting (bounded, up to the
  * collective timeout) for launches still running on it: another thread's

@@ -473,6 +473,26 @@ static ncclResult_t builtin_plan(const brd_works_view_t *v, brd_plan_cache_t *pl
 }
 
 /* The works of one collective call: one per piece. */
+/* See works.h. */
+ncclResult_t brd_works_estimate(const brd_works_view_t *v, brd_plan_cache_t *plans,
+                                const brd_call_t *c, int pipe_ops, float *us_out) {
+  uint8_t coll = (uint8_t)c->coll;
+  const brd_ir_plan_t *plan;
+  brd_plan_user_t *user = library_choice(v, plans, c, coll);
+  if (user != NULL) {
+    plan = user->plan;
+  } else {
+    brd_tune_choice_t choice;
+    int nb = 0;
+    CHECK(builtin_plan(v, plans, c, coll, pipe_ops, &choice, &nb, &plan));
+  }
+  brd_plan_cost_t pc;
+  CHECK(brd_plan_cost_estimate(plan, v->topo, c->count, (int)c->dtype,
+                               scratch_size(&v->win[v->rank], plan), &pc));
+  *us_out = (float)pc.time_us;
+  return ncclSuccess;
+}
+
 static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *plans,
                                    brd_works_seq_t *seq, const brd_call_t *c, int pipe_ops,
                                    brd_works_t *ws) {

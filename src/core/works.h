@@ -152,6 +152,16 @@ typedef struct brd_works_view {
  * rank. */
 int brd_works_p2p_batch_ops(int nranks, int round_ops);
 
+/* The estimated time of collective call c (count > 0) from the plan a
+ * launch would run for it (the plan library's, or the built-in one the
+ * tuner picks with the blocks the size asks for; pipe_ops as NCCL's
+ * numPipeOps), priced by brd_plan_cost_estimate on v's topology: what
+ * ncclGroupSimulateEnd reports once the runtime has connected. Generates
+ * the plan into plans if it is not there yet; runs nothing. Errors as
+ * brd_works_build's and brd_plan_cost_estimate's. The launching thread. */
+ncclResult_t brd_works_estimate(const brd_works_view_t *v, brd_plan_cache_t *plans,
+                                const brd_call_t *c, int pipe_ops, float *us_out);
+
 /* Appends the works of ncalls calls (collectives in call order, then the
  * sends and receives as rounds) to ws, generating plans into plans and
  * reserving sequence numbers from seq. On failure ws holds what was

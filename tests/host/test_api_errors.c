@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "nccl.h"
+#include "tdev.h"
 
 /* Calls expr and checks its code and that the last-error text mentions
  * `needle`. */
@@ -200,6 +201,41 @@ static void test_group_simulate(void **state) {
   for (size_t i = 0; i < 2 * N * (size_t)BIG; i++) assert_true(buf[i] == -7.0f);
   /* The group is consumed: another end has no start. */
   assert_int_equal(ncclGroupEnd(), ncclInvalidUsage);
+  /* Once connected (one real all-reduce), the estimate comes from the plan
+   * a launch would run, priced op by op (plan/plan_cost.c), not from the
+   * tuner's formula: other figures, the same order. */
+  float *run = tdev_alloc(sizeof(float) * 2 * N * 8);
+  assert_non_null(run);
+  for (int i = 0; i < 2 * N * 8; i++) run[i] = (float)(i / 8 + 1);
+  cudaStream_t st[N];
+  for (int r = 0; r < N; r++) assert_int_equal(tdev_stream_create(&st[r]), 0);
+  if (tdev_kind() != TDEV_HOST) {
+    /* Ranks on one GPU queueing a group on one stream would wait for each
+     * other behind each other: refused at once, naming the fix. */
+    assert_int_equal(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < N; r++)
+      assert_int_equal(ncclAllReduce(run + r * 8, run + (N + r) * 8, 8, ncclFloat32, ncclSum,
+                                     comms[r], st[0]),
+                       ncclSuccess);
+    EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, "stream of its own");
+  }
+  assert_int_equal(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < N; r++)
+    assert_int_equal(ncclAllReduce(run + r * 8, run + (N + r) * 8, 8, ncclFloat32, ncclSum,
+                                   comms[r], st[r]),
+                     ncclSuccess);
+  assert_int_equal(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < N; r++) {
+    if (tdev_stream_sync(st[r], 60.0) != 0) fail_msg("sync: %s", tdev_last_error());
+    tdev_stream_destroy(st[r]);
+  }
+  for (int r = 0; r < N; r++) assert_true(run[(N + r) * 8 + 7] == (float)(N * (N + 1) / 2));
+  tdev_free(run);
+  float small_plan = simulate(comms, N, 8, buf);
+  float big_plan = simulate(comms, N, BIG, buf);
+  assert_true(small_plan > 0.0f);
+  assert_true(big_plan > small_plan);
+  assert_true(small_plan != small || big_plan != big);
   for (int r = 0; r < N; r++) assert_int_equal(ncclCommDestroy(comms[r]), ncclSuccess);
   free(buf);
 }
