@@ -66,7 +66,7 @@ BRD_PARAM(SHM_DISABLE, "NCCL_SHM_DISABLE", BRD_PARAM_INT, "0", "disable the shar
 BRD_PARAM(BRAID_DEVICE, "BRAID_DEVICE", BRD_PARAM_STR, "auto", "executor backend: auto, cuda or host")
 BRD_PARAM(BRAID_HOSTID, "BRAID_HOSTID", BRD_PARAM_STR, NULL, "host identity override, to stage several nodes on one machine")
 BRD_PARAM(BRAID_BOOTSTRAP_TIMEOUT, "BRAID_BOOTSTRAP_TIMEOUT", BRD_PARAM_INT, "300", "seconds before a bootstrap socket operation gives up")
-BRD_PARAM(BRAID_TIMEOUT, "BRAID_TIMEOUT", BRD_PARAM_INT, "300", "seconds a collective may wait on a peer before reporting a hang")
+BRD_PARAM(BRAID_TIMEOUT, "BRAID_TIMEOUT", BRD_PARAM_INT, "300", "seconds a collective may wait on a peer before reporting a hang; also bounds the first collective's connect, and the socket net takes a third of it as its dead-link limit (TCP keepalive and TCP_USER_TIMEOUT)")
 BRD_PARAM(BRAID_CHECK_CALLS, "BRAID_CHECK_CALLS", BRD_PARAM_INT, "0", "1: compare every rank's call (collective, count, type, op, root, sequence) before data moves")
 BRD_PARAM(BRAID_DETERMINISTIC, "BRAID_DETERMINISTIC", BRD_PARAM_INT, "0", "fix the reduction order so results are bit-identical across runs")
 BRD_PARAM(IB_DISABLE, "NCCL_IB_DISABLE", BRD_PARAM_INT, "0", "1: do not use the IB verbs net (InfiniBand/RoCE); the socket net is used instead")

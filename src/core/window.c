@@ -16,6 +16,7 @@
 #include "core/rma.h"
 #include "core/window.h"
 #include "plan/plan.h"
+#include "transport/net.h"
 
 /* See window.h. */
 void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, int p2p,
@@ -371,10 +372,49 @@ static ncclResult_t window_agree(int me, int r, const brd_window_rec_t *mw,
   return ncclInvalidUsage;
 }
 
+/* This rank's net state for its record: unusable when it has port peers
+ * and no net. Not an error here: every rank reads every record at the
+ * exchange and fails together, naming the rank (net_check). */
+static void net_state(const struct brd_rt *rt, brd_window_rec_t *mw) {
+  char why[192] = "";
+  mw->net_bad = 0;
+  mw->net_why[0] = '\0';
+  if (rt->nports == 0 || brd_net_get(why, sizeof(why)) != NULL) return;
+  /* The other ranks see this rank's setting, not their own. */
+  const char *ifname = brd_param_str(BRD_P_SOCKET_IFNAME);
+  mw->net_bad = 1;
+  snprintf(mw->net_why, sizeof(mw->net_why), "%s; NCCL_SOCKET_IFNAME=%.40s there", why,
+           ifname != NULL ? ifname : "(unset)");
+}
+
+/* Whether every rank that needs the net has one (the records' net_bad):
+ * else ncclInvalidUsage on every rank, the WARN naming the first such rank,
+ * its reason and NCCL_SOCKET_IFNAME, instead of each rank naming whichever
+ * peer it saw leave. */
+static ncclResult_t net_check(int me, int n, brd_window_rec_t *win) {
+  int bad = -1, nbad = 0;
+  for (int r = 0; r < n; r++)
+    if (win[r].net_bad) {
+      if (bad < 0) bad = r;
+      nbad++;
+    }
+  if (bad < 0) return ncclSuccess;
+  win[bad].net_why[sizeof(win[bad].net_why) - 1] = '\0';
+  char others[48] = "";
+  if (nbad > 1) snprintf(others, sizeof(others), " (the first of %d such ranks)", nbad);
+  WARN("rank %d: rank %d%s has peers on other hosts and no usable network (%s), so no "
+       "rank of the communicator can run collectives. Fix NCCL_SOCKET_IFNAME (or NCCL_NET / "
+       "NCCL_NET_PLUGIN) on rank %d's host, or put the ranks on one host and allow shared "
+       "memory and peer-to-peer (NCCL_SHM_DISABLE, NCCL_P2P_DISABLE)", me, bad, others,
+       win[bad].net_why, bad);
+  return ncclInvalidUsage;
+}
+
 /* Step 3: every rank's record, then every peer's window mapped here. */
 static ncclResult_t window_exchange(struct ncclComm *comm, struct brd_rt *rt) {
   int n = comm->nranks, me = comm->rank;
   CHECK(brd_boot_allgather(comm->boot, rt->win, sizeof(brd_window_rec_t)));
+  CHECK(net_check(me, n, rt->win));
   for (int r = 0; r < n; r++) {
     rt->svc_peers[r].pid = (uint32_t)rt->win[r].svc_pid;
     rt->svc_peers[r].serial = (uint32_t)rt->win[r].svc_serial;
@@ -481,7 +521,9 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
   for (int r = 0; r < n; r++) rt->nports += rt->port[r];
   /* Registered buffers cannot be mapped over a net. */
   if (rt->nports > 0) rt->reg_shareable = 0;
-  CHECK_GOTO(brd_proxy_check(comm, rt->port), res, fail);
+  /* A rank without the net it needs fails at the exchange with every
+   * other rank (net_check), not here alone. */
+  net_state(rt, mw);
   CHECK_GOTO(rt->be->window_create(comm, t, caps.p2p_ok, total, &mw->handle, &rt->base[me],
                                    &bk), res, fail);
   __atomic_store_n(&rt->bk, bk, __ATOMIC_RELEASE);

@@ -72,6 +72,10 @@ typedef struct brd_window_rec {
   uint64_t stage_bytes; /* one half */
   uint64_t deterministic;
   uint64_t nb_max;      /* most blocks per rank of any plan */
+  uint64_t net_bad;     /* 1: the rank has peers it reaches only over the
+                         * network, and no network is usable; every rank
+                         * then fails the exchange naming it */
+  char net_why[256];    /* with net_bad: why (brd_net_get's reason) */
 } brd_window_rec_t;
 
 /* The sequence state every rank advances in the same order. */

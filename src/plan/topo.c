@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/param.h"
 #include "plan/topo.h"
+#include "transport/cudrv.h"
 #include "transport/net.h"
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
@@ -217,6 +219,46 @@ static void cpu_discover(brd_topo_rank_t *r, hwloc_topology_t t, int loaded) {
   }
 }
 
+/* See topo.h. As NCCL's topology does: peermem, or DMA-BUF where the
+ * communicator can use it. */
+int brd_topo_nic_gdr(int ptr_support, int dmabuf_ok) {
+  return (ptr_support & BRD_NET_PTR_CUDA) != 0 ||
+         (dmabuf_ok && (ptr_support & BRD_NET_PTR_DMABUF) != 0);
+}
+
+/* Whether DMA-BUF is usable for r's GPU with net (NCCL's dmaBufSupport):
+ * NCCL_DMABUF_ENABLE, the net registers DMA-BUF, and the CUDA device with
+ * r's bus id exports it (brd_cudrv_dmabuf_supported). 0 in host mode and
+ * in builds without CUDA. */
+static int dmabuf_usable(const brd_topo_rank_t *r, const brd_net_ops_t *net) {
+  if (!r->has_gpu || net->regMrDmaBuf == NULL || brd_param_int(BRD_P_DMABUF_ENABLE) == 0)
+    return 0;
+#if BRAID_CUDA
+  unsigned dom, bus, dev, fn;
+  if (sscanf(r->gpu_busid, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4) return 0;
+  const brd_cudrv_dmabuf_t *t = brd_cudrv_dmabuf();
+  if (t->device_get == NULL || t->device_get_attribute == NULL) return 0;
+  /* The ordinal of the GPU with that bus id (as this process numbers
+   * its devices). */
+  for (int ord = 0; ord < 256; ord++) {
+    CUdevice d;
+    int a_dom = -1, a_bus = -1, a_dev = -1;
+    if (t->device_get(&d, ord) != CUDA_SUCCESS) break;
+    if (t->device_get_attribute(&a_dom, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d) != CUDA_SUCCESS ||
+        t->device_get_attribute(&a_bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d) != CUDA_SUCCESS ||
+        t->device_get_attribute(&a_dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d) != CUDA_SUCCESS)
+      continue;
+    if ((unsigned)a_dom == dom && (unsigned)a_bus == bus && (unsigned)a_dev == dev) {
+      char why[256];
+      int ok = brd_cudrv_dmabuf_supported(ord, why, sizeof(why));
+      if (!ok) INFO(BRD_SUBSYS_GRAPH, "Topology: no DMA-BUF for GPU %s: %s", r->gpu_busid, why);
+      return ok;
+    }
+  }
+#endif
+  return 0;
+}
+
 /* Adds the chosen net's devices. */
 static void net_discover(brd_topo_rank_t *r, uint64_t host_hash) {
   char why[256] = "";
@@ -235,6 +277,7 @@ static void net_discover(brd_topo_rank_t *r, uint64_t host_hash) {
     return;
   }
   if (net->devices(&ndev) != ncclSuccess) ndev = 0;
+  int dmabuf_ok = ndev > 0 && dmabuf_usable(r, net);
   for (int d = 0; d < ndev && r->nnics < BRD_TOPO_NICS_MAX; d++) {
     brd_net_props_t p;
     if (net->getProperties(d, &p) != ncclSuccess) continue;
@@ -249,7 +292,7 @@ static void net_discover(brd_topo_rank_t *r, uint64_t host_hash) {
     n->port = p.port;
     n->guid = p.guid;
     n->maxconn = p.maxComms;
-    n->gdr = (p.ptrSupport & BRD_NET_PTR_CUDA) != 0;
+    n->gdr = brd_topo_nic_gdr(p.ptrSupport, dmabuf_ok);
   }
   if (net->finalize != NULL) (void)net->finalize(ctx);
 }

@@ -97,6 +97,13 @@ void brd_topo_rank_discover(uint64_t host_hash, const char *gpu_busid,
 /* The nearest NIC of r (lowest path type, the net's devices first), or -1. */
 int brd_topo_rank_nearest_nic(const brd_topo_rank_t *r);
 
+/* Whether a NIC reaches GPU memory directly, NCCL's topology `gdr`: its
+ * net takes CUDA pointers (BRD_NET_PTR_CUDA in ptr_support: nvidia-peermem),
+ * or takes DMA-BUF (BRD_NET_PTR_DMABUF) and DMA-BUF is usable here
+ * (dmabuf_ok: NCCL_DMABUF_ENABLE, the net's regMrDmaBuf, a GPU and driver
+ * that export DMA-BUF). Pure; any thread. */
+int brd_topo_nic_gdr(int ptr_support, int dmabuf_ok);
+
 /* One host of the communicator, for the dump's header. */
 typedef struct {
   uint64_t hash;

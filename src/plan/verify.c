@@ -1554,12 +1554,14 @@ static int check_outputs(vstate_t *v) {
           const vloc_t *l = &v->locs[li];
           int wb = l->w_thr >= 0 ? thr_block(v, l->w_thr) : -1;
           int wr = l->w_thr >= 0 ? thr_rank(v, l->w_thr) : r;
-          /* An all-reduce always writes its output; a collective whose
+          /* A reduction always writes its output (even one rank's: the
+           * runtime copies it out of the staging); a collective whose
            * in-place input already is the answer (all-gather's own
-           * segment) may leave it. */
+           * segment, the root's broadcast output, ...) may leave it, and
+           * the runtime's copy-outs leave it alone (verify.h). */
           if (l->w_thr == W_NONE ||
               (v->inplace && l->w_thr == W_INIT &&
-               v->coll == BRD_IR_COLL_ALLREDUCE)) {
+               brd_ir_coll_traits((unsigned)v->coll).reduction)) {
             vfail(v, BRD_VERIFY_MISSING, r, -1, -1, -1,
                   "output chunk %u of rank %d (segment %d, iteration %d) is "
                   "never written", c, r, seg, it);

@@ -9,6 +9,13 @@
  * what the collective defines (device/ir.h lists them): for a reduction,
  * one contribution of every rank with the post-op applied once; for data
  * movement, exactly the one rank's input segment it names, untouched.
+ * In place, an output segment that aliases the rank's own input segment
+ * starts as that input: where that is the answer (all-gather's block
+ * `rank`, the root's broadcast output, gather block `root` and scatter
+ * output) a plan may leave it unwritten, as NCCL defines in-place calls,
+ * and the runtime's copy-outs from staging leave those segments alone
+ * (core/launch_host.c, core/launch_cuda_run.c). A reduction must write
+ * its output even in place (even on one rank).
  * Inputs a collective does not give a rank (Broadcast and Scatter off the
  * root) must not be read, outputs it does not give (Reduce and Gather off
  * the root) must not be written. Blocks run as symbolic threads in program order,

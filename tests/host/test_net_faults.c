@@ -8,7 +8,9 @@
  *   - a net with no usable interface (NCCL_SOCKET_IFNAME names none, the
  *     bootstrap running on loopback through NCCL_COMM_ID): the first
  *     collective returns ncclInvalidUsage at once, and the message names
- *     NCCL_SOCKET_IFNAME;
+ *     NCCL_SOCKET_IFNAME; with the bad setting on one rank of three, every
+ *     rank fails so, naming that rank (the window records carry each
+ *     rank's net state);
  *   - a normal end: ranks that finish at different times (one leaves
  *     right after its last call while the others still run) see no
  *     failure at all.
@@ -181,10 +183,10 @@ static void test_staggered_end(void **state) {
   }
 }
 
-static void test_no_interface(void **state) {
-  (void)state;
-  /* Bootstrap on loopback through NCCL_COMM_ID; the net's interface
-   * choice finds nothing. */
+/* Ranks of n processes on hosts of their own, bootstrapped on loopback
+ * through NCCL_COMM_ID, each running one all-reduce; rank r's
+ * NCCL_SOCKET_IFNAME is ifname[r] (NULL: unset). Fills reps[n]. */
+static void run_iface(int n, const char *const *ifname, report_t *reps) {
   struct sockaddr_in a;
   socklen_t len = sizeof(a);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -196,28 +198,32 @@ static void test_no_interface(void **state) {
   close(fd);
   char comm_id[64];
   snprintf(comm_id, sizeof(comm_id), "127.0.0.1:%d", ntohs(a.sin_port));
-  int fds[2][2], go[2];
-  pid_t pids[2];
-  /* Neither rank gives up its communicator before both have tried: a
-   * rank that has gone is an error of its own for the other. */
+  int fds[NRANKS][2], go[2];
+  pid_t pids[NRANKS];
+  /* No rank gives up its communicator before all have tried: a rank that
+   * has gone is an error of its own for the others. */
   assert_int_equal(pipe(go), 0);
   fflush(NULL);
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < n; r++) {
     assert_int_equal(pipe(fds[r]), 0);
     pids[r] = fork();
     if (pids[r] == 0) {
       report_t rep;
+      char host[16];
       memset(&rep, 0, sizeof(rep));
+      snprintf(host, sizeof(host), "node-%c", 'a' + r);
       setenv("BRAID_DEVICE", "host", 1);
-      setenv("BRAID_HOSTID", r == 0 ? "node-a" : "node-b", 1);
+      setenv("BRAID_HOSTID", host, 1);
       setenv("NCCL_COMM_ID", comm_id, 1);
-      setenv("NCCL_SOCKET_IFNAME", "=nosuchif0", 1);
+      if (ifname[r] != NULL) setenv("NCCL_SOCKET_IFNAME", ifname[r], 1);
+      else unsetenv("NCCL_SOCKET_IFNAME");
       setenv("BRAID_BOOTSTRAP_TIMEOUT", "20", 1);
+      setenv("BRAID_TIMEOUT", "60", 1);
       /* With NCCL_COMM_ID every rank's id names the same root. */
       ncclUniqueId id;
       ncclComm_t comm;
       ncclResult_t res = ncclGetUniqueId(&id);
-      if (res == ncclSuccess) res = ncclCommInitRank(&comm, 2, id, r);
+      if (res == ncclSuccess) res = ncclCommInitRank(&comm, n, id, r);
       if (res == ncclSuccess) {
         float x[4] = {1, 2, 3, 4};
         double t0 = now_s();
@@ -228,7 +234,7 @@ static void test_no_interface(void **state) {
         (void)!write(fds[r][1], &rep, sizeof(rep));
         char c;
         close(go[1]);
-        (void)!read(go[0], &c, 1); /* the parent closes it when both reported */
+        (void)!read(go[0], &c, 1); /* the parent closes it when all reported */
         ncclCommAbort(comm);
         _exit(0);
       }
@@ -240,29 +246,58 @@ static void test_no_interface(void **state) {
     close(fds[r][1]);
   }
   close(go[0]);
-  report_t reps[2];
-  for (int r = 0; r < 2; r++) {
+  for (int r = 0; r < n; r++) {
     assert_int_equal(read(fds[r][0], &reps[r], sizeof(reps[r])), (ssize_t)sizeof(reps[r]));
     close(fds[r][0]);
   }
   close(go[1]);
-  for (int r = 0; r < 2; r++) {
-    report_t rep = reps[r];
+  for (int r = 0; r < n; r++) {
     int st;
     assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
-    printf("rank %d: result %d after %.1f s: %s\n", r, rep.result, rep.fail_after, rep.msg);
-    assert_int_equal(rep.result, ncclInvalidUsage);
-    assert_true(rep.fail_after < 15.0);
-    assert_non_null(strstr(rep.msg, "NCCL_SOCKET_IFNAME"));
+    printf("rank %d: result %d after %.1f s: %s\n", r, reps[r].result, reps[r].fail_after,
+           reps[r].msg);
+  }
+}
+
+static void test_no_interface(void **state) {
+  (void)state;
+  /* The net's interface choice finds nothing on either rank. */
+  const char *const ifname[2] = {"=nosuchif0", "=nosuchif0"};
+  report_t reps[2];
+  run_iface(2, ifname, reps);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(reps[r].result, ncclInvalidUsage);
+    assert_true(reps[r].fail_after < 15.0);
+    assert_non_null(strstr(reps[r].msg, "NCCL_SOCKET_IFNAME"));
+  }
+}
+
+/* One rank of three with an interface name that matches nothing: every
+ * rank fails the first collective at once with ncclInvalidUsage, naming
+ * that rank and NCCL_SOCKET_IFNAME, not whichever peer it saw leave. */
+static void test_one_bad_interface(void **state) {
+  (void)state;
+  const char *const ifname[3] = {"lo", "=nosuchif0", "lo"};
+  report_t reps[3];
+  run_iface(3, ifname, reps);
+  for (int r = 0; r < 3; r++) {
+    assert_int_equal(reps[r].result, ncclInvalidUsage);
+    assert_true(reps[r].fail_after < 15.0);
+    /* Rank 1's own setting, as the others cannot see it otherwise. */
+    if (strstr(reps[r].msg, "NCCL_SOCKET_IFNAME") == NULL ||
+        strstr(reps[r].msg, "rank 1 ") == NULL || strstr(reps[r].msg, "nosuchif0") == NULL)
+      fail_msg("rank %d's error does not name rank 1 and its NCCL_SOCKET_IFNAME: %s", r,
+               reps[r].msg);
   }
 }
 
 int main(void) {
-  /* test_no_interface first: its ranks' NCCL_COMM_ID and
+  /* The interface tests first: their ranks' NCCL_COMM_ID and
    * NCCL_SOCKET_IFNAME must reach a library this process has not used yet
    * (parameters are read once per process, and forked ranks inherit). */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_no_interface),
+      cmocka_unit_test(test_one_bad_interface),
       cmocka_unit_test(test_staggered_end),
       cmocka_unit_test(test_peer_dies),
   };

@@ -1,6 +1,7 @@
 /*
  * Host topology: hwloc's answer agrees with what the kernel reports
- * independently (/sys and sysconf), and is cached.
+ * independently (/sys and sysconf), and is cached; a NIC's gdr flag follows
+ * NCCL's rule (brd_topo_nic_gdr).
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "plan/topo.h"
+#include "transport/net.h"
 
 /* Distinct (package, core) pairs of online CPUs, from /sys. */
 static int sys_cores(void) {
@@ -68,10 +70,37 @@ static void test_cached(void **state) {
   assert_memory_equal(&a, &b, sizeof(a));
 }
 
+/* A NIC's gdr flag against NCCL's rule (graph/topo.cc: CUDA pointers, or
+ * DMA-BUF pointers where the communicator has DMA-BUF support), written
+ * out by hand: a DMA-BUF NIC without nvidia-peermem reaches GPU memory. */
+static void test_nic_gdr(void **state) {
+  (void)state;
+  static const struct {
+    int ptr, dmabuf_ok, want;
+  } rows[] = {
+      {BRD_NET_PTR_HOST, 0, 0},
+      {BRD_NET_PTR_HOST, 1, 0},
+      {BRD_NET_PTR_HOST | BRD_NET_PTR_CUDA, 0, 1},
+      {BRD_NET_PTR_HOST | BRD_NET_PTR_CUDA, 1, 1},
+      {BRD_NET_PTR_HOST | BRD_NET_PTR_DMABUF, 0, 0},
+      {BRD_NET_PTR_HOST | BRD_NET_PTR_DMABUF, 1, 1},
+      {BRD_NET_PTR_HOST | BRD_NET_PTR_CUDA | BRD_NET_PTR_DMABUF, 0, 1},
+      {BRD_NET_PTR_HOST | BRD_NET_PTR_CUDA | BRD_NET_PTR_DMABUF, 1, 1},
+      {BRD_NET_PTR_DMABUF, 1, 1},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    int got = brd_topo_nic_gdr(rows[i].ptr, rows[i].dmabuf_ok);
+    if (got != rows[i].want)
+      fail_msg("ptrSupport 0x%x, DMA-BUF %s here: gdr %d, want %d", (unsigned)rows[i].ptr,
+               rows[i].dmabuf_ok ? "usable" : "not usable", got, rows[i].want);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matches_kernel),
       cmocka_unit_test(test_cached),
+      cmocka_unit_test(test_nic_gdr),
   };
   return cmocka_run_group_tests_name("topo", tests, NULL, NULL);
 }
