@@ -292,6 +292,21 @@ static ncclResult_t bracketed(struct ncclComm *comm, struct brd_rt *rt, const br
   if (res == ncclSuccess) res = body(comm, rt, &l, arg);
   if (rt->be->end != NULL) res = rt->be->end(comm, rt->bk, &l, res);
   if (profile && comm->prof != NULL) brd_prof_launch_end(comm->prof, res);
+  /* A lost peer: the proxy's WARN names it; the nets' later warnings about
+   * the same connections, or a host-mate's ring closing as it gives up
+   * (it sends this rank the lost rank's name over the net first: a FAIL
+   * record may still be in flight, so a failed launch gives it a moment),
+   * are consequences. */
+  if (res != ncclSuccess && res != ncclInvalidUsage && res != ncclInvalidArgument &&
+      rt->proxy != NULL) {
+    const char *lost = brd_proxy_failure(rt->proxy);
+    for (int i = 0; lost == NULL && i < 50; i++) {
+      struct timespec nap = {0, 5000000};
+      nanosleep(&nap, NULL);
+      lost = brd_proxy_failure(rt->proxy);
+    }
+    if (lost != NULL) brd_log_set_last_error("%s", lost);
+  }
   record_error(comm, res);
   atomic_fetch_sub(&rt->busy, 1);
   return res;

@@ -111,6 +111,9 @@ struct brd_proxy {
   port_t **ports;         /* owned: [nranks], NULL for memory channels */
   int failed;             /* ncclResult_t, __atomic; 0 while healthy */
   int culprit;            /* the rank whose loss failed the proxy; -1 */
+  char why[512];          /* the failure's WARN text, written once before
+                           * `failed` is read as set by others (why_set) */
+  int why_set;            /* __atomic */
   _Atomic int stop;
   pthread_t thread;
   int thread_started;
@@ -132,15 +135,17 @@ static void proxy_fail(brd_proxy_t *px, port_t *pt, ncclResult_t res, const char
     brd_sock_addr_str(brd_boot_peer_addr(px->comm->boot, pt->peer), addr);
     __atomic_store_n(&px->culprit, lost >= 0 ? lost : pt->peer, __ATOMIC_RELEASE);
     if (lost >= 0)
-      WARN("rank %d: rank %d (host %s) stopped because it lost rank %d; every launch on "
-           "this communicator now fails. Check why rank %d exited or became unreachable",
-           px->comm->rank, pt->peer, addr, lost, lost);
+      snprintf(px->why, sizeof(px->why), "rank %d: rank %d (host %s) stopped because it lost "
+               "rank %d; every launch on this communicator now fails. Check why rank %d "
+               "exited or became unreachable", px->comm->rank, pt->peer, addr, lost, lost);
     else
-      WARN("rank %d: the network connection to rank %d (host %s, net %s) failed: %s. The "
-           "peer process may have exited or its host become unreachable; every launch on "
-           "this communicator now fails. Check that every rank is alive and that "
-           "NCCL_SOCKET_IFNAME names an interface that reaches every host",
-           px->comm->rank, pt->peer, addr, px->net->name, what);
+      snprintf(px->why, sizeof(px->why), "rank %d: the network connection to rank %d (host "
+               "%s, net %s) failed: %s. The peer process may have exited or its host become "
+               "unreachable; every launch on this communicator now fails. Check that every "
+               "rank is alive and that NCCL_SOCKET_IFNAME names an interface that reaches "
+               "every host", px->comm->rank, pt->peer, addr, px->net->name, what);
+    __atomic_store_n(&px->why_set, 1, __ATOMIC_RELEASE);
+    WARN("%s", px->why);
   }
   for (int r = 0; r < px->nranks; r++) {
     port_t *q = px->ports[r];
@@ -461,8 +466,15 @@ static int port_progress(port_t *pt) {
 static void *proxy_main(void *arg) {
   brd_proxy_t *px = arg;
   uint32_t idle = 0;
+  int quiet = 0;
   while (!atomic_load(&px->stop)) {
     int busy = 0;
+    /* Once failed, the nets' warnings about the other connections are
+     * consequences: logged as INFO, so the cause stays the last error. */
+    if (!quiet && __atomic_load_n(&px->failed, __ATOMIC_ACQUIRE)) {
+      (void)brd_log_nowarn_swap(BRD_SUBSYS_NET);
+      quiet = 1;
+    }
     int nf = atomic_load(&px->nfifos);
     for (int f = 0; f < nf && !__atomic_load_n(&px->failed, __ATOMIC_ACQUIRE); f++)
       busy |= fifo_drain(px, f);
@@ -763,6 +775,11 @@ brd_exec_port_t *brd_proxy_port(brd_proxy_t *p, int peer) {
 
 /* See proxy.h. */
 int *brd_proxy_failed(brd_proxy_t *p) { return p != NULL ? &p->failed : NULL; }
+
+/* See proxy.h. */
+const char *brd_proxy_failure(brd_proxy_t *p) {
+  return p != NULL && __atomic_load_n(&p->why_set, __ATOMIC_ACQUIRE) ? p->why : NULL;
+}
 
 /* See proxy.h. */
 void brd_proxy_destroy(brd_proxy_t *px) {

@@ -81,6 +81,13 @@ brd_exec_port_t *brd_proxy_port(brd_proxy_t *p, int peer);
 /* The flag every executor wait polls (brd_exec_port_t.failed). */
 int *brd_proxy_failed(brd_proxy_t *p);
 
+/* The proxy's failure as its WARN said it (the connection and the rank
+ * lost), or NULL while healthy (p NULL too): a launch that fails after it
+ * makes this the last error, so that the cause, not a later consequence
+ * (a net's own warning about the same dead connection), is what
+ * ncclGetLastError reports. Any thread; the text stays until destroy. */
+const char *brd_proxy_failure(brd_proxy_t *p);
+
 /* Tells every peer this rank is done (so its closing is not a failure),
  * waits (a few seconds at most) for queued sends, stops the thread and
  * closes the connections. Local. NULL is a no-op. */
