@@ -466,7 +466,7 @@ SIM_COMMON   := tests/cudasim/runtime.c tests/cudasim/grid.c
 SIM_SRC      := $(SIM_COMMON) tests/cudasim/exec_sim.c
 SIM_LDLIBS   := -lhwloc -lpthread -ldl -lrt -lm
 SIM_OWN_SRC  := $(filter-out $(SIM_SRC),$(sort $(wildcard tests/cudasim/*.c)))
-SIM_UNIT_SRC := tests/unit/test_exec_cuda.c tests/unit/test_p2p.c
+SIM_UNIT_SRC := tests/unit/test_exec_cuda.c tests/unit/test_p2p.c tests/unit/test_verify_inplace.c
 SIM_TEST_SRC := $(HOST_SRC) $(GPU_SRC) $(SIM_OWN_SRC) $(SIM_UNIT_SRC)
 SIM_TOOL_SRC := $(filter %_perf.c,$(TOOL_SRC))
 

@@ -282,7 +282,7 @@ fail:
 /* A copy-out of a collective work: nseg segments of seg_bytes from the
  * staging half of the work's phase (seg_bytes apart) to dst (dst_stride
  * apart), all but segment keep (UINT32_MAX: none), which the call's
- * in-place input already holds (own_seg). nseg 0: nothing to copy. */
+ * in-place input already holds (brd_work_own_seg). nseg 0: nothing to copy. */
 typedef struct copy_out {
   void *dst;
   uint32_t nseg;
@@ -290,31 +290,6 @@ typedef struct copy_out {
   size_t seg_bytes;
   size_t dst_stride;
 } copy_out_t;
-
-/* The output segment of work w whose answer is this rank's own input,
- * already there because the call is in place, or -1; the host backend's
- * rule (launch_host.c, own_seg): an in-place all-gather's or all-to-all's
- * block `rank`, the root's in-place broadcast output, gather block `root`
- * and scatter output. A plan need not write it (plan/verify.h), so the
- * staging holds nothing there to copy. */
-static int own_seg(const brd_work_t *w) {
-  const brd_call_t *c = w->call;
-  int me = w->args.rank, out_seg, in_seg;
-  switch ((int)c->coll) {
-  case BRD_COLL_ALLGATHER: out_seg = me, in_seg = 0; break;
-  case BRD_COLL_ALLTOALL: out_seg = me, in_seg = me; break;
-  case BRD_COLL_BROADCAST: out_seg = 0, in_seg = 0; break;
-  case BRD_COLL_GATHER: out_seg = c->root, in_seg = 0; break;
-  case BRD_COLL_SCATTER: out_seg = 0, in_seg = c->root; break;
-  default: return -1;
-  }
-  if (brd_ir_coll_traits((unsigned)c->coll).rooted && me != c->root) return -1;
-  if (w->nout <= out_seg || c->sendbuff == NULL) return -1;
-  size_t seg = c->count * brd_dtype_size(c->dtype);
-  const char *dst = (const char *)c->recvbuff + (size_t)out_seg * seg;
-  const char *src = (const char *)c->sendbuff + (size_t)in_seg * seg;
-  return dst == src ? out_seg : -1;
-}
 
 /* The kernel's arguments for work a on device plan dp: every channel's
  * pointers in chans (the rank's channel count; a switch channel through
@@ -531,7 +506,7 @@ ncclResult_t brd_launch_cuda_run_works(struct ncclComm *comm, struct brd_backend
       cp.nseg = (uint32_t)w->nout;
       cp.seg_bytes = w->n * esize;
       cp.dst_stride = w->call->count * esize;
-      int keep = own_seg(w);
+      int keep = brd_work_own_seg(w);
       cp.keep = keep < 0 ? UINT32_MAX : (uint32_t)keep;
     }
     /* A rank writing its own buffer in place while exchanging outputs

@@ -229,43 +229,13 @@ static int runner_meet(runner_t *r) {
   return stop;
 }
 
-/* The output segment of work w whose answer is this rank's own input,
- * already there because the call is in place, or -1: an in-place
- * all-gather's block `rank` (NCCL: the input is that block), an in-place
- * all-to-all's block `rank`, the root's in-place broadcast output and
- * gather block `root`, and the scatter root's output when it is block
- * `root` of its input. A plan need not write such a segment (the verifier
- * lets it keep its initial content, plan/verify.h), so the copy-out must
- * leave it alone: the staging holds nothing there. The CUDA backend's
- * copy-out (launch_cuda_run.c) takes the same rule. */
-static int own_seg(const brd_work_t *w) {
-  const brd_call_t *c = w->call;
-  int me = w->args.rank, out_seg, in_seg;
-  switch ((int)c->coll) {
-  case BRD_COLL_ALLGATHER: out_seg = me, in_seg = 0; break;
-  case BRD_COLL_ALLTOALL: out_seg = me, in_seg = me; break;
-  case BRD_COLL_BROADCAST: out_seg = 0, in_seg = 0; break;
-  case BRD_COLL_GATHER: out_seg = c->root, in_seg = 0; break;
-  case BRD_COLL_SCATTER: out_seg = 0, in_seg = c->root; break;
-  default: return -1;
-  }
-  /* Elsewhere a rooted collective's answer is the root's input, not this
-   * rank's, whatever its buffers. */
-  if (brd_ir_coll_traits((unsigned)c->coll).rooted && me != c->root) return -1;
-  if (w->nout <= out_seg || c->sendbuff == NULL) return -1;
-  size_t seg = c->count * brd_dtype_size(c->dtype);
-  const char *dst = (const char *)c->recvbuff + (size_t)out_seg * seg;
-  const char *src = (const char *)c->sendbuff + (size_t)in_seg * seg;
-  return dst == src ? out_seg : -1;
-}
-
 /* Copies a finished collective work's staging into the user's buffer,
- * except a segment the call's in-place input already holds (own_seg). */
+ * except a segment the call's in-place input already holds (brd_work_own_seg). */
 static void copy_out(const brd_work_t *w) {
   if (w->call == NULL || w->direct) return;
   size_t esize = brd_dtype_size(w->call->dtype);
   const char *stage = w->args.output;
-  int keep = own_seg(w);
+  int keep = brd_work_own_seg(w);
   for (int s = 0; s < w->nout; s++)
     if (s != keep)
       memcpy((char *)w->call->recvbuff + ((size_t)s * w->call->count + w->off) * esize,

@@ -926,3 +926,25 @@ ncclResult_t brd_works_build(const brd_works_view_t *v, brd_plan_cache_t *plans,
   }
   return add_p2p(v, seq, calls, ncalls, ws);
 }
+
+/* See works.h. */
+int brd_work_own_seg(const brd_work_t *w) {
+  const brd_call_t *c = w->call;
+  int me = w->args.rank, out_seg, in_seg;
+  switch ((int)c->coll) {
+  case BRD_COLL_ALLGATHER: out_seg = me, in_seg = 0; break;
+  case BRD_COLL_ALLTOALL: out_seg = me, in_seg = me; break;
+  case BRD_COLL_BROADCAST: out_seg = 0, in_seg = 0; break;
+  case BRD_COLL_GATHER: out_seg = c->root, in_seg = 0; break;
+  case BRD_COLL_SCATTER: out_seg = 0, in_seg = c->root; break;
+  default: return -1;
+  }
+  /* Elsewhere a rooted collective's answer is the root's input, not this
+   * rank's, whatever its buffers. */
+  if (brd_ir_coll_traits((unsigned)c->coll).rooted && me != c->root) return -1;
+  if (w->nout <= out_seg || c->sendbuff == NULL) return -1;
+  size_t seg = c->count * brd_dtype_size(c->dtype);
+  const char *dst = (const char *)c->recvbuff + (size_t)out_seg * seg;
+  const char *src = (const char *)c->sendbuff + (size_t)in_seg * seg;
+  return dst == src ? out_seg : -1;
+}

@@ -152,6 +152,16 @@ typedef struct brd_works_view {
  * rank. */
 int brd_works_p2p_batch_ops(int nranks, int round_ops);
 
+/* The output segment of work w whose answer is this rank's own input,
+ * already there because the call is in place, or -1: an in-place
+ * all-gather's block `rank` (NCCL: the input is that block), an in-place
+ * all-to-all's block `rank`, the root's in-place broadcast output and
+ * gather block `root`, and the scatter root's output when it is block
+ * `root` of its input. A plan need not write such a segment (the verifier
+ * lets it keep its initial content, plan/verify.h), so the backends'
+ * copy-outs leave it alone: the staging holds nothing there. Pure. */
+int brd_work_own_seg(const brd_work_t *w);
+
 /* The estimated time of collective call c (count > 0) from the plan a
  * launch would run for it (the plan library's, or the built-in one the
  * tuner picks with the blocks the size asks for; pipe_ops as NCCL's
