@@ -113,6 +113,12 @@ typedef struct brd_works_reg {
   /* brd_reg_share: *state_out BRD_REG_*, remote_out[nranks] with SHARED. */
   ncclResult_t (*share)(void *ctx, const void *buf, size_t bytes, const char *fn,
                         uint64_t *remote_out, int *state_out);
+  /* brd_reg_switch: the multicast address of [buf, buf + bytes) in a
+   * window bound to a multicast object, or NULL with why[]. NULL where
+   * the backend has no multicast (host mode: the zero-copy NVLS plans
+   * then run on the members' copies alone, as brd_reg_direct maps them). */
+  void (*mc)(void *ctx, const void *buf, size_t bytes, void **mc_out, char *why,
+             size_t why_len);
   void *ctx;
 } brd_works_reg_t;
 
