@@ -8,6 +8,7 @@
 
 #include "base/array.h"
 #include "base/check.h"
+#include "base/param.h"
 #include "algos/algos.h"
 #include "core/works.h"
 #include "device/redop.h"
@@ -313,6 +314,25 @@ static ncclResult_t peer_input(const brd_works_view_t *v,
   return ncclSuccess;
 }
 
+/* Whether call c should try the zero-copy NVLS plan: the tuner chose
+ * NVLS, or (Braid's own tuner only) NVLS is on, allowed by NCCL_ALGO and
+ * NCCL_PROTO, eligible, and its zero-copy cost beats the tuner's choice.
+ * The same answer on every rank. */
+static int nvls_zc_wanted(const brd_works_view_t *v, const brd_call_t *c, uint8_t coll,
+                          const brd_tune_choice_t *choice) {
+  if (choice->algo == BRD_ALGO_NVLS) return 1;
+  if (v->tuner != NULL || !v->topo->nvls || (v->deterministic && is_reduction(coll)) ||
+      !(v->mask->algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_NVLS)) ||
+      !(v->mask->protos[c->coll] & BRD_PROTO_BIT(BRD_PROTO_SIMPLE)))
+    return 0;
+  int redop = is_reduction(coll) ? (c->premul ? BRD_REDOP_PREMULSUM : (int)c->op) : ncclSum;
+  if (!brd_algos_nvls_supported(coll, c->dtype, redop)) return 0;
+  size_t bytes = c->count * brd_dtype_size(c->dtype);
+  if (coll != BRD_IR_COLL_ALLREDUCE) bytes *= (size_t)v->nranks; /* NCCL's tuning size */
+  float zc = brd_tune_estimate_nvls_zc(v->topo, c->coll, bytes);
+  return zc >= 0.0f && zc < choice->time_us;
+}
+
 /* The zero-copy NVLS plan's buffers (nvls_zc.c): with the output written
  * in place (peer_out), every member's input in *peer_in_out (owned by the
  * caller; NULL where the plan reads no member's input) and, where the
@@ -340,6 +360,17 @@ static ncclResult_t switch_io(const brd_works_view_t *v, const brd_call_t *c, ui
   /* An in-place reduce-scatter's output is its own segment of the input,
    * at a rank-dependent offset: the plan writes it locally only. */
   int reads_mc = coll != BRD_IR_COLL_ALLGATHER, writes_mc = coll != BRD_IR_COLL_REDUCESCATTER;
+  int verify = 1;
+#ifndef BRAID_DEBUG
+  verify = brd_param_int(BRD_P_BRAID_VERIFY_PLANS) != 0;
+#endif
+  if (verify) {
+    /* plans.c verifies every plan it generates here, and the verifier
+     * models switch references to scratch slots only. */
+    why = "BRAID_VERIFY_PLANS asks for verified plans, and the verifier does not model "
+          "switch references to the members' own buffers yet";
+    goto out;
+  }
   if (seg % 16 != 0 || (uintptr_t)c->sendbuff % 16 != 0 || (uintptr_t)c->recvbuff % 16 != 0) {
     why = "multimem moves 16-byte packs: the buffers and the per-rank bytes must be "
           "multiples of 16";
@@ -600,19 +631,21 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
     CHECK_GOTO(exchange_output(v, c, coll, plan, &remote, &xchg), res, out);
   /* Registered inputs too: a zero-copy plan reads them in place (not
    * instead of a switch plan the tuner chose). */
-  if (peer_out != NULL && user == NULL && choice.algo != BRD_ALGO_NVLS) {
+  /* The switch reaches the user's windows themselves where NVLS runs
+   * (or would win with them): no scratch, no copy; else the staged NVLS
+   * plan, or a zero-copy plan over peers' inputs below. */
+  if (peer_out != NULL && user == NULL && n > 1 && nvls_zc_wanted(v, c, coll, &choice)) {
+    CHECK_GOTO(switch_io(v, c, coll, peer_out, &sw_in, &mc_in, &mc_out, &sw_zc), res, out);
+    if (sw_zc)
+      CHECK_GOTO(brd_plans_get(plans, coll, BRD_IR_ALGO_NVLS | BRD_PLANS_ALGO_PEER,
+                               BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res, out);
+  }
+  if (peer_out != NULL && user == NULL && choice.algo != BRD_ALGO_NVLS && !sw_zc) {
     uint8_t zc_algo = 0;
     CHECK_GOTO(peer_input(v, c, coll, peer_out, &peer_in, &zc_algo), res, out);
     if (peer_in != NULL)
       CHECK_GOTO(brd_plans_get(plans, coll, zc_algo, BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res,
                  out);
-  } else if (peer_out != NULL && user == NULL && n > 1) {
-    /* The switch reaches the user's windows themselves: no scratch, no
-     * copy (the staged NVLS plan otherwise). */
-    CHECK_GOTO(switch_io(v, c, coll, peer_out, &sw_in, &mc_in, &mc_out, &sw_zc), res, out);
-    if (sw_zc)
-      CHECK_GOTO(brd_plans_get(plans, coll, BRD_IR_ALGO_NVLS | BRD_PLANS_ALGO_PEER,
-                               BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res, out);
   }
   brd_plans_ran(plans, plan);
   if (brd_plan_scratch_bytes(plan) > scratch_size(mw, plan)) {
