@@ -35,6 +35,9 @@
  *             plan (INFO counted per rank and call), exactly; the library's
  *             device memory grows by no more than the plans' blobs; a
  *             count of no whole 16-byte packs falls back and says why.
+ *   zcauto    the same windows with NVLS on and NCCL_ALGO unset: the
+ *             tuner's model takes the zero-copy NVLS all-reduce at 1 MiB
+ *             and the one-shot LL plan at 1 KiB.
  *
  * Each configuration runs in a child process (the simulator and Braid
  * read their environment once per process) under an alarm.
@@ -398,6 +401,51 @@ static void child_zerocopy(void) {
   _exit(0);
 }
 
+/* zcauto: NVLS on (NCCL_NVLS_ENABLE=1), NCCL_ALGO unset, buffers in bound
+ * windows: the tuner's model decides. At 1 KiB the one-shot LL plan's
+ * estimate (about 6 us here) beats the zero-copy NVLS plan's (launch + two
+ * switch barriers, 7 us), so the zero-copy plan does not run; at 1 MiB it
+ * does. Exact either way. */
+static void child_zcauto(void) {
+  const int n = 2;
+  const size_t half = (size_t)2 << 20;
+  const char *log = getenv("NCCL_DEBUG_FILE");
+  ncclComm_t comms[MAXR];
+  cudaStream_t st[MAXR];
+  void *buf[MAXR];
+  char *mem[MAXR], *other[MAXR];
+  ncclWindow_t win[MAXR];
+  comms_make(n, comms, st);
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    if (ncclMemAlloc(&buf[r], 2 * half) != ncclSuccess) DIE("ncclMemAlloc(rank %d)", r);
+    mem[r] = buf[r];
+    other[r] = (char *)buf[r] + half;
+  }
+  windows_register(comms, n, buf, 2 * half, win);
+  static const struct {
+    size_t count;
+    int zc;
+  } cases[] = {{256, 0}, {262144, 1}};
+  for (int i = 0; i < 2; i++) {
+    int was = log_count(log, "zero-copy NVLS plan over");
+    if (run_call_in(comms, st, n, REF_AR, ncclFloat32, ncclSum, cases[i].count, 0, mem,
+                    other) != ncclSuccess)
+      DIE("all-reduce of %zu floats: %s", cases[i].count, ncclGetLastError(NULL));
+    int ran = log_count(log, "zero-copy NVLS plan over") - was;
+    if (ran != (cases[i].zc ? n : 0))
+      DIE("all-reduce of %zu floats: %d ranks ran the zero-copy NVLS plan, want %d",
+          cases[i].count, ran, cases[i].zc ? n : 0);
+  }
+  windows_free(comms, n, win);
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    ncclMemFree(buf[r]);
+  }
+  comms_free(n, comms, st, 0);
+  _exit(0);
+}
+
 /* Runs fn in a child with the given environment (NULL-terminated
  * NAME=VALUE list) under a deadline. */
 static void in_child(void (*fn)(void), const char *const *env, unsigned deadline_s) {
@@ -479,6 +527,19 @@ static void test_zerocopy(void **state) {
   if (getenv("BRAID_TEST_KEEP_LOG") == NULL) unlink(file + strlen("NCCL_DEBUG_FILE="));
 }
 
+static void test_zcauto(void **state) {
+  static char file[64];
+  snprintf(file, sizeof(file), "NCCL_DEBUG_FILE=/tmp/braid_nvls_zca.%d.log", (int)getpid());
+  const char *const env[] = {"BRAID_CUDASIM_CUMEM=1", "BRAID_CUDASIM_DEVICES=2",
+                             "NCCL_NVLS_ENABLE=1", "NCCL_DEBUG=INFO",
+                             "NCCL_DEBUG_SUBSYS=NVLS", file, NULL};
+  (void)state;
+  if (!cuda_mode()) skip();
+  unlink(file + strlen("NCCL_DEBUG_FILE="));
+  in_child(child_zcauto, env, 120);
+  unlink(file + strlen("NCCL_DEBUG_FILE="));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_forced),
@@ -487,6 +548,7 @@ int main(void) {
       cmocka_unit_test(test_windows),
       cmocka_unit_test(test_nowin),
       cmocka_unit_test(test_zerocopy),
+      cmocka_unit_test(test_zcauto),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
