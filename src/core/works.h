@@ -24,6 +24,12 @@
  *    all-reduce, direct reduce-scatter and all-gather) when NCCL_ALGO /
  *    NCCL_PROTO allow the family with Simple and the reduction is neither
  *    PreMulSum nor deterministic.
+ *  - Zero-copy NVLS: with the output in place, where NVLS is chosen (or its
+ *    zero-copy cost, brd_tune_estimate_nvls_zc, beats the tuner's choice),
+ *    the call is eligible, the buffers hold whole 16-byte packs and, in
+ *    CUDA mode, lie in windows bound to multicast (brd_reg_switch), the
+ *    switch plan over the members' own buffers runs (algos/nvls_zc.c);
+ *    otherwise the tuner's plan, with an INFO naming why.
  *  - Registered output without the symmetric promise: outputs exchanged at
  *    run time (device/ir.h), pieces as for the staging.
  *  - Sends and receives: one point-to-point plan per round for the whole
