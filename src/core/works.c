@@ -333,18 +333,19 @@ static int nvls_zc_wanted(const brd_works_view_t *v, const brd_call_t *c, uint8_
   return zc >= 0.0f && zc < choice->time_us;
 }
 
-/* The zero-copy NVLS plan's buffers (nvls_zc.c): with the output written
- * in place (peer_out), every member's input in *peer_in_out (owned by the
- * caller; NULL where the plan reads no member's input) and, where the
+/* The zero-copy NVLS plan's buffers (nvls_zc.c), for a call whose output
+ * is written in place (direct_output): every member's input in
+ * *peer_in_out (owned by the caller; NULL entries for an all-gather, which
+ * reads no member's input through the switch) and, where the
  * backend maps multicast (CUDA), the multicast addresses of this rank's
  * input and output in mc_in_out / mc_out_out. *ok_out 1 when the plan may
- * run; 0 with an INFO naming why (the staged NVLS plan runs instead).
+ * run; 0 with an INFO naming why (the tuner's plan runs instead).
  * Only all-reduce, all-gather and reduce-scatter whose segments and
  * buffers are 16-byte aligned (multimem moves whole 16-byte packs). The
  * same answer on every rank for symmetric buffers. */
 static ncclResult_t switch_io(const brd_works_view_t *v, const brd_call_t *c, uint8_t coll,
-                              char *const *peer_out, char ***peer_in_out, void **mc_in_out,
-                              void **mc_out_out, int *ok_out) {
+                              char ***peer_in_out, void **mc_in_out, void **mc_out_out,
+                              int *ok_out) {
   int n = v->nranks;
   size_t seg = c->count * brd_dtype_size(c->dtype);
   const char *why = NULL;
@@ -355,8 +356,6 @@ static ncclResult_t switch_io(const brd_works_view_t *v, const brd_call_t *c, ui
   if (coll != BRD_IR_COLL_ALLREDUCE && coll != BRD_IR_COLL_ALLGATHER &&
       coll != BRD_IR_COLL_REDUCESCATTER)
     return ncclSuccess;
-  int ag_in_place = coll == BRD_IR_COLL_ALLGATHER &&
-                    (const char *)c->sendbuff == (const char *)c->recvbuff + v->rank * seg;
   /* An in-place reduce-scatter's output is its own segment of the input,
    * at a rank-dependent offset: the plan writes it locally only. */
   int reads_mc = coll != BRD_IR_COLL_ALLGATHER, writes_mc = coll != BRD_IR_COLL_REDUCESCATTER;
@@ -378,13 +377,14 @@ static ncclResult_t switch_io(const brd_works_view_t *v, const brd_call_t *c, ui
   }
   char **peer = NULL;
   size_t in_bytes = coll == BRD_IR_COLL_REDUCESCATTER ? seg * (size_t)n : seg;
-  if (ag_in_place) {
+  if (coll == BRD_IR_COLL_ALLGATHER) {
+    /* Each rank stores its own input: the members' inputs are never read
+     * through the switch, so the input need not be registered. */
     peer = calloc((size_t)n, sizeof(*peer));
     if (peer == NULL) {
       WARN("%s : out of host memory", c->fn);
       return ncclSystemError;
     }
-    for (int q = 0; q < n; q++) peer[q] = peer_out[q] + (size_t)q * seg;
   } else {
     CHECK(reg_peers(v, c, c->sendbuff, in_bytes, &peer));
     if (peer == NULL) {
@@ -412,7 +412,7 @@ static ncclResult_t switch_io(const brd_works_view_t *v, const brd_call_t *c, ui
   return ncclSuccess;
 out:
   INFO(BRD_SUBSYS_NVLS | BRD_SUBSYS_COLL, "%s : rank %d: no zero-copy NVLS plan (%s); the "
-       "staged NVLS plan runs", c->fn, v->rank, why);
+       "tuner's plan runs", c->fn, v->rank, why);
   return ncclSuccess;
 }
 
@@ -635,7 +635,7 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
    * (or would win with them): no scratch, no copy; else the staged NVLS
    * plan, or a zero-copy plan over peers' inputs below. */
   if (peer_out != NULL && user == NULL && n > 1 && nvls_zc_wanted(v, c, coll, &choice)) {
-    CHECK_GOTO(switch_io(v, c, coll, peer_out, &sw_in, &mc_in, &mc_out, &sw_zc), res, out);
+    CHECK_GOTO(switch_io(v, c, coll, &sw_in, &mc_in, &mc_out, &sw_zc), res, out);
     if (sw_zc)
       CHECK_GOTO(brd_plans_get(plans, coll, BRD_IR_ALGO_NVLS | BRD_PLANS_ALGO_PEER,
                                BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res, out);
