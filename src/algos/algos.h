@@ -90,6 +90,22 @@ ncclResult_t brd_algos_nvls_allgather(const brd_algos_args_t *args,
 ncclResult_t brd_algos_nvls_reducescatter(const brd_algos_args_t *args,
                                           brd_ir_plan_t **plan_out);
 
+/* Zero-copy NVLS plans (nvls_zc.c; BRD_IR_PLAN_F_PEER_INPUT, no scratch):
+ * the switch channel reaches every rank's own send and receive buffers
+ * (device/ir.h, "Switch channels"), so the runtime runs them only where
+ * both lie in windows bound to one multicast object at the same offsets
+ * on every rank. Each block opens and closes with a multicast barrier.
+ * All-reduce: rank r ld_reduces its slice over every input and st's it
+ * into every output. All-gather: rank r st's its input into segment r of
+ * every output. Reduce-scatter: rank r ld_reduces segment r of every
+ * input into its output. */
+ncclResult_t brd_algos_nvls_zc_allreduce(const brd_algos_args_t *args,
+                                         brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_nvls_zc_allgather(const brd_algos_args_t *args,
+                                         brd_ir_plan_t **plan_out);
+ncclResult_t brd_algos_nvls_zc_reducescatter(const brd_algos_args_t *args,
+                                             brd_ir_plan_t **plan_out);
+
 /* The one NVLS eligibility rule (NCCL's ncclNvlsSupported): 1 when a
  * switch plan may run collective coll (BRD_IR_COLL_*) on dtype
  * (ncclDataType_t) with redop (ncclRedOp_t; anything else, PreMulSum

@@ -39,6 +39,9 @@ GEN(nvls_allreduce, a, plan_out)
 GEN(nvls_ll_allreduce, a, plan_out)
 GEN(nvls_allgather, a, plan_out)
 GEN(nvls_reducescatter, a, plan_out)
+GEN(nvls_zc_allreduce, a, plan_out)
+GEN(nvls_zc_allgather, a, plan_out)
+GEN(nvls_zc_reducescatter, a, plan_out)
 
 /* The root of a rooted collective. */
 GEN(chain_broadcast, a, root, plan_out)
@@ -115,6 +118,10 @@ static const brd_algos_gen_t gens[] = {
     {AG, NVLS, 0, 0, 0, "NVLS all-gather", gen_nvls_allgather},
     {AG, NVLS, 1, 0, 0, "NVLS all-gather", gen_nvls_allgather},
     {RS, NVLS, 0, 0, 0, "NVLS reduce-scatter", gen_nvls_reducescatter},
+    /* Zero-copy NVLS: the switch reaches the user's windows. */
+    {AR, NVLS, 0, 1, 0, "zero-copy NVLS all-reduce", gen_nvls_zc_allreduce},
+    {AG, NVLS, 0, 1, 0, "zero-copy NVLS all-gather", gen_nvls_zc_allgather},
+    {RS, NVLS, 0, 1, 0, "zero-copy NVLS reduce-scatter", gen_nvls_zc_reducescatter},
 };
 
 /* See algos.h. */

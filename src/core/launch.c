@@ -213,6 +213,11 @@ static ncclResult_t reg_share(void *ctx, const void *buf, size_t bytes, const ch
                        remote_out, state_out);
 }
 
+static void reg_mc(void *ctx, const void *buf, size_t bytes, void **mc_out, char *why,
+                   size_t why_len) {
+  brd_reg_switch((struct ncclComm *)ctx, buf, bytes, mc_out, why, why_len);
+}
+
 /* What the works builder reads of a connected runtime. */
 static void works_view(struct ncclComm *comm, const struct brd_rt *rt, brd_works_view_t *v) {
   memset(v, 0, sizeof(*v));
@@ -234,6 +239,7 @@ static void works_view(struct ncclComm *comm, const struct brd_rt *rt, brd_works
   v->reg.any = comm->regs != NULL;
   v->reg.direct = reg_direct;
   v->reg.share = reg_share;
+  v->reg.mc = rt->be->reg_switch_bind != NULL ? reg_mc : NULL;
   v->reg.ctx = comm;
   v->abort_flag = &comm->abort_flag;
   v->ports = rt->nports > 0 ? rt->ports : NULL;

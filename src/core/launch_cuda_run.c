@@ -317,6 +317,16 @@ static ncclResult_t cuda_args(const struct brd_backend *rt, const brd_exec_args_
       chans[c].peer_scratch = rt->mc_base + (own_scr - win);
       chans[c].peer_sems = (uint64_t *)(rt->mc_base + (own_sem - win));
       chans[c].sems = (uint64_t *)own_sem;
+      /* A zero-copy switch plan: this rank's input and output through
+       * the multicast mappings of their windows (works.c). */
+      chans[c].peer_input = a->chans[c].peer_input;
+      chans[c].peer_output = a->chans[c].peer_output;
+      if ((a->plan->flags & BRD_IR_PLAN_F_PEER_INPUT) && chans[c].peer_input == NULL &&
+          chans[c].peer_output == NULL) {
+        WARN("rank %d: a zero-copy switch plan, but its buffers have no multicast "
+             "mapping", a->rank);
+        return ncclInternalError;
+      }
       continue;
     }
     chans[c].peer_scratch = a->chans[c].peer_scratch;

@@ -553,6 +553,30 @@ out:
   return res;
 }
 
+/* See reg.h. */
+void brd_reg_switch(struct ncclComm *comm, const void *buf, size_t bytes, void **mc_out,
+                    char *why, size_t why_len) {
+  struct brd_regs *regs = comm->regs;
+  const char *b = buf;
+  const char *reason = "it lies in no registered window";
+  *mc_out = NULL;
+  if (regs != NULL && buf != NULL) {
+    pthread_mutex_lock(&regs->lock);
+    for (struct brd_reg *r = regs->list; r != NULL; r = r->next) {
+      if (!r->window || b < r->ptr || b + bytes > r->ptr + r->size) continue;
+      if (r->mc == NULL) {
+        reason = "its window is not bound to a multicast object (ncclMemAlloc memory of "
+                 "one size on every rank, NVLS on)";
+        continue;
+      }
+      *mc_out = (char *)brd_nvls_mc_ptr(r->mc) + (b - r->ptr);
+      break;
+    }
+    pthread_mutex_unlock(&regs->lock);
+  }
+  if (*mc_out == NULL && why != NULL && why_len > 0) snprintf(why, why_len, "%s", reason);
+}
+
 BRD_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff,
         size_t size, void **handle)
 ncclResult_t pncclCommRegister(const ncclComm_t comm, void *buff, size_t size,

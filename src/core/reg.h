@@ -39,6 +39,18 @@ void brd_regs_destroy(struct ncclComm *comm);
 ncclResult_t brd_reg_direct(struct ncclComm *comm, const void *buf, size_t bytes,
                             int shareable, const char *fn, char **peer_out, int *ok_out);
 
+/* The multicast address of [buf, buf + bytes) when it lies in a window
+ * of comm (ncclCommWindowRegister) bound to a multicast object
+ * (transport/nvls.h): *mc_out is that window's multicast mapping at buf's
+ * offset, which reaches the same offset of every rank's window (NCCL's
+ * symmetric rule: every rank passes a buffer at the same offset); NULL
+ * otherwise, with why[] saying why (why may be NULL). Binding is
+ * collective and fails together, so the answer is the same on every rank
+ * for symmetric buffers. Never blocks beyond the registry's lock; any
+ * thread. */
+void brd_reg_switch(struct ncclComm *comm, const void *buf, size_t bytes, void **mc_out,
+                    char *why, size_t why_len);
+
 /* Where a rank's registration service listens (brd_reg_svc_create):
  * pid 0 when there is none because every rank is in this process. */
 typedef struct brd_reg_peer {

@@ -8,6 +8,7 @@
 
 #include "base/array.h"
 #include "base/check.h"
+#include "base/param.h"
 #include "algos/algos.h"
 #include "core/works.h"
 #include "device/redop.h"
@@ -173,7 +174,9 @@ static ncclResult_t coll_chans(const brd_works_view_t *v,
       /* Every member's copy: each rank's scratch and switch semaphores,
        * in rank order, as mapped here (window.h). */
       int n = v->nranks;
-      w->members = calloc(2 * (size_t)n, sizeof(*w->members));
+      /* Scratch bases, switch semaphores, then (zero-copy plans, filled
+       * by the caller) inputs and outputs. */
+      w->members = calloc(4 * (size_t)n, sizeof(*w->members));
       if (w->members == NULL) {
         WARN("out of host memory for the %d members of a switch channel", n);
         return ncclSystemError;
@@ -308,6 +311,108 @@ static ncclResult_t peer_input(const brd_works_view_t *v,
        "every rank (zero-copy plan)", c->fn, v->rank, c->sendbuff);
   *peer_in_out = peer;
   *algo_out = (uint8_t)(family | BRD_PLANS_ALGO_PEER);
+  return ncclSuccess;
+}
+
+/* Whether call c should try the zero-copy NVLS plan: the tuner chose
+ * NVLS, or (Braid's own tuner only) NVLS is on, allowed by NCCL_ALGO and
+ * NCCL_PROTO, eligible, and its zero-copy cost beats the tuner's choice.
+ * The same answer on every rank. */
+static int nvls_zc_wanted(const brd_works_view_t *v, const brd_call_t *c, uint8_t coll,
+                          const brd_tune_choice_t *choice) {
+  if (choice->algo == BRD_ALGO_NVLS) return 1;
+  if (v->tuner != NULL || !v->topo->nvls || (v->deterministic && is_reduction(coll)) ||
+      !(v->mask->algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_NVLS)) ||
+      !(v->mask->protos[c->coll] & BRD_PROTO_BIT(BRD_PROTO_SIMPLE)))
+    return 0;
+  int redop = is_reduction(coll) ? (c->premul ? BRD_REDOP_PREMULSUM : (int)c->op) : ncclSum;
+  if (!brd_algos_nvls_supported(coll, c->dtype, redop)) return 0;
+  size_t bytes = c->count * brd_dtype_size(c->dtype);
+  if (coll != BRD_IR_COLL_ALLREDUCE) bytes *= (size_t)v->nranks; /* NCCL's tuning size */
+  float zc = brd_tune_estimate_nvls_zc(v->topo, c->coll, bytes);
+  return zc >= 0.0f && zc < choice->time_us;
+}
+
+/* The zero-copy NVLS plan's buffers (nvls_zc.c), for a call whose output
+ * is written in place (direct_output): every member's input in
+ * *peer_in_out (owned by the caller; NULL entries for an all-gather, which
+ * reads no member's input through the switch) and, where the
+ * backend maps multicast (CUDA), the multicast addresses of this rank's
+ * input and output in mc_in_out / mc_out_out. *ok_out 1 when the plan may
+ * run; 0 with an INFO naming why (the tuner's plan runs instead).
+ * Only all-reduce, all-gather and reduce-scatter whose segments and
+ * buffers are 16-byte aligned (multimem moves whole 16-byte packs). The
+ * same answer on every rank for symmetric buffers. */
+static ncclResult_t switch_io(const brd_works_view_t *v, const brd_call_t *c, uint8_t coll,
+                              char ***peer_in_out, void **mc_in_out, void **mc_out_out,
+                              int *ok_out) {
+  int n = v->nranks;
+  size_t seg = c->count * brd_dtype_size(c->dtype);
+  const char *why = NULL;
+  char whybuf[200] = "";
+  *peer_in_out = NULL;
+  *mc_in_out = *mc_out_out = NULL;
+  *ok_out = 0;
+  if (coll != BRD_IR_COLL_ALLREDUCE && coll != BRD_IR_COLL_ALLGATHER &&
+      coll != BRD_IR_COLL_REDUCESCATTER)
+    return ncclSuccess;
+  /* An in-place reduce-scatter's output is its own segment of the input,
+   * at a rank-dependent offset: the plan writes it locally only. */
+  int reads_mc = coll != BRD_IR_COLL_ALLGATHER, writes_mc = coll != BRD_IR_COLL_REDUCESCATTER;
+  int verify = 1;
+#ifndef BRAID_DEBUG
+  verify = brd_param_int(BRD_P_BRAID_VERIFY_PLANS) != 0;
+#endif
+  if (verify) {
+    /* plans.c verifies every plan it generates here, and the verifier
+     * models switch references to scratch slots only. */
+    why = "BRAID_VERIFY_PLANS asks for verified plans, and the verifier does not model "
+          "switch references to the members' own buffers yet";
+    goto out;
+  }
+  if (seg % 16 != 0 || (uintptr_t)c->sendbuff % 16 != 0 || (uintptr_t)c->recvbuff % 16 != 0) {
+    why = "multimem moves 16-byte packs: the buffers and the per-rank bytes must be "
+          "multiples of 16";
+    goto out;
+  }
+  char **peer = NULL;
+  size_t in_bytes = coll == BRD_IR_COLL_REDUCESCATTER ? seg * (size_t)n : seg;
+  if (coll == BRD_IR_COLL_ALLGATHER) {
+    /* Each rank stores its own input: the members' inputs are never read
+     * through the switch, so the input need not be registered. */
+    peer = calloc((size_t)n, sizeof(*peer));
+    if (peer == NULL) {
+      WARN("%s : out of host memory", c->fn);
+      return ncclSystemError;
+    }
+  } else {
+    CHECK(reg_peers(v, c, c->sendbuff, in_bytes, &peer));
+    if (peer == NULL) {
+      why = "the input is not in a symmetric window registered on every rank";
+      goto out;
+    }
+  }
+  if (v->reg.mc != NULL) {
+    size_t out_bytes = coll == BRD_IR_COLL_ALLGATHER ? seg * (size_t)n : seg;
+    if (reads_mc) v->reg.mc(v->reg.ctx, c->sendbuff, in_bytes, mc_in_out, whybuf,
+                            sizeof(whybuf));
+    if (writes_mc && (!reads_mc || *mc_in_out != NULL))
+      v->reg.mc(v->reg.ctx, c->recvbuff, out_bytes, mc_out_out, whybuf, sizeof(whybuf));
+    if ((reads_mc && *mc_in_out == NULL) || (writes_mc && *mc_out_out == NULL)) {
+      free(peer);
+      *mc_in_out = *mc_out_out = NULL;
+      why = whybuf;
+      goto out;
+    }
+  }
+  *peer_in_out = peer;
+  *ok_out = 1;
+  INFO(BRD_SUBSYS_NVLS | BRD_SUBSYS_COLL, "%s : rank %d: zero-copy NVLS plan over the "
+       "windows of input %p and output %p", c->fn, v->rank, c->sendbuff, c->recvbuff);
+  return ncclSuccess;
+out:
+  INFO(BRD_SUBSYS_NVLS | BRD_SUBSYS_COLL, "%s : rank %d: no zero-copy NVLS plan (%s); the "
+       "tuner's plan runs", c->fn, v->rank, why);
   return ncclSuccess;
 }
 
@@ -531,6 +636,10 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
   size_t piece = mw->stage_bytes / ((is_multi_out(coll) ? (size_t)n : 1) * esize);
   /* Registered output buffers on every rank: one piece written in place. */
   char **peer_out = NULL, **peer_in = NULL;
+  /* The zero-copy NVLS plan's members' inputs and multicast addresses. */
+  char **sw_in = NULL;
+  void *mc_in = NULL, *mc_out = NULL;
+  int sw_zc = 0;
   ncclResult_t res = direct_output(v, c, coll, &peer_out);
   if (res != ncclSuccess) return res;
   if (peer_out != NULL) piece = c->count;
@@ -542,7 +651,16 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
     CHECK_GOTO(exchange_output(v, c, coll, plan, &remote, &xchg), res, out);
   /* Registered inputs too: a zero-copy plan reads them in place (not
    * instead of a switch plan the tuner chose). */
-  if (peer_out != NULL && user == NULL && choice.algo != BRD_ALGO_NVLS) {
+  /* The switch reaches the user's windows themselves where NVLS runs
+   * (or would win with them): no scratch, no copy; else the staged NVLS
+   * plan, or a zero-copy plan over peers' inputs below. */
+  if (peer_out != NULL && user == NULL && n > 1 && nvls_zc_wanted(v, c, coll, &choice)) {
+    CHECK_GOTO(switch_io(v, c, coll, &sw_in, &mc_in, &mc_out, &sw_zc), res, out);
+    if (sw_zc)
+      CHECK_GOTO(brd_plans_get(plans, coll, BRD_IR_ALGO_NVLS | BRD_PLANS_ALGO_PEER,
+                               BRD_IR_PROTO_SIMPLE, nb, 0, 0, &plan), res, out);
+  }
+  if (peer_out != NULL && user == NULL && choice.algo != BRD_ALGO_NVLS && !sw_zc) {
     uint8_t zc_algo = 0;
     CHECK_GOTO(peer_input(v, c, coll, peer_out, &peer_in, &zc_algo), res, out);
     if (peer_in != NULL)
@@ -582,6 +700,22 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
             remote != NULL ? (char *)(uintptr_t)remote[p] + off * esize : NULL;
       }
       w->args.xchg = 1;
+    }
+    if (sw_zc) {
+      /* Members' own buffers (host executor, simulator) and, on a GPU,
+       * this rank's buffers through the windows' multicast mappings
+       * (device/ir.h, "Switch channels"; launch_cuda_run.c). */
+      int sc = switch_chan(plan, me);
+      for (int m = 0; m < n && sc >= 0; m++) {
+        w->members[2 * n + m] = sw_in != NULL ? sw_in[m] : NULL;
+        w->members[3 * n + m] = peer_out[m];
+      }
+      if (sc >= 0) {
+        w->chans[sc].member_input = (const void *const *)(w->members + 2 * n);
+        w->chans[sc].member_output = w->members + 3 * n;
+        w->chans[sc].peer_input = mc_in;
+        w->chans[sc].peer_output = mc_out;
+      }
     }
     if (peer_in != NULL) {
       const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
@@ -626,6 +760,7 @@ out:
   free(remote);
   free(peer_out);
   free(peer_in);
+  free(sw_in);
   return res;
 }
 

@@ -24,6 +24,12 @@
  *    all-reduce, direct reduce-scatter and all-gather) when NCCL_ALGO /
  *    NCCL_PROTO allow the family with Simple and the reduction is neither
  *    PreMulSum nor deterministic.
+ *  - Zero-copy NVLS: with the output in place, where NVLS is chosen (or its
+ *    zero-copy cost, brd_tune_estimate_nvls_zc, beats the tuner's choice),
+ *    the call is eligible, the buffers hold whole 16-byte packs and, in
+ *    CUDA mode, lie in windows bound to multicast (brd_reg_switch), the
+ *    switch plan over the members' own buffers runs (algos/nvls_zc.c);
+ *    otherwise the tuner's plan, with an INFO naming why.
  *  - Registered output without the symmetric promise: outputs exchanged at
  *    run time (device/ir.h), pieces as for the staging.
  *  - Sends and receives: one point-to-point plan per round for the whole
@@ -113,6 +119,12 @@ typedef struct brd_works_reg {
   /* brd_reg_share: *state_out BRD_REG_*, remote_out[nranks] with SHARED. */
   ncclResult_t (*share)(void *ctx, const void *buf, size_t bytes, const char *fn,
                         uint64_t *remote_out, int *state_out);
+  /* brd_reg_switch: the multicast address of [buf, buf + bytes) in a
+   * window bound to a multicast object, or NULL with why[]. NULL where
+   * the backend has no multicast (host mode: the zero-copy NVLS plans
+   * then run on the members' copies alone, as brd_reg_direct maps them). */
+  void (*mc)(void *ctx, const void *buf, size_t bytes, void **mc_out, char *why,
+             size_t why_len);
   void *ctx;
 } brd_works_reg_t;
 

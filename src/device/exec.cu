@@ -1087,10 +1087,14 @@ __device__ __noinline__ bool mc_barrier(const ctx_t &c, pos_t w, const brd_ir_op
 }
 
 /* A switch op (MC_REDUCE, MC_STORE, MC_RED, MC_BARRIER): every thread of
- * the block; the barrier by thread 0. A multicast reference always names a
+ * the block; the barrier by thread 0. A multicast reference names a
  * scratch slot, whose size is a multiple of 16 bytes, so every multimem
  * access moves a whole pack: the bytes of a chunk's last pack past its end
- * are padding of the slot that no op reads. Local (unicast) sources and
+ * are padding of the slot that no op reads. In a zero-copy switch plan it
+ * may name a chunk of the members' own input or output (through the
+ * multicast mapping of their windows, chans[ch].peer_input/peer_output),
+ * which the runtime runs only where every chunk is 16-byte aligned and a
+ * multiple of 16 bytes long (works.c), so there too packs are whole. Local (unicast) sources and
  * destinations move the chunk's bytes only. One pack per thread in
  * flight. */
 template <int DT, int FN>

@@ -84,8 +84,13 @@ static const char *switch_op_problem(const brd_ir_plan_t *p, int rank, const brd
     const char *why = ref_problem(p, op, ref, nchans);
     if (why != NULL) return why;
     if (ref->buf & BRD_IR_REF_LL) return "LL reference in a switch op";
-    if (sw && kind != BRD_IR_BUF_SCRATCH)
-      return "a switch channel reference that is not a scratch slot";
+    /* Zero-copy switch plans reach the members' own buffers: inputs as
+     * a reduction's source, outputs as a destination (device/ir.h). */
+    if (sw && kind != BRD_IR_BUF_SCRATCH &&
+        !((p->flags & BRD_IR_PLAN_F_PEER_INPUT) &&
+          (kind == BRD_IR_BUF_INPUT ? k == 0 : k > 0)))
+      return "a switch channel reference that is not a scratch slot (or, in a zero-copy "
+             "plan, an input read or an output written)";
     int want_sw = k == 0 ? op->code == BRD_IR_OP_MC_REDUCE : op->code != BRD_IR_OP_MC_REDUCE;
     if (want_sw && !sw)
       return k == 0 ? "MC_REDUCE source not through the switch channel"

@@ -369,11 +369,23 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
  * copy, red combines into every copy with a compare-and-swap loop per
  * element. */
 
-/* Slot index+t of member m's copy, for a ref through the switch channel. */
+/* Slot index+t of member m's copy, for a ref through the switch channel;
+ * in a zero-copy switch plan, chunk index+t of member m's input or output
+ * (its own segment layout: every member's buffers have the same shape). */
 static char *member_slot(const blk_ctx_t *b, const brd_ir_ref_t *ref, uint32_t t, int m) {
   const brd_exec_run_t *l = b->l;
-  return brd_ir_slot_addr(&l->view, (char *)l->args.chans[ref->chan].member_scratch[m],
-                          ref->index + t);
+  const brd_exec_chan_t *ch = &l->args.chans[ref->chan];
+  const brd_ir_view_t *v = &l->view;
+  uint32_t index = ref->index + t;
+  uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
+  if (kind == BRD_IR_BUF_SCRATCH)
+    return brd_ir_slot_addr(v, (char *)ch->member_scratch[m], index);
+  uint32_t seg = index / v->layout.nchunks;
+  char *base = kind == BRD_IR_BUF_INPUT
+                   ? brd_ir_seg_at(v, ch->member_input[m], seg, v->in_stride)
+                   : brd_ir_seg_at(v, ch->member_output[m], seg, v->out_stride);
+  return brd_ir_chunk_addr(v, base, brd_ir_seg_count(v, ref, seg), b->iter,
+                           index % v->layout.nchunks);
 }
 
 static int ref_is_switch(const blk_ctx_t *b, const brd_ir_ref_t *ref) {
@@ -571,6 +583,12 @@ ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
              "need)", args->rank, c);
         return ncclInvalidArgument;
       }
+      if (sw && (p->flags & BRD_IR_PLAN_F_PEER_INPUT) &&
+          (args->chans[c].member_input == NULL || args->chans[c].member_output == NULL)) {
+        WARN("host executor: rank %d channel %u is the switch channel of a zero-copy "
+             "plan, but the launch gives no member buffers", args->rank, c);
+        return ncclInvalidArgument;
+      }
       if (sw) continue;
       int port = brd_ir_plan_chan(p, args->rank, (int)c)->type == BRD_IR_CHAN_PORT;
       if (port != (args->chans[c].port != NULL)) {
@@ -597,7 +615,10 @@ ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
     }
     if (p->flags & BRD_IR_PLAN_F_PEER_INPUT) {
       for (uint32_t c = 0; c < brd_ir_plan_rank(p, args->rank)->nchans; c++) {
-        if (args->chans[c].peer_input != NULL) continue;
+        /* A switch channel's members were checked above. */
+        if (args->chans[c].peer_input != NULL ||
+            brd_ir_plan_chan(p, args->rank, (int)c)->type == BRD_IR_CHAN_SWITCH)
+          continue;
         WARN("host executor: rank %d runs a plan reading peers' inputs, but channel "
              "%u has no input pointer", args->rank, c);
         return ncclInvalidArgument;

@@ -55,7 +55,9 @@
  * 8 bytes); MC_BARRIER release-stores seq(it, k) into the rank's word in
  * every copy, then waits (deadline, abort, hang report BRD_EXEC_WAIT_SWITCH
  * naming the member) until every member's word in its own copy reaches it.
- * A switch launch never exchanges outputs (args.xchg must be 0).
+ * A switch launch never exchanges outputs (args.xchg must be 0). In a
+ * zero-copy switch plan (BRD_IR_PLAN_F_PEER_INPUT), switch references to
+ * INPUT and OUTPUT address member_input and member_output the same way.
  *
  * Errors: a wait that sees no progress for the timeout returns
  * ncclRemoteError (a peer stopped making progress, as NCCL reports a lost
@@ -101,6 +103,11 @@ typedef struct brd_exec_chan {
   void *const *member_scratch;            /* each member's scratch base */
   _Atomic uint64_t *const *member_ssems;  /* each member's switch semaphores
                                            * (nsems x nranks words) */
+  /* Zero-copy switch plans (BRD_IR_PLAN_F_PEER_INPUT with a switch
+   * channel; device/ir.h): each member's send and receive buffer of this
+   * launch, in rank order; NULL otherwise. */
+  const void *const *member_input;
+  void *const *member_output;
 } brd_exec_chan_t;
 
 typedef struct brd_exec_args {

@@ -327,7 +327,19 @@ enum {
  * (sum on every type but 8-bit ones; min/max on 32- and 64-bit integers,
  * f16, bf16);
  * the runtime asks the eligibility rule (brd_algos_nvls_supported) before
- * choosing one. */
+ * choosing one.
+ *
+ * Zero-copy switch plans (flagged BRD_IR_PLAN_F_PEER_INPUT): the switch
+ * channel also reaches the members' own buffers, as multicast mappings of
+ * windows that hold every rank's send and receive buffer at the same
+ * offsets. An MC_REDUCE source may then be {INPUT, switch chan, chunk}
+ * (that chunk of every member's input) and an MC_STORE or MC_REDUCE
+ * destination {OUTPUT, switch chan, chunk} (every member's output); the
+ * chunk and segment rules are those of local input/output refs, with the
+ * launch's count and strides on every member. The runtime runs them only
+ * where every such chunk is 16-byte aligned and a multiple of 16 bytes
+ * (multimem moves whole packs). The verifier does not model these
+ * references yet (it refuses them). */
 
 /* Op flags. */
 #define BRD_IR_F_POSTOP 0x01u /* apply the reduction's post-op to the result */

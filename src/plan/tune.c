@@ -668,6 +668,18 @@ static double nvls_time(const brd_tune_topo_t *t, brd_coll_t coll, double S, int
   return BASE_US + nbar * bar + wire / 1000.0;
 }
 
+/* The zero-copy NVLS plans (algos/nvls_zc.c): an opening and a closing
+ * barrier around one ld_reduce / st pass over the user's windows, so the
+ * staged plan's switch traffic without its local copies and its third
+ * barrier. */
+static double nvls_zc_time(const brd_tune_topo_t *t, brd_coll_t coll, double S) {
+  double rpd = t->ranks_per_device, L = t->local_nranks, n = t->nranks;
+  double bar = t->nvls_lat > 0.0f ? t->nvls_lat : t->intra_lat;
+  double rate = (t->nvls_bw > 0.0f ? t->nvls_bw : t->intra_bw * algo_fit[BRD_ALGO_NVLS]) / rpd;
+  double wire = coll == BRD_COLL_ALLREDUCE ? S / rate : (L - 1.0) * S / n / rate;
+  return BASE_US + 2.0 * bar + wire / 1000.0;
+}
+
 /* The model's time, or -1 when (a, p) cannot run coll here. topo is valid. */
 static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
                    brd_algo_t a, brd_proto_t p) {
@@ -977,4 +989,11 @@ ncclResult_t brd_tune_costs(const brd_tune_topo_t *topo, brd_coll_t coll, size_t
     }
   }
   return ncclSuccess;
+}
+
+/* See tune.h. */
+float brd_tune_estimate_nvls_zc(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes) {
+  if (brd_tune_estimate_nvls(topo, coll, bytes, 0) < 0.0f) return -1.0f;
+  if (topo->nranks == 1) return 0.0f;
+  return (float)nvls_zc_time(topo, coll, (double)bytes);
 }

@@ -220,6 +220,13 @@ double brd_tune_algo_fit(int algo);
 float brd_tune_estimate_nvls(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes,
                              int lowlat);
 
+/* The model's time for the zero-copy NVLS plans (algos/nvls_zc.c: the
+ * switch reaches the user's multicast-bound windows): two barriers and
+ * the switch traffic of the staged plan, no copies (all-reduce: S at the
+ * NVLS rate; all-gather and reduce-scatter: (L-1)S/n). -1.0f where NVLS
+ * cannot run coll on topo. Any thread. */
+float brd_tune_estimate_nvls_zc(const brd_tune_topo_t *topo, brd_coll_t coll, size_t bytes);
+
 /* ---- hardware figures (tune_hw.c) ---------------------------------------- */
 
 /* Every constant the cluster model uses, with where it comes from. */

@@ -192,6 +192,44 @@ static int switch_members(const sim_kargs_t *sk, const brd_exec_cuda_chan_t *src
   return 1;
 }
 
+/* A zero-copy switch plan (device/ir.h): every member's input and output
+ * from the multicast mappings of the CUDA channel's peer_input and
+ * peer_output (NULL where the plan does not reach them through the
+ * switch; then that member array stays NULL entries). 0 after faulting
+ * the device when one is no multicast mapping of nranks members covering
+ * the buffer. */
+static int switch_io_members(const sim_kargs_t *sk, const brd_exec_cuda_chan_t *src,
+                             const void **input_out, void **output_out) {
+  const brd_exec_kargs_t *a = &sk->k;
+  const brd_ir_plan_t *p = a->plan;
+  brd_ir_coll_traits_t t = brd_ir_coll_traits(p->coll);
+  size_t es = a->layout.esize, cnt = a->layout.count;
+  size_t in_bytes = ((t.in_segs_all ? (size_t)(p->nranks - 1) * a->in_stride : 0) + cnt) * es;
+  size_t out_bytes =
+      ((t.out_segs_all ? (size_t)(p->nranks - 1) * a->out_stride : 0) + cnt) * es;
+  const void *mcs[2] = {src->peer_input, src->peer_output};
+  size_t bytes[2] = {in_bytes, out_bytes};
+  for (int i = 0; i < 2; i++) {
+    brd_cudasim_mc_t mc;
+    if (mcs[i] == NULL || bytes[i] == 0) continue;
+    if (!brd_cudasim_mc_find(mcs[i], bytes[i], &mc) || mc.n != p->nranks) {
+      char why[256];
+      snprintf(why, sizeof(why), "rank %d's executor kernel reaches its %s through the "
+               "switch channel at %p (%zu bytes), which is not a multicast mapping of %d "
+               "members with memory bound under it (it has %d)", a->rank,
+               i == 0 ? "input" : "output", mcs[i], bytes[i], p->nranks, mc.n);
+      brd_cudasim_fault(cudaErrorIllegalAddress, why);
+      return 0;
+    }
+    for (int m = 0; m < mc.n; m++) {
+      char *uc = mc.uc[m] + ((const char *)mcs[i] - mc.base);
+      if (i == 0) input_out[m] = uc;
+      else output_out[m] = uc;
+    }
+  }
+  return 1;
+}
+
 typedef struct block_arg {
   brd_exec_run_t *l;
   int block;
@@ -285,10 +323,12 @@ static void exec_kernel(void *p) {
     /* Members of the switch channel, if any (at most one per rank). */
     void **mscratch = calloc(a->plan->nranks, sizeof(*mscratch));
     _Atomic uint64_t **mssems = calloc(a->plan->nranks, sizeof(*mssems));
+    const void **minput = calloc(a->plan->nranks, sizeof(*minput));
+    void **moutput = calloc(a->plan->nranks, sizeof(*moutput));
     pthread_t *th = calloc(nblocks, sizeof(*th));
     block_arg_t *ba = calloc(nblocks, sizeof(*ba));
     if (chans == NULL || ports == NULL || l == NULL || th == NULL || ba == NULL ||
-        mscratch == NULL || mssems == NULL) {
+        mscratch == NULL || mssems == NULL || minput == NULL || moutput == NULL) {
       brd_cudasim_fault(cudaErrorMemoryAllocation, "out of host memory starting a kernel");
       goto out;
     }
@@ -297,6 +337,11 @@ static void exec_kernel(void *p) {
         if (!switch_members(sk, &src[c], mscratch, mssems)) goto out;
         chans[c].member_scratch = mscratch;
         chans[c].member_ssems = mssems;
+        if (a->plan->flags & BRD_IR_PLAN_F_PEER_INPUT) {
+          if (!switch_io_members(sk, &src[c], minput, moutput)) goto out;
+          chans[c].member_input = minput;
+          chans[c].member_output = moutput;
+        }
         continue;
       }
       chans[c].peer_scratch = src[c].peer_scratch;
@@ -393,6 +438,8 @@ static void exec_kernel(void *p) {
     if (res != ncclSuccess) note_failure(a, res, &hang);
   out:
     free(mssems);
+    free(minput);
+    free(moutput);
     free(mscratch);
     free(ba);
     free(th);

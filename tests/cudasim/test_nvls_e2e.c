@@ -28,6 +28,17 @@
  *             refuses. A cudaMalloc window is not bound and the getter says
  *             why; with NCCL_NVLS_ENABLE=0 (nowin) neither is bound.
  *
+ *   zerocopy  ncclMemAlloc windows bound to multicast hold every rank's
+ *             send and receive buffers at the same offsets, NCCL_ALGO
+ *             allows only NVLS: all-reduce, all-gather and reduce-scatter
+ *             on 2 and 4 ranks, in and out of place, run the zero-copy NVLS
+ *             plan (INFO counted per rank and call), exactly; the library's
+ *             device memory grows by no more than the plans' blobs; a
+ *             count of no whole 16-byte packs falls back and says why.
+ *   zcauto    the same windows with NVLS on and NCCL_ALGO unset: the
+ *             tuner's model takes the zero-copy NVLS all-reduce at 1 MiB
+ *             and the one-shot LL plan at 1 KiB.
+ *
  * Each configuration runs in a child process (the simulator and Braid
  * read their environment once per process) under an alarm.
  */
@@ -71,15 +82,16 @@ static void *managed(size_t bytes) {
 
 /* One call of kind k on every rank in one group, checked. Returns the
  * group's result (the data is checked only on success). */
-static ncclResult_t run_call(ncclComm_t *comms, cudaStream_t *st, int n, ref_kind_t k,
-                             ncclDataType_t dt, ncclRedOp_t op, size_t c, int inplace) {
+static ncclResult_t run_call_in(ncclComm_t *comms, cudaStream_t *st, int n, ref_kind_t k,
+                                ncclDataType_t dt, ncclRedOp_t op, size_t c, int inplace,
+                                char *const *mem_in, char *const *other_in) {
   size_t es = ref_dtype_size(dt), nc = (size_t)n * c;
   char *mem[MAXR], *other[MAXR];
   const void *send[MAXR];
   void *recv[MAXR];
   for (int r = 0; r < n; r++) {
-    mem[r] = managed(nc * es);
-    other[r] = managed(nc * es);
+    mem[r] = mem_in != NULL ? mem_in[r] : managed(nc * es);
+    other[r] = other_in != NULL ? other_in[r] : managed(nc * es);
     ref_case_fill(k, dt, op, r, n, c, inplace, mem[r], other[r], &send[r], &recv[r]);
   }
   ncclResult_t res = ncclGroupStart();
@@ -112,11 +124,16 @@ static ncclResult_t run_call(ncclComm_t *comms, cudaStream_t *st, int n, ref_kin
           r, wrong, msg);
   }
   free(expect);
-  for (int r = 0; r < n; r++) {
+  for (int r = 0; r < n && mem_in == NULL; r++) {
     cudaFree(mem[r]);
     cudaFree(other[r]);
   }
   return res;
+}
+
+static ncclResult_t run_call(ncclComm_t *comms, cudaStream_t *st, int n, ref_kind_t k,
+                             ncclDataType_t dt, ncclRedOp_t op, size_t c, int inplace) {
+  return run_call_in(comms, st, n, k, dt, op, c, inplace, NULL, NULL);
 }
 
 static void comms_make(int n, ncclComm_t *comms, cudaStream_t *st) {
@@ -288,6 +305,147 @@ static void child_windows(void) {
   _exit(0);
 }
 
+/* Lines of the INFO log at path (NCCL_DEBUG_FILE) that contain what. */
+static int log_count(const char *path, const char *what) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  char line[1024];
+  int hits = 0;
+  while (fgets(line, sizeof(line), f) != NULL) hits += strstr(line, what) != NULL;
+  fclose(f);
+  return hits;
+}
+
+/* zerocopy: every rank's send and receive buffers lie in one ncclMemAlloc
+ * window bound to multicast, at the same offsets; NCCL_ALGO allows only
+ * NVLS. All-reduce, all-gather and reduce-scatter on 2 and 4 ranks, in and
+ * out of place, must run the zero-copy NVLS plan (one INFO per rank and
+ * call says so), exactly; a count whose bytes are no multiple of 16 falls
+ * back to the staged NVLS plan and says why. The device memory the
+ * library holds (ncclStatGpuMemTotal) grows by at most the plans' own
+ * blobs across the zero-copy calls: no scratch, no staging. */
+static void child_zerocopy(void) {
+  static const struct {
+    ncclDataType_t dt;
+    ncclRedOp_t op;
+  } cases[] = {{ncclFloat32, ncclSum}, {ncclBfloat16, ncclSum}, {ncclInt32, ncclMax},
+               {ncclFloat16, ncclMin}, {ncclUint64, ncclSum}};
+  static const size_t counts[] = {1000, 40000};
+  const char *log = getenv("NCCL_DEBUG_FILE");
+  const size_t half = (size_t)2 << 20;
+  for (int n = 2; n <= 4; n += 2) {
+    ncclComm_t comms[MAXR];
+    cudaStream_t st[MAXR];
+    void *buf[MAXR];
+    char *mem[MAXR], *other[MAXR];
+    ncclWindow_t win[MAXR];
+    comms_make(n, comms, st);
+    for (int r = 0; r < n; r++) {
+      cudaSetDevice(r);
+      if (ncclMemAlloc(&buf[r], 2 * half) != ncclSuccess) DIE("ncclMemAlloc(rank %d)", r);
+      mem[r] = buf[r];
+      other[r] = (char *)buf[r] + half;
+    }
+    windows_register(comms, n, buf, 2 * half, win);
+    uint64_t before[MAXR], after;
+    for (int r = 0; r < n; r++)
+      if (ncclCommMemStats(comms[r], ncclStatGpuMemTotal, &before[r]) != ncclSuccess)
+        DIE("ncclCommMemStats(rank %d)", r);
+    int calls = 0;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++)
+      for (int k = 0; k < 3; k++)
+        for (size_t c = 0; c < 2; c++)
+          for (int inplace = 0; inplace < 2; inplace++) {
+            if (k == REF_AG && cases[ci].op != ncclSum) continue;
+            int was = log_count(log, "zero-copy NVLS plan over");
+            ncclResult_t res = run_call_in(comms, st, n, (ref_kind_t)k, cases[ci].dt,
+                                           cases[ci].op, counts[c], inplace, mem, other);
+            if (res != ncclSuccess)
+              DIE("%s %s %s n=%d count=%zu: %s (%s)", kind_names[k],
+                  ref_dtype_name(cases[ci].dt), ref_op_name(cases[ci].op), n, counts[c],
+                  ncclGetErrorString(res), ncclGetLastError(NULL));
+            int now = log_count(log, "zero-copy NVLS plan over");
+            if (now - was != n)
+              DIE("%s %s %s n=%d count=%zu %s: %d ranks ran the zero-copy NVLS plan, "
+                  "want %d", kind_names[k], ref_dtype_name(cases[ci].dt),
+                  ref_op_name(cases[ci].op), n, counts[c], inplace ? "in place" : "out of "
+                  "place", now - was, n);
+            calls++;
+          }
+    for (int r = 0; r < n; r++) {
+      if (ncclCommMemStats(comms[r], ncclStatGpuMemTotal, &after) != ncclSuccess)
+        DIE("ncclCommMemStats(rank %d)", r);
+      /* Only the plans' blobs (a few hundred bytes each) may appear. */
+      if (after - before[r] > 16384)
+        DIE("rank %d: the zero-copy calls grew the library's device memory by %llu "
+            "bytes", r, (unsigned long long)(after - before[r]));
+      fprintf(stderr, "observed: %d ranks, rank %d: %d zero-copy NVLS calls, library device "
+             "memory %llu -> %llu bytes (+%llu: plan blobs)\n", n, r, calls,
+             (unsigned long long)before[r], (unsigned long long)after,
+             (unsigned long long)(after - before[r]));
+    }
+    /* 1001 floats: 4004 bytes, no whole 16-byte packs: the staged plan. */
+    int fb = log_count(log, "no zero-copy NVLS plan (multimem moves 16-byte packs");
+    if (run_call_in(comms, st, n, REF_AR, ncclFloat32, ncclSum, 1001, 0, mem, other) !=
+        ncclSuccess)
+      DIE("the fallback all-reduce failed: %s", ncclGetLastError(NULL));
+    if (log_count(log, "no zero-copy NVLS plan (multimem moves 16-byte packs") - fb != n)
+      DIE("an all-reduce of 1001 floats did not say why it is not zero-copy");
+    windows_free(comms, n, win);
+    for (int r = 0; r < n; r++) {
+      cudaSetDevice(r);
+      ncclMemFree(buf[r]);
+    }
+    comms_free(n, comms, st, 0);
+  }
+  _exit(0);
+}
+
+/* zcauto: NVLS on (NCCL_NVLS_ENABLE=1), NCCL_ALGO unset, buffers in bound
+ * windows: the tuner's model decides. At 1 KiB the one-shot LL plan's
+ * estimate (about 6 us here) beats the zero-copy NVLS plan's (launch + two
+ * switch barriers, 7 us), so the zero-copy plan does not run; at 1 MiB it
+ * does. Exact either way. */
+static void child_zcauto(void) {
+  const int n = 2;
+  const size_t half = (size_t)2 << 20;
+  const char *log = getenv("NCCL_DEBUG_FILE");
+  ncclComm_t comms[MAXR];
+  cudaStream_t st[MAXR];
+  void *buf[MAXR];
+  char *mem[MAXR], *other[MAXR];
+  ncclWindow_t win[MAXR];
+  comms_make(n, comms, st);
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    if (ncclMemAlloc(&buf[r], 2 * half) != ncclSuccess) DIE("ncclMemAlloc(rank %d)", r);
+    mem[r] = buf[r];
+    other[r] = (char *)buf[r] + half;
+  }
+  windows_register(comms, n, buf, 2 * half, win);
+  static const struct {
+    size_t count;
+    int zc;
+  } cases[] = {{256, 0}, {262144, 1}};
+  for (int i = 0; i < 2; i++) {
+    int was = log_count(log, "zero-copy NVLS plan over");
+    if (run_call_in(comms, st, n, REF_AR, ncclFloat32, ncclSum, cases[i].count, 0, mem,
+                    other) != ncclSuccess)
+      DIE("all-reduce of %zu floats: %s", cases[i].count, ncclGetLastError(NULL));
+    int ran = log_count(log, "zero-copy NVLS plan over") - was;
+    if (ran != (cases[i].zc ? n : 0))
+      DIE("all-reduce of %zu floats: %d ranks ran the zero-copy NVLS plan, want %d",
+          cases[i].count, ran, cases[i].zc ? n : 0);
+  }
+  windows_free(comms, n, win);
+  for (int r = 0; r < n; r++) {
+    cudaSetDevice(r);
+    ncclMemFree(buf[r]);
+  }
+  comms_free(n, comms, st, 0);
+  _exit(0);
+}
+
 /* Runs fn in a child with the given environment (NULL-terminated
  * NAME=VALUE list) under a deadline. */
 static void in_child(void (*fn)(void), const char *const *env, unsigned deadline_s) {
@@ -356,6 +514,32 @@ static void test_nowin(void **state) {
   in_child(child_windows, env, 300);
 }
 
+static void test_zerocopy(void **state) {
+  static char file[64];
+  snprintf(file, sizeof(file), "NCCL_DEBUG_FILE=/tmp/braid_nvls_zc.%d.log", (int)getpid());
+  const char *const env[] = {"BRAID_CUDASIM_CUMEM=1", "BRAID_CUDASIM_DEVICES=4",
+                             "NCCL_ALGO=allreduce:nvls;allgather:nvls;reducescatter:nvls",
+                             "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=NVLS", file, NULL};
+  (void)state;
+  if (!cuda_mode()) skip();
+  unlink(file + strlen("NCCL_DEBUG_FILE="));
+  in_child(child_zerocopy, env, 300);
+  if (getenv("BRAID_TEST_KEEP_LOG") == NULL) unlink(file + strlen("NCCL_DEBUG_FILE="));
+}
+
+static void test_zcauto(void **state) {
+  static char file[64];
+  snprintf(file, sizeof(file), "NCCL_DEBUG_FILE=/tmp/braid_nvls_zca.%d.log", (int)getpid());
+  const char *const env[] = {"BRAID_CUDASIM_CUMEM=1", "BRAID_CUDASIM_DEVICES=2",
+                             "NCCL_NVLS_ENABLE=1", "NCCL_DEBUG=INFO",
+                             "NCCL_DEBUG_SUBSYS=NVLS", file, NULL};
+  (void)state;
+  if (!cuda_mode()) skip();
+  unlink(file + strlen("NCCL_DEBUG_FILE="));
+  in_child(child_zcauto, env, 120);
+  unlink(file + strlen("NCCL_DEBUG_FILE="));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_forced),
@@ -363,6 +547,8 @@ int main(void) {
       cmocka_unit_test(test_required),
       cmocka_unit_test(test_windows),
       cmocka_unit_test(test_nowin),
+      cmocka_unit_test(test_zerocopy),
+      cmocka_unit_test(test_zcauto),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

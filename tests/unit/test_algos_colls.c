@@ -705,10 +705,12 @@ static void test_bad_arguments(void **state) {
 static int table_expects(int coll, int algo, int det, int zc, int lowlat) {
   if (lowlat) /* the low-latency NVLS all-reduce */
     return !det && !zc && coll == BRD_IR_COLL_ALLREDUCE && algo == BRD_IR_ALGO_NVLS;
-  if (zc)
+  if (zc) /* zero-copy: over peers' registered buffers, or NVLS over bound windows */
     return !det && ((coll == BRD_IR_COLL_ALLREDUCE && algo == BRD_IR_ALGO_TWOSHOT) ||
                     (coll == BRD_IR_COLL_REDUCESCATTER && algo == BRD_IR_ALGO_ONESHOT) ||
-                    (coll == BRD_IR_COLL_ALLGATHER && algo == BRD_IR_ALGO_ONESHOT));
+                    (coll == BRD_IR_COLL_ALLGATHER && algo == BRD_IR_ALGO_ONESHOT) ||
+                    ((coll == BRD_IR_COLL_ALLREDUCE || coll == BRD_IR_COLL_ALLGATHER ||
+                      coll == BRD_IR_COLL_REDUCESCATTER) && algo == BRD_IR_ALGO_NVLS));
   static const char *const want[BRD_IR_COLL_COUNT] = {
       /* algorithms by letter: R ring, T tree, O one-shot, W two-shot;
        * N NVLS; lower case: only without determinism */
