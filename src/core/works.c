@@ -359,17 +359,6 @@ static ncclResult_t switch_io(const brd_works_view_t *v, const brd_call_t *c, ui
   /* An in-place reduce-scatter's output is its own segment of the input,
    * at a rank-dependent offset: the plan writes it locally only. */
   int reads_mc = coll != BRD_IR_COLL_ALLGATHER, writes_mc = coll != BRD_IR_COLL_REDUCESCATTER;
-  int verify = 1;
-#ifndef BRAID_DEBUG
-  verify = brd_param_int(BRD_P_BRAID_VERIFY_PLANS) != 0;
-#endif
-  if (verify) {
-    /* plans.c verifies every plan it generates here, and the verifier
-     * models switch references to scratch slots only. */
-    why = "BRAID_VERIFY_PLANS asks for verified plans, and the verifier does not model "
-          "switch references to the members' own buffers yet";
-    goto out;
-  }
   if (seg % 16 != 0 || (uintptr_t)c->sendbuff % 16 != 0 || (uintptr_t)c->recvbuff % 16 != 0) {
     why = "multimem moves 16-byte packs: the buffers and the per-rank bytes must be "
           "multiples of 16";

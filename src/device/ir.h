@@ -338,8 +338,8 @@ enum {
  * chunk and segment rules are those of local input/output refs, with the
  * launch's count and strides on every member. The runtime runs them only
  * where every such chunk is 16-byte aligned and a multiple of 16 bytes
- * (multimem moves whole packs). The verifier does not model these
- * references yet (it refuses them). */
+ * (multimem moves whole packs). The verifier accepts these references
+ * only in such plans and expands each to every member's chunk. */
 
 /* Op flags. */
 #define BRD_IR_F_POSTOP 0x01u /* apply the reduction's post-op to the result */

@@ -278,9 +278,10 @@ static uint8_t *contrib_of(vstate_t *v, size_t li) {
 
 /* Location a data ref names for chunk t of the op; INPUT only when it is
  * aliased to an output segment (in place). */
-static size_t ref_loc(const vstate_t *v, int rank, int iter,
-                      const brd_ir_ref_t *ref, uint32_t t) {
-  int owner = ref_owner(v, rank, ref);
+/* Where ref (element t of its run) lands in owner's buffers; a switch
+ * reference stands for every member, each its own owner. */
+static size_t loc_of(const vstate_t *v, int owner, int iter, const brd_ir_ref_t *ref,
+                     uint32_t t) {
   uint32_t index = ref->index + t;
   switch (ref->buf & BRD_IR_BUF_MASK) {
   case BRD_IR_BUF_SCRATCH: return loc_scratch(v, owner, index);
@@ -290,6 +291,11 @@ static size_t ref_loc(const vstate_t *v, int rank, int iter,
   default:
     return loc_out(v, owner, iter, ref_seg(v, index), ref_chunk(v, index));
   }
+}
+
+static size_t ref_loc(const vstate_t *v, int rank, int iter,
+                      const brd_ir_ref_t *ref, uint32_t t) {
+  return loc_of(v, ref_owner(v, rank, ref), iter, ref, t);
 }
 
 static void describe_writer(const vstate_t *v, int w, int op, char *out,
@@ -305,9 +311,8 @@ static void describe_writer(const vstate_t *v, int w, int op, char *out,
 
 /* An INPUT/OUTPUT ref must name a segment the collective gives its owner
  * and, for point-to-point segments, chunks that hold data. */
-static int check_segment(vstate_t *v, int r, int b, int i,
-                         const brd_ir_op_t *op, const brd_ir_ref_t *ref) {
-  int owner = ref_owner(v, r, ref);
+static int check_segment_of(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op,
+                            const brd_ir_ref_t *ref, int owner) {
   int seg = ref_seg(v, ref->index);
   int input = (ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_INPUT;
   int have = input ? v->nin[owner] : v->nout[owner];
@@ -332,6 +337,11 @@ static int check_segment(vstate_t *v, int r, int b, int i,
                  input ? "send" : "receive", seg, owner, data, op->chunk,
                  op->chunk + op->nchunks - 1);
   return STEP_OK;
+}
+
+static int check_segment(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op,
+                         const brd_ir_ref_t *ref) {
+  return check_segment_of(v, r, b, i, op, ref, ref_owner(v, r, ref));
 }
 
 static int check_ref(vstate_t *v, int r, int b, int i, const brd_ir_op_t *op,
@@ -573,11 +583,19 @@ static int check_switch_op(vstate_t *v, int r, int b, int i, const brd_ir_op_t *
                    "rank %d, which is not a switch channel: switch ops reach other "
                    "ranks only through the switch", r, b, i, name, ri, ref->chan,
                    chan_of(v, r, ref->chan)->peer);
-    if (sw && kind != BRD_IR_BUF_SCRATCH)
+    /* A zero-copy switch plan (PEER_INPUT, device/ir.h) reaches every
+     * member's input (MC_REDUCE's source) and output (a destination)
+     * through the switch too; other plans only scratch slots. */
+    int zc = (v->p->flags & BRD_IR_PLAN_F_PEER_INPUT) != 0;
+    if (sw && kind != BRD_IR_BUF_SCRATCH &&
+        (!zc || (kind == BRD_IR_BUF_INPUT && (!is_src || op->code != BRD_IR_OP_MC_REDUCE)) ||
+         (kind == BRD_IR_BUF_OUTPUT && is_src)))
       return vfail(v, BRD_VERIFY_MALFORMED, r, b, i, -1,
                    "rank %d block %d op %d: %s reference %d names the %s through the "
-                   "switch channel; only scratch slots are reached through it", r, b, i,
-                   name, ri, kind == BRD_IR_BUF_INPUT ? "input" : "output");
+                   "switch channel; only scratch slots are reached through it, and in a "
+                   "zero-copy plan the input as MC_REDUCE's source and the output as a "
+                   "destination", r, b, i, name, ri,
+                   kind == BRD_IR_BUF_INPUT ? "input" : "output");
     /* MC_REDUCE loads through the switch and stores anywhere; MC_STORE
      * and MC_RED read one local source and write through the switch. */
     int want_sw = op->code == BRD_IR_OP_MC_REDUCE ? is_src : !is_src;
@@ -603,8 +621,11 @@ static int check_switch_op(vstate_t *v, int r, int b, int i, const brd_ir_op_t *
                    "rank %d block %d op %d: %s %u (segment %d, chunk %u) differs from "
                    "the op's chunk %u", r, b, i, buf_name(ref->buf), ref->index,
                    ref_seg(v, ref->index), ref_chunk(v, ref->index), op->chunk);
-    } else if (check_segment(v, r, b, i, op, ref) != STEP_OK) {
-      return STEP_FAIL;
+    } else {
+      /* Through the switch: the segment of every member. */
+      for (int m = sw ? 0 : ref_owner(v, r, ref); m < (sw ? v->n : ref_owner(v, r, ref) + 1);
+           m++)
+        if (check_segment_of(v, r, b, i, op, ref, m) != STEP_OK) return STEP_FAIL;
     }
   }
   return STEP_OK;
@@ -925,10 +946,9 @@ static int one_writer(vstate_t *v, vloc_t *l, int r, int b, int opi, int owner,
 /* A read of another rank's input: that rank must have joined the launch
  * (its input may still be in use before), and it must not finish before
  * the read (the caller may reuse the buffer then; checked at the end). */
-static int note_input_read(vstate_t *v, int th, uint32_t clk, int opi,
-                           const brd_ir_ref_t *ref, uint32_t c) {
+static int note_input_read_of(vstate_t *v, int th, uint32_t clk, int opi, int owner,
+                              const brd_ir_ref_t *ref, uint32_t c) {
   int r = thr_rank(v, th), b = thr_block(v, th);
-  int owner = ref_owner(v, r, ref);
   if (!knows_rank(v, th, owner))
     return vfail(v, BRD_VERIFY_LAUNCH_ORDER, r, b, opi, owner,
                  "rank %d block %d op %d reads input chunk %u of rank %d "
@@ -951,6 +971,11 @@ static int note_input_read(vstate_t *v, int th, uint32_t clk, int opi,
   rd->clk = clk;
   rd->index = ref->index + c;
   return STEP_OK;
+}
+
+static int note_input_read(vstate_t *v, int th, uint32_t clk, int opi,
+                           const brd_ir_ref_t *ref, uint32_t c) {
+  return note_input_read_of(v, th, clk, opi, ref_owner(v, thr_rank(v, th), ref), ref, c);
 }
 
 /* A red (MC_RED) that thread th must have ordered before its plain access
@@ -1208,10 +1233,29 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
       uint8_t kind = ref->buf & BRD_IR_BUF_MASK;
       uint32_t index = ref->index + c;
       if (ref_is_switch(v, r, ref)) {
-        for (int m = 0; m < v->n; m++)
-          if (read_loc(v, th, clk, opi, ref, m, loc_scratch(v, m, index), index, chunk,
-                       &val) != STEP_OK)
+        for (int m = 0; m < v->n; m++) {
+          if (kind == BRD_IR_BUF_INPUT && alias_out(v, m, ref_seg(v, index)) < 0) {
+            /* A zero-copy switch plan reads member m's own input: m
+             * must have joined, and it counts once in the sum. */
+            if (note_input_read_of(v, th, clk, opi, m, ref, c) != STEP_OK)
+              return vfail_chunk(v, (int)index);
+            int32_t seg = ref_seg(v, index);
+            if (val.seg >= 0 && seg != val.seg) {
+              vfail(v, BRD_VERIFY_MISMATCH, r, b, opi, -1,
+                    "rank %d block %d op %d (iteration %d, chunk %u) combines input "
+                    "segment %d with data of segment %d", r, b, opi, t->iter, chunk, seg,
+                    val.seg);
+              return vfail_chunk(v, (int)chunk);
+            }
+            val.seg = seg;
+            if (v->acc[m] < 255) v->acc[m]++;
+            continue;
+          }
+          size_t li = kind == BRD_IR_BUF_SCRATCH ? loc_scratch(v, m, index)
+                                                 : loc_of(v, m, t->iter, ref, c);
+          if (read_loc(v, th, clk, opi, ref, m, li, index, chunk, &val) != STEP_OK)
             return STEP_FAIL;
+        }
         continue;
       }
       if (kind == BRD_IR_BUF_INPUT && ref->chan != BRD_IR_CHAN_LOCAL &&
@@ -1250,7 +1294,9 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
       uint32_t index = ref->index + c;
       if (ref_is_switch(v, r, ref)) {
         for (int m = 0; m < v->n; m++) {
-          size_t li = loc_scratch(v, m, index);
+          size_t li = (ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH
+                          ? loc_scratch(v, m, index)
+                          : loc_of(v, m, t->iter, ref, c);
           int rc = op->code == BRD_IR_OP_MC_RED
                        ? red_loc(v, th, clk, opi, ref, m, li, index, chunk, &val)
                        : write_loc(v, th, clk, opi, op, ref, m, li, index, chunk, &val);

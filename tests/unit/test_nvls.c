@@ -380,6 +380,54 @@ static void test_matrix(void **state) {
 
 /* The zero-copy plans: one switch channel, no scratch, flagged to reach
  * the members' buffers; then the same matrix. */
+/* The zero-copy plans verify (the switch reaching every member's input
+ * and output, device/ir.h), in and out of place; with every block's first
+ * barrier made a NOP a member's buffers are touched before that member
+ * joined, which the verifier refuses. */
+static void test_zerocopy_verify(void **state) {
+  (void)state;
+  int nzc = (int)(sizeof(zc_gens) / sizeof(zc_gens[0])), done = 0, refused = 0;
+  for (int gi = 0; gi < nzc; gi++) {
+    for (int n = 2; n <= MAXR; n++) {
+      for (int nb = 1; nb <= 3; nb++) {
+        brd_ir_plan_t *p = gen(&zc_gens[gi], n, nb);
+        for (int ip = 0; ip < 2; ip++) {
+          brd_verify_opts_t o = {ip, 3};
+          brd_verify_report_t rep;
+          ncclResult_t res = brd_plan_verify(p, &o, &rep);
+          if (res != ncclSuccess)
+            print_error("%s n=%d nb=%d in_place=%d: %s\n", zc_gens[gi].name, n, nb, ip,
+                        rep.msg);
+          assert_int_equal(res, ncclSuccess);
+          done++;
+        }
+        /* Every block's first MC_BARRIER becomes a NOP. */
+        for (int r = 0; r < n; r++)
+          for (int b = 0; b < nb; b++) {
+            brd_ir_op_t *op = (brd_ir_op_t *)brd_ir_plan_ops(p, r, b);
+            uint32_t nops = brd_ir_plan_block(p, r, b)->nops;
+            for (uint32_t i = 0; i < nops; i++)
+              if (op[i].code == BRD_IR_OP_MC_BARRIER) {
+                op[i].code = BRD_IR_OP_NOP;
+                op[i].ndst = 0;
+                op[i].k = 0;
+                break;
+              }
+          }
+        {
+          brd_verify_opts_t o = {0, 3};
+          brd_verify_report_t rep;
+          assert_int_not_equal(brd_plan_verify(p, &o, &rep), ncclSuccess);
+          refused++;
+        }
+        brd_plan_destroy(p);
+      }
+    }
+  }
+  print_message("%d zero-copy NVLS plan verifications passed, %d broken plans refused\n",
+                done, refused);
+}
+
 static void test_zerocopy_matrix(void **state) {
   (void)state;
   int nzc = (int)(sizeof(zc_gens) / sizeof(zc_gens[0]));
@@ -602,6 +650,7 @@ int main(void) {
       cmocka_unit_test(test_plans_verify),
       cmocka_unit_test(test_too_many_ranks),
       cmocka_unit_test(test_matrix),
+      cmocka_unit_test(test_zerocopy_verify),
       cmocka_unit_test(test_zerocopy_matrix),
       cmocka_unit_test(test_mc_red),
       cmocka_unit_test(test_mc_reduce_switch_dst),
