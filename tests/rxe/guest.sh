@@ -19,7 +19,8 @@
 #  4. Bandwidth on rxe0, side by side: ib_write_bw (perftest; RC RDMA
 #     writes of 256 KiB and 1 MiB), braid-netbw with BRAID_NETBW_NET=ib
 #     (the IB net alone, 256 KiB messages, 8 in flight, as the proxy drives
-#     it) and sendrecv_perf -P 2 over the IB net (the whole stack).
+#     it) and sendrecv_perf -P 2 over the IB net (the whole stack); and
+#     ib_write_lat at 8 B beside sendrecv_perf's time for 8 B.
 #
 # RXE_PARTS picks the parts after step 1 (default "coll conformance net_ib
 # bw"; RXE_QUICK=1 drops conformance).
@@ -163,12 +164,29 @@ for size in 262144 1048576; do
   # #bytes #iterations BW peak[MB/sec] BW average[MB/sec] MsgRate[Mpps]
   bw=$(awk -v s=$size '$1 == s && NF >= 5 {print $4}' "$log" | tail -n 1)
   if [[ $rc -eq 0 && -n $bw ]]; then
-    echo "ib_write_bw ${size} B: $bw MB/s" | tee -a "$SUM"
+    echo "ib_write_bw ${size} B: $bw MiB/s (perftest's MB/sec)" | tee -a "$SUM"
   else
     cat "$log" "$log.srv" | tail -n 20 | sed 's/^/    | /'
     fail "ib_write_bw -s $size (exit $rc)"
   fi
 done
+
+# Latency: ib_write_lat's average one-way time (half a ping-pong) for 8 B.
+log=$OUT/ib_write_lat.log
+timeout 120 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 -F -p 18516 >"$log.srv" 2>&1 &
+srv=$!
+sleep 2
+timeout 120 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 -F -p 18516 127.0.0.1 >"$log" 2>&1
+rc=$?
+wait $srv
+# #bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9% [usec]
+lat=$(awk '$1 == 8 && NF >= 7 {print $6}' "$log" | tail -n 1)
+if [[ $rc -eq 0 && -n $lat ]]; then
+  echo "ib_write_lat 8 B: $lat us average (one way)" | tee -a "$SUM"
+else
+  cat "$log" "$log.srv" | tail -n 20 | sed 's/^/    | /'
+  fail "ib_write_lat -s 8 (exit $rc)"
+fi
 
 hf=$OUT/netbw.handle
 ( export BRAID_NETBW_NET=ib; unset NCCL_DEBUG
@@ -189,10 +207,13 @@ else
   fail "braid-netbw over the IB net (exit $rc)"
 fi
 
+run_perf sendrecv_small 2 sendrecv_perf -b 8 -e 8 -n 50 -w 5 -c 1
+awk '$1 == 8 && NF >= 13 {printf "sendrecv_perf -P 2 8 B: %s us per call (out of place), %s (in place)\n", $6, $10}' \
+  "$OUT/sendrecv_small.log" | tee -a "$SUM"
 run_perf sendrecv_2ranks 2 sendrecv_perf -b 256K -e 16M -f 4 -n 5 -w 1 -c 1
 # Each rank sends size bytes to the next and receives as many at once: the
-# rate per direction is size / time.
-awk '$1 ~ /^[0-9]+$/ && NF >= 13 {printf "sendrecv_perf -P 2 %s B: %.1f MB/s per direction (out of place), %.1f (in place)\n", $1, $1 / $6, $1 / $10}' \
+# rate per direction is size / time, in MiB/s as perftest's "MB/sec".
+awk '$1 ~ /^[0-9]+$/ && NF >= 13 {printf "sendrecv_perf -P 2 %s B: %.1f MiB/s per direction (out of place), %.1f (in place)\n", $1, $1 / $6 / 1.048576, $1 / $10 / 1.048576}' \
   "$OUT/sendrecv_2ranks.log" | tee -a "$SUM"
 fi
 
