@@ -4,6 +4,7 @@
 #   make test                 build and run every test suite (host mode)
 #   make test-gpu             GPU suites; skip with a message when no GPU
 #   make test-torch           import PyTorch 2.15.0 with Braid preloaded (downloads torch)
+#   make test-rxe             the IB verbs net on soft-RoCE in a VM (installs packages, root)
 #   make bench                all-reduce benchmark (GPU, or host mode)
 #   make gpu-check-prepare    build gpucheck/ for scripts/gpu-check on a GPU
 #   make install PREFIX=dir   library and header
@@ -168,7 +169,7 @@ ifneq ($(shell scripts/install-deps --check >/dev/null 2>&1 || echo missing),)
 .PHONY: $(DEPS_STAMP)
 endif
 
-.PHONY: all lib tools tests test test-unit test-abi test-host test-gpu test-torch \
+.PHONY: all lib tools tests test test-unit test-abi test-host test-gpu test-torch test-rxe \
         bench install clean deps check-layers
 .DEFAULT_GOAL := all
 
@@ -412,6 +413,16 @@ test-gpu: all
 # library preloaded. Not part of make test.
 test-torch: lib
 	@BUILD=$(BUILD) bash tests/torch/run.sh
+
+# The IB verbs net on real verbs (tests/rxe/run.sh): soft-RoCE (rdma_rxe) in
+# a VM booted under TCG with Debian's kernel; installs what it lacks with
+# apt-get and PyPI (virtme-ng), exits 77 saying why where it cannot run.
+# Host mode. Not part of make test.
+RXE_BIN := $(addprefix $(BUILD)/bin/,all_reduce_perf all_gather_perf sendrecv_perf braid-netbw) \
+           $(BUILD)/tests/unit/test_net_ib $(BUILD)/tests/host/test_allreduce \
+           $(BUILD)/tests/host/test_collectives
+test-rxe: lib $(RXE_BIN)
+	@BUILD=$(BUILD) bash tests/rxe/run.sh
 
 bench: all
 	@BUILD=$(BUILD) scripts/bench

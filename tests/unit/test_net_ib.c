@@ -6,6 +6,13 @@
  * bytes to 8 MiB + 5, in-order matching, the request limit, and each
  * fault (completion error, refused registration, port down) ending in a
  * clear error instead of a hang.
+ *
+ * With BRAID_TEST_IB_REAL=<device> (tests/rxe/guest.sh, soft-RoCE in a VM)
+ * the same program runs on the system's libibverbs against that device
+ * instead: the pure functions, byte-exact transfers over 1 to 4 QPs,
+ * grouped receives, ordering, truncation, registration and a closed peer
+ * run on real verbs; the cases that need the mock's tables, write log or
+ * injected faults skip, saying so.
  */
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -29,7 +36,16 @@
 #include "../mock/ibverbs_mock.h"
 
 static const brd_net_ops_t *net = &brd_net_ib;
-static void *mock;  /* the mock, for its controls */
+static void *mock;  /* the mock, for its controls; NULL on real verbs */
+
+/* Skips the current test when it runs on real verbs: it needs the mock. */
+#define NEED_MOCK()                                                                  \
+  do {                                                                               \
+    if (mock == NULL) {                                                              \
+      print_message("skipped on real verbs: needs the verbs mock's controls\n");     \
+      skip();                                                                        \
+    }                                                                                \
+  } while (0)
 
 static double now_s(void) {
   struct timespec ts;
@@ -185,6 +201,7 @@ static int count_devices(void) {
 
 static void test_devices(void **state) {
   (void)state;
+  NEED_MOCK();
   void *ctx = NULL;
   brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
   brd_net_props_t p;
@@ -247,6 +264,26 @@ static void test_devices(void **state) {
   assert_int_equal(count_devices(), 2);
 }
 
+/* On real verbs: NCCL_IB_HCA kept exactly the named device, port 1, host
+ * memory only (a build without CUDA, or no GPU behind soft-RoCE). */
+static void test_real_device(void **state) {
+  (void)state;
+  void *ctx = NULL;
+  brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
+  brd_net_props_t p;
+  int n = 0;
+  assert_int_equal(net->init(&ctx, 1, &cfg, brd_net_log, NULL), ncclSuccess);
+  assert_int_equal(net->devices(&n), ncclSuccess);
+  assert_int_equal(n, 1);
+  assert_int_equal(net->getProperties(0, &p), ncclSuccess);
+  assert_string_equal(p.name, getenv("BRAID_TEST_IB_REAL"));
+  assert_int_equal(p.port, 1);
+  assert_int_equal(p.ptrSupport & BRD_NET_PTR_HOST, BRD_NET_PTR_HOST);
+  assert_int_equal(p.maxRecvs, 8);
+  assert_true(p.speed > 0);
+  assert_int_equal(net->finalize(ctx), ncclSuccess);
+}
+
 /* ---- a loopback connection ------------------------------------------------------------- */
 
 typedef struct {
@@ -256,6 +293,7 @@ typedef struct {
 static void conn_open(conn_t *k, int dev) {
   brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
   char handle[BRD_NET_HANDLE_BYTES];
+  if (mock == NULL) dev = 0; /* real verbs: the one device NCCL_IB_HCA kept */
   memset(k, 0, sizeof(*k));
   assert_int_equal(net->init(&k->ctx, 7, &cfg, brd_net_log, NULL), ncclSuccess);
   assert_int_equal(net->listen(k->ctx, dev, handle, &k->lcomm), ncclSuccess);
@@ -405,7 +443,9 @@ static int imm_writes_since(unsigned long from, braid_mock_ib_write_t *out, int 
  * last, and a message smaller than 128 x nq carries data on fewer QPs. */
 static void test_split_sizes(void **state) {
   (void)state;
-  braid_mock_ib_writes_fn writes = (braid_mock_ib_writes_fn)dlsym(mock, "braid_mock_ib_writes");
+  /* On real verbs only the bytes are checked: the write log is the mock's. */
+  braid_mock_ib_writes_fn writes =
+      mock != NULL ? (braid_mock_ib_writes_fn)dlsym(mock, "braid_mock_ib_writes") : NULL;
   static const size_t sizes[] = {0, 1, 127, 128, 129, 4096 + 5, (1 << 20) + 3};
   /* QPs that carry data, by hand: sizes x nq 1..4. */
   static const int data_qps[7][4] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1},
@@ -430,13 +470,14 @@ static void test_split_sizes(void **state) {
       fill(s + 3, n, (unsigned)(nq * 10 + i));
       memcpy(ref, s + 3, n);
       memset(r, 0x5a, cap);
-      unsigned long w0 = writes();
+      unsigned long w0 = writes != NULL ? writes() : 0;
       int got = -1;
       assert_int_equal(transfer(&k, s + 3, n, smh, r + 1, n + 200, rmh, &got), ncclSuccess);
       assert_int_equal(got, (int)n);
       assert_memory_equal(r + 1, ref, n);
       assert_int_equal(r[0], 0x5a);
       assert_int_equal(r[1 + n], 0x5a);
+      if (writes == NULL) continue;
       braid_mock_ib_write_t w[8];
       int nw = imm_writes_since(w0, w, 8);
       assert_int_equal(nw, nq); /* one immediate per QP, data or not */
@@ -470,18 +511,24 @@ static void test_split_sizes(void **state) {
   void *smh = NULL, *rmh = NULL;
   assert_int_equal(net->regMr(k.scomm, s, cap, BRD_NET_PTR_HOST, &smh), ncclSuccess);
   assert_int_equal(net->regMr(k.rcomm, r, cap, BRD_NET_PTR_HOST, &rmh), ncclSuccess);
-  uint32_t qpn[3];
+  uint32_t qpn[3] = {0};
   for (int m = 0; m < 3; m++) {
-    unsigned long w0 = writes();
+    unsigned long w0 = writes != NULL ? writes() : 0;
     int got = -1;
+    fill(s, 4096 + 5, 300u + (unsigned)m);
     assert_int_equal(transfer(&k, s, 4096 + 5, smh, r, 8192, rmh, &got), ncclSuccess);
+    assert_int_equal(got, 4096 + 5);
+    assert_memory_equal(r, s, 4096 + 5);
+    if (writes == NULL) continue;
     braid_mock_ib_write_t w[4];
     assert_int_equal(imm_writes_since(w0, w, 4), 1);
     assert_int_equal(w[0].len, 4096 + 5);
     qpn[m] = w[0].src_qpn;
   }
-  assert_int_not_equal(qpn[0], qpn[1]);
-  assert_int_equal(qpn[0], qpn[2]);
+  if (writes != NULL) {
+    assert_int_not_equal(qpn[0], qpn[1]);
+    assert_int_equal(qpn[0], qpn[2]);
+  }
   assert_int_equal(net->deregMr(k.scomm, smh), ncclSuccess);
   assert_int_equal(net->deregMr(k.rcomm, rmh), ncclSuccess);
   conn_close(&k);
@@ -496,6 +543,7 @@ static void test_split_sizes(void **state) {
  * a time. */
 static void test_split_completion(void **state) {
   (void)state;
+  NEED_MOCK();
   braid_mock_ib_release_fn release = (braid_mock_ib_release_fn)dlsym(mock, "braid_mock_ib_release");
   assert_non_null(release);
   static const struct {
@@ -568,7 +616,8 @@ static void test_split_completion(void **state) {
  * buffer's size; a tag the group lacks waits (NULL). 40 groups of 1 to 8
  * buffers, over 1 QP and over 3 split QPs. */
 static void grouped(int nq, int split) {
-  braid_mock_ib_writes_fn writes = (braid_mock_ib_writes_fn)dlsym(mock, "braid_mock_ib_writes");
+  braid_mock_ib_writes_fn writes =
+      mock != NULL ? (braid_mock_ib_writes_fn)dlsym(mock, "braid_mock_ib_writes") : NULL;
   enum { SLOT = 8192, G = 40 };
   char v[8];
   snprintf(v, sizeof(v), "%d", nq);
@@ -612,12 +661,13 @@ static void grouped(int nq, int split) {
     assert_null(stray);
     void *sreq[8] = {0};
     for (int j = n - 1; j >= 0; j--) { /* sends in the reverse order of the buffers */
-      unsigned long before = writes();
+      unsigned long before = writes != NULL ? writes() : 0;
       while (sreq[j] == NULL && now_s() < end)
         assert_int_equal(net->isend(k.scomm, s + j * SLOT, ssz[j], 100 + j, smh, NULL, &sreq[j]),
                          ncclSuccess);
       assert_non_null(sreq[j]);
-      if (j > 0) assert_int_equal(writes(), before); /* nothing posted before the last */
+      if (j > 0 && writes != NULL) /* nothing posted before the last */
+        assert_int_equal(writes(), before);
     }
     int done = 0;
     memset(sizes, -1, sizeof(sizes));
@@ -663,6 +713,7 @@ static void test_grouped_recv(void **state) {
 /* The QP attributes the NCCL_IB_* variables and the GID choice set. */
 static void test_qp_attrs(void **state) {
   (void)state;
+  NEED_MOCK();
   braid_mock_ib_last_qp_fn last = (braid_mock_ib_last_qp_fn)dlsym(mock, "braid_mock_ib_last_qp");
   assert_non_null(last);
   env("NCCL_IB_TC", "106");
@@ -799,11 +850,12 @@ static void test_reg_cache_and_refusal(void **state) {
   env("BRAID_MOCK_IB_REG_LIMIT", "65536");
   /* Inside the first: served from the cache, no new registration. */
   assert_int_equal(net->regMr(k.scomm, buf + 4096, n / 2, BRD_NET_PTR_HOST, &b), ncclSuccess);
-  /* A new 1 MiB range: refused by the verbs layer. */
   char *other = malloc(n);
   assert_non_null(other);
-  assert_int_equal(net->regMr(k.scomm, other, n, BRD_NET_PTR_HOST, &c), ncclSystemError);
-  assert_null(c);
+  if (mock != NULL) { /* A new 1 MiB range: refused by the verbs layer (the mock's limit). */
+    assert_int_equal(net->regMr(k.scomm, other, n, BRD_NET_PTR_HOST, &c), ncclSystemError);
+    assert_null(c);
+  }
   /* Host memory said to be CUDA memory, and an unknown type. */
   assert_int_equal(net->regMr(k.scomm, other, n, BRD_NET_PTR_CUDA, &c), ncclInvalidUsage);
   assert_null(c);
@@ -862,6 +914,7 @@ static void completion_error(const char *status, ncclResult_t want) {
 
 static void test_completion_error(void **state) {
   (void)state;
+  NEED_MOCK();
   completion_error("REM_ACCESS", ncclRemoteError);
   completion_error("RETRY_EXC", ncclRemoteError);
 }
@@ -893,6 +946,7 @@ static void test_peer_closed(void **state) {
 /* Last: the mock's port stays down for the rest of the process. */
 static void test_port_down(void **state) {
   (void)state;
+  NEED_MOCK();
   braid_mock_ib_port_down_fn down =
       (braid_mock_ib_port_down_fn)dlsym(mock, "braid_mock_ib_port_down");
   assert_non_null(down);
@@ -918,6 +972,19 @@ static void test_port_down(void **state) {
 
 int main(void) {
   char self[PATH_MAX], lib[PATH_MAX + 64];
+  const char *real = getenv("BRAID_TEST_IB_REAL");
+  if (real != NULL && real[0] != '\0') {
+    /* The system's libibverbs, this one device. */
+    char hca[128];
+    snprintf(hca, sizeof(hca), "=%s", real);
+    unsetenv("BRAID_IBVERBS_LIB");
+    setenv("NCCL_IB_HCA", hca, 1);
+    unsetenv("NCCL_IB_DISABLE");
+    setenv("BRAID_IB_PEERMEM", "0", 1);
+    brd_param_reload();
+    printf("net_ib on real verbs: device %s (mock-only cases skip)\n", real);
+    goto run;
+  }
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return 1;
   self[n] = '\0';
@@ -935,6 +1002,7 @@ int main(void) {
     fprintf(stderr, "cannot open the verbs mock %s: %s (make tests builds it)\n", lib, dlerror());
     return 1;
   }
+run:;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hca_match),
       cmocka_unit_test(test_gid_select),
@@ -955,5 +1023,11 @@ int main(void) {
       cmocka_unit_test(test_peer_closed),
       cmocka_unit_test(test_port_down),
   };
-  return cmocka_run_group_tests_name("net_ib", tests, NULL, NULL);
+  int failed = 0;
+  if (mock == NULL) {
+    const struct CMUnitTest real_tests[] = {cmocka_unit_test(test_real_device)};
+    failed += cmocka_run_group_tests_name("net_ib real device", real_tests, NULL, NULL);
+  }
+  failed += cmocka_run_group_tests_name("net_ib", tests, NULL, NULL);
+  return failed;
 }
