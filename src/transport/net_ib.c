@@ -547,6 +547,19 @@ static const char *event_name(enum ibv_event_type t) {
   }
 }
 
+/* Brings a new RC QP of device d to INIT with the configured P_Key and the
+ * given remote access. 0, or the errno ibv_modify_qp returned. */
+static int qp_to_init(const ib_dev_t *d, struct ibv_qp *qp, int access) {
+  struct ibv_qp_attr a;
+  memset(&a, 0, sizeof(a));
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = (uint16_t)brd_param_int(BRD_P_IB_PKEY);
+  a.port_num = (uint8_t)d->port;
+  a.qp_access_flags = (unsigned)access;
+  return ibv->modify_qp(qp, &a,
+                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
 /* Reads the device's pending async events without waiting; a port-down
  * or fatal one marks the device failed. Returns d->failed. Any thread. */
 static int dev_check_events(ib_dev_t *d) {
@@ -845,14 +858,7 @@ static ncclResult_t comm_verbs_create(ib_comm_t *c, int nqps) {
       WARN("NET/IB : ibv_create_qp on %s failed: %s", d->name, strerror(errno));
       return ncclSystemError;
     }
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = (uint16_t)brd_param_int(BRD_P_IB_PKEY);
-    a.port_num = (uint8_t)d->port;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    int rc = ibv->modify_qp(c->qps[i], &a,
-                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    int rc = qp_to_init(d, c->qps[i], IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
     if (rc != 0) {
       WARN("NET/IB : QP %u on %s:%d to INIT failed: %s", c->qps[i]->qp_num, d->name, d->port,
            strerror(rc));
@@ -1949,14 +1955,7 @@ static ncclResult_t flush_setup(ib_comm_t *c) {
     WARN("NET/IB : ibv_create_qp of the flush QP on %s failed: %s", d->name, strerror(errno));
     return ncclSystemError;
   }
-  struct ibv_qp_attr a;
-  memset(&a, 0, sizeof(a));
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = (uint16_t)brd_param_int(BRD_P_IB_PKEY);
-  a.port_num = (uint8_t)d->port;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
-  int rc = ibv->modify_qp(c->flush_qp, &a,
-                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  int rc = qp_to_init(d, c->flush_qp, IBV_ACCESS_REMOTE_READ);
   if (rc != 0) {
     WARN("NET/IB : the flush QP %u on %s:%d to INIT failed: %s", c->flush_qp->qp_num, d->name,
          d->port, strerror(rc));
