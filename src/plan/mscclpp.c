@@ -183,6 +183,136 @@ static ncclResult_t emit_piece(mctx_t *c, const brd_plan_move_t *m, const mref_t
   return ncclSuccess;
 }
 
+/* An LL packet op's refs: MSCCL++'s packet ops read their first source and
+ * write their first destination as plain data (in the ops that have
+ * one), every other ref as packets; Braid keeps packets in scratch and
+ * plain data in the user's buffers. */
+static ncclResult_t packet_refs_check(mctx_t *c, const mref_t *s, size_t nsrc, const mref_t *d,
+                                      size_t ndst) {
+  /* MSCCL++'s packet ops read their first source and write their first
+   * destination as plain data whatever the buffer (in the ops that have
+   * one), and every other ref as packets; Braid keeps packets in scratch
+   * and plain data in the user's buffers. */
+  static const char *const plain_src0[] = {"ppkt",  "cpkt",   "respkt",
+                                           "repkt", "recpkt", "recspkt"};
+  static const char *const plain_dst0[] = {"upkt", "respkt", "repkt", "recpkt", "recspkt"};
+  int ps = 0, pd = 0;
+  for (size_t i = 0; i < NELEM(plain_src0); i++) ps |= strcmp(c->opname, plain_src0[i]) == 0;
+  for (size_t i = 0; i < NELEM(plain_dst0); i++) pd |= strcmp(c->opname, plain_dst0[i]) == 0;
+  for (size_t i = 0; i < nsrc + ndst; i++) {
+    int dst = i >= nsrc;
+    size_t j = dst ? i - nsrc : i;
+    const mref_t *x = dst ? &d[j] : &s[j];
+    int plain = j == 0 && (dst ? pd : ps);
+    if (plain && !x->io)
+      return brd_mscclpp_fail(
+          c, ncclInvalidArgument,
+          "%s[0] is plain data in scratch; Braid's LL scratch holds packets only",
+          dst ? "dst_buff" : "src_buff");
+    if (!plain && x->io)
+      return brd_mscclpp_fail(
+          c, ncclInvalidArgument,
+          "%s[%zu] holds packets in the user's buffer; Braid keeps packets in scratch",
+          dst ? "dst_buff" : "src_buff", j);
+  }
+  return ncclSuccess;
+}
+
+/* The op a data op of kind becomes (m's code, counts, flags and packet
+ * steps) from its refs' shape. */
+static ncclResult_t move_code(mctx_t *c, int kind, const mref_t *s, size_t nsrc,
+                              const mref_t *d, size_t ndst, int ll_src, int ll_dst,
+                              int remote_src, int remote_dst, int local_dst, int out_dst,
+                              brd_plan_move_t *mv) {
+  brd_plan_move_t m;
+  memset(&m, 0, sizeof(m));
+  m.nsrc = (int)nsrc;
+  m.ndst = (int)ndst;
+  if (kind == K_PACKET) {
+    m.k = 1;
+    m.k_src = 1;
+    if (ll_dst || ll_src) c->kmax = c->kmax > 1 ? c->kmax : 1;
+    m.code = !ll_src && m.nsrc == 1 && !remote_src && ll_dst && !local_dst ? BRD_IR_OP_PKT_PUT
+                                                                           : BRD_IR_OP_PKT_REDUCE;
+    if (m.code == BRD_IR_OP_PKT_PUT)
+      for (int i = 0; i < m.ndst; i++)
+        m.code = (d[i].ref.buf & BRD_IR_REF_LL) ? m.code : BRD_IR_OP_PKT_REDUCE;
+  } else if (kind == K_SWITCH_REDUCE) {
+    if (m.nsrc != 1 || !s[0].sw)
+      return brd_mscclpp_fail(c, ncclInvalidArgument,
+                              "glres needs one source through the switch channel");
+    m.code = BRD_IR_OP_MC_REDUCE;
+  } else if (kind == K_SWITCH_STORE) {
+    if (m.nsrc != 1 || s[0].sw)
+      return brd_mscclpp_fail(c, ncclInvalidArgument, "gstore needs one local source");
+    m.code = BRD_IR_OP_MC_STORE;
+  } else if (m.nsrc == 1 && !remote_src && !remote_dst) {
+    m.code = BRD_IR_OP_COPY;
+  } else if (m.nsrc == 1 && !remote_src && !local_dst) {
+    m.code = BRD_IR_OP_PUT;
+  } else if (m.nsrc == 1 && remote_src && !remote_dst) {
+    m.code = BRD_IR_OP_GET;
+  } else {
+    m.code = BRD_IR_OP_REDUCE;
+  }
+  /* A reduction written to an output is the finished value (for the
+   * collectives translated): the post-op applies there; the verifier
+   * refuses the plan if that is wrong. */
+  if (m.nsrc >= 2 && out_dst) m.flags = BRD_IR_F_POSTOP;
+  if (m.code == BRD_IR_OP_MC_REDUCE) m.flags = BRD_IR_F_POSTOP;
+  *mv = m;
+  return ncclSuccess;
+}
+
+/* In place: MSCCL++ reads and writes one buffer; Braid's executors may
+ * give the output its own memory (host staging), so a read that may
+ * follow another op's write of the chunk, or a read of a peer's buffer,
+ * needs the input copied to the output first (c->prologue). Pass 0
+ * counts the writes of each chunk, pass 1 checks the reads. */
+static void inplace_note(mctx_t *c, const mref_t *s, size_t nsrc, const mref_t *d, size_t ndst,
+                         int64_t size) {
+  /* MSCCL++ reads and writes one buffer in place; Braid's executors may
+   * give the output its own memory (host staging), so a read that may
+   * follow another op's write of the chunk, or a read of a peer's
+   * buffer, needs the input copied to the output first. */
+  size_t nbr = (size_t)c->nb * (size_t)c->R;
+  int self = 0;
+  for (size_t i = 0; i < ndst; i++) self |= d[i].io && d[i].ref.peer == -1;
+  for (size_t i = 0; i < ndst && c->pass == 0; i++) {
+    if (!d[i].io) continue;
+    int owner = d[i].ref.peer == -1 ? c->gpu : d[i].ref.peer;
+    for (int64_t k = 0; k < size; k++)
+      c->wcount[(size_t)owner * nbr + (size_t)(d[i].index + k)]++;
+  }
+  for (size_t i = 0; i < nsrc && c->pass == 1; i++) {
+    if (!s[i].io) continue;
+    if (s[i].ref.peer != -1) c->prologue = 1;
+    for (int64_t k = 0; k < size; k++)
+      if (c->wcount[(size_t)c->gpu * nbr + (size_t)(s[i].index + k)] > (uint32_t)self)
+        c->prologue = 1;
+  }
+}
+
+/* Before this block's first write into a peer's scratch in an iteration,
+ * a WAIT for that peer's credit: it has read what the previous iteration
+ * left there. The credit is the iteration's last sequence number
+ * (credit_k == seq_per_iter), so the previous iteration's is k 0 (at
+ * once in the first). */
+static ncclResult_t scratch_credits(mctx_t *c, const mref_t *d, size_t ndst) {
+  for (size_t i = 0; i < ndst; i++) {
+    int p = d[i].ref.peer;
+    if (p < 0 || (d[i].ref.buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SCRATCH) continue;
+    c->wr[(size_t)c->gpu * c->n + p] = 1;
+    uint8_t *w = &c->waited[((size_t)c->gpu * c->nb_out + c->blk) * c->n + p];
+    if (c->b == NULL || *w) continue;
+    *w = 1;
+    ncclResult_t res =
+        brd_plan_op_sync(c->b, c->gpu, c->blk, BRD_IR_OP_WAIT, p, (uint32_t)c->credit_sem, 0);
+    if (res != ncclSuccess) return brd_mscclpp_fail(c, res, "the plan builder refuses the op");
+  }
+  return ncclSuccess;
+}
+
 static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int kind) {
   int ctype = -1;
   if (brd_json_get(op, "channel_type") != NULL)
@@ -282,74 +412,14 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
   }
   if (kind == K_PACKET && !c->ll)
     return brd_mscclpp_fail(c, ncclInvalidArgument, "an LL packet op in a plan of protocol Simple");
-  if (kind == K_PACKET) {
-    /* MSCCL++'s packet ops read their first source and write their first
-     * destination as plain data whatever the buffer (in the ops that have
-     * one), and every other ref as packets; Braid keeps packets in scratch
-     * and plain data in the user's buffers. */
-    static const char *const plain_src0[] = {"ppkt",  "cpkt",   "respkt",
-                                             "repkt", "recpkt", "recspkt"};
-    static const char *const plain_dst0[] = {"upkt", "respkt", "repkt", "recpkt", "recspkt"};
-    int ps = 0, pd = 0;
-    for (size_t i = 0; i < NELEM(plain_src0); i++) ps |= strcmp(c->opname, plain_src0[i]) == 0;
-    for (size_t i = 0; i < NELEM(plain_dst0); i++) pd |= strcmp(c->opname, plain_dst0[i]) == 0;
-    for (size_t i = 0; i < srcs->n + dsts->n; i++) {
-      int dst = i >= srcs->n;
-      size_t j = dst ? i - srcs->n : i;
-      const mref_t *x = dst ? &d[j] : &s[j];
-      int plain = j == 0 && (dst ? pd : ps);
-      if (plain && !x->io)
-        return brd_mscclpp_fail(
-            c, ncclInvalidArgument,
-            "%s[0] is plain data in scratch; Braid's LL scratch holds packets only",
-            dst ? "dst_buff" : "src_buff");
-      if (!plain && x->io)
-        return brd_mscclpp_fail(
-            c, ncclInvalidArgument,
-            "%s[%zu] holds packets in the user's buffer; Braid keeps packets in scratch",
-            dst ? "dst_buff" : "src_buff", j);
-    }
-  }
+  if (kind == K_PACKET) CHECK(packet_refs_check(c, s, srcs->n, d, dsts->n));
   if (kind != K_PACKET && (ll_src || ll_dst))
     return brd_mscclpp_fail(
         c, ncclInvalidArgument,
         "a plain op on scratch, which holds LL packets in a plan of protocol LL");
   brd_plan_move_t m;
-  memset(&m, 0, sizeof(m));
-  m.nsrc = (int)srcs->n;
-  m.ndst = (int)dsts->n;
-  if (kind == K_PACKET) {
-    m.k = 1;
-    m.k_src = 1;
-    if (ll_dst || ll_src) c->kmax = c->kmax > 1 ? c->kmax : 1;
-    m.code = !ll_src && m.nsrc == 1 && !remote_src && ll_dst && !local_dst ? BRD_IR_OP_PKT_PUT
-                                                                           : BRD_IR_OP_PKT_REDUCE;
-    if (m.code == BRD_IR_OP_PKT_PUT)
-      for (int i = 0; i < m.ndst; i++)
-        m.code = (d[i].ref.buf & BRD_IR_REF_LL) ? m.code : BRD_IR_OP_PKT_REDUCE;
-  } else if (kind == K_SWITCH_REDUCE) {
-    if (m.nsrc != 1 || !s[0].sw)
-      return brd_mscclpp_fail(c, ncclInvalidArgument,
-                              "glres needs one source through the switch channel");
-    m.code = BRD_IR_OP_MC_REDUCE;
-  } else if (kind == K_SWITCH_STORE) {
-    if (m.nsrc != 1 || s[0].sw)
-      return brd_mscclpp_fail(c, ncclInvalidArgument, "gstore needs one local source");
-    m.code = BRD_IR_OP_MC_STORE;
-  } else if (m.nsrc == 1 && !remote_src && !remote_dst) {
-    m.code = BRD_IR_OP_COPY;
-  } else if (m.nsrc == 1 && !remote_src && !local_dst) {
-    m.code = BRD_IR_OP_PUT;
-  } else if (m.nsrc == 1 && remote_src && !remote_dst) {
-    m.code = BRD_IR_OP_GET;
-  } else {
-    m.code = BRD_IR_OP_REDUCE;
-  }
-  /* A reduction written to an output is the finished value (for the
-   * collectives translated): the post-op applies there; the verifier
-   * refuses the plan if that is wrong. */
-  if (m.nsrc >= 2 && out_dst) m.flags = BRD_IR_F_POSTOP;
-  if (m.code == BRD_IR_OP_MC_REDUCE) m.flags = BRD_IR_F_POSTOP;
+  CHECK(move_code(c, kind, s, srcs->n, d, dsts->n, ll_src, ll_dst, remote_src, remote_dst,
+                  local_dst, out_dst, &m));
   /* Inside a pipeline this iteration moves its share of the chunks:
    * piece pipe_i of pipe_n, pipe_len Braid chunks each, as MSCCL++ moves
    * unit_size bytes from offset i x unit_size of every ref (a ref shorter
@@ -372,44 +442,9 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
       size = end - start;
     }
   }
-  if (c->inplace && c->pass < 2 && !empty) {
-    /* MSCCL++ reads and writes one buffer in place; Braid's executors may
-     * give the output its own memory (host staging), so a read that may
-     * follow another op's write of the chunk, or a read of a peer's
-     * buffer, needs the input copied to the output first. */
-    size_t nbr = (size_t)c->nb * (size_t)c->R;
-    int self = 0;
-    for (size_t i = 0; i < dsts->n; i++) self |= d[i].io && d[i].ref.peer == -1;
-    for (size_t i = 0; i < dsts->n && c->pass == 0; i++) {
-      if (!d[i].io) continue;
-      int owner = d[i].ref.peer == -1 ? c->gpu : d[i].ref.peer;
-      for (int64_t k = 0; k < size; k++)
-        c->wcount[(size_t)owner * nbr + (size_t)(d[i].index + k)]++;
-    }
-    for (size_t i = 0; i < srcs->n && c->pass == 1; i++) {
-      if (!s[i].io) continue;
-      if (s[i].ref.peer != -1) c->prologue = 1;
-      for (int64_t k = 0; k < size; k++)
-        if (c->wcount[(size_t)c->gpu * nbr + (size_t)(s[i].index + k)] > (uint32_t)self)
-          c->prologue = 1;
-    }
-  }
+  if (c->inplace && c->pass < 2 && !empty) inplace_note(c, s, srcs->n, d, dsts->n, size);
   if (sw) c->has_switch = 1;
-  for (size_t i = 0; i < dsts->n && !sw && !empty; i++) {
-    int p = d[i].ref.peer;
-    if (p < 0 || (d[i].ref.buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SCRATCH) continue;
-    c->wr[(size_t)c->gpu * c->n + p] = 1;
-    uint8_t *w = &c->waited[((size_t)c->gpu * c->nb_out + c->blk) * c->n + p];
-    if (c->b == NULL || *w) continue;
-    /* Before this block's first write into p's scratch in an iteration:
-     * p has read what the previous iteration left there. The credit is the
-     * iteration's last sequence number (credit_k == seq_per_iter), so the
-     * previous iteration's is k 0 (at once in the first). */
-    *w = 1;
-    ncclResult_t res =
-        brd_plan_op_sync(c->b, c->gpu, c->blk, BRD_IR_OP_WAIT, p, (uint32_t)c->credit_sem, 0);
-    if (res != ncclSuccess) return brd_mscclpp_fail(c, res, "the plan builder refuses the op");
-  }
+  if (!sw && !empty) CHECK(scratch_credits(c, d, dsts->n));
   /* One op per block of the buffers it crosses (an op's input/output
    * refs lie in one segment each: device/ir.h). */
   for (uint32_t done = 0; done < (uint32_t)size && !empty;) {
