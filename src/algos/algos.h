@@ -90,6 +90,12 @@ ncclResult_t brd_algos_nvls_allgather(const brd_algos_args_t *args,
 ncclResult_t brd_algos_nvls_reducescatter(const brd_algos_args_t *args,
                                           brd_ir_plan_t **plan_out);
 
+/* Appends MC_BARRIER on switch semaphore `sem` with target k to block blk
+ * of rank (nvls.c; the NVLS and zero-copy NVLS plans). Errors as
+ * brd_plan_op_add's. */
+ncclResult_t brd_algos_mc_barrier(brd_plan_builder_t *b, int rank, int blk, uint32_t sem,
+                                  int32_t k);
+
 /* Zero-copy NVLS plans (nvls_zc.c; BRD_IR_PLAN_F_PEER_INPUT, no scratch):
  * the switch channel reaches every rank's own send and receive buffers
  * (device/ir.h, "Switch channels"), so the runtime runs them only where

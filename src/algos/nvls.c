@@ -47,9 +47,9 @@
 #include "base/check.h"
 #include "algos/algos.h"
 
-/* Appends MC_BARRIER on switch semaphore `sem` with target k. */
-static ncclResult_t mc_barrier(brd_plan_builder_t *b, int rank, int blk, uint32_t sem,
-                               int32_t k) {
+/* See algos.h. */
+ncclResult_t brd_algos_mc_barrier(brd_plan_builder_t *b, int rank, int blk, uint32_t sem,
+                                  int32_t k) {
   brd_ir_op_t op = {0};
   op.code = BRD_IR_OP_MC_BARRIER;
   op.ndst = 1;
@@ -133,7 +133,7 @@ static ncclResult_t allreduce_block(brd_plan_builder_t *b, const brd_algos_args_
       CHECK(move_n(b, r, blk, BRD_IR_OP_COPY, 0, base, n,
                    brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, base), 1, &dst));
     }
-    if (step <= D) CHECK(mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)step + 1));
+    if (step <= D) CHECK(brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)step + 1));
   }
   return ncclSuccess;
 }
@@ -162,7 +162,7 @@ static ncclResult_t allreduce_ll_block(brd_plan_builder_t *b, const brd_algos_ar
     brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, c);
     CHECK(move_n(b, r, blk, BRD_IR_OP_COPY, 0, c, 1, brd_plan_ref(BRD_IR_BUF_INPUT, -1, c),
                  1, &slot));
-    CHECK(mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)g + 1));
+    CHECK(brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)g + 1));
     brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, c);
     CHECK(move_n(b, r, blk, BRD_IR_OP_MC_REDUCE, BRD_IR_F_POSTOP, c, 1,
                  brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH, c), 1, &out));
@@ -210,7 +210,7 @@ static ncclResult_t allgather_block(brd_plan_builder_t *b, const brd_algos_args_
                      brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, c * n + q), 1, &dst));
       }
     }
-    if (step < D) CHECK(mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)step + 1));
+    if (step < D) CHECK(brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)step + 1));
   }
   return ncclSuccess;
 }
@@ -252,7 +252,7 @@ static ncclResult_t reducescatter_block(brd_plan_builder_t *b, const brd_algos_a
                    brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH, c * n + (uint32_t)r),
                    1, &out));
     }
-    if (step < D) CHECK(mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)step + 1));
+    if (step < D) CHECK(brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)step + 1));
   }
   return ncclSuccess;
 }

@@ -34,32 +34,11 @@
 #include "base/check.h"
 #include "algos/algos.h"
 
-/* MC_BARRIER on switch semaphore `sem` with target k. */
-static ncclResult_t zc_barrier(brd_plan_builder_t *b, int rank, int blk, int32_t k) {
-  brd_ir_op_t op = {0};
-  op.code = BRD_IR_OP_MC_BARRIER;
-  op.ndst = 1;
-  op.k = k;
-  op.ref[0].buf = BRD_IR_BUF_SEM;
-  op.ref[0].index = (uint16_t)blk;
-  CHECK(brd_plan_chan_switch(b, rank, &op.ref[0].chan));
-  return brd_plan_op_add(b, rank, blk, &op);
-}
-
 /* One switch data op over one chunk. */
 static ncclResult_t zc_move(brd_plan_builder_t *b, int rank, int blk, uint8_t code,
                             uint8_t flags, uint32_t chunk, brd_plan_ref_t src,
                             brd_plan_ref_t dst) {
-  brd_plan_move_t m = {0};
-  m.code = code;
-  m.flags = flags;
-  m.chunk = chunk;
-  m.nchunks = 1;
-  m.nsrc = 1;
-  m.src = &src;
-  m.ndst = 1;
-  m.dst = &dst;
-  return brd_plan_op_move(b, rank, blk, &m);
+  return brd_algos_move(b, rank, blk, code, flags, chunk, 0, 0, 1, &src, 1, &dst);
 }
 
 /* Shape and checks shared by the three plans: nchunks chunks per window,
@@ -91,11 +70,11 @@ static ncclResult_t ar_block(brd_plan_builder_t *b, const brd_algos_args_t *a, i
   (void)ctx;
   int r = brd_algos_rank_at(a, p);
   uint32_t c = (uint32_t)blk * (uint32_t)a->nranks + (uint32_t)r;
-  CHECK(zc_barrier(b, r, blk, 1));
+  CHECK(brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, 1));
   CHECK(zc_move(b, r, blk, BRD_IR_OP_MC_REDUCE, BRD_IR_F_POSTOP, c,
                 brd_plan_ref(BRD_IR_BUF_INPUT, BRD_PLAN_PEER_SWITCH, c),
                 brd_plan_ref(BRD_IR_BUF_OUTPUT, BRD_PLAN_PEER_SWITCH, c)));
-  return zc_barrier(b, r, blk, 2);
+  return brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, 2);
 }
 
 /* See algos.h. */
@@ -113,11 +92,11 @@ static ncclResult_t ag_block(brd_plan_builder_t *b, const brd_algos_args_t *a, i
   (void)ctx;
   int r = brd_algos_rank_at(a, p);
   uint32_t c = (uint32_t)blk, nch = (uint32_t)a->nblocks;
-  CHECK(zc_barrier(b, r, blk, 1));
+  CHECK(brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, 1));
   CHECK(zc_move(b, r, blk, BRD_IR_OP_MC_STORE, 0, c, brd_plan_ref(BRD_IR_BUF_INPUT, -1, c),
                 brd_plan_ref(BRD_IR_BUF_OUTPUT, BRD_PLAN_PEER_SWITCH,
                              brd_algos_seg(nch, r, c))));
-  return zc_barrier(b, r, blk, 2);
+  return brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, 2);
 }
 
 /* See algos.h. */
@@ -135,12 +114,12 @@ static ncclResult_t rs_block(brd_plan_builder_t *b, const brd_algos_args_t *a, i
   (void)ctx;
   int r = brd_algos_rank_at(a, p);
   uint32_t c = (uint32_t)blk, nch = (uint32_t)a->nblocks;
-  CHECK(zc_barrier(b, r, blk, 1));
+  CHECK(brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, 1));
   CHECK(zc_move(b, r, blk, BRD_IR_OP_MC_REDUCE, BRD_IR_F_POSTOP, c,
                 brd_plan_ref(BRD_IR_BUF_INPUT, BRD_PLAN_PEER_SWITCH,
                              brd_algos_seg(nch, r, c)),
                 brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, c)));
-  return zc_barrier(b, r, blk, 2);
+  return brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, 2);
 }
 
 /* See algos.h. */
