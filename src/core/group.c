@@ -516,23 +516,37 @@ fail:
  * ncclInvalidUsage (WARN naming both ranks) in CUDA mode; host mode has
  * no streams to wait on. */
 static ncclResult_t shared_stream_check(void) {
-  for (int i = 0; i < queue_len; i++) {
+  if (queue_len < 2) return ncclSuccess;
+  /* The distinct (communicator, stream) pairs of the group's calls, so a
+   * group of many calls on few communicators costs calls x pairs. */
+  int *pairs = malloc((size_t)queue_len * sizeof(*pairs));
+  int npairs = 0;
+  ncclResult_t res = ncclSuccess;
+  if (pairs == NULL) {
+    WARN("ncclGroupEnd: out of host memory checking %d calls", queue_len);
+    return ncclSystemError;
+  }
+  for (int i = 0; i < queue_len && res == ncclSuccess; i++) {
     struct ncclComm *a = queue[i].comm;
-    if (a == NULL || queue[i].count == 0 || brd_backend_choose(a) == &brd_backend_host)
-      continue;
-    for (int j = i + 1; j < queue_len; j++) {
-      struct ncclComm *b = queue[j].comm;
-      if (b == NULL || b == a || b->comm_hash != a->comm_hash || queue[j].count == 0 ||
-          queue[j].stream != queue[i].stream || b->cuda_dev != a->cuda_dev)
+    if (a == NULL || queue[i].count == 0) continue;
+    int seen = 0;
+    for (int k = 0; k < npairs && !seen && res == ncclSuccess; k++) {
+      const brd_call_t *q = &queue[pairs[k]];
+      struct ncclComm *b = q->comm;
+      seen = b == a && q->stream == queue[i].stream;
+      if (seen || b == a || b->comm_hash != a->comm_hash || q->stream != queue[i].stream ||
+          b->cuda_dev != a->cuda_dev || brd_backend_choose(a) == &brd_backend_host)
         continue;
       WARN("%s : rank %d and rank %d share GPU %d and this group queues calls of both on the "
            "same stream: each rank's kernel would wait behind the other's, which waits for "
-           "it; give every communicator on a GPU a stream of its own", queue[j].fn,
-           a->rank, b->rank, a->cuda_dev);
-      return ncclInvalidUsage;
+           "it; give every communicator on a GPU a stream of its own", queue[i].fn,
+           b->rank, a->rank, a->cuda_dev);
+      res = ncclInvalidUsage;
     }
+    if (!seen) pairs[npairs++] = i;
   }
-  return ncclSuccess;
+  free(pairs);
+  return res;
 }
 
 /* The outermost group end: runs (or, after a failed call, drops) the
