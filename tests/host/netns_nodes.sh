@@ -269,6 +269,7 @@ fault_link_down() {
 # NCCL_SOCKET_IFNAME, none waiting past the bootstrap deadline.
 fault_bad_ifname() {
   local label="NCCL_SOCKET_IFNAME=nosuch0 on node 2 (3x2)" dir=$work/badif r pids=() rc failed=0
+  local bad=()
   mkdir -p "$dir"
   port=$((port + 1))
   local start=$SECONDS
@@ -284,7 +285,20 @@ fault_bad_ifname() {
       fail "$label: rank $r (exit $rc) did not name NCCL_SOCKET_IFNAME as the cause"
       failed=1
     elif ! grep -qE "^rank $r: .*rank 4 .*NCCL_SOCKET_IFNAME=nosuch0" "$dir/rank$r"; then
-      fail "$label: rank $r (exit $rc) did not name rank 4 and its NCCL_SOCKET_IFNAME"
+      bad+=("$r")
+    fi
+  done
+  # A rank may instead name a host-mate or ring neighbour that left the
+  # bootstrap ring first ("rank q ... is gone"), when rank q's own error
+  # names rank 4 and its NCCL_SOCKET_IFNAME: the chain leads to the cause.
+  for r in "${bad[@]}"; do
+    local q ok=0
+    q=$(grep -m1 -oE "rank [0-9]+ \(host [^)]*\) is gone" "$dir/rank$r" | grep -oE "^rank [0-9]+" |
+        grep -oE "[0-9]+")
+    [[ -n $q && $q != "$r" ]] &&
+      grep -qE "^rank $q: .*rank 4 .*NCCL_SOCKET_IFNAME=nosuch0" "$dir/rank$q" && ok=1
+    if [[ $ok -eq 0 ]]; then
+      fail "$label: rank $r did not name rank 4 and its NCCL_SOCKET_IFNAME (nor a rank that left after naming them)"
       failed=1
     fi
   done
