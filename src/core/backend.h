@@ -56,6 +56,27 @@ typedef struct brd_backend_launch {
   _Alignas(8) unsigned char priv[96]; /* the backend's own per-launch state */
 } brd_backend_launch_t;
 
+/* One rank's part of one one-sided call (core/rma.c), as a backend runs
+ * it. The signal counters form a table [ctx][BRD_RMA_SIGNALS][nranks] on
+ * every rank; counter (ctx, sig, src) on rank dst counts the signals src
+ * sent dst. Two ways to count:
+ *  - a: the host executor's arguments, with explicit epochs the caller
+ *    keeps (the signal sent is number a's epoch + 1; the wait is for
+ *    a's epoch + 1, the last of the call's signals);
+ *  - row and nsig, for a backend that keeps the counts itself (on the
+ *    device, so a captured graph counts afresh at every replay): the
+ *    caller's rank keeps one cursor per cell of a table of the same shape
+ *    for what it sent and one for what it waited for; row is the index
+ *    of cell (ctx, sig, 0), so the cell of the plan channel's peer p is
+ *    row + p. A put or signal sends nsig = 1 signal; a wait waits for nsig
+ *    more than the rank has waited for so far on that cell. */
+typedef struct brd_backend_rma {
+  const brd_exec_args_t *a;
+  size_t row;
+  uint64_t nsig;
+  int wait; /* 1: this rank waits (the table of what it waited for) */
+} brd_backend_rma_t;
+
 /* brd_backend_ops_t.switch_chans. */
 enum {
   BRD_BACKEND_SWITCH_NONE = 0,     /* no switch channels */
@@ -146,12 +167,12 @@ typedef struct brd_backend_ops {
   /* Runs (or enqueues) every work in order, first taking the snapshots
    * the works ask for. Blocks until done in host mode. */
   /* Runs this rank's part of a one-sided plan (algos/rma.c; core/rma.c
-   * fills a: pointers the executor dereferences, explicit per-channel
-   * epochs) between begin and end, on the launch's stream after order.
-   * Host: complete on return. CUDA: enqueued; refused (ncclInvalidUsage)
-   * while the stream is being captured. NULL: the backend has none. */
+   * fills r, see brd_backend_rma_t) between begin and end, on the
+   * launch's stream after order. Host: complete on return, with r->a's
+   * explicit epochs. CUDA: enqueued, counting on the device (so it may be
+   * captured into a graph). NULL: the backend has none. */
   ncclResult_t (*rma_run)(struct ncclComm *comm, struct brd_backend *b,
-                          brd_backend_launch_t *l, const brd_exec_args_t *a);
+                          brd_backend_launch_t *l, const brd_backend_rma_t *r);
   ncclResult_t (*run_works)(struct ncclComm *comm, struct brd_backend *b,
                             brd_backend_launch_t *l, struct brd_works *ws);
   /* Ends a launch; returns res, or the backend's own failure when res was

@@ -388,7 +388,7 @@ static ncclResult_t rma_body(struct ncclComm *comm, struct brd_rt *rt,
 }
 
 /* See launch.h. */
-ncclResult_t brd_launch_rma(struct ncclComm *comm, const brd_exec_args_t *a,
+ncclResult_t brd_launch_rma(struct ncclComm *comm, const struct brd_backend_rma *r,
                             cudaStream_t stream, const char *fn) {
   struct brd_rt *rt;
   brd_call_t call;
@@ -400,7 +400,7 @@ ncclResult_t brd_launch_rma(struct ncclComm *comm, const brd_exec_args_t *a,
     return ncclInvalidUsage;
   }
   bare_call(&call, stream, fn);
-  return bracketed(comm, rt, &call, 1, 0, rma_body, a);
+  return bracketed(comm, rt, &call, 1, 0, rma_body, r);
 }
 
 /* See launch.h. */

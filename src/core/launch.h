@@ -18,6 +18,8 @@
 #include "core/enqueue.h"
 #include "device/exec_host.h"
 
+struct brd_backend_rma; /* core/backend.h */
+
 struct ncclComm;
 struct brd_rt;
 
@@ -61,7 +63,7 @@ ncclResult_t brd_launch_connect(struct ncclComm *comm, const char *fn);
  * over a net (not yet). The caller's thread. */
 ncclResult_t brd_launch_rma_words(struct ncclComm *comm, const char *fn, uint64_t **mine,
                                   uint64_t **peers, uint64_t *words, uint64_t *gen);
-ncclResult_t brd_launch_rma(struct ncclComm *comm, const brd_exec_args_t *a,
+ncclResult_t brd_launch_rma(struct ncclComm *comm, const struct brd_backend_rma *r,
                             cudaStream_t stream, const char *fn);
 
 /* Launches comm has run so far (each ends with every call it held done):

@@ -65,6 +65,7 @@
 
 #if BRAID_CUDA
 #include "core/launch_cuda.h"
+#include "core/rma.h"
 #include "transport/nvls.h"
 #include "plan/plan.h"
 #include "base/time.h"
@@ -73,20 +74,20 @@
                                ncclConfig_t.maxCTAs asks for more */
 #define NB_LIMIT_SHARED 8   /* the same where ranks share the GPU */
 
-/* n zeroed per-pair cursors in device memory, zeroed on a private stream
- * (no other work on the device is waited for). */
-static ncclResult_t cursors_create(int n, uint64_t **out) {
+/* n zeroed cursors in device memory, zeroed on a private stream (no other
+ * work on the device is waited for). */
+static ncclResult_t cursors_create(size_t n, uint64_t **out) {
   ncclResult_t res = ncclSuccess;
   cudaStream_t s;
   uint64_t *p = NULL;
   CUDA_CHECK_GOTO(cudaMalloc((void **)&p, (size_t)n * sizeof(*p)),
-                  "cudaMalloc for the point-to-point cursors", res, out);
+                  "cudaMalloc for the sequence-number cursors", res, out);
   CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
                   "cudaStreamCreateWithFlags", res, fail_free);
   if (cudaMemsetAsync(p, 0, (size_t)n * sizeof(*p), s) != cudaSuccess ||
       cudaStreamSynchronize(s) != cudaSuccess) {
     (void)cudaGetLastError();
-    WARN("CUDA: zeroing the point-to-point cursors failed");
+    WARN("CUDA: zeroing the sequence-number cursors failed");
     res = ncclUnhandledCudaError;
   }
   cudaStreamDestroy(s);
@@ -388,8 +389,13 @@ static ncclResult_t cuda_window_create(struct ncclComm *comm, const brd_transpor
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_coll), res, fail);
   CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_p2p), res, fail);
   atomic_fetch_add(&rt->dev_bytes, 2 * (uint64_t)brd_exec_cuda_status_device_bytes());
-  CHECK_GOTO(cursors_create(n, &rt->p2p_cursor), res, fail);
-  atomic_fetch_add(&rt->dev_bytes, (uint64_t)n * sizeof(*rt->p2p_cursor));
+  /* One allocation: the point-to-point pairs', then the one-sided calls'
+   * (what this rank signalled, what it waited for: brd_backend_rma_t). */
+  rt->rma_cells = (size_t)brd_rma_ctx_count(comm) * BRD_RMA_SIGNALS * (size_t)n;
+  size_t ncur = (size_t)n + 2 * rt->rma_cells;
+  CHECK_GOTO(cursors_create(ncur, &rt->p2p_cursor), res, fail);
+  rt->rma_cursor = rt->p2p_cursor + n;
+  atomic_fetch_add(&rt->dev_bytes, (uint64_t)ncur * sizeof(*rt->p2p_cursor));
   CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&rt->done, cudaEventDisableTiming),
             "cudaEventCreateWithFlags", res, fail);
   if (cudaEventCreateWithFlags(&rt->join, cudaEventDisableTiming) != cudaSuccess) {

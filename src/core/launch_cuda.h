@@ -39,7 +39,12 @@ struct brd_backend {
   brd_exec_cuda_status_t *st_coll; /* owned: collective works */
   brd_exec_cuda_status_t *st_p2p;  /* owned: point-to-point works */
   uint64_t *p2p_cursor;            /* owned: cudaMalloc, [nranks] per-pair
-                                      sequence numbers the p2p kernels keep */
+                                      sequence numbers the p2p kernels keep,
+                                      then rma_cursor's cells */
+  uint64_t *rma_cursor;            /* in p2p_cursor: [2][rma_cells] signals
+                                      sent, signals waited for (one-sided
+                                      calls, brd_backend_rma_t) */
+  size_t rma_cells;                /* numRmaCtx * BRD_RMA_SIGNALS * nranks */
   cudaEvent_t done;                /* owned: end of the last launch */
   cudaEvent_t join;                /* owned: joins a group's other streams */
   int events_made;
@@ -86,7 +91,7 @@ ncclResult_t brd_launch_cuda_run_works(struct ncclComm *comm, struct brd_backend
                                        brd_backend_launch_t *l, brd_works_t *ws);
 /* Enqueues the rank's part of a one-sided plan. */
 ncclResult_t brd_launch_cuda_rma_run(struct ncclComm *comm, struct brd_backend *rt,
-                                     brd_backend_launch_t *l, const brd_exec_args_t *a);
+                                     brd_backend_launch_t *l, const brd_backend_rma_t *r);
 /* Records the launch's end, restores the thread's capture mode and device;
  * returns res, or its own failure when res is ncclSuccess. */
 ncclResult_t brd_launch_cuda_end(struct ncclComm *comm, struct brd_backend *rt,

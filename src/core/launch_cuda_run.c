@@ -431,30 +431,33 @@ static ncclResult_t enqueue_work(struct brd_backend *rt, cuda_launch_t *ctx,
 
 /* One-sided runs (backend.h rma_run): the rank's part of a one-sided plan,
  * uploaded by content like point-to-point plans, on the point-to-point
- * status with explicit per-channel epochs (the host counts the signals),
- * which is why a capture is refused: a replay would repeat the counts. */
+ * status. The counts are kept on the device (rt->rma_cursor, one cursor
+ * per cell of what this rank sent and of what it waited for; the kernel
+ * reads the channel peer's cell, brd_plan_chan_epoch, and advances it), so
+ * a call captured into a graph signals and waits afresh at every replay,
+ * and captured and direct calls count together. */
 ncclResult_t brd_launch_cuda_rma_run(struct ncclComm *comm, struct brd_backend *rt,
-                                     brd_backend_launch_t *l, const brd_exec_args_t *a) {
+                                     brd_backend_launch_t *l, const brd_backend_rma_t *r) {
   cuda_launch_t *ctx = ctx_of(l);
+  const brd_exec_args_t *a = r->a;
   const brd_exec_cuda_plan_t *dp;
   brd_exec_cuda_chan_t chans[1];
   uint32_t nch = brd_ir_plan_rank(a->plan, a->rank)->nchans;
   (void)comm;
-  if (ctx->capturing) {
-    WARN("%s : the stream is being captured into a CUDA graph; braid %s runs one-sided "
-         "calls outside captures only (a replay would repeat their signal counts)",
-         l->calls[0].fn, BRAID_VERSION);
-    return ncclInvalidUsage;
-  }
-  if (nch > 1) {
-    WARN("%s : rank %d: a one-sided plan with %u channels (1 expected)", l->calls[0].fn,
-         a->rank, nch);
+  if (nch != 1 || r->nsig == 0 || r->row + (size_t)rt->nranks > rt->rma_cells) {
+    WARN("%s : rank %d: a one-sided plan with %u channels, %llu signals at counter row "
+         "%zu of %zu (1 channel, 1 signal or more, a row inside the table expected)",
+         l->calls[0].fn, a->rank, nch, (unsigned long long)r->nsig, r->row, rt->rma_cells);
     return ncclInternalError;
   }
-  CHECK(dplan_get(rt, a->plan, 1, 0, &dp));
+  CHECK(dplan_get(rt, a->plan, 1, ctx->capturing, &dp));
   brd_exec_cuda_args_t ca;
   CHECK(cuda_args(rt, a, dp, 1, chans, &ca));
+  uint64_t span = r->nsig; /* copied into the launch */
   ca.status = rt->st_p2p;
+  ca.epoch = 0;
+  ca.chan_epoch = &span;
+  ca.chan_cursor_dev = rt->rma_cursor + (r->wait ? rt->rma_cells : 0) + r->row;
   ncclResult_t res = brd_exec_cuda_launch(&ca, ctx->stream);
   if (res != ncclSuccess && res != ncclInvalidArgument) rt->failed = res;
   return res;

@@ -392,9 +392,9 @@ static ncclResult_t host_begin(struct ncclComm *comm, struct brd_backend *b,
 /* One-sided runs complete here, on the caller's thread; the executor
  * WARNs a hang itself. */
 static ncclResult_t host_rma_run(struct ncclComm *comm, struct brd_backend *b,
-                                 brd_backend_launch_t *l, const brd_exec_args_t *a) {
+                                 brd_backend_launch_t *l, const brd_backend_rma_t *r) {
   (void)comm, (void)b, (void)l;
-  return brd_exec_host_run(a, NULL);
+  return brd_exec_host_run(r->a, NULL);
 }
 
 const brd_backend_ops_t brd_backend_host = {

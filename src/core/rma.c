@@ -26,14 +26,16 @@
  *     registration: across processes the window must be ncclMemAlloc
  *     memory, which the registration shares), then the signal stores the
  *     new count with release order, so a waiter that sees it (acquire)
- *     sees the data. The counts are kept here: signals sent per (peer,
- *     ctx, sig), consumed per (src, ctx, sig); a wait waits for consumed +
- *     opCnt, one launch per descriptor. BRAID_TIMEOUT bounds each wait
- *     (ncclRemoteError; host mode also names the peer, signal and counts)
- *     and the abort flag is honoured.
+ *     sees the data. A wait waits for consumed + opCnt, one launch per
+ *     descriptor. Who counts (signals sent per (peer, ctx, sig), consumed
+ *     per (src, ctx, sig)): in host mode this file, passing explicit
+ *     epochs; in CUDA mode the kernels, in device cursors the backend
+ *     keeps (backend.h brd_backend_rma_t), so the calls may be captured
+ *     into a CUDA graph and every replay signals and waits afresh.
+ *     BRAID_TIMEOUT bounds each wait (ncclRemoteError; host mode also
+ *     names the peer, signal and counts) and the abort flag is honoured.
  *   The calls are refused inside a group (they are not deferred to its
- *   end), and in CUDA mode while the stream is being captured (a replay
- *   would repeat the counts).
+ *   end).
  * Across hosts they check their arguments and return ncclInvalidUsage:
  * not implemented yet.
  */
@@ -406,7 +408,8 @@ static ncclResult_t rma_put(struct rma_comm *c, int peer, int ctx, int sig, cons
   brd_exec_args_t a;
   if (data) rma_args(c, *slot, &ch, &epoch, &in, count, dtype, bytes, &a);
   else rma_args(c, *slot, &ch, &epoch, NULL, 1, ncclUint8, 1, &a);
-  CHECK(brd_launch_rma(c->comm, &a, stream, fn));
+  brd_backend_rma_t r = {&a, sig_cell(c, ctx, sig, 0), 1, 0};
+  CHECK(brd_launch_rma(c->comm, &r, stream, fn));
   c->sent[cell] = epoch + 1;
   return ncclSuccess;
 }
@@ -514,7 +517,8 @@ ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs,
     ch.sems = (_Atomic uint64_t *)&c->sig[cell];
     brd_exec_args_t a;
     rma_args(c, c->wait[d->peer], &ch, &epoch, NULL, 1, ncclUint8, 1, &a);
-    ncclResult_t res = brd_launch_rma(comm, &a, stream, fn);
+    brd_backend_rma_t r = {&a, sig_cell(c, d->ctx, d->sigIdx, 0), (uint64_t)d->opCnt, 1};
+    ncclResult_t res = brd_launch_rma(comm, &r, stream, fn);
     if (res == ncclRemoteError && brd_backend_choose(comm)->rma_mem == BRD_TRANSPORT_MEM_HOST) {
       /* The counter is host memory: say what the wait saw, in the call's terms. */
       WARN("%s : rank %d waited %lld s for signal %d (context %d) from rank %d: "

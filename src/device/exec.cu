@@ -1188,8 +1188,8 @@ exec_kernel(const __grid_constant__ kargs_t a) {
       uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
       for (uint32_t ch = 0; ch < nch; ch++) {
         int peer = brd_ir_plan_chan(a.plan, a.rank, (int)ch)->peer;
-        s_chan_ep[ch] = brd_plan_epoch_at(*(volatile unsigned long long *)&a.chan_cursor[peer],
-                                      a.chan_epoch[ch]);
+        s_chan_ep[ch] = brd_plan_chan_epoch(
+            a.plan, *(volatile unsigned long long *)&a.chan_cursor[peer], a.chan_epoch[ch]);
       }
       v.chan_epoch = s_chan_ep;
     }
@@ -1263,7 +1263,7 @@ exec_kernel(const __grid_constant__ kargs_t a) {
         uint32_t nch = brd_ir_plan_rank(a.plan, a.rank)->nchans;
         for (uint32_t ch = 0; ch < nch; ch++)
           a.chan_cursor[brd_ir_plan_chan(a.plan, a.rank, (int)ch)->peer] =
-              s_chan_ep[ch] + a.chan_epoch[ch];
+              brd_plan_chan_next(a.plan, s_chan_ep[ch], a.chan_epoch[ch]);
       }
       __threadfence();
     }

@@ -157,7 +157,8 @@ typedef struct brd_exec_cuda_args {
    * graph): an array indexed by peer rank, one cursor per pair of ranks,
    * zero when allocated. With it, chan_epoch (host, inline) holds each
    * channel's span instead of its epoch; the kernel reserves the epoch from
-   * the peer's cursor (as brd_plan_epoch_reserve) and advances it, so every
+   * the peer's cursor (brd_plan_chan_epoch: as brd_plan_epoch_reserve, or
+   * for a one-sided plan a count of signals) and advances it, so every
    * replay gets fresh sequence numbers. Not with device_epoch or
    * chan_epoch_dev. Each cursor must be used by one status only. */
   uint64_t *chan_cursor_dev;

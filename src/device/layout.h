@@ -110,6 +110,28 @@ static inline BRD_IR_HD uint64_t brd_plan_epoch_at(uint64_t cursor, uint64_t spa
   return span > 0 && cursor + span >= next ? next : cursor;
 }
 
+/* A channel's epoch for a launch when its pair's next free sequence
+ * number is `cursor` and the launch uses `span` of them (the cursors the
+ * kernels keep on the device, exec_cuda.h chan_cursor_dev). Collective
+ * and point-to-point plans: brd_plan_epoch_at. A one-sided plan
+ * (BRD_IR_PLAN_F_ONE_SIDED) counts signals, not launches: its one SIGNAL
+ * or WAIT stands for `span` signals (1 to put or signal, a wait's count),
+ * so its epoch is the one of the last, cursor + span - 1, and there is no
+ * skip at multiples of 2^32 (it has no LL flags, and the peer's counter
+ * must move by exactly one per signal). span >= 1. */
+static inline BRD_IR_HD uint64_t brd_plan_chan_epoch(const brd_ir_plan_t *plan,
+                                                     uint64_t cursor, uint64_t span) {
+  if (plan->flags & BRD_IR_PLAN_F_ONE_SIDED) return cursor + span - 1;
+  return brd_plan_epoch_at(cursor, span);
+}
+
+/* The pair's cursor after a launch that got `epoch` from
+ * brd_plan_chan_epoch with the same span. */
+static inline BRD_IR_HD uint64_t brd_plan_chan_next(const brd_ir_plan_t *plan,
+                                                    uint64_t epoch, uint64_t span) {
+  return plan->flags & BRD_IR_PLAN_F_ONE_SIDED ? epoch + 1 : epoch + span;
+}
+
 /* Reserves `span` sequence numbers for one launch: returns the epoch to
  * pass to the executor and advances *cursor past the launch. The range
  * (epoch, epoch + span] never contains a multiple of 2^32, so 32-bit LL

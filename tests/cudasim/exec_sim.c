@@ -290,7 +290,8 @@ static void exec_kernel(void *p) {
   uint64_t chan_ep[BRD_EXEC_CUDA_INLINE_CHANS];
   if (a->chan_cursor != NULL)
     for (uint32_t c = 0; c < sk->nchans; c++)
-      chan_ep[c] = brd_plan_epoch_at(
+      chan_ep[c] = brd_plan_chan_epoch(
+          a->plan,
           __atomic_load_n(&a->chan_cursor[brd_ir_plan_chan(a->plan, a->rank, (int)c)->peer],
                           __ATOMIC_ACQUIRE),
           a->chan_epoch[c]);
@@ -457,7 +458,8 @@ static void exec_kernel(void *p) {
   if (a->chan_cursor != NULL)
     for (uint32_t c = 0; c < sk->nchans; c++)
       __atomic_store_n(&a->chan_cursor[brd_ir_plan_chan(a->plan, a->rank, (int)c)->peer],
-                       chan_ep[c] + a->chan_epoch[c], __ATOMIC_RELEASE);
+                       brd_plan_chan_next(a->plan, chan_ep[c], a->chan_epoch[c]),
+                       __ATOMIC_RELEASE);
 }
 
 /* copyout_kernel of exec.cu: the half of the last device-epoch launch. */
