@@ -85,9 +85,12 @@ static const struct {
     {"gstore", K_SWITCH_STORE, NULL},
     {"flush", K_FLUSH, NULL},
     {"pipeline", K_PIPELINE, NULL},
-    {"gstorepkt", K_REFUSE, "switch-channel stores of LL packets have no Braid op"},
-    {"sem_acquire", K_REFUSE, "device semaphores (sem_acquire/sem_release) have no Braid op"},
-    {"sem_release", K_REFUSE, "device semaphores (sem_acquire/sem_release) have no Braid op"},
+    {"sem_acquire", K_SEM_ACQUIRE, NULL},
+    {"sem_release", K_SEM_RELEASE, NULL},
+    {"gstorepkt", K_REFUSE,
+     "a switch-channel store of LL packets: Braid's switch ops move plain data only (MC_STORE "
+     "takes no LL refs, switch plans run the Simple protocol), so no op writes the packets' "
+     "flags that the readers wait for"},
 };
 
 /* signal or wait on each of the op's channels. */
@@ -484,18 +487,22 @@ static ncclResult_t one_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
   switch (kind) {
   case K_PIPELINE: return pipeline_op(c, t, op);
   case K_FLUSH: {
-    /* Completion of earlier port-channel puts at their source. A memory
-     * channel's stores are complete when issued: nothing to do. */
-    int type = MC_PORT;
-    if (brd_json_get(op, "channel_type") != NULL)
+    /* Completion of earlier puts at their source, so that it may be
+     * written again. A memory channel's stores are complete when issued;
+     * a port channel's PUT copies its source into the peer's mirror
+     * before it ends (the proxy ships the mirror, records in order), so
+     * the source is free already: nothing to do either way. */
+    if (brd_json_get(op, "channel_type") != NULL) {
+      int type;
       CHECK(brd_mscclpp_get_chan_type(c, op, "channel_type", &type));
-    if (type != MC_MEMORY)
-      return brd_mscclpp_fail(
-          c, ncclInvalidArgument,
-          "a port-channel flush (local completion of earlier puts): Braid's IR reserves "
-          "FLUSH but neither executor runs it yet");
+      if (type == 2)
+        return brd_mscclpp_fail(c, ncclInvalidArgument,
+                                "a flush on a switch channel (MSCCL++ flushes port channels)");
+    }
     return ncclSuccess;
   }
+  case K_SEM_ACQUIRE:
+  case K_SEM_RELEASE: return brd_mscclpp_sem_op(c, op, kind);
   case K_NOP:
     if (c->b != NULL) {
       brd_ir_op_t nop;
@@ -518,6 +525,8 @@ static ncclResult_t one_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
                               " thread blocks; Braid's barrier spans all %d blocks "
                               "of a rank (and every GPU must have that many)",
                               ntb, c->nblocks);
+    /* With device semaphores, barriers are ordered with theirs. */
+    if (c->has_sem) return brd_mscclpp_sem_op(c, op, K_BARRIER);
     if (c->b != NULL) {
       ncclResult_t res = brd_plan_op_barrier(c->b, c->gpu, c->blk);
       if (res != ncclSuccess) return brd_mscclpp_fail(c, res, "the plan builder refuses the op");
@@ -638,11 +647,14 @@ static ncclResult_t run_pass(mctx_t *c) {
                                 id, b);
       CHECK(brd_mscclpp_tb_read(c, tb, &t));
       CHECK(brd_mscclpp_get_arr(c, tb, "ops", &ops));
+      CHECK(brd_mscclpp_sem_head(c));
       for (size_t i = 0; i < ops->n; i++) {
         c->op = (int)i;
         CHECK(one_op(c, &t, &ops->kids[i]));
       }
     }
+    c->tb = c->op = c->inner = -1;
+    CHECK(brd_mscclpp_sem_tail(c, r));
   }
   c->gpu = c->tb = c->op = c->inner = -1;
   if (c->b == NULL) return ncclSuccess;
@@ -863,6 +875,7 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
    * included: each rank copies its input there first, always. */
   if (c.inplace && c.coll == BRD_IR_COLL_ALLGATHER) c.prologue = 1;
   CHECK_GOTO(run_pass(&c), res, out);
+  CHECK_GOTO(brd_mscclpp_sem_plan(&c), res, out);
   c.pass = 1;
   CHECK_GOTO(run_pass(&c), res, out);
   c.pass = 2;
@@ -912,6 +925,7 @@ out:
   free(c.wcount);
   free(c.wr);
   free(c.waited);
+  brd_mscclpp_sem_free(&c);
   brd_mscclpp_gpus_free(&c);
   return res;
 }

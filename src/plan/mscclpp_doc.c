@@ -136,6 +136,7 @@ void brd_mscclpp_gpus_free(mctx_t *c) {
     for (int t = 0; t < MC_NTYPES; t++) free(c->g[r].ch[t]);
     free(c->g[r].sw_buf);
     free(c->g[r].rbuf);
+    free(c->g[r].sem);
   }
   free(c->g);
   c->g = NULL;
@@ -155,6 +156,28 @@ ncclResult_t brd_mscclpp_gpu_read(mctx_t *c, int r) {
   CHECK(brd_mscclpp_get_int(c, g->js, "input_chunks", 1, 0, 0, 65535, &g->in_chunks));
   CHECK(brd_mscclpp_get_int(c, g->js, "output_chunks", 1, 0, 0, 65535, &g->out_chunks));
   CHECK(brd_mscclpp_get_int(c, g->js, "scratch_chunks", 1, 0, 0, 65535, &g->scratch_chunks));
+  /* Device semaphores (optional): {init_value} each, shared by the GPU's
+   * thread blocks (sem_acquire / sem_release, mscclpp_sem.c). */
+  const brd_json_t *sems = brd_json_get(g->js, "semaphores");
+  if (sems != NULL) {
+    CHECK(brd_mscclpp_get_arr(c, g->js, "semaphores", &sems));
+    if (sems->n > 65535)
+      return brd_mscclpp_fail(c, ncclInvalidArgument, "%zu semaphores (at most 65535)", sems->n);
+    if (sems->n > 0) {
+      g->sem = calloc(sems->n, sizeof(*g->sem));
+      if (g->sem == NULL) return brd_mscclpp_fail(c, ncclSystemError, "out of host memory");
+      g->nsem = (int)sems->n;
+      c->has_sem = 1;
+    }
+    for (size_t i = 0; i < sems->n; i++) {
+      if (sems->kids[i].type != BRD_JSON_OBJ)
+        return brd_mscclpp_fail(c, ncclInvalidArgument, "semaphores[%zu] is %s, expected an object",
+                                i, brd_mscclpp_jtype_names[sems->kids[i].type]);
+      CHECK(brd_mscclpp_get_int(c, &sems->kids[i], "init_value", 1, 0, 0, 65535, &v));
+      g->sem[i].init = (int)v;
+      g->sem[i].rel_tb = g->sem[i].acq_tb = -1;
+    }
+  }
   CHECK(brd_mscclpp_get_arr(c, g->js, "channels", &chans));
   /* Count first, then fill. */
   for (int pass = 0; pass < 2; pass++) {
