@@ -411,7 +411,18 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
           c, ncclInvalidArgument,
           "moves scratch to scratch only; Braid sizes chunks by their place in the "
           "user's buffer, so an op must name an input or output chunk");
+    /* A switch op on scratch only: the chunk its first source slot holds
+     * (the last write into it the passes saw), so that the op's element
+     * count is that chunk's. */
     chunk = 0;
+    for (size_t i = 0; i < srcs->n; i++) {
+      int64_t slot = s[i].index;
+      int owner = s[i].sw || s[i].ref.peer < 0 ? c->gpu : s[i].ref.peer;
+      if (s[i].io || s[i].staged || slot < 0 || slot >= c->slot_cap) continue;
+      int32_t ck = c->slot_ck[(size_t)owner * (size_t)c->slot_cap + (size_t)slot];
+      if (ck >= 0) chunk = ck;
+      break;
+    }
   }
   if (kind == K_PACKET && !c->ll)
     return brd_mscclpp_fail(c, ncclInvalidArgument, "an LL packet op in a plan of protocol Simple");
@@ -446,6 +457,19 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
     }
   }
   if (c->inplace && c->pass < 2 && !empty) inplace_note(c, s, srcs->n, d, dsts->n, size);
+  /* Which chunk each scratch slot it writes now holds (every member's,
+   * through the switch channel). */
+  for (size_t i = 0; i < dsts->n && !empty; i++) {
+    const mref_t *x = &d[i];
+    if (x->io || x->staged || (x->ref.buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SCRATCH) continue;
+    for (int q = 0; q < c->n; q++) {
+      int owner = x->sw ? q : x->ref.peer < 0 ? c->gpu : x->ref.peer;
+      if (!x->sw && q > 0) break;
+      for (int64_t k = 0; k < size && x->index + k < c->slot_cap; k++)
+        c->slot_ck[(size_t)owner * (size_t)c->slot_cap + (size_t)(x->index + k)] =
+            (int32_t)(chunk + k);
+    }
+  }
   if (sw) c->has_switch = 1;
   if (!sw && !empty) CHECK(scratch_credits(c, d, dsts->n));
   /* One op per block of the buffers it crosses (an op's input/output
@@ -805,6 +829,16 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     if ((int)tbs->n > c.nblocks) c.nblocks = (int)tbs->n;
   }
   for (int r = 0; r < c.n; r++) CHECK_GOTO(brd_mscclpp_gpu_read(&c, r), res, out);
+  /* In place, MSCCL++'s DSL may give output_chunks 0 (the output is the
+   * input's buffer): the output then has the chunks the collective
+   * implies. */
+  for (int r = 0; r < c.n && c.inplace; r++) {
+    mgpu_t *g = &c.g[r];
+    if (g->out_chunks != 0) continue;
+    g->out_chunks = c.coll == BRD_IR_COLL_ALLGATHER       ? g->in_chunks * c.n
+                    : c.coll == BRD_IR_COLL_REDUCESCATTER ? g->in_chunks / c.n
+                                                          : g->in_chunks;
+  }
   /* Chunks per segment: MSCCL++ cuts every buffer into chunks of one
    * size (the input over input_chunks); Braid's segments (a rank's block
    * of an all-gather's output, ...) are whole ones. */
@@ -864,6 +898,13 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     goto out;
   }
   c.cr = (uint32_t)(c.nchunks * c.R);
+  c.slot_cap = (c.nslots + c.nchunks) * c.R;
+  c.slot_ck = malloc((size_t)c.n * (size_t)c.slot_cap * sizeof(int32_t) + 1);
+  if (c.slot_ck == NULL) {
+    res = brd_mscclpp_fail(&c, ncclSystemError, "out of host memory");
+    goto out;
+  }
+  for (size_t i = 0; i < (size_t)c.n * (size_t)c.slot_cap; i++) c.slot_ck[i] = -1;
   c.wcount = calloc((size_t)c.n * (size_t)c.nb * (size_t)c.R, sizeof(uint32_t));
   if (c.wcount == NULL) {
     res = brd_mscclpp_fail(&c, ncclSystemError, "out of host memory");
@@ -923,6 +964,7 @@ fail_destroy:
   brd_plan_builder_destroy(c.b);
 out:
   free(c.wcount);
+  free(c.slot_ck);
   free(c.wr);
   free(c.waited);
   brd_mscclpp_sem_free(&c);

@@ -350,7 +350,11 @@ ncclResult_t brd_mscclpp_tb_read(mctx_t *c, const brd_json_t *tb, mtb_t *t) {
     for (size_t i = 0; i < chans->n; i++) {
       int type;
       CHECK(brd_mscclpp_get_chan_type(c, &chans->kids[i], "channel_type", &type));
-      if (brd_json_get(&chans->kids[i], "buff") != NULL)
+      /* A switch channel's buffer is the GPU channel's (MSCCL++'s executor
+       * reads a thread block's "buff" and keeps its switch channel ids as
+       * they are); memory and port channels bound to one buffer are an
+       * older form. */
+      if (type != 2 && brd_json_get(&chans->kids[i], "buff") != NULL)
         return brd_mscclpp_fail(
             c, ncclInvalidArgument,
             "channels[%zu] names a \"buff\" (channels bound to one buffer) that Braid "

@@ -152,6 +152,9 @@ typedef struct mctx {
                           * name the output (brd_mscclpp_ref_resolve) */
   int sw_stage;          /* switch refs to the user's buffer, staged in scratch */
   int64_t sw_base;       /* first slot of that staging */
+  int32_t *slot_ck;      /* owned, [n * slot_cap]: the chunk last written
+                          * into each scratch slot (-1: none seen) */
+  int64_t slot_cap;      /* slots per rank there (staging included) */
   int credit_sem;        /* semaphore of the slot-reuse credits */
   int32_t credit_k;      /* their sequence number in an iteration */
   brd_plan_builder_t *b; /* NULL in the dry pass */

@@ -20,7 +20,11 @@
  *     tests/data/mscclpp/oop_scratch.json) on 2 ranks: the LL
  *     packet all-reduce (its max_message_size set to 4096 in the copy),
  *     the switch-channel one (NCCL_NVLS_ENABLE=1; 8192..65536 bytes in its
- *     copy) and the Simple one run, in place, for the calls in their
+ *     copy), a switch-channel pipeline in the shape of MSCCL++'s
+ *     allreduce_pipeline.json (tests/data/mscclpp/ar_nvls_pipeline_sem.json:
+ *     3 thread blocks handing each iteration on with sem_acquire/
+ *     sem_release; 200000..262144 bytes) and the Simple one run, in
+ *     place, for the calls in their
  *     ranges, exactly, with INFO naming the file; out-of-place calls from
  *     64 bytes to 1 MiB run a hand-written out-of-place plan through
  *     scratch (oop_scratch.json), others the built-ins. Small buffers
@@ -125,6 +129,8 @@ static const call_t mcalls[] = {
     {ncclFloat32, ncclSum, 3001, 1, REF_AR},    /* 12004: the switch plan */
     {ncclFloat32, ncclSum, 16384, 1, REF_AR},   /* 65536: the switch plan */
     {ncclFloat32, ncclSum, 16385, 1, REF_AR},   /* 65540: the Simple plan */
+    {ncclFloat32, ncclSum, 50001, 1, REF_AR},   /* 200004: the switch pipeline */
+    {ncclInt32, ncclMax, 65536, 1, REF_AR},     /* 262144: the switch pipeline */
     {ncclFloat32, ncclSum, 7, 1, REF_AR},       /* 28: the packet plan again */
 };
 #define NMCALLS (sizeof(mcalls) / sizeof(mcalls[0]))
@@ -499,16 +505,22 @@ static void check_mscclpp_log(const char *log) {
   const char *dev = getenv("BRAID_DEVICE");
   int host = dev != NULL && strcmp(dev, "host") == 0;
   int nvls_off = count_of(log, "a0_nvls.json: it has switch channels and NVLS is off");
-  check(count_of(log, "a0_nvls.json (MSCCL++ plan, allreduce") == 2,
-        "the switch-channel MSCCL++ plan was not loaded on both ranks");
+  check(count_of(log, "a0_nvls.json (MSCCL++ plan, allreduce") == 2 &&
+            count_of(log, "a1_nvls_sem.json (MSCCL++ plan, allreduce") == 2,
+        "the switch-channel MSCCL++ plans were not loaded on both ranks");
   printf("mscclpp: the switch-channel plan %s\n",
          host || nvls_off == 0 ? "ran (NVLS on)" : "was skipped (NVLS off in CUDA mode here)");
   if (host || nvls_off == 0) {
     check(runs(log, "a0_nvls.json", 12004, "in place") == 2 &&
               runs(log, "a0_nvls.json", 65536, "in place") == 2,
           "the switch-channel plan did not run (once per rank) for 12004 and 65536 bytes");
+    check(runs(log, "a1_nvls_sem.json", 200004, "in place") == 2 &&
+              runs(log, "a1_nvls_sem.json", 262144, "in place") == 2,
+          "the switch-channel pipeline with semaphores did not run (once per rank) for 200004 "
+          "and 262144 bytes");
   } else {
-    check(nvls_off == 2 && runs(log, "b_allreduce.json", 12004, "in place") == 2,
+    check(nvls_off == 2 && runs(log, "b_allreduce.json", 12004, "in place") == 2 &&
+              runs(log, "b_allreduce.json", 200004, "in place") == 2,
           "NVLS off: the switch-channel plan was not skipped on both ranks, or the Simple "
           "plan did not run in its place");
   }
@@ -751,6 +763,7 @@ int main(int argc, char **argv) {
       if (q != NULL) bad |= spit(p, nt);
       free(nt);
     }
+    bad |= copy_plan("ar_nvls_pipeline_sem.json", mlib, "a1_nvls_sem.json", NULL, NULL);
     bad |= copy_plan("allreduce_packet.json", mlib, "c_gstorepkt.json", "\"name\": \"upkt\"",
                      "\"name\": \"gstorepkt\"");
     bad |= copy_plan("oop_scratch.json", mlib, "e_oop.json", NULL, NULL);

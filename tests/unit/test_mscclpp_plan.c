@@ -50,8 +50,12 @@
  *     a missing sem_release, two acquirers, an unknown semaphore, a
  *     negative init_value refused naming the op; a release moved before
  *     the signal and wait translates and the verifier finds the race at
- *     the reduction. A port-channel flush (ag_port_flush) is no op and
- *     the plan verifies.
+ *     the reduction. ar_nvls_pipeline_sem (MSCCL++'s own
+ *     allreduce_pipeline.json on 2 ranks: switch channel, output_chunks
+ *     0 in place, 32 credits): barriers, and each iteration's MC_REDUCE
+ *     on the chunk its scratch slot holds; verifies in place on 3 blocks
+ *     and folded. A port-channel flush (ag_port_flush) is no op and the
+ *     plan verifies.
  *   - Allocation failures while translating (the pipeline, the in-place
  *     all-gather, the semaphore pipeline, each sample where present)
  *     unwind without leaks and return ncclSystemError.
@@ -1043,6 +1047,40 @@ static void test_semaphores(void **state) {
   assert_int_equal(brd_ir_plan_ops(p, 0, 1)[rep.op].code, RD);
   brd_plan_destroy(p);
   free(t);
+
+  /* ar_nvls_pipeline_sem.json, MSCCL++'s allreduce_pipeline.json on 2
+   * ranks (in place, output_chunks 0 as its DSL writes, a thread block's
+   * switch channel given a "buff"): 4 iterations, so Braid's chunks are
+   * quarters; block 1 of rank r reduces slot (chunk) 4r + it through the
+   * switch channel in iteration it, the chunk its slot holds (thread
+   * block 0 copied input chunk 4r + it there). Semaphore 2 starts with 32
+   * credits, more than the iterations: block 0 never waits for it. Each
+   * block: the input copy's barrier, then the pairs of semaphores 0 and 1
+   * of 4 iterations (8 barriers). */
+  p = load("ar_nvls_pipeline_sem.json", 0, &meta);
+  assert_int_equal(meta.min_bytes, 200000);
+  assert_int_equal(meta.max_bytes, 262144);
+  assert_int_equal(p->nchunks, 8);
+  for (int r = 0; r < 2; r++) {
+    for (int b = 0; b < 3; b++) assert_int_equal(count_ops(p, r, b, B), 9);
+    assert_int_equal(count_ops(p, r, 1, BRD_IR_OP_MC_REDUCE), 4);
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 1);
+    int it = 0;
+    for (uint32_t i = 0; i < brd_ir_plan_block(p, r, 1)->nops; i++) {
+      if (op[i].code != BRD_IR_OP_MC_REDUCE) continue;
+      assert_int_equal(op[i].chunk, 4 * r + it);
+      assert_int_equal(op[i].nchunks, 1);
+      assert_int_equal(op[i].ref[0].buf, BRD_IR_BUF_SCRATCH);
+      assert_int_equal(op[i].ref[0].index, 4 * r + it);
+      assert_int_equal(brd_ir_plan_chan(p, r, op[i].ref[0].chan)->type, BRD_IR_CHAN_SWITCH);
+      it++;
+    }
+  }
+  verify_as(p, 1);
+  brd_plan_destroy(p);
+  p = load("ar_nvls_pipeline_sem.json", 2, NULL);
+  verify_as(p, 1);
+  brd_plan_destroy(p);
 
   /* ag_port_flush.json: port channels, a flush after the put, which
    * becomes nothing (the put has read its source when it ends). */

@@ -43,6 +43,20 @@ JSON that MSCCL++'s DSL emits and its executor runs) for Braid's tests:
                        and waits (first channel), sem_release 2, which
                        thread block 0 acquires (init_value 2: credits, so
                        thread block 0 may run two releases ahead).
+  ar_nvls_pipeline_sem.json
+                       2-rank all-reduce, in place, shaped as MSCCL++'s own
+                       test/execution-files/allreduce_pipeline.json (its
+                       switch channel's buffer given as "buffer_type", which
+                       MSCCL++'s executor reads): 3 thread blocks, each a
+                       pipeline (unit_size 32768, num_chunks 1; 4 iterations
+                       at its max_message_size of 262144 bytes; from
+                       200000): thread block 0 copies the input into
+                       scratch, signals and waits, sem_release 0; thread
+                       block 1 sem_acquire 0, glres of its chunk through
+                       the switch channel, sem_release 1; thread block 2
+                       sem_acquire 1, signals and waits, copies scratch
+                       into the buffer, sem_release 2, which thread block 0
+                       acquires (init_value 32).
   ag_port_flush.json   3-rank all-gather, out of place, over port channels:
                        a handshake, a copy into the rank's own block, a put
                        into every peer's output, a flush, a signal and wait;
@@ -254,6 +268,44 @@ def ar_pipeline_sem():
     return plan("allreduce_pipeline_sem", "allreduce", False, gs, lo=393220, hi=786432)
 
 
+def ar_nvls_pipeline_sem(n=2):
+    def piped(ops):
+        return [{"name": "pipeline", "iter_context": {"unit_size": 32768, "num_chunks": 1},
+                 "ops": ops}]
+    nop = {"name": "nop"}
+    mine = list(range(n - 1))
+    gs = []
+    for r in range(n):
+        others = [p for p in range(n) if p != r]
+        t0 = ([sem("sem_acquire", [2]), nop] +
+              [data("copy", [ref("i", k, 1)], [ref("s", k, 1)]) for k in range(n)] +
+              [nop, sync("signal", mine), sync("wait", mine), nop, sem("sem_release", [0])])
+        sw = {"switch_channel_id": 0, "index": r, "size": 1}
+        t1 = [sem("sem_acquire", [0]), nop,
+              {"name": "glres", "channel_ids": [0], "src_buff": [sw], "dst_buff": [dict(sw)],
+               "channel_type": "switch"},
+              nop, sem("sem_release", [1])]
+        t2 = ([sem("sem_acquire", [1]), nop, sync("signal", mine), sync("wait", mine), nop] +
+              [data("copy", [ref("s", k, 1)], [ref("i", k, 1)]) for k in range(n)] +
+              [nop, sem("sem_release", [2])])
+        tbs = [{"id": 0, "ops": piped(t0),
+                "channels": [{"channel_type": "memory", "channel_ids": mine}]},
+               {"id": 1, "ops": piped(t1),
+                "channels": [{"buff": "s", "channel_type": "switch", "channel_ids": [0]}]},
+               {"id": 2, "ops": piped(t2),
+                "channels": [{"channel_type": "memory",
+                              "channel_ids": [n - 1 + k for k in mine]}]}]
+        gs.append({"id": r, "input_chunks": n, "output_chunks": 0, "scratch_chunks": n,
+                   "channels": [{"buffer_type": "s", "channel_type": "switch",
+                                 "rank_groups": [{"size": n, "ranks": list(range(n))}]},
+                                {"channel_type": "memory", "connected_to": others + others}],
+                   "remote_buffers": [], "threadblocks": tbs,
+                   "semaphores": [{"init_value": v} for v in (0, 0, 32)]})
+    d = plan("allreduce_nvls_pipeline", "allreduce", True, gs, lo=200000, hi=262144)
+    d["reuse_resources"] = True
+    return d
+
+
 def ag_port_flush():
     c = 2
     gs = []
@@ -270,6 +322,7 @@ def ag_port_flush():
 
 
 for fname, doc in [("ar_pipeline_sem.json", ar_pipeline_sem()),
+                   ("ar_nvls_pipeline_sem.json", ar_nvls_pipeline_sem()),
                    ("ag_port_flush.json", ag_port_flush()),
 ("ag_put.json", ag_put()), ("ag_get_inplace.json", ag_get_inplace()),
                    ("rs_scratch.json", rs(False)), ("rs_inplace.json", rs(True)),
