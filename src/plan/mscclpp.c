@@ -35,7 +35,8 @@
  * becomes semaphore m of Braid's channel r -> p (port channels follow the
  * memory ones). The k-th signal on a channel stores k, the k-th wait waits
  * for k. LL packets all carry flag 1 of the iteration (MSCCL++ uses one
- * flag per launch).
+ * flag per launch). Device semaphores (sem_acquire/sem_release, shared by
+ * a GPU's thread blocks) become barriers of the rank: mscclpp_sem.c.
  *
  * Translation runs three times over the document: a dry pass counts
  * sequence numbers, semaphores and (in place) writes and checks
@@ -316,6 +317,45 @@ static ncclResult_t scratch_credits(mctx_t *c, const mref_t *d, size_t ndst) {
   return ncclSuccess;
 }
 
+/* A switch op on scratch only moves the chunk its first source slot holds
+ * (the last write into it the passes saw), so that its element count is
+ * that chunk's; 0 where none was seen. */
+static int64_t slot_chunk(const mctx_t *c, const mref_t *s, size_t nsrc) {
+  for (size_t i = 0; i < nsrc; i++) {
+    int64_t slot = s[i].index;
+    int owner = s[i].sw || s[i].ref.peer < 0 ? c->gpu : s[i].ref.peer;
+    if (s[i].io || s[i].staged || slot < 0 || slot >= c->slot_cap) continue;
+    int32_t ck = c->slot_ck[(size_t)owner * (size_t)c->slot_cap + (size_t)slot];
+    return ck >= 0 ? ck : 0;
+  }
+  return 0;
+}
+
+/* Notes which chunk each scratch slot an op writes now holds (every
+ * member's, through the switch channel): chunk + k in slot index + k. */
+static void slot_chunk_note(mctx_t *c, const mref_t *d, size_t ndst, int64_t chunk,
+                            int64_t size) {
+  for (size_t i = 0; i < ndst; i++) {
+    const mref_t *x = &d[i];
+    if (x->io || x->staged || (x->ref.buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SCRATCH) continue;
+    for (int q = 0; q < (x->sw ? c->n : 1); q++) {
+      int owner = x->sw ? q : x->ref.peer < 0 ? c->gpu : x->ref.peer;
+      for (int64_t k = 0; k < size && x->index + k < c->slot_cap; k++)
+        c->slot_ck[(size_t)owner * (size_t)c->slot_cap + (size_t)(x->index + k)] =
+            (int32_t)(chunk + k);
+    }
+  }
+}
+
+/* c->slot_ck, every slot unwritten (its staging slots included). */
+static ncclResult_t slot_chunks_alloc(mctx_t *c) {
+  c->slot_cap = (c->nslots + c->nchunks) * c->R;
+  c->slot_ck = malloc((size_t)c->n * (size_t)c->slot_cap * sizeof(int32_t) + 1);
+  if (c->slot_ck == NULL) return brd_mscclpp_fail(c, ncclSystemError, "out of host memory");
+  for (size_t i = 0; i < (size_t)c->n * (size_t)c->slot_cap; i++) c->slot_ck[i] = -1;
+  return ncclSuccess;
+}
+
 static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int kind) {
   int ctype = -1;
   if (brd_json_get(op, "channel_type") != NULL)
@@ -411,18 +451,7 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
           c, ncclInvalidArgument,
           "moves scratch to scratch only; Braid sizes chunks by their place in the "
           "user's buffer, so an op must name an input or output chunk");
-    /* A switch op on scratch only: the chunk its first source slot holds
-     * (the last write into it the passes saw), so that the op's element
-     * count is that chunk's. */
-    chunk = 0;
-    for (size_t i = 0; i < srcs->n; i++) {
-      int64_t slot = s[i].index;
-      int owner = s[i].sw || s[i].ref.peer < 0 ? c->gpu : s[i].ref.peer;
-      if (s[i].io || s[i].staged || slot < 0 || slot >= c->slot_cap) continue;
-      int32_t ck = c->slot_ck[(size_t)owner * (size_t)c->slot_cap + (size_t)slot];
-      if (ck >= 0) chunk = ck;
-      break;
-    }
+    chunk = slot_chunk(c, s, srcs->n);
   }
   if (kind == K_PACKET && !c->ll)
     return brd_mscclpp_fail(c, ncclInvalidArgument, "an LL packet op in a plan of protocol Simple");
@@ -457,19 +486,7 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
     }
   }
   if (c->inplace && c->pass < 2 && !empty) inplace_note(c, s, srcs->n, d, dsts->n, size);
-  /* Which chunk each scratch slot it writes now holds (every member's,
-   * through the switch channel). */
-  for (size_t i = 0; i < dsts->n && !empty; i++) {
-    const mref_t *x = &d[i];
-    if (x->io || x->staged || (x->ref.buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SCRATCH) continue;
-    for (int q = 0; q < c->n; q++) {
-      int owner = x->sw ? q : x->ref.peer < 0 ? c->gpu : x->ref.peer;
-      if (!x->sw && q > 0) break;
-      for (int64_t k = 0; k < size && x->index + k < c->slot_cap; k++)
-        c->slot_ck[(size_t)owner * (size_t)c->slot_cap + (size_t)(x->index + k)] =
-            (int32_t)(chunk + k);
-    }
-  }
+  if (!empty) slot_chunk_note(c, d, dsts->n, chunk, size);
   if (sw) c->has_switch = 1;
   if (!sw && !empty) CHECK(scratch_credits(c, d, dsts->n));
   /* One op per block of the buffers it crosses (an op's input/output
@@ -714,14 +731,6 @@ static ncclResult_t run_pass(mctx_t *c) {
 }
 
 /* See mscclpp.h. */
-int brd_plan_mscclpp_detect(const brd_json_t *root) {
-  const brd_json_t *g = brd_json_get(root, "gpus");
-  return g != NULL && g->type == BRD_JSON_ARR && brd_json_get(root, "format") == NULL &&
-         (brd_json_get(root, "collective") != NULL ||
-          brd_json_get(root, "num_threads_per_block") != NULL);
-}
-
-/* See mscclpp.h. */
 ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name, int max_blocks,
                                         brd_ir_plan_t **plan_out, brd_plan_json_meta_t *meta_out,
                                         char *err, size_t errlen) {
@@ -829,16 +838,6 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     if ((int)tbs->n > c.nblocks) c.nblocks = (int)tbs->n;
   }
   for (int r = 0; r < c.n; r++) CHECK_GOTO(brd_mscclpp_gpu_read(&c, r), res, out);
-  /* In place, MSCCL++'s DSL may give output_chunks 0 (the output is the
-   * input's buffer): the output then has the chunks the collective
-   * implies. */
-  for (int r = 0; r < c.n && c.inplace; r++) {
-    mgpu_t *g = &c.g[r];
-    if (g->out_chunks != 0) continue;
-    g->out_chunks = c.coll == BRD_IR_COLL_ALLGATHER       ? g->in_chunks * c.n
-                    : c.coll == BRD_IR_COLL_REDUCESCATTER ? g->in_chunks / c.n
-                                                          : g->in_chunks;
-  }
   /* Chunks per segment: MSCCL++ cuts every buffer into chunks of one
    * size (the input over input_chunks); Braid's segments (a rank's block
    * of an all-gather's output, ...) are whole ones. */
@@ -898,13 +897,7 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     goto out;
   }
   c.cr = (uint32_t)(c.nchunks * c.R);
-  c.slot_cap = (c.nslots + c.nchunks) * c.R;
-  c.slot_ck = malloc((size_t)c.n * (size_t)c.slot_cap * sizeof(int32_t) + 1);
-  if (c.slot_ck == NULL) {
-    res = brd_mscclpp_fail(&c, ncclSystemError, "out of host memory");
-    goto out;
-  }
-  for (size_t i = 0; i < (size_t)c.n * (size_t)c.slot_cap; i++) c.slot_ck[i] = -1;
+  CHECK_GOTO(slot_chunks_alloc(&c), res, out);
   c.wcount = calloc((size_t)c.n * (size_t)c.nb * (size_t)c.R, sizeof(uint32_t));
   if (c.wcount == NULL) {
     res = brd_mscclpp_fail(&c, ncclSystemError, "out of host memory");
@@ -969,34 +962,5 @@ out:
   free(c.waited);
   brd_mscclpp_sem_free(&c);
   brd_mscclpp_gpus_free(&c);
-  return res;
-}
-
-/* See mscclpp.h. */
-ncclResult_t brd_plan_mscclpp_read(const char *path, int max_blocks, int *is_mscclpp_out,
-                                   brd_ir_plan_t **plan_out, brd_plan_json_meta_t *meta_out,
-                                   char *err, size_t errlen) {
-  char *text = NULL;
-  size_t len = 0;
-  brd_json_t *root = NULL;
-  ncclResult_t res = brd_plan_json_text_read(path, &text, &len, err, errlen);
-  if (res != ncclSuccess) {
-    *is_mscclpp_out = 1;
-    return res;
-  }
-  res = brd_json_parse(text, len, path, &root, err, errlen);
-  free(text);
-  if (res != ncclSuccess) {
-    *is_mscclpp_out = 1;
-    return res;
-  }
-  if (!brd_plan_mscclpp_detect(root)) {
-    *is_mscclpp_out = 0;
-    brd_json_free(root);
-    return ncclSuccess;
-  }
-  *is_mscclpp_out = 1;
-  res = brd_plan_mscclpp_translate(root, path, max_blocks, plan_out, meta_out, err, errlen);
-  brd_json_free(root);
   return res;
 }
