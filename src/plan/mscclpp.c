@@ -35,7 +35,8 @@
  * becomes semaphore m of Braid's channel r -> p (port channels follow the
  * memory ones). The k-th signal on a channel stores k, the k-th wait waits
  * for k. LL packets all carry flag 1 of the iteration (MSCCL++ uses one
- * flag per launch).
+ * flag per launch). Device semaphores (sem_acquire/sem_release, shared by
+ * a GPU's thread blocks) become barriers of the rank: mscclpp_sem.c.
  *
  * Translation runs three times over the document: a dry pass counts
  * sequence numbers, semaphores and (in place) writes and checks
@@ -85,9 +86,12 @@ static const struct {
     {"gstore", K_SWITCH_STORE, NULL},
     {"flush", K_FLUSH, NULL},
     {"pipeline", K_PIPELINE, NULL},
-    {"gstorepkt", K_REFUSE, "switch-channel stores of LL packets have no Braid op"},
-    {"sem_acquire", K_REFUSE, "device semaphores (sem_acquire/sem_release) have no Braid op"},
-    {"sem_release", K_REFUSE, "device semaphores (sem_acquire/sem_release) have no Braid op"},
+    {"sem_acquire", K_SEM_ACQUIRE, NULL},
+    {"sem_release", K_SEM_RELEASE, NULL},
+    {"gstorepkt", K_REFUSE,
+     "a switch-channel store of LL packets: Braid's switch ops move plain data only (MC_STORE "
+     "takes no LL refs, switch plans run the Simple protocol), so no op writes the packets' "
+     "flags that the readers wait for"},
 };
 
 /* signal or wait on each of the op's channels. */
@@ -313,6 +317,45 @@ static ncclResult_t scratch_credits(mctx_t *c, const mref_t *d, size_t ndst) {
   return ncclSuccess;
 }
 
+/* A switch op on scratch only moves the chunk its first source slot holds
+ * (the last write into it the passes saw), so that its element count is
+ * that chunk's; 0 where none was seen. */
+static int64_t slot_chunk(const mctx_t *c, const mref_t *s, size_t nsrc) {
+  for (size_t i = 0; i < nsrc; i++) {
+    int64_t slot = s[i].index;
+    int owner = s[i].sw || s[i].ref.peer < 0 ? c->gpu : s[i].ref.peer;
+    if (s[i].io || s[i].staged || slot < 0 || slot >= c->slot_cap) continue;
+    int32_t ck = c->slot_ck[(size_t)owner * (size_t)c->slot_cap + (size_t)slot];
+    return ck >= 0 ? ck : 0;
+  }
+  return 0;
+}
+
+/* Notes which chunk each scratch slot an op writes now holds (every
+ * member's, through the switch channel): chunk + k in slot index + k. */
+static void slot_chunk_note(mctx_t *c, const mref_t *d, size_t ndst, int64_t chunk,
+                            int64_t size) {
+  for (size_t i = 0; i < ndst; i++) {
+    const mref_t *x = &d[i];
+    if (x->io || x->staged || (x->ref.buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SCRATCH) continue;
+    for (int q = 0; q < (x->sw ? c->n : 1); q++) {
+      int owner = x->sw ? q : x->ref.peer < 0 ? c->gpu : x->ref.peer;
+      for (int64_t k = 0; k < size && x->index + k < c->slot_cap; k++)
+        c->slot_ck[(size_t)owner * (size_t)c->slot_cap + (size_t)(x->index + k)] =
+            (int32_t)(chunk + k);
+    }
+  }
+}
+
+/* c->slot_ck, every slot unwritten (its staging slots included). */
+static ncclResult_t slot_chunks_alloc(mctx_t *c) {
+  c->slot_cap = (c->nslots + c->nchunks) * c->R;
+  c->slot_ck = malloc((size_t)c->n * (size_t)c->slot_cap * sizeof(int32_t) + 1);
+  if (c->slot_ck == NULL) return brd_mscclpp_fail(c, ncclSystemError, "out of host memory");
+  for (size_t i = 0; i < (size_t)c->n * (size_t)c->slot_cap; i++) c->slot_ck[i] = -1;
+  return ncclSuccess;
+}
+
 static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int kind) {
   int ctype = -1;
   if (brd_json_get(op, "channel_type") != NULL)
@@ -408,7 +451,7 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
           c, ncclInvalidArgument,
           "moves scratch to scratch only; Braid sizes chunks by their place in the "
           "user's buffer, so an op must name an input or output chunk");
-    chunk = 0;
+    chunk = slot_chunk(c, s, srcs->n);
   }
   if (kind == K_PACKET && !c->ll)
     return brd_mscclpp_fail(c, ncclInvalidArgument, "an LL packet op in a plan of protocol Simple");
@@ -443,6 +486,7 @@ static ncclResult_t data_op(mctx_t *c, const mtb_t *t, const brd_json_t *op, int
     }
   }
   if (c->inplace && c->pass < 2 && !empty) inplace_note(c, s, srcs->n, d, dsts->n, size);
+  if (!empty) slot_chunk_note(c, d, dsts->n, chunk, size);
   if (sw) c->has_switch = 1;
   if (!sw && !empty) CHECK(scratch_credits(c, d, dsts->n));
   /* One op per block of the buffers it crosses (an op's input/output
@@ -484,18 +528,22 @@ static ncclResult_t one_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
   switch (kind) {
   case K_PIPELINE: return pipeline_op(c, t, op);
   case K_FLUSH: {
-    /* Completion of earlier port-channel puts at their source. A memory
-     * channel's stores are complete when issued: nothing to do. */
-    int type = MC_PORT;
-    if (brd_json_get(op, "channel_type") != NULL)
+    /* Completion of earlier puts at their source, so that it may be
+     * written again. A memory channel's stores are complete when issued;
+     * a port channel's PUT copies its source into the peer's mirror
+     * before it ends (the proxy ships the mirror, records in order), so
+     * the source is free already: nothing to do either way. */
+    if (brd_json_get(op, "channel_type") != NULL) {
+      int type;
       CHECK(brd_mscclpp_get_chan_type(c, op, "channel_type", &type));
-    if (type != MC_MEMORY)
-      return brd_mscclpp_fail(
-          c, ncclInvalidArgument,
-          "a port-channel flush (local completion of earlier puts): Braid's IR reserves "
-          "FLUSH but neither executor runs it yet");
+      if (type == 2)
+        return brd_mscclpp_fail(c, ncclInvalidArgument,
+                                "a flush on a switch channel (MSCCL++ flushes port channels)");
+    }
     return ncclSuccess;
   }
+  case K_SEM_ACQUIRE:
+  case K_SEM_RELEASE: return brd_mscclpp_sem_op(c, op, kind);
   case K_NOP:
     if (c->b != NULL) {
       brd_ir_op_t nop;
@@ -518,6 +566,8 @@ static ncclResult_t one_op(mctx_t *c, const mtb_t *t, const brd_json_t *op) {
                               " thread blocks; Braid's barrier spans all %d blocks "
                               "of a rank (and every GPU must have that many)",
                               ntb, c->nblocks);
+    /* With device semaphores, barriers are ordered with theirs. */
+    if (c->has_sem) return brd_mscclpp_sem_op(c, op, K_BARRIER);
     if (c->b != NULL) {
       ncclResult_t res = brd_plan_op_barrier(c->b, c->gpu, c->blk);
       if (res != ncclSuccess) return brd_mscclpp_fail(c, res, "the plan builder refuses the op");
@@ -638,11 +688,14 @@ static ncclResult_t run_pass(mctx_t *c) {
                                 id, b);
       CHECK(brd_mscclpp_tb_read(c, tb, &t));
       CHECK(brd_mscclpp_get_arr(c, tb, "ops", &ops));
+      CHECK(brd_mscclpp_sem_head(c));
       for (size_t i = 0; i < ops->n; i++) {
         c->op = (int)i;
         CHECK(one_op(c, &t, &ops->kids[i]));
       }
     }
+    c->tb = c->op = c->inner = -1;
+    CHECK(brd_mscclpp_sem_tail(c, r));
   }
   c->gpu = c->tb = c->op = c->inner = -1;
   if (c->b == NULL) return ncclSuccess;
@@ -675,14 +728,6 @@ static ncclResult_t run_pass(mctx_t *c) {
     if (res != ncclSuccess) return brd_mscclpp_fail(c, res, "the plan builder refuses the credits");
   }
   return ncclSuccess;
-}
-
-/* See mscclpp.h. */
-int brd_plan_mscclpp_detect(const brd_json_t *root) {
-  const brd_json_t *g = brd_json_get(root, "gpus");
-  return g != NULL && g->type == BRD_JSON_ARR && brd_json_get(root, "format") == NULL &&
-         (brd_json_get(root, "collective") != NULL ||
-          brd_json_get(root, "num_threads_per_block") != NULL);
 }
 
 /* See mscclpp.h. */
@@ -852,6 +897,7 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
     goto out;
   }
   c.cr = (uint32_t)(c.nchunks * c.R);
+  CHECK_GOTO(slot_chunks_alloc(&c), res, out);
   c.wcount = calloc((size_t)c.n * (size_t)c.nb * (size_t)c.R, sizeof(uint32_t));
   if (c.wcount == NULL) {
     res = brd_mscclpp_fail(&c, ncclSystemError, "out of host memory");
@@ -863,6 +909,7 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
    * included: each rank copies its input there first, always. */
   if (c.inplace && c.coll == BRD_IR_COLL_ALLGATHER) c.prologue = 1;
   CHECK_GOTO(run_pass(&c), res, out);
+  CHECK_GOTO(brd_mscclpp_sem_plan(&c), res, out);
   c.pass = 1;
   CHECK_GOTO(run_pass(&c), res, out);
   c.pass = 2;
@@ -910,37 +957,10 @@ fail_destroy:
   brd_plan_builder_destroy(c.b);
 out:
   free(c.wcount);
+  free(c.slot_ck);
   free(c.wr);
   free(c.waited);
+  brd_mscclpp_sem_free(&c);
   brd_mscclpp_gpus_free(&c);
-  return res;
-}
-
-/* See mscclpp.h. */
-ncclResult_t brd_plan_mscclpp_read(const char *path, int max_blocks, int *is_mscclpp_out,
-                                   brd_ir_plan_t **plan_out, brd_plan_json_meta_t *meta_out,
-                                   char *err, size_t errlen) {
-  char *text = NULL;
-  size_t len = 0;
-  brd_json_t *root = NULL;
-  ncclResult_t res = brd_plan_json_text_read(path, &text, &len, err, errlen);
-  if (res != ncclSuccess) {
-    *is_mscclpp_out = 1;
-    return res;
-  }
-  res = brd_json_parse(text, len, path, &root, err, errlen);
-  free(text);
-  if (res != ncclSuccess) {
-    *is_mscclpp_out = 1;
-    return res;
-  }
-  if (!brd_plan_mscclpp_detect(root)) {
-    *is_mscclpp_out = 0;
-    brd_json_free(root);
-    return ncclSuccess;
-  }
-  *is_mscclpp_out = 1;
-  res = brd_plan_mscclpp_translate(root, path, max_blocks, plan_out, meta_out, err, errlen);
-  brd_json_free(root);
   return res;
 }

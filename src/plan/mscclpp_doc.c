@@ -2,8 +2,9 @@
  * MSCCL++ execution plans: reading the document (see mscclpp.c for what it
  * holds and how it is translated): its fields with messages that name
  * them, each GPU's channels and remote buffers, a thread block's lists,
- * buffer refs in Braid's units, and how finely pipelines and thread-block
- * groups cut chunks.
+ * buffer refs in Braid's units, how finely pipelines and thread-block
+ * groups cut chunks; and the entry points that recognise a document and
+ * read one from a file (mscclpp.h).
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "base/check.h"
+#include "plan/mscclpp.h"
 #include "plan/mscclpp_int.h"
 
 /* See mscclpp_int.h. */
@@ -136,6 +138,7 @@ void brd_mscclpp_gpus_free(mctx_t *c) {
     for (int t = 0; t < MC_NTYPES; t++) free(c->g[r].ch[t]);
     free(c->g[r].sw_buf);
     free(c->g[r].rbuf);
+    free(c->g[r].sem);
   }
   free(c->g);
   c->g = NULL;
@@ -155,6 +158,35 @@ ncclResult_t brd_mscclpp_gpu_read(mctx_t *c, int r) {
   CHECK(brd_mscclpp_get_int(c, g->js, "input_chunks", 1, 0, 0, 65535, &g->in_chunks));
   CHECK(brd_mscclpp_get_int(c, g->js, "output_chunks", 1, 0, 0, 65535, &g->out_chunks));
   CHECK(brd_mscclpp_get_int(c, g->js, "scratch_chunks", 1, 0, 0, 65535, &g->scratch_chunks));
+  /* In place, MSCCL++'s DSL may give output_chunks 0 (the output is the
+   * input's buffer): the output then has the chunks the collective
+   * implies. */
+  if (c->inplace && g->out_chunks == 0)
+    g->out_chunks = c->coll == BRD_IR_COLL_ALLGATHER       ? g->in_chunks * c->n
+                    : c->coll == BRD_IR_COLL_REDUCESCATTER ? g->in_chunks / c->n
+                                                           : g->in_chunks;
+  /* Device semaphores (optional): {init_value} each, shared by the GPU's
+   * thread blocks (sem_acquire / sem_release, mscclpp_sem.c). */
+  const brd_json_t *sems = brd_json_get(g->js, "semaphores");
+  if (sems != NULL) {
+    CHECK(brd_mscclpp_get_arr(c, g->js, "semaphores", &sems));
+    if (sems->n > 65535)
+      return brd_mscclpp_fail(c, ncclInvalidArgument, "%zu semaphores (at most 65535)", sems->n);
+    if (sems->n > 0) {
+      g->sem = calloc(sems->n, sizeof(*g->sem));
+      if (g->sem == NULL) return brd_mscclpp_fail(c, ncclSystemError, "out of host memory");
+      g->nsem = (int)sems->n;
+      c->has_sem = 1;
+    }
+    for (size_t i = 0; i < sems->n; i++) {
+      if (sems->kids[i].type != BRD_JSON_OBJ)
+        return brd_mscclpp_fail(c, ncclInvalidArgument, "semaphores[%zu] is %s, expected an object",
+                                i, brd_mscclpp_jtype_names[sems->kids[i].type]);
+      CHECK(brd_mscclpp_get_int(c, &sems->kids[i], "init_value", 1, 0, 0, 65535, &v));
+      g->sem[i].init = (int)v;
+      g->sem[i].rel_tb = g->sem[i].acq_tb = -1;
+    }
+  }
   CHECK(brd_mscclpp_get_arr(c, g->js, "channels", &chans));
   /* Count first, then fill. */
   for (int pass = 0; pass < 2; pass++) {
@@ -327,7 +359,11 @@ ncclResult_t brd_mscclpp_tb_read(mctx_t *c, const brd_json_t *tb, mtb_t *t) {
     for (size_t i = 0; i < chans->n; i++) {
       int type;
       CHECK(brd_mscclpp_get_chan_type(c, &chans->kids[i], "channel_type", &type));
-      if (brd_json_get(&chans->kids[i], "buff") != NULL)
+      /* A switch channel's buffer is the GPU channel's (MSCCL++'s executor
+       * reads a thread block's "buff" and keeps its switch channel ids as
+       * they are); memory and port channels bound to one buffer are an
+       * older form. */
+      if (type != 2 && brd_json_get(&chans->kids[i], "buff") != NULL)
         return brd_mscclpp_fail(
             c, ncclInvalidArgument,
             "channels[%zu] names a \"buff\" (channels bound to one buffer) that Braid "
@@ -573,4 +609,41 @@ ncclResult_t brd_mscclpp_ref_resolve(mctx_t *c, const char *list, size_t i, int 
     *out = brd_plan_ref(BRD_IR_BUF_INPUT, -1, in_idx);
   }
   return ncclSuccess;
+}
+
+/* See mscclpp.h. */
+int brd_plan_mscclpp_detect(const brd_json_t *root) {
+  const brd_json_t *g = brd_json_get(root, "gpus");
+  return g != NULL && g->type == BRD_JSON_ARR && brd_json_get(root, "format") == NULL &&
+         (brd_json_get(root, "collective") != NULL ||
+          brd_json_get(root, "num_threads_per_block") != NULL);
+}
+
+/* See mscclpp.h. */
+ncclResult_t brd_plan_mscclpp_read(const char *path, int max_blocks, int *is_mscclpp_out,
+                                   brd_ir_plan_t **plan_out, brd_plan_json_meta_t *meta_out,
+                                   char *err, size_t errlen) {
+  char *text = NULL;
+  size_t len = 0;
+  brd_json_t *root = NULL;
+  ncclResult_t res = brd_plan_json_text_read(path, &text, &len, err, errlen);
+  if (res != ncclSuccess) {
+    *is_mscclpp_out = 1;
+    return res;
+  }
+  res = brd_json_parse(text, len, path, &root, err, errlen);
+  free(text);
+  if (res != ncclSuccess) {
+    *is_mscclpp_out = 1;
+    return res;
+  }
+  if (!brd_plan_mscclpp_detect(root)) {
+    *is_mscclpp_out = 0;
+    brd_json_free(root);
+    return ncclSuccess;
+  }
+  *is_mscclpp_out = 1;
+  res = brd_plan_mscclpp_translate(root, path, max_blocks, plan_out, meta_out, err, errlen);
+  brd_json_free(root);
+  return res;
 }

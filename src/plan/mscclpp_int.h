@@ -34,7 +34,9 @@ enum {
   K_SWITCH_REDUCE, /* glres */
   K_SWITCH_STORE,  /* gstore */
   K_PIPELINE,      /* pipeline: its inner ops, unrolled */
-  K_FLUSH,         /* flush: nothing on memory channels, refused on port ones */
+  K_FLUSH,         /* flush: nothing (Braid's puts have read their source) */
+  K_SEM_ACQUIRE,   /* sem_acquire: barriers (mscclpp_sem.c) */
+  K_SEM_RELEASE,   /* sem_release: barriers (mscclpp_sem.c) */
   K_REFUSE,
 };
 
@@ -62,8 +64,43 @@ typedef struct mrbuf {
   int type; /* MB_* */
 } mrbuf_t;
 
+/* A device semaphore of one GPU (the gpu's "semaphores" list): its
+ * initial value and, from the dry pass, who releases and acquires it. */
+typedef struct msem {
+  int init;           /* init_value */
+  int nrel, nacq;     /* releases, acquires per iteration */
+  int rel_tb, acq_tb; /* the one thread block doing each, -1 none yet */
+} msem_t;
+
+/* A synchronisation event of a Braid block, in program order within one
+ * iteration: a sem_release, a sem_acquire or (in plans with semaphores)
+ * a barrier, recorded by the dry pass; mscclpp_sem.c gives each the
+ * barriers it becomes. */
+enum { SEV_REL, SEV_ACQ, SEV_BAR };
+typedef struct msev {
+  int kind;           /* SEV_* */
+  int sem;            /* semaphore id (SEV_REL, SEV_ACQ) */
+  int n;              /* the n-th release/acquire of sem, barrier of the block */
+  int tb, op, inner;  /* where, for messages */
+  int gen;            /* the barrier it joins (its node's place), -1 none */
+  int before;         /* barriers its block passed before it */
+  int emit;           /* barriers it emits in the build pass */
+} msev_t;
+
+typedef struct msblk {
+  msev_t *ev; /* owned */
+  int nev, cap;
+  int nbar;   /* barrier ops seen (dry pass) */
+  int cur;    /* next event (build pass) */
+  int head;   /* barriers emitted before its first op */
+  int started; /* head emitted (build pass) */
+  int tail;   /* barriers emitted after its last op */
+} msblk_t;
+
 typedef struct mgpu {
   const brd_json_t *js;
+  int nsem;
+  msem_t *sem; /* owned, [nsem] */
   int64_t in_chunks, out_chunks, scratch_chunks;
   int nch[MC_NTYPES];
   mchan_t *ch[MC_NTYPES]; /* owned */
@@ -103,6 +140,8 @@ typedef struct mctx {
   int32_t kmax;    /* largest sequence number used */
   int sem_max;     /* largest semaphore index used */
   int has_switch;
+  int has_sem;           /* some GPU has device semaphores */
+  msblk_t *sb;           /* owned when has_sem, [n * nb_out] */
   uint8_t *wr;           /* owned, [n * n]: rank r writes rank p's scratch */
   uint8_t *waited;       /* owned, [n * nblocks * n]: credit wait emitted */
   uint32_t *wcount;      /* owned, [n * nb * R]: in place, ops writing each
@@ -113,6 +152,9 @@ typedef struct mctx {
                           * name the output (brd_mscclpp_ref_resolve) */
   int sw_stage;          /* switch refs to the user's buffer, staged in scratch */
   int64_t sw_base;       /* first slot of that staging */
+  int32_t *slot_ck;      /* owned, [n * slot_cap]: the chunk last written
+                          * into each scratch slot (-1: none seen) */
+  int64_t slot_cap;      /* slots per rank there (staging included) */
   int credit_sem;        /* semaphore of the slot-reuse credits */
   int32_t credit_k;      /* their sequence number in an iteration */
   brd_plan_builder_t *b; /* NULL in the dry pass */
@@ -204,5 +246,27 @@ ncclResult_t brd_mscclpp_ref_read(mctx_t *c, const mtb_t *t, int op_chan_type, c
  * write of list[i], into *out. */
 ncclResult_t brd_mscclpp_ref_resolve(mctx_t *c, const char *list, size_t i, int dst, int peer,
                                      uint32_t j, brd_plan_ref_t *out);
+
+/* sem_acquire / sem_release (kind K_SEM_*) or, in a plan with device
+ * semaphores, a barrier: records its events in the dry pass, emits the
+ * barriers they become in the build pass (mscclpp_sem.c). */
+ncclResult_t brd_mscclpp_sem_op(mctx_t *c, const brd_json_t *op, int kind);
+
+/* After the dry pass: pairs every acquire with its release, orders the
+ * pairs that cross Braid blocks into barriers and checks that the others
+ * are ordered already; refuses (brd_mscclpp_fail) what barriers cannot
+ * express. Allocates nothing. */
+ncclResult_t brd_mscclpp_sem_plan(mctx_t *c);
+
+/* Build pass, at the start of each thread block: the barriers its Braid
+ * block passes before its first op (once per block). */
+ncclResult_t brd_mscclpp_sem_head(mctx_t *c);
+
+/* Build pass, after gpu r's thread blocks: each of its blocks' remaining
+ * barriers. */
+ncclResult_t brd_mscclpp_sem_tail(mctx_t *c, int r);
+
+/* Frees c->sb. */
+void brd_mscclpp_sem_free(mctx_t *c);
 
 #endif /* BRD_PLAN_MSCCLPP_INT_H */

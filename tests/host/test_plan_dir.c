@@ -20,7 +20,11 @@
  *     tests/data/mscclpp/oop_scratch.json) on 2 ranks: the LL
  *     packet all-reduce (its max_message_size set to 4096 in the copy),
  *     the switch-channel one (NCCL_NVLS_ENABLE=1; 8192..65536 bytes in its
- *     copy) and the Simple one run, in place, for the calls in their
+ *     copy), a switch-channel pipeline in the shape of MSCCL++'s
+ *     allreduce_pipeline.json (tests/data/mscclpp/ar_nvls_pipeline_sem.json:
+ *     3 thread blocks handing each iteration on with sem_acquire/
+ *     sem_release; 200000..262144 bytes) and the Simple one run, in
+ *     place, for the calls in their
  *     ranges, exactly, with INFO naming the file; out-of-place calls from
  *     64 bytes to 1 MiB run a hand-written out-of-place plan through
  *     scratch (oop_scratch.json), others the built-ins. Small buffers
@@ -30,17 +34,21 @@
  *     simulator makes two, with cuMem windows) and NVLS is asked for, so
  *     the switch plan runs on the simulator's multicast; where NVLS stays
  *     off (one GPU) it is skipped with an INFO and the Simple one runs.
- *     Plans with an unknown op or a flush are refused with a WARN naming
- *     the file, GPU, thread block, op index and op name.
+ *     Plans with an unknown op or a gstorepkt are refused with a WARN
+ *     naming the file, GPU, thread block, op index and op name.
  *   - Braid's own MSCCL++ plans (tests/data/mscclpp, no samples needed) on
- *     3 ranks (configuration mscclpp-own): a pipelined all-reduce,
- *     all-gathers (LL and Simple out of place; in place, up to 4096
+ *     3 ranks (configuration mscclpp-own): a pipelined all-reduce, one in
+ *     MSCCL++'s pipeline shape (3 thread blocks handing each iteration on
+ *     with sem_acquire/sem_release; folded onto 2 blocks in host mode),
+ *     all-gathers (LL and Simple out of place; over port channels with a
+ *     flush; in place, up to 4096
  *     bytes per rank with puts split over a thread-block group, above
  *     with gets), reduce-scatters
  *     (out of place, in place) and an all-to-all, each exact against the
  *     CPU reference for the calls in its range and of its kind, with INFO
- *     naming the file once per rank, the others on the built-ins; a plan
- *     with sem_acquire refused with a WARN naming the op.
+ *     naming the file once per rank, the others on the built-ins; the
+ *     semaphore plan with a sem_release missing refused with a WARN
+ *     naming the acquire left without one.
  *
  * Each configuration runs in a child (this program again, with its
  * environment and NCCL_DEBUG_FILE), so parameters are read afresh.
@@ -121,25 +129,33 @@ static const call_t mcalls[] = {
     {ncclFloat32, ncclSum, 3001, 1, REF_AR},    /* 12004: the switch plan */
     {ncclFloat32, ncclSum, 16384, 1, REF_AR},   /* 65536: the switch plan */
     {ncclFloat32, ncclSum, 16385, 1, REF_AR},   /* 65540: the Simple plan */
+    {ncclFloat32, ncclSum, 50001, 1, REF_AR},   /* 200004: the switch pipeline */
+    {ncclInt32, ncclMax, 65536, 1, REF_AR},     /* 262144: the switch pipeline */
     {ncclFloat32, ncclSum, 7, 1, REF_AR},       /* 28: the packet plan again */
 };
 #define NMCALLS (sizeof(mcalls) / sizeof(mcalls[0]))
 
 /* The MSCCL++ plans of tests/data/mscclpp on 3 ranks: the pipelined
- * all-reduce (out of place, up to 393216 bytes), the all-gathers (out of
- * place in LL up to 65536 bytes per rank, in Simple above; in place, a
- * thread-block group up to 4096 bytes per rank, gets above), the
- * reduce-scatters (out of place and in place) and the all-to-all. */
+ * all-reduce (out of place, up to 393216 bytes), the one with device
+ * semaphores (out of place, 393220 to 786432 bytes), the all-gathers (out
+ * of place in LL up to 65536 bytes per rank, in Simple above, over port
+ * channels from 300000 to 400000; in place, a thread-block group up to
+ * 4096 bytes per rank, gets above), the reduce-scatters (out of place and
+ * in place) and the all-to-all. */
 static const call_t ocalls[] = {
     {ncclFloat32, ncclSum, 1001, 0, REF_AR},    /* 4004: the pipeline */
     {ncclInt32, ncclMax, 33333, 0, REF_AR},     /* 133332: the pipeline */
     {ncclFloat32, ncclAvg, 98304, 0, REF_AR},   /* 393216: the pipeline */
-    {ncclFloat32, ncclSum, 98305, 0, REF_AR},   /* 393220: built-in */
+    {ncclFloat32, ncclSum, 98305, 0, REF_AR},   /* 393220: ar_pipeline_sem */
+    {ncclInt32, ncclMax, 150001, 0, REF_AR},    /* 600004: ar_pipeline_sem */
+    {ncclFloat32, ncclAvg, 196608, 0, REF_AR},  /* 786432: ar_pipeline_sem */
+    {ncclFloat32, ncclSum, 196609, 0, REF_AR},  /* 786436: built-in */
     {ncclFloat32, ncclSum, 1001, 1, REF_AR},    /* 4004 in place: built-in */
     {ncclFloat32, ncclSum, 1023, 0, REF_AG},    /* 4092: ag_packet */
     {ncclFloat32, ncclSum, 16384, 0, REF_AG},   /* 65536: ag_packet */
     {ncclFloat32, ncclSum, 16385, 0, REF_AG},   /* 65540: ag_put */
     {ncclInt32, ncclSum, 50001, 0, REF_AG},     /* 200004: ag_put */
+    {ncclInt32, ncclSum, 80001, 0, REF_AG},     /* 320004: ag_port_flush */
     {ncclFloat32, ncclSum, 777, 1, REF_AG},     /* 3108 in place: ag_tbg_inplace */
     {ncclInt32, ncclSum, 1024, 1, REF_AG},      /* 4096 in place: ag_tbg_inplace */
     {ncclFloat32, ncclSum, 1025, 1, REF_AG},    /* 4100 in place: ag_get_inplace */
@@ -489,31 +505,38 @@ static void check_mscclpp_log(const char *log) {
   const char *dev = getenv("BRAID_DEVICE");
   int host = dev != NULL && strcmp(dev, "host") == 0;
   int nvls_off = count_of(log, "a0_nvls.json: it has switch channels and NVLS is off");
-  check(count_of(log, "a0_nvls.json (MSCCL++ plan, allreduce") == 2,
-        "the switch-channel MSCCL++ plan was not loaded on both ranks");
+  check(count_of(log, "a0_nvls.json (MSCCL++ plan, allreduce") == 2 &&
+            count_of(log, "a1_nvls_sem.json (MSCCL++ plan, allreduce") == 2,
+        "the switch-channel MSCCL++ plans were not loaded on both ranks");
   printf("mscclpp: the switch-channel plan %s\n",
          host || nvls_off == 0 ? "ran (NVLS on)" : "was skipped (NVLS off in CUDA mode here)");
   if (host || nvls_off == 0) {
     check(runs(log, "a0_nvls.json", 12004, "in place") == 2 &&
               runs(log, "a0_nvls.json", 65536, "in place") == 2,
           "the switch-channel plan did not run (once per rank) for 12004 and 65536 bytes");
+    check(runs(log, "a1_nvls_sem.json", 200004, "in place") == 2 &&
+              runs(log, "a1_nvls_sem.json", 262144, "in place") == 2,
+          "the switch-channel pipeline with semaphores did not run (once per rank) for 200004 "
+          "and 262144 bytes");
   } else {
-    check(nvls_off == 2 && runs(log, "b_allreduce.json", 12004, "in place") == 2,
+    check(nvls_off == 2 && runs(log, "b_allreduce.json", 12004, "in place") == 2 &&
+              runs(log, "b_allreduce.json", 200004, "in place") == 2,
           "NVLS off: the switch-channel plan was not skipped on both ranks, or the Simple "
           "plan did not run in its place");
   }
   check(runs(log, "a0_nvls.json", 65540, "in place") == 0,
         "the switch-channel plan ran above its max_message_size");
-  const char *w = line_with(log, "c_flush.json", "WARN", line, sizeof(line));
+  const char *w = line_with(log, "c_gstorepkt.json", "WARN", line, sizeof(line));
   check(w != NULL &&
-            strstr(line, "gpu 0, thread block 1, op 1 (flush): a port-channel flush") != NULL,
-        "no WARN refusing c_flush.json's flush with its gpu, thread block and op: %s",
+            strstr(line, "gpu 0, thread block 1, op 1 (gstorepkt): a switch-channel store of LL "
+                         "packets") != NULL,
+        "no WARN refusing c_gstorepkt.json's gstorepkt with its gpu, thread block and op: %s",
         w ? line : "(none)");
   w = line_with(log, "d_unknown.json", "WARN", line, sizeof(line));
   check(w != NULL &&
             strstr(line, "gpu 0, thread block 0, op 1 (frobnicate): unknown op name") != NULL,
         "no WARN refusing d_unknown.json's unknown op: %s", w ? line : "(none)");
-  check(strstr(log, "c_flush.json runs") == NULL && strstr(log, "d_unknown.json runs") == NULL,
+  check(strstr(log, "c_gstorepkt.json runs") == NULL && strstr(log, "d_unknown.json runs") == NULL,
         "a refused MSCCL++ plan ran");
 }
 
@@ -523,7 +546,8 @@ static void check_own_log(const char *log) {
   char line[1024];
   static const struct {
     const char *file, *coll;
-  } loaded[] = {{"a_ar_pipeline.json", "allreduce"}, {"b0_ag_packet.json", "allgather"},
+  } loaded[] = {{"a_ar_pipeline.json", "allreduce"}, {"a1_ar_pipeline_sem.json", "allreduce"},
+                {"b0_ag_packet.json", "allgather"}, {"b1_ag_port_flush.json", "allgather"},
                 {"b_ag_put.json", "allgather"},
                 {"c0_ag_tbg_inplace.json", "allgather"}, {"c_ag_get_inplace.json", "allgather"},
                 {"d_rs_scratch.json", "reducescatter"},
@@ -541,10 +565,14 @@ static void check_own_log(const char *log) {
       {"a_ar_pipeline.json", 4004, "out of place"},
       {"a_ar_pipeline.json", 133332, "out of place"},
       {"a_ar_pipeline.json", 393216, "out of place"},
+      {"a1_ar_pipeline_sem.json", 393220, "out of place"},
+      {"a1_ar_pipeline_sem.json", 600004, "out of place"},
+      {"a1_ar_pipeline_sem.json", 786432, "out of place"},
       {"b0_ag_packet.json", 4092, "out of place"},
       {"b0_ag_packet.json", 65536, "out of place"},
       {"b_ag_put.json", 65540, "out of place"},
       {"b_ag_put.json", 200004, "out of place"},
+      {"b1_ag_port_flush.json", 320004, "out of place"},
       {"c0_ag_tbg_inplace.json", 3108, "in place"},
       {"c0_ag_tbg_inplace.json", 4096, "in place"},
       {"c_ag_get_inplace.json", 4100, "in place"},
@@ -561,15 +589,16 @@ static void check_own_log(const char *log) {
     check(runs(log, ran[i].file, ran[i].bytes, ran[i].how) == NRANKS,
           "%s did not run once per rank for %u bytes %s", ran[i].file, ran[i].bytes,
           ran[i].how);
-  /* Outside: above the pipeline's max, in place for an out-of-place plan. */
-  check(any_runs(log, 393220) == 0 && runs(log, "a_ar_pipeline.json", 4004, "in place") == 0,
+  /* Outside: above the pipelines' max, in place for an out-of-place plan. */
+  check(any_runs(log, 786436) == 0 && runs(log, "a_ar_pipeline.json", 4004, "in place") == 0,
         "an MSCCL++ plan ran outside its range or kind");
   check(count_of(log, ".json runs (") == NRANKS * (int)(sizeof(ran) / sizeof(ran[0])),
         "MSCCL++ plans ran %d times, expected %d", count_of(log, ".json runs ("),
         NRANKS * (int)(sizeof(ran) / sizeof(ran[0])));
   const char *w = line_with(log, "y_sem.json", "WARN", line, sizeof(line));
-  check(w != NULL && strstr(line, "gpu 0, thread block 0, op 2 (sem_acquire): device "
-                                  "semaphores") != NULL,
+  check(w != NULL && strstr(line, "gpu 0, thread block 2, op 0 (pipeline), inner op 0 "
+                                  "(sem_acquire): semaphore 1 is released 0 and acquired 2 "
+                                  "times per iteration: acquire 1 has no release") != NULL,
         "no WARN refusing y_sem.json's sem_acquire with its gpu, thread block and op: %s",
         w ? line : "(none)");
   check(strstr(log, "y_sem.json runs") == NULL, "a refused MSCCL++ plan ran");
@@ -734,14 +763,17 @@ int main(int argc, char **argv) {
       if (q != NULL) bad |= spit(p, nt);
       free(nt);
     }
-    bad |= copy_plan("allreduce_packet.json", mlib, "c_flush.json", "\"name\": \"upkt\"",
-                     "\"name\": \"flush\"");
+    bad |= copy_plan("ar_nvls_pipeline_sem.json", mlib, "a1_nvls_sem.json", NULL, NULL);
+    bad |= copy_plan("allreduce_packet.json", mlib, "c_gstorepkt.json", "\"name\": \"upkt\"",
+                     "\"name\": \"gstorepkt\"");
     bad |= copy_plan("oop_scratch.json", mlib, "e_oop.json", NULL, NULL);
     bad |= copy_plan("allreduce_packet.json", mlib, "d_unknown.json", "\"name\": \"respkt\"",
                      "\"name\": \"frobnicate\"");
   }
   /* Braid's own MSCCL++ plans (tests/data/mscclpp), and one refused. */
   bad |= copy_plan("ar_pipeline.json", olib, "a_ar_pipeline.json", NULL, NULL);
+  bad |= copy_plan("ar_pipeline_sem.json", olib, "a1_ar_pipeline_sem.json", NULL, NULL);
+  bad |= copy_plan("ag_port_flush.json", olib, "b1_ag_port_flush.json", NULL, NULL);
   bad |= copy_plan("ag_packet.json", olib, "b0_ag_packet.json", NULL, NULL);
   bad |= copy_plan("ag_put.json", olib, "b_ag_put.json", NULL, NULL);
   bad |= copy_plan("ag_tbg_inplace.json", olib, "c0_ag_tbg_inplace.json", NULL, NULL);
@@ -749,8 +781,10 @@ int main(int argc, char **argv) {
   bad |= copy_plan("rs_scratch.json", olib, "d_rs_scratch.json", NULL, NULL);
   bad |= copy_plan("rs_inplace.json", olib, "e_rs_inplace.json", NULL, NULL);
   bad |= copy_plan("a2a_put.json", olib, "f_a2a_put.json", NULL, NULL);
-  bad |= copy_plan("ag_put.json", olib, "y_sem.json", "\"name\": \"copy\"",
-                   "\"name\": \"sem_acquire\"");
+  /* gpu 0's thread block 1 without its sem_release of semaphore 1. */
+  bad |= copy_plan("ar_pipeline_sem.json", olib, "y_sem.json",
+                   "\"name\": \"sem_release\",\n         \"semaphore_ids\": [\n          1",
+                   "\"name\": \"nop\",\n         \"semaphore_ids\": [\n          1");
   if (bad) {
     printf("FAIL: writing the plan files failed\n");
     return 1;

@@ -19,7 +19,7 @@
  *     through the switch channel on rank r, a copy out); verifies. Out of
  *     place it is refused with the GPU, thread block, op index and op name.
  *   - Malformed or unsupported inputs: a missing field, an unknown op, a
- *     chunk out of range, a refused op (flush), a remote buffer the
+ *     chunk out of range, a refused op (gstorepkt), a remote buffer the
  *     thread block does not reach, another collective, malformed JSON;
  *     each refused with a message naming the file and the place. Braid's
  *     own format is not taken for MSCCL++.
@@ -34,15 +34,31 @@
  *   - A pipeline (ar_pipeline) unrolled at the count MSCCL++ runs at its
  *     max_message_size (2; 1 and 8 with other ranges; 3 over 2 chunks, the
  *     last iteration empty), op by op, each verified.
- *   - A refusal per feature still refused (port flush, gstorepkt,
- *     sem_acquire/sem_release, tbg_info in a pipeline or out of range,
- *     reuse_resources outside
+ *   - A refusal per feature still refused (gstorepkt, a flush on a switch
+ *     channel, semaphore ops naming no semaphore, tbg_info in a pipeline
+ *     or out of range, reuse_resources outside
  *     pipelines, nested pipelines, packets in a pipeline, broadcast, an
  *     in-place all-to-all, a reduce-scatter writing another block in
  *     place), each naming the place; a flush on memory channels is no op.
+ *   - Device semaphores (ar_pipeline_sem, MSCCL++'s pipeline shape: 3
+ *     thread blocks handing each iteration on with sem_acquire/
+ *     sem_release, credits of init_value 2): the barriers each block gets,
+ *     op by op against a table worked out by hand from the pairing, on 3
+ *     blocks and folded onto 2, each verified; with one credit on gpu 0
+ *     the extra barriers, and the deadlock the verifier then finds
+ *     (ranks pairing differently), folded a cycle refused. Planted bugs:
+ *     a missing sem_release, two acquirers, an unknown semaphore, a
+ *     negative init_value refused naming the op; a release moved before
+ *     the signal and wait translates and the verifier finds the race at
+ *     the reduction. ar_nvls_pipeline_sem (MSCCL++'s own
+ *     allreduce_pipeline.json on 2 ranks: switch channel, output_chunks
+ *     0 in place, 32 credits): barriers, and each iteration's MC_REDUCE
+ *     on the chunk its scratch slot holds; verifies in place on 3 blocks
+ *     and folded. A port-channel flush (ag_port_flush) is no op and the
+ *     plan verifies.
  *   - Allocation failures while translating (the pipeline, the in-place
- *     all-gather, each sample where present) unwind without leaks and
- *     return ncclSystemError.
+ *     all-gather, the semaphore pipeline, each sample where present)
+ *     unwind without leaks and return ncclSystemError.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -443,8 +459,8 @@ static void test_malformed(void **state) {
                  "gpu 0: missing field \"input_chunks\"");
   expect_refusal("allreduce_packet.json", "\"name\": \"respkt\"", "\"name\": \"frobnicate\"",
                  "gpu 0, thread block 0, op 1 (frobnicate): unknown op name");
-  expect_refusal("allreduce_packet.json", "\"name\": \"upkt\"", "\"name\": \"flush\"",
-                 "gpu 0, thread block 1, op 1 (flush): a port-channel flush");
+  expect_refusal("allreduce_packet.json", "\"name\": \"upkt\"", "\"name\": \"gstorepkt\"",
+                 "gpu 0, thread block 1, op 1 (gstorepkt): a switch-channel store of LL packets");
   /* gpu 0 tb 0's ppkt reads i[2..3]: make it i[3..4] of 4 chunks. */
   expect_refusal("allreduce_packet.json", "\"index\": 2,", "\"index\": 3,",
                  "gpu 0, thread block 0, op 0 (ppkt): src_buff[0]: chunks 3..4 of the local "
@@ -810,13 +826,16 @@ static void test_refusals(void **state) {
                  "min_message_size 0 to max_message_size 2 holds no all-gather of 3 ranks");
   expect_refusal("a2a_put.json", "\"inplace\": false", "\"inplace\": true",
                  "an in-place all-to-all");
-  /* Ops Braid has no counterpart for, each named. */
-  expect_refusal("ag_put.json", "\"name\": \"copy\"", "\"name\": \"sem_acquire\"",
-                 "gpu 0, thread block 0, op 2 (sem_acquire): device semaphores");
+  /* Ops Braid has no counterpart for, each named; a semaphore op on a
+   * gpu that declares none. */
+  expect_refusal("ag_put.json", "\"name\": \"copy\"", "\"name\": \"sem_acquire\", \"semaphore_ids\": [0]",
+                 "gpu 0, thread block 0, op 2 (sem_acquire): semaphore_ids[0] is not a semaphore "
+                 "of the gpu (it declares 0)");
   expect_refusal("ag_put.json", "\"name\": \"copy\"", "\"name\": \"sem_release\"",
-                 "gpu 0, thread block 0, op 2 (sem_release): device semaphores");
+                 "gpu 0, thread block 0, op 2 (sem_release): missing field \"semaphore_ids\"");
   expect_refusal("ag_put.json", "\"name\": \"copy\"", "\"name\": \"gstorepkt\"",
-                 "gpu 0, thread block 0, op 2 (gstorepkt): switch-channel stores of LL packets");
+                 "gpu 0, thread block 0, op 2 (gstorepkt): a switch-channel store of LL packets: "
+                 "Braid's switch ops move plain data only");
   expect_refusal("ar_pipeline.json", "\"name\": \"re\"",
                  "\"tbg_info\": {\"tb_id\": 0, \"tbg_size\": 2}, \"name\": \"re\"",
                  "gpu 0, thread block 0, op 0 (pipeline), inner op 4 (re): a thread-block "
@@ -827,8 +846,8 @@ static void test_refusals(void **state) {
   expect_refusal("rs_scratch.json", "\"reuse_resources\": false", "\"reuse_resources\": true",
                  "gpu 0, thread block 0, op 0 (put): dst_buff[0] names scratch outside a "
                  "pipeline in a plan with reuse_resources");
-  expect_refusal("ag_put.json", "\"name\": \"copy\"", "\"channel_type\": \"port\", \"name\": \"flush\"",
-                 "gpu 0, thread block 0, op 2 (flush): a port-channel flush");
+  expect_refusal("ag_put.json", "\"name\": \"copy\"", "\"channel_type\": \"switch\", \"name\": \"flush\"",
+                 "gpu 0, thread block 0, op 2 (flush): a flush on a switch channel");
   /* Pipelines: one inside another; a packet op inside one; each names the
    * pipeline's op and the inner op. */
   expect_refusal("ar_pipeline.json", "\"name\": \"signal\"", "\"name\": \"pipeline\"",
@@ -861,17 +880,230 @@ static void test_refusals(void **state) {
   brd_plan_destroy(p);
 }
 
+/* Counts ops of `code` in block b of rank r. */
+static int count_ops(const brd_ir_plan_t *p, int r, int b, int code) {
+  const brd_ir_op_t *op = brd_ir_plan_ops(p, r, b);
+  int n = 0;
+  for (uint32_t i = 0; i < brd_ir_plan_block(p, r, b)->nops; i++) n += op[i].code == code;
+  return n;
+}
+
+/* Block b of rank r has exactly the op codes of `want` (ending in -1). */
+static void check_codes(const brd_ir_plan_t *p, int r, int b, const int *want) {
+  const brd_ir_op_t *op = brd_ir_plan_ops(p, r, b);
+  uint32_t n = 0;
+  while (want[n] >= 0) n++;
+  assert_int_equal(brd_ir_plan_block(p, r, b)->nops, n);
+  for (uint32_t i = 0; i < n; i++) {
+    if (op[i].code != want[i]) print_error("rank %d block %d op %u: code %d, expected %d\n", r, b, i, op[i].code, want[i]);
+    assert_int_equal(op[i].code, want[i]);
+  }
+}
+
+/* The text of `file` with the first `a` replaced by `b`, then the first
+ * `c` by `d`. */
+static char *edited2(const char *file, const char *a, const char *b, const char *c,
+                     const char *d) {
+  char *t = edited(file, a, b), *q = strstr(t, c);
+  assert_non_null(q);
+  char *u = malloc(strlen(t) + strlen(d) + 1);
+  memcpy(u, t, (size_t)(q - t));
+  strcpy(u + (q - t), d);
+  strcat(u, q + strlen(c));
+  free(t);
+  return u;
+}
+
+enum { W = BRD_IR_OP_WAIT, S = BRD_IR_OP_SIGNAL, B = BRD_IR_OP_BARRIER, P = BRD_IR_OP_PUT,
+       RD = BRD_IR_OP_REDUCE, CP = BRD_IR_OP_COPY };
+
+#define SEM_RELEASE_1 "\"name\": \"sem_release\",\n         \"semaphore_ids\": [\n          1"
+#define SEM_ACQUIRE_1 "\"name\": \"sem_acquire\",\n         \"semaphore_ids\": [\n          1"
+#define SEM_RELEASE_0 "\"name\": \"sem_release\",\n         \"semaphore_ids\": [\n          0\n         ]"
+#define SEM_INIT_2 "\"init_value\": 2"
+
+static void test_semaphores(void **state) {
+  (void)state;
+  /* ar_pipeline_sem.json (2 pipeline iterations, chunks halved): thread
+   * block 0 puts, signals and waits, releases 0; 1 acquires 0, reduces,
+   * puts, releases 1; 2 acquires 1, signals and waits, releases 2, which
+   * 0 acquires with 2 credits. The pairs across blocks, in the one order
+   * every block agrees with: (0, it 0), (1, it 0), (0, it 1), (1, it 1),
+   * barriers 0..3; a block passes those it takes no part in as early as
+   * it may: block 0 passes 1 right after 0 (its first release), 3 after
+   * 2; block 2 passes 0 at its start, 2 right after 1. Releases of 2 pair
+   * with the next iteration's acquires, which barriers 0..3 already
+   * order (release 1 precedes block 2's barrier 3, before block 0's
+   * first acquire in the next iteration; release 2 precedes the next
+   * iteration's barrier 0, before block 0's second acquire). Then the
+   * credits' barrier and signals. */
+  brd_plan_json_meta_t meta;
+  brd_ir_plan_t *p = load("ar_pipeline_sem.json", 0, &meta);
+  assert_int_equal(meta.min_bytes, 393220);
+  assert_int_equal(meta.max_bytes, 786432);
+  assert_int_equal(p->nblocks, 3);
+  assert_int_equal(p->nchunks, 6);
+  static const int b0[] = {W, P, W, P, S, S, W, W, B, B, P, P, S, S, W, W, B, B, B, S, S, -1};
+  static const int b1[] = {B, RD, P, B, B, RD, P, B, B, -1};
+  static const int b2[] = {B, B, B, S, S, W, W, B, S, S, W, W, B, -1};
+  for (int r = 0; r < 3; r++) {
+    int a = r == 0 ? 1 : 0;
+    check_codes(p, r, 0, b0);
+    check_codes(p, r, 1, b1);
+    check_codes(p, r, 2, b2);
+    const brd_ir_op_t *op0 = brd_ir_plan_ops(p, r, 0), *op1 = brd_ir_plan_ops(p, r, 1),
+                      *op2 = brd_ir_plan_ops(p, r, 2);
+    /* Block 0 on the second channel to each peer (semaphore 1), block 2
+     * on the first (semaphore 0), each counting 1 then 2. */
+    check_sync(p, r, &op0[4], S, a, 1, 1);
+    check_sync(p, r, &op0[15], W, 3 - r - a, 1, 2);
+    check_sync(p, r, &op2[3], S, a, 0, 1);
+    check_sync(p, r, &op2[11], W, 3 - r - a, 0, 2);
+    for (int it = 0; it < 2; it++) {
+      const brd_ir_op_t *red = &op1[1 + 4 * it];
+      assert_int_equal(red->chunk, 2 * r + it);
+      check_ref(p, r, &red->ref[0], (xref_t){IN, -1, 2 * r + it});
+      check_ref(p, r, &red->ref[3], (xref_t){OUT, -1, 2 * r + it});
+    }
+  }
+  verify_as(p, 0);
+  brd_plan_destroy(p);
+
+  /* Folded onto 2 blocks (host mode): thread blocks 0 and 1 run one
+   * after another in block 0, so releases of 0 precede its acquires
+   * there; pairs of 1 are barriers 0 and 1. A release of 2 (block 1,
+   * after barrier 1 at the latest) would not precede block 0's next
+   * acquire of 2 (before any barrier): one more barrier after every
+   * block's last op orders them. */
+  p = load("ar_pipeline_sem.json", 2, NULL);
+  assert_int_equal(p->nblocks, 2);
+  static const int f0[] = {W, P, W, P, S, S, W, W, P, P, S, S, W, W, RD, P, B, RD, P, B, B, B,
+                           S, S, -1};
+  static const int f1[] = {B, S, S, W, W, B, S, S, W, W, B, B, -1};
+  for (int r = 0; r < 3; r++) {
+    check_codes(p, r, 0, f0);
+    check_codes(p, r, 1, f1);
+  }
+  verify_as(p, 0);
+  brd_plan_destroy(p);
+
+  /* gpu 0 with one credit (the others keep 2): acquire 2 of semaphore 2
+   * pairs with release 1 in the same iteration, one more pair (5
+   * barriers); acquire 1 pairs with the previous iteration's release 2,
+   * which follows block 2's last barrier, so one more after every
+   * block's last op; then the credits'. Ranks whose barriers stand for
+   * different pairs hold each other up: rank 0's block 0 waits at its
+   * third barrier for its block 2, which waits for rank 1's block 2,
+   * which passed rank 1's third barrier, where rank 1's block 0 waits for
+   * rank 0's block 0. The verifier finds the deadlock. */
+  p = load_edited("ar_pipeline_sem.json", SEM_INIT_2, "\"init_value\": 1", NULL);
+  for (int r = 0; r < 3; r++)
+    for (int b = 0; b < 3; b++) assert_int_equal(count_ops(p, r, b, B), r == 0 ? 7 : 5);
+  brd_verify_opts_t opts = {0, 3};
+  brd_verify_report_t rep;
+  assert_int_not_equal(brd_plan_verify(p, &opts, &rep), ncclSuccess);
+  assert_int_equal(rep.kind, BRD_VERIFY_DEADLOCK);
+  brd_plan_destroy(p);
+  /* Folded, thread block 0's second acquire would wait for thread block
+   * 2, which waits for thread block 1, which runs after thread block 0 in
+   * the same block: a cycle, refused. */
+  char *t = edited("ar_pipeline_sem.json", SEM_INIT_2, "\"init_value\": 1");
+  char err[600] = "";
+  assert_int_equal(translate(t, "fold.json", 2, &p, NULL, err, sizeof(err)), ncclInvalidArgument);
+  assert_non_null(strstr(err, "MSCCL++ plan fold.json: gpu 0: its thread blocks' "
+                              "sem_acquire/sem_release (and barriers) order each other in a cycle"));
+  free(t);
+
+  /* Planted bugs. A missing release: refused, naming the acquire that
+   * has none. */
+  expect_refusal("ar_pipeline_sem.json", SEM_RELEASE_1,
+                 "\"name\": \"nop\",\n         \"semaphore_ids\": [\n          1",
+                 "gpu 0, thread block 2, op 0 (pipeline), inner op 0 (sem_acquire): semaphore 1 "
+                 "is released 0 and acquired 2 times per iteration: acquire 1 has no release");
+  /* Two acquirers of one semaphore. */
+  expect_refusal("ar_pipeline_sem.json", SEM_ACQUIRE_1,
+                 "\"name\": \"sem_acquire\",\n         \"semaphore_ids\": [\n          0",
+                 "gpu 0, thread block 2, op 0 (pipeline), inner op 0 (sem_acquire): semaphore 0 "
+                 "is acquired by thread blocks 1 and 2");
+  expect_refusal("ar_pipeline_sem.json", SEM_ACQUIRE_1,
+                 "\"name\": \"sem_acquire\",\n         \"semaphore_ids\": [\n          3",
+                 "gpu 0, thread block 2, op 0 (pipeline), inner op 0 (sem_acquire): "
+                 "semaphore_ids[0] is not a semaphore of the gpu (it declares 3)");
+  expect_refusal("ar_pipeline_sem.json", SEM_INIT_2, "\"init_value\": -1",
+                 "gpu 0: field \"init_value\" is -1");
+  /* gpu 0's thread block 0 releases before its signal and wait: the
+   * translation holds, and the verifier finds rank 0's reduction reading
+   * scratch that the peers' puts are not ordered before. */
+  t = edited2("ar_pipeline_sem.json", "\"name\": \"signal\"",
+              "\"name\": \"sem_release\", \"semaphore_ids\": [0], \"was\": \"signal\"",
+              SEM_RELEASE_0, "\"name\": \"signal\", \"channel_ids\": [0, 1], "
+              "\"channel_type\": \"memory\"");
+  assert_int_equal(translate(t, "early.json", 0, &p, NULL, err, sizeof(err)), ncclSuccess);
+  assert_int_not_equal(brd_plan_verify(p, &opts, &rep), ncclSuccess);
+  print_message("early release: %s\n", rep.msg);
+  assert_int_equal(rep.kind, BRD_VERIFY_RACE);
+  assert_int_equal(rep.rank, 0);
+  assert_int_equal(rep.block, 1);
+  assert_int_equal(brd_ir_plan_ops(p, 0, 1)[rep.op].code, RD);
+  brd_plan_destroy(p);
+  free(t);
+
+  /* ar_nvls_pipeline_sem.json, MSCCL++'s allreduce_pipeline.json on 2
+   * ranks (in place, output_chunks 0 as its DSL writes, a thread block's
+   * switch channel given a "buff"): 4 iterations, so Braid's chunks are
+   * quarters; block 1 of rank r reduces slot (chunk) 4r + it through the
+   * switch channel in iteration it, the chunk its slot holds (thread
+   * block 0 copied input chunk 4r + it there). Semaphore 2 starts with 32
+   * credits, more than the iterations: block 0 never waits for it. Each
+   * block: the input copy's barrier, then the pairs of semaphores 0 and 1
+   * of 4 iterations (8 barriers). */
+  p = load("ar_nvls_pipeline_sem.json", 0, &meta);
+  assert_int_equal(meta.min_bytes, 200000);
+  assert_int_equal(meta.max_bytes, 262144);
+  assert_int_equal(p->nchunks, 8);
+  for (int r = 0; r < 2; r++) {
+    for (int b = 0; b < 3; b++) assert_int_equal(count_ops(p, r, b, B), 9);
+    assert_int_equal(count_ops(p, r, 1, BRD_IR_OP_MC_REDUCE), 4);
+    const brd_ir_op_t *op = brd_ir_plan_ops(p, r, 1);
+    int it = 0;
+    for (uint32_t i = 0; i < brd_ir_plan_block(p, r, 1)->nops; i++) {
+      if (op[i].code != BRD_IR_OP_MC_REDUCE) continue;
+      assert_int_equal(op[i].chunk, 4 * r + it);
+      assert_int_equal(op[i].nchunks, 1);
+      assert_int_equal(op[i].ref[0].buf, BRD_IR_BUF_SCRATCH);
+      assert_int_equal(op[i].ref[0].index, 4 * r + it);
+      assert_int_equal(brd_ir_plan_chan(p, r, op[i].ref[0].chan)->type, BRD_IR_CHAN_SWITCH);
+      it++;
+    }
+  }
+  verify_as(p, 1);
+  brd_plan_destroy(p);
+  p = load("ar_nvls_pipeline_sem.json", 2, NULL);
+  verify_as(p, 1);
+  brd_plan_destroy(p);
+
+  /* ag_port_flush.json: port channels, a flush after the put, which
+   * becomes nothing (the put has read its source when it ends). */
+  p = load("ag_port_flush.json", 0, &meta);
+  assert_int_equal(meta.min_bytes, 300000);
+  assert_int_equal(meta.max_bytes, 400000);
+  static const int pf[] = {S, S, W, W, CP, P, S, S, W, W, -1};
+  for (int r = 0; r < 3; r++) check_codes(p, r, 0, pf);
+  verify_as(p, 0);
+  brd_plan_destroy(p);
+}
+
 static void test_alloc_failures(void **state) {
   (void)state;
   /* Braid's own plans first: they are always there; MSCCL++'s samples
    * where they are found. */
   static const char *const files[] = {"ar_pipeline.json", "ag_get_inplace.json",
-                                      "allreduce_packet.json", "allreduce.json",
-                                      "reduce_nvls.json"};
+                                      "ar_pipeline_sem.json", "allreduce_packet.json",
+                                      "allreduce.json", "reduce_nvls.json"};
   char path[512];
   sample_path("allreduce.json", path, sizeof(path));
-  size_t nfiles = access(path, R_OK) == 0 ? sizeof(files) / sizeof(files[0]) : 2;
-  if (nfiles == 2)
+  size_t nfiles = access(path, R_OK) == 0 ? sizeof(files) / sizeof(files[0]) : 3;
+  if (nfiles == 3)
     print_message("note: MSCCL++'s sample plans are not at %s; Braid's own plans only\n", path);
   for (size_t f = 0; f < nfiles; f++) {
     char *t = edited(files[f], NULL, NULL);
@@ -911,6 +1143,7 @@ int main(void) {
       cmocka_unit_test(test_alltoall),
       cmocka_unit_test(test_pipeline),
       cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_semaphores),
       cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
