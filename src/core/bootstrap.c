@@ -122,7 +122,7 @@ static void boot_leave(struct brd_boot *boot, const char *why) {
   memcpy(frame + sizeof(h) + n, &t, sizeof(t));
   for (int i = 0; i < 2; i++) {
     int fd = socks[i]->fd;
-    if (fd < 0 || (i == 1 && socks[1]->fd == socks[0]->fd)) continue;
+    if (fd < 0) continue;
     if (!boot->torn[i])
       (void)!send(fd, frame, sizeof(h) + n + sizeof(t), MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)shutdown(fd, SHUT_WR);
