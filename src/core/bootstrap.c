@@ -94,7 +94,7 @@ static ncclResult_t boot_note(struct brd_boot *boot, ncclResult_t res) {
 static void leave_why(int at_exit, char *buf, size_t len) {
   const char *last = brd_log_last_error();
   if (at_exit && last[0] != '\0')
-    snprintf(buf, len, "its process exited with the communicator open; its last error: %s",
+    snprintf(buf, len, "its process exited with the communicator open, after: %s",
              last);
   else if (at_exit)
     snprintf(buf, len, "its process exited with the communicator open");

@@ -161,7 +161,9 @@ static void test_peer_dies(void **state) {
            reps[r].fail_after, reps[r].msg);
     assert_int_not_equal(reps[r].result, ncclSuccess);
     assert_int_not_equal(reps[r].result, -1); /* never a wrong result */
-    assert_true(reps[r].calls >= 3);
+    /* The victim dies 20 ms into its call 3; a survivor may still be
+     * finishing call 2 then (ranks leave a call at different times). */
+    assert_true(reps[r].calls >= 2);
     /* Far inside BRAID_TIMEOUT (120 s): the dead connection, not the
      * timeout, ended the call. */
     assert_true(reps[r].fail_after < 30.0);
