@@ -6,6 +6,8 @@
  * build, so host byte order and layout are shared. A connection to a rank's
  * listener starts with conn_hdr (communicator magic, sender rank, tag);
  * connections with another magic (strays, liveness probes) are dropped.
+ * The two ring connections carry frames (ring_hdr): allgather slices, and
+ * the leave frame a rank sends before it goes (bootstrap_wire.h).
  */
 #include <errno.h>
 #include <poll.h>
@@ -265,11 +267,6 @@ int brd_boot_ring_left(const struct brd_boot *boot, char *why, size_t len) {
   else return -1;
   if (why != NULL) (void)leave_peek(p[side].fd, why, len);
   return side == 0 ? (boot->rank - 1 + n) % n : (boot->rank + 1) % n;
-}
-
-/* See bootstrap.h. */
-int brd_boot_ring_closed(const struct brd_boot *boot) {
-  return brd_boot_ring_left(boot, NULL, 0);
 }
 
 /* See bootstrap.h. */

@@ -111,18 +111,14 @@ void brd_boot_link_abort(struct brd_boot *boot, _Atomic int *extra);
  * wait for an aborted operation to return before clearing the flag). */
 int brd_boot_busy(const struct brd_boot *boot);
 
-/* Liveness: the rank whose end of this rank's ring connection has closed
- * (its process died, or it destroyed the communicator), or -1. Never
- * blocks, reads nothing; any thread, while boot is alive. */
-int brd_boot_ring_closed(const struct brd_boot *boot);
-
 /* Room for the reason brd_boot_ring_left gives, its NUL included. */
 #define BRD_BOOT_WHY_LEN 641
 
-/* brd_boot_ring_closed, and the reason that rank gave for leaving (see
- * "Leaving with a reason") into why (len bytes, BRD_BOOT_WHY_LEN is
- * enough): "" when it gave none (it died, or destroyed a healthy
- * communicator). Never blocks, consumes nothing; any thread, while boot
+/* Liveness: the rank whose end of this rank's ring connection has closed
+ * (its process died or exited, or it destroyed the communicator), or -1;
+ * with why (len bytes, BRD_BOOT_WHY_LEN is enough) not NULL, also the
+ * reason that rank gave for leaving (see "Leaving with a reason"), or ""
+ * when it gave none. Never blocks, consumes nothing; any thread, while boot
  * is alive. */
 int brd_boot_ring_left(const struct brd_boot *boot, char *why, size_t len);
 
