@@ -6,6 +6,8 @@
  * build, so host byte order and layout are shared. A connection to a rank's
  * listener starts with conn_hdr (communicator magic, sender rank, tag);
  * connections with another magic (strays, liveness probes) are dropped.
+ * The two ring connections carry frames (ring_hdr): allgather slices, and
+ * the leave frame a rank sends before it goes (bootstrap_wire.h).
  */
 #include <errno.h>
 #include <poll.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +42,206 @@ static void peer_who(int peer, char *buf, size_t len) {
   snprintf(buf, len, "rank %d", peer);
 }
 
+/* ---------------------------------------------------------------------- */
+/* Leaving with a reason (bootstrap_wire.h: RING_LEAVE).                   */
+
+/* This process's live bootstraps, for the exit hook (boots_exit). */
+static pthread_mutex_t boots_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct brd_boot *boots;
+static pthread_once_t boots_once = PTHREAD_ONCE_INIT;
+
+static void boots_prefork(void) { pthread_mutex_lock(&boots_lock); }
+static void boots_postfork_parent(void) { pthread_mutex_unlock(&boots_lock); }
+static void boots_postfork_child(void) {
+  boots = NULL; /* the parent's, not the child's to speak for */
+  pthread_mutex_unlock(&boots_lock);
+}
+static void boots_init_once(void) {
+  (void)pthread_atfork(boots_prefork, boots_postfork_parent, boots_postfork_child);
+}
+
+static void boots_add(struct brd_boot *boot) {
+  pthread_once(&boots_once, boots_init_once);
+  pthread_mutex_lock(&boots_lock);
+  boot->live_next = boots;
+  boots = boot;
+  pthread_mutex_unlock(&boots_lock);
+}
+
+static void boots_del(struct brd_boot *boot) {
+  pthread_mutex_lock(&boots_lock);
+  for (struct brd_boot **pp = &boots; *pp != NULL; pp = &(*pp)->live_next) {
+    if (*pp == boot) {
+      *pp = boot->live_next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&boots_lock);
+}
+
+static int flag_set(_Atomic int *f) {
+  return f != NULL && atomic_load_explicit(f, memory_order_acquire) != 0;
+}
+
+/* Records that an operation on boot failed on its own (not an abort, not
+ * a bad argument): destroying boot then tells the ring why. Returns res. */
+static ncclResult_t boot_note(struct brd_boot *boot, ncclResult_t res) {
+  if (res != ncclSuccess && res != ncclInvalidArgument && !flag_set(boot->abort) &&
+      !flag_set(atomic_load_explicit(&boot->extra_abort, memory_order_acquire)))
+    boot->failed = 1;
+  return res;
+}
+
+/* Why this rank leaves, for its peers: its last WARN, or what it did. */
+static void leave_why(int at_exit, char *buf, size_t len) {
+  const char *last = brd_log_last_error();
+  if (at_exit && last[0] != '\0')
+    snprintf(buf, len, "its process exited with the communicator open, after: %s",
+             last);
+  else if (at_exit)
+    snprintf(buf, len, "its process exited with the communicator open");
+  else if (last[0] != '\0')
+    snprintf(buf, len, "%s", last);
+  else
+    snprintf(buf, len, "it aborted the communicator (it reported no error)");
+}
+
+/* Puts a leave frame saying why on each ring connection whose outgoing
+ * stream is whole, ends the stream (FIN), and discards what is queued to
+ * be read, so that the close that follows does not reset the connection
+ * (a reset could drop the frame on its way). Never waits: a frame that
+ * does not fit the socket's buffer goes out in part or not at all. */
+static void boot_leave(struct brd_boot *boot, const char *why) {
+  char frame[sizeof(struct ring_hdr) + LEAVE_TEXT_MAX + sizeof(struct leave_tail)];
+  size_t n = strnlen(why, LEAVE_TEXT_MAX);
+  struct ring_hdr h = {RING_LEAVE, (uint32_t)n};
+  struct leave_tail t = {(uint32_t)n, 0, LEAVE_MAGIC};
+  struct brd_sock *socks[2] = {&boot->ring_next, &boot->ring_prev};
+
+  boot->left = 1;
+  memcpy(frame, &h, sizeof(h));
+  memcpy(frame + sizeof(h), why, n);
+  memcpy(frame + sizeof(h) + n, &t, sizeof(t));
+  for (int i = 0; i < 2; i++) {
+    int fd = socks[i]->fd;
+    if (fd < 0) continue;
+    if (!boot->torn[i])
+      (void)!send(fd, frame, sizeof(h) + n + sizeof(t), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)shutdown(fd, SHUT_WR);
+    for (int k = 0; k < 64; k++) {
+      char sink[4096];
+      if (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0) break;
+    }
+  }
+}
+
+/* At exit (or when the library is unloaded), a communicator still open
+ * and idle tells its ring neighbours that its process is going, with the
+ * last error. A process killed by a signal never gets here: its peers see
+ * the connection close and say the rank is gone. */
+__attribute__((destructor)) static void boots_exit(void) {
+  char why[LEAVE_TEXT_MAX + 1];
+  int have_why = 0;
+  if (pthread_mutex_trylock(&boots_lock) != 0) return;
+  for (struct brd_boot *b = boots; b != NULL; b = b->live_next) {
+    if (b->pid != (int)getpid() || b->left || b->nranks < 2 ||
+        atomic_load_explicit(&b->busy, memory_order_acquire) != 0)
+      continue;
+    if (!have_why) leave_why(1, why, sizeof(why));
+    have_why = 1;
+    boot_leave(b, why);
+  }
+  pthread_mutex_unlock(&boots_lock);
+}
+
+/* The text of the leave frame that ends what fd has queued, into why:
+ * 1, or 0 when the stream does not end in one (yet). Peeks, so it never
+ * consumes nor blocks; any thread. */
+static int leave_peek(int fd, char *why, size_t len) {
+  struct ring_hdr h;
+  struct leave_tail t;
+  char *b;
+  ssize_t n;
+  int found = 0;
+  if (fd < 0 || len == 0) return 0;
+  b = malloc(LEAVE_PEEK_MAX);
+  if (b == NULL) return 0;
+  n = recv(fd, b, LEAVE_PEEK_MAX, MSG_PEEK | MSG_DONTWAIT);
+  /* A full buffer may not hold the stream's end. */
+  if (n >= (ssize_t)(sizeof(h) + sizeof(t)) && n < LEAVE_PEEK_MAX) {
+    memcpy(&t, b + n - sizeof(t), sizeof(t));
+    if (t.magic == LEAVE_MAGIC && t.len <= LEAVE_TEXT_MAX &&
+        (size_t)n >= sizeof(h) + t.len + sizeof(t)) {
+      const char *text = b + n - sizeof(t) - t.len;
+      memcpy(&h, text - sizeof(h), sizeof(h));
+      if (h.kind == RING_LEAVE && h.len == t.len) {
+        size_t k = t.len < len - 1 ? t.len : len - 1;
+        memcpy(why, text, k);
+        why[k] = '\0';
+        found = 1;
+      }
+    }
+  }
+  free(b);
+  return found;
+}
+
+/* Why peer left, when it is a ring neighbour that said so: 1 and why
+ * filled, else 0. Never blocks. */
+static int peer_left(const struct brd_boot *boot, int peer, char *why, size_t len) {
+  int n = boot->nranks;
+  if (n < 2) return 0;
+  if (peer == (boot->rank + 1) % n && leave_peek(boot->ring_next.fd, why, len)) return 1;
+  if (peer == (boot->rank - 1 + n) % n && leave_peek(boot->ring_prev.fd, why, len)) return 1;
+  return 0;
+}
+
+/* After an operation with peer failed with res: when peer is a ring
+ * neighbour that left with a reason, WARNs it (the error's cause, so the
+ * last error says it). Returns res. */
+static ncclResult_t note_left(struct brd_boot *boot, int peer, const brd_sock_ctl_t *ctl,
+                              ncclResult_t res) {
+  char why[LEAVE_TEXT_MAX + 1], line[BRD_SOCK_ADDR_STRLEN];
+  if (res == ncclRemoteError && !brd_sock_aborted(ctl) && peer_left(boot, peer, why, sizeof(why)))
+    WARN("bootstrap: rank %d: rank %d (at %s) left: %s", boot->rank, peer,
+         brd_sock_addr_str(&boot->peer_addrs[peer], line), why);
+  return res;
+}
+
+/* A ring frame from peer whose first `have` bytes are in rx (room for at
+ * least a header): when it is, or the bytes queued on sock begin, a leave
+ * frame, reads its text (already on its way: waits until `until` at most,
+ * reading what is there once even after it), WARNs "rank A left: why" and
+ * returns 1; else 0. */
+static int ring_leave_read(struct brd_boot *boot, struct brd_sock *sock, int peer,
+                           char *rx, size_t have, int64_t until) {
+  char why[LEAVE_TEXT_MAX + 1], line[BRD_SOCK_ADDR_STRLEN];
+  struct ring_hdr h;
+  size_t want, got;
+  int closed = 0;
+  while (have < sizeof(h) && !closed) {
+    if (brd_sock_try_recv(sock, rx, sizeof(h), &have, &closed) != ncclSuccess) return 0;
+    if (have < sizeof(h) && (closed || brd_time_now_ns() >= until)) return 0;
+    if (have < sizeof(h)) (void)brd_sock_wait_readable(sock->fd, SLICE_MS);
+  }
+  if (have < sizeof(h)) return 0;
+  memcpy(&h, rx, sizeof(h));
+  if (h.kind != RING_LEAVE) return 0;
+  want = h.len < LEAVE_TEXT_MAX ? h.len : LEAVE_TEXT_MAX;
+  got = have - sizeof(h) < want ? have - sizeof(h) : want;
+  memcpy(why, rx + sizeof(h), got);
+  while (got < want && !closed) {
+    if (brd_sock_try_recv(sock, why, want, &got, &closed) != ncclSuccess) break;
+    if (got == want || closed || brd_time_now_ns() >= until) break;
+    (void)brd_sock_wait_readable(sock->fd, SLICE_MS);
+  }
+  why[got] = '\0';
+  WARN("bootstrap: rank %d: rank %d (at %s) left: %s%s", boot->rank, peer,
+       brd_sock_addr_str(&boot->peer_addrs[peer], line), why,
+       got < want ? " [cut off]" : "");
+  return 1;
+}
+
 /* See bootstrap.h. */
 void brd_boot_link_abort(struct brd_boot *boot, _Atomic int *extra) {
   atomic_store_explicit(&boot->extra_abort, extra, memory_order_release);
@@ -53,14 +256,17 @@ int brd_boot_busy(const struct brd_boot *boot) {
 uint64_t brd_boot_magic(const struct brd_boot *boot) { return boot->magic; }
 
 /* See bootstrap.h. */
-int brd_boot_ring_closed(const struct brd_boot *boot) {
+int brd_boot_ring_left(const struct brd_boot *boot, char *why, size_t len) {
   struct pollfd p[2] = {{boot->ring_prev.fd, POLLRDHUP, 0}, {boot->ring_next.fd, POLLRDHUP, 0}};
-  int n = boot->nranks;
+  int n = boot->nranks, side;
+  if (why != NULL && len > 0) why[0] = '\0';
   if (n < 2 || p[0].fd < 0 || p[1].fd < 0) return -1;
   if (poll(p, 2, 0) <= 0) return -1;
-  if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) return (boot->rank - 1 + n) % n;
-  if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) return (boot->rank + 1) % n;
-  return -1;
+  if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) side = 0;
+  else if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) side = 1;
+  else return -1;
+  if (why != NULL) (void)leave_peek(p[side].fd, why, len);
+  return side == 0 ? (boot->rank - 1 + n) % n : (boot->rank + 1) % n;
 }
 
 /* See bootstrap.h. */
@@ -87,6 +293,8 @@ static ncclResult_t boot_alloc(int rank, int nranks, uint64_t magic, _Atomic int
   CHECK_GOTO(brd_sock_boot_iface(&local, name), res, fail_free_addrs);
   CHECK_GOTO(brd_sock_listen(&local, &boot->listen), res, fail_free_addrs);
   boot->peer_addrs[rank] = boot->listen.addr;
+  boot->pid = (int)getpid();
+  boots_add(boot);
   *boot_out = boot;
   return ncclSuccess;
 fail_free_addrs:
@@ -99,6 +307,12 @@ fail_free:
 /* See bootstrap.h. */
 void brd_boot_destroy(struct brd_boot *boot) {
   if (boot == NULL) return;
+  boots_del(boot);
+  if (!boot->left && boot->nranks > 1 && (flag_set(boot->abort) || boot->failed)) {
+    char why[LEAVE_TEXT_MAX + 1];
+    leave_why(0, why, sizeof(why));
+    boot_leave(boot, why);
+  }
   while (boot->unexpected != NULL) {
     struct unexpected *u = boot->unexpected;
     boot->unexpected = u->next;
@@ -211,10 +425,16 @@ static ncclResult_t accept_from(struct brd_boot *boot, int peer, int tag,
       int refused = 0;
       brd_sock_probe(&boot->peer_addrs[peer], PROBE_TIMEOUT_MS, &refused);
       if (refused && !brd_sock_aborted(ctl)) {
-        WARN("bootstrap: rank %d waited for a message from rank %d at %s, but "
-             "that rank is gone (nothing listens there any more): its process "
-             "exited or it destroyed the communicator", boot->rank, peer,
-             brd_sock_addr_str(&boot->peer_addrs[peer], line));
+        char why[LEAVE_TEXT_MAX + 1];
+        if (peer_left(boot, peer, why, sizeof(why)))
+          WARN("bootstrap: rank %d waited for a message from rank %d at %s, but that "
+               "rank left: %s", boot->rank, peer,
+               brd_sock_addr_str(&boot->peer_addrs[peer], line), why);
+        else
+          WARN("bootstrap: rank %d waited for a message from rank %d at %s, but "
+               "that rank is gone (nothing listens there any more): its process "
+               "exited or it destroyed the communicator", boot->rank, peer,
+               brd_sock_addr_str(&boot->peer_addrs[peer], line));
         return ncclRemoteError;
       }
       next_probe = brd_time_now_ns() + PROBE_INTERVAL_NS;
@@ -256,7 +476,8 @@ static ncclResult_t p2p_xfer(struct brd_boot *boot, int peer, int tag, void *buf
   peer_who(peer, who, sizeof(who));
   ctl = boot_ctl(boot, who);
   if (send) {
-    CHECK(connect_to(boot, peer, tag, &boot->peer_addrs[peer], &ctl, &s));
+    res = connect_to(boot, peer, tag, &boot->peer_addrs[peer], &ctl, &s);
+    if (res != ncclSuccess) return note_left(boot, peer, &ctl, res);
     CHECK_GOTO(brd_sock_send(&s, &sz, sizeof(sz), &ctl), res, out_close);
   } else {
     CHECK(accept_from(boot, peer, tag, &ctl, 1, &s));
@@ -275,7 +496,7 @@ static ncclResult_t p2p_xfer(struct brd_boot *boot, int peer, int tag, void *buf
   res = ncclSuccess;
 out_close:
   brd_sock_close(&s);
-  return res;
+  return note_left(boot, peer, &ctl, res);
 }
 
 static ncclResult_t p2p_send(struct brd_boot *boot, int peer, int tag, const void *buf,
@@ -307,7 +528,7 @@ static ncclResult_t user_xfer(struct brd_boot *boot, int peer, int tag, void *bu
                               size_t size, int send, const char *fn) {
   CHECK(check_peer_tag(boot, peer, tag, fn));
   atomic_fetch_add(&boot->busy, 1);
-  ncclResult_t res = p2p_xfer(boot, peer, tag, buf, size, send);
+  ncclResult_t res = boot_note(boot, p2p_xfer(boot, peer, tag, buf, size, send));
   atomic_fetch_sub(&boot->busy, 1);
   return res;
 }
@@ -326,36 +547,89 @@ ncclResult_t brd_boot_recv(struct brd_boot *boot, int peer, int tag, void *buf,
 
 /* Ring allgather in both directions at once: step s moves slice rank-s to
  * the next rank and slice rank+s to the previous one, so n-1 slices arrive
- * in n/2 steps (NCCL's double ring). */
+ * in n/2 steps (NCCL's double ring). Each slice travels as a RING_DATA
+ * frame; a RING_LEAVE frame instead is the neighbour's reason for leaving:
+ * WARNed here, ncclRemoteError, and *left_out = 1 (may be NULL). */
 static ncclResult_t ring_allgather_until(struct brd_boot *boot, char *data, size_t size,
-                                         int64_t deadline_ns, unsigned char *have) {
-  int n = boot->nranks, r = boot->rank, steps = n / 2;
+                                         int64_t deadline_ns, unsigned char *have,
+                                         int *left_out) {
+  int n = boot->nranks, r = boot->rank, steps = n / 2, left = 0;
+  int nx = (r + 1) % n, pv = (r - 1 + n) % n;
+  size_t fsz = sizeof(struct ring_hdr) + size;
+  struct ring_hdr dh = {RING_DATA, (uint32_t)size};
   char who_next[32], who_prev[32];
-  peer_who((r + 1) % n, who_next, sizeof(who_next));
-  peer_who((r - 1 + n) % n, who_prev, sizeof(who_prev));
-  for (int s = 0; s < steps; s++) {
+  ncclResult_t res = ncclSuccess;
+  char *f;
+  if (left_out != NULL) *left_out = 0;
+  if (size > UINT32_MAX - sizeof(struct ring_hdr)) {
+    WARN("bootstrap: an allgather of %zu bytes per rank is over the ring's limit", size);
+    return ncclInvalidArgument;
+  }
+  /* Frames: [0] to next, [1] from prev, [2] to prev, [3] from next. */
+  f = malloc(4 * fsz);
+  if (f == NULL) {
+    WARN("out of host memory for a bootstrap allgather of %zu bytes per rank", size);
+    return ncclSystemError;
+  }
+  peer_who(nx, who_next, sizeof(who_next));
+  peer_who(pv, who_prev, sizeof(who_prev));
+  for (int s = 0; s < steps && res == ncclSuccess; s++) {
     brd_sock_ctl_t ctl = boot_ctl(boot, NULL);
     int last_single = s == steps - 1 && n % 2 == 0;
+    int nops = last_single ? 2 : 4;
+    int from[4] = {-1, (r - s - 1 + n) % n, -1, (r + s + 1) % n};
     if (deadline_ns != 0) ctl.deadline_ns = deadline_ns;
+    memcpy(f, &dh, sizeof(dh));
+    memcpy(f + sizeof(dh), data + (size_t)((r - s + n) % n) * size, size);
+    memcpy(f + 2 * fsz, &dh, sizeof(dh));
+    memcpy(f + 2 * fsz + sizeof(dh), data + (size_t)((r + s) % n) * size, size);
     brd_sock_op_t ops[4] = {
-        {&boot->ring_next, 1, data + (size_t)((r - s + n) % n) * size, size, 0, who_next},
-        {&boot->ring_prev, 0, data + (size_t)((r - s - 1 + n) % n) * size, size, 0, who_prev},
-        {&boot->ring_prev, 1, data + (size_t)((r + s) % n) * size, size, 0, who_prev},
-        {&boot->ring_next, 0, data + (size_t)((r + s + 1) % n) * size, size, 0, who_next},
+        {&boot->ring_next, 1, f, fsz, 0, who_next},
+        {&boot->ring_prev, 0, f + fsz, fsz, 0, who_prev},
+        {&boot->ring_prev, 1, f + 2 * fsz, fsz, 0, who_prev},
+        {&boot->ring_next, 0, f + 3 * fsz, fsz, 0, who_next},
     };
-    ncclResult_t res = brd_sock_multi(ops, last_single ? 2 : 4, &ctl);
-    /* Each receive that completed, even in a failed step, is a rank heard. */
-    if (have != NULL) {
-      if (ops[1].done == size) have[(r - s - 1 + n) % n] = 1;
-      if (!last_single && ops[3].done == size) have[(r + s + 1) % n] = 1;
+    res = brd_sock_multi(ops, nops, &ctl);
+    /* A frame sent in part leaves that stream unfit for a leave frame. */
+    if (ops[0].done > 0 && ops[0].done < fsz) boot->torn[0] = 1;
+    if (nops == 4 && ops[2].done > 0 && ops[2].done < fsz) boot->torn[1] = 1;
+    for (int k = 1; k < nops; k += 2) {
+      struct ring_hdr h;
+      int peer = k == 1 ? pv : nx;
+      char *rx = ops[k].buf;
+      if (ops[k].done < sizeof(h) || memcmp(rx, &dh, sizeof(dh)) != 0) {
+        /* Not a whole data frame: a leave frame (whole, in part, or still
+         * queued after a failure elsewhere), or a disagreement. */
+        int64_t until = brd_time_now_ns() + LEAVE_READ_MS * 1000000LL;
+        if (until > ctl.deadline_ns) until = ctl.deadline_ns;
+        if (!left && (res != ncclSuccess || ops[k].done >= sizeof(h)) &&
+            !brd_sock_aborted(&ctl) &&
+            ring_leave_read(boot, ops[k].sock, peer, rx, ops[k].done, until))
+          left = 1;
+        else if (ops[k].done >= sizeof(h) && res == ncclSuccess) {
+          memcpy(&h, rx, sizeof(h));
+          WARN("bootstrap: rank %d: rank %d sent a ring frame of kind %#x and %u bytes to an "
+               "allgather of %zu bytes per rank; the ranks disagree on the exchange",
+               r, peer, h.kind, h.len, size);
+          res = ncclInternalError;
+        }
+        continue;
+      }
+      /* Each slice that arrived, even in a failed step, is a rank heard. */
+      if (ops[k].done == fsz) {
+        memcpy(data + (size_t)from[k] * size, rx + sizeof(dh), size);
+        if (have != NULL) have[from[k]] = 1;
+      }
     }
-    if (res != ncclSuccess) return res;
+    if (left) res = ncclRemoteError;
   }
-  return ncclSuccess;
+  free(f);
+  if (left_out != NULL) *left_out = left;
+  return res;
 }
 
 static ncclResult_t ring_allgather(struct brd_boot *boot, char *data, size_t size) {
-  return ring_allgather_until(boot, data, size, 0, NULL);
+  return ring_allgather_until(boot, data, size, 0, NULL, NULL);
 }
 
 /* See bootstrap.h. */
@@ -363,7 +637,7 @@ ncclResult_t brd_boot_allgather(struct brd_boot *boot, void *buf, size_t size_pe
   ncclResult_t res;
   if (boot->nranks == 1 || size_per_rank == 0) return ncclSuccess;
   atomic_fetch_add(&boot->busy, 1);
-  res = ring_allgather(boot, buf, size_per_rank);
+  res = boot_note(boot, ring_allgather(boot, buf, size_per_rank));
   atomic_fetch_sub(&boot->busy, 1);
   return res;
 }
@@ -373,6 +647,7 @@ ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t s
                                       int64_t timeout_s, const char *what) {
   ncclResult_t res;
   unsigned char *have;
+  int left = 0;
   int64_t t0 = brd_time_now_ns();
   if (boot->nranks == 1 || size_per_rank == 0) return ncclSuccess;
   if (timeout_s < 1) timeout_s = 1;
@@ -383,9 +658,11 @@ ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t s
   }
   have[boot->rank] = 1;
   atomic_fetch_add(&boot->busy, 1);
-  res = ring_allgather_until(boot, buf, size_per_rank, t0 + timeout_s * 1000000000LL, have);
+  res = ring_allgather_until(boot, buf, size_per_rank, t0 + timeout_s * 1000000000LL, have,
+                             &left);
+  res = boot_note(boot, res);
   atomic_fetch_sub(&boot->busy, 1);
-  if (res == ncclRemoteError) {
+  if (res == ncclRemoteError && !left) {
     /* One message for the caller: who has not been heard from (also when
      * a neighbour gave up first and closed its connection). A rank named
      * here either never made the call or sits behind one that did not
@@ -425,6 +702,7 @@ ncclResult_t brd_boot_bcast(struct brd_boot *boot, int root, void *buf, size_t s
   } else {
     res = p2p_recv(boot, root, tag, buf, size);
   }
+  res = boot_note(boot, res);
   atomic_fetch_sub(&boot->busy, 1);
   return res;
 }
@@ -442,6 +720,7 @@ ncclResult_t brd_boot_barrier(struct brd_boot *boot) {
     res = p2p_send(boot, (r + mask) % n, tag, &token, 1);
     if (res == ncclSuccess) res = p2p_recv(boot, (r - mask + n) % n, tag, &token, 1);
   }
+  res = boot_note(boot, res);
   atomic_fetch_sub(&boot->busy, 1);
   return res;
 }
@@ -564,6 +843,7 @@ ncclResult_t brd_boot_create(const ncclUniqueId *ids, int nids, int rank, int nr
 fail:
   brd_sock_close(&own);
   brd_sock_close(&link);
+  (void)boot_note(boot, res);
   brd_boot_destroy(boot);
   return res;
 }
@@ -616,6 +896,7 @@ ncclResult_t brd_boot_create_child(struct brd_boot *parent, uint32_t seq, int co
   return ncclSuccess;
 fail:
   atomic_fetch_sub(&parent->busy, 1);
+  (void)boot_note(boot, res);
   brd_boot_destroy(boot);
   return res;
 }

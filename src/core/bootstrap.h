@@ -16,6 +16,16 @@
  * operation and polls the owner's abort flag (ncclInternalError on abort,
  * no WARN). A peer that dies is ncclRemoteError naming its rank and address.
  *
+ * Leaving with a reason. A rank that leaves after an error (its abort flag
+ * set when it is destroyed, one of its operations failed, or its process
+ * exits with it open) first puts its last WARN on its two ring
+ * connections; a ring neighbour that then fails an operation with it, or
+ * finds its ring connection closed (brd_boot_ring_left), says "rank A
+ * left: <A's last error>", which names whatever A's own error named. A
+ * rank killed by a signal, or one that destroys a healthy communicator,
+ * sends nothing: its peers say it is gone. Ranks that are not its ring
+ * neighbours do not hear the reason from the bootstrap.
+ *
  * A brd_boot is used by one thread at a time; brd_boot_link_abort is the
  * only call another thread may make.
  */
@@ -86,8 +96,10 @@ ncclResult_t brd_boot_create_child(struct brd_boot *parent, uint32_t seq, int co
                                    int nranks, int rank, const int *parent_ranks,
                                    _Atomic int *abort, struct brd_boot **boot_out);
 
-/* Closes every socket and frees. Local only: never waits on a peer. NULL is
- * a no-op. The caller must be the only user of boot. */
+/* Closes every socket and frees. When the owner's abort flag is set or an
+ * operation on boot failed, it first tells the ring neighbours why (the
+ * process's last WARN), without waiting. Local only: never waits on a
+ * peer. NULL is a no-op. The caller must be the only user of boot. */
 void brd_boot_destroy(struct brd_boot *boot);
 
 /* While extra is linked, every operation on boot also stops when *extra is
@@ -99,10 +111,16 @@ void brd_boot_link_abort(struct brd_boot *boot, _Atomic int *extra);
  * wait for an aborted operation to return before clearing the flag). */
 int brd_boot_busy(const struct brd_boot *boot);
 
+/* Room for the reason brd_boot_ring_left gives, its NUL included. */
+#define BRD_BOOT_WHY_LEN 641
+
 /* Liveness: the rank whose end of this rank's ring connection has closed
- * (its process died, or it destroyed the communicator), or -1. Never
- * blocks, reads nothing; any thread, while boot is alive. */
-int brd_boot_ring_closed(const struct brd_boot *boot);
+ * (its process died or exited, or it destroyed the communicator), or -1;
+ * with why (len bytes, BRD_BOOT_WHY_LEN is enough) not NULL, also the
+ * reason that rank gave for leaving (see "Leaving with a reason"), or ""
+ * when it gave none. Never blocks, consumes nothing; any thread, while boot
+ * is alive. */
+int brd_boot_ring_left(const struct brd_boot *boot, char *why, size_t len);
 
 /* Where peer's bootstrap listener is (its host, for messages). */
 const union brd_sock_addr *brd_boot_peer_addr(const struct brd_boot *boot, int peer);

@@ -57,6 +57,34 @@ struct boot_reply {
   char msg[BOOT_MSG_LEN];    /* why, when status != ncclSuccess */
 };
 
+/* The ring connections carry frames: a ring_hdr, then len bytes. An
+ * allgather step sends one RING_DATA frame each way. A rank that leaves
+ * after an error (its abort flag set, one of its bootstrap operations
+ * failed, or its process exiting with the communicator open) puts one
+ * RING_LEAVE frame on each ring connection whose outgoing stream is whole,
+ * then closes: its text (len bytes, no NUL) is why, then a leave_tail, so
+ * that a reader who sees only the end of the stream (a peek after the
+ * close) finds it too. */
+#define RING_DATA 0x41544144u  /* "DATA" */
+#define RING_LEAVE 0x5641454cu /* "LEAV" */
+#define LEAVE_MAGIC 0x455641454c445242ull /* "BRDLEAVE" */
+#define LEAVE_TEXT_MAX (BRD_BOOT_WHY_LEN - 1)
+#define LEAVE_PEEK_MAX 65536   /* a peek sees at most this much of a stream */
+#define LEAVE_READ_MS 500      /* the rest of a leave frame already on its way */
+
+struct ring_hdr {
+  uint32_t kind;             /* RING_DATA or RING_LEAVE */
+  uint32_t len;              /* bytes that follow (RING_LEAVE: the text) */
+};
+_Static_assert(sizeof(struct ring_hdr) == 8, "ring_hdr is a wire format");
+
+struct leave_tail {
+  uint32_t len;              /* the text's, again */
+  uint32_t pad;
+  uint64_t magic;            /* LEAVE_MAGIC */
+};
+_Static_assert(sizeof(struct leave_tail) == 16, "leave_tail is a wire format");
+
 /* First bytes of every connection to a rank's listener. */
 struct conn_hdr {
   uint64_t magic;
@@ -83,6 +111,12 @@ struct brd_boot {
   struct brd_sock ring_prev;          /* owned: from rank-1 */
   union brd_sock_addr *peer_addrs;    /* owned: nranks listeners */
   struct unexpected *unexpected;      /* owned: connections not yet received */
+  int failed;                         /* an operation failed (not by abort) */
+  int left;                           /* the leave frames went out */
+  uint8_t torn[2];                    /* [0] ring_next, [1] ring_prev: a frame
+                                       * was sent only in part */
+  int pid;                            /* of the process that made it */
+  struct brd_boot *live_next;         /* the process's list (bootstrap.c) */
 };
 
 /* ---------------------------------------------------------------------- */

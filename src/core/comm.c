@@ -36,14 +36,15 @@ static struct ncclComm *live_list;
  * own); written under live_lock, read without it by the fast path. */
 static _Atomic int live_pid;
 
-/* Records that rank `peer` of comm is gone; the first finding wins. */
-static void live_mark(struct ncclComm *comm, int peer, const char *how) {
+/* Records that rank `peer` of comm is gone ("is gone: how") or left
+ * giving a reason ("left: how"); the first finding wins. */
+static void live_mark(struct ncclComm *comm, int peer, const char *what, const char *how) {
   char line[BRD_SOCK_ADDR_STRLEN];
   int pid = comm->peers != NULL ? comm->peers[peer].pid : -1;
   if (atomic_load_explicit(&comm->peer_dead, memory_order_acquire) != 0) return;
   snprintf(comm->dead_msg, sizeof(comm->dead_msg),
-           "rank %d (host %s, pid %d) is gone: %s", peer,
-           brd_sock_addr_str(brd_boot_peer_addr(comm->boot, peer), line), pid, how);
+           "rank %d (host %s, pid %d) %s: %s", peer,
+           brd_sock_addr_str(brd_boot_peer_addr(comm->boot, peer), line), pid, what, how);
   atomic_store_explicit(&comm->dead_since_ns, brd_time_now_ns(), memory_order_relaxed);
   atomic_store_explicit(&comm->peer_dead, peer + 1, memory_order_release);
   INFO(BRD_SUBSYS_INIT, "liveness: %s", comm->dead_msg);
@@ -52,9 +53,12 @@ static void live_mark(struct ncclComm *comm, int peer, const char *how) {
 /* One look at comm's peers. Under live_lock. */
 static void live_scan(struct ncclComm *comm, int64_t now) {
   if (atomic_load_explicit(&comm->peer_dead, memory_order_acquire) == 0) {
-    int gone = comm->boot != NULL ? brd_boot_ring_closed(comm->boot) : -1;
-    if (gone >= 0) {
-      live_mark(comm, gone, "its bootstrap ring connection closed (its process "
+    char why[BRD_BOOT_WHY_LEN];
+    int gone = comm->boot != NULL ? brd_boot_ring_left(comm->boot, why, sizeof(why)) : -1;
+    if (gone >= 0 && why[0] != '\0') {
+      live_mark(comm, gone, "left", why);
+    } else if (gone >= 0) {
+      live_mark(comm, gone, "is gone", "its bootstrap ring connection closed (its process "
                 "died, or it destroyed the communicator)");
     } else if (comm->peers != NULL) {
       const brd_peer_info_t *me = &comm->peers[comm->rank];
@@ -65,7 +69,7 @@ static void live_scan(struct ncclComm *comm, int64_t now) {
         /* Only a pid of this pid namespace can be looked up here. */
         if (brd_device_pid_hash(p->pid) != p->pid_hash) continue;
         if (kill(p->pid, 0) != 0 && errno == ESRCH) {
-          live_mark(comm, r, "its process no longer exists");
+          live_mark(comm, r, "is gone", "its process no longer exists");
           break;
         }
       }

@@ -83,7 +83,7 @@ struct ncclComm {
 
   /* Liveness (owner: comm.c's watchdog thread writes, callers read). */
   _Atomic int peer_dead;         /* 0, or 1 + the first rank found gone */
-  char dead_msg[320];            /* why, written before peer_dead is set */
+  char dead_msg[800];            /* why, written before peer_dead is set */
   _Atomic int64_t dead_since_ns; /* when peer_dead was set */
   _Atomic int64_t launch_since_ns; /* start of the launch running now, 0: none */
   _Atomic int watched;           /* pid of the process whose watchdog lists comm,
@@ -120,7 +120,8 @@ int brd_comm_device_other_process(const struct ncclComm *comm);
 /* Liveness. The first launch on a communicator of more than one rank
  * registers it with the process's watchdog thread, which every 50 ms
  * checks the ring neighbours' bootstrap connections (closed: the
- * neighbour's process died or it destroyed the communicator) and, for
+ * neighbour's process died or it destroyed the communicator; one that left
+ * after an error gave its reason, recorded as "rank A ... left: why") and, for
  * ranks in other processes of this host and pid namespace, whether their
  * pid still exists. The first rank found gone is recorded (peer_dead,
  * dead_msg); a launch still running BRD_LIVE_GRACE_MS after that is

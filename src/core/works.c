@@ -494,9 +494,11 @@ static void library_estimate(const brd_works_view_t *v, const brd_call_t *c, uin
  * while NCCL_ALGO is unset, and not for deterministic reductions (a
  * library plan's order of addition is its own). The inputs (the call's
  * sizes and collective, and in place or not) are the same on every rank,
- * and so is the library (window.c agreed on it), so is the answer. */
+ * and so is the library (window.c agreed on it), so is the answer. A plan
+ * that will run is logged at INFO; `estimating` (brd_works_estimate, which
+ * runs nothing) keeps quiet. */
 static brd_plan_user_t *library_choice(const brd_works_view_t *v, brd_plan_cache_t *plans,
-                                       const brd_call_t *c, uint8_t coll) {
+                                       const brd_call_t *c, uint8_t coll, int estimating) {
   if (plans->nlib == 0 || v->mask->algo_env[0] != '\0' ||
       (v->deterministic && is_reduction(coll)))
     return NULL;
@@ -515,7 +517,7 @@ static brd_plan_user_t *library_choice(const brd_works_view_t *v, brd_plan_cache
   k.dtype = (int)c->dtype;
   k.redop = c->premul ? BRD_PLAN_JSON_REDOP_PREMULSUM : (int)c->op;
   brd_plan_user_t *u = brd_plans_library_match(plans, &k);
-  if (u != NULL && brd_log_on(BRD_LOG_INFO, BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING)) {
+  if (u != NULL && !estimating && brd_log_on(BRD_LOG_INFO, BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING)) {
     char est[160];
     INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_TUNING, "%s : rank %d: plan library: %s runs (%llu "
          "bytes per rank, %s)", c->fn, v->rank, u->path, (unsigned long long)k.bytes,
@@ -573,7 +575,7 @@ ncclResult_t brd_works_estimate(const brd_works_view_t *v, brd_plan_cache_t *pla
                                 const brd_call_t *c, int pipe_ops, float *us_out) {
   uint8_t coll = (uint8_t)c->coll;
   const brd_ir_plan_t *plan;
-  brd_plan_user_t *user = library_choice(v, plans, c, coll);
+  brd_plan_user_t *user = library_choice(v, plans, c, coll, 1);
   if (user != NULL) {
     plan = user->plan;
   } else {
@@ -598,7 +600,7 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
   brd_tune_choice_t choice;
   const brd_ir_plan_t *plan;
   int nb = v->nb_opts[0];
-  brd_plan_user_t *user = library_choice(v, plans, c, coll);
+  brd_plan_user_t *user = library_choice(v, plans, c, coll, 0);
   if (user != NULL) {
     plan = user->plan;
     memset(&choice, 0, sizeof(choice));

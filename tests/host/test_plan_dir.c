@@ -6,7 +6,8 @@
  *     up to 256 bytes, in place and float32 only. All-reduces on both sides
  *     of every boundary (and of in place, and of the type) are checked
  *     against the CPU reference, and the INFO lines name the file that ran
- *     exactly for the calls inside its range (three ranks, one line each).
+ *     exactly for the calls inside its range (three ranks, one line each;
+ *     pricing each call with ncclGroupSimulateEnd as well adds none).
  *   - A plan with a planted missing signal is refused with a WARN naming
  *     the file and the verifier's rank, block and op; calls it would have
  *     matched run on the built-ins, exactly.
@@ -199,6 +200,31 @@ static int run_calls(ncclComm_t comm, cudaStream_t stream, int n, int rank, char
     } else {
       ref_case_fill((ref_kind_t)c->kind, c->dt, c->op, rank, n, c->count, c->inplace, mem,
                     other, &send, &recv);
+    }
+    /* The library configuration also prices each call first (from the
+     * second on the runtime is connected, so the estimate picks the plan
+     * the launch will): ncclGroupSimulateEnd runs nothing, so it must not
+     * log a "runs" line (the parent counts exactly one per rank and call).
+     * Before the call, as a peer may destroy its communicator after it. */
+    if (strcmp(getenv("PLANDIR_TEST_CHILD"), "library") == 0) {
+      ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+      ncclResult_t r = ncclGroupStart();
+      if (r == ncclSuccess) {
+        switch (c->kind) {
+        case REF_AG: r = ncclAllGather(send, recv, c->count, c->dt, comm, stream); break;
+        case REF_RS: r = ncclReduceScatter(send, recv, c->count, c->dt, c->op, comm, stream); break;
+        case CALL_A2A: r = ncclAlltoAll(send, recv, c->count, c->dt, comm, stream); break;
+        default: r = ncclAllReduce(send, recv, c->count, c->dt, c->op, comm, stream); break;
+        }
+        ncclResult_t e = ncclGroupSimulateEnd(&sim);
+        if (r == ncclSuccess) r = e;
+      }
+      if (r != ncclSuccess || !(sim.estimatedTime > 0)) {
+        snprintf(msg, msglen, "rank %d call %zu: simulating it: %d, %g us: %s", rank, i, (int)r,
+                 (double)sim.estimatedTime, ncclGetLastError(NULL));
+        bad = 1;
+        goto next;
+      }
     }
     ncclResult_t r;
     switch (c->kind) {

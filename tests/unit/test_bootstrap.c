@@ -654,6 +654,75 @@ static void test_dead_in_ring(void **state) {
   in_child(body_dead_in_ring, "20");
 }
 
+/* Rank 1 of 4 leaves with a reason (its last WARN) right after the
+ * rendezvous: by ncclCommAbort's way (abort flag set, then destroyed) or by
+ * exiting with the bootstrap open. Rank 0 (its previous neighbour) sees the
+ * ring close with that reason, then fails an allgather naming rank 1 and
+ * the reason; rank 2 (its next) fails a receive from it alike; rank 3,
+ * whose neighbours 0 and 2 fail and leave in turn, hears the reason
+ * through them. Every survivor within seconds (the bootstrap timeout is
+ * 20 s). A rank killed by a signal gives no reason (test_dead_in_ring). */
+static int leave_by_exit;
+
+static int rank_leaving(struct rank_arg *a) {
+  struct brd_boot *boot = NULL;
+  _Atomic int flag = 0;
+  unsigned char all[4 * SLICE];
+  char why[BRD_BOOT_WHY_LEN];
+  int who = -1;
+  ncclResult_t r = brd_boot_create(a->ids, 1, a->rank, a->nranks, &flag, &boot);
+  if (r != ncclSuccess) return 100 + r;
+  memset(all, 1, sizeof(all));
+  if (a->rank == 1) {
+    WARN("test: rank 1 cannot go on: widget 42 is missing");
+    if (leave_by_exit) {
+      fflush(NULL);
+      exit(0);
+    }
+    atomic_store(&flag, 1);
+    brd_boot_destroy(boot);
+    return 0;
+  }
+  if (a->rank == 0) {
+    for (int64_t until = now_ns() + 5000000000LL; now_ns() < until; sleep_ms(5))
+      if ((who = brd_boot_ring_left(boot, why, sizeof(why))) >= 0) break;
+    if (who != 1 || strstr(why, "widget 42 is missing") == NULL)
+      FAILX("rank 0: the ring reports rank %d closed, reason \"%s\"", who, why);
+  }
+  if (a->rank == 2) r = brd_boot_recv(boot, 1, 5, all, 8);
+  else r = brd_boot_allgather(boot, all, SLICE);
+  brd_boot_destroy(boot);
+  return r == ncclSuccess ? 0 : 100 + r;
+}
+
+static int body_leave_reason(void) {
+  for (leave_by_exit = 0; leave_by_exit < 2; leave_by_exit++) {
+    memset(sh, 0, sizeof(*sh));
+    run_ranks(NULL, 1, 4, 4, 1, rank_leaving, NULL);
+    for (int r = 0; r < 4; r++) {
+      if (r == 1) continue;
+      if (sh->res[r] != 100 + ncclRemoteError)
+        FAILX("exit %d: rank %d returned %d: %s", leave_by_exit, r, sh->res[r], sh->err[r]);
+      if (sh->elapsed_ns[r] > 5000000000LL)
+        FAILX("exit %d: rank %d took %lld ns", leave_by_exit, r, (long long)sh->elapsed_ns[r]);
+      /* The neighbours name rank 1; rank 3 names whichever neighbour
+       * left first, whose reason names rank 1. All carry the text. */
+      if (strstr(sh->err[r], " left: ") == NULL ||
+          strstr(sh->err[r], "widget 42 is missing") == NULL ||
+          (r != 3 && strstr(sh->err[r], "rank 1 ") == NULL) ||
+          (leave_by_exit && strstr(sh->err[r], "exited with the communicator open") == NULL))
+        FAILX("exit %d: rank %d's error does not carry rank 1's reason: %s", leave_by_exit, r,
+              sh->err[r]);
+    }
+  }
+  return 0;
+}
+
+static void test_leave_reason(void **state) {
+  (void)state;
+  in_child(body_leave_reason, "20");
+}
+
 /* Two of three ranks wait for the third; another thread aborts them. */
 static int body_abort_during_create(void) {
   ncclUniqueId id;
@@ -813,6 +882,7 @@ int main(void) {
       cmocka_unit_test(test_missing_rank),
       cmocka_unit_test(test_dead_sender),
       cmocka_unit_test(test_dead_in_ring),
+      cmocka_unit_test(test_leave_reason),
       cmocka_unit_test(test_abort_during_create),
       cmocka_unit_test(test_root_stopped),
       cmocka_unit_test(test_fd_exhaustion_unwinds),
