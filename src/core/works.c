@@ -569,7 +569,6 @@ static ncclResult_t builtin_plan(const brd_works_view_t *v, brd_plan_cache_t *pl
   return ncclSuccess;
 }
 
-/* The works of one collective call: one per piece. */
 /* See works.h. */
 ncclResult_t brd_works_estimate(const brd_works_view_t *v, brd_plan_cache_t *plans,
                                 const brd_call_t *c, int pipe_ops, float *us_out) {
@@ -590,6 +589,69 @@ ncclResult_t brd_works_estimate(const brd_works_view_t *v, brd_plan_cache_t *pla
   return ncclSuccess;
 }
 
+/* The executor's reduction op for call c (ncclSum where the collective
+ * reduces nothing) and, for a premultiplied sum, its scalar: read on the
+ * host through *scalar_out, or by the kernel through *scalar_dev_out
+ * (the other one NULL, both NULL for other ops). */
+static int call_redop(const brd_works_view_t *v, const brd_call_t *c, uint8_t coll,
+                      const void **scalar_out, const void **scalar_dev_out) {
+  *scalar_out = NULL;
+  *scalar_dev_out = NULL;
+  if (!is_reduction(coll)) return ncclSum;
+  if (!c->premul) return (int)c->op;
+  /* Host-immediate scalars travel inside the call (premul_scalar NULL);
+   * a device-resident one is read where it is (host memory in host
+   * mode, by the kernel in CUDA mode). */
+  if (c->premul_scalar == NULL)
+    *scalar_out = c->premul_value;
+  else if (v->scalar_on_device)
+    *scalar_dev_out = c->premul_scalar;
+  else
+    *scalar_out = c->premul_scalar;
+  return BRD_REDOP_PREMULSUM;
+}
+
+/* Work w's channels for outputs exchanged per call: each channel's word
+ * published on its peer, its slot here, and the peer's output at
+ * off_bytes (remote NULL: no peer's output is reachable, all staged). */
+static void piece_xchg(const brd_works_view_t *v, const brd_ir_plan_t *plan,
+                       const uint64_t *remote, size_t off_bytes, brd_work_t *w) {
+  int me = v->rank;
+  const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
+  for (uint32_t ch = 0; ch < pr->nchans; ch++) {
+    int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
+    w->chans[ch].xchg_pub = (_Atomic uint64_t *)(v->base[p] + v->win[p].xchg_off) +
+                            (size_t)me * BRD_IR_XCHG_WORDS;
+    w->chans[ch].xchg_slot = (_Atomic uint64_t *)(v->base[me] + v->win[me].xchg_off) +
+                             (size_t)p * BRD_IR_XCHG_WORDS;
+    w->chans[ch].xchg_output = remote != NULL ? (char *)(uintptr_t)remote[p] + off_bytes : NULL;
+  }
+  w->args.xchg = 1;
+}
+
+/* Work w's switch channel (none in the plan: nothing) for the zero-copy
+ * NVLS plan: the members' own buffers (host executor, simulator) and, on
+ * a GPU, this rank's buffers through the windows' multicast mappings
+ * mc_in, mc_out (device/ir.h, "Switch channels"; launch_cuda_run.c).
+ * sw_in may be NULL; peer_out holds every member's output. */
+static void piece_switch(const brd_works_view_t *v, const brd_ir_plan_t *plan, char **sw_in,
+                         char **peer_out, void *mc_in, void *mc_out, brd_work_t *w) {
+  int n = v->nranks;
+  int sc = switch_chan(plan, v->rank);
+  if (sc < 0) return;
+  for (int m = 0; m < n; m++) {
+    w->members[2 * n + m] = sw_in != NULL ? sw_in[m] : NULL;
+    w->members[3 * n + m] = peer_out[m];
+  }
+  w->chans[sc].member_input = (const void *const *)(w->members + 2 * n);
+  w->chans[sc].member_output = w->members + 3 * n;
+  w->chans[sc].peer_input = mc_in;
+  w->chans[sc].peer_output = mc_out;
+}
+
+/* The works of one collective call, one per piece, appended to ws; the
+ * plan's channels reach the registered, exchanged or staged buffers that
+ * this call may use. */
 static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *plans,
                                    brd_works_seq_t *seq, const brd_call_t *c, int pipe_ops,
                                    brd_works_t *ws) {
@@ -607,20 +669,8 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
   } else {
     CHECK(builtin_plan(v, plans, c, coll, pipe_ops, &choice, &nb, &plan));
   }
-  int redop = is_reduction(coll) ? (int)c->op : ncclSum;
-  const void *scalar = NULL, *scalar_dev = NULL;
-  if (is_reduction(coll) && c->premul) {
-    redop = BRD_REDOP_PREMULSUM;
-    /* Host-immediate scalars travel inside the call (premul_scalar NULL);
-     * a device-resident one is read where it is (host memory in host
-     * mode, by the kernel in CUDA mode). */
-    if (c->premul_scalar == NULL)
-      scalar = c->premul_value;
-    else if (v->scalar_on_device)
-      scalar_dev = c->premul_scalar;
-    else
-      scalar = c->premul_scalar;
-  }
+  const void *scalar, *scalar_dev;
+  int redop = call_redop(v, c, coll, &scalar, &scalar_dev);
   int uses_input = brd_ir_coll_has_input(coll, me, root);
   int multi_in = brd_ir_coll_traits(coll).in_segs_all;
   int nout = !brd_ir_coll_has_output(coll, me, root) ? 0 : is_multi_out(coll) ? n : 1;
@@ -680,35 +730,8 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
     uint32_t phase = v->device_seq ? 0 : seq->phase;
     seq->phase ^= 1u;
     CHECK_GOTO(coll_chans(v, plan, phase, peer_out, w), res, out);
-    if (xchg) {
-      const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
-      for (uint32_t ch = 0; ch < pr->nchans; ch++) {
-        int p = brd_ir_plan_chan(plan, me, (int)ch)->peer;
-        w->chans[ch].xchg_pub = (_Atomic uint64_t *)(v->base[p] + v->win[p].xchg_off) +
-                                (size_t)me * BRD_IR_XCHG_WORDS;
-        w->chans[ch].xchg_slot = (_Atomic uint64_t *)(v->base[me] + mw->xchg_off) +
-                                 (size_t)p * BRD_IR_XCHG_WORDS;
-        w->chans[ch].xchg_output =
-            remote != NULL ? (char *)(uintptr_t)remote[p] + off * esize : NULL;
-      }
-      w->args.xchg = 1;
-    }
-    if (sw_zc) {
-      /* Members' own buffers (host executor, simulator) and, on a GPU,
-       * this rank's buffers through the windows' multicast mappings
-       * (device/ir.h, "Switch channels"; launch_cuda_run.c). */
-      int sc = switch_chan(plan, me);
-      for (int m = 0; m < n && sc >= 0; m++) {
-        w->members[2 * n + m] = sw_in != NULL ? sw_in[m] : NULL;
-        w->members[3 * n + m] = peer_out[m];
-      }
-      if (sc >= 0) {
-        w->chans[sc].member_input = (const void *const *)(w->members + 2 * n);
-        w->chans[sc].member_output = w->members + 3 * n;
-        w->chans[sc].peer_input = mc_in;
-        w->chans[sc].peer_output = mc_out;
-      }
-    }
+    if (xchg) piece_xchg(v, plan, remote, off * esize, w);
+    if (sw_zc) piece_switch(v, plan, sw_in, peer_out, mc_in, mc_out, w);
     if (peer_in != NULL) {
       const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
       for (uint32_t ch = 0; ch < pr->nchans; ch++)

@@ -730,6 +730,215 @@ static ncclResult_t run_pass(mctx_t *c) {
   return ncclSuccess;
 }
 
+/* The document's kind: collective, protocol, inplace and reuse_resources
+ * into c; fails (brd_mscclpp_fail) on one Braid does not translate. */
+static ncclResult_t read_kind(mctx_t *c, const brd_json_t *root) {
+  static const struct {
+    const char *name;
+    int coll;
+  } colls[] = {{"allreduce", BRD_IR_COLL_ALLREDUCE},
+               {"allgather", BRD_IR_COLL_ALLGATHER},
+               {"reducescatter", BRD_IR_COLL_REDUCESCATTER},
+               {"alltoall", BRD_IR_COLL_ALLTOALL}};
+  const char *coll, *proto;
+  CHECK(brd_mscclpp_get_str(c, root, "collective", &coll));
+  c->coll = -1;
+  for (size_t i = 0; i < NELEM(colls); i++)
+    if (strcmp(coll, colls[i].name) == 0) c->coll = colls[i].coll;
+  if (c->coll < 0)
+    return brd_mscclpp_fail(
+        c, ncclInvalidArgument,
+        "collective \"%s\": only \"allreduce\", \"allgather\", \"reducescatter\" "
+        "and \"alltoall\" plans are translated%s",
+        coll, strcmp(coll, "broadcast") == 0 ? " (the format names no broadcast root)" : "");
+  CHECK(brd_mscclpp_get_str(c, root, "protocol", &proto));
+  if (strcmp(proto, "LL") == 0)
+    c->ll = 1;
+  else if (strcmp(proto, "Simple") != 0)
+    return brd_mscclpp_fail(c, ncclInvalidArgument,
+                            "protocol \"%s\": only \"Simple\" and \"LL\" are translated", proto);
+  const brd_json_t *ip = brd_json_get(root, "inplace");
+  CHECK(brd_mscclpp_want(c, "inplace", ip, BRD_JSON_BOOL));
+  c->inplace = (int)ip->i;
+  if (c->inplace && c->coll == BRD_IR_COLL_ALLTOALL)
+    return brd_mscclpp_fail(c, ncclInvalidArgument,
+                            "an in-place all-to-all: Braid's all-to-all has no in-place layout");
+  /* reuse_resources folds scratch offsets onto a fixed scratch size,
+   * which only pipelines use (their iterations share the space); Braid
+   * gives each iteration slots of its own, so such plans translate where
+   * every scratch ref is in a pipeline (brd_mscclpp_ref_read). */
+  const brd_json_t *reuse = brd_json_get(root, "reuse_resources");
+  c->reuse = reuse != NULL && reuse->type == BRD_JSON_BOOL && reuse->i;
+  return ncclSuccess;
+}
+
+/* The plan's meta (message-size range, in place or not) into *meta_out
+ * and the ranks (the gpus array) into c->n and *gpus_out; c->coll and
+ * c->inplace are read. Writes *meta_out only on success. */
+static ncclResult_t read_range(mctx_t *c, const brd_json_t *root, const brd_json_t **gpus_out,
+                               brd_plan_json_meta_t *meta_out) {
+  brd_plan_json_meta_t meta;
+  const brd_json_t *gpus;
+  int64_t v;
+  memset(&meta, 0, sizeof(meta));
+  CHECK(brd_mscclpp_get_int(c, root, "min_message_size", 0, 0, 0, INT64_MAX, &v));
+  meta.min_bytes = (uint64_t)v;
+  const brd_json_t *mx = brd_json_get(root, "max_message_size");
+  /* The DSL writes 2^64-1 (beyond int64) for "no limit". */
+  if (mx != NULL && mx->type == BRD_JSON_NUM) {
+    meta.max_bytes = 0;
+  } else {
+    CHECK(brd_mscclpp_get_int(c, root, "max_message_size", 0, 0, 0, INT64_MAX, &v));
+    meta.max_bytes = (uint64_t)v;
+    if (meta.max_bytes != 0 && meta.max_bytes < meta.min_bytes)
+      return brd_mscclpp_fail(c, ncclInvalidArgument,
+                              "max_message_size is below min_message_size");
+  }
+  c->max_msg = meta.max_bytes;
+  /* Plans of every collective but all-to-all declare in place or out of
+   * place (the library's rule: an all-to-all plan holds both ways). */
+  meta.inplace = c->coll == BRD_IR_COLL_ALLTOALL ? BRD_PLAN_JSON_INPLACE_ANY
+                 : c->inplace                    ? BRD_PLAN_JSON_INPLACE_YES
+                                                 : BRD_PLAN_JSON_INPLACE_NO;
+  CHECK(brd_mscclpp_get_arr(c, root, "gpus", &gpus));
+  if (gpus->n < 1 || gpus->n > 65535)
+    return brd_mscclpp_fail(c, ncclInvalidArgument, "%zu gpus (1 to 65535)", gpus->n);
+  c->n = (int)gpus->n;
+  if (c->coll == BRD_IR_COLL_ALLGATHER) {
+    /* MSCCL++ sizes an all-gather by its output, Braid by each rank's
+     * input: the range divided by the ranks, rounded inwards. */
+    uint64_t min_raw = meta.min_bytes;
+    meta.min_bytes = (meta.min_bytes + (uint64_t)c->n - 1) / (uint64_t)c->n;
+    if (meta.max_bytes != 0) {
+      meta.max_bytes /= (uint64_t)c->n;
+      if (meta.max_bytes == 0 || meta.max_bytes < meta.min_bytes)
+        return brd_mscclpp_fail(c, ncclInvalidArgument,
+                                "min_message_size %" PRIu64 " to max_message_size %" PRIu64
+                                " holds no "
+                                "all-gather of %d ranks (whole bytes per rank)",
+                                min_raw, c->max_msg, c->n);
+    }
+  }
+  *gpus_out = gpus;
+  *meta_out = meta;
+  return ncclSuccess;
+}
+
+/* Every GPU of `gpus` into c->g (allocated here; the caller frees it with
+ * brd_mscclpp_gpus_free, also on failure), and the sizes that follow:
+ * thread blocks, chunks per segment, scratch slots. */
+static ncclResult_t read_gpus(mctx_t *c, const brd_json_t *gpus) {
+  c->g = calloc((size_t)c->n, sizeof(*c->g));
+  if (c->g == NULL) return brd_mscclpp_fail(c, ncclSystemError, "out of host memory");
+  for (int r = 0; r < c->n; r++) {
+    c->g[r].js = &gpus->kids[r];
+    c->gpu = r;
+    if (c->g[r].js->type != BRD_JSON_OBJ)
+      return brd_mscclpp_fail(c, ncclInvalidArgument, "is not an object");
+    const brd_json_t *tbs;
+    CHECK(brd_mscclpp_get_arr(c, c->g[r].js, "threadblocks", &tbs));
+    if ((int)tbs->n > c->nblocks) c->nblocks = (int)tbs->n;
+  }
+  for (int r = 0; r < c->n; r++) CHECK(brd_mscclpp_gpu_read(c, r));
+  /* Chunks per segment: MSCCL++ cuts every buffer into chunks of one
+   * size (the input over input_chunks); Braid's segments (a rank's block
+   * of an all-gather's output, ...) are whole ones. */
+  c->in_chunks = c->g[0].in_chunks;
+  int64_t out0 = c->g[0].out_chunks;
+  c->nchunks = c->coll == BRD_IR_COLL_REDUCESCATTER ? out0
+               : c->coll == BRD_IR_COLL_ALLTOALL    ? c->in_chunks / c->n
+                                                    : c->in_chunks;
+  c->nb = c->coll == BRD_IR_COLL_ALLREDUCE ? c->nchunks : c->nchunks * c->n;
+  for (int r = 0; r < c->n; r++) {
+    c->gpu = r;
+    const mgpu_t *g = &c->g[r];
+    int64_t want_in = c->coll == BRD_IR_COLL_ALLREDUCE || c->coll == BRD_IR_COLL_ALLGATHER
+                          ? c->nchunks
+                          : c->nchunks * c->n;
+    int64_t want_out = c->coll == BRD_IR_COLL_ALLREDUCE || c->coll == BRD_IR_COLL_REDUCESCATTER
+                           ? c->nchunks
+                           : c->nchunks * c->n;
+    if (c->nchunks < 1 || g->in_chunks != want_in || g->out_chunks != want_out) {
+      static const char *const need[] = {
+          [BRD_IR_COLL_ALLREDUCE] = "an all-reduce needs both equal",
+          [BRD_IR_COLL_ALLGATHER] = "an all-gather needs output_chunks = ranks x input_chunks",
+          [BRD_IR_COLL_REDUCESCATTER] =
+              "a reduce-scatter needs input_chunks = ranks x output_chunks",
+          [BRD_IR_COLL_ALLTOALL] = "an all-to-all needs both equal, a multiple of the ranks",
+      };
+      return brd_mscclpp_fail(c, ncclInvalidArgument,
+                              "input_chunks %" PRId64 " and output_chunks %" PRId64
+                              "; %s, at least 1 and "
+                              "the same on every GPU (%" PRId64 " and %" PRId64 " on gpu 0)",
+                              g->in_chunks, g->out_chunks, need[c->coll], c->in_chunks, out0);
+    }
+    if (g->scratch_chunks > c->nslots) c->nslots = g->scratch_chunks;
+  }
+  c->gpu = -1;
+  if (c->nblocks < 1) return brd_mscclpp_fail(c, ncclInvalidArgument, "no thread blocks");
+  return ncclSuccess;
+}
+
+/* Braid's blocks (at most max_blocks when above 0) and chunk cut
+ * (c->R, c->cr), and the passes' tables (c->wr, c->waited, c->slot_ck,
+ * c->wcount; the caller frees them, also on failure). */
+static ncclResult_t passes_init(mctx_t *c, int max_blocks) {
+  c->nb_out = max_blocks > 0 && max_blocks < c->nblocks ? max_blocks : c->nblocks;
+  c->wr = calloc((size_t)c->n * (size_t)c->n, 1);
+  c->waited = calloc((size_t)c->n * (size_t)c->nblocks * (size_t)c->n, 1);
+  if (c->wr == NULL || c->waited == NULL)
+    return brd_mscclpp_fail(c, ncclSystemError, "out of host memory");
+  c->sw_base = c->nslots;
+  c->R = brd_mscclpp_cut_scan(c);
+  if ((int64_t)c->R * c->nchunks * (c->nb / c->nchunks) > 65535 ||
+      (int64_t)c->R * (c->nslots + c->nchunks) > 65535)
+    return brd_mscclpp_fail(
+        c, ncclInvalidArgument,
+        "its pipelines and thread-block groups cut each chunk into %d, more chunks or "
+        "scratch slots than a Braid plan holds (65535)",
+        c->R);
+  c->cr = (uint32_t)(c->nchunks * c->R);
+  CHECK(slot_chunks_alloc(c));
+  c->wcount = calloc((size_t)c->n * (size_t)c->nb * (size_t)c->R, sizeof(uint32_t));
+  if (c->wcount == NULL) return brd_mscclpp_fail(c, ncclSystemError, "out of host memory");
+  /* An in-place all-gather's own block may be left as it is (the input
+   * already is the answer there), but the executors may give the output
+   * memory of its own and copy every block of it back, the rank's own
+   * included: each rank copies its input there first, always. */
+  if (c->inplace && c->coll == BRD_IR_COLL_ALLGATHER) c->prologue = 1;
+  return ncclSuccess;
+}
+
+/* After the dry passes: the scratch slots (Braid's, staging included),
+ * the slot-reuse credits' semaphore and sequence number, and the shape
+ * of the Braid plan into *shape_out. */
+static ncclResult_t build_shape(mctx_t *c, brd_plan_shape_t *shape_out) {
+  if (c->sw_stage) c->nslots = c->sw_base + c->nchunks;
+  c->nslots *= c->R;
+  int credits = 0;
+  for (size_t i = 0; i < (size_t)c->n * (size_t)c->n; i++) credits |= c->wr[i];
+  if (credits) {
+    c->credit_sem = ++c->sem_max;
+    c->credit_k = ++c->kmax;
+  }
+  brd_plan_shape_t shape;
+  memset(&shape, 0, sizeof(shape));
+  shape.nranks = c->n;
+  shape.nblocks = c->nb_out;
+  shape.nchunks = c->cr;
+  shape.nslots = (uint32_t)c->nslots;
+  shape.slot_div = c->nslots > 0 ? (uint32_t)c->nslots : 1;
+  shape.nsems = (uint32_t)c->sem_max + 1;
+  shape.seq_per_iter = c->kmax > 0 ? (uint32_t)c->kmax : 1;
+  shape.proto = c->ll ? BRD_IR_PROTO_LL : BRD_IR_PROTO_SIMPLE;
+  shape.algo = c->has_switch ? BRD_IR_ALGO_NVLS : BRD_IR_ALGO_ONESHOT;
+  shape.coll = (uint8_t)c->coll;
+  if (c->has_switch && c->ll)
+    return brd_mscclpp_fail(c, ncclInvalidArgument, "switch-channel ops in a plan of protocol LL");
+  *shape_out = shape;
+  return ncclSuccess;
+}
+
 /* See mscclpp.h. */
 ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name, int max_blocks,
                                         brd_ir_plan_t **plan_out, brd_plan_json_meta_t *meta_out,
@@ -738,8 +947,9 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
   ncclResult_t res = ncclSuccess;
   brd_ir_plan_t *plan = NULL;
   brd_plan_json_meta_t meta;
+  brd_plan_shape_t shape;
+  const brd_json_t *gpus = NULL;
   memset(&c, 0, sizeof(c));
-  memset(&meta, 0, sizeof(meta));
   c.name = name ? name : "(plan)";
   c.err = err;
   c.errlen = errlen;
@@ -748,195 +958,16 @@ ncclResult_t brd_plan_mscclpp_translate(const brd_json_t *root, const char *name
   if (err && errlen) err[0] = '\0';
   if (root == NULL || root->type != BRD_JSON_OBJ)
     return brd_mscclpp_fail(&c, ncclInvalidArgument, "the document is not an object");
-  const char *coll, *proto;
-  const brd_json_t *gpus, *ip;
-  CHECK(brd_mscclpp_get_str(&c, root, "collective", &coll));
-  static const struct {
-    const char *name;
-    int coll;
-  } colls[] = {{"allreduce", BRD_IR_COLL_ALLREDUCE},
-               {"allgather", BRD_IR_COLL_ALLGATHER},
-               {"reducescatter", BRD_IR_COLL_REDUCESCATTER},
-               {"alltoall", BRD_IR_COLL_ALLTOALL}};
-  c.coll = -1;
-  for (size_t i = 0; i < NELEM(colls); i++)
-    if (strcmp(coll, colls[i].name) == 0) c.coll = colls[i].coll;
-  if (c.coll < 0)
-    return brd_mscclpp_fail(
-        &c, ncclInvalidArgument,
-        "collective \"%s\": only \"allreduce\", \"allgather\", \"reducescatter\" "
-        "and \"alltoall\" plans are translated%s",
-        coll, strcmp(coll, "broadcast") == 0 ? " (the format names no broadcast root)" : "");
-  CHECK(brd_mscclpp_get_str(&c, root, "protocol", &proto));
-  if (strcmp(proto, "LL") == 0)
-    c.ll = 1;
-  else if (strcmp(proto, "Simple") != 0)
-    return brd_mscclpp_fail(&c, ncclInvalidArgument,
-                            "protocol \"%s\": only \"Simple\" and \"LL\" are translated", proto);
-  ip = brd_json_get(root, "inplace");
-  CHECK(brd_mscclpp_want(&c, "inplace", ip, BRD_JSON_BOOL));
-  c.inplace = (int)ip->i;
-  if (c.inplace && c.coll == BRD_IR_COLL_ALLTOALL)
-    return brd_mscclpp_fail(&c, ncclInvalidArgument,
-                            "an in-place all-to-all: Braid's all-to-all has no in-place layout");
-  /* reuse_resources folds scratch offsets onto a fixed scratch size,
-   * which only pipelines use (their iterations share the space); Braid
-   * gives each iteration slots of its own, so such plans translate where
-   * every scratch ref is in a pipeline (brd_mscclpp_ref_read). */
-  const brd_json_t *reuse = brd_json_get(root, "reuse_resources");
-  c.reuse = reuse != NULL && reuse->type == BRD_JSON_BOOL && reuse->i;
-  int64_t v;
-  CHECK(brd_mscclpp_get_int(&c, root, "min_message_size", 0, 0, 0, INT64_MAX, &v));
-  meta.min_bytes = (uint64_t)v;
-  const brd_json_t *mx = brd_json_get(root, "max_message_size");
-  /* The DSL writes 2^64-1 (beyond int64) for "no limit". */
-  if (mx != NULL && mx->type == BRD_JSON_NUM) {
-    meta.max_bytes = 0;
-  } else {
-    CHECK(brd_mscclpp_get_int(&c, root, "max_message_size", 0, 0, 0, INT64_MAX, &v));
-    meta.max_bytes = (uint64_t)v;
-    if (meta.max_bytes != 0 && meta.max_bytes < meta.min_bytes)
-      return brd_mscclpp_fail(&c, ncclInvalidArgument,
-                              "max_message_size is below min_message_size");
-  }
-  c.max_msg = meta.max_bytes;
-  /* Plans of every collective but all-to-all declare in place or out of
-   * place (the library's rule: an all-to-all plan holds both ways). */
-  meta.inplace = c.coll == BRD_IR_COLL_ALLTOALL ? BRD_PLAN_JSON_INPLACE_ANY
-                 : c.inplace                    ? BRD_PLAN_JSON_INPLACE_YES
-                                                : BRD_PLAN_JSON_INPLACE_NO;
-  CHECK(brd_mscclpp_get_arr(&c, root, "gpus", &gpus));
-  if (gpus->n < 1 || gpus->n > 65535)
-    return brd_mscclpp_fail(&c, ncclInvalidArgument, "%zu gpus (1 to 65535)", gpus->n);
-  c.n = (int)gpus->n;
-  if (c.coll == BRD_IR_COLL_ALLGATHER) {
-    /* MSCCL++ sizes an all-gather by its output, Braid by each rank's
-     * input: the range divided by the ranks, rounded inwards. */
-    uint64_t min_raw = meta.min_bytes;
-    meta.min_bytes = (meta.min_bytes + (uint64_t)c.n - 1) / (uint64_t)c.n;
-    if (meta.max_bytes != 0) {
-      meta.max_bytes /= (uint64_t)c.n;
-      if (meta.max_bytes == 0 || meta.max_bytes < meta.min_bytes)
-        return brd_mscclpp_fail(&c, ncclInvalidArgument,
-                                "min_message_size %" PRIu64 " to max_message_size %" PRIu64
-                                " holds no "
-                                "all-gather of %d ranks (whole bytes per rank)",
-                                min_raw, c.max_msg, c.n);
-    }
-  }
-  c.g = calloc((size_t)c.n, sizeof(*c.g));
-  if (c.g == NULL) return brd_mscclpp_fail(&c, ncclSystemError, "out of host memory");
-  for (int r = 0; r < c.n; r++) {
-    c.g[r].js = &gpus->kids[r];
-    c.gpu = r;
-    if (c.g[r].js->type != BRD_JSON_OBJ) {
-      res = brd_mscclpp_fail(&c, ncclInvalidArgument, "is not an object");
-      goto out;
-    }
-    const brd_json_t *tbs;
-    CHECK_GOTO(brd_mscclpp_get_arr(&c, c.g[r].js, "threadblocks", &tbs), res, out);
-    if ((int)tbs->n > c.nblocks) c.nblocks = (int)tbs->n;
-  }
-  for (int r = 0; r < c.n; r++) CHECK_GOTO(brd_mscclpp_gpu_read(&c, r), res, out);
-  /* Chunks per segment: MSCCL++ cuts every buffer into chunks of one
-   * size (the input over input_chunks); Braid's segments (a rank's block
-   * of an all-gather's output, ...) are whole ones. */
-  c.in_chunks = c.g[0].in_chunks;
-  int64_t out0 = c.g[0].out_chunks;
-  c.nchunks = c.coll == BRD_IR_COLL_REDUCESCATTER ? out0
-              : c.coll == BRD_IR_COLL_ALLTOALL    ? c.in_chunks / c.n
-                                                  : c.in_chunks;
-  c.nb = c.coll == BRD_IR_COLL_ALLREDUCE ? c.nchunks : c.nchunks * c.n;
-  for (int r = 0; r < c.n; r++) {
-    c.gpu = r;
-    const mgpu_t *g = &c.g[r];
-    int64_t want_in = c.coll == BRD_IR_COLL_ALLREDUCE || c.coll == BRD_IR_COLL_ALLGATHER
-                          ? c.nchunks
-                          : c.nchunks * c.n;
-    int64_t want_out = c.coll == BRD_IR_COLL_ALLREDUCE || c.coll == BRD_IR_COLL_REDUCESCATTER
-                           ? c.nchunks
-                           : c.nchunks * c.n;
-    if (c.nchunks < 1 || g->in_chunks != want_in || g->out_chunks != want_out) {
-      static const char *const need[] = {
-          [BRD_IR_COLL_ALLREDUCE] = "an all-reduce needs both equal",
-          [BRD_IR_COLL_ALLGATHER] = "an all-gather needs output_chunks = ranks x input_chunks",
-          [BRD_IR_COLL_REDUCESCATTER] =
-              "a reduce-scatter needs input_chunks = ranks x output_chunks",
-          [BRD_IR_COLL_ALLTOALL] = "an all-to-all needs both equal, a multiple of the ranks",
-      };
-      res = brd_mscclpp_fail(&c, ncclInvalidArgument,
-                             "input_chunks %" PRId64 " and output_chunks %" PRId64
-                             "; %s, at least 1 and "
-                             "the same on every GPU (%" PRId64 " and %" PRId64 " on gpu 0)",
-                             g->in_chunks, g->out_chunks, need[c.coll], c.in_chunks, out0);
-      goto out;
-    }
-    if (g->scratch_chunks > c.nslots) c.nslots = g->scratch_chunks;
-  }
-  c.gpu = -1;
-  if (c.nblocks < 1) {
-    res = brd_mscclpp_fail(&c, ncclInvalidArgument, "no thread blocks");
-    goto out;
-  }
-  c.nb_out = max_blocks > 0 && max_blocks < c.nblocks ? max_blocks : c.nblocks;
-  c.wr = calloc((size_t)c.n * (size_t)c.n, 1);
-  c.waited = calloc((size_t)c.n * (size_t)c.nblocks * (size_t)c.n, 1);
-  if (c.wr == NULL || c.waited == NULL) {
-    res = brd_mscclpp_fail(&c, ncclSystemError, "out of host memory");
-    goto out;
-  }
-  c.sw_base = c.nslots;
-  c.R = brd_mscclpp_cut_scan(&c);
-  if ((int64_t)c.R * c.nchunks * (c.nb / c.nchunks) > 65535 ||
-      (int64_t)c.R * (c.nslots + c.nchunks) > 65535) {
-    res = brd_mscclpp_fail(
-        &c, ncclInvalidArgument,
-        "its pipelines and thread-block groups cut each chunk into %d, more chunks or "
-        "scratch slots than a Braid plan holds (65535)",
-        c.R);
-    goto out;
-  }
-  c.cr = (uint32_t)(c.nchunks * c.R);
-  CHECK_GOTO(slot_chunks_alloc(&c), res, out);
-  c.wcount = calloc((size_t)c.n * (size_t)c.nb * (size_t)c.R, sizeof(uint32_t));
-  if (c.wcount == NULL) {
-    res = brd_mscclpp_fail(&c, ncclSystemError, "out of host memory");
-    goto out;
-  }
-  /* An in-place all-gather's own block may be left as it is (the input
-   * already is the answer there), but the executors may give the output
-   * memory of its own and copy every block of it back, the rank's own
-   * included: each rank copies its input there first, always. */
-  if (c.inplace && c.coll == BRD_IR_COLL_ALLGATHER) c.prologue = 1;
+  CHECK(read_kind(&c, root));
+  CHECK(read_range(&c, root, &gpus, &meta));
+  CHECK_GOTO(read_gpus(&c, gpus), res, out);
+  CHECK_GOTO(passes_init(&c, max_blocks), res, out);
   CHECK_GOTO(run_pass(&c), res, out);
   CHECK_GOTO(brd_mscclpp_sem_plan(&c), res, out);
   c.pass = 1;
   CHECK_GOTO(run_pass(&c), res, out);
   c.pass = 2;
-  if (c.sw_stage) c.nslots = c.sw_base + c.nchunks;
-  c.nslots *= c.R;
-  int credits = 0;
-  for (size_t i = 0; i < (size_t)c.n * (size_t)c.n; i++) credits |= c.wr[i];
-  if (credits) {
-    c.credit_sem = ++c.sem_max;
-    c.credit_k = ++c.kmax;
-  }
-  brd_plan_shape_t shape;
-  memset(&shape, 0, sizeof(shape));
-  shape.nranks = c.n;
-  shape.nblocks = c.nb_out;
-  shape.nchunks = c.cr;
-  shape.nslots = (uint32_t)c.nslots;
-  shape.slot_div = c.nslots > 0 ? (uint32_t)c.nslots : 1;
-  shape.nsems = (uint32_t)c.sem_max + 1;
-  shape.seq_per_iter = c.kmax > 0 ? (uint32_t)c.kmax : 1;
-  shape.proto = c.ll ? BRD_IR_PROTO_LL : BRD_IR_PROTO_SIMPLE;
-  shape.algo = c.has_switch ? BRD_IR_ALGO_NVLS : BRD_IR_ALGO_ONESHOT;
-  shape.coll = (uint8_t)c.coll;
-  if (c.has_switch && c.ll) {
-    res = brd_mscclpp_fail(&c, ncclInvalidArgument, "switch-channel ops in a plan of protocol LL");
-    goto out;
-  }
+  CHECK_GOTO(build_shape(&c, &shape), res, out);
   res = brd_plan_builder_create(&shape, &c.b);
   if (res != ncclSuccess) {
     brd_mscclpp_fail(&c, res,

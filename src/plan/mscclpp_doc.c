@@ -411,117 +411,59 @@ ncclResult_t brd_mscclpp_tb_chan(mctx_t *c, const mtb_t *t, int type, int64_t id
 
 static const char *const mb_names[] = {"input", "output", "scratch"};
 
-/* See mscclpp_int.h. */
-ncclResult_t brd_mscclpp_ref_read(mctx_t *c, const mtb_t *t, int op_chan_type, const brd_json_t *e,
-                                  int dst, const char *list, size_t i, mref_t *out) {
-  mgpu_t *g = &c->g[c->gpu];
-  int64_t index, size;
-  char key[64];
-  snprintf(key, sizeof(key), "%s[%zu].index", list, i);
-  if (e->type != BRD_JSON_OBJ)
-    return brd_mscclpp_fail(c, ncclInvalidArgument, "%s[%zu] is %s, expected an object", list, i,
-                            brd_mscclpp_jtype_names[e->type]);
-  const brd_json_t *vi = brd_json_get(e, "index"), *vs = brd_json_get(e, "size");
-  CHECK(brd_mscclpp_want(c, key, vi, BRD_JSON_INT));
-  snprintf(key, sizeof(key), "%s[%zu].size", list, i);
-  CHECK(brd_mscclpp_want(c, key, vs, BRD_JSON_INT));
-  index = vi->i;
-  size = vs->i;
-  if (index < 0 || size < 1)
+/* Ref list[i]'s remote buffer vb (an index into the thread block's
+ * remote buffers of the op's channel type) into its rank and MB_* type;
+ * fails (brd_mscclpp_fail) where the thread block does not reach it. */
+static ncclResult_t ref_remote(mctx_t *c, const mtb_t *t, int op_chan_type, const brd_json_t *vb,
+                               const char *list, size_t i, int *owner_out, int *type_out) {
+  const mgpu_t *g = &c->g[c->gpu];
+  if (op_chan_type != MC_MEMORY && op_chan_type != MC_PORT)
     return brd_mscclpp_fail(c, ncclInvalidArgument,
-                            "%s[%zu]: index %" PRId64 ", size %" PRId64 " (index >= 0, size >= 1)",
-                            list, i, index, size);
-  memset(out, 0, sizeof(*out));
-  out->index = index;
-  out->size = size;
-  int owner = c->gpu, type;
-  const brd_json_t *vt = brd_json_get(e, "type"), *vb = brd_json_get(e, "buffer_id"),
-                   *vw = brd_json_get(e, "switch_channel_id");
-  if (vw != NULL) {
-    snprintf(key, sizeof(key), "%s[%zu].switch_channel_id", list, i);
-    CHECK(brd_mscclpp_want(c, key, vw, BRD_JSON_INT));
-    int sc;
-    CHECK(brd_mscclpp_tb_chan(c, t, 2, vw->i, &sc));
-    type = g->sw_buf[sc];
-    if (type != MB_SCRATCH && !c->inplace)
-      return brd_mscclpp_fail(
-          c, ncclInvalidArgument,
-          "%s[%zu] goes through a switch channel over the %s buffer (\"%s\") of an "
-          "out-of-place plan: Braid's switch channels reach scratch slots only, and "
-          "only the one buffer of an in-place plan is staged there",
-          list, i, mb_names[type], type == MB_INPUT ? "i" : "o");
-    out->sw = 1;
-    owner = -2;
-    if (type != MB_SCRATCH) {
-      /* The user's buffer through the switch: its chunks are staged in
-       * slots sw_base.. of every rank's scratch (see run_pass). */
-      if (index + size > c->nchunks)
-        return brd_mscclpp_fail(c, ncclInvalidArgument,
-                                "%s[%zu]: chunks %" PRId64 "..%" PRId64
-                                " of the switch channel's %s "
-                                "buffer, which has %" PRId64 " chunks",
-                                list, i, index, index + size - 1, mb_names[type], c->nchunks);
-      if (c->coll != BRD_IR_COLL_ALLREDUCE)
-        return brd_mscclpp_fail(
-            c, ncclInvalidArgument,
-            "%s[%zu] goes through a switch channel over the user's buffer, which Braid "
-            "stages for all-reduce plans only",
-            list, i);
-      c->sw_stage = 1;
-      out->staged = 1;
-      out->index = index * c->R;
-      out->size = size * c->R;
-      out->ref = brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH,
-                              (uint32_t)((c->sw_base + index) * c->R));
-      return ncclSuccess;
-    }
-  } else if (vb != NULL) {
-    snprintf(key, sizeof(key), "%s[%zu].buffer_id", list, i);
-    CHECK(brd_mscclpp_want(c, key, vb, BRD_JSON_INT));
-    if (op_chan_type != MC_MEMORY && op_chan_type != MC_PORT)
-      return brd_mscclpp_fail(c, ncclInvalidArgument,
-                              "%s[%zu] names remote buffer %" PRId64
-                              " but the op's channel_type is not "
-                              "memory or port",
-                              list, i, vb->i);
-    const brd_json_t *ids = t->rbuf_ids[op_chan_type];
-    if (ids == NULL || vb->i < 0 || (size_t)vb->i >= ids->n ||
-        ids->kids[vb->i].type != BRD_JSON_INT || ids->kids[vb->i].i < 0 ||
-        ids->kids[vb->i].i >= g->nrbuf)
-      return brd_mscclpp_fail(
-          c, ncclInvalidArgument,
-          "%s[%zu]: remote buffer %" PRId64 " is not one the thread block reaches", list, i, vb->i);
-    const mrbuf_t *rb = &g->rbuf[ids->kids[vb->i].i];
-    owner = rb->rank;
-    type = rb->type;
-  } else if (vt != NULL) {
-    snprintf(key, sizeof(key), "%s[%zu].type", list, i);
-    CHECK(get_buf(c, e, "type", &type));
-  } else {
-    return brd_mscclpp_fail(c, ncclInvalidArgument,
-                            "%s[%zu] has none of \"type\", \"buffer_id\", \"switch_channel_id\"",
-                            list, i);
-  }
-  /* Range, in the owner's chunks. */
+                            "%s[%zu] names remote buffer %" PRId64
+                            " but the op's channel_type is not "
+                            "memory or port",
+                            list, i, vb->i);
+  const brd_json_t *ids = t->rbuf_ids[op_chan_type];
+  if (ids == NULL || vb->i < 0 || (size_t)vb->i >= ids->n ||
+      ids->kids[vb->i].type != BRD_JSON_INT || ids->kids[vb->i].i < 0 ||
+      ids->kids[vb->i].i >= g->nrbuf)
+    return brd_mscclpp_fail(
+        c, ncclInvalidArgument,
+        "%s[%zu]: remote buffer %" PRId64 " is not one the thread block reaches", list, i, vb->i);
+  const mrbuf_t *rb = &g->rbuf[ids->kids[vb->i].i];
+  *owner_out = rb->rank;
+  *type_out = rb->type;
+  return ncclSuccess;
+}
+
+/* Fails (brd_mscclpp_fail) unless MSCCL++ chunks index..index+size-1 lie
+ * in the owner's buffer of MB_* type (owner -2: the switch channel's). */
+static ncclResult_t ref_range_check(mctx_t *c, const char *list, size_t i, int owner, int type,
+                                    int64_t index, int64_t size) {
   int64_t limit = type == MB_SCRATCH ? (owner == -2 ? c->nslots : c->g[owner].scratch_chunks)
                   : type == MB_INPUT ? (owner == -2 ? 0 : c->g[owner].in_chunks)
                                      : (owner == -2 ? 0 : c->g[owner].out_chunks);
-  if (index + size > limit) {
-    char whose[32];
-    if (owner == c->gpu)
-      snprintf(whose, sizeof(whose), "the local");
-    else if (owner == -2)
-      snprintf(whose, sizeof(whose), "the switch channel's");
-    else
-      snprintf(whose, sizeof(whose), "rank %d's", owner);
-    return brd_mscclpp_fail(c, ncclInvalidArgument,
-                            "%s[%zu]: chunks %" PRId64 "..%" PRId64
-                            " of %s %s buffer, which has %" PRId64 " chunks",
-                            list, i, index, index + size - 1, whose, mb_names[type], limit);
-  }
+  if (index + size <= limit) return ncclSuccess;
+  char whose[32];
+  if (owner == c->gpu)
+    snprintf(whose, sizeof(whose), "the local");
+  else if (owner == -2)
+    snprintf(whose, sizeof(whose), "the switch channel's");
+  else
+    snprintf(whose, sizeof(whose), "rank %d's", owner);
+  return brd_mscclpp_fail(c, ncclInvalidArgument,
+                          "%s[%zu]: chunks %" PRId64 "..%" PRId64
+                          " of %s %s buffer, which has %" PRId64 " chunks",
+                          list, i, index, index + size - 1, whose, mb_names[type], limit);
+}
+
+/* out->ref (and io, one) for a checked ref to MSCCL++ chunk `index` of
+ * the owner's buffer of MB_* type (owner -2: the switch channel's
+ * scratch), read or written (dst); out->index and out->size come in
+ * Braid chunks. Fails (brd_mscclpp_fail) on what Braid cannot name. */
+static ncclResult_t ref_place(mctx_t *c, const char *list, size_t i, int dst, int owner, int type,
+                              int64_t index, mref_t *out) {
   int remote = owner != c->gpu;
-  out->index = index * c->R;
-  out->size = size * c->R;
   if (type == MB_SCRATCH) {
     if (c->reuse && c->pipe_n == 0)
       return brd_mscclpp_fail(
@@ -567,6 +509,88 @@ ncclResult_t brd_mscclpp_ref_read(mctx_t *c, const mtb_t *t, int op_chan_type, c
   out->ref = brd_plan_ref(type == MB_INPUT ? BRD_IR_BUF_INPUT : BRD_IR_BUF_OUTPUT,
                           remote ? owner : -1, (uint32_t)out->index);
   return ncclSuccess;
+}
+
+/* See mscclpp_int.h. */
+ncclResult_t brd_mscclpp_ref_read(mctx_t *c, const mtb_t *t, int op_chan_type, const brd_json_t *e,
+                                  int dst, const char *list, size_t i, mref_t *out) {
+  mgpu_t *g = &c->g[c->gpu];
+  int64_t index, size;
+  char key[64];
+  snprintf(key, sizeof(key), "%s[%zu].index", list, i);
+  if (e->type != BRD_JSON_OBJ)
+    return brd_mscclpp_fail(c, ncclInvalidArgument, "%s[%zu] is %s, expected an object", list, i,
+                            brd_mscclpp_jtype_names[e->type]);
+  const brd_json_t *vi = brd_json_get(e, "index"), *vs = brd_json_get(e, "size");
+  CHECK(brd_mscclpp_want(c, key, vi, BRD_JSON_INT));
+  snprintf(key, sizeof(key), "%s[%zu].size", list, i);
+  CHECK(brd_mscclpp_want(c, key, vs, BRD_JSON_INT));
+  index = vi->i;
+  size = vs->i;
+  if (index < 0 || size < 1)
+    return brd_mscclpp_fail(c, ncclInvalidArgument,
+                            "%s[%zu]: index %" PRId64 ", size %" PRId64 " (index >= 0, size >= 1)",
+                            list, i, index, size);
+  memset(out, 0, sizeof(*out));
+  out->index = index;
+  out->size = size;
+  int owner = c->gpu, type = -1;
+  const brd_json_t *vt = brd_json_get(e, "type"), *vb = brd_json_get(e, "buffer_id"),
+                   *vw = brd_json_get(e, "switch_channel_id");
+  if (vw != NULL) {
+    snprintf(key, sizeof(key), "%s[%zu].switch_channel_id", list, i);
+    CHECK(brd_mscclpp_want(c, key, vw, BRD_JSON_INT));
+    int sc;
+    CHECK(brd_mscclpp_tb_chan(c, t, 2, vw->i, &sc));
+    type = g->sw_buf[sc];
+    if (type != MB_SCRATCH && !c->inplace)
+      return brd_mscclpp_fail(
+          c, ncclInvalidArgument,
+          "%s[%zu] goes through a switch channel over the %s buffer (\"%s\") of an "
+          "out-of-place plan: Braid's switch channels reach scratch slots only, and "
+          "only the one buffer of an in-place plan is staged there",
+          list, i, mb_names[type], type == MB_INPUT ? "i" : "o");
+    out->sw = 1;
+    owner = -2;
+    if (type != MB_SCRATCH) {
+      /* The user's buffer through the switch: its chunks are staged in
+       * slots sw_base.. of every rank's scratch (see run_pass). */
+      if (index + size > c->nchunks)
+        return brd_mscclpp_fail(c, ncclInvalidArgument,
+                                "%s[%zu]: chunks %" PRId64 "..%" PRId64
+                                " of the switch channel's %s "
+                                "buffer, which has %" PRId64 " chunks",
+                                list, i, index, index + size - 1, mb_names[type], c->nchunks);
+      if (c->coll != BRD_IR_COLL_ALLREDUCE)
+        return brd_mscclpp_fail(
+            c, ncclInvalidArgument,
+            "%s[%zu] goes through a switch channel over the user's buffer, which Braid "
+            "stages for all-reduce plans only",
+            list, i);
+      c->sw_stage = 1;
+      out->staged = 1;
+      out->index = index * c->R;
+      out->size = size * c->R;
+      out->ref = brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH,
+                              (uint32_t)((c->sw_base + index) * c->R));
+      return ncclSuccess;
+    }
+  } else if (vb != NULL) {
+    snprintf(key, sizeof(key), "%s[%zu].buffer_id", list, i);
+    CHECK(brd_mscclpp_want(c, key, vb, BRD_JSON_INT));
+    CHECK(ref_remote(c, t, op_chan_type, vb, list, i, &owner, &type));
+  } else if (vt != NULL) {
+    snprintf(key, sizeof(key), "%s[%zu].type", list, i);
+    CHECK(get_buf(c, e, "type", &type));
+  } else {
+    return brd_mscclpp_fail(c, ncclInvalidArgument,
+                            "%s[%zu] has none of \"type\", \"buffer_id\", \"switch_channel_id\"",
+                            list, i);
+  }
+  CHECK(ref_range_check(c, list, i, owner, type, index, size));
+  out->index = index * c->R;
+  out->size = size * c->R;
+  return ref_place(c, list, i, dst, owner, type, index, out);
 }
 
 /* In place, chunk j (Braid's) of the one buffer of the rank at the other
