@@ -54,14 +54,15 @@ static ncclResult_t host_caps(struct ncclComm *comm, brd_backend_caps_t *caps_ou
   return ncclSuccess;
 }
 
+/* Host threads are not cheap: a second block from 256 KiB (nb_sizes). */
+#define HOST_BLOCK2_BYTES ((size_t)256 << 10)
+
 static void host_topo(const struct ncclComm *comm, int p2p, brd_tune_topo_t *t) {
   (void)comm, (void)p2p;
-  /* Host mode moves data through memory: a few GB/s per rank pair, a
-   * microsecond or so per synchronisation. */
-  t->host_mode = 1;
-  t->ranks_per_device = 1;
-  t->intra_bw = 4.0f;
-  t->intra_lat = 2.0f;
+  /* Host mode moves data through memory that the host's ranks share, and
+   * every wait is a thread that the host's cores must get to: the figures
+   * measured in host mode (tune_hw.c), for t->local_nranks ranks here. */
+  brd_hw_host_topo(t->local_nranks, HOST_BLOCK2_BYTES, t);
 }
 
 static void host_destroy(struct brd_backend *b) {
@@ -403,8 +404,7 @@ const brd_backend_ops_t brd_backend_host = {
     .scalar_on_device = 0,
     .reg_needs_p2p = 0,
     .rma_mem = BRD_TRANSPORT_MEM_HOST,
-    /* Host threads are not cheap: a second block from 256 KiB. */
-    .nb_sizes = {(size_t)256 << 10, 0, 0, 0},
+    .nb_sizes = {HOST_BLOCK2_BYTES, 0, 0, 0},
     .p2p_round_ops = BRD_WORKS_ROUND_MAX_OPS,
     .switch_chans = BRD_BACKEND_SWITCH_EMULATED,
     .topo = host_topo,

@@ -19,9 +19,10 @@
  * links); the link is intra_bw / ranks_per_device inside a node, inter_bw /
  * ranks_per_device between nodes (or, with NIC counts, the node's NICs
  * shared by the node's ranks that reach another node in the plan), nvls_bw
- * over a switch channel. step[] and eff[]
- * are the tuner's protocol factors (tune.c), and BASE_US its launch cost,
- * so the two estimates speak the same units. Each stream also counts the
+ * over a switch channel. step[] and eff[] are the tuner's protocol factors
+ * for the topology (tune.c: host mode has its own), and the launch costs
+ * the tuner's launch for the plan's blocks (brd_tune_launch_us), so the
+ * two estimates speak the same units. Each stream also counts the
  * sync hops of the longest chain of them that reaches it (a SIGNAL, a
  * remote LL write or a switch barrier adds one); the launch's count is the
  * longest chain's. Contention between streams on one link is not modelled beyond
@@ -40,8 +41,7 @@
 #include "device/layout.h"
 #include "plan/plan_cost.h"
 
-/* The tuner's launch cost, protocol factors and NVLS fit (tune.h). */
-#define BASE_US brd_tune_launch_us()
+/* The tuner's NVLS fit (tune.h). */
 #define NVLS_FIT brd_tune_algo_fit(BRD_ALGO_NVLS)
 
 enum { KIND_INTRA = 0, KIND_INTER = 1, KIND_SWITCH = 2, NKINDS = 3 };
@@ -355,8 +355,8 @@ static void sim_free(sim_t *m) {
 /* Per-block and per-rank link rates, and per-hop latencies. */
 static void rates_init(sim_t *m) {
   const brd_tune_topo_t *t = m->topo;
-  double rpd = t->ranks_per_device, eff = brd_tune_proto_eff(m->p->proto);
-  double step = brd_tune_proto_step(m->p->proto);
+  double rpd = t->ranks_per_device, eff = brd_tune_proto_eff(t, m->p->proto);
+  double step = brd_tune_proto_step(t, m->p->proto);
   double inter = t->inter_bw / rpd;
   if (t->inter_nics > 0) {
     /* A node's NICs are shared by the ranks of the node that reach
@@ -401,7 +401,7 @@ static double link_time(const sim_t *m, double scale) {
       }
   if (m->topo->inter_nics > 0) {
     double node_rate = m->topo->inter_nics * (double)m->topo->inter_bw * 1000.0 *
-                       brd_tune_proto_eff(m->p->proto);
+                       brd_tune_proto_eff(m->topo, m->p->proto);
     for (int i = 0; i < m->topo->nnodes; i++)
       if (m->node_out[i] * scale / node_rate > worst) worst = m->node_out[i] * scale / node_rate;
   }
@@ -497,7 +497,7 @@ ncclResult_t brd_plan_cost_estimate(const brd_ir_plan_t *plan, const brd_tune_to
     if (dh > 0.0) h += extra * dh;
     scale = windows / m.nsim;
   }
-  out.time_us = BASE_US + t;
+  out.time_us = brd_tune_launch_us(topo, m.B) + t;
   out.sync_hops = (uint64_t)llround(h);
   out.link_us = link_time(&m, scale);
   double busiest = 0.0;

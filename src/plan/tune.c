@@ -8,7 +8,8 @@
  *        + (h_intra * intra_lat + h_inter * inter_lat) * step[p]
  *        + max(v_intra / B_intra, v_inter / B_inter) / (1000 * eff[p] * fit[a])
  *
- * BASE (5 us) is the launch and first handshake. h_* count the hops one
+ * BASE (5 us; the topology's launch_us and block_us where it sets them, as
+ * host mode does) is the launch and first handshake. h_* count the hops one
  * byte waits for on its way, v_* the bytes crossing one rank's busiest link
  * of each kind, B_* = link GB/s / ranks_per_device (ranks on one GPU share
  * its links); 1 GB/s moves 1000 bytes per us.
@@ -66,6 +67,23 @@
  *            independently and so keep both busy. Nodes of equal size, two
  *            ranks or more each (algos/hier.c).
  *
+ * Host mode (host_mode: ranks are CPU threads moving bytes through shared
+ * memory) keeps the formula with its own figures, fitted to measurements
+ * (tune_hw.c's host.* entries; docs/perf/cost-model.md):
+ *
+ *   BASE     launch_us (+ block_us from block2_bytes, when a rank runs a
+ *            second worker block), both per rank on the host
+ *   lat      intra_lat, per hop, grows with the ranks on the host (a wait
+ *            is a thread the host's cores must get to)
+ *   B_intra  intra_bw, the host's copy rate shared by its ranks
+ *   step[p]  LL host.ll_step, Simple 1: both wait on a flag the same way
+ *   eff[p]   LL host.ll_eff, Simple 1: LL stores a flag with every 8-byte
+ *            line and the reader polls each
+ *   fit[a]   1 for every pattern: measured, none pays more than its bytes
+ *   Tree     AllReduce on one node: host.tree_hops hops per level, the
+ *            critical path of the tree plan as generated (braid-plan),
+ *            not NCCL's 2 (Broadcast/Reduce: half)
+ *
  * Intra terms vanish on one rank per node, inter terms on one node. Any
  * other (algorithm, collective) pair cannot run. NVLS, NVLSTree, CollNet
  * and PAT move only Simple; NVLS needs multicast (or, in host mode, the
@@ -86,6 +104,7 @@
 #include "plan/tune.h"
 
 #define BASE_US 5.0
+#define HW_HOST_TREE_HOPS (brd_hw_consts[BRD_HW_HOST_TREE_HOPS].value)
 #define NFUNC 5 /* the collectives NCCL_ALGO / NCCL_PROTO name */
 #define NAMES_MAX 192
 #define TABLE_LINE_MAX 512
@@ -157,13 +176,36 @@ static const double algo_fit[BRD_ALGO_COUNT] = {
     [BRD_ALGO_PAT] = 0.75,           [BRD_ALGO_HIER] = 1.0,
 };
 
-/* See tune.h. */
-double brd_tune_launch_us(void) { return BASE_US; }
-double brd_tune_proto_step(int proto) {
-  return proto_step[proto >= 0 && proto < BRD_PROTO_COUNT ? proto : BRD_PROTO_SIMPLE];
+/* Host mode's protocol factors: LL's from the fit (brd_hw_consts),
+ * Simple 1; LL128 does not run in host mode (Simple's). */
+static double host_step(int p) {
+  return p == BRD_PROTO_LL ? brd_hw_consts[BRD_HW_HOST_LL_STEP].value : 1.0;
 }
-double brd_tune_proto_eff(int proto) {
-  return proto_eff[proto >= 0 && proto < BRD_PROTO_COUNT ? proto : BRD_PROTO_SIMPLE];
+static double host_eff(int p) {
+  return p == BRD_PROTO_LL ? brd_hw_consts[BRD_HW_HOST_LL_EFF].value : 1.0;
+}
+
+/* See tune.h. */
+double brd_tune_launch_us(const brd_tune_topo_t *t, int blocks) {
+  double us = t != NULL && t->launch_us > 0.0f ? t->launch_us : BASE_US;
+  if (t != NULL && blocks > 1) us += (blocks - 1) * (double)t->block_us;
+  return us;
+}
+double brd_tune_proto_step(const brd_tune_topo_t *t, int proto) {
+  if (proto < 0 || proto >= BRD_PROTO_COUNT) proto = BRD_PROTO_SIMPLE;
+  return t != NULL && t->host_mode ? host_step(proto) : proto_step[proto];
+}
+double brd_tune_proto_eff(const brd_tune_topo_t *t, int proto) {
+  if (proto < 0 || proto >= BRD_PROTO_COUNT) proto = BRD_PROTO_SIMPLE;
+  return t != NULL && t->host_mode ? host_eff(proto) : proto_eff[proto];
+}
+
+/* The launch for a call of `bytes` per rank (the count times the element
+ * size, as the backend's block rule reads it): one block, or two from the
+ * size the topology says a second one starts at. */
+static double launch_for(const brd_tune_topo_t *t, double bytes) {
+  int two = t->block2_bytes > 0 && bytes >= (double)t->block2_bytes;
+  return brd_tune_launch_us(t, two ? 2 : 1);
 }
 double brd_tune_algo_fit(int algo) {
   return algo >= 0 && algo < BRD_ALGO_COUNT ? algo_fit[algo] : 1.0;
@@ -420,7 +462,8 @@ static const char *topo_problem(const brd_tune_topo_t *t) {
     return "nodes x ranks per node below the rank count";
   if (!finite_nonneg(t->intra_lat) || !finite_nonneg(t->inter_lat) ||
       !finite_nonneg(t->intra_bw) || !finite_nonneg(t->inter_bw) ||
-      !finite_nonneg(t->nvls_bw) || !finite_nonneg(t->nvls_lat))
+      !finite_nonneg(t->nvls_bw) || !finite_nonneg(t->nvls_lat) ||
+      !finite_nonneg(t->launch_us) || !finite_nonneg(t->block_us))
     return "a negative or non-finite bandwidth or latency";
   if (t->inter_nics < 0) return "a negative NIC count";
   if (t->local_nranks > 1 && !(t->intra_bw > 0.0f)) return "no intra-node bandwidth";
@@ -521,6 +564,10 @@ static int algo_shape(const brd_tune_topo_t *t, brd_coll_t coll, brd_algo_t a,
        * each node under the binary trees between nodes (NCCL's shape and
        * latency term, nvls-ib.md 4.1). */
       s.hops_intra = (ar ? 2.0 : 1.0) * (multi ? L - 1.0 : clog2(t->local_nranks));
+      /* Host mode, one node: the hops of the tree plan as it runs (see
+       * the host-mode paragraph at the top). */
+      if (t->host_mode && !multi)
+        s.hops_intra = (ar ? 1.0 : 0.5) * HW_HOST_TREE_HOPS * clog2(t->local_nranks);
       s.hops_inter = (ar ? 2.0 : 1.0) * clog2(t->nnodes);
       v = ar ? 2.0 * S : S;
       s.vol_intra = local ? v : 0.0;
@@ -612,7 +659,7 @@ static int algo_shape(const brd_tune_topo_t *t, brd_coll_t coll, brd_algo_t a,
  * NIC counts node_inter is the node's (see the NIC paragraph at the top);
  * nvls: the intra term runs at nvls_bw when that is set. */
 static double shape_time(const brd_tune_topo_t *t, const shape_t *s, double node_inter,
-                         int nvls, double fit, brd_proto_t p) {
+                         int nvls, double fit, brd_proto_t p, double bytes) {
   double rpd = t->ranks_per_device;
   double wire_intra = 0.0, wire_inter = 0.0;
   if (s->vol_intra > 0.0) {
@@ -628,8 +675,10 @@ static double shape_time(const brd_tune_topo_t *t, const shape_t *s, double node
       wire_inter = s->vol_inter / (t->inter_bw / rpd);
   }
   double wire = wire_intra > wire_inter ? wire_intra : wire_inter;
-  double lat = (s->hops_intra * t->intra_lat + s->hops_inter * t->inter_lat) * proto_step[p];
-  return BASE_US + lat + wire / (1000.0 * proto_eff[p] * fit);
+  double lat = (s->hops_intra * t->intra_lat + s->hops_inter * t->inter_lat) *
+               brd_tune_proto_step(t, p);
+  if (t->host_mode) fit = 1.0; /* measured: no pattern pays more than its bytes */
+  return launch_for(t, bytes) + lat + wire / (1000.0 * brd_tune_proto_eff(t, p) * fit);
 }
 
 /* NVLS on one node, as Braid's switch plans run it (algos/nvls.c, two
@@ -665,7 +714,7 @@ static double nvls_time(const brd_tune_topo_t *t, brd_coll_t coll, double S, int
     nbar = 2.0;
     wire = (L - 1.0) * S / n / rate;
   }
-  return BASE_US + nbar * bar + wire / 1000.0;
+  return launch_for(t, coll == BRD_COLL_ALLREDUCE ? S : S / n) + nbar * bar + wire / 1000.0;
 }
 
 /* The zero-copy NVLS plans (algos/nvls_zc.c): an opening and a closing
@@ -677,7 +726,7 @@ static double nvls_zc_time(const brd_tune_topo_t *t, brd_coll_t coll, double S) 
   double bar = t->nvls_lat > 0.0f ? t->nvls_lat : t->intra_lat;
   double rate = (t->nvls_bw > 0.0f ? t->nvls_bw : t->intra_bw * algo_fit[BRD_ALGO_NVLS]) / rpd;
   double wire = coll == BRD_COLL_ALLREDUCE ? S / rate : (L - 1.0) * S / n / rate;
-  return BASE_US + 2.0 * bar + wire / 1000.0;
+  return launch_for(t, coll == BRD_COLL_ALLREDUCE ? S : S / n) + 2.0 * bar + wire / 1000.0;
 }
 
 /* The model's time, or -1 when (a, p) cannot run coll here. topo is valid. */
@@ -701,7 +750,14 @@ static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
     double lowlat = nvls_time(t, coll, (double)bytes, 1);
     return lowlat < pipelined ? lowlat : pipelined;
   }
-  return shape_time(t, &s, node, a == BRD_ALGO_NVLS || a == BRD_ALGO_NVLS_TREE, algo_fit[a], p);
+  /* The tuning size of AllGather, ReduceScatter and the direct patterns
+   * is nranks times a rank's count. */
+  double call = (double)bytes;
+  if (coll != BRD_COLL_ALLREDUCE && coll != BRD_COLL_BROADCAST && coll != BRD_COLL_REDUCE &&
+      coll != BRD_COLL_SEND && coll != BRD_COLL_RECV)
+    call /= t->nranks;
+  return shape_time(t, &s, node, a == BRD_ALGO_NVLS || a == BRD_ALGO_NVLS_TREE, algo_fit[a], p,
+                    call);
 }
 
 /* See tune.h. */

@@ -124,6 +124,14 @@ typedef struct {
   float nvls_lat;          /* us per switch barrier (MC_BARRIER: a
                               multicast release store, then an acquire
                               wait on the local copy); 0: intra_lat */
+  /* What a launch costs before its first hop: launch_us with one block,
+   * plus block_us for each further block (host mode: a worker thread per
+   * block, and a rank runs a second one from block2_bytes, the host
+   * backend's rule). 0: the model's default launch (5 us), no block term,
+   * one block at every size. brd_hw_host_topo sets them in host mode. */
+  float launch_us;
+  float block_us;
+  size_t block2_bytes;
 } brd_tune_topo_t;
 
 typedef struct {
@@ -205,13 +213,15 @@ float brd_tune_estimate_hier(const brd_tune_topo_t *topo, brd_coll_t coll, size_
  * node); 0 otherwise. Pure; any thread. */
 int brd_tune_nvls_lowlat(const brd_tune_topo_t *topo, size_t bytes);
 
-/* The cost model's constants, for estimates made elsewhere (plan_cost.c):
- * the launch cost in us, a protocol's per-step latency factor and
- * bandwidth efficiency (proto: BRD_PROTO_*, which equal BRD_IR_PROTO_*;
- * out of range reads Simple's), and an algorithm's fit (BRD_ALGO_*). */
-double brd_tune_launch_us(void);
-double brd_tune_proto_step(int proto);
-double brd_tune_proto_eff(int proto);
+/* The cost model's constants on topo, for estimates made elsewhere
+ * (plan_cost.c): the launch cost in us of a launch of `blocks` blocks per
+ * rank, a protocol's per-step latency factor and bandwidth efficiency
+ * (proto: BRD_PROTO_*, which equal BRD_IR_PROTO_*; out of range reads
+ * Simple's; host mode has its own, measured: tune.c), and an algorithm's
+ * fit (BRD_ALGO_*). Pure; any thread. */
+double brd_tune_launch_us(const brd_tune_topo_t *topo, int blocks);
+double brd_tune_proto_step(const brd_tune_topo_t *topo, int proto);
+double brd_tune_proto_eff(const brd_tune_topo_t *topo, int proto);
 double brd_tune_algo_fit(int algo);
 
 /* The model's time for either NVLS all-reduce plan (lowlat 1: the
@@ -249,6 +259,16 @@ typedef enum {
   BRD_HW_PUB_MULTI_LO,       /* published multi-node busbw range, 8 x H100, 8 x 400G */
   BRD_HW_PUB_MULTI_HI,
   BRD_HW_PUB_2NODE_NVLSTREE, /* published 2-node NVLSTree busbw, same layout */
+  /* Host mode (BRAID_DEVICE=host), fitted to measurements on one host
+   * (docs/perf/cost-model.md): "per rank" figures are multiplied by the
+   * ranks on the host, the copy rate is shared by them. */
+  BRD_HW_HOST_LAUNCH_US,     /* us per launch, per rank on the host */
+  BRD_HW_HOST_BLOCK_US,      /* us a second block adds, per rank on the host */
+  BRD_HW_HOST_HOP_US,        /* us per hop, per rank on the host */
+  BRD_HW_HOST_COPY_GBPS,     /* GB/s the host's ranks copy at, together */
+  BRD_HW_HOST_LL_STEP,       /* LL's hop factor (Simple's is 1) */
+  BRD_HW_HOST_LL_EFF,        /* LL's payload rate against Simple's */
+  BRD_HW_HOST_TREE_HOPS,     /* Tree AllReduce hops per tree level, one node */
   BRD_HW_COUNT
 } brd_hw_id_t;
 
@@ -275,6 +295,13 @@ int brd_hw_gpu_parse(const char *name, brd_hw_gpu_t *out);
  * Writes *out only on success. Any thread. */
 ncclResult_t brd_hw_topo(brd_hw_gpu_t gpu, int nodes, int gpus_per_node, int nics,
                          double nic_gbps, brd_tune_topo_t *out);
+
+/* Fills the host-mode fields of *t for local_nranks ranks on one host
+ * (host_mode, ranks_per_device, intra_bw, intra_lat, launch_us, block_us)
+ * from brd_hw_consts' host figures, and block2_bytes, the size from which
+ * the host backend runs a second block (0: never). Leaves the rest of *t
+ * alone. Any thread. */
+void brd_hw_host_topo(int local_nranks, size_t block2_bytes, brd_tune_topo_t *t);
 
 /* The model's time in microseconds for every (algorithm, protocol) pair
  * brd_tune_select would weigh for this call (same arguments), in

@@ -62,6 +62,29 @@ const brd_hw_const_t brd_hw_consts[BRD_HW_COUNT] = {
     [BRD_HW_PUB_2NODE_NVLSTREE] = {"pub.h100x8_8x400g.2node_nvlstree", 470, "GB/s",
                                    "nccl#2409 citing nccl-tests#309 (~470 expected), "
                                    "nccl#1221 (430); nvls-ib.md 4.3 lines 411-412"},
+    /* Host mode: see docs/perf/cost-model.md, "Host mode: the model against
+     * measurements" (tools/calibrate-host.sh). Least-squares fit of the
+     * log of the median times, AllReduce at 4 and 8 ranks, 8 B to 64 MiB. */
+    [BRD_HW_HOST_LAUNCH_US] = {"host.launch_per_rank", 6.7, "us/rank",
+                               "fit, 2-vCPU VM, 2026-11-26: a launch wakes every rank's "
+                               "threads, which share the host's cores"},
+    [BRD_HW_HOST_BLOCK_US] = {"host.block2_per_rank", 118, "us/rank",
+                              "fit, same: a second worker thread per rank (from 256 KiB)"},
+    [BRD_HW_HOST_HOP_US] = {"host.hop_per_rank", 0.87, "us/hop/rank",
+                            "fit, same: a wait spins, yields, then naps 20 us; the peer runs "
+                            "when the cores get to it"},
+    [BRD_HW_HOST_COPY_GBPS] = {"host.copy_bw", 2.67, "GB/s",
+                               "fit, same: the bytes the host's ranks move together "
+                               "(each rank gets its share)"},
+    [BRD_HW_HOST_LL_STEP] = {"host.ll_step", 1.0, "ratio",
+                             "fit, same: an LL hop against a Simple one (a free fit "
+                             "gives 0.96)"},
+    [BRD_HW_HOST_LL_EFF] = {"host.ll_eff", 0.089, "ratio",
+                            "fit, same: LL's payload rate against Simple's (a flag and a "
+                            "poll per 8-byte line)"},
+    [BRD_HW_HOST_TREE_HOPS] = {"host.tree_hops_per_level", 7, "hops",
+                               "braid-plan -a tree -n 4|8 -s 8: the plan's critical path is "
+                               "14 and 21 sync hops (NCCL's formula: 2 per level)"},
 };
 
 static const char *const gpu_names[BRD_HW_GPU_COUNT] = {
@@ -125,4 +148,19 @@ ncclResult_t brd_hw_topo(brd_hw_gpu_t gpu, int nodes, int gpus_per_node, int nic
   }
   *out = t;
   return ncclSuccess;
+}
+
+/* See tune.h. */
+void brd_hw_host_topo(int local_nranks, size_t block2_bytes, brd_tune_topo_t *t) {
+  double L = local_nranks > 1 ? local_nranks : 1;
+  t->host_mode = 1;
+  t->ranks_per_device = 1;
+  /* The ranks of a host share its cores and its memory: what one rank
+   * gets is the host's copy rate over L, and a wait or a launch costs more
+   * the more ranks compete for the cores. */
+  t->intra_bw = (float)(HW(BRD_HW_HOST_COPY_GBPS) / L);
+  t->intra_lat = (float)(HW(BRD_HW_HOST_HOP_US) * L);
+  t->launch_us = (float)(HW(BRD_HW_HOST_LAUNCH_US) * L);
+  t->block_us = (float)(HW(BRD_HW_HOST_BLOCK_US) * L);
+  t->block2_bytes = block2_bytes;
 }

@@ -3,6 +3,7 @@
  * non-empty ncclGetLastError text: a NULL communicator, a NULL out-pointer,
  * a bad config magic, a group end without a start. Host mode, public API.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -235,7 +236,16 @@ static void test_group_simulate(void **state) {
   float big_plan = simulate(comms, N, BIG, buf);
   assert_true(small_plan > 0.0f);
   assert_true(big_plan > small_plan);
-  assert_true(small_plan != small || big_plan != big);
+  /* On a GPU the plan's figures differ from the formula's. In host mode
+   * the fitted figures (docs/perf/cost-model.md: every pattern's fit 1)
+   * give the one-shot and two-shot plans chosen here the formula's own
+   * time, so there the two agree. */
+  if (tdev_kind() != TDEV_HOST) {
+    assert_true(small_plan != small || big_plan != big);
+  } else {
+    assert_true(fabsf(small_plan - small) <= 0.01f * small);
+    assert_true(fabsf(big_plan - big) <= 0.01f * big);
+  }
   for (int r = 0; r < N; r++) assert_int_equal(ncclCommDestroy(comms[r]), ncclSuccess);
   free(buf);
 }

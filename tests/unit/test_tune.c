@@ -507,6 +507,62 @@ static void test_estimate(void **state) {
 
 /* ---- NVLS: the switch plans' model and NCCL_ALGO naming it ---- */
 
+/* Host mode with the fitted figures (tune_hw.c, brd_hw_host_topo): the
+ * choices that the medians measured on 4 and 8 ranks make
+ * (docs/perf/cost-model.md, "Host mode: the model against measurements"). */
+static void test_host_model(void **state) {
+  (void)state;
+  brd_tune_mask_t m = mask_of(NULL, NULL);
+  brd_tune_choice_t c, c128;
+  for (int L = 4; L <= 8; L += 4) {
+    brd_tune_topo_t t;
+    memset(&t, 0, sizeof(t));
+    t.nranks = t.local_nranks = L;
+    t.nnodes = 1;
+    brd_hw_host_topo(L, 256 * KIB, &t);
+    assert_int_equal(t.host_mode, 1);
+    /* A host's ranks share its copy rate: 8 ranks get half of 4's. */
+    assert_close(t.intra_bw * L, brd_hw_consts[BRD_HW_HOST_COPY_GBPS].value);
+
+    /* 8 B: a direct pattern (measured on 4 ranks: one-shot and two-shot
+     * 25-29 us, ring 40-48, tree 44-85). */
+    assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, 8, AVAIL_SHOTS, &m, &c),
+                     ncclSuccess);
+    assert_true(c.algo == BRD_ALGO_ONESHOT || c.algo == BRD_ALGO_TWOSHOT);
+
+    /* 32 KiB: Simple, two-shot or ring (measured on 4 ranks: two-shot
+     * 87 us, ring 108, one-shot 144, tree 157, every LL 737 or more). The
+     * model used to choose TwoShot/LL here, slower than its choice at
+     * 128 KiB. */
+    assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, 32 * KIB, AVAIL_SHOTS, &m, &c),
+                     ncclSuccess);
+    assert_int_equal(c.proto, BRD_PROTO_SIMPLE);
+    assert_true(c.algo == BRD_ALGO_TWOSHOT || c.algo == BRD_ALGO_RING);
+    assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, 128 * KIB, AVAIL_SHOTS, &m,
+                                     &c128), ncclSuccess);
+    assert_true(c.time_us < c128.time_us);
+    for (int a = BRD_ALGO_RING; a <= BRD_ALGO_TWOSHOT; a++)
+      assert_true(brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, 32 * KIB, (brd_algo_t)a,
+                                    BRD_PROTO_LL) >
+                  2.0f * brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, 32 * KIB, (brd_algo_t)a,
+                                           BRD_PROTO_SIMPLE));
+
+    /* 64 MiB: TwoShot/Simple (measured: 133 ms on 4 ranks against tree
+     * 161 and ring 182; 332 on 8 against tree 371 and ring 379). */
+    assert_int_equal(brd_tune_select(&t, BRD_COLL_ALLREDUCE, 64 * MIB, AVAIL_SHOTS, &m, &c),
+                     ncclSuccess);
+    assert_int_equal(c.algo, BRD_ALGO_TWOSHOT);
+    assert_int_equal(c.proto, BRD_PROTO_SIMPLE);
+
+    /* The second block (from 256 KiB) adds its launch cost once. */
+    double below = brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, 256 * KIB - 4, BRD_ALGO_RING,
+                                     BRD_PROTO_SIMPLE);
+    double at = brd_tune_estimate(&t, BRD_COLL_ALLREDUCE, 256 * KIB, BRD_ALGO_RING,
+                                  BRD_PROTO_SIMPLE);
+    assert_true(fabs(at - below - t.block_us) < 0.01 * t.block_us);
+  }
+}
+
 static void test_nvls_model(void **state) {
   (void)state;
   /* NCCL_ALGO names NVLS only in a list that allows it. */
@@ -789,6 +845,7 @@ int main(void) {
       cmocka_unit_test(test_single_rank),
       cmocka_unit_test(test_estimate),
       cmocka_unit_test(test_nvls_model),
+      cmocka_unit_test(test_host_model),
       cmocka_unit_test(test_cluster_by_hand),
       cmocka_unit_test(test_cluster_published),
       cmocka_unit_test(test_cluster_monotone),
