@@ -111,7 +111,7 @@ struct brd_proxy {
   port_t **ports;         /* owned: [nranks], NULL for memory channels */
   int failed;             /* ncclResult_t, __atomic; 0 while healthy */
   int culprit;            /* the rank whose loss failed the proxy; -1 */
-  char why[512];          /* the failure's WARN text, written once before
+  char why[800];          /* the failure's WARN text, written once before
                            * `failed` is read as set by others (why_set) */
   int why_set;            /* __atomic */
   _Atomic int stop;
@@ -132,12 +132,20 @@ static void proxy_fail(brd_proxy_t *px, port_t *pt, ncclResult_t res, const char
   if (__atomic_compare_exchange_n(&px->failed, &expected, (int)res, 0, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
     char addr[BRD_SOCK_ADDR_STRLEN];
+    /* The last WARN: the net's, when it reported the failure itself. */
+    const char *net_said = brd_log_last_error();
     brd_sock_addr_str(brd_boot_peer_addr(px->comm->boot, pt->peer), addr);
     __atomic_store_n(&px->culprit, lost >= 0 ? lost : pt->peer, __ATOMIC_RELEASE);
     if (lost >= 0)
       snprintf(px->why, sizeof(px->why), "rank %d: rank %d (host %s) stopped because it lost "
                "rank %d; every launch on this communicator now fails. Check why rank %d "
                "exited or became unreachable", px->comm->rank, pt->peer, addr, lost, lost);
+    else if (strncmp(net_said, "NET/", 4) == 0)
+      /* The net has just said why (a port down, a completion error): that
+       * is the cause, with its own fix. */
+      snprintf(px->why, sizeof(px->why), "rank %d: the network connection to rank %d (host "
+               "%s, net %s) failed: %s: %s; every launch on this communicator now fails",
+               px->comm->rank, pt->peer, addr, px->net->name, what, net_said);
     else
       snprintf(px->why, sizeof(px->why), "rank %d: the network connection to rank %d (host "
                "%s, net %s) failed: %s. The peer process may have exited or its host become "

@@ -22,15 +22,19 @@
 #     it) and sendrecv_perf -P 2 over the IB net (the whole stack); and
 #     ib_write_lat at 8 B beside sendrecv_perf's time for 8 B.
 #
+#  5. Faults on real verbs: a rank killed mid-collective, and rxe0's port
+#     going down (lo down); every rank left fails within the deadline,
+#     naming the cause.
+#
 # RXE_PARTS picks the parts after step 1 (default "coll conformance net_ib
-# bw"; RXE_QUICK=1 drops conformance).
+# bw fault"; RXE_QUICK=1 drops conformance).
 # Writes <out>/guest.log (everything), <out>/summary.txt (the figures) and
 # <out>/status (0 passed, 1 a check failed, 77 soft-RoCE could not be set up).
 set -uo pipefail
 
 OUT=${1:?usage: guest.sh <out-dir>}
 BUILD=${BUILD:-build}
-PARTS=" ${RXE_PARTS:-coll conformance net_ib bw} "
+PARTS=" ${RXE_PARTS:-coll conformance net_ib bw fault} "
 [[ ${RXE_QUICK:-0} == 1 ]] && PARTS=${PARTS/ conformance / }
 want() { [[ $PARTS == *" $1 "* ]]; }
 LOG=$OUT/guest.log
@@ -215,6 +219,62 @@ run_perf sendrecv_2ranks 2 sendrecv_perf -b 256K -e 16M -f 4 -n 5 -w 1 -c 1
 # rate per direction is size / time, in MiB/s as perftest's "MB/sec".
 awk '$1 ~ /^[0-9]+$/ && NF >= 13 {printf "sendrecv_perf -P 2 %s B: %.1f MiB/s per direction (out of place), %.1f (in place)\n", $1, $1 / $6 / 1.048576, $1 / $10 / 1.048576}' \
   "$OUT/sendrecv_2ranks.log" | tee -a "$SUM"
+fi
+
+# ---- 5. faults on real verbs -------------------------------------------------------------------
+# A rank killed mid-collective (3 ranks: the two left must fail), and the
+# port going down (lo down: rxe0's port follows its netdev and the kernel
+# raises IBV_EVENT_PORT_ERR; 2 ranks, both must fail). Each run is a long
+# all_reduce_perf over the IB net; the fault comes FAULT_AT seconds in.
+# Every surviving rank must exit with an error (not be killed by the
+# timeout) within BRAID_TIMEOUT + 15 s of the fault, its WARN naming the
+# cause: the dead rank, or the port event.
+FAULT_AT=8
+fault_run() { # name nranks action pattern last_pattern
+  local name=$1 np=$2 action=$3 pattern=$4 last=$5 log=$OUT/fault_$1.log pid main victim t0 rc
+  echo "== fault: $name (all_reduce_perf -P $np, $action after $FAULT_AT s)"
+  BRAID_TIMEOUT=20 NCCL_IB_TIMEOUT=12 NCCL_IB_RETRY_CNT=2 \
+    timeout --kill-after=10 150 "$BUILD/bin/all_reduce_perf" -P "$np" -b 16M -e 16M -n 100000 \
+    -w 1 -c 0 >"$log" 2>&1 &
+  pid=$!
+  sleep $FAULT_AT
+  t0=$SECONDS
+  case $action in
+    kill)
+      main=$(pgrep -P "$pid" -x all_reduce_perf | head -n 1)
+      victim=$(pgrep -P "${main:-0}" -x all_reduce_perf | head -n 1)
+      if [[ -z $victim ]]; then
+        fail "fault $name: no rank process to kill (is the run alive? $(tail -n 3 "$log"))"
+        kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; return
+      fi
+      kill -9 "$victim" ;;
+    lodown) ip link set lo down ;;
+  esac
+  wait "$pid"
+  rc=$?
+  [[ $action == lodown ]] && ip link set lo up
+  local took=$((SECONDS - t0)) ok=1 n
+  echo "  exit $rc, $took s after the fault"
+  [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] || { echo "  $name: exit $rc (want an error, not 0 or the timeout's)"; ok=0; }
+  ((took <= 35)) || { echo "  $name: $took s after the fault (want <= 35)"; ok=0; }
+  # Ranks are processes: count the distinct pids (host:pid:tid) that WARNed the cause.
+  n=$(grep -E 'NCCL WARN' "$log" | grep -E "$pattern" |
+    sed -nE 's/^.* [^ :]+:([0-9]+):[0-9]+ \[.*$/\1/p' | sort -u | wc -l)
+  local want=$np
+  [[ $action == kill ]] && want=$((np - 1))
+  ((n >= want)) || { echo "  $name: $n processes WARNed a line matching '$pattern' (want $want: every rank left)"; ok=0; }
+  # What each rank's program got from ncclGetLastError (the perf tool prints it).
+  n=$(grep -E 'Test NCCL failure' "$log" | grep -cE "$last")
+  ((n >= want)) || { echo "  $name: $n ranks' last errors match '$last' (want $want)"; ok=0; }
+  grep -E 'WARN' "$log" | sed -E 's/^.*NCCL WARN //' | cut -c1-300 | sort | uniq -c | head -n 8 |
+    sed 's/^/    /'
+  if [[ $ok -eq 1 ]]; then pass "fault $name: every rank left failed within the deadline naming the cause"
+  else tail -n 20 "$log" | sed 's/^/    | /'; fail "fault $name"; fi
+}
+if want fault; then
+  fault_run peer_killed 3 kill 'connection to rank [0-9]+|lost rank [0-9]+|rank [0-9]+ .*(is gone|left)' \
+    'connection to rank [0-9]+|lost rank [0-9]+|rank [0-9]+ .*(is gone|left)'
+  fault_run port_down 2 lodown 'IBV_EVENT_PORT_ERR' 'IBV_EVENT_PORT_ERR'
 fi
 
 echo "== summary"
