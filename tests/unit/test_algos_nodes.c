@@ -1,7 +1,8 @@
 /*
  * Unit tests for the plans that place traffic by node (src/algos/): the
- * tree all-reduce across nodes (allreduce_tree.c) and the hierarchical
- * all-reduce (hier.c), and the node layout both read (common.c).
+ * tree all-reduce across nodes (allreduce_tree.c), the hierarchical
+ * all-reduce (hier.c), NVLS inside the node with a ring across
+ * (nvls_hier.c), and the node layout they read (common.c).
  *
  *   - The layout of a hand-written labelling under a rank order, worked
  *     out by hand.
@@ -13,6 +14,10 @@
  *     nodes only between node heads, 4(N-1) channels in all; the
  *     hierarchical plan links a rank to its node's ring neighbours and,
  *     across nodes, only to ranks of its own local index.
+ *   - NVLS across nodes: each node's ranks are one switch group, member
+ *     index = place in the node; the only other channels join ranks of
+ *     one local index; layouts it does not split get the NVLS all-reduce
+ *     (one node) or the ring all-reduce.
  *   - Layouts the hierarchical plan cannot split (one node, one rank per
  *     node, uneven nodes) get the ring all-reduce's plan, byte for byte.
  *   - The plan cache generates by the layout it was given, keeps its plans
