@@ -21,8 +21,11 @@
  * a rank that kept NVLS on would wait for the others at a switch barrier
  * until BRAID_TIMEOUT (set short here) and fail.
  *
- * Host mode only: the CUDA backend maps one multicast object over every
- * rank, so it has no switch groups per node (the program skips there).
+ * In CUDA mode (BRAID_DEVICE=cuda, the simulator's builds) the backend
+ * maps one multicast object over every rank and has no switch groups per
+ * node, so NVLS stays off across nodes: there only the 2 hosts x 2 layout
+ * runs, with NCCL_ALGO=allreduce:NVLSTree,Ring and NVLS asked for on every
+ * rank; every rank must say "NVLS off" and get the ring's right sum.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,7 +49,8 @@ typedef struct {
   const char *name;
   int n;
   int host[MAXR]; /* node of each rank */
-  int refuse_host; /* >= 0: that host's ranks set NCCL_NVLS_ENABLE=0 */
+  int refuse_host; /* >= 0: a fall-back case; that host's ranks (if any) set
+                    * NCCL_NVLS_ENABLE=0 */
 } layout_t;
 
 static const layout_t layouts[] = {
@@ -55,11 +59,18 @@ static const layout_t layouts[] = {
     {"3 hosts x 2, interleaved", 6, {0, 1, 2, 0, 1, 2}, -1},
     {"2 hosts x 2, NVLS off on host 1", 4, {0, 0, 1, 1}, 1},
 };
+/* CUDA mode: NVLS asked for everywhere, refused by the backend. */
+static const layout_t cuda_layout = {"2 hosts x 2, CUDA backend (no switch groups per node)",
+                                     4, {0, 0, 1, 1}, 2};
+
+/* A stream's work must finish within this. */
+#define SYNC_TIMEOUT_S 120.0
 
 typedef struct {
   int rank, n, failures;
   char *msg;
   size_t msglen;
+  cudaStream_t stream; /* NULL in host mode */
 } ctx_t;
 
 static void failf(ctx_t *c, const char *fmt, ...) {
@@ -76,12 +87,16 @@ static void failf(ctx_t *c, const char *fmt, ...) {
 static ncclResult_t allreduce_one(ctx_t *c, ncclComm_t comm, ncclDataType_t dt,
                                   ncclRedOp_t op, int inplace, size_t count) {
   size_t es = ref_dtype_size(dt);
-  char *send = malloc(count * es), *recv = inplace ? send : malloc(count * es);
+  char *send = tdev_alloc(count * es), *recv = inplace ? send : tdev_alloc(count * es);
   char *expect = malloc(count * es);
   if (send == NULL || recv == NULL || expect == NULL) abort();
   ref_fill_input(dt, op, c->rank, send, count);
   if (!inplace) ref_poison(dt, recv, count);
-  ncclResult_t res = ncclAllReduce(send, recv, count, dt, op, comm, NULL);
+  ncclResult_t res = ncclAllReduce(send, recv, count, dt, op, comm, c->stream);
+  if (res == ncclSuccess && tdev_stream_sync(c->stream, SYNC_TIMEOUT_S) != 0) {
+    failf(c, "stream: %s (%s)", tdev_last_error(), ncclGetLastError(NULL));
+    res = ncclSystemError;
+  }
   if (res == ncclSuccess) {
     ref_reduce_expect(dt, op, c->n, 1.0, expect, count);
     char m[160] = "";
@@ -90,8 +105,8 @@ static ncclResult_t allreduce_one(ctx_t *c, ncclComm_t comm, ncclDataType_t dt,
       failf(c, "all-reduce %s %s %s count %zu: %zu wrong, %s", ref_dtype_name(dt),
             ref_op_name(op), inplace ? "in place" : "out of place", count, wrong, m);
   }
-  if (!inplace) free(recv);
-  free(send);
+  if (!inplace) tdev_free(recv);
+  tdev_free(send);
   free(expect);
   return res;
 }
@@ -126,11 +141,16 @@ static int file_has(const char *path, const char *text) {
 
 static int run_rank(ncclUniqueId id, const layout_t *l, int rank, const char *log, char *msg,
                     size_t msglen) {
-  ctx_t c = {rank, l->n, 0, msg, msglen};
+  ctx_t c = {rank, l->n, 0, msg, msglen, NULL};
   ncclComm_t comm;
+  if (tdev_stream_create(&c.stream) != 0) {
+    failf(&c, "%s", tdev_last_error());
+    return c.failures;
+  }
   ncclResult_t res = ncclCommInitRank(&comm, l->n, id, rank);
   if (res != ncclSuccess) {
     failf(&c, "init: %s", ncclGetLastError(NULL));
+    tdev_stream_destroy(c.stream);
     return c.failures;
   }
   if (l->refuse_host >= 0) {
@@ -138,8 +158,8 @@ static int run_rank(ncclUniqueId id, const layout_t *l, int rank, const char *lo
     for (int ip = 0; ip < 2 && !c.failures; ip++) {
       res = allreduce_one(&c, comm, ncclFloat32, ncclSum, ip, 50001);
       if (res != ncclSuccess)
-        failf(&c, "all-reduce with NVLS off on host %d: %s (%s)", l->refuse_host,
-              ncclGetErrorString(res), ncclGetLastError(comm));
+        failf(&c, "all-reduce (%s): %s (%s)", l->name, ncclGetErrorString(res),
+              ncclGetLastError(comm));
     }
   } else {
     matrix(&c, comm);
@@ -156,15 +176,18 @@ static int run_rank(ncclUniqueId id, const layout_t *l, int rank, const char *lo
     }
   }
   ncclCommDestroy(comm);
+  tdev_stream_destroy(c.stream);
   if (l->refuse_host >= 0 && !c.failures && !file_has(log, "NVLS off"))
-    failf(&c, "NVLS was refused on host %d, but this rank's log (%s) has no \"NVLS off\"",
-          l->refuse_host, log);
+    failf(&c, "NVLS was refused (%s), but this rank's log (%s) has no \"NVLS off\"",
+          l->name, log);
   return c.failures;
 }
 
 static void test_layout(void **state) {
   const layout_t *l = *state;
   int n = l->n;
+  if (tdev_kind() == TDEV_CUDA && tdev_cuda_touched())
+    fail_msg("this process used CUDA before forking ranks that use it");
   tdev_id_pipes_t idp;
   int pipes[MAXR][2];
   pid_t pids[MAXR];
@@ -217,11 +240,6 @@ static void test_layout(void **state) {
 
 int main(void) {
   setenv("BRAID_DEVICE", "host", 0);
-  if (tdev_kind() == TDEV_CUDA) {
-    printf("SKIP: NVLSTree across staged hosts runs in host mode only (the CUDA backend "
-           "maps one multicast object over every rank, no switch group per node)\n");
-    return TDEV_EXIT_SKIP;
-  }
   char why[256];
   if (!tdev_usable(why, sizeof(why))) {
     printf("SKIP: staged hosts with BRAID_DEVICE=%s: %s\n", getenv("BRAID_DEVICE"), why);
@@ -235,6 +253,12 @@ int main(void) {
   setenv("BRAID_VERIFY_PLANS", "1", 0);
   enum { NL = sizeof(layouts) / sizeof(layouts[0]) };
   struct CMUnitTest tests[NL];
+  if (tdev_kind() == TDEV_CUDA) {
+    tests[0] = (struct CMUnitTest){cuda_layout.name, test_layout, NULL, NULL,
+                                   (void *)&cuda_layout};
+    return _cmocka_run_group_tests("NVLSTree across staged hosts (CUDA)", tests, 1, NULL,
+                                   NULL);
+  }
   for (int i = 0; i < NL; i++)
     tests[i] = (struct CMUnitTest){layouts[i].name, test_layout, NULL, NULL,
                                    (void *)&layouts[i]};
