@@ -51,9 +51,9 @@ void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, i
   }
 }
 
-/* The node layout for the plans: rank r's label is the first rank on its
- * host, the same on every rank (peers[] is). */
-/* The node layout (first rank on each rank's host) into host[n]. */
+/* The node layout into host[nranks]: rank r's label is the first rank on
+ * its host, the same on every rank (peers[] is; without peers, a node per
+ * rank). */
 static void host_labels(const struct ncclComm *comm, int *host) {
   int n = comm->nranks;
   for (int r = 0; r < n; r++) {
@@ -66,6 +66,7 @@ static void host_labels(const struct ncclComm *comm, int *host) {
   }
 }
 
+/* Gives the plan cache the node layout (host_labels). */
 static ncclResult_t hosts_set(const struct ncclComm *comm, struct brd_rt *rt) {
   int n = comm->nranks;
   if (comm->peers == NULL || n < 2) return brd_plans_hosts_set(&rt->plans, NULL);

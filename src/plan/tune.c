@@ -72,7 +72,8 @@
  * Intra terms vanish on one rank per node, inter terms on one node. Any
  * other (algorithm, collective) pair cannot run. NVLS, NVLSTree, CollNet
  * and PAT move only Simple; NVLS needs multicast (or, in host mode, the
- * runtime's emulation), one rank per GPU and one node or CollNet; NVLSTree several nodes; CollNet a network
+ * runtime's emulation), one rank per GPU and one node or CollNet;
+ * NVLSTree NVLS per node on several nodes of one size; CollNet a network
  * reduction and several nodes; PAT one rank per node (as NCCL enables it).
  * AlltoAll, Gather, Scatter, Send and Recv have one pattern, direct
  * exchange, which goes by OneShot.

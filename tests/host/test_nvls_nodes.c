@@ -172,7 +172,8 @@ static int run_rank(ncclUniqueId id, const layout_t *l, int rank, const char *lo
     }
     if (!c.failures) {
       res = allreduce_one(&c, comm, ncclInt32, ncclSum, 1, 1023);
-      if (res != ncclSuccess) failf(&c, "all-reduce after the refusal: %s", ncclGetErrorString(res));
+      if (res != ncclSuccess)
+        failf(&c, "all-reduce after the refusal: %s", ncclGetErrorString(res));
     }
   }
   ncclCommDestroy(comm);
