@@ -303,6 +303,26 @@ static void test_nvls_hier_groups(void **state) {
         }
         brd_plan_destroy(p);
       }
+  /* The groups carry the plan: with every switch channel put in group 0
+   * (one switch over every rank), the ranks of one local index on every
+   * node would reduce and store the same slots of every copy, and the
+   * verifier says so. */
+  {
+    int sizes[2] = {2, 2}, host[MAXR];
+    int n = layout(sizes, 2, 0, host);
+    brd_algos_args_t args = {n, NULL, 1, BRD_IR_PROTO_SIMPLE};
+    brd_ir_plan_t *p = NULL;
+    assert_int_equal(brd_algos_nvls_hier_allreduce(&args, host, &p), ncclSuccess);
+    brd_verify_opts_t opts = {0, 2};
+    brd_verify_report_t rep;
+    assert_int_equal(brd_plan_verify(p, &opts, &rep), ncclSuccess);
+    brd_ir_chan_t *ct = (brd_ir_chan_t *)((char *)p + p->chan_off);
+    for (uint32_t c = 0; c < p->nchans; c++) ct[c].group = 0;
+    assert_int_not_equal(brd_plan_verify(p, &opts, &rep), ncclSuccess);
+    /* Local index p of every node stores piece p into every copy. */
+    assert_non_null(strstr(rep.msg, "race"));
+    brd_plan_destroy(p);
+  }
   /* Layouts it does not split: one node gets the NVLS all-reduce, nodes of
    * one rank or of different sizes the ring's. */
   int host[4] = {5, 5, 9, 9}, uneven[3] = {5, 5, 9};
