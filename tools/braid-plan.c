@@ -75,7 +75,8 @@ static void usage(FILE *f) {
           "        the others; zerocopy (allreduce, allgather, reducescatter: reads and\n"
           "        writes registered buffers in place, Simple only); nvls (allreduce,\n"
           "        allgather, reducescatter: switch channels) and nvls-ll (the\n"
-          "        low-latency NVLS allreduce)\n"
+          "        low-latency NVLS allreduce); nvlstree (allreduce: NVLS inside each\n"
+          "        node of -N ranks, a ring across the nodes)\n"
           "  -d deterministic (rank-ordered) variant, -V verify the plan\n"
           "  -J write the plan as JSON, -f load (and verify) a JSON plan\n"
           "  -m/-M min/max message bytes, -i any|yes|no in place, -N ranks per node:\n"
@@ -334,6 +335,7 @@ int main(int argc, char **argv) {
   if (algo < 0 && strcasecmp(algo_s, "chain") == 0) algo = BRD_IR_ALGO_RING;
   if (algo < 0 && strcasecmp(algo_s, "pairwise") == 0) algo = BRD_IR_ALGO_ONESHOT;
   if (algo < 0 && strcasecmp(algo_s, "hier") == 0) algo = BRD_ALGO_HIER;
+  if (algo < 0 && strcasecmp(algo_s, "nvlstree") == 0) algo = BRD_ALGO_NVLS_TREE;
   int proto = strcasecmp(proto_s, "LL") == 0       ? BRD_IR_PROTO_LL
               : strcasecmp(proto_s, "Simple") == 0 ? BRD_IR_PROTO_SIMPLE
                                                    : -1;
@@ -438,7 +440,8 @@ show:;
     print_plan(stdout, plan, bytes, esize);
     if (bytes > 0 && print_estimate(stdout, plan, bytes, esize, gpu_s,
                                     rpn_s != NULL ? atoi(rpn_s) : 0,
-                                    json_in == NULL && algo == BRD_ALGO_HIER ? algo : -1) != 0)
+                                    json_in == NULL && (algo == BRD_ALGO_HIER || algo == BRD_ALGO_NVLS_TREE) ? algo
+                                                                                     : -1) != 0)
       rc = 1;
   }
   if (verify) {

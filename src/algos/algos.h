@@ -65,6 +65,46 @@ ncclResult_t brd_algos_twoshot_allreduce(const brd_algos_args_t *args,
 ncclResult_t brd_algos_hier_allreduce(const brd_algos_args_t *args, const int *host,
                                       brd_ir_plan_t **plan_out);
 
+/* NVLS inside each node, a ring across the nodes (nvls_hier.c; the
+ * tuner's NVLSTree, BRD_ALGO_NVLS_TREE): each node's ranks reduce their
+ * pieces through a switch channel of their own (switch group = node),
+ * the ranks of one local index all-reduce their piece with a ring across
+ * the nodes (hier.c's, brd_algos_nodes_ring), and each stores its piece
+ * to its node's copies by multicast. Needs a layout `host` of two nodes
+ * or more, all of one size from 2 to BRD_ALGOS_NVLS_MAX_RANKS
+ * (brd_algos_nvls_hier_fits, which the runtime asks first); one node (or
+ * host NULL) gets the NVLS all-reduce's plan, other layouts the ring
+ * all-reduce's. Simple only, the NVLS operators (brd_algos_nvls_supported). */
+ncclResult_t brd_algos_nvls_hier_allreduce(const brd_algos_args_t *args, const int *host,
+                                           brd_ir_plan_t **plan_out);
+
+/* 1 when the node layout `host` of n ranks (NULL: one node) suits
+ * brd_algos_nvls_hier_allreduce: two nodes or more, all of one size from
+ * 2 to BRD_ALGOS_NVLS_MAX_RANKS. Any thread. */
+int brd_algos_nvls_hier_fits(const int *host, int n);
+
+/* One rank's view of one ring of a plan across nodes (hier.c; the
+ * hierarchical and the NVLS-inside-node all-reduces): its peers, its
+ * slots, the semaphores 2 blk (data) and 2 blk + 1 (credit) of its
+ * channels to them. */
+typedef struct brd_algos_ring_at {
+  brd_plan_builder_t *b; /* borrowed */
+  int rank, prev, next;
+  int steps, depth;      /* transfers per iteration; slots they cycle through */
+  int spi;               /* the plan's seq_per_iter (>= steps) */
+  int ll;                /* 1: LL packets, no data semaphore */
+  uint32_t slot0;        /* the block's first slot in this ring's area */
+  uint32_t width;        /* slots (and chunks) per transfer */
+} brd_algos_ring_at_t;
+
+/* Appends to (r->rank, blk) the ring all-reduce across n ranks (one per
+ * node) of the n output chunks from `base`, in place, for the rank at
+ * index m of that ring: 2(n-1) transfers of one chunk, the post-op at
+ * transfer n-1. It reads the output, so the caller has put the rank's
+ * contribution there first. */
+ncclResult_t brd_algos_nodes_ring(const brd_algos_ring_at_t *r, int n, int m, int blk,
+                                  uint32_t base);
+
 /* ---- NVLS plans (nvls.c) ------------------------------------------------------
  *
  * Plans over a switch channel (device/ir.h, "Switch channels"; Simple,
@@ -89,6 +129,13 @@ ncclResult_t brd_algos_nvls_allgather(const brd_algos_args_t *args,
  * segment over the switch into the output. */
 ncclResult_t brd_algos_nvls_reducescatter(const brd_algos_args_t *args,
                                           brd_ir_plan_t **plan_out);
+
+/* Appends one op `code` with one source over nchunks chunks from `chunk`
+ * to (rank, blk): the NVLS plans' copies and switch ops. Codes as
+ * brd_plan_op_move. */
+ncclResult_t brd_algos_move_n(brd_plan_builder_t *b, int rank, int blk, uint8_t code,
+                              uint8_t flags, uint32_t chunk, uint32_t nchunks,
+                              brd_plan_ref_t src, int ndst, const brd_plan_ref_t *dst);
 
 /* Appends MC_BARRIER on switch semaphore `sem` with target k to block blk
  * of rank (nvls.c; the NVLS and zero-copy NVLS plans). Errors as

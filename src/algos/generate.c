@@ -57,6 +57,7 @@ GEN(direct_reduce, a, root, det, plan_out)
 /* The node layout, for generators that place by node. */
 GEN(tree_allreduce_hosts, a, host, plan_out)
 GEN(hier_allreduce, a, host, plan_out)
+GEN(nvls_hier_allreduce, a, host, plan_out)
 
 #define AR BRD_IR_COLL_ALLREDUCE
 #define AG BRD_IR_COLL_ALLGATHER
@@ -72,6 +73,7 @@ GEN(hier_allreduce, a, host, plan_out)
 #define TWO BRD_IR_ALGO_TWOSHOT
 #define HIER BRD_ALGO_HIER /* the tuner's code: the IR has none (algos.h) */
 #define NVLS BRD_IR_ALGO_NVLS
+#define NVLS_TREE BRD_ALGO_NVLS_TREE /* the tuner's code, as HIER */
 
 /* Reductions have a row per determinism only where a rank-ordered variant
  * exists (the unordered ring and tree have none); the other collectives
@@ -118,6 +120,8 @@ static const brd_algos_gen_t gens[] = {
     {AG, NVLS, 0, 0, 0, "NVLS all-gather", gen_nvls_allgather},
     {AG, NVLS, 1, 0, 0, "NVLS all-gather", gen_nvls_allgather},
     {RS, NVLS, 0, 0, 0, "NVLS reduce-scatter", gen_nvls_reducescatter},
+    /* NVLS inside each node, a ring across the nodes (nvls_hier.c). */
+    {AR, NVLS_TREE, 0, 0, 0, "NVLS all-reduce across nodes", gen_nvls_hier_allreduce},
     /* Zero-copy NVLS: the switch reaches the user's windows. */
     {AR, NVLS, 0, 1, 0, "zero-copy NVLS all-reduce", gen_nvls_zc_allreduce},
     {AG, NVLS, 0, 1, 0, "zero-copy NVLS all-gather", gen_nvls_zc_allgather},

@@ -61,7 +61,6 @@ static int32_t credit_k(int depth, int steps, int spi, int t) {
 }
 
 typedef struct hier {
-  brd_plan_builder_t *b;
   const brd_algos_nodes_t *nd;
   int N, L, ll, spi;
   int t1, d1;     /* inside ring: 2(L-1) transfers through d1 pieces of slots */
@@ -69,38 +68,32 @@ typedef struct hier {
   uint32_t area2; /* first slot of the nodes' rings (all blocks) */
 } hier_t;
 
-/* One ring's view for one (rank, block): peers and slot numbering. */
-typedef struct ring_at {
-  int rank, prev, next;
-  int steps, depth;
-  uint32_t slot0;   /* the block's first slot in this ring's area */
-  uint32_t width;   /* slots (and chunks) per transfer */
-} ring_at_t;
+typedef brd_algos_ring_at_t ring_at_t;
 
 static uint32_t ring_slot(const ring_at_t *r, int t) {
   return r->slot0 + (uint32_t)((t + r->depth) % r->depth) * r->width;
 }
 
-static ncclResult_t wait_data(const hier_t *h, const ring_at_t *r, int blk, int j) {
-  if (j < 1 || h->ll) return ncclSuccess;
-  return brd_plan_op_sync(h->b, r->rank, blk, BRD_IR_OP_WAIT, r->prev, 2u * (uint32_t)blk, j);
+static ncclResult_t wait_data(const ring_at_t *r, int blk, int j) {
+  if (j < 1 || r->ll) return ncclSuccess;
+  return brd_plan_op_sync(r->b, r->rank, blk, BRD_IR_OP_WAIT, r->prev, 2u * (uint32_t)blk, j);
 }
 
-static ncclResult_t wait_credit(const hier_t *h, const ring_at_t *r, int blk, int j) {
+static ncclResult_t wait_credit(const ring_at_t *r, int blk, int j) {
   if (j >= r->steps) return ncclSuccess;
-  return brd_plan_op_sync(h->b, r->rank, blk, BRD_IR_OP_WAIT, r->next, 2u * (uint32_t)blk + 1,
-                          credit_k(r->depth, r->steps, h->spi, j));
+  return brd_plan_op_sync(r->b, r->rank, blk, BRD_IR_OP_WAIT, r->next, 2u * (uint32_t)blk + 1,
+                          credit_k(r->depth, r->steps, r->spi, j));
 }
 
-static ncclResult_t signal_credit(const hier_t *h, const ring_at_t *r, int blk, int j) {
+static ncclResult_t signal_credit(const ring_at_t *r, int blk, int j) {
   if (j < 1) return ncclSuccess;
-  return brd_plan_op_sync(h->b, r->rank, blk, BRD_IR_OP_SIGNAL, r->prev,
+  return brd_plan_op_sync(r->b, r->rank, blk, BRD_IR_OP_SIGNAL, r->prev,
                           2u * (uint32_t)blk + 1, j);
 }
 
-static ncclResult_t signal_data(const hier_t *h, const ring_at_t *r, int blk, int j) {
-  if (j >= r->steps || h->ll) return ncclSuccess;
-  return brd_plan_op_sync(h->b, r->rank, blk, BRD_IR_OP_SIGNAL, r->next, 2u * (uint32_t)blk,
+static ncclResult_t signal_data(const ring_at_t *r, int blk, int j) {
+  if (j >= r->steps || r->ll) return ncclSuccess;
+  return brd_plan_op_sync(r->b, r->rank, blk, BRD_IR_OP_SIGNAL, r->next, 2u * (uint32_t)blk,
                           j + 1);
 }
 
@@ -121,36 +114,33 @@ static uint8_t move_code(int ll, int nsrc, const brd_plan_ref_t *src, int ndst,
 
 /* One data op of ring step j over the ring's width of chunks from `chunk`
  * (LL flags: the step's transfer j+1, reading transfer j). */
-static ncclResult_t ring_move(const hier_t *h, const ring_at_t *r, int blk, int j,
-                              uint8_t flags, uint32_t chunk, int nsrc,
-                              const brd_plan_ref_t *src, int ndst,
+static ncclResult_t ring_move(const ring_at_t *r, int blk, int j, uint8_t flags,
+                              uint32_t chunk, int nsrc, const brd_plan_ref_t *src, int ndst,
                               const brd_plan_ref_t *dst) {
-  brd_plan_move_t m = {.code = move_code(h->ll, nsrc, src, ndst, dst), .flags = flags,
+  brd_plan_move_t m = {.code = move_code(r->ll, nsrc, src, ndst, dst), .flags = flags,
                        .chunk = chunk, .nchunks = r->width, .k = j + 1, .k_src = j,
                        .nsrc = nsrc, .src = src, .ndst = ndst, .dst = dst};
-  return brd_plan_op_move(h->b, r->rank, blk, &m);
+  return brd_plan_op_move(r->b, r->rank, blk, &m);
 }
 
-/* The ring across nodes on the output piece of N chunks at `base`, for
- * the rank at index m of that ring. */
-static ncclResult_t nodes_ring(const hier_t *h, const ring_at_t *r, int m, int blk,
-                               uint32_t base) {
-  uint8_t ll = h->ll ? BRD_IR_REF_LL : 0;
-  int N = h->N, T = r->steps;
+/* See algos.h. */
+ncclResult_t brd_algos_nodes_ring(const brd_algos_ring_at_t *r, int n, int m, int blk,
+                                  uint32_t base) {
+  uint8_t ll = r->ll ? BRD_IR_REF_LL : 0;
+  int T = r->steps;
   for (int j = 0; j <= T; j++) {
-    uint32_t chunk = base + (uint32_t)(j < T ? ring_chunk(N, m, j) : ring_chunk(N, m - 1, j - 1));
+    uint32_t chunk = base + (uint32_t)(j < T ? ring_chunk(n, m, j) : ring_chunk(n, m - 1, j - 1));
     brd_plan_ref_t src[2], dst[2];
     int nsrc = 0, ndst = 0;
-    CHECK(wait_data(h, r, blk, j));
-    CHECK(wait_credit(h, r, blk, j));
-    if (j <= N - 1) src[nsrc++] = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
+    CHECK(wait_data(r, blk, j));
+    CHECK(wait_credit(r, blk, j));
+    if (j <= n - 1) src[nsrc++] = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
     if (j >= 1) src[nsrc++] = brd_plan_ref(BRD_IR_BUF_SCRATCH | ll, -1, ring_slot(r, j - 1));
-    if (j >= N - 1) dst[ndst++] = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
+    if (j >= n - 1) dst[ndst++] = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
     if (j < T) dst[ndst++] = brd_plan_ref(BRD_IR_BUF_SCRATCH | ll, r->next, ring_slot(r, j));
-    CHECK(ring_move(h, r, blk, j, j == N - 1 ? BRD_IR_F_POSTOP : 0, chunk, nsrc, src, ndst,
-                    dst));
-    CHECK(signal_credit(h, r, blk, j));
-    CHECK(signal_data(h, r, blk, j));
+    CHECK(ring_move(r, blk, j, j == n - 1 ? BRD_IR_F_POSTOP : 0, chunk, nsrc, src, ndst, dst));
+    CHECK(signal_credit(r, blk, j));
+    CHECK(signal_data(r, blk, j));
   }
   return ncclSuccess;
 }
@@ -160,21 +150,20 @@ static ncclResult_t nodes_ring(const hier_t *h, const ring_at_t *r, int m, int b
 static ncclResult_t hier_block(brd_plan_builder_t *b, const brd_algos_args_t *a, int pos,
                                int blk, brd_plan_ref_t *refs, const void *ctx) {
   (void)refs;
-  hier_t hb = *(const hier_t *)ctx;
-  hb.b = b;
-  const hier_t *h = &hb;
+  const hier_t *h = ctx;
   const brd_algos_nodes_t *nd = h->nd;
   int rank = brd_algos_rank_at(a, pos), m = nd->node[rank], p = nd->local[rank];
   int L = h->L, N = h->N, T = h->t1;
   uint8_t ll = h->ll ? BRD_IR_REF_LL : 0;
   uint32_t blk0 = (uint32_t)blk * (uint32_t)(L * N);
-  ring_at_t in = {.rank = rank, .prev = brd_algos_node_rank(nd, m, (p + L - 1) % L),
+  ring_at_t in = {.b = b, .rank = rank, .prev = brd_algos_node_rank(nd, m, (p + L - 1) % L),
                   .next = brd_algos_node_rank(nd, m, (p + 1) % L), .steps = T, .depth = h->d1,
-                  .slot0 = (uint32_t)(blk * h->d1 * N), .width = (uint32_t)N};
-  ring_at_t across = {.rank = rank, .prev = brd_algos_node_rank(nd, (m + N - 1) % N, p),
+                  .spi = h->spi, .ll = h->ll, .slot0 = (uint32_t)(blk * h->d1 * N),
+                  .width = (uint32_t)N};
+  ring_at_t across = {.b = b, .rank = rank, .prev = brd_algos_node_rank(nd, (m + N - 1) % N, p),
                       .next = brd_algos_node_rank(nd, (m + 1) % N, p), .steps = h->t2,
-                      .depth = h->d2, .slot0 = h->area2 + (uint32_t)(blk * h->d2),
-                      .width = 1};
+                      .depth = h->d2, .spi = h->spi, .ll = h->ll,
+                      .slot0 = h->area2 + (uint32_t)(blk * h->d2), .width = 1};
 
   for (int j = 0; j <= T; j++) {
     int piece = j < T ? ring_chunk(L, p, j) : ring_chunk(L, p - 1, j - 1);
@@ -187,25 +176,25 @@ static ncclResult_t hier_block(brd_plan_builder_t *b, const brd_algos_args_t *a,
       brd_plan_ref_t red[2] = {brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk),
                                brd_plan_ref(BRD_IR_BUF_SCRATCH | ll, -1, ring_slot(&in, j - 1))};
       brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
-      CHECK(wait_data(h, &in, blk, j));
-      CHECK(ring_move(h, &in, blk, j, 0, chunk, 2, red, 1, &out));
-      CHECK(signal_credit(h, &in, blk, j));
-      CHECK(nodes_ring(h, &across, m, blk, chunk));
+      CHECK(wait_data(&in, blk, j));
+      CHECK(ring_move(&in, blk, j, 0, chunk, 2, red, 1, &out));
+      CHECK(signal_credit(&in, blk, j));
+      CHECK(brd_algos_nodes_ring(&across, N, m, blk, chunk));
       brd_plan_ref_t put = brd_plan_ref(BRD_IR_BUF_SCRATCH | ll, in.next, ring_slot(&in, j));
-      CHECK(wait_credit(h, &in, blk, j));
-      CHECK(ring_move(h, &in, blk, j, 0, chunk, 1, &out, 1, &put));
-      CHECK(signal_data(h, &in, blk, j));
+      CHECK(wait_credit(&in, blk, j));
+      CHECK(ring_move(&in, blk, j, 0, chunk, 1, &out, 1, &put));
+      CHECK(signal_data(&in, blk, j));
       continue;
     }
-    CHECK(wait_data(h, &in, blk, j));
-    CHECK(wait_credit(h, &in, blk, j));
+    CHECK(wait_data(&in, blk, j));
+    CHECK(wait_credit(&in, blk, j));
     if (j < L - 1) src[nsrc++] = brd_plan_ref(BRD_IR_BUF_INPUT, -1, chunk);
     if (j >= 1) src[nsrc++] = brd_plan_ref(BRD_IR_BUF_SCRATCH | ll, -1, ring_slot(&in, j - 1));
     if (j > L - 1) dst[ndst++] = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, chunk);
     if (j < T) dst[ndst++] = brd_plan_ref(BRD_IR_BUF_SCRATCH | ll, in.next, ring_slot(&in, j));
-    CHECK(ring_move(h, &in, blk, j, 0, chunk, nsrc, src, ndst, dst));
-    CHECK(signal_credit(h, &in, blk, j));
-    CHECK(signal_data(h, &in, blk, j));
+    CHECK(ring_move(&in, blk, j, 0, chunk, nsrc, src, ndst, dst));
+    CHECK(signal_credit(&in, blk, j));
+    CHECK(signal_data(&in, blk, j));
   }
   return ncclSuccess;
 }

@@ -60,10 +60,10 @@ ncclResult_t brd_algos_mc_barrier(brd_plan_builder_t *b, int rank, int blk, uint
   return brd_plan_op_add(b, rank, blk, &op);
 }
 
-/* Appends a one-source op over `nchunks` chunks from `chunk`. */
-static ncclResult_t move_n(brd_plan_builder_t *b, int rank, int blk, uint8_t code,
-                           uint8_t flags, uint32_t chunk, uint32_t nchunks,
-                           brd_plan_ref_t src, int ndst, const brd_plan_ref_t *dst) {
+/* See algos.h. */
+ncclResult_t brd_algos_move_n(brd_plan_builder_t *b, int rank, int blk, uint8_t code,
+                              uint8_t flags, uint32_t chunk, uint32_t nchunks,
+                              brd_plan_ref_t src, int ndst, const brd_plan_ref_t *dst) {
   brd_plan_move_t m = {0};
   m.code = code;
   m.flags = flags;
@@ -118,19 +118,19 @@ static ncclResult_t allreduce_block(brd_plan_builder_t *b, const brd_algos_args_
     if (step < D) { /* copy group `step` in */
       uint32_t base = ((uint32_t)blk * D + step) * n;
       brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, base);
-      CHECK(move_n(b, r, blk, BRD_IR_OP_COPY, 0, base, n,
+      CHECK(brd_algos_move_n(b, r, blk, BRD_IR_OP_COPY, 0, base, n,
                    brd_plan_ref(BRD_IR_BUF_INPUT, -1, base), 1, &dst));
     }
     if (step >= 1 && step <= D) { /* reduce this rank's slice of group step-1 */
       uint32_t c = ((uint32_t)blk * D + step - 1) * n + (uint32_t)r;
       brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH, c);
-      CHECK(move_n(b, r, blk, BRD_IR_OP_MC_REDUCE, BRD_IR_F_POSTOP, c, 1,
+      CHECK(brd_algos_move_n(b, r, blk, BRD_IR_OP_MC_REDUCE, BRD_IR_F_POSTOP, c, 1,
                    brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH, c), 1, &dst));
     }
     if (step >= 2) { /* copy group step-2 out */
       uint32_t base = ((uint32_t)blk * D + step - 2) * n;
       brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, base);
-      CHECK(move_n(b, r, blk, BRD_IR_OP_COPY, 0, base, n,
+      CHECK(brd_algos_move_n(b, r, blk, BRD_IR_OP_COPY, 0, base, n,
                    brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, base), 1, &dst));
     }
     if (step <= D) CHECK(brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)step + 1));
@@ -160,11 +160,11 @@ static ncclResult_t allreduce_ll_block(brd_plan_builder_t *b, const brd_algos_ar
   for (uint32_t g = 0; g < D; g++) {
     uint32_t c = (uint32_t)blk * D + g;
     brd_plan_ref_t slot = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, c);
-    CHECK(move_n(b, r, blk, BRD_IR_OP_COPY, 0, c, 1, brd_plan_ref(BRD_IR_BUF_INPUT, -1, c),
+    CHECK(brd_algos_move_n(b, r, blk, BRD_IR_OP_COPY, 0, c, 1, brd_plan_ref(BRD_IR_BUF_INPUT, -1, c),
                  1, &slot));
     CHECK(brd_algos_mc_barrier(b, r, blk, (uint32_t)blk, (int32_t)g + 1));
     brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, c);
-    CHECK(move_n(b, r, blk, BRD_IR_OP_MC_REDUCE, BRD_IR_F_POSTOP, c, 1,
+    CHECK(brd_algos_move_n(b, r, blk, BRD_IR_OP_MC_REDUCE, BRD_IR_F_POSTOP, c, 1,
                  brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH, c), 1, &out));
   }
   return ncclSuccess;
@@ -199,14 +199,14 @@ static ncclResult_t allgather_block(brd_plan_builder_t *b, const brd_algos_args_
     if (step < D) {
       uint32_t c = (uint32_t)blk * D + step;
       brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH, c * n + (uint32_t)r);
-      CHECK(move_n(b, r, blk, BRD_IR_OP_MC_STORE, 0, c, 1,
+      CHECK(brd_algos_move_n(b, r, blk, BRD_IR_OP_MC_STORE, 0, c, 1,
                    brd_plan_ref(BRD_IR_BUF_INPUT, -1, c), 1, &dst));
     }
     if (step >= 1) {
       uint32_t c = (uint32_t)blk * D + step - 1;
       for (uint32_t q = 0; q < n; q++) {
         brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, brd_algos_seg(nchunks, (int)q, c));
-        CHECK(move_n(b, r, blk, BRD_IR_OP_COPY, 0, c, 1,
+        CHECK(brd_algos_move_n(b, r, blk, BRD_IR_OP_COPY, 0, c, 1,
                      brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, c * n + q), 1, &dst));
       }
     }
@@ -240,7 +240,7 @@ static ncclResult_t reducescatter_block(brd_plan_builder_t *b, const brd_algos_a
       uint32_t c = (uint32_t)blk * D + step;
       for (uint32_t q = 0; q < n; q++) {
         brd_plan_ref_t dst = brd_plan_ref(BRD_IR_BUF_SCRATCH, -1, c * n + q);
-        CHECK(move_n(b, r, blk, BRD_IR_OP_COPY, 0, c, 1,
+        CHECK(brd_algos_move_n(b, r, blk, BRD_IR_OP_COPY, 0, c, 1,
                      brd_plan_ref(BRD_IR_BUF_INPUT, -1, brd_algos_seg(nchunks, (int)q, c)), 1,
                      &dst));
       }
@@ -248,7 +248,7 @@ static ncclResult_t reducescatter_block(brd_plan_builder_t *b, const brd_algos_a
     if (step >= 1) {
       uint32_t c = (uint32_t)blk * D + step - 1;
       brd_plan_ref_t out = brd_plan_ref(BRD_IR_BUF_OUTPUT, -1, c);
-      CHECK(move_n(b, r, blk, BRD_IR_OP_MC_REDUCE, BRD_IR_F_POSTOP, c, 1,
+      CHECK(brd_algos_move_n(b, r, blk, BRD_IR_OP_MC_REDUCE, BRD_IR_F_POSTOP, c, 1,
                    brd_plan_ref(BRD_IR_BUF_SCRATCH, BRD_PLAN_PEER_SWITCH, c * n + (uint32_t)r),
                    1, &out));
     }

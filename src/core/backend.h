@@ -47,6 +47,11 @@ typedef struct brd_backend_caps {
    * (0: one host, or unknown); after the exchange the slowest rank's. */
   int32_t nic_mbps;
   int32_t nic_rank;     /* after the exchange: the rank with that NIC */
+  /* Nor this: 1 when NCCL_NVLS_ENABLE and the backend let this rank take
+   * part in switch channels (window.c); after the exchange 1 only when
+   * every rank's is, and nvls_rank the first rank whose is not (-1). */
+  int32_t nvls_ok;
+  int32_t nvls_rank;
 } brd_backend_caps_t;
 
 /* One launch's backend state, in the caller's memory (launch.c). */

@@ -22,7 +22,8 @@
 
 const uint8_t brd_plans_algos[BRD_PLANS_NALGOS] = {BRD_IR_ALGO_RING, BRD_IR_ALGO_TREE,
                                                   BRD_IR_ALGO_ONESHOT, BRD_IR_ALGO_TWOSHOT,
-                                                  BRD_IR_ALGO_NVLS, BRD_ALGO_HIER};
+                                                  BRD_IR_ALGO_NVLS, BRD_ALGO_HIER,
+                                                  BRD_ALGO_NVLS_TREE};
 const uint8_t brd_plans_protos[BRD_PLANS_NPROTOS] = {BRD_IR_PROTO_LL, BRD_IR_PROTO_SIMPLE};
 
 /* See plans.h. */
@@ -99,7 +100,8 @@ ncclResult_t brd_plans_get(brd_plan_cache_t *c, uint8_t coll, uint8_t algo, uint
   brd_ir_coll_traits_t t = brd_ir_coll_traits(coll);
   if (!t.rooted) root = 0;
   if (!t.reduction) det = 0;
-  if ((algo & ~BRD_ALGOS_LOWLAT) == BRD_IR_ALGO_NVLS) proto = BRD_IR_PROTO_SIMPLE;
+  if ((algo & ~BRD_ALGOS_LOWLAT) == BRD_IR_ALGO_NVLS || algo == BRD_ALGO_NVLS_TREE)
+    proto = BRD_IR_PROTO_SIMPLE;
   for (int i = 0; i < c->n; i++) {
     const brd_plan_entry_t *e = &c->e[i];
     if (e->coll == coll && e->algo == algo && e->proto == proto && e->det == det &&

@@ -58,11 +58,12 @@ typedef struct brd_plan_cache {
 } brd_plan_cache_t;
 
 /* The algorithms and protocols the runtime generates plans for. */
-#define BRD_PLANS_NALGOS 6
+#define BRD_PLANS_NALGOS 7
 #define BRD_PLANS_NPROTOS 2
 /* ring, tree, one-shot, two-shot, NVLS (switch channels: only where the
- * runtime turned NVLS on, rt->nvls, and the call is eligible,
- * brd_algos_nvls_supported), hierarchical */
+ * runtime turned NVLS on, rt->nvls, on one node, and the call is eligible,
+ * brd_algos_nvls_supported), hierarchical, NVLSTree (NVLS inside each
+ * node, a ring across: the same rules, across nodes) */
 extern const uint8_t brd_plans_algos[BRD_PLANS_NALGOS];
 extern const uint8_t brd_plans_protos[BRD_PLANS_NPROTOS]; /* LL, Simple */
 

@@ -51,8 +51,22 @@ void brd_window_topo(const struct ncclComm *comm, const brd_backend_ops_t *be, i
   }
 }
 
-/* The node layout for the plans: rank r's label is the first rank on its
- * host, the same on every rank (peers[] is). */
+/* The node layout into host[nranks]: rank r's label is the first rank on
+ * its host, the same on every rank (peers[] is; without peers, a node per
+ * rank). */
+static void host_labels(const struct ncclComm *comm, int *host) {
+  int n = comm->nranks;
+  for (int r = 0; r < n; r++) {
+    host[r] = r;
+    for (int q = 0; q < r && comm->peers != NULL; q++)
+      if (comm->peers[q].host_hash == comm->peers[r].host_hash) {
+        host[r] = q;
+        break;
+      }
+  }
+}
+
+/* Gives the plan cache the node layout (host_labels). */
 static ncclResult_t hosts_set(const struct ncclComm *comm, struct brd_rt *rt) {
   int n = comm->nranks;
   if (comm->peers == NULL || n < 2) return brd_plans_hosts_set(&rt->plans, NULL);
@@ -61,14 +75,7 @@ static ncclResult_t hosts_set(const struct ncclComm *comm, struct brd_rt *rt) {
     WARN("out of host memory for the node layout of %d ranks", n);
     return ncclSystemError;
   }
-  for (int r = 0; r < n; r++) {
-    host[r] = r;
-    for (int q = 0; q < r; q++)
-      if (comm->peers[q].host_hash == comm->peers[r].host_hash) {
-        host[r] = q;
-        break;
-      }
-  }
+  host_labels(comm, host);
   ncclResult_t res = brd_plans_hosts_set(&rt->plans, host);
   free(host);
   return res;
@@ -86,8 +93,12 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *l
       for (int det = 0; det <= brd_ir_coll_traits(coll).reduction; det++) {
         for (int ll = 0; ll < 2; ll++) {
           uint8_t algo = (uint8_t)(brd_plans_algos[a] | (ll ? BRD_ALGOS_LOWLAT : 0));
-          int nvls = brd_plans_algos[a] == BRD_IR_ALGO_NVLS;
-          if ((nvls && !rt->nvls) || !brd_algos_available(coll, algo, det)) continue;
+          /* Switch plans where NVLS is on: the NVLS plans on one node,
+           * NVLSTree's across nodes (window.c's nvls_decide). */
+          int flat = brd_plans_algos[a] == BRD_IR_ALGO_NVLS;
+          int nvls = flat || brd_plans_algos[a] == BRD_ALGO_NVLS_TREE;
+          if (nvls && (!rt->nvls || flat != (rt->topo.nnodes == 1))) continue;
+          if (!brd_algos_available(coll, algo, det)) continue;
           /* NVLS plans are Simple whatever the protocol asked. */
           for (int p = nvls ? BRD_PLANS_NPROTOS - 1 : 0; p < BRD_PLANS_NPROTOS; p++) {
             for (int bi = 0; bi < rt->nb_count; bi++) {
@@ -97,8 +108,9 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *l
               size_t s = brd_plan_scratch_bytes(plan);
               size_t *area = plan->proto == BRD_IR_PROTO_LL ? &ll_scratch : &scratch;
               if (s > *area) *area = s;
+              /* NVLSTree's plan has both kinds, with nsems of each. */
               if (nvls && plan->nsems > sw_nsems) sw_nsems = plan->nsems;
-              else if (!nvls && plan->nsems > nsems) nsems = plan->nsems;
+              if (!flat && plan->nsems > nsems) nsems = plan->nsems;
             }
           }
         }
@@ -124,30 +136,95 @@ static ncclResult_t plans_size(struct brd_rt *rt, size_t *scratch_out, size_t *l
   return ncclSuccess;
 }
 
-/* NVLS (switch channels, device/ir.h): on when NCCL_NVLS_ENABLE asks and
- * the backend and the communicator allow it. Host mode has no switch, so
- * its emulation needs NCCL_NVLS_ENABLE=1 or NCCL_ALGO naming NVLS; every
- * rank must share memory with every other (no port channel anywhere).
- * The inputs are the same on every rank, so is the answer. INFO says why
- * NVLS stays off when it was asked for. */
-static int nvls_decide(const struct ncclComm *comm, const struct brd_rt *rt) {
+/* Whether this rank takes part in switch channels (device/ir.h) as far as
+ * its own settings go: NCCL_NVLS_ENABLE and the backend. Host mode has no
+ * switch, so its emulation needs NCCL_NVLS_ENABLE=1 or NCCL_ALGO naming
+ * NVLS or NVLSTree. Every rank reports it in the capabilities exchange
+ * (caps_agree), so all turn NVLS on together or none does, whatever their
+ * environments. why (nwhy bytes) says why not when it was asked for;
+ * *asked_out says whether it was. */
+static int nvls_local(const struct brd_rt *rt, int *asked_out, char *why, size_t nwhy) {
   int64_t en = brd_param_int(BRD_P_NVLS_ENABLE);
-  int asked = en == 1 || brd_tune_mask_names(&rt->mask, BRD_ALGO_NVLS);
-  int n = comm->nranks;
-  char why[160] = "";
+  int asked = en == 1 || brd_tune_mask_names(&rt->mask, BRD_ALGO_NVLS) ||
+              brd_tune_mask_names(&rt->mask, BRD_ALGO_NVLS_TREE);
+  *asked_out = asked;
+  why[0] = '\0';
   if (en == 0) {
-    if (asked) snprintf(why, sizeof(why), "NCCL_NVLS_ENABLE=0");
-  } else if (rt->be->switch_chans == BRD_BACKEND_SWITCH_NONE) {
-    snprintf(why, sizeof(why), "the %s backend has no switch channels (multicast) yet",
+    if (asked) snprintf(why, nwhy, "NCCL_NVLS_ENABLE=0");
+    return 0;
+  }
+  if (rt->be->switch_chans == BRD_BACKEND_SWITCH_NONE) {
+    snprintf(why, nwhy, "the %s backend has no switch channels (multicast) yet", rt->be->name);
+    return 0;
+  }
+  /* Automatic: no switch here, or not yet trusted. */
+  return asked || (rt->be->switch_chans != BRD_BACKEND_SWITCH_EMULATED &&
+                   rt->be->switch_chans != BRD_BACKEND_SWITCH_OPT_IN);
+}
+
+/* Across nodes: why switch channels per node cannot be (into why), or ""
+ * when they can: nodes of one size from 2 to BRD_ALGOS_NVLS_MAX_RANKS
+ * ranks whose ranks share memory (algos/nvls_hier.c), on a backend that
+ * addresses every member's copy itself (the CUDA backend maps one
+ * multicast object over every rank). */
+static void nvls_nodes_why(const struct ncclComm *comm, const struct brd_rt *rt, char *why,
+                           size_t nwhy) {
+  int n = comm->nranks;
+  int *host = calloc((size_t)n, sizeof(*host));
+  why[0] = '\0';
+  if (host == NULL) {
+    snprintf(why, nwhy, "out of host memory for the node layout");
+    return;
+  }
+  host_labels(comm, host);
+  if (rt->be->switch_chans != BRD_BACKEND_SWITCH_EMULATED) {
+    snprintf(why, nwhy, "%d nodes, and the %s backend maps one multicast object over every "
+             "rank (switch channels per node run in host mode only)", comm->n_nodes,
              rt->be->name);
-  } else if ((rt->be->switch_chans == BRD_BACKEND_SWITCH_EMULATED ||
-              rt->be->switch_chans == BRD_BACKEND_SWITCH_OPT_IN) && !asked) {
-    return 0; /* automatic: no switch here, or not yet trusted */
-  } else if (n < 2 || n > BRD_ALGOS_NVLS_MAX_RANKS) {
+  } else if (!brd_algos_nvls_hier_fits(host, n)) {
+    snprintf(why, nwhy, "%d ranks on %d nodes; NVLS across nodes needs two nodes or more "
+             "with the same number of ranks, 2 to %d, on each", n, comm->n_nodes,
+             BRD_ALGOS_NVLS_MAX_RANKS);
+  } else {
+    for (int q = 0; q < n && why[0] == '\0'; q++)
+      for (int r = 0; r < n; r++)
+        if (host[q] == host[r] && rt->plans.port != NULL && rt->plans.port[(size_t)q * n + r]) {
+          snprintf(why, nwhy, "ranks %d and %d share a node but no memory", q, r);
+          break;
+        }
+  }
+  free(host);
+}
+
+/* NVLS (switch channels, device/ir.h): on when every rank's settings let
+ * it (caps->nvls_ok, agreed) and the communicator allows it: on one node
+ * every rank must share memory with every other (one switch group, the
+ * NVLS plans); across nodes each node's ranks form a switch group (the
+ * NVLSTree plan, algos/nvls_hier.c). The inputs are the same on every
+ * rank, so is the answer. INFO says why NVLS stays off when it was asked
+ * for. */
+static int nvls_decide(const struct ncclComm *comm, const struct brd_rt *rt,
+                       const brd_backend_caps_t *caps) {
+  int n = comm->nranks, asked;
+  char why[320] = "", mine[160];
+  int local = nvls_local(rt, &asked, mine, sizeof(mine));
+  int nodes = comm->n_nodes > 1 || rt->plans.port != NULL;
+  if (!local) {
+    snprintf(why, sizeof(why), "%s", mine);
+  } else if (!caps->nvls_ok) {
+    snprintf(why, sizeof(why), "rank %d does not take part (NCCL_NVLS_ENABLE, NCCL_ALGO or "
+             "its backend), and every rank turns NVLS on or off together",
+             caps->nvls_rank);
+  } else if (!nodes && (n < 2 || n > BRD_ALGOS_NVLS_MAX_RANKS)) {
     snprintf(why, sizeof(why), "%d ranks (NVLS needs 2 to %d)", n, BRD_ALGOS_NVLS_MAX_RANKS);
-  } else if (rt->plans.port != NULL) {
-    snprintf(why, sizeof(why), "some ranks share no memory with each other (they talk over "
-             "the network); every rank must reach every other's memory");
+  } else if (nodes) {
+    nvls_nodes_why(comm, rt, why, sizeof(why));
+    if (why[0] == '\0') {
+      INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NVLS, "rank %d: NVLS on: switch channels per node "
+           "(%d nodes, emulated in shared memory), for the NVLSTree all-reduce", comm->rank,
+           comm->n_nodes);
+      return 1;
+    }
   } else {
     INFO(BRD_SUBSYS_INIT | BRD_SUBSYS_NVLS, "rank %d: NVLS on: switch channels over %d "
          "ranks (%s)", comm->rank, n,
@@ -271,6 +348,9 @@ static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
   CHECK_GOTO(rt->be->caps(comm, &all[me], why, sizeof(why)), res, out);
   all[me].lib_hash = rt->plans.lib_hash;
   all[me].lib_n = rt->plans.nlib;
+  int asked;
+  char nwhy[160];
+  all[me].nvls_ok = nvls_local(rt, &asked, nwhy, sizeof(nwhy));
   /* Between hosts: the NIC this rank's proxy would use, for the tuner. */
   if (comm->n_nodes > 1) all[me].nic_mbps = brd_proxy_nic_mbps(comm);
   /* The first collective's exchange waits BRAID_TIMEOUT, as every later
@@ -283,7 +363,12 @@ static ncclResult_t caps_agree(struct ncclComm *comm, struct brd_rt *rt,
   c.lib_same = 1;
   c.nic_rank = -1;
   c.nic_mbps = 0;
+  c.nvls_rank = -1;
   for (int r = 0; r < n; r++) {
+    if (!all[r].nvls_ok && c.nvls_ok) {
+      c.nvls_ok = 0;
+      c.nvls_rank = r;
+    }
     if (all[r].nic_mbps > 0 && (c.nic_mbps == 0 || all[r].nic_mbps < c.nic_mbps)) {
       c.nic_mbps = all[r].nic_mbps;
       c.nic_rank = r;
@@ -482,7 +567,7 @@ ncclResult_t brd_window_connect(struct ncclComm *comm, struct brd_rt *rt) {
             (uint8_t)(q != r && brd_transport_host_port(&comm->peers[q], &comm->peers[r]));
     if (any) rt->plans.port = rt->port_matrix;
   }
-  rt->nvls = nvls_decide(comm, rt);
+  rt->nvls = nvls_decide(comm, rt, &caps);
   rt->topo.nvls = rt->nvls;
   CHECK_GOTO(hosts_set(comm, rt), res, fail);
   library_fit(comm, rt, &caps);

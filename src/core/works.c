@@ -102,30 +102,36 @@ static ncclResult_t choose(const brd_works_view_t *v, const brd_call_t *c, uint8
   size_t bytes = c->count * brd_dtype_size(c->dtype);
   int det = v->deterministic && is_reduction(coll);
   uint32_t avail = brd_plans_available(coll, det);
-  /* NVLS plans only where the runtime turned switch channels on, and only
-   * for what multimem can reduce (NCCL's rule); otherwise the others. */
-  if (avail & BRD_ALGO_BIT(BRD_ALGO_NVLS)) {
+  /* Switch plans (NVLS on one node, NVLSTree across nodes) only where the
+   * runtime turned switch channels on, and only for what multimem can
+   * reduce (NCCL's rule); otherwise the others. */
+  uint32_t sw = BRD_ALGO_BIT(BRD_ALGO_NVLS) | BRD_ALGO_BIT(BRD_ALGO_NVLS_TREE);
+  if (avail & sw) {
     int redop = is_reduction(coll) ? (c->premul ? BRD_REDOP_PREMULSUM : (int)c->op) : ncclSum;
+    /* The one that could run here: NVLS on one node, NVLSTree across. */
+    int across = v->topo->nnodes > 1;
+    uint32_t named = v->mask->algos[c->coll] & avail &
+                     BRD_ALGO_BIT(across ? BRD_ALGO_NVLS_TREE : BRD_ALGO_NVLS);
+    const char *which = across ? "NVLSTree" : "NVLS";
     if (!v->topo->nvls) {
-      avail &= ~BRD_ALGO_BIT(BRD_ALGO_NVLS);
+      avail &= ~sw;
     } else if (!brd_algos_nvls_supported(coll, c->dtype, redop)) {
-      avail &= ~BRD_ALGO_BIT(BRD_ALGO_NVLS);
-      if ((v->mask->algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_NVLS)) && v->nranks > 1 &&
-          (v->mask->algos[c->coll] & avail) == 0) {
+      avail &= ~sw;
+      if (named && v->nranks > 1 && (v->mask->algos[c->coll] & avail) == 0) {
         /* NCCL's answer when NCCL_ALGO leaves nothing that can run it. */
         WARN("%s : no algorithm/protocol available for datatype %s with %s: NCCL_ALGO "
-             "(%s) allows only NVLS here, and NVLS cannot reduce them (sum on 32- and "
+             "(%s) allows only %s here, which cannot reduce them (sum on 32- and "
              "64-bit integers, f16, bf16, f32 and f64, min/max on those integers, f16 and "
              "bf16); allow another algorithm or unset NCCL_ALGO", c->fn,
-             dtype_name(c->dtype), redop_name(redop), v->mask->algo_env);
+             dtype_name(c->dtype), redop_name(redop), v->mask->algo_env, which);
         return ncclInvalidUsage;
       }
-      if (v->mask->algos[c->coll] & BRD_ALGO_BIT(BRD_ALGO_NVLS))
+      if (named)
         INFO(BRD_SUBSYS_COLL | BRD_SUBSYS_NVLS | BRD_SUBSYS_TUNING,
-             "%s : NVLS cannot reduce %s with %s (multimem reduces sum on 32- and 64-bit "
+             "%s : %s cannot reduce %s with %s (multimem reduces sum on 32- and 64-bit "
              "integers, f16, bf16, f32 and f64, min/max on those integers, f16 and bf16); "
-             "using the other algorithms NCCL_ALGO allows", c->fn, dtype_name(c->dtype),
-             redop_name(redop));
+             "using the other algorithms NCCL_ALGO allows", c->fn, which,
+             dtype_name(c->dtype), redop_name(redop));
     }
   }
   if (coll != BRD_IR_COLL_ALLREDUCE && coll != BRD_IR_COLL_BROADCAST &&
@@ -172,8 +178,9 @@ static ncclResult_t coll_chans(const brd_works_view_t *v,
   const brd_ir_rank_t *pr = brd_ir_plan_rank(plan, me);
   for (uint32_t ch = 0; ch < pr->nchans; ch++) {
     if (brd_ir_plan_chan(plan, me, (int)ch)->type == BRD_IR_CHAN_SWITCH) {
-      /* Every member's copy: each rank's scratch and switch semaphores,
-       * in rank order, as mapped here (window.h). */
+      /* Every member's copy: the scratch and switch semaphores of each
+       * rank of this rank's switch group (device/ir.h: every rank, or
+       * those of this node), in rank order, as mapped here (window.h). */
       int n = v->nranks;
       /* Scratch bases, switch semaphores, then (zero-copy plans, filled
        * by the caller) inputs and outputs. */
@@ -182,9 +189,14 @@ static ncclResult_t coll_chans(const brd_works_view_t *v,
         WARN("out of host memory for the %d members of a switch channel", n);
         return ncclSystemError;
       }
-      for (int m = 0; m < n; m++) {
-        w->members[m] = v->base[m] + v->win[m].scratch_off;
-        w->members[n + m] = v->base[m] + v->win[m].sw_sem_off;
+      int m = 0;
+      uint8_t group = brd_ir_plan_chan(plan, me, (int)ch)->group;
+      for (int r = 0; r < n; r++) {
+        int sc = brd_ir_switch_chan(plan, r);
+        if (sc < 0 || brd_ir_plan_chan(plan, r, sc)->group != group) continue;
+        w->members[m] = v->base[r] + v->win[r].scratch_off;
+        w->members[n + m] = v->base[r] + v->win[r].sw_sem_off;
+        m++;
       }
       w->chans[ch].member_scratch = w->members;
       w->chans[ch].member_ssems = (_Atomic uint64_t *const *)(w->members + n);
@@ -469,7 +481,8 @@ static void library_estimate(const brd_works_view_t *v, const brd_call_t *c, uin
       coll != BRD_IR_COLL_REDUCE)
     bytes *= (size_t)v->nranks; /* the tuner's size, as choose() gives it */
   uint32_t avail = brd_plans_available(coll, 0);
-  if (!v->topo->nvls) avail &= ~BRD_ALGO_BIT(BRD_ALGO_NVLS);
+  if (!v->topo->nvls)
+    avail &= ~(BRD_ALGO_BIT(BRD_ALGO_NVLS) | BRD_ALGO_BIT(BRD_ALGO_NVLS_TREE));
   float costs[BRD_ALGO_COUNT][BRD_PROTO_COUNT];
   int ba = -1, bp = -1;
   if (brd_tune_costs(v->topo, c->coll, bytes, avail, v->mask, costs) == ncclSuccess)

@@ -25,7 +25,7 @@ enum {
   BRD_EXEC_WAIT_XCHG = 3,   /* a peer's output exchange slot */
   BRD_EXEC_WAIT_PORT = 4,   /* a free slot of the port channels' FIFO */
   BRD_EXEC_WAIT_SWITCH = 5, /* a member's word of a switch semaphore
-                             * (MC_BARRIER; peer: the member) */
+                             * (MC_BARRIER; peer: the member's rank) */
 };
 
 /* Where a launch stopped making progress: the first wait of the rank's

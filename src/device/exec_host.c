@@ -446,7 +446,7 @@ static void red_element(const brd_reduce_op_t *op, char *addr, const char *val, 
 /* MC_REDUCE, MC_STORE, MC_RED. */
 static ncclResult_t run_switch_data(blk_ctx_t *b, const brd_ir_op_t *op) {
   brd_exec_run_t *l = b->l;
-  int n = l->args.plan->nranks;
+  int n = l->sw_n;
   size_t esize = l->view.layout.esize;
   int post = (op->flags & BRD_IR_F_POSTOP) != 0;
   int mc_reduce = op->code == BRD_IR_OP_MC_REDUCE;
@@ -500,12 +500,27 @@ static ncclResult_t run_switch_data(blk_ctx_t *b, const brd_ir_op_t *op) {
   return ncclSuccess;
 }
 
+/* The rank of member m of this rank's switch group (device/ir.h), for
+ * the hang report. */
+static int member_rank(const brd_exec_run_t *l, int m) {
+  const brd_ir_plan_t *p = l->args.plan;
+  int own = brd_ir_switch_chan(p, l->args.rank);
+  if (own < 0) return m;
+  uint8_t group = brd_ir_plan_chan(p, l->args.rank, own)->group;
+  for (int r = 0, i = 0; r < (int)p->nranks; r++) {
+    int c = brd_ir_switch_chan(p, r);
+    if (c < 0 || brd_ir_plan_chan(p, r, c)->group != group) continue;
+    if (i++ == m) return r;
+  }
+  return m;
+}
+
 /* MC_BARRIER: this rank's word of switch semaphore `index` in every
  * member's copy gets seq(it, k) (release); then every member's word in
  * this rank's copy must reach it (acquire). */
 static ncclResult_t run_mc_barrier(blk_ctx_t *b, const brd_ir_op_t *op) {
   brd_exec_run_t *l = b->l;
-  int n = l->args.plan->nranks, me = l->args.rank;
+  int n = l->sw_n, me = l->sw_me;
   const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
   size_t word = (size_t)op->ref[0].index * (size_t)n;
   uint64_t value = brd_ir_sem_value(&l->view, op->ref[0].chan, b->iter, op->k);
@@ -518,7 +533,8 @@ static ncclResult_t run_mc_barrier(blk_ctx_t *b, const brd_ir_op_t *op) {
     while ((v = atomic_load_explicit(&own[m], memory_order_acquire)) < value) {
       ncclResult_t res = spin_step(b, &s);
       if (res == ncclInProgress)
-        return report_hang(b, BRD_EXEC_WAIT_SWITCH, m, op->ref[0].index, value, v);
+        return report_hang(b, BRD_EXEC_WAIT_SWITCH, member_rank(l, m), op->ref[0].index,
+                           value, v);
       if (res != ncclSuccess) return res;
     }
   }
@@ -560,6 +576,7 @@ ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
   }
   memset(l, 0, sizeof(*l));
   l->args = *args;
+  l->sw_me = brd_ir_switch_member(p, args->rank, &l->sw_n);
   CHECK(brd_reduce_op_init(args->dtype, args->redop, p->nranks, args->scalar,
                            &l->op));
   if (args->count > 0) {

@@ -47,8 +47,8 @@
  *
  * Switch channels (device/ir.h): the launch gives, for the rank's switch
  * channel, every member's scratch base and switch semaphores
- * (member_scratch, member_ssems; rank order). MC_REDUCE reduces the slot
- * over every member's copy in rank order (with the post-op when flagged)
+ * (member_scratch, member_ssems; member order: device/ir.h's switch
+ * groups). MC_REDUCE reduces the slot over every member's copy in order (with the post-op when flagged)
  * and stores to its local destinations and to every copy of its switch
  * destinations; MC_STORE writes every copy; MC_RED combines element by
  * element with a compare-and-swap loop on the element's width (1, 2, 4 or
@@ -98,8 +98,10 @@ typedef struct brd_exec_chan {
    * for a memory channel. */
   brd_exec_port_t *port;
   /* A switch channel (BRD_IR_CHAN_SWITCH, device/ir.h): the peer_* and
-   * xchg fields above are unused; every member's copy, in rank order
-   * ([plan nranks] each). NULL for other channels. */
+   * xchg fields above are unused; every member's copy, in member order
+   * (the ranks of the rank's switch group in rank order, [members] each:
+   * brd_ir_switch_member; every rank of most plans). NULL for other
+   * channels. */
   void *const *member_scratch;            /* each member's scratch base */
   _Atomic uint64_t *const *member_ssems;  /* each member's switch semaphores
                                            * (nsems x nranks words) */
@@ -162,6 +164,7 @@ typedef struct brd_exec_run {
   brd_exec_hang_t hang;        /* valid when result is ncclRemoteError */
   _Atomic uint32_t bar_count;  /* blocks arrived at the current barrier */
   _Atomic uint32_t bar_gen;    /* barriers completed */
+  int sw_n, sw_me;             /* switch group: members, this rank's index */
 } brd_exec_run_t;
 
 /* Checks args against the plan and prepares *l (caller's memory; args are

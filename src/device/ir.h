@@ -315,12 +315,16 @@ enum {
 
 /* Switch channels. A switch channel (type BRD_IR_CHAN_SWITCH, peer
  * BRD_IR_SWITCH_PEER, at most one per rank) reaches one location in
- * every rank's window at once: its members are all the plan's ranks, in
- * rank order, and every member's plan has one. Through it an op names
- * SCRATCH slots (the same slot of every member's scratch, in the launch's
- * phase) and, in MC_BARRIER only, SEM: switch semaphore `index`, which in
- * every rank's window is nranks 64-bit words (word m written only by
- * member m, values only grow; nsems of them). On a GPU the channel is a
+ * every member's window at once: its members are the plan's ranks whose
+ * switch channel has the same group, in rank order (member m is the m-th
+ * such rank), and every rank of the plan has one. Group 0 on every rank
+ * (what every single-node plan has) makes every rank a member; plans
+ * across nodes give each node's ranks a group of their own (one switch,
+ * one multicast object per node; algos/nvls_hier.c). Through it an op
+ * names SCRATCH slots (the same slot of every member's scratch, in the
+ * launch's phase) and, in MC_BARRIER only, SEM: switch semaphore `index`,
+ * which in every rank's window is nranks 64-bit words (word m written
+ * only by member m, values only grow; nsems of them). On a GPU the channel is a
  * multicast mapping of the window; the host executor and the CUDA
  * simulator address every member's copy instead. Plans with a switch
  * channel use the SIMPLE protocol and the operators the NVLS rules allow
@@ -377,7 +381,9 @@ typedef struct brd_ir_block {
 typedef struct brd_ir_chan {
   int32_t peer;   /* rank at the other end */
   uint8_t type;   /* BRD_IR_CHAN_* */
-  uint8_t pad[3];
+  uint8_t group;  /* switch channels: the switch group (see "Switch
+                   * channels"); 0 in every other channel */
+  uint8_t pad[2];
 } brd_ir_chan_t;
 
 typedef struct brd_ir_plan {
@@ -435,6 +441,33 @@ static inline BRD_IR_HD const brd_ir_op_t *
 brd_ir_plan_ops(const brd_ir_plan_t *p, int rank, int block) {
   return (const brd_ir_op_t *)((const char *)p + p->op_off) +
          brd_ir_plan_block(p, rank, block)->op_first;
+}
+
+/* Rank's switch channel (its index in rank's table), or -1 without one. */
+static inline BRD_IR_HD int brd_ir_switch_chan(const brd_ir_plan_t *p, int rank) {
+  for (uint32_t c = 0; c < brd_ir_plan_rank(p, rank)->nchans; c++)
+    if (brd_ir_plan_chan(p, rank, (int)c)->type == BRD_IR_CHAN_SWITCH) return (int)c;
+  return -1;
+}
+
+/* The members of rank's switch group ("Switch channels" above): writes
+ * their count to *nmembers_out and returns rank's member index; -1 (and
+ * 0 members) when rank has no switch channel. O(nranks x channels): the
+ * runtime asks once per launch, not per op. */
+static inline BRD_IR_HD int brd_ir_switch_member(const brd_ir_plan_t *p, int rank,
+                                                 int *nmembers_out) {
+  int own = brd_ir_switch_chan(p, rank), self = -1, n = 0;
+  *nmembers_out = 0;
+  if (own < 0) return -1;
+  uint8_t g = brd_ir_plan_chan(p, rank, own)->group;
+  for (int r = 0; r < (int)p->nranks; r++) {
+    int c = brd_ir_switch_chan(p, r);
+    if (c < 0 || brd_ir_plan_chan(p, r, c)->group != g) continue;
+    if (r == rank) self = n;
+    n++;
+  }
+  *nmembers_out = n;
+  return self;
 }
 
 #endif /* BRD_DEVICE_IR_H */

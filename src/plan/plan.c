@@ -18,6 +18,7 @@ struct blk_ops {
 struct rank_chans {
   int32_t *peers; /* owned */
   uint32_t n, cap;
+  uint8_t sw_group; /* the switch channel's group (device/ir.h) */
 };
 
 struct brd_plan_builder {
@@ -124,6 +125,14 @@ ncclResult_t brd_plan_chan_switch(brd_plan_builder_t *b, int rank, uint8_t *chan
     return ncclInternalError;
   }
   return chan_find_add(b, rank, BRD_IR_SWITCH_PEER, chan_out);
+}
+
+/* See plan.h. */
+ncclResult_t brd_plan_switch_group(brd_plan_builder_t *b, int rank, uint8_t group,
+                                   uint8_t *chan_out) {
+  CHECK(brd_plan_chan_switch(b, rank, chan_out));
+  b->ranks[rank].sw_group = group;
+  return ncclSuccess;
 }
 
 /* See plan.h. */
@@ -330,6 +339,7 @@ ncclResult_t brd_plan_builder_finish(const brd_plan_builder_t *b,
       chans[c].peer = b->ranks[r].peers[i];
       chans[c].type = chans[c].peer == BRD_IR_SWITCH_PEER ? BRD_IR_CHAN_SWITCH
                                                           : BRD_IR_CHAN_MEMORY;
+      chans[c].group = chans[c].type == BRD_IR_CHAN_SWITCH ? b->ranks[r].sw_group : 0;
       c++;
     }
   }

@@ -102,6 +102,12 @@ ncclResult_t brd_plan_chan_get(brd_plan_builder_t *b, int rank, int peer,
  * brd_plan_chan_get. */
 ncclResult_t brd_plan_chan_switch(brd_plan_builder_t *b, int rank, uint8_t *chan_out);
 
+/* As brd_plan_chan_switch, and puts rank's switch channel in switch
+ * group `group` (device/ir.h: members are the ranks of one group; every
+ * rank is in group 0 unless told otherwise). */
+ncclResult_t brd_plan_switch_group(brd_plan_builder_t *b, int rank, uint8_t group,
+                                   uint8_t *chan_out);
+
 /* Appends one IR op, already in channel terms, to (rank, block). */
 ncclResult_t brd_plan_op_add(brd_plan_builder_t *b, int rank, int block,
                              const brd_ir_op_t *op);

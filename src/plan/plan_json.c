@@ -200,8 +200,12 @@ ncclResult_t brd_plan_json_write(const brd_ir_plan_t *p, const brd_plan_json_met
              "format does not know", r, c, ch->type);
         return ncclInvalidArgument;
       }
-      fprintf(f, "%s{\"peer\": %d, \"type\": \"%s\"}", c ? ", " : "",
+      fprintf(f, "%s{\"peer\": %d, \"type\": \"%s\"", c ? ", " : "",
               (int)ch->peer, chan_names[ch->type]);
+      /* A switch group other than 0 (device/ir.h: one per node). */
+      if (ch->type == BRD_IR_CHAN_SWITCH && ch->group != 0)
+        fprintf(f, ", \"group\": %u", (unsigned)ch->group);
+      fputc('}', f);
     }
     fputs("],\n     \"blocks\": [", f);
     for (int b = 0; b < p->nblocks; b++) {
@@ -894,7 +898,7 @@ static ncclResult_t read_header(jctx_t *c, const jval_t *root,
 static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
                                brd_ir_plan_t **plan_out, brd_plan_json_meta_t *meta_out) {
   static const char *const rank_keys[] = {"rank", "chans", "blocks"};
-  static const char *const chan_keys[] = {"peer", "type"};
+  static const char *const chan_keys[] = {"peer", "type", "group"};
   static const char *const block_keys[] = {"ops"};
   shape_ctx_t s;
   memset(&s, 0, sizeof(s));
@@ -902,7 +906,7 @@ static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
   brd_ir_plan_t *plan = NULL;
   uint32_t *nchans = NULL, *chan_first = NULL;
   int32_t *peers = NULL;
-  uint8_t *types = NULL;
+  uint8_t *types = NULL, *groups = NULL;
   const jval_t *ranks;
   ncclResult_t res = ncclSuccess;
 
@@ -939,7 +943,8 @@ static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
   }
   peers = malloc((total ? total : 1) * sizeof(*peers));
   types = malloc(total ? total : 1);
-  if (peers == NULL || types == NULL) {
+  groups = calloc(total ? total : 1, 1);
+  if (peers == NULL || types == NULL || groups == NULL) {
     res = oom(c);
     goto out;
   }
@@ -971,8 +976,11 @@ static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
           goto out;
         }
       }
+      int64_t group;
+      CHECK_GOTO(get_int(c, cp, ch, "group", 0, 0, 0, sw ? 255 : 0, &group), res, out);
       peers[chan_first[r] + i] = (int32_t)peer;
       types[chan_first[r] + i] = (uint8_t)type;
+      groups[chan_first[r] + i] = (uint8_t)group;
     }
   }
   s.nchans = nchans;
@@ -984,8 +992,9 @@ static ncclResult_t build_plan(jctx_t *c, const jval_t *root,
     for (uint32_t i = 0; i < nchans[r]; i++) {
       uint8_t got;
       int32_t peer = peers[chan_first[r] + i];
-      CHECK_GOTO(peer == BRD_IR_SWITCH_PEER ? brd_plan_chan_switch(b, r, &got)
-                                            : brd_plan_chan_get(b, r, peer, &got),
+      CHECK_GOTO(peer == BRD_IR_SWITCH_PEER
+                     ? brd_plan_switch_group(b, r, groups[chan_first[r] + i], &got)
+                     : brd_plan_chan_get(b, r, peer, &got),
                  res, fail_builder);
     }
   }
@@ -1037,6 +1046,7 @@ out:
   free(chan_first);
   free(peers);
   free(types);
+  free(groups);
   return res;
 }
 

@@ -42,7 +42,9 @@
  *            AllGather/RedScat   1 intra (+1 inter); (L-1)S/n, (n-L)S/n
  *            (several nodes, with CollNet; on one node NVLS is timed as
  *            Braid's switch plans run it: nvls_time below)
- *   NVLSTree AllReduce           2 intra, 2 clog2(N) inter; S and 2S/L
+ *   NVLSTree AllReduce           2 intra, 2(N-1) inter; S and 2(N-1)/N x S/L
+ *            (Braid's plan runs a ring per local index across the nodes,
+ *            algos/nvls_hier.c; on two nodes NCCL's tree moves the same)
  *   CollNetDirect AllReduce      2 intra, 1 inter; 2(L-1)S/L and S/L
  *            AllGather/RedScat   1 intra, 1 inter; (L-1)S/n, (n-L)S/n
  *   CollNetChain AllReduce       2(L-1) intra, 1 inter; S and S
@@ -53,9 +55,10 @@
  * CollNetChain cross between nodes once per ring or tree edge, whichever
  * rank does it, so v_inter above already is a node's egress; a tree on two
  * nodes is one exchange each way (each node is the root of one of the two
- * trees), so Tree and NVLSTree AllReduce move S, not 2S, at N = 2 (how
- * they "go beyond the network bottleneck" at 2 nodes, nvls-ib.md §4.2);
- * the other patterns send from every rank, so a node moves L x v_inter.
+ * trees), so Tree AllReduce moves S, not 2S, at N = 2 (how it and NCCL's
+ * NVLSTree "go beyond the network bottleneck" at 2 nodes, nvls-ib.md
+ * §4.2); the other patterns send from every rank, so a node moves L x
+ * v_inter (NVLSTree's rings: 2(N-1)/N x S, S at N = 2 as the tree).
  * nvls_bw, when set, is the rate NVLS moves S at inside a node.
  *
  *   Hier     AllReduce           2(L-1) intra + 2(N-1) inter hops;
@@ -87,7 +90,8 @@
  * Intra terms vanish on one rank per node, inter terms on one node. Any
  * other (algorithm, collective) pair cannot run. NVLS, NVLSTree, CollNet
  * and PAT move only Simple; NVLS needs multicast (or, in host mode, the
- * runtime's emulation), one rank per GPU and one node or CollNet; NVLSTree several nodes; CollNet a network
+ * runtime's emulation), one rank per GPU and one node or CollNet;
+ * NVLSTree NVLS per node on several nodes of one size; CollNet a network
  * reduction and several nodes; PAT one rank per node (as NCCL enables it).
  * AlltoAll, Gather, Scatter, Send and Recv have one pattern, direct
  * exchange, which goes by OneShot.
@@ -486,7 +490,10 @@ static int algo_fits_topo(const brd_tune_topo_t *t, brd_algo_t a) {
       return t->nvls && t->ranks_per_device == 1 && t->local_nranks > 1 &&
              (t->nnodes == 1 || (t->collnet && gpu));
     case BRD_ALGO_NVLS_TREE:
-      return t->nvls && gpu && t->local_nranks > 1 && t->nnodes > 1;
+      /* Switch channels per node (in host mode the runtime's emulation),
+       * nodes of one size, two ranks or more each (algos/nvls_hier.c). */
+      return t->nvls && t->ranks_per_device == 1 && t->local_nranks > 1 && t->nnodes > 1 &&
+             (long long)t->nnodes * t->local_nranks == t->nranks;
     case BRD_ALGO_COLLNET_DIRECT:
     case BRD_ALGO_COLLNET_CHAIN:
       return t->collnet && !t->host_mode && t->nnodes > 1;
@@ -609,11 +616,14 @@ static int algo_shape(const brd_tune_topo_t *t, brd_coll_t coll, brd_algo_t a,
       s.hops_inter = multi ? 1.0 : 0.0;
       break;
     case BRD_ALGO_NVLS_TREE:
+      /* Braid's plan: NVLS inside the node, a ring per local index across
+       * the nodes (algos/nvls_hier.c); on two nodes the same exchange as
+       * NCCL's tree. */
       if (!ar) return 0;
       s.hops_intra = 2.0;
-      s.hops_inter = 2.0 * clog2(t->nnodes);
+      s.hops_inter = 2.0 * (N - 1.0);
       s.vol_intra = S;
-      s.vol_inter = 2.0 * S / L;
+      s.vol_inter = 2.0 * (N - 1.0) / N * S / L; /* per rank; a node sends L of these */
       break;
     case BRD_ALGO_COLLNET_DIRECT:
       if (ar) {
@@ -737,9 +747,8 @@ static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
   if ((algo_protos[a] & BRD_PROTO_BIT(p)) == 0) return -1.0;
   if (!algo_shape(t, coll, a, (double)bytes, &s)) return -1.0;
   double node = s.vol_inter;
-  if (a == BRD_ALGO_TREE || a == BRD_ALGO_NVLS_TREE) {
+  if (a == BRD_ALGO_TREE) {
     if (coll == BRD_COLL_ALLREDUCE && t->nnodes == 2) node = (double)bytes;
-    else if (a == BRD_ALGO_NVLS_TREE) node *= t->local_nranks;
   } else if (a != BRD_ALGO_RING && a != BRD_ALGO_COLLNET_CHAIN) {
     node *= t->local_nranks;
   }

@@ -20,8 +20,8 @@
  * here have the IR's values (device/ir.h), so a choice goes into a plan
  * with no translation. The tuner adds what the IR has no code for: SEND
  * and RECV after the IR's collectives (the IR runs both as one SENDRECV
- * plan, whose code 8 no call carries), and NCCL's algorithms without a
- * Braid generator after the IR's (NVLS_TREE..PAT). NCCL's own numbering
+ * plan, whose code 8 no call carries), and NCCL's algorithms without an
+ * IR code after the IR's (NVLS_TREE..PAT). NCCL's own numbering
  * (NCCL_ALGO_*, NCCL_PROTO_*) appears nowhere: its names are only parsed
  * from NCCL_ALGO / NCCL_PROTO (tune.c). */
 typedef enum {
@@ -53,6 +53,9 @@ typedef enum {
   BRD_ALGO_ONESHOT = BRD_IR_ALGO_ONESHOT, /* every rank reads/writes every peer directly */
   BRD_ALGO_TWOSHOT = BRD_IR_ALGO_TWOSHOT, /* direct reduce-scatter, then direct all-gather */
   BRD_ALGO_NVLS = BRD_IR_ALGO_NVLS,
+  /* NCCL's NVLSTree (NCCL_ALGO_NVLS_TREE): Braid's generator runs NVLS
+   * inside each node and a ring per local index across the nodes
+   * (algos/nvls_hier.c); its plans say BRD_IR_ALGO_NVLS. */
   BRD_ALGO_NVLS_TREE,
   BRD_ALGO_COLLNET_DIRECT,
   BRD_ALGO_COLLNET_CHAIN,

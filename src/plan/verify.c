@@ -223,6 +223,20 @@ static int ref_is_switch(const vstate_t *v, int rank, const brd_ir_ref_t *ref) {
   return ref->chan != BRD_IR_CHAN_LOCAL && (int)ref->chan == v->swch[rank];
 }
 
+/* Is rank m a member of rank r's switch group (device/ir.h: the ranks
+ * whose switch channel has r's group)? */
+static int sw_member(const vstate_t *v, int r, int m) {
+  return v->swch[r] >= 0 && v->swch[m] >= 0 &&
+         chan_of(v, r, v->swch[r])->group == chan_of(v, m, v->swch[m])->group;
+}
+
+/* How many ranks rank r's switch channel reaches. */
+static int sw_nmembers(const vstate_t *v, int r) {
+  int n = 0;
+  for (int m = 0; m < v->n; m++) n += sw_member(v, r, m);
+  return n;
+}
+
 static const char *op_name(uint8_t code) {
   switch (code) {
   case BRD_IR_OP_MC_REDUCE: return "MC_REDUCE";
@@ -625,7 +639,9 @@ static int check_switch_op(vstate_t *v, int r, int b, int i, const brd_ir_op_t *
       /* Through the switch: the segment of every member. */
       for (int m = sw ? 0 : ref_owner(v, r, ref); m < (sw ? v->n : ref_owner(v, r, ref) + 1);
            m++)
-        if (check_segment_of(v, r, b, i, op, ref, m) != STEP_OK) return STEP_FAIL;
+        if ((!sw || sw_member(v, r, m)) &&
+            check_segment_of(v, r, b, i, op, ref, m) != STEP_OK)
+          return STEP_FAIL;
     }
   }
   return STEP_OK;
@@ -662,8 +678,9 @@ static int check_switch_chans(vstate_t *v) {
   }
   if (v->nswitch > 0 && without >= 0)
     return vfail(v, BRD_VERIFY_MALFORMED, without, -1, -1, with,
-                 "rank %d has no switch channel while rank %d has one: a switch "
-                 "channel's members are every rank of the plan, and each has it",
+                 "rank %d has no switch channel while rank %d has one: every rank "
+                 "of a plan with switch channels has one (its group's members are "
+                 "the ranks of its group)",
                  without, with);
   if (v->nswitch > 0 && v->p->proto != BRD_IR_PROTO_SIMPLE)
     return vfail(v, BRD_VERIFY_MALFORMED, -1, -1, -1, -1,
@@ -1222,7 +1239,8 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
   uint32_t *vc = vc_of(v, th);
   uint32_t clk = ++vc[th];
   int nsrc_eff = 0;
-  for (int s = 0; s < op->nsrc; s++) nsrc_eff += ref_is_switch(v, r, &op->ref[s]) ? v->n : 1;
+  for (int s = 0; s < op->nsrc; s++)
+    nsrc_eff += ref_is_switch(v, r, &op->ref[s]) ? sw_nmembers(v, r) : 1;
 
   for (uint32_t c = 0; c < op->nchunks; c++) {
     uint32_t chunk = op->chunk + c;
@@ -1234,6 +1252,7 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
       uint32_t index = ref->index + c;
       if (ref_is_switch(v, r, ref)) {
         for (int m = 0; m < v->n; m++) {
+          if (!sw_member(v, r, m)) continue;
           if (kind == BRD_IR_BUF_INPUT && alias_out(v, m, ref_seg(v, index)) < 0) {
             /* A zero-copy switch plan reads member m's own input: m
              * must have joined, and it counts once in the sum. */
@@ -1294,6 +1313,7 @@ static int exec_data(vstate_t *v, int th, int opi, const brd_ir_op_t *op) {
       uint32_t index = ref->index + c;
       if (ref_is_switch(v, r, ref)) {
         for (int m = 0; m < v->n; m++) {
+          if (!sw_member(v, r, m)) continue;
           size_t li = (ref->buf & BRD_IR_BUF_MASK) == BRD_IR_BUF_SCRATCH
                           ? loc_scratch(v, m, index)
                           : loc_of(v, m, t->iter, ref, c);
@@ -1372,7 +1392,7 @@ static int exec_mc_barrier(vstate_t *v, int th, int opi, const brd_ir_op_t *op) 
   }
   for (int m = 0; m < v->n; m++) {
     const vsem_t *s = &v->swsem[(size_t)idx * v->n + m];
-    if (s->value >= want) continue;
+    if (!sw_member(v, r, m) || s->value >= want) continue;
     t->why = BLK_SWITCH;
     t->want = want;
     t->seen = s->value;
@@ -1381,7 +1401,8 @@ static int exec_mc_barrier(vstate_t *v, int th, int opi, const brd_ir_op_t *op) 
     return STEP_BLOCKED;
   }
   ++vc[th];
-  for (int m = 0; m < v->n; m++) sem_acquire(v, &v->swsem[(size_t)idx * v->n + m], want, vc);
+  for (int m = 0; m < v->n; m++)
+    if (sw_member(v, r, m)) sem_acquire(v, &v->swsem[(size_t)idx * v->n + m], want, vc);
   t->mcb_arrived = 0;
   return STEP_OK;
 }

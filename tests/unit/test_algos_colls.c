@@ -727,8 +727,10 @@ static int table_expects(int coll, int algo, int det, int zc, int lowlat) {
   static const char letter[] = {[BRD_IR_ALGO_RING] = 'R', [BRD_IR_ALGO_TREE] = 'T',
                                 [BRD_IR_ALGO_ONESHOT] = 'O', [BRD_IR_ALGO_TWOSHOT] = 'W',
                                 [BRD_IR_ALGO_NVLS] = 'N'};
-  /* The hierarchical all-reduce: the tuner's code, no IR code, unordered. */
-  if (algo == BRD_ALGO_HIER) return coll == BRD_IR_COLL_ALLREDUCE && !det;
+  /* The hierarchical all-reduce and NVLSTree: the tuner's codes, no IR
+   * code, unordered. */
+  if (algo == BRD_ALGO_HIER || algo == BRD_ALGO_NVLS_TREE)
+    return coll == BRD_IR_COLL_ALLREDUCE && !det;
   if (coll < 0 || coll >= BRD_IR_COLL_COUNT || algo < BRD_IR_ALGO_RING ||
       algo > BRD_IR_ALGO_NVLS)
     return 0;
@@ -773,8 +775,11 @@ static void test_generator_table(void **state) {
     assert_int_equal(brd_algos_generate(t[i].coll, code, &a, 3, t[i].deterministic, &p),
                      ncclSuccess);
     assert_int_equal(p->coll, t[i].coll);
-    /* Hierarchical plans are rings (algos.h); here, on one node, the ring's. */
-    assert_int_equal(p->algo, t[i].algo == BRD_ALGO_HIER ? BRD_IR_ALGO_RING : t[i].algo);
+    /* Hierarchical plans are rings (algos.h); here, on one node, the ring's;
+     * NVLSTree's, on one node, the NVLS all-reduce's. */
+    assert_int_equal(p->algo, t[i].algo == BRD_ALGO_HIER        ? BRD_IR_ALGO_RING
+                              : t[i].algo == BRD_ALGO_NVLS_TREE ? BRD_IR_ALGO_NVLS
+                                                                : t[i].algo);
     assert_int_equal((p->flags & BRD_IR_PLAN_F_PEER_INPUT) != 0, t[i].zerocopy);
     assert_non_null(t[i].name);
     brd_plan_destroy(p);

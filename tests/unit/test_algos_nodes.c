@@ -1,7 +1,8 @@
 /*
  * Unit tests for the plans that place traffic by node (src/algos/): the
- * tree all-reduce across nodes (allreduce_tree.c) and the hierarchical
- * all-reduce (hier.c), and the node layout both read (common.c).
+ * tree all-reduce across nodes (allreduce_tree.c), the hierarchical
+ * all-reduce (hier.c), NVLS inside the node with a ring across
+ * (nvls_hier.c), and the node layout they read (common.c).
  *
  *   - The layout of a hand-written labelling under a rank order, worked
  *     out by hand.
@@ -13,6 +14,10 @@
  *     nodes only between node heads, 4(N-1) channels in all; the
  *     hierarchical plan links a rank to its node's ring neighbours and,
  *     across nodes, only to ranks of its own local index.
+ *   - NVLS across nodes: each node's ranks are one switch group, member
+ *     index = place in the node; the only other channels join ranks of
+ *     one local index; layouts it does not split get the NVLS all-reduce
+ *     (one node) or the ring all-reduce.
  *   - Layouts the hierarchical plan cannot split (one node, one rank per
  *     node, uneven nodes) get the ring all-reduce's plan, byte for byte.
  *   - The plan cache generates by the layout it was given, keeps its plans
@@ -157,6 +162,8 @@ static void test_plans_verify(void **state) {
           verify_plan("tree across nodes", brd_algos_tree_allreduce_hosts, n, o, host, nb,
                       proto);
           verify_plan("hierarchical", brd_algos_hier_allreduce, n, o, host, nb, proto);
+          verify_plan("NVLS across nodes", brd_algos_nvls_hier_allreduce, n, o, host, nb,
+                      proto);
         }
     }
   }
@@ -251,6 +258,85 @@ static void test_hier_links(void **state) {
         brd_plan_destroy(p);
       }
     }
+}
+
+/* NVLS across nodes (nvls_hier.c): each node's ranks are one switch group
+ * (device/ir.h), every rank's member index is its place in the node, and
+ * the only other channels join ranks of one local index on neighbouring
+ * nodes; nodes interleaved too. */
+static void test_nvls_hier_groups(void **state) {
+  (void)state;
+  for (int N = 2; N <= 3; N++)
+    for (int L = 2; L <= 4; L++)
+      for (int il = 0; il < 2; il++) {
+        int sizes[3] = {L, L, L}, host[MAXR];
+        int n = layout(sizes, N, il, host);
+        assert_true(brd_algos_nvls_hier_fits(host, n));
+        brd_algos_args_t args = {n, NULL, 2, BRD_IR_PROTO_SIMPLE};
+        brd_ir_plan_t *p = NULL;
+        assert_int_equal(brd_algos_generate_hosts(BRD_IR_COLL_ALLREDUCE, BRD_ALGO_NVLS_TREE,
+                                                  &args, host, 0, 0, &p),
+                         ncclSuccess);
+        assert_int_equal(p->algo, BRD_IR_ALGO_NVLS);
+        assert_int_equal(p->proto, BRD_IR_PROTO_SIMPLE);
+        assert_int_equal(p->nchunks, 2u * (uint32_t)(L * N));
+        for (int r = 0; r < n; r++) {
+          int nm = 0, self = brd_ir_switch_member(p, r, &nm), before = 0, same = 0;
+          for (int q = 0; q < n; q++) {
+            before += q < r && host[q] == host[r];
+            same += host[q] == host[r];
+          }
+          assert_int_equal(nm, L);
+          assert_int_equal(self, before);
+          assert_int_equal(same, L);
+          int cross = 0;
+          for (uint32_t c = 0; c < brd_ir_plan_rank(p, r)->nchans; c++) {
+            const brd_ir_chan_t *ch = brd_ir_plan_chan(p, r, (int)c);
+            if (ch->type == BRD_IR_CHAN_SWITCH) continue;
+            int q = ch->peer, lq = 0;
+            for (int k = 0; k < q; k++) lq += host[k] == host[q];
+            assert_int_not_equal(host[q], host[r]); /* nothing inside the node but the switch */
+            assert_int_equal(lq, before);           /* the same local index */
+            cross++;
+          }
+          assert_int_equal(cross, N == 2 ? 1 : 2);
+        }
+        brd_plan_destroy(p);
+      }
+  /* The groups carry the plan: with every switch channel put in group 0
+   * (one switch over every rank), the ranks of one local index on every
+   * node would reduce and store the same slots of every copy, and the
+   * verifier says so. */
+  {
+    int sizes[2] = {2, 2}, host[MAXR];
+    int n = layout(sizes, 2, 0, host);
+    brd_algos_args_t args = {n, NULL, 1, BRD_IR_PROTO_SIMPLE};
+    brd_ir_plan_t *p = NULL;
+    assert_int_equal(brd_algos_nvls_hier_allreduce(&args, host, &p), ncclSuccess);
+    brd_verify_opts_t opts = {0, 2};
+    brd_verify_report_t rep;
+    assert_int_equal(brd_plan_verify(p, &opts, &rep), ncclSuccess);
+    brd_ir_chan_t *ct = (brd_ir_chan_t *)((char *)p + p->chan_off);
+    for (uint32_t c = 0; c < p->nchans; c++) ct[c].group = 0;
+    assert_int_not_equal(brd_plan_verify(p, &opts, &rep), ncclSuccess);
+    /* Local index p of every node stores piece p into every copy. */
+    assert_non_null(strstr(rep.msg, "race"));
+    brd_plan_destroy(p);
+  }
+  /* Layouts it does not split: one node gets the NVLS all-reduce, nodes of
+   * one rank or of different sizes the ring's. */
+  int host[4] = {5, 5, 9, 9}, uneven[3] = {5, 5, 9};
+  assert_false(brd_algos_nvls_hier_fits(NULL, 4));
+  assert_false(brd_algos_nvls_hier_fits(uneven, 3));
+  assert_true(brd_algos_nvls_hier_fits(host, 4));
+  brd_algos_args_t args = {3, NULL, 1, BRD_IR_PROTO_SIMPLE};
+  brd_ir_plan_t *p = NULL;
+  assert_int_equal(brd_algos_nvls_hier_allreduce(&args, uneven, &p), ncclSuccess);
+  assert_int_equal(p->algo, BRD_IR_ALGO_RING);
+  brd_plan_destroy(p);
+  assert_int_equal(brd_algos_nvls_hier_allreduce(&args, NULL, &p), ncclSuccess);
+  assert_int_equal(p->algo, BRD_IR_ALGO_NVLS);
+  brd_plan_destroy(p);
 }
 
 /* ---- the ring where the layout does not split --------------------------------- */
@@ -430,6 +516,7 @@ int main(void) {
       cmocka_unit_test(test_plans_verify),
       cmocka_unit_test(test_tree_crosses_at_heads),
       cmocka_unit_test(test_hier_links),
+      cmocka_unit_test(test_nvls_hier_groups),
       cmocka_unit_test(test_hier_falls_back_to_ring),
       cmocka_unit_test(test_plan_cache_layout),
       cmocka_unit_test(test_dropped_op_caught),

@@ -1,0 +1,267 @@
+/*
+ * NVLS inside each node, a ring across the nodes (NCCL_ALGO=NVLSTree;
+ * algos/nvls_hier.c) end to end, host mode, public API only: ranks are
+ * processes staged on 2 and 3 "hosts" of this machine (BRAID_HOSTID per
+ * process, as tests/host/test_multinode.c), with the switch emulation on
+ * (NCCL_NVLS_ENABLE=1): each host's ranks form a switch group of their
+ * own, the hosts talk over the socket net.
+ *
+ * For 2 hosts x 2, 2 hosts x 3 and 3 hosts x 2 (the last with the hosts'
+ * ranks interleaved), with NCCL_ALGO=allreduce:NVLSTree (only NVLSTree
+ * may run the all-reduce, so a success is NVLSTree's), every rank checks
+ * against an independent CPU reference (tests/common/coll_ref.c), outputs
+ * poisoned first: float sum, int32 max and bf16 sum, in place and out of
+ * place, counts 7 and 50001 (the latter many windows: NCCL_BUFFSIZE is
+ * 64 KiB here); a float prod, which multimem cannot reduce, is refused
+ * with ncclInvalidUsage naming NCCL_ALGO and the communicator goes on.
+ *
+ * Fail together: on 2 hosts x 2 with NCCL_ALGO=allreduce:NVLSTree,Ring,
+ * host 1's ranks set NCCL_NVLS_ENABLE=0. Every rank must then turn NVLS
+ * off (its INFO log says "NVLS off"), run the ring and get the right sum;
+ * a rank that kept NVLS on would wait for the others at a switch barrier
+ * until BRAID_TIMEOUT (set short here) and fail.
+ *
+ * In CUDA mode (BRAID_DEVICE=cuda, the simulator's builds) the backend
+ * maps one multicast object over every rank and has no switch groups per
+ * node, so NVLS stays off across nodes: there only the 2 hosts x 2 layout
+ * runs, with NCCL_ALGO=allreduce:NVLSTree,Ring and NVLS asked for on every
+ * rank; every rank must say "NVLS off" and get the ring's right sum.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "coll_ref.h"
+#include "nccl.h"
+#include "tdev.h"
+
+#define MAXR 8
+
+typedef struct {
+  const char *name;
+  int n;
+  int host[MAXR]; /* node of each rank */
+  int refuse_host; /* >= 0: a fall-back case; that host's ranks (if any) set
+                    * NCCL_NVLS_ENABLE=0 */
+} layout_t;
+
+static const layout_t layouts[] = {
+    {"2 hosts x 2", 4, {0, 0, 1, 1}, -1},
+    {"2 hosts x 3", 6, {0, 0, 0, 1, 1, 1}, -1},
+    {"3 hosts x 2, interleaved", 6, {0, 1, 2, 0, 1, 2}, -1},
+    {"2 hosts x 2, NVLS off on host 1", 4, {0, 0, 1, 1}, 1},
+};
+/* CUDA mode: NVLS asked for everywhere, refused by the backend. */
+static const layout_t cuda_layout = {"2 hosts x 2, CUDA backend (no switch groups per node)",
+                                     4, {0, 0, 1, 1}, 2};
+
+/* A stream's work must finish within this. */
+#define SYNC_TIMEOUT_S 120.0
+
+typedef struct {
+  int rank, n, failures;
+  char *msg;
+  size_t msglen;
+  cudaStream_t stream; /* NULL in host mode */
+} ctx_t;
+
+static void failf(ctx_t *c, const char *fmt, ...) {
+  if (c->failures++ == 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = snprintf(c->msg, c->msglen, "rank %d: ", c->rank);
+    vsnprintf(c->msg + k, c->msglen - (size_t)k, fmt, ap);
+    va_end(ap);
+  }
+}
+
+/* One all-reduce checked against the reference; returns the call's result. */
+static ncclResult_t allreduce_one(ctx_t *c, ncclComm_t comm, ncclDataType_t dt,
+                                  ncclRedOp_t op, int inplace, size_t count) {
+  size_t es = ref_dtype_size(dt);
+  char *send = tdev_alloc(count * es), *recv = inplace ? send : tdev_alloc(count * es);
+  char *expect = malloc(count * es);
+  if (send == NULL || recv == NULL || expect == NULL) abort();
+  ref_fill_input(dt, op, c->rank, send, count);
+  if (!inplace) ref_poison(dt, recv, count);
+  ncclResult_t res = ncclAllReduce(send, recv, count, dt, op, comm, c->stream);
+  if (res == ncclSuccess && tdev_stream_sync(c->stream, SYNC_TIMEOUT_S) != 0) {
+    failf(c, "stream: %s (%s)", tdev_last_error(), ncclGetLastError(NULL));
+    res = ncclSystemError;
+  }
+  if (res == ncclSuccess) {
+    ref_reduce_expect(dt, op, c->n, 1.0, expect, count);
+    char m[160] = "";
+    size_t wrong = ref_compare(dt, 0, recv, expect, count, m, sizeof(m));
+    if (wrong)
+      failf(c, "all-reduce %s %s %s count %zu: %zu wrong, %s", ref_dtype_name(dt),
+            ref_op_name(op), inplace ? "in place" : "out of place", count, wrong, m);
+  }
+  if (!inplace) tdev_free(recv);
+  tdev_free(send);
+  free(expect);
+  return res;
+}
+
+static void matrix(ctx_t *c, ncclComm_t comm) {
+  static const struct {
+    ncclDataType_t dt;
+    ncclRedOp_t op;
+  } cases[] = {{ncclFloat32, ncclSum}, {ncclInt32, ncclMax}, {ncclBfloat16, ncclSum}};
+  static const size_t counts[] = {7, 50001};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && !c->failures; i++)
+    for (int ip = 0; ip < 2 && !c->failures; ip++)
+      for (size_t k = 0; k < 2 && !c->failures; k++) {
+        ncclResult_t res = allreduce_one(c, comm, cases[i].dt, cases[i].op, ip, counts[k]);
+        if (res != ncclSuccess)
+          failf(c, "all-reduce %s %s count %zu: %s (%s)", ref_dtype_name(cases[i].dt),
+                ref_op_name(cases[i].op), counts[k], ncclGetErrorString(res),
+                ncclGetLastError(comm));
+      }
+}
+
+/* Whether file holds text. */
+static int file_has(const char *path, const char *text) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  char line[1024];
+  int found = 0;
+  while (!found && fgets(line, sizeof(line), f) != NULL) found = strstr(line, text) != NULL;
+  fclose(f);
+  return found;
+}
+
+static int run_rank(ncclUniqueId id, const layout_t *l, int rank, const char *log, char *msg,
+                    size_t msglen) {
+  ctx_t c = {rank, l->n, 0, msg, msglen, NULL};
+  ncclComm_t comm;
+  if (tdev_stream_create(&c.stream) != 0) {
+    failf(&c, "%s", tdev_last_error());
+    return c.failures;
+  }
+  ncclResult_t res = ncclCommInitRank(&comm, l->n, id, rank);
+  if (res != ncclSuccess) {
+    failf(&c, "init: %s", ncclGetLastError(NULL));
+    tdev_stream_destroy(c.stream);
+    return c.failures;
+  }
+  if (l->refuse_host >= 0) {
+    /* Everyone falls back to the ring together, and says so. */
+    for (int ip = 0; ip < 2 && !c.failures; ip++) {
+      res = allreduce_one(&c, comm, ncclFloat32, ncclSum, ip, 50001);
+      if (res != ncclSuccess)
+        failf(&c, "all-reduce (%s): %s (%s)", l->name, ncclGetErrorString(res),
+              ncclGetLastError(comm));
+    }
+  } else {
+    matrix(&c, comm);
+    /* What multimem cannot reduce: refused, naming the override. */
+    if (!c.failures) {
+      res = allreduce_one(&c, comm, ncclFloat32, ncclProd, 0, 7);
+      if (res != ncclInvalidUsage || strstr(ncclGetLastError(comm), "NCCL_ALGO") == NULL)
+        failf(&c, "forced NVLSTree on a float prod gave %s (%s), not ncclInvalidUsage "
+              "naming NCCL_ALGO", ncclGetErrorString(res), ncclGetLastError(comm));
+    }
+    if (!c.failures) {
+      res = allreduce_one(&c, comm, ncclInt32, ncclSum, 1, 1023);
+      if (res != ncclSuccess)
+        failf(&c, "all-reduce after the refusal: %s", ncclGetErrorString(res));
+    }
+  }
+  ncclCommDestroy(comm);
+  tdev_stream_destroy(c.stream);
+  if (l->refuse_host >= 0 && !c.failures && !file_has(log, "NVLS off"))
+    failf(&c, "NVLS was refused (%s), but this rank's log (%s) has no \"NVLS off\"",
+          l->name, log);
+  return c.failures;
+}
+
+static void test_layout(void **state) {
+  const layout_t *l = *state;
+  int n = l->n;
+  if (tdev_kind() == TDEV_CUDA && tdev_cuda_touched())
+    fail_msg("this process used CUDA before forking ranks that use it");
+  tdev_id_pipes_t idp;
+  int pipes[MAXR][2];
+  pid_t pids[MAXR];
+  if (tdev_id_pipes_open(&idp, n) != 0) fail_msg("%s", tdev_last_error());
+  for (int r = 0; r < n; r++) assert_int_equal(pipe(pipes[r]), 0);
+  fflush(NULL);
+  for (int r = 0; r < n; r++) {
+    pids[r] = fork();
+    assert_true(pids[r] >= 0);
+    if (pids[r] == 0) {
+      char msg[512] = "", hostid[32], log[128];
+      ncclUniqueId id;
+      snprintf(hostid, sizeof(hostid), "nvlsnodes-%d", l->host[r]);
+      snprintf(log, sizeof(log), "/tmp/braid_nvls_nodes.%d.%d.log", (int)getppid(), r);
+      setenv("BRAID_HOSTID", hostid, 1);
+      setenv("NCCL_NVLS_ENABLE", l->host[r] == l->refuse_host ? "0" : "1", 1);
+      setenv("NCCL_ALGO", l->refuse_host >= 0 ? "allreduce:NVLSTree,Ring" : "allreduce:NVLSTree",
+             1);
+      if (l->refuse_host >= 0) {
+        unlink(log);
+        setenv("NCCL_DEBUG", "INFO", 1);
+        setenv("NCCL_DEBUG_SUBSYS", "NVLS", 1);
+        setenv("NCCL_DEBUG_FILE", log, 1);
+      }
+      int f = 1;
+      if (tdev_id_pipes_share(&idp, r, &id) != 0)
+        snprintf(msg, sizeof(msg), "%s", tdev_last_error());
+      else
+        f = run_rank(id, l, r, log, msg, sizeof(msg));
+      if (l->refuse_host >= 0) unlink(log);
+      (void)!write(pipes[r][1], msg, strlen(msg) + 1);
+      _exit(f ? 1 : 0);
+    }
+    close(pipes[r][1]);
+  }
+  tdev_id_pipes_close(&idp);
+  int failed = 0;
+  char first[512] = "";
+  for (int r = 0; r < n; r++) {
+    int st;
+    char msg[512] = "";
+    (void)!read(pipes[r][0], msg, sizeof(msg) - 1);
+    close(pipes[r][0]);
+    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+    if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && failed++ == 0)
+      snprintf(first, sizeof(first), "rank %d (status %d): %s", r, st, msg);
+  }
+  if (failed) fail_msg("%s: %d rank(s) failed; first %s", l->name, failed, first);
+}
+
+int main(void) {
+  setenv("BRAID_DEVICE", "host", 0);
+  char why[256];
+  if (!tdev_usable(why, sizeof(why))) {
+    printf("SKIP: staged hosts with BRAID_DEVICE=%s: %s\n", getenv("BRAID_DEVICE"), why);
+    return TDEV_EXIT_SKIP;
+  }
+  /* A rank left waiting at a switch barrier fails in seconds, not minutes. */
+  setenv("BRAID_TIMEOUT", "20", 0);
+  /* Small slots: the larger counts take many windows. */
+  setenv("NCCL_BUFFSIZE", "65536", 1);
+  unsetenv("BRAID_TEST_HOSTS");
+  setenv("BRAID_VERIFY_PLANS", "1", 0);
+  enum { NL = sizeof(layouts) / sizeof(layouts[0]) };
+  struct CMUnitTest tests[NL];
+  if (tdev_kind() == TDEV_CUDA) {
+    tests[0] = (struct CMUnitTest){cuda_layout.name, test_layout, NULL, NULL,
+                                   (void *)&cuda_layout};
+    return _cmocka_run_group_tests("NVLSTree across staged hosts (CUDA)", tests, 1, NULL,
+                                   NULL);
+  }
+  for (int i = 0; i < NL; i++)
+    tests[i] = (struct CMUnitTest){layouts[i].name, test_layout, NULL, NULL,
+                                   (void *)&layouts[i]};
+  return _cmocka_run_group_tests("NVLSTree across staged hosts", tests, NL, NULL, NULL);
+}
