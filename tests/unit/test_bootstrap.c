@@ -378,6 +378,10 @@ static void test_child_without_dead_rank(void **state) {
  * brd_boot_allgather; with rank 3 of 5 not calling, the others fail with
  * ncclRemoteError after the 1 s given, not the bootstrap timeout (10 s). */
 static int timed_skip = -1;
+/* With a rank skipping: the callers meet here after their failed exchange,
+ * before any of them leaves, so no caller still waiting sees another leave
+ * (whose reason would then be the process's last WARN, not the timeout). */
+static pthread_barrier_t timed_bar;
 
 static int rank_timed(struct rank_arg *a) {
   struct brd_boot *boot = NULL;
@@ -388,6 +392,7 @@ static int rank_timed(struct rank_arg *a) {
   if (a->rank != timed_skip) {
     r = brd_boot_allgather_timed(boot, v, sizeof(v[0]), 1, "test exchange");
     if (r != ncclSuccess) {
+      if (timed_skip >= 0) pthread_barrier_wait(&timed_bar);
       brd_boot_destroy(boot);
       return 100 + r;
     }
@@ -409,7 +414,9 @@ static int body_timed(void) {
   if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
   timed_skip = 3;
   memset(sh, 0, sizeof(*sh));
+  if (pthread_barrier_init(&timed_bar, NULL, 4) != 0) FAILX("pthread_barrier_init");
   run_ranks(&id, 1, 5, 5, 0, rank_timed, NULL);
+  pthread_barrier_destroy(&timed_bar);
   for (int r = 0; r < 5; r++) {
     if (r == 3) continue;
     if (sh->res[r] != 100 + (int)ncclRemoteError)
