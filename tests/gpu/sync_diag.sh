@@ -9,13 +9,17 @@
 #   1. tests/gpu/sync_probe: which host calls let another stream's kernel
 #      run beside a spinning one (a table; the 2026-11-26 H200 answer:
 #      cudaFree, cudaFreeHost and a lazy kernel load wait for it; cudaMalloc,
-#      cudaHostAlloc, copies, memsets, streams, events and cuMem do not);
-#   2. the hung cases REPS times under each setting: the default (8 blocks
-#      per rank where ranks share the GPU), NCCL_MAX_CTAS=32 (e22eae3's
-#      count), and 32 blocks with CUDA_DEVICE_MAX_CONNECTIONS=32 (hardware
-#      queues aliased between the ranks' streams being the other suspect);
-#      a count of hangs per setting. Every run under a 10 s deadline.
-#   bash tests/gpu/sync_diag.sh [BUILD] [OUT] [REPS]    (about 4 minutes)
+#      cudaHostAlloc, copies, memsets, streams, events and cuMem do not),
+#      and whether a stream made k streams after another queues behind its
+#      kernel (hardware queues, CUDA_DEVICE_MAX_CONNECTIONS), at the default
+#      and at 32 connections;
+#   2. the hung cases REPS times under each setting of SYNC_SETTINGS
+#      (default: "default conn32 ctas32 ctas32conn32"): 8 blocks per rank
+#      where ranks share the GPU, the same with 32 hardware queues
+#      (CUDA_DEVICE_MAX_CONNECTIONS=32), NCCL_MAX_CTAS=32 (e22eae3's count),
+#      and both; a count of hangs per setting. Every run under a 10 s
+#      deadline. SYNC_EXTRA=1 adds test_register and memcheck of test_graph.
+#   bash tests/gpu/sync_diag.sh [BUILD] [OUT] [REPS]    (about 4 minutes at REPS=2)
 B=${1:-gpucheck}
 O=${2:-${OUT:-/tmp/sync-diag}}
 mkdir -p "$O"
@@ -24,7 +28,11 @@ chmod +x "$B"/bin/* "$B"/tests/*/* 2>/dev/null
 exec > >(tee "$O/sync.md") 2>&1
 echo "# sync_diag: $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null), build $B"
 echo
-timeout -k 2 60 "$B/tests/gpu/sync_probe" 1000
+timeout -k 2 90 "$B/tests/gpu/sync_probe" 1000
+echo "sync_probe exit $?"
+echo
+echo "With CUDA_DEVICE_MAX_CONNECTIONS=32:"
+CUDA_DEVICE_MAX_CONNECTIONS=32 timeout -k 2 60 "$B/tests/gpu/sync_probe" 1000 alias
 echo "sync_probe exit $?"
 echo
 run() { # name, lib ("" = as built), "env", limit, program, args...
@@ -39,12 +47,14 @@ run() { # name, lib ("" = as built), "env", limit, program, args...
   grep -E "WARN|FAIL|FAILED" "$O/$name.txt" | head -n 4 | cut -c1-300 | sed 's/^/    /'
 }
 REPS=${3:-3}
+SETTINGS=${SYNC_SETTINGS:-default conn32 ctas32 ctas32conn32}
 declare -A hung
 for rep in $(seq 1 "$REPS"); do
-  for v in default ctas32 conn32; do
+  for v in $SETTINGS; do
     envs=
     [[ $v == ctas32 ]] && envs="NCCL_MAX_CTAS=32"
-    [[ $v == conn32 ]] && envs="NCCL_MAX_CTAS=32 CUDA_DEVICE_MAX_CONNECTIONS=32"
+    [[ $v == conn32 ]] && envs="CUDA_DEVICE_MAX_CONNECTIONS=32"
+    [[ $v == ctas32conn32 ]] && envs="NCCL_MAX_CTAS=32 CUDA_DEVICE_MAX_CONNECTIONS=32"
     for c in t4 rs-g5 t8-ring; do
       case $c in
         t4) run "$c-$v-$rep" "" "$envs" 40 "$B/bin/all_reduce_perf" -b 16M -e 256M -f 16 -n 5 \
@@ -61,8 +71,9 @@ done
 echo
 echo "| setting | runs | hung |"
 echo "| --- | ---: | ---: |"
-for v in default ctas32 conn32; do echo "| $v | $((3 * REPS)) | ${hung[$v]:-0} |"; done
+for v in $SETTINGS; do echo "| $v | $((3 * REPS)) | ${hung[$v]:-0} |"; done
 echo
+[[ ${SYNC_EXTRA:-0} == 1 ]] || { echo "Raw outputs: $O/*.txt"; exit 0; }
 run register "" "BRAID_DEVICE=cuda BRAID_TEST_QUICK=1" 50 "$B/tests/host/test_register"
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 run memcheck "" "BRAID_DEVICE=cuda BRAID_TEST_QUICK=1 BRAID_TEST_GRAPH_REPLAYS=2" 50 \

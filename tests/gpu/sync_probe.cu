@@ -16,7 +16,9 @@
  * B's kernel run beside it. "SERIALIZED": the kernel on B ran only after
  * the spinner gave up; the call's time says whether the host itself waited
  * (about SPIN_MS) or only later work was held back.
- *   sync_probe [spin_ms]      (about 1 s per serialized case; a GPU only)
+ * Then whether streams share a hardware queue: a kernel on a stream made
+ * k streams after the spinner's, k = 1..40 ("alias": that table only).
+ *   sync_probe [spin_ms [alias]]   (about 1 s per serialized case; a GPU only)
  * Exit status 0 when every case ran (whatever it found), 1 on a CUDA error.
  */
 #include <cuda.h>
@@ -137,6 +139,34 @@ static void op_ipc_handle(void) {
   cudaIpcMemHandle_t h;
   CK(cudaIpcGetMemHandle(&h, dev_buf));
 }
+static void op_host_register(void) {
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, 64 * 1024) != 0) return;
+  CK(cudaHostRegister(p, 64 * 1024, cudaHostRegisterMapped | cudaHostRegisterPortable));
+  CK(cudaHostUnregister(p));
+  free(p);
+}
+static void op_memcpy_sync_h2d(void) {
+  CK(cudaMemcpy(dev_buf, pageable, 64 * 1024, cudaMemcpyHostToDevice));
+}
+static void op_memcpy_sync_d2h(void) {
+  CK(cudaMemcpy(pageable, dev_buf, 64 * 1024, cudaMemcpyDeviceToHost));
+}
+static void op_graph(void) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  CK(cudaMemsetAsync(dev_buf, 0, 4096, s));
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  CK(cudaStreamDestroy(s));
+}
 static void op_lazy_load(void) {
   cudaFuncAttributes a;
   CK(cudaFuncGetAttributes(&a, unloaded_kernel));
@@ -191,8 +221,40 @@ static const probe_case_t cases[] = {
     {"cudaEventCreate + Destroy", op_event_create},
     {"cudaIpcGetMemHandle", op_ipc_handle},
     {"cuMemCreate + Map + SetAccess + Unmap + Release 2 MiB", op_cumem},
+    {"cudaHostRegister + cudaHostUnregister 64 KiB", op_host_register},
+    {"cudaMemcpy H2D 64 KiB from pageable (legacy stream)", op_memcpy_sync_h2d},
+    {"cudaMemcpy D2H 64 KiB to pageable (legacy stream)", op_memcpy_sync_d2h},
+    {"graph of a memset: capture, instantiate, launch, sync, destroy", op_graph},
     {"cudaFuncGetAttributes of a kernel not loaded (lazy load)", op_lazy_load},
 };
+
+/* Hardware queues: streams share CUDA_DEVICE_MAX_CONNECTIONS queues, and
+ * work in one queue runs in order. A fresh stream takes the spinner; k more
+ * streams are created; the setter runs on the k-th. SERIALIZED at some k
+ * means a stream created k after another can queue behind its kernel. */
+static int alias_row(int k) {
+  cudaStream_t s0, ss[64];
+  CK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  for (int i = 0; i < k; i++) CK(cudaStreamCreateWithFlags(&ss[i], cudaStreamNonBlocking));
+  CK(cudaMemsetAsync(flag, 0, sizeof(int), s0));
+  CK(cudaStreamSynchronize(s0));
+  *started = 0;
+  *result = -1;
+  int *d_started, *d_result;
+  CK(cudaHostGetDevicePointer((void **)&d_started, (void *)started, 0));
+  CK(cudaHostGetDevicePointer((void **)&d_result, (void *)result, 0));
+  spin_kernel<<<1, 1, 0, s0>>>(flag, d_started, d_result, spin_ns);
+  double w0 = now_ms();
+  while (*started == 0 && now_ms() - w0 < 5000.0) {
+  }
+  set_kernel<<<1, 1, 0, ss[k - 1]>>>(flag);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  int r = *result;
+  for (int i = 0; i < k; i++) CK(cudaStreamDestroy(ss[i]));
+  CK(cudaStreamDestroy(s0));
+  return r;
+}
 
 static void *entry(const char *name) {
   void *fn = NULL;
@@ -205,6 +267,7 @@ static void *entry(const char *name) {
 
 int main(int argc, char **argv) {
   if (argc > 1) spin_ns = strtoull(argv[1], NULL, 10) * 1000ull * 1000;
+  int alias_only = argc > 2 && strcmp(argv[2], "alias") == 0;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     printf("SKIP: sync_probe: no GPU\n");
@@ -251,7 +314,7 @@ int main(int argc, char **argv) {
   printf("| call made while another stream's kernel spins | call (ms) | result |\n");
   printf("| --- | ---: | --- |\n");
   int failures = 0;
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+  for (size_t i = 0; i < (alias_only ? 0 : sizeof(cases) / sizeof(cases[0])); i++) {
     CK(cudaMemsetAsync(flag, 0, sizeof(int), sa));
     CK(cudaStreamSynchronize(sa));
     *started = 0;
@@ -278,6 +341,14 @@ int main(int argc, char **argv) {
     printf("| %s | %.2f | %s |\n", cases[i].name, t1 - t0,
            r == 1 ? "concurrent" : r == 0 ? "SERIALIZED (B's kernel waited for the spinner)"
                                          : "no result");
+    fflush(stdout);
+  }
+  printf("\n| streams created after the spinner's, setter on the last | result |\n");
+  printf("| ---: | --- |\n");
+  for (int k = 1; k <= 40; k++) {
+    int r = alias_row(k);
+    printf("| %d | %s |\n", k,
+           r == 1 ? "concurrent" : r == 0 ? "SERIALIZED (same hardware queue)" : "no result");
     fflush(stdout);
   }
   return failures ? 1 : 0;
