@@ -1059,16 +1059,21 @@ __device__ __noinline__ void report_unsupported(const ctx_t &c, pos_t w, int cod
 
 /* MC_BARRIER (thread 0): seq into this rank's word of the switch
  * semaphore in every member's copy, then every member's word of this
- * rank's own copy up to seq. The block's writes reached thread 0 through
- * the previous op's __syncthreads; the system-scope fence orders them,
- * multimem stores included, before the release store. */
+ * rank's own copy up to seq. The words are the switch group's members
+ * (device/ir.h "Switch channels"): every rank on one node, the node's
+ * ranks in a plan across nodes, whose multicast object holds that node's
+ * windows only. The block's writes reached thread 0 through the previous
+ * op's __syncthreads; the system-scope fence orders them, multimem stores
+ * included, before the release store. */
 __device__ __noinline__ bool mc_barrier(const ctx_t &c, pos_t w, const brd_ir_op_t *op) {
   const unsigned ch = op->ref[0].chan;
-  const uint32_t n = c.a->plan->nranks;
+  int nm = 0;
+  const int me = brd_ir_switch_member(c.a->plan, c.a->rank, &nm);
+  const uint32_t n = (uint32_t)nm;
   const size_t base = (size_t)op->ref[0].index * n;
   uint64_t value = brd_ir_sem_value(&c.v, ch, w.iter, op->k);
   __threadfence_system();
-  mc_st_release_u64(c.chans[ch].peer_sems + base + c.a->rank, value);
+  mc_st_release_u64(c.chans[ch].peer_sems + base + me, value);
   if (brd_ir_seq_rel(&c.v, w.iter, op->k) <= 0) return true; /* before this launch */
   const uint64_t *own = c.chans[ch].sems + base;
   for (uint32_t m = 0; m < n; m++) {
@@ -1077,7 +1082,9 @@ __device__ __noinline__ bool mc_barrier(const ctx_t &c, pos_t w, const brd_ir_op
     while ((v = ld_acquire_sys(own + m)) < value) {
       int r = spin_step(c, s);
       if (r == SPIN_TIMEOUT) {
-        report_hang(c, w, BRD_EXEC_WAIT_SWITCH, (int)m, op->ref[0].index, value, v);
+        report_hang(c, w, BRD_EXEC_WAIT_SWITCH,
+                    brd_ir_switch_member_rank(c.a->plan, c.a->rank, (int)m),
+                    op->ref[0].index, value, v);
         return false;
       }
       if (r == SPIN_LEAVE) return false;

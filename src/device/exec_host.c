@@ -503,16 +503,7 @@ static ncclResult_t run_switch_data(blk_ctx_t *b, const brd_ir_op_t *op) {
 /* The rank of member m of this rank's switch group (device/ir.h), for
  * the hang report. */
 static int member_rank(const brd_exec_run_t *l, int m) {
-  const brd_ir_plan_t *p = l->args.plan;
-  int own = brd_ir_switch_chan(p, l->args.rank);
-  if (own < 0) return m;
-  uint8_t group = brd_ir_plan_chan(p, l->args.rank, own)->group;
-  for (int r = 0, i = 0; r < (int)p->nranks; r++) {
-    int c = brd_ir_switch_chan(p, r);
-    if (c < 0 || brd_ir_plan_chan(p, r, c)->group != group) continue;
-    if (i++ == m) return r;
-  }
-  return m;
+  return brd_ir_switch_member_rank(l->args.plan, l->args.rank, m);
 }
 
 /* MC_BARRIER: this rank's word of switch semaphore `index` in every

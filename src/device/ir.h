@@ -470,4 +470,19 @@ static inline BRD_IR_HD int brd_ir_switch_member(const brd_ir_plan_t *p, int ran
   return self;
 }
 
+/* The rank of member m of rank's switch group (m itself when rank has no
+ * switch channel or the group has fewer members). */
+static inline BRD_IR_HD int brd_ir_switch_member_rank(const brd_ir_plan_t *p, int rank,
+                                                      int m) {
+  int own = brd_ir_switch_chan(p, rank);
+  if (own < 0) return m;
+  uint8_t g = brd_ir_plan_chan(p, rank, own)->group;
+  for (int r = 0, i = 0; r < (int)p->nranks; r++) {
+    int c = brd_ir_switch_chan(p, r);
+    if (c < 0 || brd_ir_plan_chan(p, r, c)->group != g) continue;
+    if (i++ == m) return r;
+  }
+  return m;
+}
+
 #endif /* BRD_DEVICE_IR_H */
