@@ -216,6 +216,8 @@ __device__ __noinline__ void report_hang(const ctx_t &c, pos_t w, int what,
     r->hang.index = index;
     r->hang.expected = expected;
     r->hang.seen = seen;
+    r->hang.epoch = c.v.epoch;
+    r->hang.phase = c.v.phase;
     uint64_t stuck = r->stuck_ns;
     r->timeout_ns = stuck != 0 && stuck < c.a->timeout_ns ? stuck : c.a->timeout_ns;
     /* The fields reach host memory before `failed` says they are valid. */

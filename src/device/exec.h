@@ -43,6 +43,9 @@ typedef struct brd_exec_hang {
   uint64_t expected; /* sequence number (LL: 32-bit flag), block count, or
                       * exchange tag */
   uint64_t seen;
+  uint64_t epoch;    /* the launch's epoch (device/ir_addr.h): ranks whose
+                      * epochs differ for one call count apart */
+  uint32_t phase;    /* the launch's scratch phase */
 } brd_exec_hang_t;
 
 /* A port channel's far end (device/ir.h: BRD_IR_CHAN_PORT), as an

@@ -281,29 +281,35 @@ static ncclResult_t epochs_check(const brd_exec_cuda_args_t *args, uint32_t ncha
 
 static void hang_warn(const brd_exec_cuda_hang_t *h, double secs) {
   if (h->what == BRD_EXEC_CUDA_WAIT_SEM) {
-    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+    WARN("rank %d block %d op %d (iteration %llu, launch epoch %llu, phase %u): "
+         "no progress for %.3g s "
          "waiting for semaphore %d from rank %d to reach %llu; it holds "
          "%llu. Rank %d stopped making progress: check that every rank "
          "called the same collective with the same count, datatype and op, "
          "or raise BRAID_TIMEOUT",
-         h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->index,
+         h->rank, h->block, h->op, (unsigned long long)h->iter,
+         (unsigned long long)h->epoch, h->phase, secs, h->index,
          h->peer, (unsigned long long)h->expected, (unsigned long long)h->seen,
          h->peer);
   } else if (h->what == BRD_EXEC_WAIT_SWITCH) {
-    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+    WARN("rank %d block %d op %d (iteration %llu, launch epoch %llu, phase %u): "
+         "no progress for %.3g s "
          "at a switch barrier (NVLS): word %d of switch semaphore %d reads %llu, "
          "expected %llu. Rank %d stopped making progress: check that every rank "
          "called the same collective with the same count, datatype and op, or "
          "raise BRAID_TIMEOUT",
-         h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->peer, h->index,
+         h->rank, h->block, h->op, (unsigned long long)h->iter,
+         (unsigned long long)h->epoch, h->phase, secs, h->peer, h->index,
          (unsigned long long)h->seen, (unsigned long long)h->expected, h->peer);
   } else if (h->what == BRD_EXEC_CUDA_WAIT_PACKET) {
-    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+    WARN("rank %d block %d op %d (iteration %llu, launch epoch %llu, phase %u): "
+         "no progress for %.3g s "
          "waiting for LL packets in scratch slot %d with flag %llu; the "
          "slot holds flag %llu. A peer stopped making progress: check that "
          "every rank called the same collective with the same count, "
          "datatype and op, or raise BRAID_TIMEOUT",
-         h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->index,
+         h->rank, h->block, h->op, (unsigned long long)h->iter,
+         (unsigned long long)h->epoch, h->phase, secs, h->index,
          (unsigned long long)h->expected, (unsigned long long)h->seen);
   } else if (h->what == BRD_EXEC_CUDA_WAIT_XCHG) {
     WARN("rank %d block %d: no word for %.3g s from rank %d on where its "
@@ -315,17 +321,21 @@ static void hang_warn(const brd_exec_cuda_hang_t *h, double secs) {
          h->rank, h->block, secs, h->peer, h->index, (unsigned long long)h->expected,
          (unsigned long long)h->seen, h->peer);
   } else if (h->what == BRD_EXEC_WAIT_PORT) {
-    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+    WARN("rank %d block %d op %d (iteration %llu, launch epoch %llu, phase %u): "
+         "no progress for %.3g s "
          "waiting for a free slot of the port channels' trigger FIFO (slot %llu, "
          "the proxy has taken %llu). The proxy stopped draining it: a peer across "
          "the net stopped receiving. Check that every rank is alive, or raise "
-         "BRAID_TIMEOUT", h->rank, h->block, h->op, (unsigned long long)h->iter, secs,
+         "BRAID_TIMEOUT", h->rank, h->block, h->op, (unsigned long long)h->iter,
+         (unsigned long long)h->epoch, h->phase, secs,
          (unsigned long long)h->expected, (unsigned long long)h->seen);
   } else {
-    WARN("rank %d block %d op %d (iteration %llu): no progress for %.3g s "
+    WARN("rank %d block %d op %d (iteration %llu, launch epoch %llu, phase %u): "
+         "no progress for %.3g s "
          "at barrier %d: %llu of %llu blocks arrived. Raise BRAID_TIMEOUT "
          "if the GPU is shared with other work",
-         h->rank, h->block, h->op, (unsigned long long)h->iter, secs, h->index,
+         h->rank, h->block, h->op, (unsigned long long)h->iter,
+         (unsigned long long)h->epoch, h->phase, secs, h->index,
          (unsigned long long)h->seen, (unsigned long long)h->expected);
   }
 }

@@ -115,6 +115,8 @@ static ncclResult_t report_hang(blk_ctx_t *b, int what, int peer, int index,
     h->index = index;
     h->expected = expected;
     h->seen = seen;
+    h->epoch = l->view.epoch;
+    h->phase = l->view.phase;
     if (what == BRD_EXEC_WAIT_SEM) {
       WARN("rank %d block %d op %d (iteration %llu): no progress for %.0f s "
            "waiting for semaphore %d from rank %d to reach %llu; it holds "

@@ -28,7 +28,7 @@ for rep in $(seq 1 "$REPS"); do
     runs[$v]=$((${runs[$v]:-0} + 1))
     [[ $rc != 0 ]] && hung[$v]=$((${hung[$v]:-0} + 1))
     echo "[$v-$rep] rc=$rc $((SECONDS - t0))s"
-    grep -m 2 WARN /tmp/lazy.txt | cut -c1-240 | sed 's/^/    /'
+    grep -m 16 WARN /tmp/lazy.txt | cut -c1-260 | sed 's/^/    /'
   done
 done
 echo

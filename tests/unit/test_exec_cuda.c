@@ -1008,6 +1008,9 @@ static void test_hang_report(void **state) {
   assert_int_equal(hang.expected, epoch + 1);
   assert_int_equal(hang.seen, 0);
   assert_int_equal(hang.op, 3);
+  /* The launch's own epoch, so ranks' reports can be compared. */
+  assert_int_equal(hang.epoch, epoch);
+  assert_true(hang.phase <= 1);
 
   /* Until reset, a launch on the failed status leaves at once. */
   t0 = now_s();
