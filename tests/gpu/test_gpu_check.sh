@@ -121,6 +121,21 @@ for f in lib/libnccl.so.2 bin/gpu-probe bin/all_reduce_perf bin/nccl-compare tes
          tests/gpu/test_graph tests/gpu/test_rma_graph tests/gpu/test_abort tests/gpu/nvls_probe; do
   [[ -f $PREP/$f ]] && grep -q "^file=$f " "$PREP/MANIFEST" || fail "--prepare: $f is not in $PREP or its MANIFEST"
 done
+# The prepared cmocka filter (the sanitizer step's 2-rank case of
+# test_graph): preloaded, it leaves exactly the named case.
+if [[ -f $PREP/deps/cmocka-filter.so ]]; then
+  BRAID_DEVICE=cuda BRAID_TEST_QUICK=1 BRAID_TEST_GRAPH_REPLAYS=1 LD_PRELOAD=$PREP/deps/cmocka-filter.so \
+    GPU_CHECK_TEST_FILTER=test_graph_2ranks timeout -k 5 120 "$SIM/tests/test_graph" >"$WORK/filter.out" 2>&1
+  if grep -q '^\[ RUN      \] test_graph_2ranks' "$WORK/filter.out" &&
+     ! grep -q '^\[ RUN      \] test_graph_4ranks' "$WORK/filter.out" &&
+     grep -q '^\[  PASSED  \] 1 test' "$WORK/filter.out"; then
+    pass "--prepare's cmocka filter runs test_graph_2ranks alone"
+  else
+    fail "--prepare's cmocka filter:"; tail -n 20 "$WORK/filter.out" | sed 's/^/    | /'
+  fi
+else
+  fail "--prepare made no deps/cmocka-filter.so"
+fi
 grep -q "^gpu-check: with the working tree .* carries [0-9]* MiB of 64 MiB" "$WORK/out" &&
   pass "--prepare prints what the device call carries" || fail "--prepare did not print the size it carries"
 expect "--prepare from a build that lacks a program" 2 "missing from .*/empty: .*lib/libnccl.so.2" 20 -- \
