@@ -66,6 +66,7 @@ static _Thread_local int thread_tid = -1;
 static _Thread_local int thread_dev = -1;
 static _Thread_local unsigned long thread_nowarn;
 static _Thread_local char thread_last_error[LAST_ERROR_MAX];
+static _Thread_local char thread_own_error[LAST_ERROR_MAX]; /* this thread's last WARN */
 
 static int parse_level(const char *s) {
   static const struct { const char *name; int level; } levels[] = {
@@ -378,6 +379,7 @@ void brd_log(brd_log_level_t level, unsigned long subsys, const char *file,
     va_start(ap, fmt);
     (void)vsnprintf(last_error, sizeof(last_error), fmt, ap);
     va_end(ap);
+    memcpy(thread_own_error, last_error, sizeof(thread_own_error));
     pthread_mutex_unlock(&log_mutex);
   }
   /* Unlocked fast path: settings not read yet, or the line passes. */
@@ -398,6 +400,9 @@ const char *brd_log_last_error(void) {
   pthread_mutex_unlock(&log_mutex);
   return thread_last_error;
 }
+
+/* See debug.h. */
+const char *brd_log_thread_last_error(void) { return thread_own_error; }
 
 /* See debug.h. */
 void brd_log_set_last_error(const char *fmt, ...) {

@@ -78,6 +78,12 @@ unsigned long brd_log_nowarn_swap(unsigned long subsys);
  * NULL. Safe from any thread. */
 const char *brd_log_last_error(void);
 
+/* The last WARN this thread issued ("" when none), kept per thread, so
+ * that what one thread (a communicator's proxy, a rank run as a thread)
+ * failed on is not another thread's message. Valid until this thread's
+ * next WARN; never NULL. */
+const char *brd_log_thread_last_error(void);
+
 /* Replaces the last-error text without printing (used by the
  * "not implemented" path, which also WARNs). */
 void brd_log_set_last_error(const char *fmt, ...)

@@ -83,21 +83,40 @@ static int flag_set(_Atomic int *f) {
   return f != NULL && atomic_load_explicit(f, memory_order_acquire) != 0;
 }
 
+/* See bootstrap.h. */
+void brd_boot_note_failure(struct brd_boot *boot, const char *why) {
+  int expected = 0;
+  if (boot == NULL || why == NULL || why[0] == '\0') return;
+  if (!atomic_compare_exchange_strong(&boot->why_state, &expected, 1)) return;
+  snprintf(boot->why, sizeof(boot->why), "%s", why);
+  atomic_store_explicit(&boot->why_state, 2, memory_order_release);
+}
+
 /* Records that an operation on boot failed on its own (not an abort, not
- * a bad argument): destroying boot then tells the ring why. Returns res. */
+ * a bad argument): destroying boot then tells the ring why, which is the
+ * WARN the failing operation gave on this thread. Returns res. */
 static ncclResult_t boot_note(struct brd_boot *boot, ncclResult_t res) {
   if (res != ncclSuccess && res != ncclInvalidArgument && !flag_set(boot->abort) &&
-      !flag_set(atomic_load_explicit(&boot->extra_abort, memory_order_acquire)))
+      !flag_set(atomic_load_explicit(&boot->extra_abort, memory_order_acquire))) {
     boot->failed = 1;
+    brd_boot_note_failure(boot, brd_log_thread_last_error());
+  }
   return res;
 }
 
-/* Why this rank leaves, for its peers: its last WARN, or what it did. */
-static void leave_why(int at_exit, char *buf, size_t len) {
-  const char *last = brd_log_last_error();
-  if (at_exit && last[0] != '\0')
-    snprintf(buf, len, "its process exited with the communicator open, after: %s",
-             last);
+/* Why this rank leaves, for its peers: the failure noted on boot, else the
+ * calling thread's last WARN (the one that aborts or exits; never another
+ * thread's, which may be another communicator's), or what it did. */
+static void leave_why(const struct brd_boot *boot, int at_exit, char *buf, size_t len) {
+  const char *last = atomic_load_explicit(&boot->why_state, memory_order_acquire) == 2
+                         ? boot->why
+                         : brd_log_thread_last_error();
+  if (at_exit && last[0] != '\0') {
+    /* Cut to fit, as the frame is. */
+    if (snprintf(buf, len, "its process exited with the communicator open, after: %s", last) <
+        0)
+      buf[0] = '\0';
+  }
   else if (at_exit)
     snprintf(buf, len, "its process exited with the communicator open");
   else if (last[0] != '\0')
@@ -141,14 +160,12 @@ static void boot_leave(struct brd_boot *boot, const char *why) {
  * the connection close and say the rank is gone. */
 __attribute__((destructor)) static void boots_exit(void) {
   char why[LEAVE_TEXT_MAX + 1];
-  int have_why = 0;
   if (pthread_mutex_trylock(&boots_lock) != 0) return;
   for (struct brd_boot *b = boots; b != NULL; b = b->live_next) {
     if (b->pid != (int)getpid() || b->left || b->nranks < 2 ||
         atomic_load_explicit(&b->busy, memory_order_acquire) != 0)
       continue;
-    if (!have_why) leave_why(1, why, sizeof(why));
-    have_why = 1;
+    leave_why(b, 1, why, sizeof(why));
     boot_leave(b, why);
   }
   pthread_mutex_unlock(&boots_lock);
@@ -310,7 +327,7 @@ void brd_boot_destroy(struct brd_boot *boot) {
   boots_del(boot);
   if (!boot->left && boot->nranks > 1 && (flag_set(boot->abort) || boot->failed)) {
     char why[LEAVE_TEXT_MAX + 1];
-    leave_why(0, why, sizeof(why));
+    leave_why(boot, 0, why, sizeof(why));
     boot_leave(boot, why);
   }
   while (boot->unexpected != NULL) {

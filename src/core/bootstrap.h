@@ -98,9 +98,16 @@ ncclResult_t brd_boot_create_child(struct brd_boot *parent, uint32_t seq, int co
 
 /* Closes every socket and frees. When the owner's abort flag is set or an
  * operation on boot failed, it first tells the ring neighbours why (the
- * process's last WARN), without waiting. Local only: never waits on a
+ * first failure noted on boot, else the destroying thread's last WARN),
+ * without waiting. Local only: never waits on a
  * peer. NULL is a no-op. The caller must be the only user of boot. */
 void brd_boot_destroy(struct brd_boot *boot);
+
+/* Notes why the communicator of boot failed (its proxy's WARN), for the
+ * leave frame brd_boot_destroy sends; the first note wins (a failed
+ * bootstrap operation notes its own WARN). Any thread, while boot is
+ * alive; never blocks. NULL boot is a no-op. */
+void brd_boot_note_failure(struct brd_boot *boot, const char *why);
 
 /* While extra is linked, every operation on boot also stops when *extra is
  * set (a child being created from boot links its own abort flag). NULL

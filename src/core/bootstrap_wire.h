@@ -112,6 +112,9 @@ struct brd_boot {
   union brd_sock_addr *peer_addrs;    /* owned: nranks listeners */
   struct unexpected *unexpected;      /* owned: connections not yet received */
   int failed;                         /* an operation failed (not by abort) */
+  _Atomic int why_state;              /* 0: none; 1: being written; 2: why set */
+  char why[BRD_BOOT_WHY_LEN];         /* this communicator's own failure, for
+                                       * the leave frame (brd_boot_note_failure) */
   int left;                           /* the leave frames went out */
   uint8_t torn[2];                    /* [0] ring_next, [1] ring_prev: a frame
                                        * was sent only in part */

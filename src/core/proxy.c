@@ -83,6 +83,8 @@ typedef struct port {
   int bye_seen;           /* the peer said it is done */
   int dead;               /* no more traffic on this port */
   int64_t send_broken_ns; /* when a send failed (0: none) */
+  char net_said[512];     /* the net's WARN about the connection that failed
+                           * ("" when it gave none); the proxy thread's */
 } port_t;
 
 /* The trigger a FIFO's drain is in the middle of. */
@@ -124,25 +126,25 @@ static int port_failed(const port_t *pt) {
 }
 
 /* The first failure of the proxy: WARNs it once and wakes every put.
- * lost >= 0: pt's peer gave up because it lost rank `lost` (REC_FAIL). */
+ * lost >= 0: pt's peer gave up because it lost rank `lost` (REC_FAIL).
+ * net_said: what the net said about pt's failed connection, or NULL/""
+ * when the failure is not the net's or the net gave no reason. */
 static void proxy_fail(brd_proxy_t *px, port_t *pt, ncclResult_t res, const char *what,
-                       int lost) {
+                       int lost, const char *net_said) {
   int expected = 0;
   __atomic_store_n(&pt->dead, 1, __ATOMIC_RELEASE);
   if (__atomic_compare_exchange_n(&px->failed, &expected, (int)res, 0, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
     char addr[BRD_SOCK_ADDR_STRLEN];
-    /* The last WARN: the net's, when it reported the failure itself. */
-    const char *net_said = brd_log_last_error();
     brd_sock_addr_str(brd_boot_peer_addr(px->comm->boot, pt->peer), addr);
     __atomic_store_n(&px->culprit, lost >= 0 ? lost : pt->peer, __ATOMIC_RELEASE);
     if (lost >= 0)
       snprintf(px->why, sizeof(px->why), "rank %d: rank %d (host %s) stopped because it lost "
                "rank %d; every launch on this communicator now fails. Check why rank %d "
                "exited or became unreachable", px->comm->rank, pt->peer, addr, lost, lost);
-    else if (strncmp(net_said, "NET/", 4) == 0)
-      /* The net has just said why (a port down, a completion error): that
-       * is the cause, with its own fix. */
+    else if (net_said != NULL && net_said[0] != '\0')
+      /* The net said why this connection failed (a port down, a
+       * completion error): that is the cause, with its own fix. */
       snprintf(px->why, sizeof(px->why), "rank %d: the network connection to rank %d (host "
                "%s, net %s) failed: %s: %s; every launch on this communicator now fails",
                px->comm->rank, pt->peer, addr, px->net->name, what, net_said);
@@ -153,6 +155,9 @@ static void proxy_fail(brd_proxy_t *px, port_t *pt, ncclResult_t res, const char
                "rank is alive and that NCCL_SOCKET_IFNAME names an interface that reaches "
                "every host", px->comm->rank, pt->peer, addr, px->net->name, what);
     __atomic_store_n(&px->why_set, 1, __ATOMIC_RELEASE);
+    /* The communicator's own record: what its bootstrap tells the ring
+     * when it leaves. */
+    brd_boot_note_failure(px->comm->boot, px->why);
     WARN("%s", px->why);
   }
   for (int r = 0; r < px->nranks; r++) {
@@ -302,7 +307,7 @@ static int fifo_drain(brd_proxy_t *px, int fi) {
           (cur->kind == BRD_EXEC_PUT_SEM && cur->len > sizeof(cur->val))) {
         proxy_fail(px, px->ports[cur->peer >= 0 && cur->peer < px->nranks &&
                                          px->ports[cur->peer] != NULL ? cur->peer : px->first],
-                   ncclInternalError, "a trigger outside every port's window", -1);
+                   ncclInternalError, "a trigger outside every port's window", -1, NULL);
         return busy;
       }
     }
@@ -332,12 +337,12 @@ static ncclResult_t apply(port_t *pt, const char *msg, size_t bytes) {
     if (h.kind == REC_BYE) {
       __atomic_store_n(&pt->bye_seen, 1, __ATOMIC_RELEASE);
     } else if (h.kind == REC_FAIL) {
-      proxy_fail(px, pt, ncclRemoteError, "", (int)h.off);
+      proxy_fail(px, pt, ncclRemoteError, "", (int)h.off, NULL);
       return ncclRemoteError;
     } else if (at + sizeof(h) + h.len > bytes || h.off > px->bytes ||
                h.len > px->bytes - h.off) {
       proxy_fail(px, pt, ncclInternalError, "a damaged message (a write outside the window)",
-                 -1);
+                 -1, NULL);
       return ncclInternalError;
     } else if (h.kind == REC_DATA) {
       memcpy(px->own + h.off, data, h.len);
@@ -363,18 +368,23 @@ static ncclResult_t apply(port_t *pt, const char *msg, size_t bytes) {
   return ncclSuccess;
 }
 
-/* A net call on pt failed: the end of a peer that said BYE is normal; a
- * failed send waits a little for the BYE that may be in flight. */
-static void net_error(port_t *pt, int is_send, ncclResult_t res, const char *what) {
+/* A net call on comm (one of pt's) failed: the end of a peer that said
+ * BYE is normal; a failed send waits a little for the BYE that may be in
+ * flight. What the net said about comm is taken now, on the thread that
+ * made the call, before any other call can replace it. */
+static void net_error(port_t *pt, void *comm, int is_send, ncclResult_t res, const char *what) {
+  const brd_net_ops_t *net = pt->px->net;
   if (__atomic_load_n(&pt->bye_seen, __ATOMIC_ACQUIRE)) {
     __atomic_store_n(&pt->dead, 1, __ATOMIC_RELEASE);
     return;
   }
+  if (pt->net_said[0] == '\0' && net->why != NULL)
+    (void)net->why(comm, pt->net_said, sizeof(pt->net_said));
   if (is_send) {
     if (pt->send_broken_ns == 0) pt->send_broken_ns = brd_time_now_ns();
     return;
   }
-  proxy_fail(pt->px, pt, res, what, -1);
+  proxy_fail(pt->px, pt, res, what, -1, pt->net_said);
 }
 
 /* One pass over one port. Returns 1 when something happened. */
@@ -390,7 +400,7 @@ static int port_progress(port_t *pt) {
     }
     if (brd_time_now_ns() - pt->send_broken_ns > SEND_BROKEN_GRACE_NS)
       proxy_fail(px, pt, ncclRemoteError, "a send failed and the peer never said it was done",
-                 -1);
+                 -1, pt->net_said);
   } else {
     /* Close the open slot when everything before it is posted. */
     pthread_mutex_lock(&pt->mu);
@@ -404,7 +414,7 @@ static int port_progress(port_t *pt) {
       ncclResult_t res = net->isend(pt->send_comm, pt->sbuf + (pt->post % NSEND) * SLOT_BYTES,
                                     s->fill, 0, pt->send_mh, NULL, &req);
       if (res != ncclSuccess) {
-        net_error(pt, 1, res, "isend");
+        net_error(pt, pt->send_comm, 1, res, "isend");
         return 1;
       }
       if (req == NULL) break; /* the net is full: later */
@@ -419,7 +429,7 @@ static int port_progress(port_t *pt) {
       int done = 0, size = 0;
       ncclResult_t res = net->test(s->req, &done, &size);
       if (res != ncclSuccess) {
-        net_error(pt, 1, res, "a send");
+        net_error(pt, pt->send_comm, 1, res, "a send");
         return 1;
       }
       if (!done) break;
@@ -443,7 +453,7 @@ static int port_progress(port_t *pt) {
     void *req = NULL;
     ncclResult_t res = net->irecv(pt->recv_comm, 1, &data, &size, &tag, &pt->recv_mh, NULL, &req);
     if (res != ncclSuccess) {
-      net_error(pt, 0, res, "irecv");
+      net_error(pt, pt->recv_comm, 0, res, "irecv");
       return 1;
     }
     if (req == NULL) break;
@@ -453,8 +463,8 @@ static int port_progress(port_t *pt) {
     int done = 0, size = 0;
     ncclResult_t res = net->test(pt->rreq[pt->rnext % NRECV], &done, &size);
     if (res != ncclSuccess) {
-      net_error(pt, 0, res, "a receive (the connection closed or timed out before the peer "
-                            "was done; the net's warning before this one says which)");
+      net_error(pt, pt->recv_comm, 0, res, "a receive (the connection closed or timed out "
+                "before the peer was done)");
       return 1;
     }
     if (!done) break;

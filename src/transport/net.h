@@ -4,7 +4,8 @@
  * external net plugin (net_plugin.c adapts ncclNet_v6 .. v12 to it).
  *
  * The table has ncclNet_v12's members, in its order and with its
- * semantics (plugins.md §1.3 and §1.5): init once per communicator with a
+ * semantics (plugins.md §1.3 and §1.5), then one of Braid's own (why: what
+ * the net said when a connection failed): init once per communicator with a
  * context; listen never blocks; connect and accept are retried until they
  * return a comm; isend/irecv may return a NULL request ("retry later");
  * test until done; matching is in order per connection; a receive may be
@@ -110,6 +111,14 @@ typedef struct brd_net_ops {
   ncclResult_t (*makeVDevice)(int *d, brd_net_vprops_t *props);
   ncclResult_t (*finalize)(void *ctx);
   ncclResult_t (*setNetAttr)(void *ctx, brd_net_attr_t *attr);
+  /* Braid's own, after ncclNet_v12's members. Copies into buf (n bytes,
+   * NUL-terminated) the WARN this net gave when comm (a send or receive
+   * comm) failed, and returns its length; 0 when the net gave none for it
+   * (a quiet close, or no failure). Call it on the thread whose call on comm
+   * (or on one of comm's requests) just failed, before that thread calls
+   * the net again: an external plugin's record is that thread's last failed
+   * call (net_plugin.c). NULL: the net keeps no record. Never blocks. */
+  size_t (*why)(void *comm, char *buf, size_t n);
 } brd_net_ops_t;
 
 /* The built-in socket net ("Socket", net_socket.c). */
@@ -119,6 +128,13 @@ extern const brd_net_ops_t brd_net_socket;
  * init (debug.c's sink, with NCCL's levels and subsystem bits). */
 void brd_net_log(int level, unsigned long flags, const char *file, int line,
                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* While buf is not NULL, the first WARN a net logs through brd_net_log on
+ * the calling thread is copied into buf (n bytes; the caller sets buf[0] to
+ * NUL first); NULL stops. Only this thread's messages: a plugin's message
+ * logged from another thread is not attributed to the call. The external
+ * plugin adapter brackets each plugin call with it. */
+void brd_net_log_capture(char *buf, size_t n);
 
 /* The net this process uses, chosen on the first call (net_plugin.c):
  * NCCL_NET_PLUGIN's libraries first (NCCL's loader rules), then the

@@ -764,6 +764,7 @@ struct ib_comm {
   uint64_t post_seq;          /* next group */
   _Atomic int error;          /* sticky ncclResult_t */
   int fail_claimed;
+  char why[512];              /* the failure's WARN ("" when quiet) */
   char peer_name[BRD_SOCK_ADDR_STRLEN];
   ib_grp_t grp[IB_NREQ];
   ib_req_t reqs[IB_NCTS];
@@ -803,10 +804,12 @@ static ncclResult_t comm_fail(ib_comm_t *c, ncclResult_t res, int quiet, const c
     (void)vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     c->fail_claimed = 1;
-    if (quiet)
+    if (quiet) {
       INFO(BRD_SUBSYS_NET, "%s", msg);
-    else
+    } else {
       WARN("%s", msg);
+      if (snprintf(c->why, sizeof(c->why), "%s", msg) < 0) c->why[0] = '\0'; /* cut to fit */
+    }
     atomic_store(&c->error, (int)res);
     return res;
   }
@@ -2059,6 +2062,15 @@ static ncclResult_t ib_test(void *request, int *done, int *sizes) {
   return ncclSuccess;
 }
 
+/* The why member: the comm's WARN once it failed. The caller's thread is
+ * the one that made the failing call (comms fail only inside calls). */
+static size_t ib_why(void *comm, char *buf, size_t n) {
+  ib_comm_t *c = comm;
+  if (c == NULL || n == 0 || atomic_load(&c->error) == ncclSuccess) return 0;
+  snprintf(buf, n, "%s", c->why);
+  return strlen(buf);
+}
+
 static ncclResult_t ib_close(void *comm) {
   comm_destroy(comm);
   return ncclSuccess;
@@ -2097,4 +2109,5 @@ const brd_net_ops_t brd_net_ib = {
     .makeVDevice = NULL,
     .finalize = ib_finalize,
     .setNetAttr = NULL,
+    .why = ib_why,
 };

@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +40,7 @@
  * (makeVDevice) is checked here. */
 _Static_assert(sizeof(brd_net_vprops_t) == sizeof(ncclNetVDeviceProps_v12_t), "vprops");
 _Static_assert(sizeof(brd_net_attr_t) == sizeof(ncclNetAttr_v12_t), "attr");
-_Static_assert(sizeof(brd_net_ops_t) == sizeof(ncclNet_v12_t), "ops");
+_Static_assert(offsetof(brd_net_ops_t, why) == sizeof(ncclNet_v12_t), "ops: v12's, then why");
 _Static_assert(BRD_NET_MAX_DEVS_PER_NIC == NCCL_NET_MAX_DEVS_PER_NIC_V12, "devs per nic");
 
 typedef union {
@@ -93,33 +95,70 @@ static const char *res_name(ncclResult_t r) {
   }
 }
 
-/* A plugin call failed: say which plugin, which call and what it means. */
-static ncclResult_t failed(const brd_net_plugin_t *p, const char *call, ncclResult_t r) {
+/* What this thread's last failed plugin call said (the why member): the
+ * adapter's WARN and the plugin's own first WARN during that call, or ""
+ * when neither WARNed (a quiet remote end). Per thread, as the proxy reads
+ * it right after the failed call: the plugin's comms are its own, and
+ * test() names a request, not a comm, so there is nothing per connection
+ * to hang it on. Every failing path of an adapter call rewrites it. */
+static _Thread_local char ad_said[768];
+
+/* A failure the adapter WARNs about itself: WARNs once and records it. */
+static ncclResult_t ad_warn(ncclResult_t r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static ncclResult_t ad_warn(ncclResult_t r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  (void)vsnprintf(ad_said, sizeof(ad_said), fmt, ap);
+  va_end(ap);
+  WARN("%s", ad_said);
+  return r;
+}
+
+/* A plugin call failed: say which plugin, which call and what it means;
+ * plugin_said is the plugin's own first WARN during the call ("" if none). */
+static ncclResult_t failed(const brd_net_plugin_t *p, const char *call, ncclResult_t r,
+                           const char *plugin_said) {
   const char *hint = r == ncclRemoteError   ? "the peer closed or the network failed"
                      : r == ncclSystemError ? "a system call or the NIC failed"
                      : r == ncclInternalError
                          ? "the plugin reports misuse"
                          : "see the plugin's own messages above";
+  char msg[256];
+  snprintf(msg, sizeof(msg), "NET/Plugin: %s (v%d) %s failed: %s (%s)", p->name, p->version,
+           call, res_name(r), hint);
   /* A remote error in the data path is the peer's end, which may be its
-   * normal goodbye: the proxy decides and WARNs; here it is INFO. */
-  if (r == ncclRemoteError && (strcmp(call, "test") == 0 || strcmp(call, "isend") == 0 ||
-                                strcmp(call, "irecv") == 0))
-    INFO(BRD_SUBSYS_NET, "NET/Plugin: %s (v%d) %s failed: %s (%s)", p->name, p->version, call,
-         res_name(r), hint);
+   * normal goodbye: the proxy decides and WARNs; here it is INFO, and it is
+   * the connection's failure only when the plugin itself WARNed. */
+  int quiet = r == ncclRemoteError && (strcmp(call, "test") == 0 ||
+                                        strcmp(call, "isend") == 0 || strcmp(call, "irecv") == 0);
+  if (quiet)
+    INFO(BRD_SUBSYS_NET, "%s", msg);
   else
-    WARN("NET/Plugin: %s (v%d) %s failed: %s (%s)", p->name, p->version, call,
-         res_name(r), hint);
+    WARN("%s", msg);
+  if (plugin_said[0] != '\0')
+    snprintf(ad_said, sizeof(ad_said), "%s; the plugin said: %s", msg, plugin_said);
+  else if (quiet)
+    ad_said[0] = '\0';
+  else
+    snprintf(ad_said, sizeof(ad_said), "%s", msg);
   return r;
 }
+
+/* Calls the plugin, keeping what it WARNs on this thread meanwhile. */
 #define PCALL(p, what, expr)                                                  \
   do {                                                                        \
+    char pc_said_[384];                                                       \
+    pc_said_[0] = '\0';                                                       \
+    brd_net_log_capture(pc_said_, sizeof(pc_said_));                          \
     ncclResult_t pc_r_ = (expr);                                              \
-    if (pc_r_ != ncclSuccess) return failed((p), (what), pc_r_);              \
+    brd_net_log_capture(NULL, 0);                                             \
+    if (pc_r_ != ncclSuccess) return failed((p), (what), pc_r_, pc_said_);    \
   } while (0)
 
 static ncclResult_t not_ready(const brd_net_plugin_t *p, const char *call) {
-  WARN("NET/Plugin: %s: %s called before init (call init first)", p->name, call);
-  return ncclInternalError;
+  return ad_warn(ncclInternalError, "NET/Plugin: %s: %s called before init (call init first)",
+                 p->name, call);
 }
 #define NEED_READY(p, call)                                                   \
   do {                                                                        \
@@ -325,7 +364,7 @@ static ncclResult_t ad_finalize(void *ctx) {
   p->live--;
   pthread_mutex_unlock(&p->mu);
   free(c);
-  if (res != ncclSuccess) return failed(p, "finalize", res);
+  if (res != ncclSuccess) return failed(p, "finalize", res, "");
   return ncclSuccess;
 }
 
@@ -378,11 +417,11 @@ static ncclResult_t ad_accept(brd_net_plugin_t *p, void *listen_comm, void **rec
 
 static ncclResult_t too_big(const brd_net_plugin_t *p, const char *call, size_t size,
                             size_t limit) {
-  WARN("NET/Plugin: %s is a v%d plugin, whose %s takes an int size: %zu bytes exceed its "
-       "limit of %zu (Braid splits transfers at maxP2pBytes; register smaller buffers or "
-       "use a plugin built for ncclNet_v9 or newer)",
-       p->name, p->version, call, size, limit);
-  return ncclInternalError;
+  return ad_warn(ncclInternalError,
+                 "NET/Plugin: %s is a v%d plugin, whose %s takes an int size: %zu bytes exceed "
+                 "its limit of %zu (Braid splits transfers at maxP2pBytes; register smaller "
+                 "buffers or use a plugin built for ncclNet_v9 or newer)",
+                 p->name, p->version, call, size, limit);
 }
 
 static ncclResult_t ad_reg_mr(brd_net_plugin_t *p, void *comm, void *data, size_t size,
@@ -441,11 +480,9 @@ static ncclResult_t ad_irecv(brd_net_plugin_t *p, void *recv_comm, int n, void *
   case 7:
   case 8: {
     int isz[BRD_NET_MAX_REQUESTS];
-    if (n < 0 || n > BRD_NET_MAX_REQUESTS) {
-      WARN("NET/Plugin: %s: irecv of %d buffers (at most %d)", p->name, n,
-           BRD_NET_MAX_REQUESTS);
-      return ncclInternalError;
-    }
+    if (n < 0 || n > BRD_NET_MAX_REQUESTS)
+      return ad_warn(ncclInternalError, "NET/Plugin: %s: irecv of %d buffers (at most %d)",
+                     p->name, n, BRD_NET_MAX_REQUESTS);
     for (int i = 0; i < n; i++) {
       if (sizes[i] > (size_t)MAX_NET_SIZE)
         return too_big(p, "irecv", sizes[i], (size_t)MAX_NET_SIZE);
@@ -485,10 +522,9 @@ static ncclResult_t ad_close(brd_net_plugin_t *p, int which, void *comm) {
   static const char *const what[] = {"closeSend", "closeRecv", "closeListen"};
   NEED_READY(p, what[which]);
   const ncclNet_v12_t *f = &p->fn.v12;
-  ncclResult_t r = which == 0 ? f->closeSend(comm)
-                   : which == 1 ? f->closeRecv(comm)
-                                : f->closeListen(comm);
-  if (r != ncclSuccess) return failed(p, what[which], r);
+  PCALL(p, what[which], which == 0   ? f->closeSend(comm)
+                        : which == 1 ? f->closeRecv(comm)
+                                     : f->closeListen(comm));
   return ncclSuccess;
 }
 
@@ -521,6 +557,15 @@ static ncclResult_t ad_make_vdevice(brd_net_plugin_t *p, int *d, brd_net_vprops_
   for (int i = 0; i < props->ndevs; i++) old.devs[i] = props->devs[i];
   PCALL(p, "makeVDevice", p->fn.v9.makeVDevice(d, &old));
   return ncclSuccess;
+}
+
+/* The why member: this thread's last failed call (ad_said), whichever
+ * connection it was on. */
+static size_t ad_why(void *comm, char *buf, size_t n) {
+  (void)comm;
+  if (n == 0) return 0;
+  snprintf(buf, n, "%s", ad_said);
+  return strlen(buf);
 }
 
 static ncclResult_t ad_set_net_attr(void *ctx, brd_net_attr_t *attr) {
@@ -589,6 +634,7 @@ static ncclResult_t ad_set_net_attr(void *ctx, brd_net_attr_t *attr) {
     .closeRecv = s##k##_crecv, .closeListen = s##k##_clisten,                             \
     .getDeviceMr = s##k##_devmr, .irecvConsumed = s##k##_consumed,                        \
     .makeVDevice = s##k##_vdev, .finalize = ad_finalize, .setNetAttr = ad_set_net_attr,   \
+    .why = ad_why,                                                                        \
   }
 
 SLOT_FUNCS(0)

@@ -331,6 +331,8 @@ typedef struct sock_comm {
   _Atomic int stop;
   _Atomic int error;               /* sticky ncclResult_t of the first failure */
   _Atomic int fail_claimed;        /* set by the one that WARNs about it */
+  char why[512];                   /* that WARN ("" when quiet), written
+                                    * before error is published */
   int quiet_close;                 /* the failure is a close between messages */
   int next_sock;                   /* next data socket a piece goes to */
   uint32_t post_seq, ctrl_seq;     /* next message to post / on the control socket */
@@ -433,10 +435,12 @@ static ncclResult_t comm_fail(sock_comm_t *c, ncclResult_t res, const char *fmt,
     va_end(ap);
     /* A peer that closed between messages may simply be done: the caller
      * decides whether that is a failure, and WARNs if so. */
-    if (c->quiet_close)
+    if (c->quiet_close) {
       SOCK_INFO(BRD_SUBSYS_NET, "%s", msg);
-    else
+    } else {
       SOCK_WARN("%s", msg);
+      if (snprintf(c->why, sizeof(c->why), "%s", msg) < 0) c->why[0] = '\0'; /* cut to fit */
+    }
     /* Published after the WARN: whoever sees the error finds the text. */
     atomic_store(&c->error, (int)res);
     return res;
@@ -1187,6 +1191,15 @@ static ncclResult_t sock_test(void *request, int *done, int *sizes) {
   return ncclSuccess;
 }
 
+/* The why member: the comm's WARN, once its failure is published (the
+ * helper threads may be the ones that failed it). */
+static size_t sock_why(void *comm, char *buf, size_t n) {
+  sock_comm_t *c = comm;
+  if (c == NULL || n == 0 || atomic_load(&c->error) == ncclSuccess) return 0;
+  snprintf(buf, n, "%s", c->why);
+  return strlen(buf);
+}
+
 static ncclResult_t sock_close(void *comm) {
   comm_destroy(comm);
   return ncclSuccess;
@@ -1226,4 +1239,5 @@ const brd_net_ops_t brd_net_socket = {
     .makeVDevice = NULL,
     .finalize = sock_finalize,
     .setNetAttr = NULL,
+    .why = sock_why,
 };

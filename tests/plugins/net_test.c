@@ -328,6 +328,11 @@ static req_t *req_post(comm_t *c, int send, void *buf, size_t size) {
     r->cap = size;
     r->size = size;
     r->hdr = size;
+    /* A header that promises more than was sent: the receiver's buffer
+     * is too small for it. */
+    if (send && size >= (size_t)env_int("NETTEST_FAULT_MIN", 0) &&
+        strcmp(fault(), "oversize") == 0)
+      r->hdr = (uint64_t)size + ((uint64_t)1 << 40);
     c->q[(c->head + c->n) % NREQ] = i;
     c->n++;
     return r;
@@ -338,7 +343,8 @@ static req_t *req_post(comm_t *c, int send, void *buf, size_t size) {
 /* Moves the head request forward; 1 when it completed (or failed). */
 static int step(comm_t *c, req_t *r) {
   if (r->send) {
-    int short_send = strcmp(fault(), "short_recv") == 0 && r->size > 1;
+    int short_send = strcmp(fault(), "short_recv") == 0 && r->size > 1 &&
+                     r->size >= (size_t)env_int("NETTEST_FAULT_MIN", 0);
     size_t body = short_send ? r->size / 2 : r->size;
     while (r->hdr_done < sizeof(r->hdr)) {
       ssize_t k = send(c->fd, (char *)&r->hdr + r->hdr_done, sizeof(r->hdr) - r->hdr_done,

@@ -11,6 +11,11 @@
  *                   short_recv      the sender sends half a message and
  *                                   closes; the receiver's test sees the
  *                                   connection close mid-message
+ *                   oversize        the sender's header claims 2^40 bytes
+ *                                   more than it sends; the receiver's
+ *                                   test fails (ncclInternalError)
+ *   NETTEST_FAULT_MIN short_recv and oversize only hit messages of at
+ *                   least this many bytes (default 0: every one)
  *   NETTEST_NDEV    devices() reports this many (default 1)
  *   NETTEST_DEVTYPE netDeviceType of every device (v7+, default 0: host)
  *   NETTEST_DEVVER  netDeviceVersion (default 0)

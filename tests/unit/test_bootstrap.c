@@ -668,8 +668,19 @@ static void test_dead_in_ring(void **state) {
  * the reason; rank 2 (its next) fails a receive from it alike; rank 3,
  * whose neighbours 0 and 2 fail and leave in turn, hears the reason
  * through them. Every survivor within seconds (the bootstrap timeout is
- * 20 s). A rank killed by a signal gives no reason (test_dead_in_ring). */
+ * 20 s). A rank killed by a signal gives no reason (test_dead_in_ring).
+ * The reason is the communicator's own, never another thread's WARN:
+ * mode 2 notes a failure on the bootstrap (as the proxy does) and mode 3
+ * aborts after its own WARN, each after another thread of the process
+ * WARNed about something else. */
 static int leave_by_exit;
+static int leave_mode; /* 0: abort, 1: exit, 2: noted failure, 3: other WARN, abort */
+
+static void *warn_unrelated(void *arg) {
+  (void)arg;
+  WARN("test: another communicator's trouble: gadget 9 jammed");
+  return NULL;
+}
 
 static int rank_leaving(struct rank_arg *a) {
   struct brd_boot *boot = NULL;
@@ -682,6 +693,13 @@ static int rank_leaving(struct rank_arg *a) {
   memset(all, 1, sizeof(all));
   if (a->rank == 1) {
     WARN("test: rank 1 cannot go on: widget 42 is missing");
+    if (leave_mode == 2)
+      brd_boot_note_failure(boot, "test: rank 1's proxy: widget 42 is missing its net");
+    if (leave_mode >= 2) {
+      pthread_t th;
+      if (pthread_create(&th, NULL, warn_unrelated, NULL) != 0) return 98;
+      pthread_join(th, NULL);
+    }
     if (leave_by_exit) {
       fflush(NULL);
       exit(0);
@@ -703,22 +721,25 @@ static int rank_leaving(struct rank_arg *a) {
 }
 
 static int body_leave_reason(void) {
-  for (leave_by_exit = 0; leave_by_exit < 2; leave_by_exit++) {
+  for (leave_mode = 0; leave_mode < 4; leave_mode++) {
+    leave_by_exit = leave_mode == 1;
     memset(sh, 0, sizeof(*sh));
     run_ranks(NULL, 1, 4, 4, 1, rank_leaving, NULL);
     for (int r = 0; r < 4; r++) {
       if (r == 1) continue;
       if (sh->res[r] != 100 + ncclRemoteError)
-        FAILX("exit %d: rank %d returned %d: %s", leave_by_exit, r, sh->res[r], sh->err[r]);
+        FAILX("mode %d: rank %d returned %d: %s", leave_mode, r, sh->res[r], sh->err[r]);
       if (sh->elapsed_ns[r] > 5000000000LL)
-        FAILX("exit %d: rank %d took %lld ns", leave_by_exit, r, (long long)sh->elapsed_ns[r]);
+        FAILX("mode %d: rank %d took %lld ns", leave_mode, r, (long long)sh->elapsed_ns[r]);
       /* The neighbours name rank 1; rank 3 names whichever neighbour
        * left first, whose reason names rank 1. All carry the text. */
       if (strstr(sh->err[r], " left: ") == NULL ||
           strstr(sh->err[r], "widget 42 is missing") == NULL ||
           (r != 3 && strstr(sh->err[r], "rank 1 ") == NULL) ||
-          (leave_by_exit && strstr(sh->err[r], "exited with the communicator open") == NULL))
-        FAILX("exit %d: rank %d's error does not carry rank 1's reason: %s", leave_by_exit, r,
+          (leave_by_exit && strstr(sh->err[r], "exited with the communicator open") == NULL) ||
+          (leave_mode == 2 && strstr(sh->err[r], "proxy: widget 42 is missing its net") == NULL) ||
+          strstr(sh->err[r], "gadget 9") != NULL)
+        FAILX("mode %d: rank %d's error does not carry rank 1's reason: %s", leave_mode, r,
               sh->err[r]);
     }
   }

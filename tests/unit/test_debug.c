@@ -303,6 +303,30 @@ static void test_last_error_threads(void **state) {
   assert_string_equal(seen, "set in main");
 }
 
+static void *own_thread(void *arg) {
+  char *copy = arg;
+  snprintf(copy, 64, "[%s]", brd_log_thread_last_error());
+  WARN("own %d", 8);
+  snprintf(copy + strlen(copy), 64 - strlen(copy), "[%s]", brd_log_thread_last_error());
+  return NULL;
+}
+
+/* Each thread's own last WARN: another thread's later WARN is the
+ * process's last error but not this thread's; a NOWARN probe is neither. */
+static void test_thread_last_error(void **state) {
+  (void)state;
+  pthread_t t;
+  char seen[64] = "";
+  WARN("main's %d", 1);
+  assert_int_equal(pthread_create(&t, NULL, own_thread, seen), 0);
+  assert_int_equal(pthread_join(t, NULL), 0);
+  assert_string_equal(seen, "[][own 8]");
+  assert_string_equal(brd_log_last_error(), "own 8");
+  assert_string_equal(brd_log_thread_last_error(), "main's 1");
+  NOWARN(WARN("probe %d", 2), BRD_SUBSYS_NET);
+  assert_string_equal(brd_log_thread_last_error(), "main's 1");
+}
+
 static void test_set_last_error_does_not_print(void **state) {
   (void)state;
   log_to_file("TRACE", "ALL");
@@ -506,6 +530,7 @@ int main(void) {
       cmocka_unit_test_setup(test_abort_level_logs_like_info, setup),
       cmocka_unit_test_setup(test_concurrent_lines_stay_whole, setup),
       cmocka_unit_test_setup(test_banner_once, setup),
+      cmocka_unit_test_setup(test_thread_last_error, setup),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

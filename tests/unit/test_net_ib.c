@@ -895,6 +895,16 @@ static void completion_error(const char *status, ncclResult_t want) {
                                    ? "IBV_WC_RETRY_EXC_ERR" : "IBV_WC_REM_ACCESS_ERR"));
   assert_non_null(strstr(last, "local GID fe80::"));
   assert_non_null(strstr(last, "remote GID fe80::"));
+  /* The failed comm keeps that WARN as its own (the why member); the
+   * other end's record, if any, is its own too. */
+  char why[600], why_r[600];
+  size_t nw = net->why(k.scomm, why, sizeof(why));
+  size_t nr = net->why(k.rcomm, why_r, sizeof(why_r));
+  assert_true(nw > 0 || nr > 0);
+  if (nw == 0) memcpy(why, why_r, sizeof(why));
+  assert_non_null(strstr(why, "QP "));
+  assert_non_null(strstr(why, status[0] == 'R' && status[1] == 'E' && status[2] == 'T'
+                                  ? "IBV_WC_RETRY_EXC_ERR" : "IBV_WC_REM_ACCESS_ERR"));
   env("BRAID_MOCK_IB_FAIL_AFTER", NULL);
   env("BRAID_MOCK_IB_FAIL_STATUS", NULL);
   /* The comm stays failed; a fresh one works. */
@@ -907,6 +917,9 @@ static void completion_error(const char *status, ncclResult_t want) {
   assert_int_equal(net->regMr(k.scomm, s, sizeof(s), BRD_NET_PTR_HOST, &smh), ncclSuccess);
   assert_int_equal(net->regMr(k.rcomm, r, sizeof(r), BRD_NET_PTR_HOST, &rmh), ncclSuccess);
   assert_int_equal(transfer(&k, s, 100, smh, r, 100, rmh, &got), ncclSuccess);
+  /* A fresh comm has no failure to tell, whatever the process's last error. */
+  assert_int_equal(net->why(k.scomm, why, sizeof(why)), 0);
+  assert_int_equal(net->why(k.rcomm, why, sizeof(why)), 0);
   net->deregMr(k.scomm, smh);
   net->deregMr(k.rcomm, rmh);
   conn_close(&k);
@@ -963,6 +976,12 @@ static void test_port_down(void **state) {
   assert_int_equal(transfer(&k, s, 10, smh, r, 10, rmh, &got), ncclSystemError);
   assert_true(now_s() - t0 < 5);
   assert_non_null(strstr(ncclGetLastError(NULL), "IBV_EVENT_PORT_ERR"));
+  /* The port's event, seen by a comm on it: that comm's own record. */
+  char why[600], why_r[600];
+  size_t nw = net->why(k.scomm, why, sizeof(why));
+  size_t nr = net->why(k.rcomm, why_r, sizeof(why_r));
+  assert_true(nw > 0 || nr > 0);
+  assert_non_null(strstr(nw > 0 ? why : why_r, "IBV_EVENT_PORT_ERR"));
   net->deregMr(k.scomm, smh);
   net->deregMr(k.rcomm, rmh);
   conn_close(&k);

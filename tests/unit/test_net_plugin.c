@@ -10,7 +10,10 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -27,6 +31,10 @@
 
 #include "base/debug.h"
 #include "base/param.h"
+#include "core/comm.h"
+#include "core/proxy.h"
+#include "core/window.h"
+#include "nccl.h"
 #include "transport/net.h"
 #include "transport/net_plugin.h"
 
@@ -557,6 +565,194 @@ static void test_fault_init(void **state) {
   }
 }
 
+/* The why member: what this thread's failed call said, the adapter's words
+ * and the plugin's own message; a WARN another thread gives afterwards (and
+ * that thread's own view) does not change it. */
+static void *warn_elsewhere(void *arg) {
+  const brd_net_ops_t *net = arg;
+  char why[64];
+  brd_net_log(2, 0x10, __FILE__, __LINE__, "NET/Plugin: another thread's failure");
+  /* This thread made no failed call: nothing to say. */
+  return net->why(NULL, why, sizeof(why)) == 0 ? (void *)1 : NULL;
+}
+
+static void test_fault_why(void **state) {
+  (void)state;
+  tp_t t;
+  tp_load(&t, "testv12", 12);
+  void *ctx = NULL;
+  assert_int_equal(t.net->init(&ctx, 1, NULL, brd_net_log, NULL), ncclSuccess);
+  assert_non_null(t.net->why);
+  conn_t cn;
+  assert_int_equal(conn_open(t.net, ctx, &cn), ncclSuccess);
+  char why[768];
+  /* A plugin that says nothing, returning an error: the adapter's words. */
+  setenv("NETTEST_FAULT", "test_error", 1);
+  assert_int_equal(transfer(t.net, &cn, 1000), ncclSystemError);
+  unsetenv("NETTEST_FAULT");
+  assert_true(t.net->why(cn.r, why, sizeof(why)) > 0);
+  if (strstr(why, "TestNet_v12 (v12) test failed: ncclSystemError") == NULL ||
+      strstr(why, "nettest: injected test failure") == NULL)
+    fail_msg("why: %s", why);
+  /* Another thread's WARN afterwards: the process's last error, not this
+   * call's record. */
+  pthread_t th;
+  void *quiet = NULL;
+  assert_int_equal(pthread_create(&th, NULL, warn_elsewhere, (void *)t.net), 0);
+  assert_int_equal(pthread_join(th, &quiet), 0);
+  assert_ptr_equal(quiet, (void *)1);
+  expect_last_error("another thread's failure");
+  char again[768];
+  assert_int_equal(t.net->why(cn.r, again, sizeof(again)), strlen(why));
+  assert_string_equal(again, why);
+  conn_close(t.net, &cn);
+  /* A remote end: the adapter only notes it (INFO); the plugin's WARN
+   * during the call makes it a record. */
+  assert_int_equal(conn_open(t.net, ctx, &cn), ncclSuccess);
+  setenv("NETTEST_FAULT", "short_recv", 1);
+  assert_int_equal(transfer(t.net, &cn, 65536), ncclRemoteError);
+  unsetenv("NETTEST_FAULT");
+  assert_true(t.net->why(cn.r, why, sizeof(why)) > 0);
+  if (strstr(why, "ncclRemoteError") == NULL ||
+      strstr(why, "nettest: connection closed after 32768 of 65536 bytes") == NULL)
+    fail_msg("why: %s", why);
+  conn_close(t.net, &cn);
+  assert_int_equal(t.net->finalize(ctx), ncclSuccess);
+  tp_unload(&t);
+}
+
+/* ---- two communicators of one process fail at once, each its own way ----
+ *
+ * Process A holds rank 0 of two 2-rank communicators (a thread each);
+ * process B is rank 1 of the first and sends half a message and closes
+ * (short_recv), process C rank 1 of the second and sends a header that
+ * claims too much (oversize). Both run over the test plugin as "another
+ * host", so A's two proxies fail together, on their own threads, for
+ * different reasons: each proxy's failure must carry its own. */
+
+#define TWO_COUNT (1 << 20) /* 4 MiB: slot-sized messages, over NETTEST_FAULT_MIN */
+
+typedef struct {
+  ncclUniqueId id;
+  int result;
+  char why[1000];
+} two_rank_t;
+
+static void two_stage(const char *host, const char *fault) {
+  char lib[PATH_MAX];
+  lib_file(lib, sizeof(lib), "testv12");
+  brd_test_env_clear();
+  unsetenv("NETTEST_FAULT");
+  setenv("BRAID_DEVICE", "host", 1);
+  setenv("BRAID_HOSTID", host, 1);
+  setenv("BRAID_BOOTSTRAP_TIMEOUT", "20", 1);
+  setenv("BRAID_TIMEOUT", "20", 1);
+  setenv("NCCL_NET_PLUGIN", lib, 1);
+  if (fault != NULL) {
+    setenv("NETTEST_FAULT", fault, 1);
+    setenv("NETTEST_FAULT_MIN", "65536", 1);
+  }
+  brd_param_reload();
+  brd_net_reset();
+}
+
+static void two_fill(float *buf, int rank) {
+  for (int i = 0; i < TWO_COUNT; i++) buf[i] = (float)(rank + 1 + i % 7);
+}
+
+static void *two_rank0(void *arg) {
+  two_rank_t *t = arg;
+  ncclComm_t comm;
+  float *buf = malloc(TWO_COUNT * sizeof(float));
+  t->result = ncclCommInitRank(&comm, 2, t->id, 0);
+  if (t->result != ncclSuccess) {
+    snprintf(t->why, sizeof(t->why), "init failed: %s", brd_log_last_error());
+  } else {
+    two_fill(buf, 0);
+    t->result = ncclAllReduce(buf, buf, TWO_COUNT, ncclFloat, ncclSum, comm, NULL);
+    const char *why = comm->rt != NULL ? brd_proxy_failure(comm->rt->proxy) : NULL;
+    snprintf(t->why, sizeof(t->why), "%s", why != NULL ? why : "(the proxy did not fail)");
+    ncclCommAbort(comm);
+  }
+  free(buf);
+  return NULL;
+}
+
+static void two_peer(ncclUniqueId id, const char *fault) {
+  ncclComm_t comm;
+  two_stage("node-b", fault);
+  if (ncclCommInitRank(&comm, 2, id, 1) == ncclSuccess) {
+    float *buf = malloc(TWO_COUNT * sizeof(float));
+    two_fill(buf, 1);
+    (void)ncclAllReduce(buf, buf, TWO_COUNT, ncclFloat, ncclSum, comm, NULL);
+    ncclCommAbort(comm);
+    free(buf);
+  }
+  _exit(0);
+}
+
+static void test_two_comms_own_cause(void **state) {
+  (void)state;
+  two_rank_t t[2];
+  int fds[2];
+  pid_t pids[3];
+  memset(t, 0, sizeof(t));
+  two_stage("node-a", NULL);
+  assert_int_equal(ncclGetUniqueId(&t[0].id), ncclSuccess);
+  assert_int_equal(ncclGetUniqueId(&t[1].id), ncclSuccess);
+  assert_int_equal(pipe(fds), 0);
+  fflush(NULL);
+  for (int k = 0; k < 3; k++) {
+    pids[k] = fork();
+    assert_true(pids[k] >= 0);
+    if (pids[k] != 0) continue;
+    close(fds[0]);
+    if (k == 1) two_peer(t[0].id, "short_recv");
+    if (k == 2) two_peer(t[1].id, "oversize");
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+      if (pthread_create(&th[i], NULL, two_rank0, &t[i]) != 0) _exit(1);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    (void)!write(fds[1], t, sizeof(t));
+    _exit(0);
+  }
+  close(fds[1]);
+  struct pollfd pfd = {fds[0], POLLIN, 0};
+  int ready = poll(&pfd, 1, 60000);
+  ssize_t got = ready > 0 ? read(fds[0], t, sizeof(t)) : -1;
+  close(fds[0]);
+  for (int k = 0; k < 3; k++) {
+    int st;
+    long long end = now_ns() + 10 * SEC;
+    while (waitpid(pids[k], &st, WNOHANG) == 0) {
+      if (now_ns() > end) {
+        kill(pids[k], SIGKILL);
+        (void)waitpid(pids[k], &st, 0);
+        break;
+      }
+      usleep(10000);
+    }
+  }
+  env_clean();
+  brd_net_reset();
+  if (got != (ssize_t)sizeof(t)) fail_msg("process A gave no report within 60 s (a hang)");
+  for (int i = 0; i < 2; i++) printf("communicator %d: result %d: %s\n", i, t[i].result, t[i].why);
+  assert_int_not_equal(t[0].result, ncclSuccess);
+  assert_int_not_equal(t[1].result, ncclSuccess);
+  /* The first: B's half message, in the plugin's words. */
+  if (strstr(t[0].why, "network connection to rank 1") == NULL ||
+      strstr(t[0].why, "nettest: connection closed after") == NULL ||
+      strstr(t[0].why, "bytes for a") != NULL || strstr(t[0].why, "ncclInternalError") != NULL)
+    fail_msg("communicator 0 does not carry its own cause: %s", t[0].why);
+  /* The second: C's header, the adapter's and the plugin's words. */
+  if (strstr(t[1].why, "network connection to rank 1") == NULL ||
+      strstr(t[1].why, "test failed: ncclInternalError") == NULL ||
+      strstr(t[1].why, "bytes for a 262144-byte receive") == NULL ||
+      strstr(t[1].why, "connection closed after") != NULL ||
+      strstr(t[1].why, "ncclRemoteError") != NULL)
+    fail_msg("communicator 1 does not carry its own cause: %s", t[1].why);
+}
+
 /* ---- opening libraries ---- */
 
 static void test_load_names_and_paths(void **state) {
@@ -726,6 +922,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_fault_test_error, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fault_short_recv, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fault_init, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fault_why, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_two_comms_own_cause, setup, teardown),
       cmocka_unit_test_setup_teardown(test_load_names_and_paths, setup, teardown),
       cmocka_unit_test_setup_teardown(test_get_plugin_choice, setup, teardown),
       cmocka_unit_test_setup_teardown(test_get_default_is_quiet, setup, teardown),

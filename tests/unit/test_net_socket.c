@@ -98,6 +98,19 @@ static void net_close(void *ctx) {
 
 static int64_t deadline(void) { return brd_time_now_ns() + DEADLINE_NS; }
 
+/* A WARN through the net's logger from another thread. */
+static void *warn_elsewhere(void *arg) {
+  (void)arg;
+  test_logger(2, 0x10, __FILE__, __LINE__, "NET/Socket : a failure elsewhere");
+  return NULL;
+}
+#define SOCK_TEST_WARN_ELSEWHERE()                                            \
+  do {                                                                        \
+    pthread_t th_;                                                            \
+    assert_int_equal(pthread_create(&th_, NULL, warn_elsewhere, NULL), 0);    \
+    assert_int_equal(pthread_join(th_, NULL), 0);                             \
+  } while (0)
+
 typedef struct {
   void *listen, *send, *recv;
 } pair_t;
@@ -578,6 +591,77 @@ static void test_connect_refused(void **state) {
   net_close(ctx);
 }
 
+/* The why member, per connection: two connections that fail differently
+ * each keep their own WARN (one failed on a helper thread), a close
+ * between messages (quiet) and a healthy connection have none, and a WARN
+ * given afterwards elsewhere changes neither. */
+static ncclResult_t wait_fail(void *req, int64_t end) {
+  ncclResult_t res = ncclSuccess;
+  int done = 0;
+  while (res == ncclSuccess && !done) {
+    res = net->test(req, &done, NULL);
+    if (brd_time_now_ns() > end) fail_msg("no error after 30 s");
+  }
+  return res;
+}
+
+static void test_why_per_connection(void **state) {
+  (void)state;
+  void *ctx = net_open("NCCL_SOCKET_IFNAME", "lo", "NCCL_SOCKET_NTHREADS", "2",
+                       "NCCL_NSOCKS_PERTHREAD", "2", NULL);
+  pair_t a = pair_open(ctx), b = pair_open(ctx), q = pair_open(ctx), h = pair_open(ctx);
+  char why[600];
+  int64_t end = deadline();
+  assert_non_null(net->why);
+  /* a: a send larger than its receive. */
+  static uint8_t s300[300], r200[200];
+  fill(s300, sizeof(s300), 4);
+  void *sreq = post_send(a.send, s300, sizeof(s300));
+  int done = 0;
+  (void)net->test(sreq, &done, NULL);
+  assert_int_equal(wait_fail(post_recv(a.recv, r200, sizeof(r200)), end), ncclInvalidUsage);
+  /* b: the sender goes away in the middle of a striped message. */
+  size_t n = 32u << 20;
+  uint8_t *s = malloc(n), *r = malloc(n);
+  fill(s, n, 5);
+  sreq = post_send(b.send, s, n);
+  void *rreq = post_recv(b.recv, r, n);
+  done = 0;
+  for (int i = 0; i < 5 && !done; i++) assert_int_equal(net->test(sreq, &done, NULL), ncclSuccess);
+  assert_int_equal(done, 0);
+  assert_int_equal(net->closeSend(b.send), ncclSuccess);
+  assert_int_equal(wait_fail(rreq, end), ncclRemoteError);
+  /* q: the sender closes between messages: quiet, the caller decides. */
+  assert_int_equal(net->closeSend(q.send), ncclSuccess);
+  assert_int_equal(wait_fail(post_recv(q.recv, r200, sizeof(r200)), end), ncclRemoteError);
+  /* Another thread's WARN afterwards. */
+  SOCK_TEST_WARN_ELSEWHERE();
+  assert_true(net->why(a.recv, why, sizeof(why)) > 0);
+  if (strstr(why, "truncated") == NULL || strstr(why, "exited") != NULL ||
+      strstr(why, "elsewhere") != NULL)
+    fail_msg("connection a: %s", why);
+  assert_true(net->why(b.recv, why, sizeof(why)) > 0);
+  if (strstr(why, "the remote process may have exited") == NULL ||
+      strstr(why, "127.0.0.1") == NULL || strstr(why, "truncated") != NULL ||
+      strstr(why, "elsewhere") != NULL)
+    fail_msg("connection b: %s", why);
+  why[0] = 'x';
+  assert_int_equal(net->why(q.recv, why, sizeof(why)), 0);
+  assert_int_equal(net->why(h.send, why, sizeof(why)), 0);
+  assert_int_equal(net->why(h.recv, why, sizeof(why)), 0);
+  assert_int_equal(net->closeSend(a.send), ncclSuccess);
+  assert_int_equal(net->closeRecv(a.recv), ncclSuccess);
+  assert_int_equal(net->closeListen(a.listen), ncclSuccess);
+  assert_int_equal(net->closeRecv(b.recv), ncclSuccess);
+  assert_int_equal(net->closeListen(b.listen), ncclSuccess);
+  assert_int_equal(net->closeRecv(q.recv), ncclSuccess);
+  assert_int_equal(net->closeListen(q.listen), ncclSuccess);
+  pair_close(&h);
+  free(s);
+  free(r);
+  net_close(ctx);
+}
+
 /* Comms closed with requests still in flight free everything (ASan). */
 static void test_close_in_flight(void **state) {
   (void)state;
@@ -654,6 +738,7 @@ int main(void) {
       cmocka_unit_test(test_receiver_closed),
       cmocka_unit_test(test_connect_refused),
       cmocka_unit_test(test_close_in_flight),
+      cmocka_unit_test(test_why_per_connection),
       cmocka_unit_test(test_braid_logger),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
