@@ -30,8 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -247,7 +245,24 @@ out:
   free(expect);
 }
 
-static int run_rank(ncclUniqueId id, int n, int rank, int refuse, char *msg, size_t msglen) {
+/* One layout under one configuration (the ranks' ctx). */
+typedef struct {
+  const layout_t *l;
+  const config_t *cfg;
+  int refuse; /* Hier on nodes of different sizes: refused */
+} job_t;
+
+static void rank_env(const void *ctx, int rank) {
+  const job_t *j = ctx;
+  char hostid[32];
+  snprintf(hostid, sizeof(hostid), "multinode-%d", j->l->host[rank]);
+  setenv("BRAID_HOSTID", hostid, 1);
+  setenv("NCCL_ALGO", j->cfg->algo, 1);
+  setenv("NCCL_PROTO", j->cfg->proto, 1);
+}
+
+static int run_rank(const void *ctx, ncclUniqueId id, int n, int rank, char *msg, size_t msglen) {
+  const job_t *j = ctx;
   ctx_t c = {rank, n, 0, msg, msglen, NULL};
   ncclComm_t comm;
   if (tdev_stream_create(&c.stream) != 0) {
@@ -260,7 +275,7 @@ static int run_rank(ncclUniqueId id, int n, int rank, int refuse, char *msg, siz
     tdev_stream_destroy(c.stream);
     return c.failures;
   }
-  if (refuse) {
+  if (j->refuse) {
     /* Hier on nodes of different sizes: refused, naming the override. */
     res = allreduce_one(&c, comm, ncclInt32, ncclSum, 0, 7);
     if (res != ncclInvalidUsage || strstr(ncclGetLastError(comm), "NCCL_ALGO") == NULL)
@@ -280,45 +295,10 @@ static int run_rank(ncclUniqueId id, int n, int rank, int refuse, char *msg, siz
 /* Runs one layout under one configuration: a process per rank, rank 0
  * making the unique id after the fork and handing it on by pipe. */
 static void run_layout(const layout_t *l, const config_t *cfg) {
-  int n = l->n, refuse = strstr(cfg->algo, "Hier") != NULL && !l->even;
-  tdev_id_pipes_t idp;
-  int pipes[MAXR][2];
-  pid_t pids[MAXR];
-  if (tdev_id_pipes_open(&idp, n) != 0) fail_msg("%s", tdev_last_error());
-  for (int r = 0; r < n; r++) assert_int_equal(pipe(pipes[r]), 0);
-  fflush(NULL);
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    assert_true(pids[r] >= 0);
-    if (pids[r] == 0) {
-      char msg[512] = "", hostid[32];
-      ncclUniqueId id;
-      snprintf(hostid, sizeof(hostid), "multinode-%d", l->host[r]);
-      setenv("BRAID_HOSTID", hostid, 1);
-      setenv("NCCL_ALGO", cfg->algo, 1);
-      setenv("NCCL_PROTO", cfg->proto, 1);
-      int f = 1;
-      if (tdev_id_pipes_share(&idp, r, &id) != 0)
-        snprintf(msg, sizeof(msg), "%s", tdev_last_error());
-      else
-        f = run_rank(id, n, r, refuse, msg, sizeof(msg));
-      (void)!write(pipes[r][1], msg, strlen(msg) + 1);
-      _exit(f ? 1 : 0);
-    }
-    close(pipes[r][1]);
-  }
-  tdev_id_pipes_close(&idp);
-  int failed = 0;
-  char first[512] = "";
-  for (int r = 0; r < n; r++) {
-    int st;
-    char msg[512] = "";
-    (void)!read(pipes[r][0], msg, sizeof(msg) - 1);
-    close(pipes[r][0]);
-    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
-    if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && failed++ == 0)
-      snprintf(first, sizeof(first), "rank %d (status %d): %s", r, st, msg);
-  }
+  job_t j = {l, cfg, strstr(cfg->algo, "Hier") != NULL && !l->even};
+  const tdev_proc_ops_t ops = {rank_env, run_rank, NULL};
+  char first[512];
+  int failed = tdev_run_procs(l->n, &ops, &j, first, sizeof(first));
   if (failed)
     fail_msg("%s, NCCL_ALGO=%s NCCL_PROTO=%s: %d rank(s) failed; first %s", l->name,
              cfg->algo, cfg->proto, failed, first);

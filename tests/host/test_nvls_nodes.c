@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -139,15 +138,46 @@ static int file_has(const char *path, const char *text) {
   return found;
 }
 
-static int run_rank(ncclUniqueId id, const layout_t *l, int rank, const char *log, char *msg,
-                    size_t msglen) {
-  ctx_t c = {rank, l->n, 0, msg, msglen, NULL};
+/* Rank `rank`'s INFO log file (a fall-back case only). */
+static void log_path(int rank, char *path, size_t len) {
+  snprintf(path, len, "/tmp/braid_nvls_nodes.%d.%d.log", (int)getppid(), rank);
+}
+
+static void rank_env(const void *ctx, int rank) {
+  const layout_t *l = ctx;
+  char hostid[32], log[128];
+  snprintf(hostid, sizeof(hostid), "nvlsnodes-%d", l->host[rank]);
+  setenv("BRAID_HOSTID", hostid, 1);
+  setenv("NCCL_NVLS_ENABLE", l->host[rank] == l->refuse_host ? "0" : "1", 1);
+  setenv("NCCL_ALGO", l->refuse_host >= 0 ? "allreduce:NVLSTree,Ring" : "allreduce:NVLSTree", 1);
+  if (l->refuse_host >= 0) {
+    log_path(rank, log, sizeof(log));
+    unlink(log);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "NVLS", 1);
+    setenv("NCCL_DEBUG_FILE", log, 1);
+  }
+}
+
+static void rank_log_remove(const void *ctx, int rank) {
+  const layout_t *l = ctx;
+  char log[128];
+  if (l->refuse_host < 0) return;
+  log_path(rank, log, sizeof(log));
+  unlink(log);
+}
+
+static int run_rank(const void *ctx, ncclUniqueId id, int n, int rank, char *msg, size_t msglen) {
+  const layout_t *l = ctx;
+  char log[128];
+  log_path(rank, log, sizeof(log));
+  ctx_t c = {rank, n, 0, msg, msglen, NULL};
   ncclComm_t comm;
   if (tdev_stream_create(&c.stream) != 0) {
     failf(&c, "%s", tdev_last_error());
     return c.failures;
   }
-  ncclResult_t res = ncclCommInitRank(&comm, l->n, id, rank);
+  ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
   if (res != ncclSuccess) {
     failf(&c, "init: %s", ncclGetLastError(NULL));
     tdev_stream_destroy(c.stream);
@@ -186,56 +216,11 @@ static int run_rank(ncclUniqueId id, const layout_t *l, int rank, const char *lo
 
 static void test_layout(void **state) {
   const layout_t *l = *state;
-  int n = l->n;
   if (tdev_kind() == TDEV_CUDA && tdev_cuda_touched())
     fail_msg("this process used CUDA before forking ranks that use it");
-  tdev_id_pipes_t idp;
-  int pipes[MAXR][2];
-  pid_t pids[MAXR];
-  if (tdev_id_pipes_open(&idp, n) != 0) fail_msg("%s", tdev_last_error());
-  for (int r = 0; r < n; r++) assert_int_equal(pipe(pipes[r]), 0);
-  fflush(NULL);
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    assert_true(pids[r] >= 0);
-    if (pids[r] == 0) {
-      char msg[512] = "", hostid[32], log[128];
-      ncclUniqueId id;
-      snprintf(hostid, sizeof(hostid), "nvlsnodes-%d", l->host[r]);
-      snprintf(log, sizeof(log), "/tmp/braid_nvls_nodes.%d.%d.log", (int)getppid(), r);
-      setenv("BRAID_HOSTID", hostid, 1);
-      setenv("NCCL_NVLS_ENABLE", l->host[r] == l->refuse_host ? "0" : "1", 1);
-      setenv("NCCL_ALGO", l->refuse_host >= 0 ? "allreduce:NVLSTree,Ring" : "allreduce:NVLSTree",
-             1);
-      if (l->refuse_host >= 0) {
-        unlink(log);
-        setenv("NCCL_DEBUG", "INFO", 1);
-        setenv("NCCL_DEBUG_SUBSYS", "NVLS", 1);
-        setenv("NCCL_DEBUG_FILE", log, 1);
-      }
-      int f = 1;
-      if (tdev_id_pipes_share(&idp, r, &id) != 0)
-        snprintf(msg, sizeof(msg), "%s", tdev_last_error());
-      else
-        f = run_rank(id, l, r, log, msg, sizeof(msg));
-      if (l->refuse_host >= 0) unlink(log);
-      (void)!write(pipes[r][1], msg, strlen(msg) + 1);
-      _exit(f ? 1 : 0);
-    }
-    close(pipes[r][1]);
-  }
-  tdev_id_pipes_close(&idp);
-  int failed = 0;
-  char first[512] = "";
-  for (int r = 0; r < n; r++) {
-    int st;
-    char msg[512] = "";
-    (void)!read(pipes[r][0], msg, sizeof(msg) - 1);
-    close(pipes[r][0]);
-    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
-    if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && failed++ == 0)
-      snprintf(first, sizeof(first), "rank %d (status %d): %s", r, st, msg);
-  }
+  const tdev_proc_ops_t ops = {rank_env, run_rank, rank_log_remove};
+  char first[512];
+  int failed = tdev_run_procs(l->n, &ops, l, first, sizeof(first));
   if (failed) fail_msg("%s: %d rank(s) failed; first %s", l->name, failed, first);
 }
 
