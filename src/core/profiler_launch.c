@@ -263,31 +263,31 @@ void brd_prof_launch_works(brd_prof_t *p, const struct brd_works *ws, int per_wo
   }
 }
 
-static void kch_close(brd_prof_t *p) {
-  if (p->kch_n == 0) return;
+/* Stops the KernelCh events h[0..n), KernelChStop with pTimer now first
+ * (v4 and later), and clears their slots. */
+static void kch_stop(brd_prof_t *p, void **h, int n) {
   ncclProfilerEventStateArgs_v4_t a4;
   memset(&a4, 0, sizeof(a4));
   a4.kernelCh.pTimer = (uint64_t)brd_time_now_ns();
-  for (int b = 0; b < p->kch_n; b++) {
-    if (p->kch[b] == NULL) continue;
-    if (p->version >= 4) brd_prof_ev_state(p, p->kch[b], ncclProfilerKernelChStop, NULL, &a4);
-    brd_prof_ev_stop(p, p->kch[b]);
+  for (int k = 0; k < n; k++) {
+    if (h[k] == NULL) continue;
+    if (p->version >= 4) brd_prof_ev_state(p, h[k], ncclProfilerKernelChStop, NULL, &a4);
+    brd_prof_ev_stop(p, h[k]);
+    h[k] = NULL;
   }
+}
+
+/* Host mode: stops the channels of the work that ran last. */
+static void kch_close(brd_prof_t *p) {
+  if (p->kch_n == 0) return;
+  kch_stop(p, p->kch, p->kch_n);
   p->kch_n = 0;
   p->kch_work = -1;
 }
 
 /* Stops L's CUDA-mode KernelCh events, pTimer now (before their calls). */
 static void kch_stop_all(brd_prof_t *p, lrec_t *L) {
-  ncclProfilerEventStateArgs_v4_t a4;
-  memset(&a4, 0, sizeof(a4));
-  a4.kernelCh.pTimer = (uint64_t)brd_time_now_ns();
-  for (int k = 0; k < L->kch_n; k++) {
-    if (L->kch[k] == NULL) continue;
-    if (p->version >= 4) brd_prof_ev_state(p, L->kch[k], ncclProfilerKernelChStop, NULL, &a4);
-    brd_prof_ev_stop(p, L->kch[k]);
-    L->kch[k] = NULL;
-  }
+  kch_stop(p, L->kch, L->kch_n);
   L->kch_n = 0;
 }
 
