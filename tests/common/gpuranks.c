@@ -6,9 +6,11 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpuranks.h"
+#include "tdev.h"
 
 /* See gpuranks.h. */
 int gpuranks_fail(gpuranks_arg_t *a, const char *fmt, ...) {
@@ -111,4 +113,21 @@ int gpuranks_run(int n, void *(*rank_main)(void *arg), char *msg, size_t msglen)
       rc = -1;
     }
   return rc;
+}
+
+/* See gpuranks.h. */
+int gpuranks_cuda_ready(const char *prog, const char *what) {
+  char why[256];
+  setenv("BRAID_DEVICE", "cuda", 0);
+  setenv("BRAID_TIMEOUT", "30", 0);
+  if (tdev_kind() != TDEV_CUDA) {
+    printf("SKIP: %s: %s need BRAID_DEVICE=cuda (it is %s)\n", prog, what,
+           getenv("BRAID_DEVICE"));
+    return TDEV_EXIT_SKIP;
+  }
+  if (!tdev_usable(why, sizeof(why))) {
+    printf("SKIP: %s: %s\n", prog, why);
+    return TDEV_EXIT_SKIP;
+  }
+  return 0;
 }

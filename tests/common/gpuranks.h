@@ -57,6 +57,14 @@ int gpuranks_any_failed(const gpuranks_arg_t *a);
  * thread at a time; blocks until every rank has returned. */
 int gpuranks_run(int n, void *(*rank_main)(void *arg), char *msg, size_t msglen);
 
+/* For a program whose ranks need CUDA mode, first thing in main (it
+ * forks a probe: single-threaded, no CUDA touched yet): sets BRAID_DEVICE
+ * to cuda and BRAID_TIMEOUT to 30 s where they are unset (a rank that
+ * fails stops; its peers then end at this timeout). Returns 0 when CUDA
+ * mode is usable; else prints "SKIP: prog: why" (`what` needs
+ * BRAID_DEVICE=cuda, or why no device serves) and returns TDEV_EXIT_SKIP. */
+int gpuranks_cuda_ready(const char *prog, const char *what);
+
 /* In a function of rank `a` that returns int: returns gpuranks_fail's -1
  * when the CUDA runtime call or the NCCL call fails. */
 #define GPURANKS_CU(a, call)                                                   \

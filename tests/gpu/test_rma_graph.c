@@ -217,19 +217,8 @@ int main(void) {
   printf("SKIP: test_rma_graph: this build has no CUDA (CUDA=0)\n");
   return TDEV_EXIT_SKIP;
 #else
-  setenv("BRAID_DEVICE", "cuda", 0);
-  /* A rank that fails stops; its peers then end at this timeout. */
-  setenv("BRAID_TIMEOUT", "30", 0);
-  char why[256];
-  if (tdev_kind() != TDEV_CUDA) {
-    printf("SKIP: test_rma_graph: CUDA graphs need BRAID_DEVICE=cuda (it is %s)\n",
-           getenv("BRAID_DEVICE"));
-    return TDEV_EXIT_SKIP;
-  }
-  if (!tdev_usable(why, sizeof(why))) {
-    printf("SKIP: test_rma_graph: %s\n", why);
-    return TDEV_EXIT_SKIP;
-  }
+  int skip = gpuranks_cuda_ready("test_rma_graph", "CUDA graphs");
+  if (skip != 0) return skip;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rma_graph_2ranks),
       cmocka_unit_test(test_rma_graph_3ranks),
