@@ -259,11 +259,14 @@ $(BUILD)/bin/%: tools/%.c $(SHLIB) $(TOOLCOMMON_OBJ)
 	$(Q)$(TOOL_CC) $(CPPFLAGS) $(TOOL_CPPFLAGS) $(CFLAGS) -Itools/common $< $(TOOLCOMMON_OBJ) -o $@ \
 	  $(SHLIB) -Wl,-rpath,'$$ORIGIN/../lib' $(LDLIBS)
 
-# braid-* tools inspect internals (plans), so they link the static archive.
+# braid-* tools inspect internals (plans), so they link the static archive,
+# and of tools/common only the objects named as their prerequisites below.
 $(BUILD)/bin/braid-%: tools/braid-%.c $(STLIB)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) $< -o $@ $(STLIB) $(LDLIBS)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -Itools/common $< $(filter $(TOOLCOMMON_OBJ),$^) -o $@ \
+	  $(STLIB) $(LDLIBS)
+$(BUILD)/bin/braid-simulate: $(BUILD)/obj/tools-obj/tools/common/size.o
 
 # Plugins see only the public headers (and CUDA's, in CUDA builds).
 PLUGIN_CPPFLAGS := -Iinclude -Iplugins/include -D_GNU_SOURCE \

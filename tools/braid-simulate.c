@@ -27,6 +27,7 @@
 #include "nccl.h"
 #include "core/plans.h"
 #include "plan/tune.h"
+#include "size.h"
 
 static const char *const coll_names[] = {"allreduce", "allgather", "reducescatter",
                                          "broadcast", "reduce"};
@@ -41,20 +42,7 @@ static void usage(void) {
           "                      [--max BYTES] [--step F] [--local R] [--constants]\n");
 }
 
-/* "8", "64K", "8G" (powers of 1024). */
-static int parse_size(const char *s, size_t *out) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  int shift = 0;
-  if (end == s) return 0;
-  if (*end == 'K' || *end == 'k') shift = 10;
-  else if (*end == 'M' || *end == 'm') shift = 20;
-  else if (*end == 'G' || *end == 'g') shift = 30;
-  else if (*end != '\0') return 0;
-  *out = (size_t)(v << shift);
-  return *out > 0;
-}
-
+/* b as "8", "64K", "8G" (powers of 1024), the largest unit that divides it. */
 static void size_str(size_t b, char *buf, size_t n) {
   if (b >= (1ull << 30) && b % (1ull << 30) == 0) snprintf(buf, n, "%zuG", b >> 30);
   else if (b >= (1u << 20) && b % (1u << 20) == 0) snprintf(buf, n, "%zuM", b >> 20);
@@ -166,8 +154,8 @@ int main(int argc, char **argv) {
     else if (strcmp(o, "--step") == 0) ok = (step = atof(v)) > 1.0;
     else if (strcmp(o, "--local") == 0) ok = (local = atoi(v)) > 0;
     else if (strcmp(o, "--gpu") == 0) ok = brd_hw_gpu_parse(v, &gpu);
-    else if (strcmp(o, "--min") == 0) ok = parse_size(v, &min);
-    else if (strcmp(o, "--max") == 0) ok = parse_size(v, &max);
+    else if (strcmp(o, "--min") == 0) ok = brd_tool_size_parse(v, &min);
+    else if (strcmp(o, "--max") == 0) ok = brd_tool_size_parse(v, &max);
     else if (strcmp(o, "--coll") == 0) {
       ok = 0;
       for (int c = 0; c < 5; c++)

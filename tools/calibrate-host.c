@@ -24,20 +24,7 @@
 #include <string.h>
 
 #include "nccl.h"
-
-/* "8", "64K", "64M" (powers of 1024). */
-static int parse_size(const char *s, size_t *out) {
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  int shift = 0;
-  if (end == s) return 0;
-  if (*end == 'K' || *end == 'k') shift = 10;
-  else if (*end == 'M' || *end == 'm') shift = 20;
-  else if (*end == 'G' || *end == 'g') shift = 30;
-  else if (*end != '\0') return 0;
-  *out = (size_t)(v << shift);
-  return *out > 0;
-}
+#include "size.h"
 
 /* ncclGroupSimulateEnd's estimate for one AllReduce of `bytes` on every
  * rank, or -1. */
@@ -63,9 +50,9 @@ int main(int argc, char **argv) {
     const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     int ok = v != NULL;
     if (ok && strcmp(o, "-n") == 0) n = atoi(v), ok = n >= 2;
-    else if (ok && strcmp(o, "-b") == 0) ok = parse_size(v, &min);
-    else if (ok && strcmp(o, "-e") == 0) ok = parse_size(v, &max);
-    else if (ok && strcmp(o, "-x") == 0) ok = parse_size(v, &extra);
+    else if (ok && strcmp(o, "-b") == 0) ok = brd_tool_size_parse(v, &min);
+    else if (ok && strcmp(o, "-e") == 0) ok = brd_tool_size_parse(v, &max);
+    else if (ok && strcmp(o, "-x") == 0) ok = brd_tool_size_parse(v, &extra);
     else if (ok && strcmp(o, "-f") == 0) factor = atof(v), ok = factor > 1.0;
     else ok = 0;
     if (!ok) {

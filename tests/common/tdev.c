@@ -3,6 +3,7 @@
  * tdev.h). Every CUDA call is behind #if BRAID_CUDA: CUDA=0 builds have no
  * CUDA header, and this file is linked into every test program.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -502,4 +503,76 @@ void tdev_id_pipes_close(tdev_id_pipes_t *p) {
     close(p->fd[r][1]);
   }
   p->n = 0;
+}
+
+/* See tdev.h. */
+int tdev_run_procs(int n, const tdev_proc_ops_t *ops, const void *ctx, char *first,
+                   size_t firstlen) {
+  tdev_id_pipes_t idp;
+  int pipes[8][2];
+  pid_t pids[8];
+  int started = 0, failed = 0;
+  first[0] = '\0';
+  if (tdev_id_pipes_open(&idp, n) != 0) {
+    snprintf(first, firstlen, "%s", tdev_last_error());
+    return n > 0 ? n : 1;
+  }
+  for (int r = 0; r < n; r++) {
+    if (pipe(pipes[r]) != 0) {
+      snprintf(first, firstlen, "pipe for the report of rank %d: %s", r, strerror(errno));
+      for (int k = 0; k < r; k++) {
+        close(pipes[k][0]);
+        close(pipes[k][1]);
+      }
+      tdev_id_pipes_close(&idp);
+      return n;
+    }
+  }
+  fflush(NULL);
+  for (; started < n; started++) {
+    int r = started;
+    pids[r] = fork();
+    if (pids[r] < 0) {
+      snprintf(first, firstlen, "rank %d: fork failed: %s", r, strerror(errno));
+      failed = n - r;
+      for (int k = r; k < n; k++) {
+        close(pipes[k][0]);
+        close(pipes[k][1]);
+      }
+      break;
+    }
+    if (pids[r] == 0) {
+      char msg[512] = "";
+      ncclUniqueId id;
+      int f = 1;
+      if (ops->before != NULL) ops->before(ctx, r);
+      if (tdev_id_pipes_share(&idp, r, &id) != 0)
+        snprintf(msg, sizeof(msg), "%s", tdev_last_error());
+      else
+        f = ops->run(ctx, id, n, r, msg, sizeof(msg));
+      if (ops->after != NULL) ops->after(ctx, r);
+      (void)!write(pipes[r][1], msg, strlen(msg) + 1);
+      _exit(f ? 1 : 0);
+    }
+    close(pipes[r][1]);
+  }
+  /* Ranks still waiting for the id once a fork failed now read end of
+   * file, and fail. */
+  tdev_id_pipes_close(&idp);
+  for (int r = 0; r < started; r++) {
+    int st = -1;
+    char msg[512] = "";
+    (void)!read(pipes[r][0], msg, sizeof(msg) - 1);
+    close(pipes[r][0]);
+    pid_t w;
+    do w = waitpid(pids[r], &st, 0);
+    while (w < 0 && errno == EINTR);
+    if (w != pids[r]) {
+      st = -1;
+      snprintf(msg, sizeof(msg), "waitpid: %s", strerror(errno));
+    }
+    if ((w != pids[r] || !WIFEXITED(st) || WEXITSTATUS(st) != 0) && failed++ == 0)
+      snprintf(first, firstlen, "rank %d (status %d): %s", r, st, msg);
+  }
+  return failed;
 }

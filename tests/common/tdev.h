@@ -139,6 +139,31 @@ int tdev_id_pipes_open(tdev_id_pipes_t *p, int n);
 int tdev_id_pipes_share(tdev_id_pipes_t *p, int rank, ncclUniqueId *id_out);
 void tdev_id_pipes_close(tdev_id_pipes_t *p);
 
+/* The parts of a rank process of tdev_run_procs, each called in that
+ * process with the caller's ctx (the rank's copy: what it changes there
+ * the parent does not see). */
+typedef struct {
+  /* Before the rank's first library call (NULL: nothing): what its
+   * environment needs (BRAID_HOSTID, NCCL_ALGO, ...). */
+  void (*before)(const void *ctx, int rank);
+  /* The rank's work, given the run's unique id: returns its failure count
+   * and, when it failed, a message in msg. */
+  int (*run)(const void *ctx, ncclUniqueId id, int n, int rank, char *msg, size_t msglen);
+  /* Once run has returned or the id could not be had (NULL: nothing). */
+  void (*after)(const void *ctx, int rank);
+} tdev_proc_ops_t;
+
+/* Runs ranks 0..n-1 (n <= 8) as processes forked from this one, rank 0
+ * making the unique id after the fork (tdev_id_pipes_*), and waits for
+ * every one of them. Returns how many ranks failed (run's failures, no id,
+ * a non-zero exit or a signal; ranks that could not be forked count too),
+ * and the first failure in `first` ("rank R (status S): message"). Call it
+ * from a single-threaded process (it forks) that, in CUDA mode, has not
+ * touched CUDA; it blocks until every rank has ended (their calls have
+ * deadlines of their own). */
+int tdev_run_procs(int n, const tdev_proc_ops_t *ops, const void *ctx, char *first,
+                   size_t firstlen);
+
 typedef int (*tdev_rank_fn)(ncclUniqueId id, int n, int rank, char *msg, size_t msglen);
 
 /* Runs fn for ranks 0..n-1 (n <= 8) of a fresh unique id, one thread each,

@@ -27,9 +27,7 @@
  * BRAID_DEVICE=host, or when no CUDA device is visible.
  * BRAID_TEST_QUICK=1: 10 replays and smaller counts.
  */
-#include <pthread.h>
 #include <setjmp.h>
-#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +38,7 @@
 
 #include <cmocka.h>
 
+#include "gpuranks.h"
 #include "nccl.h"
 #include "tdev.h"
 
@@ -48,7 +47,6 @@
 
 /* A stream's work must finish within this (BRAID_TIMEOUT is 30 s here). */
 #define SYNC_TIMEOUT_S 120.0
-#define MAX_RANKS 4
 
 enum { C_AR, C_ARIP, C_AG, C_RS, C_BC, C_SR, C_SRIP, NCALLS };
 static const char *call_names[NCALLS] = {"allreduce out-of-place", "allreduce in-place",
@@ -90,61 +88,14 @@ static int32_t ival(int r, size_t i, int t) {
   return (int32_t)(r * 1000003 + (int32_t)(i % 100000) * 7 + (t + 1) * 131 - 400000);
 }
 
-/* What the rank threads share: they meet at the barrier around the
- * capture, and stop together once any of them failed (a rank that stopped
- * alone would leave its peers waiting in a collective). */
-typedef struct {
-  pthread_barrier_t barrier;
-  _Atomic int any_failed;
-} shared_t;
-
-typedef struct {
-  ncclUniqueId id;
-  int n, rank;
-  shared_t *shared;
-  char msg[512];
-  int failed;
-} rank_arg_t;
-
 typedef struct {
   void *dev_in[NCALLS], *dev_out[NCALLS];
   size_t in_bytes[NCALLS], out_bytes[NCALLS];
   void *host_in[NCALLS], *host_out[NCALLS];
 } rank_bufs_t;
 
-static int rank_fail(rank_arg_t *a, const char *fmt, ...) {
-                     if (!a->failed) {
-                     va_list ap;
-    va_start(ap, fmt);
-    (void)vsnprintf(a->msg, sizeof(a->msg), fmt, ap);
-    va_end(ap);
-  }
-  a->failed = 1;
-  atomic_store(&a->shared->any_failed, 1);
-  return -1;
-}
-
-/* Waits for every rank; returns -1 when one of them has failed. */
-static int meet(rank_arg_t *a) {
-  pthread_barrier_wait(&a->shared->barrier);
-  return atomic_load(&a->shared->any_failed) ? -1 : 0;
-}
-
-#define CU(a, call)                                                            \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess)                                                     \
-      return rank_fail((a), "rank %d: %s failed: %s", (a)->rank, #call,        \
-                       cudaGetErrorString(e_));                                \
-  } while (0)
-
-#define NC(a, call)                                                            \
-  do {                                                                         \
-    ncclResult_t r_ = (call);                                                  \
-    if (r_ != ncclSuccess)                                                     \
-      return rank_fail((a), "rank %d: %s failed: %s (%s)", (a)->rank, #call,   \
-                       ncclGetErrorString(r_), ncclGetLastError(NULL));        \
-  } while (0)
+#define CU GPURANKS_CU
+#define NC GPURANKS_NC
 
 /* Writes this rank's inputs for replay t into the host staging buffers. */
 static void fill_inputs(rank_bufs_t *b, int n, int r, int t) {
@@ -168,7 +119,7 @@ static void fill_inputs(rank_bufs_t *b, int n, int r, int t) {
 
 /* Compares this rank's outputs (copied to host_out) with the CPU
  * reference for replay t; reports the first wrong element. */
-static int check_outputs(rank_arg_t *a, rank_bufs_t *b, int t) {
+static int check_outputs(gpuranks_arg_t *a, rank_bufs_t *b, int t) {
   int n = a->n, r = a->rank, root = n - 1;
   const float *f;
   const int32_t *x;
@@ -177,53 +128,53 @@ static int check_outputs(rank_arg_t *a, rank_bufs_t *b, int t) {
     int64_t want = 0;
     for (int q = 0; q < n; q++) want += fval(q, i, t);
     if (f[i] != (float)want)
-      return rank_fail(a, "replay %d rank %d %s element %zu: %g, expected %lld", t, r,
-                       call_names[C_AR], i, (double)f[i], (long long)want);
+      return gpuranks_fail(a, "replay %d rank %d %s element %zu: %g, expected %lld", t, r,
+                           call_names[C_AR], i, (double)f[i], (long long)want);
   }
   x = b->host_out[C_ARIP];
   for (size_t i = 0; i < counts[C_ARIP]; i++) {
     int64_t want = 0;
     for (int q = 0; q < n; q++) want += ival(q, i, t);
     if (x[i] != (int32_t)want)
-      return rank_fail(a, "replay %d rank %d %s element %zu: %d, expected %lld", t, r,
-                       call_names[C_ARIP], i, x[i], (long long)want);
+      return gpuranks_fail(a, "replay %d rank %d %s element %zu: %d, expected %lld", t, r,
+                           call_names[C_ARIP], i, x[i], (long long)want);
   }
   x = b->host_out[C_AG];
   for (int q = 0; q < n; q++)
     for (size_t i = 0; i < counts[C_AG]; i++)
       if (x[(size_t)q * counts[C_AG] + i] != ival(q, i + 17, t))
-        return rank_fail(a, "replay %d rank %d %s segment %d element %zu: %d, expected %d", t,
-                         r, call_names[C_AG], q, i, x[(size_t)q * counts[C_AG] + i],
-                         ival(q, i + 17, t));
+        return gpuranks_fail(a, "replay %d rank %d %s segment %d element %zu: %d, expected %d", t,
+                             r, call_names[C_AG], q, i, x[(size_t)q * counts[C_AG] + i],
+                             ival(q, i + 17, t));
   f = b->host_out[C_RS];
   for (size_t i = 0; i < counts[C_RS]; i++) {
     int64_t want = 0;
     for (int q = 0; q < n; q++) want += fval(q, (size_t)r * counts[C_RS] + i + 5, t);
     if (f[i] != (float)want)
-      return rank_fail(a, "replay %d rank %d %s element %zu: %g, expected %lld", t, r,
-                       call_names[C_RS], i, (double)f[i], (long long)want);
+      return gpuranks_fail(a, "replay %d rank %d %s element %zu: %g, expected %lld", t, r,
+                           call_names[C_RS], i, (double)f[i], (long long)want);
   }
   x = b->host_out[C_BC];
   for (size_t i = 0; i < counts[C_BC]; i++)
     if (x[i] != ival(root, i + 3, t))
-      return rank_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
-                       call_names[C_BC], i, x[i], ival(root, i + 3, t));
+      return gpuranks_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
+                           call_names[C_BC], i, x[i], ival(root, i + 3, t));
   int prev = (r + n - 1) % n;
   x = b->host_out[C_SR];
   for (size_t i = 0; i < counts[C_SR]; i++)
     if (x[i] != ival(prev, i + 29, t))
-      return rank_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
-                       call_names[C_SR], i, x[i], ival(prev, i + 29, t));
+      return gpuranks_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
+                           call_names[C_SR], i, x[i], ival(prev, i + 29, t));
   x = b->host_out[C_SRIP];
   for (size_t i = 0; i < counts[C_SRIP]; i++)
     if (x[i] != ival(prev, i + 41, t))
-      return rank_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
-                       call_names[C_SRIP], i, x[i], ival(prev, i + 41, t));
+      return gpuranks_fail(a, "replay %d rank %d %s element %zu: %d, expected %d", t, r,
+                           call_names[C_SRIP], i, x[i], ival(prev, i + 41, t));
   return 0;
 }
 
 /* The five calls, on stream s (inside a capture or not). */
-static int enqueue_calls(rank_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStream_t s) {
+static int enqueue_calls(gpuranks_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStream_t s) {
   NC(a, ncclAllReduce(b->dev_in[C_AR], b->dev_out[C_AR], counts[C_AR], ncclFloat32,
                       ncclSum, comm, s));
   NC(a, ncclAllReduce(b->dev_in[C_ARIP], b->dev_in[C_ARIP], counts[C_ARIP], ncclInt32,
@@ -251,7 +202,7 @@ static int enqueue_calls(rank_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStr
 
 /* Before a run: new inputs from the host, outputs poisoned; after it, the
  * outputs back to the host. All on the rank's stream, outside the graph. */
-static int upload(rank_arg_t *a, rank_bufs_t *b, cudaStream_t s, int t) {
+static int upload(gpuranks_arg_t *a, rank_bufs_t *b, cudaStream_t s, int t) {
   fill_inputs(b, a->n, a->rank, t);
   for (int c = 0; c < NCALLS; c++) {
     CU(a, cudaMemcpyAsync(b->dev_in[c], b->host_in[c], b->in_bytes[c],
@@ -261,18 +212,18 @@ static int upload(rank_arg_t *a, rank_bufs_t *b, cudaStream_t s, int t) {
   return 0;
 }
 
-static int download(rank_arg_t *a, rank_bufs_t *b, cudaStream_t s) {
+static int download(gpuranks_arg_t *a, rank_bufs_t *b, cudaStream_t s) {
   for (int c = 0; c < NCALLS; c++) {
     void *src = in_place(c) ? b->dev_in[c] : b->dev_out[c];
     CU(a, cudaMemcpyAsync(b->host_out[c], src, b->out_bytes[c], cudaMemcpyDeviceToHost, s));
   }
   if (tdev_stream_sync(s, SYNC_TIMEOUT_S) != 0)
-    return rank_fail(a, "rank %d: %s (%s)", a->rank, tdev_last_error(), ncclGetLastError(NULL));
+    return gpuranks_fail(a, "rank %d: %s (%s)", a->rank, tdev_last_error(), ncclGetLastError(NULL));
   return 0;
 }
 
 /* Setup and the warm-up run, outside any capture. */
-static int setup_rank(rank_arg_t *a, rank_bufs_t *b, ncclComm_t *comm, cudaStream_t *s) {
+static int setup_rank(gpuranks_arg_t *a, rank_bufs_t *b, ncclComm_t *comm, cudaStream_t *s) {
   int n = a->n;
   CU(a, cudaSetDevice(0));
   CU(a, cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
@@ -302,22 +253,22 @@ static int setup_rank(rank_arg_t *a, rank_bufs_t *b, ncclComm_t *comm, cudaStrea
 /* The capture. Every rank captures between two barriers: in global mode a
  * potentially unsafe CUDA call (an allocation, a synchronous copy, an
  * instantiation) of another thread would invalidate the capture. */
-static int capture_rank(rank_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStream_t s,
-                        cudaGraph_t *graph) {
+static int capture_rank(gpuranks_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStream_t s,
+                            cudaGraph_t *graph) {
   CU(a, cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   int enq = enqueue_calls(a, b, comm, s);
   cudaError_t end = cudaStreamEndCapture(s, graph);
   if (enq) return -1;
   if (end != cudaSuccess)
-    return rank_fail(a, "rank %d: cudaStreamEndCapture failed: %s", a->rank,
-                     cudaGetErrorString(end));
+    return gpuranks_fail(a, "rank %d: cudaStreamEndCapture failed: %s", a->rank,
+                         cudaGetErrorString(end));
   return 0;
 }
 
 /* Instantiates the graph and replays it, new inputs before every replay,
  * every output checked after it. */
-static int replay_rank(rank_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStream_t s,
-                       cudaGraph_t graph, cudaGraphExec_t *exec) {
+static int replay_rank(gpuranks_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStream_t s,
+                           cudaGraph_t graph, cudaGraphExec_t *exec) {
   CU(a, cudaGraphInstantiate(exec, graph, 0));
   int nrep = replays();
   for (int t = 0; t < nrep; t++) {
@@ -330,13 +281,13 @@ static int replay_rank(rank_arg_t *a, rank_bufs_t *b, ncclComm_t comm, cudaStrea
   ncclResult_t async = ncclSuccess;
   NC(a, ncclCommGetAsyncError(comm, &async));
   if (async != ncclSuccess)
-    return rank_fail(a, "rank %d: ncclCommGetAsyncError after the replays: %s (%s)", a->rank,
-                     ncclGetErrorString(async), ncclGetLastError(NULL));
+    return gpuranks_fail(a, "rank %d: ncclCommGetAsyncError after the replays: %s (%s)", a->rank,
+                         ncclGetErrorString(async), ncclGetLastError(NULL));
   return a->failed ? -1 : 0;
 }
 
 static void *rank_main(void *p) {
-  rank_arg_t *a = p;
+  gpuranks_arg_t *a = p;
   rank_bufs_t b;
   memset(&b, 0, sizeof(b));
   ncclComm_t comm = NULL;
@@ -345,17 +296,17 @@ static void *rank_main(void *p) {
   cudaGraphExec_t exec = NULL;
   /* Every rank reaches both barriers, whatever failed before them. */
   int ok = setup_rank(a, &b, &comm, &s) == 0;
-  ok = meet(a) == 0 && ok;
+  ok = gpuranks_meet(a) == 0 && ok;
   ok = ok && capture_rank(a, &b, comm, s, &graph) == 0;
-  ok = meet(a) == 0 && ok;
+  ok = gpuranks_meet(a) == 0 && ok;
   if (ok) (void)replay_rank(a, &b, comm, s, graph, &exec);
   if (exec != NULL) (void)cudaGraphExecDestroy(exec);
   if (graph != NULL) (void)cudaGraphDestroy(graph);
   if (comm != NULL) {
     /* After a failure anywhere a peer may be gone: abort, do not destroy. */
-    if (atomic_load(&a->shared->any_failed)) (void)ncclCommAbort(comm);
+    if (gpuranks_any_failed(a)) (void)ncclCommAbort(comm);
     else if (ncclCommDestroy(comm) != ncclSuccess)
-      rank_fail(a, "rank %d: ncclCommDestroy: %s", a->rank, ncclGetLastError(NULL));
+      gpuranks_fail(a, "rank %d: ncclCommDestroy: %s", a->rank, ncclGetLastError(NULL));
   }
   if (s != NULL) (void)cudaStreamDestroy(s);
   for (int c = 0; c < NCALLS; c++) {
@@ -368,25 +319,8 @@ static void *rank_main(void *p) {
 }
 
 static void run_graph(int n) {
-  ncclUniqueId id;
-  assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
-  shared_t shared;
-  atomic_init(&shared.any_failed, 0);
-  assert_int_equal(pthread_barrier_init(&shared.barrier, NULL, (unsigned)n), 0);
-  pthread_t th[MAX_RANKS];
-  rank_arg_t args[MAX_RANKS];
-  for (int r = 0; r < n; r++) {
-    memset(&args[r], 0, sizeof(args[r]));
-    args[r].id = id;
-    args[r].n = n;
-    args[r].rank = r;
-    args[r].shared = &shared;
-    assert_int_equal(pthread_create(&th[r], NULL, rank_main, &args[r]), 0);
-  }
-  for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-  pthread_barrier_destroy(&shared.barrier);
-  for (int r = 0; r < n; r++)
-    if (args[r].failed) fail_msg("%d ranks: %s", n, args[r].msg);
+  char msg[512];
+  if (gpuranks_run(n, rank_main, msg, sizeof(msg)) != 0) fail_msg("%d ranks: %s", n, msg);
   printf("  %d ranks: warm-up and %d replays of %d captured calls correct on every rank\n",
          n, replays(), NCALLS);
 }
@@ -407,19 +341,8 @@ int main(void) {
   printf("SKIP: test_graph: this build has no CUDA (CUDA=0)\n");
   return TDEV_EXIT_SKIP;
 #else
-  setenv("BRAID_DEVICE", "cuda", 0);
-  /* A rank that fails stops replaying; its peers then end at this timeout. */
-  setenv("BRAID_TIMEOUT", "30", 0);
-  char why[256];
-  if (tdev_kind() != TDEV_CUDA) {
-    printf("SKIP: test_graph: CUDA graphs need BRAID_DEVICE=cuda (it is %s)\n",
-           getenv("BRAID_DEVICE"));
-    return TDEV_EXIT_SKIP;
-  }
-  if (!tdev_usable(why, sizeof(why))) {
-    printf("SKIP: test_graph: %s\n", why);
-    return TDEV_EXIT_SKIP;
-  }
+  int skip = gpuranks_cuda_ready("test_graph", "CUDA graphs");
+  if (skip != 0) return skip;
   counts_init();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_graph_2ranks),

@@ -23,10 +23,8 @@
  * Skips (exit 77) without CUDA in the build, with BRAID_DEVICE=host, or
  * when no CUDA device is visible.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,28 +34,15 @@
 
 #include <cmocka.h>
 
+#include "gpuranks.h"
 #include "nccl.h"
 #include "tdev.h"
 
 #if BRAID_CUDA
 #include <cuda_runtime.h>
 
-#define MAX_RANKS 3
 #define WORDS 4099
 #define REPLAYS 12
-
-typedef struct {
-  pthread_barrier_t barrier;
-  _Atomic int any_failed;
-} shared_t;
-
-typedef struct {
-  ncclUniqueId id;
-  int n, rank;
-  shared_t *shared;
-  char msg[512];
-  int failed;
-} rank_arg_t;
 
 typedef struct {
   ncclComm_t comm;
@@ -71,40 +56,11 @@ static uint32_t value(int rank, int round, int word) {
          (uint32_t)word * 2246822519u;
 }
 
-static int rank_fail(rank_arg_t *a, const char *fmt, ...) {
-  if (!a->failed) {
-    va_list ap;
-    va_start(ap, fmt);
-    (void)vsnprintf(a->msg, sizeof(a->msg), fmt, ap);
-    va_end(ap);
-  }
-  a->failed = 1;
-  atomic_store(&a->shared->any_failed, 1);
-  return -1;
-}
-
-static int meet(rank_arg_t *a) {
-  pthread_barrier_wait(&a->shared->barrier);
-  return atomic_load(&a->shared->any_failed) ? -1 : 0;
-}
-
-#define CU(a, call)                                                            \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess)                                                     \
-      return rank_fail((a), "rank %d: %s failed: %s", (a)->rank, #call,        \
-                       cudaGetErrorString(e_));                                \
-  } while (0)
-#define NC(a, call)                                                            \
-  do {                                                                         \
-    ncclResult_t r_ = (call);                                                  \
-    if (r_ != ncclSuccess)                                                     \
-      return rank_fail((a), "rank %d: %s: %s (%s)", (a)->rank, #call,          \
-                       ncclGetErrorString(r_), ncclGetLastError(NULL));        \
-  } while (0)
+#define CU GPURANKS_CU
+#define NC GPURANKS_NC
 
 /* The source buffer holds this rank's values of `round`. */
-static int upload(rank_arg_t *a, rank_res_t *r, int round) {
+static int upload(gpuranks_arg_t *a, rank_res_t *r, int round) {
   for (int w = 0; w < WORDS; w++) r->host[w] = value(a->rank, round, w);
   CU(a, cudaMemcpyAsync(r->src, r->host, WORDS * sizeof(uint32_t), cudaMemcpyHostToDevice,
                         r->s));
@@ -113,7 +69,7 @@ static int upload(rank_arg_t *a, rank_res_t *r, int round) {
 }
 
 /* One round's calls, enqueued on the rank's stream (or captured). */
-static int enqueue_round(rank_arg_t *a, rank_res_t *r) {
+static int enqueue_round(gpuranks_arg_t *a, rank_res_t *r) {
   int next = (a->rank + 1) % a->n, prev = (a->rank + a->n - 1) % a->n;
   NC(a, ncclPutSignal(r->src, WORDS, ncclUint32, next, r->win, 0, 1, 0, 0, r->comm, r->s));
   NC(a, ncclSignal(next, 2, 0, 0, r->comm, r->s));
@@ -125,29 +81,29 @@ static int enqueue_round(rank_arg_t *a, rank_res_t *r) {
 
 /* After the round's calls on the stream: the window holds the previous
  * rank's values of `round`. */
-static int check_round(rank_arg_t *a, rank_res_t *r, int round, const char *how) {
+static int check_round(gpuranks_arg_t *a, rank_res_t *r, int round, const char *how) {
   int prev = (a->rank + a->n - 1) % a->n;
   CU(a, cudaMemcpyAsync(r->host, r->win_buf, WORDS * sizeof(uint32_t), cudaMemcpyDeviceToHost,
                         r->s));
   if (tdev_stream_sync(r->s, 120) != 0)
-    return rank_fail(a, "rank %d: %s round %d: %s (%s)", a->rank, how, round, tdev_last_error(),
-                     ncclGetLastError(NULL));
+    return gpuranks_fail(a, "rank %d: %s round %d: %s (%s)", a->rank, how, round, tdev_last_error(),
+                         ncclGetLastError(NULL));
   for (int w = 0; w < WORDS; w++)
     if (r->host[w] != value(prev, round, w))
-      return rank_fail(a, "rank %d: %s round %d: word %d of the window is %#x after the "
-                       "wait, expected rank %d's %#x%s", a->rank, how, round, w, r->host[w],
-                       prev, value(prev, round, w),
-                       r->host[w] == value(prev, round - 1, w) ? " (the previous round's)"
-                                                               : "");
+      return gpuranks_fail(a, "rank %d: %s round %d: word %d of the window is %#x after the "
+                           "wait, expected rank %d's %#x%s", a->rank, how, round, w, r->host[w],
+                           prev, value(prev, round, w),
+                           r->host[w] == value(prev, round - 1, w) ? " (the previous round's)"
+                                                                   : "");
   ncclResult_t async = ncclSuccess;
   NC(a, ncclCommGetAsyncError(r->comm, &async));
   if (async != ncclSuccess)
-    return rank_fail(a, "rank %d: %s round %d: async error %s (%s)", a->rank, how, round,
-                     ncclGetErrorString(async), ncclGetLastError(NULL));
+    return gpuranks_fail(a, "rank %d: %s round %d: async error %s (%s)", a->rank, how, round,
+                         ncclGetErrorString(async), ncclGetLastError(NULL));
   return 0;
 }
 
-static int setup(rank_arg_t *a, rank_res_t *r) {
+static int setup(gpuranks_arg_t *a, rank_res_t *r) {
   size_t bytes = WORDS * sizeof(uint32_t);
   CU(a, cudaSetDevice(0));
   CU(a, cudaStreamCreateWithFlags(&r->s, cudaStreamNonBlocking));
@@ -159,31 +115,31 @@ static int setup(rank_arg_t *a, rank_res_t *r) {
   return 0;
 }
 
-static int capture(rank_arg_t *a, rank_res_t *r, cudaGraph_t *graph) {
+static int capture(gpuranks_arg_t *a, rank_res_t *r, cudaGraph_t *graph) {
   CU(a, cudaStreamBeginCapture(r->s, cudaStreamCaptureModeGlobal));
   int enq = enqueue_round(a, r);
   cudaError_t end = cudaStreamEndCapture(r->s, graph);
   if (enq) return -1;
   if (end != cudaSuccess)
-    return rank_fail(a, "rank %d: cudaStreamEndCapture failed: %s", a->rank,
-                     cudaGetErrorString(end));
+    return gpuranks_fail(a, "rank %d: cudaStreamEndCapture failed: %s", a->rank,
+                         cudaGetErrorString(end));
   return 0;
 }
 
 /* Meets the other ranks after a step every rank takes: 1 when the step
  * went well on every rank. A rank that failed still meets, so nobody waits
  * at a barrier the others will not reach. */
-static int together(rank_arg_t *a, int bad) { return meet(a) == 0 && !bad; }
+static int together(gpuranks_arg_t *a, int bad) { return gpuranks_meet(a) == 0 && !bad; }
 
-static int launch(rank_arg_t *a, rank_res_t *r, cudaGraphExec_t exec) {
+static int launch(gpuranks_arg_t *a, rank_res_t *r, cudaGraphExec_t exec) {
   CU(a, cudaGraphLaunch(exec, r->s));
   return 0;
 }
 
-static int replay(rank_arg_t *a, rank_res_t *r, cudaGraph_t graph, cudaGraphExec_t *exec) {
+static int replay(gpuranks_arg_t *a, rank_res_t *r, cudaGraph_t graph, cudaGraphExec_t *exec) {
   cudaError_t e = cudaGraphInstantiate(exec, graph, 0);
   if (e != cudaSuccess)
-    rank_fail(a, "rank %d: cudaGraphInstantiate: %s", a->rank, cudaGetErrorString(e));
+    gpuranks_fail(a, "rank %d: cudaGraphInstantiate: %s", a->rank, cudaGetErrorString(e));
   if (!together(a, e != cudaSuccess)) return -1;
   for (int t = 1; t <= REPLAYS; t++) {
     /* Every rank's previous round is checked before anyone's source
@@ -200,7 +156,7 @@ static int replay(rank_arg_t *a, rank_res_t *r, cudaGraph_t graph, cudaGraphExec
 }
 
 static void *rank_main(void *p) {
-  rank_arg_t *a = p;
+  gpuranks_arg_t *a = p;
   rank_res_t r;
   memset(&r, 0, sizeof(r));
   cudaGraph_t graph = NULL;
@@ -220,15 +176,15 @@ static void *rank_main(void *p) {
   if (exec != NULL) (void)cudaGraphExecDestroy(exec);
   if (graph != NULL) (void)cudaGraphDestroy(graph);
   if (r.comm != NULL) {
-    if (atomic_load(&a->shared->any_failed)) {
+    if (gpuranks_any_failed(a)) {
       (void)ncclCommAbort(r.comm);
     } else {
       /* Nobody deregisters while a peer may still put into its window. */
-      pthread_barrier_wait(&a->shared->barrier);
+      (void)gpuranks_meet(a);
       if (r.win != NULL && ncclCommWindowDeregister(r.comm, r.win) != ncclSuccess)
-        rank_fail(a, "rank %d: ncclCommWindowDeregister: %s", a->rank, ncclGetLastError(NULL));
+        gpuranks_fail(a, "rank %d: ncclCommWindowDeregister: %s", a->rank, ncclGetLastError(NULL));
       if (ncclCommDestroy(r.comm) != ncclSuccess)
-        rank_fail(a, "rank %d: ncclCommDestroy: %s", a->rank, ncclGetLastError(NULL));
+        gpuranks_fail(a, "rank %d: ncclCommDestroy: %s", a->rank, ncclGetLastError(NULL));
     }
   }
   if (r.win_buf != NULL) (void)ncclMemFree(r.win_buf);
@@ -239,25 +195,8 @@ static void *rank_main(void *p) {
 }
 
 static void run(int n) {
-  ncclUniqueId id;
-  assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
-  shared_t shared;
-  atomic_init(&shared.any_failed, 0);
-  assert_int_equal(pthread_barrier_init(&shared.barrier, NULL, (unsigned)n), 0);
-  pthread_t th[MAX_RANKS];
-  rank_arg_t args[MAX_RANKS];
-  for (int r = 0; r < n; r++) {
-    memset(&args[r], 0, sizeof(args[r]));
-    args[r].id = id;
-    args[r].n = n;
-    args[r].rank = r;
-    args[r].shared = &shared;
-    assert_int_equal(pthread_create(&th[r], NULL, rank_main, &args[r]), 0);
-  }
-  for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-  pthread_barrier_destroy(&shared.barrier);
-  for (int r = 0; r < n; r++)
-    if (args[r].failed) fail_msg("%d ranks: %s", n, args[r].msg);
+  char msg[512];
+  if (gpuranks_run(n, rank_main, msg, sizeof(msg)) != 0) fail_msg("%d ranks: %s", n, msg);
   printf("  %d ranks: a direct round, %d replays of the captured round and a direct round "
          "after them, every window exact\n", n, REPLAYS);
 }
@@ -278,19 +217,8 @@ int main(void) {
   printf("SKIP: test_rma_graph: this build has no CUDA (CUDA=0)\n");
   return TDEV_EXIT_SKIP;
 #else
-  setenv("BRAID_DEVICE", "cuda", 0);
-  /* A rank that fails stops; its peers then end at this timeout. */
-  setenv("BRAID_TIMEOUT", "30", 0);
-  char why[256];
-  if (tdev_kind() != TDEV_CUDA) {
-    printf("SKIP: test_rma_graph: CUDA graphs need BRAID_DEVICE=cuda (it is %s)\n",
-           getenv("BRAID_DEVICE"));
-    return TDEV_EXIT_SKIP;
-  }
-  if (!tdev_usable(why, sizeof(why))) {
-    printf("SKIP: test_rma_graph: %s\n", why);
-    return TDEV_EXIT_SKIP;
-  }
+  int skip = gpuranks_cuda_ready("test_rma_graph", "CUDA graphs");
+  if (skip != 0) return skip;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rma_graph_2ranks),
       cmocka_unit_test(test_rma_graph_3ranks),

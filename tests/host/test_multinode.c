@@ -30,14 +30,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "coll_ref.h"
 #include "nccl.h"
 #include "tdev.h"
+#include "trank.h"
 
 #define MAXR 8
 
@@ -76,23 +75,6 @@ static int quick(void) { return tdev_quick() || tdev_kind() == TDEV_CUDA; }
 
 /* ---- one rank ---------------------------------------------------------------- */
 
-typedef struct {
-  int rank, n, failures;
-  char *msg;
-  size_t msglen;
-  cudaStream_t stream; /* NULL in host mode */
-} ctx_t;
-
-static void failf(ctx_t *c, const char *fmt, ...) {
-  if (c->failures++ == 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = snprintf(c->msg, c->msglen, "rank %d: ", c->rank);
-    vsnprintf(c->msg + k, c->msglen - (size_t)k, fmt, ap);
-    va_end(ap);
-  }
-}
-
 /* Buffers the library may be given (managed memory in CUDA mode). */
 static void *xmalloc(size_t bytes) {
   void *p = tdev_alloc(bytes ? bytes : 1);
@@ -102,40 +84,7 @@ static void *xmalloc(size_t bytes) {
 
 static void xfree(void *p) { tdev_free(p); }
 
-/* Waits for the rank's stream after a successful call. */
-static ncclResult_t synced(ctx_t *c, ncclResult_t res) {
-  if (res == ncclSuccess && tdev_stream_sync(c->stream, SYNC_TIMEOUT_S) != 0) {
-    failf(c, "stream: %s (%s)", tdev_last_error(), ncclGetLastError(NULL));
-    return ncclSystemError;
-  }
-  return res;
-}
-
-/* One all-reduce; returns the call's result. */
-static ncclResult_t allreduce_one(ctx_t *c, ncclComm_t comm, ncclDataType_t dt,
-                                  ncclRedOp_t op, int inplace, size_t count) {
-  size_t es = ref_dtype_size(dt);
-  void *send = xmalloc(count * es), *recv = inplace ? send : xmalloc(count * es);
-  void *expect = malloc(count * es);
-  if (expect == NULL) abort();
-  ref_fill_input(dt, op, c->rank, send, count);
-  if (!inplace) ref_poison(dt, recv, count);
-  ncclResult_t res = synced(c, ncclAllReduce(send, recv, count, dt, op, comm, c->stream));
-  if (res == ncclSuccess) {
-    ref_reduce_expect(dt, op, c->n, 1.0, expect, count);
-    char m[160] = "";
-    size_t wrong = ref_compare(dt, op == ncclAvg, recv, expect, count, m, sizeof(m));
-    if (wrong)
-      failf(c, "all-reduce %s %s %s count %zu: %zu wrong, %s", ref_dtype_name(dt),
-            ref_op_name(op), inplace ? "in place" : "out of place", count, wrong, m);
-  }
-  if (!inplace) xfree(recv);
-  xfree(send);
-  free(expect);
-  return res;
-}
-
-static void allreduce_matrix(ctx_t *c, ncclComm_t comm) {
+static void allreduce_matrix(trank_t *c, ncclComm_t comm) {
   static const ncclDataType_t dts[] = {ncclInt32, ncclFloat32, ncclInt8, ncclBfloat16};
   static const size_t counts[] = {1, 7, 1023, 70001};
   /* CUDA mode runs on the simulator, which is slow: one dtype, sum and
@@ -147,10 +96,11 @@ static void allreduce_matrix(ctx_t *c, ncclComm_t comm) {
       if (quick() && op != ncclSum && op != ncclAvg && (cuda || op != ncclMax)) continue;
       for (int ip = 0; ip < 2; ip++)
         for (size_t k = cuda ? 2 : quick() ? 1 : 0; k < 4; k++) {
-          ncclResult_t res = allreduce_one(c, comm, dts[d], (ncclRedOp_t)op, ip, counts[k]);
+          ncclResult_t res =
+              trank_allreduce_check(c, comm, dts[d], (ncclRedOp_t)op, ip, counts[k]);
           if (res != ncclSuccess) {
-            failf(c, "all-reduce count %zu: %s (%s)", counts[k], ncclGetErrorString(res),
-                  ncclGetLastError(comm));
+            trank_fail(c, "all-reduce count %zu: %s (%s)", counts[k], ncclGetErrorString(res),
+                       ncclGetLastError(comm));
             return;
           }
         }
@@ -159,15 +109,16 @@ static void allreduce_matrix(ctx_t *c, ncclComm_t comm) {
 
 #define CALL(c, call)                                                                \
   do {                                                                               \
-    ncclResult_t r_ = synced((c), (call));                                           \
+    ncclResult_t r_ = trank_synced((c), (call));                                     \
     if (r_ != ncclSuccess) {                                                         \
-      failf((c), "%s: %s (%s)", #call, ncclGetErrorString(r_), ncclGetLastError(NULL)); \
+      trank_fail((c), "%s: %s (%s)", #call, ncclGetErrorString(r_),                  \
+                 ncclGetLastError(NULL));                                            \
       goto out;                                                                      \
     }                                                                                \
   } while (0)
 
 /* Every other collective once, int32, 1023 elements a segment. */
-static void others(ctx_t *c, ncclComm_t comm) {
+static void others(trank_t *c, ncclComm_t comm) {
   const size_t cnt = 1023, es = 4;
   const ncclDataType_t dt = ncclInt32;
   int n = c->n, r = c->rank;
@@ -183,20 +134,20 @@ static void others(ctx_t *c, ncclComm_t comm) {
   CALL(c, ncclAllGather(in, out, cnt, dt, comm, c->stream));
   for (int q = 0; q < n; q++)
     if (ref_check_move(dt, q, 0, (char *)out + (size_t)q * cnt * es, cnt, m, sizeof(m)))
-      failf(c, "all-gather segment %d: %s", q, m);
+      trank_fail(c, "all-gather segment %d: %s", q, m);
 
   /* Reduce-scatter: the sum of every rank's segment r. */
   ref_fill_input(dt, ncclSum, r, in, (size_t)n * cnt);
   ref_poison(dt, out, cnt);
   CALL(c, ncclReduceScatter(in, out, cnt, dt, ncclSum, comm, c->stream));
   ref_reduce_expect_range(dt, ncclSum, n, 1.0, expect, (size_t)r * cnt, cnt);
-  if (ref_compare(dt, 0, out, expect, cnt, m, sizeof(m))) failf(c, "reduce-scatter: %s", m);
+  if (ref_compare(dt, 0, out, expect, cnt, m, sizeof(m))) trank_fail(c, "reduce-scatter: %s", m);
 
   /* Broadcast from the last rank. */
   ref_fill_move(dt, r, 0, in, cnt);
   ref_poison(dt, out, cnt);
   CALL(c, ncclBroadcast(in, out, cnt, dt, n - 1, comm, c->stream));
-  if (ref_check_move(dt, n - 1, 0, out, cnt, m, sizeof(m))) failf(c, "broadcast: %s", m);
+  if (ref_check_move(dt, n - 1, 0, out, cnt, m, sizeof(m))) trank_fail(c, "broadcast: %s", m);
 
   /* Reduce (max) onto rank 1. */
   ref_fill_input(dt, ncclMax, r, in, cnt);
@@ -204,7 +155,7 @@ static void others(ctx_t *c, ncclComm_t comm) {
   CALL(c, ncclReduce(in, out, cnt, dt, ncclMax, 1, comm, c->stream));
   if (r == 1) {
     ref_reduce_expect(dt, ncclMax, n, 1.0, expect, cnt);
-    if (ref_compare(dt, 0, out, expect, cnt, m, sizeof(m))) failf(c, "reduce: %s", m);
+    if (ref_compare(dt, 0, out, expect, cnt, m, sizeof(m))) trank_fail(c, "reduce: %s", m);
   }
 
   /* All-to-all: segment q of the output is q's segment r. */
@@ -213,7 +164,7 @@ static void others(ctx_t *c, ncclComm_t comm) {
   CALL(c, ncclAlltoAll(in, out, cnt, dt, comm, c->stream));
   for (int q = 0; q < n; q++)
     if (ref_check_move(dt, q, r, (char *)out + (size_t)q * cnt * es, cnt, m, sizeof(m)))
-      failf(c, "all-to-all from %d: %s", q, m);
+      trank_fail(c, "all-to-all from %d: %s", q, m);
 
   /* Gather onto rank 0, scatter from the last rank. */
   ref_fill_move(dt, r, 0, in, cnt);
@@ -221,11 +172,11 @@ static void others(ctx_t *c, ncclComm_t comm) {
   CALL(c, ncclGather(in, out, cnt, dt, 0, comm, c->stream));
   for (int q = 0; r == 0 && q < n; q++)
     if (ref_check_move(dt, q, 0, (char *)out + (size_t)q * cnt * es, cnt, m, sizeof(m)))
-      failf(c, "gather from %d: %s", q, m);
+      trank_fail(c, "gather from %d: %s", q, m);
   for (int q = 0; q < n; q++) ref_fill_move(dt, r, q, (char *)in + (size_t)q * cnt * es, cnt);
   ref_poison(dt, out, cnt);
   CALL(c, ncclScatter(in, out, cnt, dt, n - 1, comm, c->stream));
-  if (ref_check_move(dt, n - 1, r, out, cnt, m, sizeof(m))) failf(c, "scatter: %s", m);
+  if (ref_check_move(dt, n - 1, r, out, cnt, m, sizeof(m))) trank_fail(c, "scatter: %s", m);
 
   /* Send/recv with both neighbours (one when there are two ranks). */
   ref_fill_move(dt, r, next, in, cnt);
@@ -238,40 +189,48 @@ static void others(ctx_t *c, ncclComm_t comm) {
   CALL(c, ncclSend((char *)in + cnt * es, cnt, dt, prev, comm, c->stream));
   CALL(c, ncclRecv((char *)out + cnt * es, cnt, dt, next, comm, c->stream));
   CALL(c, ncclGroupEnd());
-  if (ref_check_move(dt, prev, r, out, cnt, m, sizeof(m))) failf(c, "recv from %d: %s", prev, m);
+  if (ref_check_move(dt, prev, r, out, cnt, m, sizeof(m)))
+    trank_fail(c, "recv from %d: %s", prev, m);
   if (ref_check_move(dt, next, r, (char *)out + cnt * es, cnt, m, sizeof(m)))
-    failf(c, "recv from %d: %s", next, m);
+    trank_fail(c, "recv from %d: %s", next, m);
 out:
   xfree(in);
   xfree(out);
   free(expect);
 }
 
-static int run_rank(ncclUniqueId id, int n, int rank, int refuse, char *msg, size_t msglen) {
-  ctx_t c = {rank, n, 0, msg, msglen, NULL};
+/* One layout under one configuration (the ranks' ctx). */
+typedef struct {
+  const layout_t *l;
+  const config_t *cfg;
+  int refuse; /* Hier on nodes of different sizes: refused */
+} job_t;
+
+static void rank_env(const void *ctx, int rank) {
+  const job_t *j = ctx;
+  char hostid[32];
+  snprintf(hostid, sizeof(hostid), "multinode-%d", j->l->host[rank]);
+  setenv("BRAID_HOSTID", hostid, 1);
+  setenv("NCCL_ALGO", j->cfg->algo, 1);
+  setenv("NCCL_PROTO", j->cfg->proto, 1);
+}
+
+static int run_rank(const void *ctx, ncclUniqueId id, int n, int rank, char *msg, size_t msglen) {
+  const job_t *j = ctx;
+  trank_t c = {rank, n, 0, msg, msglen, NULL, SYNC_TIMEOUT_S};
   ncclComm_t comm;
-  if (tdev_stream_create(&c.stream) != 0) {
-    failf(&c, "%s", tdev_last_error());
-    return c.failures;
-  }
-  ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
-  if (res != ncclSuccess) {
-    failf(&c, "init: %s", ncclGetLastError(NULL));
-    tdev_stream_destroy(c.stream);
-    return c.failures;
-  }
-  if (refuse) {
+  if (trank_init(&c, id, &comm) != 0) return c.failures;
+  if (j->refuse) {
     /* Hier on nodes of different sizes: refused, naming the override. */
-    res = allreduce_one(&c, comm, ncclInt32, ncclSum, 0, 7);
+    ncclResult_t res = trank_allreduce_check(&c, comm, ncclInt32, ncclSum, 0, 7);
     if (res != ncclInvalidUsage || strstr(ncclGetLastError(comm), "NCCL_ALGO") == NULL)
-      failf(&c, "forced Hier on uneven nodes gave %s (%s), not ncclInvalidUsage naming "
-            "NCCL_ALGO", ncclGetErrorString(res), ncclGetLastError(comm));
+      trank_fail(&c, "forced Hier on uneven nodes gave %s (%s), not ncclInvalidUsage naming "
+                 "NCCL_ALGO", ncclGetErrorString(res), ncclGetLastError(comm));
   } else {
     allreduce_matrix(&c, comm);
   }
   if (!c.failures) others(&c, comm);
-  ncclCommDestroy(comm);
-  tdev_stream_destroy(c.stream);
+  trank_fini(&c, comm);
   return c.failures;
 }
 
@@ -280,45 +239,10 @@ static int run_rank(ncclUniqueId id, int n, int rank, int refuse, char *msg, siz
 /* Runs one layout under one configuration: a process per rank, rank 0
  * making the unique id after the fork and handing it on by pipe. */
 static void run_layout(const layout_t *l, const config_t *cfg) {
-  int n = l->n, refuse = strstr(cfg->algo, "Hier") != NULL && !l->even;
-  tdev_id_pipes_t idp;
-  int pipes[MAXR][2];
-  pid_t pids[MAXR];
-  if (tdev_id_pipes_open(&idp, n) != 0) fail_msg("%s", tdev_last_error());
-  for (int r = 0; r < n; r++) assert_int_equal(pipe(pipes[r]), 0);
-  fflush(NULL);
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    assert_true(pids[r] >= 0);
-    if (pids[r] == 0) {
-      char msg[512] = "", hostid[32];
-      ncclUniqueId id;
-      snprintf(hostid, sizeof(hostid), "multinode-%d", l->host[r]);
-      setenv("BRAID_HOSTID", hostid, 1);
-      setenv("NCCL_ALGO", cfg->algo, 1);
-      setenv("NCCL_PROTO", cfg->proto, 1);
-      int f = 1;
-      if (tdev_id_pipes_share(&idp, r, &id) != 0)
-        snprintf(msg, sizeof(msg), "%s", tdev_last_error());
-      else
-        f = run_rank(id, n, r, refuse, msg, sizeof(msg));
-      (void)!write(pipes[r][1], msg, strlen(msg) + 1);
-      _exit(f ? 1 : 0);
-    }
-    close(pipes[r][1]);
-  }
-  tdev_id_pipes_close(&idp);
-  int failed = 0;
-  char first[512] = "";
-  for (int r = 0; r < n; r++) {
-    int st;
-    char msg[512] = "";
-    (void)!read(pipes[r][0], msg, sizeof(msg) - 1);
-    close(pipes[r][0]);
-    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
-    if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && failed++ == 0)
-      snprintf(first, sizeof(first), "rank %d (status %d): %s", r, st, msg);
-  }
+  job_t j = {l, cfg, strstr(cfg->algo, "Hier") != NULL && !l->even};
+  const tdev_proc_ops_t ops = {rank_env, run_rank, NULL};
+  char first[512];
+  int failed = tdev_run_procs(l->n, &ops, &j, first, sizeof(first));
   if (failed)
     fail_msg("%s, NCCL_ALGO=%s NCCL_PROTO=%s: %d rank(s) failed; first %s", l->name,
              cfg->algo, cfg->proto, failed, first);

@@ -61,11 +61,24 @@ static void stage(int rank) {
   setenv("BRAID_BOOTSTRAP_TIMEOUT", "20", 1);
 }
 
-/* Runs `iters` all-reduces of COUNT floats, checking each result. The
- * victim (rank `victim`, -1: none) exits abruptly during call `die_at`;
+/* What the ranks of one case do (each rank function reads its part). */
+typedef struct {
+  int iters;  /* rank_loop: all-reduces per rank */
+  int victim; /* rank_loop: the rank that dies (-1: none) ... */
+  int die_at; /* ... during this call */
+  int leaver; /* rank_split: the rank that fails and leaves */
+} case_t;
+
+/* A rank's part, in a process of its own: writes one report_t to fd and
+ * exits. */
+typedef void (*rank_fn)(ncclUniqueId id, int rank, const case_t *c, int fd);
+
+/* Runs c->iters all-reduces of COUNT floats, checking each result. The
+ * victim (rank c->victim, -1: none) exits abruptly during call c->die_at;
  * the time of its death is in *t_death (shared through a pipe-free
  * convention: every rank computes it from a common start). */
-static void rank_loop(ncclUniqueId id, int rank, int iters, int victim, int die_at, int fd) {
+static void rank_loop(ncclUniqueId id, int rank, const case_t *c, int fd) {
+  int iters = c->iters, victim = c->victim, die_at = c->die_at;
   report_t rep;
   memset(&rep, 0, sizeof(rep));
   stage(rank);
@@ -114,8 +127,9 @@ out:
   _exit(0);
 }
 
-/* Forks NRANKS ranks running fn-like loops; collects their reports. */
-static void run_ranks(int iters, int victim, int die_at, report_t reps[NRANKS], int got[NRANKS]) {
+/* Forks NRANKS ranks running fn; collects their reports (got[r]: rank r
+ * sent one) and fails the test when a rank outlives the deadline. */
+static void run_ranks(rank_fn fn, const case_t *c, report_t reps[NRANKS], int got[NRANKS]) {
   ncclUniqueId id;
   assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
   int fds[NRANKS][2];
@@ -127,7 +141,7 @@ static void run_ranks(int iters, int victim, int die_at, report_t reps[NRANKS], 
     assert_true(pids[r] >= 0);
     if (pids[r] == 0) {
       close(fds[r][0]);
-      rank_loop(id, r, iters, victim, die_at, fds[r][1]);
+      fn(id, r, c, fds[r][1]);
     }
     close(fds[r][1]);
   }
@@ -151,8 +165,9 @@ static void test_peer_dies(void **state) {
   report_t reps[NRANKS];
   int got[NRANKS];
   const int victim = 3;
+  const case_t c = {.iters = 40, .victim = victim, .die_at = 3, .leaver = -1};
   setenv("BRAID_TIMEOUT", "120", 1);
-  run_ranks(40, victim, 3, reps, got);
+  run_ranks(rank_loop, &c, reps, got);
   assert_false(got[victim]); /* killed: it never reported */
   for (int r = 0; r < NRANKS; r++) {
     if (r == victim) continue;
@@ -181,8 +196,9 @@ static void test_peer_dies(void **state) {
 
 /* Ranks 0-2 split the communicator (an exchange over the bootstrap ring)
  * while rank `leaver` fails a call of its own (an invalid datatype: a WARN
- * that becomes its last error) and aborts instead. Fills reps. */
-static void rank_split(ncclUniqueId id, int rank, int leaver, int fd) {
+ * that becomes its last error) and aborts instead. */
+static void rank_split(ncclUniqueId id, int rank, const case_t *c, int fd) {
+  int leaver = c->leaver;
   report_t rep;
   ncclComm_t comm, child = NULL;
   memset(&rep, 0, sizeof(rep));
@@ -216,27 +232,12 @@ static void rank_split(ncclUniqueId id, int rank, int leaver, int fd) {
 static void test_peer_leaves_with_reason(void **state) {
   (void)state;
   const int leaver = 3;
+  const case_t c = {.iters = 0, .victim = -1, .die_at = 0, .leaver = leaver};
   report_t reps[NRANKS];
-  ncclUniqueId id;
-  int fds[NRANKS][2];
-  pid_t pids[NRANKS];
-  assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
-  fflush(NULL);
+  int got[NRANKS];
+  run_ranks(rank_split, &c, reps, got);
   for (int r = 0; r < NRANKS; r++) {
-    assert_int_equal(pipe(fds[r]), 0);
-    pids[r] = fork();
-    assert_true(pids[r] >= 0);
-    if (pids[r] == 0) {
-      close(fds[r][0]);
-      rank_split(id, r, leaver, fds[r][1]);
-    }
-    close(fds[r][1]);
-  }
-  for (int r = 0; r < NRANKS; r++) {
-    int st;
-    assert_int_equal(read(fds[r][0], &reps[r], sizeof(reps[r])), (ssize_t)sizeof(reps[r]));
-    close(fds[r][0]);
-    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
+    assert_true(got[r]);
     printf("rank %d: result %d after %.1f s: %s\n", r, reps[r].result, reps[r].fail_after,
            reps[r].msg);
   }
@@ -261,8 +262,9 @@ static void test_staggered_end(void **state) {
   (void)state;
   report_t reps[NRANKS];
   int got[NRANKS];
+  const case_t c = {.iters = 6, .victim = -1, .die_at = 0, .leaver = -1};
   setenv("BRAID_TIMEOUT", "60", 1);
-  run_ranks(6, -1, 0, reps, got);
+  run_ranks(rank_loop, &c, reps, got);
   for (int r = 0; r < NRANKS; r++) {
     assert_true(got[r]);
     if (reps[r].result != ncclSuccess)

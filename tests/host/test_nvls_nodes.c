@@ -34,7 +34,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -42,6 +41,7 @@
 #include "coll_ref.h"
 #include "nccl.h"
 #include "tdev.h"
+#include "trank.h"
 
 #define MAXR 8
 
@@ -66,52 +66,7 @@ static const layout_t cuda_layout = {"2 hosts x 2, CUDA backend (no switch group
 /* A stream's work must finish within this. */
 #define SYNC_TIMEOUT_S 120.0
 
-typedef struct {
-  int rank, n, failures;
-  char *msg;
-  size_t msglen;
-  cudaStream_t stream; /* NULL in host mode */
-} ctx_t;
-
-static void failf(ctx_t *c, const char *fmt, ...) {
-  if (c->failures++ == 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = snprintf(c->msg, c->msglen, "rank %d: ", c->rank);
-    vsnprintf(c->msg + k, c->msglen - (size_t)k, fmt, ap);
-    va_end(ap);
-  }
-}
-
-/* One all-reduce checked against the reference; returns the call's result. */
-static ncclResult_t allreduce_one(ctx_t *c, ncclComm_t comm, ncclDataType_t dt,
-                                  ncclRedOp_t op, int inplace, size_t count) {
-  size_t es = ref_dtype_size(dt);
-  char *send = tdev_alloc(count * es), *recv = inplace ? send : tdev_alloc(count * es);
-  char *expect = malloc(count * es);
-  if (send == NULL || recv == NULL || expect == NULL) abort();
-  ref_fill_input(dt, op, c->rank, send, count);
-  if (!inplace) ref_poison(dt, recv, count);
-  ncclResult_t res = ncclAllReduce(send, recv, count, dt, op, comm, c->stream);
-  if (res == ncclSuccess && tdev_stream_sync(c->stream, SYNC_TIMEOUT_S) != 0) {
-    failf(c, "stream: %s (%s)", tdev_last_error(), ncclGetLastError(NULL));
-    res = ncclSystemError;
-  }
-  if (res == ncclSuccess) {
-    ref_reduce_expect(dt, op, c->n, 1.0, expect, count);
-    char m[160] = "";
-    size_t wrong = ref_compare(dt, 0, recv, expect, count, m, sizeof(m));
-    if (wrong)
-      failf(c, "all-reduce %s %s %s count %zu: %zu wrong, %s", ref_dtype_name(dt),
-            ref_op_name(op), inplace ? "in place" : "out of place", count, wrong, m);
-  }
-  if (!inplace) tdev_free(recv);
-  tdev_free(send);
-  free(expect);
-  return res;
-}
-
-static void matrix(ctx_t *c, ncclComm_t comm) {
+static void matrix(trank_t *c, ncclComm_t comm) {
   static const struct {
     ncclDataType_t dt;
     ncclRedOp_t op;
@@ -120,11 +75,12 @@ static void matrix(ctx_t *c, ncclComm_t comm) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]) && !c->failures; i++)
     for (int ip = 0; ip < 2 && !c->failures; ip++)
       for (size_t k = 0; k < 2 && !c->failures; k++) {
-        ncclResult_t res = allreduce_one(c, comm, cases[i].dt, cases[i].op, ip, counts[k]);
+        ncclResult_t res =
+            trank_allreduce_check(c, comm, cases[i].dt, cases[i].op, ip, counts[k]);
         if (res != ncclSuccess)
-          failf(c, "all-reduce %s %s count %zu: %s (%s)", ref_dtype_name(cases[i].dt),
-                ref_op_name(cases[i].op), counts[k], ncclGetErrorString(res),
-                ncclGetLastError(comm));
+          trank_fail(c, "all-reduce %s %s count %zu: %s (%s)", ref_dtype_name(cases[i].dt),
+                     ref_op_name(cases[i].op), counts[k], ncclGetErrorString(res),
+                     ncclGetLastError(comm));
       }
 }
 
@@ -139,103 +95,80 @@ static int file_has(const char *path, const char *text) {
   return found;
 }
 
-static int run_rank(ncclUniqueId id, const layout_t *l, int rank, const char *log, char *msg,
-                    size_t msglen) {
-  ctx_t c = {rank, l->n, 0, msg, msglen, NULL};
+/* Rank `rank`'s INFO log file (a fall-back case only). */
+static void log_path(int rank, char *path, size_t len) {
+  snprintf(path, len, "/tmp/braid_nvls_nodes.%d.%d.log", (int)getppid(), rank);
+}
+
+static void rank_env(const void *ctx, int rank) {
+  const layout_t *l = ctx;
+  char hostid[32], log[128];
+  snprintf(hostid, sizeof(hostid), "nvlsnodes-%d", l->host[rank]);
+  setenv("BRAID_HOSTID", hostid, 1);
+  setenv("NCCL_NVLS_ENABLE", l->host[rank] == l->refuse_host ? "0" : "1", 1);
+  setenv("NCCL_ALGO", l->refuse_host >= 0 ? "allreduce:NVLSTree,Ring" : "allreduce:NVLSTree", 1);
+  if (l->refuse_host >= 0) {
+    log_path(rank, log, sizeof(log));
+    unlink(log);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "NVLS", 1);
+    setenv("NCCL_DEBUG_FILE", log, 1);
+  }
+}
+
+static void rank_log_remove(const void *ctx, int rank) {
+  const layout_t *l = ctx;
+  char log[128];
+  if (l->refuse_host < 0) return;
+  log_path(rank, log, sizeof(log));
+  unlink(log);
+}
+
+static int run_rank(const void *ctx, ncclUniqueId id, int n, int rank, char *msg, size_t msglen) {
+  const layout_t *l = ctx;
+  char log[128];
+  log_path(rank, log, sizeof(log));
+  trank_t c = {rank, n, 0, msg, msglen, NULL, SYNC_TIMEOUT_S};
   ncclComm_t comm;
-  if (tdev_stream_create(&c.stream) != 0) {
-    failf(&c, "%s", tdev_last_error());
-    return c.failures;
-  }
-  ncclResult_t res = ncclCommInitRank(&comm, l->n, id, rank);
-  if (res != ncclSuccess) {
-    failf(&c, "init: %s", ncclGetLastError(NULL));
-    tdev_stream_destroy(c.stream);
-    return c.failures;
-  }
+  if (trank_init(&c, id, &comm) != 0) return c.failures;
+  ncclResult_t res;
   if (l->refuse_host >= 0) {
     /* Everyone falls back to the ring together, and says so. */
     for (int ip = 0; ip < 2 && !c.failures; ip++) {
-      res = allreduce_one(&c, comm, ncclFloat32, ncclSum, ip, 50001);
+      res = trank_allreduce_check(&c, comm, ncclFloat32, ncclSum, ip, 50001);
       if (res != ncclSuccess)
-        failf(&c, "all-reduce (%s): %s (%s)", l->name, ncclGetErrorString(res),
-              ncclGetLastError(comm));
+        trank_fail(&c, "all-reduce (%s): %s (%s)", l->name, ncclGetErrorString(res),
+                   ncclGetLastError(comm));
     }
   } else {
     matrix(&c, comm);
     /* What multimem cannot reduce: refused, naming the override. */
     if (!c.failures) {
-      res = allreduce_one(&c, comm, ncclFloat32, ncclProd, 0, 7);
+      res = trank_allreduce_check(&c, comm, ncclFloat32, ncclProd, 0, 7);
       if (res != ncclInvalidUsage || strstr(ncclGetLastError(comm), "NCCL_ALGO") == NULL)
-        failf(&c, "forced NVLSTree on a float prod gave %s (%s), not ncclInvalidUsage "
-              "naming NCCL_ALGO", ncclGetErrorString(res), ncclGetLastError(comm));
+        trank_fail(&c, "forced NVLSTree on a float prod gave %s (%s), not ncclInvalidUsage "
+                   "naming NCCL_ALGO", ncclGetErrorString(res), ncclGetLastError(comm));
     }
     if (!c.failures) {
-      res = allreduce_one(&c, comm, ncclInt32, ncclSum, 1, 1023);
+      res = trank_allreduce_check(&c, comm, ncclInt32, ncclSum, 1, 1023);
       if (res != ncclSuccess)
-        failf(&c, "all-reduce after the refusal: %s", ncclGetErrorString(res));
+        trank_fail(&c, "all-reduce after the refusal: %s", ncclGetErrorString(res));
     }
   }
-  ncclCommDestroy(comm);
-  tdev_stream_destroy(c.stream);
+  trank_fini(&c, comm);
   if (l->refuse_host >= 0 && !c.failures && !file_has(log, "NVLS off"))
-    failf(&c, "NVLS was refused (%s), but this rank's log (%s) has no \"NVLS off\"",
-          l->name, log);
+    trank_fail(&c, "NVLS was refused (%s), but this rank's log (%s) has no \"NVLS off\"",
+               l->name, log);
   return c.failures;
 }
 
 static void test_layout(void **state) {
   const layout_t *l = *state;
-  int n = l->n;
   if (tdev_kind() == TDEV_CUDA && tdev_cuda_touched())
     fail_msg("this process used CUDA before forking ranks that use it");
-  tdev_id_pipes_t idp;
-  int pipes[MAXR][2];
-  pid_t pids[MAXR];
-  if (tdev_id_pipes_open(&idp, n) != 0) fail_msg("%s", tdev_last_error());
-  for (int r = 0; r < n; r++) assert_int_equal(pipe(pipes[r]), 0);
-  fflush(NULL);
-  for (int r = 0; r < n; r++) {
-    pids[r] = fork();
-    assert_true(pids[r] >= 0);
-    if (pids[r] == 0) {
-      char msg[512] = "", hostid[32], log[128];
-      ncclUniqueId id;
-      snprintf(hostid, sizeof(hostid), "nvlsnodes-%d", l->host[r]);
-      snprintf(log, sizeof(log), "/tmp/braid_nvls_nodes.%d.%d.log", (int)getppid(), r);
-      setenv("BRAID_HOSTID", hostid, 1);
-      setenv("NCCL_NVLS_ENABLE", l->host[r] == l->refuse_host ? "0" : "1", 1);
-      setenv("NCCL_ALGO", l->refuse_host >= 0 ? "allreduce:NVLSTree,Ring" : "allreduce:NVLSTree",
-             1);
-      if (l->refuse_host >= 0) {
-        unlink(log);
-        setenv("NCCL_DEBUG", "INFO", 1);
-        setenv("NCCL_DEBUG_SUBSYS", "NVLS", 1);
-        setenv("NCCL_DEBUG_FILE", log, 1);
-      }
-      int f = 1;
-      if (tdev_id_pipes_share(&idp, r, &id) != 0)
-        snprintf(msg, sizeof(msg), "%s", tdev_last_error());
-      else
-        f = run_rank(id, l, r, log, msg, sizeof(msg));
-      if (l->refuse_host >= 0) unlink(log);
-      (void)!write(pipes[r][1], msg, strlen(msg) + 1);
-      _exit(f ? 1 : 0);
-    }
-    close(pipes[r][1]);
-  }
-  tdev_id_pipes_close(&idp);
-  int failed = 0;
-  char first[512] = "";
-  for (int r = 0; r < n; r++) {
-    int st;
-    char msg[512] = "";
-    (void)!read(pipes[r][0], msg, sizeof(msg) - 1);
-    close(pipes[r][0]);
-    assert_int_equal(waitpid(pids[r], &st, 0), pids[r]);
-    if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && failed++ == 0)
-      snprintf(first, sizeof(first), "rank %d (status %d): %s", r, st, msg);
-  }
+  const tdev_proc_ops_t ops = {rank_env, run_rank, rank_log_remove};
+  char first[512];
+  int failed = tdev_run_procs(l->n, &ops, l, first, sizeof(first));
   if (failed) fail_msg("%s: %d rank(s) failed; first %s", l->name, failed, first);
 }
 
