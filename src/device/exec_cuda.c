@@ -507,7 +507,8 @@ static ncclResult_t plan_create(const brd_ir_plan_t *plan, int async, cudaStream
   *plan_out = cp;
   return ncclSuccess;
 fail_free_dev:
-  /* A failed enqueue leaves nothing queued that reads these. */
+  /* cudaFreeHost and cudaFree wait for the device: a copy already queued
+   * is done first. */
   if (cp->copied != NULL) cudaEventDestroy(cp->copied);
   if (cp->pinned != NULL) cudaFreeHost(cp->pinned);
   cudaFree(cp->dev);
