@@ -225,11 +225,20 @@ static uint64_t blob_hash(const brd_ir_plan_t *p) {
   return h;
 }
 
-/* The device copy of plan, uploaded at its first use. The upload
- * allocates and copies on a private stream; inside a capture that must not
- * join the graph, so the thread's capture mode is relaxed meanwhile. */
+/* The device copy of plan, uploaded at its first use. Outside a capture
+ * the copy goes on the launch's stream, ahead of its kernel, and the host
+ * does not wait: ranks that are threads sharing a GPU launch while their
+ * peers' kernels already wait for them, and a copy waited for on a stream
+ * of its own can sit in a hardware queue CUDA shares between streams
+ * behind such a peer's queued work (its copy-out, held by its kernel),
+ * which never runs (docs/architecture.md). Later launches on other
+ * streams follow it (brd_launch_cuda_order); a capture waits for it. Inside
+ * a capture the upload allocates and copies on a private stream, which
+ * must not join the graph, so the thread's capture mode is relaxed
+ * meanwhile. */
 static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan, int p2p,
-                              int capturing, const brd_exec_cuda_plan_t **out) {
+                              int capturing, cudaStream_t stream,
+                              const brd_exec_cuda_plan_t **out) {
   ncclResult_t res = ncclSuccess;
   uint64_t h = p2p ? blob_hash(plan) : 0;
   for (int i = 0; i < rt->nplans; i++) {
@@ -237,6 +246,7 @@ static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan,
     if (p2p ? (d->key == NULL && d->hash == h && d->copy->total_bytes == plan->total_bytes &&
                memcmp(d->copy, plan, plan->total_bytes) == 0)
             : d->key == plan) {
+      if (capturing) CHECK(brd_exec_cuda_plan_ready(d->dev));
       *out = d->dev;
       return ncclSuccess;
     }
@@ -248,7 +258,6 @@ static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan,
     WARN("rank %d: %d different point-to-point patterns (peers and sizes per "
          "group) have been uploaded to the GPU; each stays until the "
          "communicator is destroyed", rt->rank, P2P_PLANS_WARN);
-  (void)capturing;
   dplan_t *grown = brd_array_grow(rt->plans, rt->nplans, &rt->cap_plans, sizeof(*rt->plans), 64);
   if (grown == NULL) {
     WARN("out of host memory growing the device plan table past %d plans", rt->nplans);
@@ -268,7 +277,9 @@ static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan,
     memcpy(d.copy, plan, plan->total_bytes);
   }
   /* The thread's capture mode is relaxed (brd_launch_cuda_begin). */
-  CHECK_GOTO(brd_exec_cuda_plan_create(plan, &d.dev), res, fail);
+  CHECK_GOTO(capturing ? brd_exec_cuda_plan_create(plan, &d.dev)
+                       : brd_exec_cuda_plan_create_on(plan, stream, &d.dev),
+             res, fail);
   atomic_fetch_add(&rt->dev_bytes, (uint64_t)plan->total_bytes);
   rt->plans[rt->nplans++] = d;
   if (p2p) rt->np2p++;
@@ -396,7 +407,7 @@ static ncclResult_t enqueue_work(struct brd_backend *rt, cuda_launch_t *ctx,
          a->rank, a->n_in_segs, a->n_out_segs, BRD_EXEC_CUDA_INLINE_SEGS);
     return ncclInvalidUsage;
   }
-  CHECK(dplan_get(rt, a->plan, p2p, ctx->capturing, &dp));
+  CHECK(dplan_get(rt, a->plan, p2p, ctx->capturing, ctx->stream, &dp));
   brd_exec_cuda_args_t ca;
   CHECK(cuda_args(rt, a, dp, p2p, chans, &ca));
   ca.status = p2p ? rt->st_p2p : rt->st_coll;
@@ -450,7 +461,7 @@ ncclResult_t brd_launch_cuda_rma_run(struct ncclComm *comm, struct brd_backend *
          l->calls[0].fn, a->rank, nch, (unsigned long long)r->nsig, r->row, rt->rma_cells);
     return ncclInternalError;
   }
-  CHECK(dplan_get(rt, a->plan, 1, ctx->capturing, &dp));
+  CHECK(dplan_get(rt, a->plan, 1, ctx->capturing, ctx->stream, &dp));
   brd_exec_cuda_args_t ca;
   CHECK(cuda_args(rt, a, dp, 1, chans, &ca));
   uint64_t span = r->nsig; /* copied into the launch */

@@ -402,6 +402,9 @@ out:
 struct brd_exec_cuda_plan {
   brd_ir_plan_t *host; /* owned: brd_plan_clone */
   brd_ir_plan_t *dev;  /* owned: cudaMalloc, the same bytes */
+  void *pinned;        /* owned: cudaHostAlloc, the source of an enqueued
+                        * copy (brd_exec_cuda_plan_create_on); NULL: none */
+  cudaEvent_t copied;  /* owned: recorded after that copy; NULL: none */
   int mc_ops;          /* some op is a switch op */
   int mc_reduces;      /* some op is MC_REDUCE or MC_RED */
   int cc_major;        /* compute capability of the device it was made on */
@@ -416,9 +419,57 @@ struct brd_exec_cuda_status {
   int reported;     /* the current failure was logged */
 };
 
+/* The copy of cp->host to cp->dev: on a private stream, waited for
+ * (async 0), or enqueued on `stream` from pinned memory with an event
+ * after it. */
+static ncclResult_t plan_upload(brd_exec_cuda_plan_t *cp, int async, cudaStream_t stream) {
+  ncclResult_t res = ncclSuccess;
+  size_t bytes = cp->host->total_bytes;
+  if (!async)
+    return private_copy(cp->dev, cp->host, bytes, cudaMemcpyHostToDevice,
+                        "copying a plan to the device");
+  CUDA_CHECK_GOTO(cudaHostAlloc(&cp->pinned, bytes, cudaHostAllocDefault),
+                  "cudaHostAlloc for a plan's upload", res, out);
+  memcpy(cp->pinned, cp->host, bytes);
+  CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&cp->copied, cudaEventDisableTiming),
+                  "cudaEventCreateWithFlags for a plan's upload", res, out);
+  CUDA_CHECK_GOTO(cudaMemcpyAsync(cp->dev, cp->pinned, bytes, cudaMemcpyHostToDevice, stream),
+                  "copying a plan to the device (cudaMemcpyAsync)", res, out);
+  CUDA_CHECK_GOTO(cudaEventRecord(cp->copied, stream), "cudaEventRecord after a plan's upload",
+                  res, out);
+out:
+  return res; /* the caller frees what was made */
+}
+
+static ncclResult_t plan_create(const brd_ir_plan_t *plan, int async, cudaStream_t stream,
+                                brd_exec_cuda_plan_t **plan_out);
+
 /* See exec_cuda.h. */
 ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
                                        brd_exec_cuda_plan_t **plan_out) {
+  return plan_create(plan, 0, NULL, plan_out);
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_plan_create_on(const brd_ir_plan_t *plan, cudaStream_t stream,
+                                          brd_exec_cuda_plan_t **plan_out) {
+  return plan_create(plan, 1, stream, plan_out);
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_plan_ready(brd_exec_cuda_plan_t *plan) {
+  ncclResult_t res = ncclSuccess;
+  if (plan->copied == NULL) return ncclSuccess;
+  CUDA_CHECK_GOTO(cudaEventSynchronize(plan->copied), "cudaEventSynchronize on a plan's upload",
+                  res, out);
+  cudaEventDestroy(plan->copied);
+  plan->copied = NULL;
+out:
+  return res;
+}
+
+static ncclResult_t plan_create(const brd_ir_plan_t *plan, int async, cudaStream_t stream,
+                                brd_exec_cuda_plan_t **plan_out) {
   ncclResult_t res = ncclSuccess;
   brd_exec_cuda_plan_t *cp;
   int dev = 0, nsm = 0;
@@ -452,11 +503,14 @@ ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
   CHECK_GOTO(brd_plan_clone(plan, &cp->host), res, fail_free);
   CUDA_CHECK_GOTO(cudaMalloc((void **)&cp->dev, plan->total_bytes),
                   "cudaMalloc for a plan", res, fail_destroy_host);
-  CHECK_GOTO(private_copy(cp->dev, plan, plan->total_bytes, cudaMemcpyHostToDevice,
-                          "copying a plan to the device"), res, fail_free_dev);
+  CHECK_GOTO(plan_upload(cp, async, stream), res, fail_free_dev);
   *plan_out = cp;
   return ncclSuccess;
 fail_free_dev:
+  /* cudaFreeHost and cudaFree wait for the device: a copy already queued
+   * is done first. */
+  if (cp->copied != NULL) cudaEventDestroy(cp->copied);
+  if (cp->pinned != NULL) cudaFreeHost(cp->pinned);
   cudaFree(cp->dev);
 fail_destroy_host:
   brd_plan_destroy(cp->host);
@@ -469,6 +523,8 @@ out:
 /* See exec_cuda.h. */
 void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan) {
   if (plan == NULL) return;
+  if (plan->copied != NULL) cudaEventDestroy(plan->copied);
+  if (plan->pinned != NULL) cudaFreeHost(plan->pinned);
   cudaFree(plan->dev);
   brd_plan_destroy(plan->host);
   free(plan);

@@ -219,6 +219,25 @@ ncclResult_t brd_exec_cuda_load(void);
 ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
                                        brd_exec_cuda_plan_t **plan_out);
 
+/* As brd_exec_cuda_plan_create, but the copy goes on `stream` (not being
+ * captured) from pinned host memory and the call does not wait for it:
+ * kernels enqueued on `stream` after it see the plan; work on any other
+ * stream must be ordered after it, or call brd_exec_cuda_plan_ready
+ * first. Nothing is enqueued on any other stream and the host never
+ * waits for the device, so a rank whose peers' kernels already wait for
+ * it, on the same GPU, launches its own: a synchronous copy on a stream of
+ * its own can queue, in a hardware queue that CUDA shares between streams
+ * (CUDA_DEVICE_MAX_CONNECTIONS), behind a peer's work that waits for this
+ * rank's kernel. Any thread. */
+ncclResult_t brd_exec_cuda_plan_create_on(const brd_ir_plan_t *plan, cudaStream_t stream,
+                                          brd_exec_cuda_plan_t **plan_out);
+
+/* Waits until the copy of a plan made by brd_exec_cuda_plan_create_on
+ * has reached the device (at once for brd_exec_cuda_plan_create's), for
+ * a use not ordered after it on its stream (a capture on another stream).
+ * ncclUnhandledCudaError (WARN) when CUDA fails. Any thread. */
+ncclResult_t brd_exec_cuda_plan_ready(brd_exec_cuda_plan_t *plan);
+
 /* Frees a plan from brd_exec_cuda_plan_create. No kernel using it may be
  * queued or running. NULL is a no-op. */
 void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan);

@@ -210,6 +210,47 @@ static inline void brd_emu_pend_evict(const void *p) {
     brd_emu_pend_flush();
 }
 
+/* ---- scheduling jitter ------------------------------------------------------------ */
+
+/* BRAID_CUDASIM_JITTER=N (default 0: off) perturbs the interleaving of
+ * blocks and ranks, which on two cores otherwise follows the OS scheduler
+ * closely from run to run: at every barrier, fence, atomic and flag or
+ * packet access a thread yields its CPU about one time in 32 and sleeps
+ * up to N microseconds about one time in 512 (a per-thread random
+ * stream, seeded by time and thread). Sleeping inside a wait, between a
+ * store and the next, or before a fence is what a GPU's warps do when
+ * preempted, throttled or behind another kernel's blocks. */
+static inline unsigned brd_emu_jitter_level(void) {
+  static int level = -1;
+  if (level < 0) {
+    const char *v = getenv("BRAID_CUDASIM_JITTER");
+    int n = v != NULL ? atoi(v) : 0;
+    level = n > 0 ? n : 0;
+  }
+  return (unsigned)level;
+}
+
+static inline void brd_emu_jitter(void) {
+  unsigned level = brd_emu_jitter_level();
+  if (level == 0) return;
+  static thread_local uint64_t x;
+  if (x == 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    x = ((uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull) ^ (uint64_t)(uintptr_t)&x;
+    if (x == 0) x = 1;
+  }
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  if ((x & 511u) == 0) {
+    struct timespec d = {0, (long)((x >> 16) % level) * 1000 + 1000};
+    nanosleep(&d, NULL);
+  } else if ((x & 31u) == 0) {
+    sched_yield();
+  }
+}
+
 /* ---- built-in variables and the block barrier --------------------------------- */
 
 #define threadIdx (*brd_cudasim_thread_idx())
@@ -219,6 +260,7 @@ static inline void brd_emu_pend_evict(const void *p) {
 
 /* The thread's waiting stores become the block's (delayed stores). */
 static inline int __syncthreads_or(int pred) {
+  brd_emu_jitter();
   brd_emu_pend.bars[brd_emu_thread_rank()]++;
   return brd_cudasim_syncthreads_or(pred != 0);
 }
@@ -226,29 +268,35 @@ static inline int __syncthreads_or(int pred) {
 /* ---- atomics and fences -------------------------------------------------------- */
 
 static inline void __threadfence(void) {
+  brd_emu_jitter();
   brd_emu_pend_flush();
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 static inline void __threadfence_system(void) {
+  brd_emu_jitter();
   brd_emu_pend_flush();
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 /* Relaxed on a GPU: they order no waiting store. */
 static inline unsigned int atomicAdd(unsigned int *p, unsigned int v) {
+  brd_emu_jitter();
   brd_emu_pend_evict(p);
   return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+  brd_emu_jitter();
   brd_emu_pend_evict(p);
   return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
 static inline unsigned int atomicExch(unsigned int *p, unsigned int v) {
+  brd_emu_jitter();
   brd_emu_pend_evict(p);
   return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);
 }
 static inline unsigned int atomicCAS(unsigned int *p, unsigned int cmp,
                                      unsigned int v) {
+  brd_emu_jitter();
   brd_emu_pend_evict(p);
   __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return cmp;
@@ -303,6 +351,7 @@ static inline bool brd_emu_access(const void *p, size_t width, const char *what)
  * peer) being waited for may need this core. */
 static inline void brd_emu_poll_yield(void) {
   static thread_local unsigned n;
+  brd_emu_jitter();
   if (++n % 16 == 0) sched_yield();
 }
 
@@ -318,6 +367,7 @@ static inline uint64_t ld_acquire_sys(const uint64_t *p) {
 /* A release orders every earlier store of the thread (and, over-
  * approximated, of its block): the waiting ones go out first. */
 static inline void st_release_sys(uint64_t *p, uint64_t v) {
+  brd_emu_jitter();
   if (!brd_emu_access(p, 8, "store")) return;
   brd_emu_pend_flush();
   __atomic_store_n(p, v, __ATOMIC_RELEASE);
@@ -348,11 +398,13 @@ static inline void ld_volatile_v2(const uint64_t *p, uint64_t &a, uint64_t &b) {
   b = v[1];
 }
 static inline void st_volatile_u64(uint64_t *p, uint64_t v) {
+  brd_emu_jitter();
   if (!brd_emu_access(p, 8, "store")) return;
   brd_emu_pend_evict(p);
   __atomic_store_n(p, v, __ATOMIC_RELAXED);
 }
 static inline void st_volatile_v2(uint64_t *p, uint64_t a, uint64_t b) {
+  brd_emu_jitter();
   if (!brd_emu_access(p, 16, "store")) return;
   brd_emu_pend_evict(p);
   __atomic_store_n(p, a, __ATOMIC_RELAXED);

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 
 #include "cudasim.h"
@@ -56,6 +57,26 @@ typedef struct block_run {
 } block_run_t;
 
 static _Thread_local block_run_t *tl_block;
+
+/* BRAID_CUDASIM_JITTER=N (devemu.h): each block starts after a random
+ * delay of up to 20 N microseconds, so blocks of a grid, and grids of
+ * different streams, start in an order that changes from run to run, as
+ * a GPU's block scheduler may start them. 0 (default): at once. */
+static void start_jitter(unsigned salt) {
+  static int level = -1;
+  if (level < 0) {
+    const char *v = getenv("BRAID_CUDASIM_JITTER");
+    int n = v != NULL ? atoi(v) : 0;
+    level = n > 0 ? n : 0;
+  }
+  if (level == 0) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t x = ((uint64_t)ts.tv_nsec ^ ((uint64_t)salt << 32)) * 0x9e3779b97f4a7c15ull;
+  x ^= x >> 29;
+  struct timespec d = {0, (long)(x % (20u * (unsigned)level)) * 1000};
+  nanosleep(&d, NULL);
+}
 
 static int threads_per_block(unsigned launch) {
   static int cap = 0;
@@ -102,6 +123,7 @@ static __attribute__((noinline)) void run_fiber(block_run_t *b, unsigned t) {
 static void *block_main(void *p) {
   block_run_t *b = p;
   tl_block = b;
+  start_jitter(b->block_idx.x);
   unsigned n = b->nthreads;
   for (unsigned t = 0; t < n; t++) {
     ucontext_t *f = &b->fibers[t];

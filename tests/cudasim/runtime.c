@@ -52,12 +52,14 @@
 #define EXEC_MAGIC 0x47455843u   /* "GEXC" */
 #define IPC_MAGIC 0x4252445349504331ull /* "BRDSIPC1" */
 #define MAX_DEVICES 16
+#define MAX_CONNECTIONS 32
 #define TOTAL_MEM ((size_t)80 << 30) /* what cudaMemGetInfo reports */
 
 /* ---- state ---------------------------------------------------------------- */
 
 /* Completion of one op; referenced by its stream, events and waits. */
 typedef struct mark {
+  int started; /* its op left the head of its hardware queue (connections) */
   int done;
   int refs;
   struct timespec when; /* completion time (event timing) */
@@ -72,6 +74,7 @@ typedef struct op {
   void *arg;      /* owned (malloc) */
   mark_t *wait;   /* OP_WAIT: the mark waited for (ref) */
   mark_t *done;   /* completed when the op has run (ref) */
+  mark_t *conn_prev; /* the op before it in its hardware queue (ref), or NULL */
 } op_t;
 
 /* A captured op. */
@@ -115,6 +118,7 @@ struct CUstream_st {
   pthread_cond_t wake;
   capture_t *cap;             /* capture it belongs to, or NULL */
   int lane;
+  int conn;                   /* hardware queue (connections), -1: none */
   struct CUstream_st *next_all;
 };
 
@@ -189,6 +193,9 @@ static struct {
                                               the device holds the context */
   int pageable;                            /* model pageable copies */
   int mps;                                 /* cudaDevAttrMpsEnabled (BRAID_CUDASIM_MPS) */
+  int nconn;                               /* hardware queues per device, 0: off */
+  unsigned conn_next[MAX_DEVICES];         /* the next stream's queue, round robin */
+  mark_t *conn_last[MAX_DEVICES][MAX_CONNECTIONS]; /* last op queued on each (ref) */
   struct CUstream_st *streams;             /* every live stream */
   struct CUstream_st *legacy[MAX_DEVICES]; /* created on first use */
   capture_t *captures;                     /* active captures */
@@ -240,6 +247,9 @@ static void init_locked(void) {
            !(ml != NULL && strcmp(ml, "EAGER") == 0);
   S.pageable = env_int("BRAID_CUDASIM_PAGEABLE", 1);
   S.mps = env_int("BRAID_CUDASIM_MPS", 0);
+  S.nconn = env_int("BRAID_CUDASIM_CONNECTIONS", 0);
+  if (S.nconn < 0) S.nconn = 0;
+  if (S.nconn > MAX_CONNECTIONS) S.nconn = MAX_CONNECTIONS;
   /* One memfd per allocation: allow as many as the hard limit. */
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -310,6 +320,7 @@ static struct CUstream_st *stream_new_locked(int device, unsigned flags, int leg
   s->device = device;
   s->flags = flags;
   s->legacy = legacy;
+  s->conn = S.nconn > 0 ? (int)(S.conn_next[device]++ % (unsigned)S.nconn) : -1;
   pthread_cond_init(&s->wake, NULL);
   pthread_t th;
   pthread_attr_t at;
@@ -379,6 +390,11 @@ static void queue_locked(struct CUstream_st *s, op_t *op) {
   if (s->tail != NULL) s->tail->next = op;
   else s->head = op;
   s->tail = op;
+  if (s->conn >= 0) {
+    /* The queue's last op passes its reference to this one. */
+    op->conn_prev = S.conn_last[s->device][s->conn];
+    S.conn_last[s->device][s->conn] = mark_ref(op->done);
+  }
   mark_unref(s->last);
   s->last = mark_ref(op->done);
   pthread_cond_signal(&s->wake);
@@ -435,9 +451,16 @@ static void *worker_main(void *arg) {
     while (s->head == NULL && !s->destroyed) pthread_cond_wait(&s->wake, &S.lock);
     if (s->head == NULL) break;
     op_t *op = s->head;
+    /* Its hardware queue holds it until every op queued there before it
+     * has started (BRAID_CUDASIM_CONNECTIONS). */
+    while (op->conn_prev != NULL && !op->conn_prev->started)
+      pthread_cond_wait(&S.done, &S.lock);
     if (op->kind == OP_WAIT) {
       while (!op->wait->done) pthread_cond_wait(&S.done, &S.lock);
-    } else if (op->kind == OP_FN) {
+    }
+    op->done->started = 1;
+    if (op->done->refs > 1) pthread_cond_broadcast(&S.done);
+    if (op->kind == OP_FN) {
       pthread_mutex_unlock(&S.lock);
       op->fn(op->arg);
       pthread_mutex_lock(&S.lock);
@@ -448,6 +471,7 @@ static void *worker_main(void *arg) {
     if (s->head == NULL) s->tail = NULL;
     pthread_cond_broadcast(&S.done);
     mark_unref(op->wait);
+    mark_unref(op->conn_prev);
     mark_unref(op->done);
     free(op->arg);
     free(op);
@@ -487,6 +511,9 @@ static void fork_child(void) {
   S.gen++;
   S.streams = NULL;
   memset(S.legacy, 0, sizeof(S.legacy));
+  /* The parent's queued ops never run here (their marks are leaked). */
+  memset(S.conn_last, 0, sizeof(S.conn_last));
+  memset(S.conn_next, 0, sizeof(S.conn_next));
   S.captures = NULL;
 }
 
@@ -2768,7 +2795,10 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
   for (int l = 1; e == cudaSuccess && l < ge->nlanes; l++) {
     ge->lanes[l] = stream_new_locked(tl_device, cudaStreamNonBlocking, 0);
     if (ge->lanes[l] == NULL) e = cudaErrorMemoryAllocation;
-    else ge->lanes[l]->internal = 1;
+    else {
+      ge->lanes[l]->internal = 1;
+      ge->lanes[l]->conn = -1;
+    }
   }
   unlock();
   if (e != cudaSuccess) {

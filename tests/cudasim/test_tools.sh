@@ -43,6 +43,14 @@ done
 # Graphs: 4 ranks, each iteration replays a captured graph of 3 calls.
 check all_reduce_perf -b 8 -e 4K -f 8 -t 4 -g 1 -c 1 -G 3 -w 1 -n 2
 check reduce_scatter_perf -b 64 -e 4K -f 8 -t 2 -g 1 -c 1 -G 2 -w 1 -n 2
+# Hardware queues shared between streams (BRAID_CUDASIM_CONNECTIONS=8,
+# CUDA's default): 8 ranks as threads, each one's first launch after its
+# host thread waited (a plan's upload, the input copies). Work waited for on
+# a stream other than the rank's own queued behind a peer's copy-out and
+# hung every run before uploads and the tool's copies moved to the rank's
+# stream (docs/architecture.md).
+BRAID_CUDASIM_CONNECTIONS=8 NCCL_ALGO=Ring BRAID_TIMEOUT=10 \
+  check all_reduce_perf -b 8 -e 8 -t 8 -g 1 -c 1 -w 1 -n 2
 # One thread driving two ranks, and ranks as processes (CUDA IPC windows).
 check all_reduce_perf -b 8 -e 1M -f 16 -t 1 -g 2 -c 1 -w 1 -n 2 -d all -o all
 check sendrecv_perf -b 8 -e 64K -f 16 -P 3 -c 1 -w 1 -n 2

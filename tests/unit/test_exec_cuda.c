@@ -1383,6 +1383,55 @@ static void test_bad_args(void **state) {
   brd_plan_destroy(plan);
 }
 
+/* A host function that holds its stream until upload_gate is set, for at
+ * most 5 s (then upload_gate_timed_out). */
+static volatile int upload_gate, upload_gate_timed_out;
+static void CUDART_CB hold_stream(void *arg) {
+  (void)arg;
+  double t0 = now_s();
+  while (!__atomic_load_n(&upload_gate, __ATOMIC_ACQUIRE)) {
+    if (now_s() - t0 > 5.0) {
+      upload_gate_timed_out = 1;
+      return;
+    }
+    struct timespec d = {0, 1000000};
+    nanosleep(&d, NULL);
+  }
+}
+
+/* brd_exec_cuda_plan_create_on queues the upload on the given stream and
+ * returns while that stream is still held (the host does not wait for it,
+ * nor for any other stream); once the stream moves and
+ * brd_exec_cuda_plan_ready returns, the device copy runs a ring all-reduce
+ * to the reference result (fresh device memory is poisoned in the
+ * simulator, so a missing copy fails it). */
+static void test_plan_upload_on_stream(void **state) {
+  (void)state;
+  NEED_GPU();
+  world_t *w = calloc(1, sizeof(*w));
+  assert_non_null(w);
+  failures = 0;
+  world_init(w, 0, BRD_IR_PROTO_SIMPLE, 2, 1, 4096, 1, 0);
+  cudaStream_t s;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  upload_gate = 0;
+  upload_gate_timed_out = 0;
+  CU(cudaLaunchHostFunc(s, hold_stream, NULL));
+  brd_exec_cuda_plan_t *cp = NULL;
+  assert_int_equal(brd_exec_cuda_plan_create_on(w->plan, s, &cp), ncclSuccess);
+  __atomic_store_n(&upload_gate, 1, __ATOMIC_RELEASE);
+  assert_int_equal(brd_exec_cuda_plan_ready(cp), ncclSuccess);
+  assert_int_equal(upload_gate_timed_out, 0);
+  assert_int_equal(brd_exec_cuda_plan_ready(cp), ncclSuccess); /* again: at once */
+  brd_exec_cuda_plan_destroy(w->cplan);
+  w->cplan = cp;
+  run_case(w, 1023, ncclFloat32, ncclSum, 0, 0);
+  CU(cudaStreamDestroy(s));
+  world_fini(w);
+  free(w);
+  assert_int_equal(failures, 0);
+}
+
 static int group_setup(void **state) {
   (void)state;
   int n = 0;
@@ -1430,6 +1479,7 @@ int main(void) {
       cmocka_unit_test(test_graph_replay),
       cmocka_unit_test(test_staged_graph),
       cmocka_unit_test(test_bad_args),
+      cmocka_unit_test(test_plan_upload_on_stream),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -921,13 +921,17 @@ static ncclResult_t fill(thr_t *t, const cfg_t *c, int in_place, uint64_t seed) 
 #if BRAID_CUDA
     if (!r->host_mode) {
       CUDA_GOTO(r, cudaSetDevice(t->dev[i]), res, out);
-      CUDA_GOTO(r, cudaMemset(t->recv[i], pb, span), res, out);
+      /* On the rank's own stream, never the legacy one: with ranks that
+       * are threads sharing a GPU, a copy waited for on another stream can
+       * queue, in a hardware queue CUDA shares between streams, behind a
+       * peer's copy-out held by its kernel, which waits for this rank's
+       * next call (docs/architecture.md). */
+      CUDA_GOTO(r, cudaMemsetAsync(t->recv[i], pb, span, t->stream[i]), res, out);
       if (has_input && c->send_bytes > 0)
-        CUDA_GOTO(r, cudaMemcpy(dst, t->stage, c->send_bytes, cudaMemcpyHostToDevice),
+        CUDA_GOTO(r, cudaMemcpyAsync(dst, t->stage, c->send_bytes, cudaMemcpyHostToDevice,
+                                     t->stream[i]),
                   res, out);
-      /* The streams are non-blocking: finish the copies before any call
-       * (the legacy stream only; see above). */
-      CUDA_GOTO(r, cudaStreamSynchronize(cudaStreamLegacy), res, out);
+      CUDA_GOTO(r, cudaStreamSynchronize(t->stream[i]), res, out);
     }
   out:
 #endif
@@ -953,9 +957,13 @@ static ncclResult_t verify(thr_t *t, const cfg_t *c, int in_place,
     if (!r->host_mode) {
 #if BRAID_CUDA
       CUDA_GOTO(r, cudaSetDevice(t->dev[i]), res, done);
-      if (c->recv_bytes > 0)
-        CUDA_GOTO(r, cudaMemcpy(t->stage, out, c->recv_bytes, cudaMemcpyDeviceToHost),
+      /* The rank's own stream, as in fill. */
+      if (c->recv_bytes > 0) {
+        CUDA_GOTO(r, cudaMemcpyAsync(t->stage, out, c->recv_bytes, cudaMemcpyDeviceToHost,
+                                     t->stream[i]),
                   res, done);
+        CUDA_GOTO(r, cudaStreamSynchronize(t->stream[i]), res, done);
+      }
 #endif
       buf = t->stage;
     }
