@@ -153,7 +153,7 @@ else
   grep -q "bin/gpu-probe was not executable; made it so" "$WORK/out" && [[ -x $PREP/tests/gpu/test_graph ]] &&
     pass "the run restores execute bits lost on the way" || fail "the run left the execute bits off"
   has_rows "the run without a GPU: every step found its files and skipped" "$WORK/run/summary.md" \
-    probe=SKIP nvls=SKIP exec=SKIP matrix=SKIP graph=SKIP rma=SKIP abort=SKIP sanitizer=SKIP torch=SKIP perf=SKIP
+    probe=SKIP nvls=SKIP exec=SKIP matrix=SKIP graph=SKIP rma=SKIP abort=SKIP shared=SKIP sanitizer=SKIP torch=SKIP perf=SKIP
 fi
 
 # ------------------------------------------------------------ rehearsal
@@ -161,7 +161,7 @@ REH=$WORK/reh
 expect "--rehearse on $SIM" 0 "gpu-check: done in" 600 -- \
   scripts/gpu-check --rehearse --build "$BUILD" --out "$REH"
 has_rows "rehearsal: every step ran" "$REH/summary.md" \
-  probe=PASS "nvls=PASS|SKIP" exec=PASS matrix=PASS graph=PASS rma=PASS abort=PASS "sanitizer=PASS|SKIP" "torch=PASS|SKIP" perf=PASS
+  probe=PASS "nvls=PASS|SKIP" exec=PASS matrix=PASS graph=PASS rma=PASS abort=PASS shared=PASS "sanitizer=PASS|SKIP" "torch=PASS|SKIP" perf=PASS
 for f in summary.md summary.json probe.txt report.md logs.tgz; do
   [[ -s $REH/$f ]] || fail "rehearsal did not write $f"
 done
@@ -175,7 +175,7 @@ fi
 if python3 -c 'import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["failed"] == [], d["failed"]
-assert [s["step"] for s in d["steps"]] == "probe nvls exec matrix graph rma abort sanitizer torch latency perf".split(), d["steps"]
+assert [s["step"] for s in d["steps"]] == "probe nvls exec matrix graph rma abort shared sanitizer torch latency perf".split(), d["steps"]
 assert d["probe"]["compute_capability"] == "9.0"
 assert d["bench"] and any(r["run"] == "ar-8" and r["pass"] for r in d["bench"]["runs"])
 ' "$REH/summary.json" 2>"$WORK/err"; then
@@ -185,7 +185,7 @@ else
 fi
 mkdir -p "$WORK/logs" && tar -xzf "$REH/logs.tgz" -C "$WORK/logs" 2>/dev/null
 missing=
-for f in probe nvls exec matrix graph rma abort sanitizer torch latency perf; do
+for f in probe nvls exec matrix graph rma abort shared sanitizer torch latency perf; do
   [[ -s $WORK/logs/logs/$f.log ]] || missing+=" $f.log"
 done
 for f in ar-1.txt ar-8.txt ar-8-graph.txt compare.json report.md; do
