@@ -81,29 +81,45 @@ static int slice_ms(const brd_sock_ctl_t *ctl) {
 }
 
 /* what: "connect to", "send to", "receive from" (addr is the peer's) or
- * "accept a connection from" (addr is our listener's). */
+ * "accept a connection from" (addr is our listener's); t0_ns: when this
+ * call began waiting. Quotes the limit the caller stated (ctl->limit_s and
+ * the setting behind it), or, when it stated none, how long this call
+ * waited: never a setting that did not govern this deadline. */
 static ncclResult_t timed_out(const brd_sock_ctl_t *ctl, const char *what,
-                              const union brd_sock_addr *addr) {
-  char line[BRD_SOCK_ADDR_STRLEN];
+                              const union brd_sock_addr *addr, int64_t t0_ns) {
+  char line[BRD_SOCK_ADDR_STRLEN], limit[96], fix[96];
   int local = strncmp(what, "accept", 6) == 0;
-  WARN("bootstrap: timed out after %lld s waiting to %s %s %s %s; the peer "
-       "may have died or be stuck (raise BRAID_BOOTSTRAP_TIMEOUT if it is "
-       "only slow)",
-       (long long)brd_param_int(BRD_P_BRAID_BOOTSTRAP_TIMEOUT), what,
-       ctl->who ? ctl->who : "peer", local ? "on" : "at",
-       brd_sock_addr_str(addr, line));
+  if (ctl->limit_s > 0 && ctl->limit_name != NULL) {
+    snprintf(limit, sizeof(limit), "%lld s (%s)", (long long)ctl->limit_s, ctl->limit_name);
+    snprintf(fix, sizeof(fix), " (raise %s if it is only slow)", ctl->limit_name);
+  } else if (ctl->limit_s > 0) {
+    snprintf(limit, sizeof(limit), "%lld s (the caller's limit)", (long long)ctl->limit_s);
+    fix[0] = '\0';
+  } else {
+    snprintf(limit, sizeof(limit), "%.1f s (the caller's deadline)",
+             (double)(brd_time_now_ns() - t0_ns) / 1e9);
+    fix[0] = '\0';
+  }
+  if (ctl->caller_reports)
+    INFO(BRD_SUBSYS_BOOTSTRAP, "bootstrap: timed out after %s waiting to %s %s %s %s; "
+         "the caller reports it", limit, what, ctl->who ? ctl->who : "peer",
+         local ? "on" : "at", brd_sock_addr_str(addr, line));
+  else
+    WARN("bootstrap: timed out after %s waiting to %s %s %s %s; the peer may have "
+         "died or be stuck%s", limit, what, ctl->who ? ctl->who : "peer",
+         local ? "on" : "at", brd_sock_addr_str(addr, line), fix);
   return ncclRemoteError;
 }
 
-/* Checks abort and deadline between attempts. */
+/* Checks abort and deadline between attempts (t0_ns: see timed_out). */
 static ncclResult_t wait_check(const brd_sock_ctl_t *ctl, const char *what,
-                               const union brd_sock_addr *addr) {
+                               const union brd_sock_addr *addr, int64_t t0_ns) {
   if (brd_sock_aborted(ctl)) {
     INFO(BRD_SUBSYS_BOOTSTRAP, "bootstrap: abort requested while waiting to "
          "%s %s", what, ctl->who ? ctl->who : "peer");
     return ncclInternalError;
   }
-  if (brd_time_now_ns() >= ctl->deadline_ns) return timed_out(ctl, what, addr);
+  if (brd_time_now_ns() >= ctl->deadline_ns) return timed_out(ctl, what, addr, t0_ns);
   return ncclSuccess;
 }
 
@@ -499,6 +515,7 @@ ncclResult_t brd_sock_connect(const union brd_sock_addr *to, int retry_refused,
   char line[BRD_SOCK_ADDR_STRLEN];
   socklen_t len = brd_sock_addr_len(to);
   int delay_ms = RETRY_FIRST_MS;
+  int64_t t0 = brd_time_now_ns();
   ncclResult_t res;
 
   if (len == 0) {
@@ -508,7 +525,7 @@ ncclResult_t brd_sock_connect(const union brd_sock_addr *to, int retry_refused,
   }
   for (;;) {
     int fd, err = 0;
-    CHECK(wait_check(ctl, "connect to", to));
+    CHECK(wait_check(ctl, "connect to", to, t0));
     fd = socket(to->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       WARN("bootstrap: socket() failed: %s", strerror(errno));
@@ -520,7 +537,7 @@ ncclResult_t brd_sock_connect(const union brd_sock_addr *to, int retry_refused,
       for (;;) {
         struct pollfd pfd = {fd, POLLOUT, 0};
         int rc;
-        res = wait_check(ctl, "connect to", to);
+        res = wait_check(ctl, "connect to", to, t0);
         if (res != ncclSuccess) {
           close(fd);
           return res;
@@ -548,7 +565,7 @@ ncclResult_t brd_sock_connect(const union brd_sock_addr *to, int retry_refused,
       return ncclSuccess;
     }
     close(fd);
-    CHECK(wait_check(ctl, "connect to", to));
+    CHECK(wait_check(ctl, "connect to", to, t0));
     if (err == ECONNREFUSED && !retry_refused) {
       WARN("bootstrap: connection to %s at %s refused: its process has exited "
            "or closed the communicator",
@@ -618,11 +635,12 @@ int brd_sock_wait_readable(int fd, int ms) {
 /* See socket.h. */
 ncclResult_t brd_sock_accept(struct brd_sock *listener, const brd_sock_ctl_t *ctl,
                              struct brd_sock *sock_out) {
+  int64_t t0 = brd_time_now_ns();
   for (;;) {
     int got;
     CHECK(brd_sock_accept_try(listener, sock_out, &got));
     if (got) return ncclSuccess;
-    CHECK(wait_check(ctl, "accept a connection from", &listener->addr));
+    CHECK(wait_check(ctl, "accept a connection from", &listener->addr, t0));
     if (poll_one(listener->fd, POLLIN, ctl) != 0) {
       WARN("bootstrap: poll failed: %s", strerror(errno));
       return ncclSystemError;
@@ -688,6 +706,7 @@ static ncclResult_t op_step(brd_sock_op_t *op, int *closed) {
 /* See socket.h. */
 ncclResult_t brd_sock_multi(brd_sock_op_t *ops, int n, const brd_sock_ctl_t *ctl) {
   struct pollfd pfds[8];
+  int64_t t0 = brd_time_now_ns();
   if (n > 8) {
     WARN("bootstrap: internal limit of 8 concurrent socket operations exceeded (%d)", n);
     return ncclInternalError;
@@ -726,7 +745,7 @@ ncclResult_t brd_sock_multi(brd_sock_op_t *ops, int n, const brd_sock_ctl_t *ctl
       brd_sock_ctl_t c = *ctl;
       if (c.who == NULL) c.who = ops[pending - 1].who;
       CHECK(wait_check(&c, ops[pending - 1].is_send ? "send to" : "receive from",
-                       &ops[pending - 1].sock->addr));
+                       &ops[pending - 1].sock->addr, t0));
     }
     if (poll(pfds, (nfds_t)np, slice_ms(ctl)) < 0 && errno != EINTR) {
       WARN("bootstrap: poll failed: %s", strerror(errno));

@@ -41,12 +41,26 @@ typedef struct {
 } brd_sock_iface_t;
 
 /* How long a blocking call may wait and what may interrupt it. `who` names
- * the other side in messages ("rank 3", "the bootstrap root"); it is
- * borrowed for the call. */
+ * the other side in messages ("rank 3", "the bootstrap root"); it and
+ * `limit_name` are borrowed for the call. Every initialiser sets every
+ * field (designated initialisers).
+ *
+ * When the deadline passes, the message quotes limit_s and limit_name, the
+ * limit the caller chose and the setting behind it; limit_s 0 quotes how
+ * long the call waited instead, naming no setting. With caller_reports
+ * set, that timeout is logged at INFO, not WARNed: the caller WARNs the
+ * cause itself (brd_boot_allgather_timed names the ranks never heard
+ * from) or counts it as no error (the root's best-effort replies), and a
+ * socket-layer WARN from one rank thread could otherwise be the process's
+ * last error when another thread reads it. Every other failure still
+ * WARNs. */
 typedef struct {
   int64_t deadline_ns;        /* brd_time_now_ns() clock; INT64_MAX: none */
   _Atomic int *abort[2];      /* either one non-zero ends the wait; may be NULL */
   const char *who;
+  int64_t limit_s;            /* seconds deadline_ns stands for; 0: not stated */
+  const char *limit_name;     /* setting behind limit_s ("BRAID_TIMEOUT"); may be NULL */
+  int caller_reports;         /* 1: a timeout is INFO here, the caller WARNs it */
 } brd_sock_ctl_t;
 
 /* A connected or listening socket. fd is -1 when closed. */

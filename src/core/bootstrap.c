@@ -29,12 +29,17 @@
 /* ---------------------------------------------------------------------- */
 /* Rank side.                                                              */
 
+/* One socket operation's limit: BRAID_BOOTSTRAP_TIMEOUT from now, a
+ * timeout WARNed by the socket layer. */
 static brd_sock_ctl_t boot_ctl(struct brd_boot *boot, const char *who) {
-  brd_sock_ctl_t c;
-  c.deadline_ns = brd_sock_deadline(boot->timeout_s);
-  c.abort[0] = boot->abort;
-  c.abort[1] = atomic_load_explicit(&boot->extra_abort, memory_order_acquire);
-  c.who = who;
+  brd_sock_ctl_t c = {
+      .deadline_ns = brd_sock_deadline(boot->timeout_s),
+      .abort = {boot->abort, atomic_load_explicit(&boot->extra_abort, memory_order_acquire)},
+      .who = who,
+      .limit_s = boot->timeout_s,
+      .limit_name = "BRAID_BOOTSTRAP_TIMEOUT",
+      .caller_reports = 0,
+  };
   return c;
 }
 
@@ -566,10 +571,14 @@ ncclResult_t brd_boot_recv(struct brd_boot *boot, int peer, int tag, void *buf,
  * the next rank and slice rank+s to the previous one, so n-1 slices arrive
  * in n/2 steps (NCCL's double ring). Each slice travels as a RING_DATA
  * frame; a RING_LEAVE frame instead is the neighbour's reason for leaving:
- * WARNed here, ncclRemoteError, and *left_out = 1 (may be NULL). */
+ * WARNed here, ncclRemoteError, and *left_out = 1 (may be NULL).
+ * deadline_ns 0: each step waits BRAID_BOOTSTRAP_TIMEOUT and a timeout is
+ * WARNed by the socket layer. Otherwise the whole exchange ends at
+ * deadline_ns (limit_s seconds of BRAID_TIMEOUT) and a timeout is only
+ * INFO there: the caller WARNs it, naming the ranks not heard from. */
 static ncclResult_t ring_allgather_until(struct brd_boot *boot, char *data, size_t size,
-                                         int64_t deadline_ns, unsigned char *have,
-                                         int *left_out) {
+                                         int64_t deadline_ns, int64_t limit_s,
+                                         unsigned char *have, int *left_out) {
   int n = boot->nranks, r = boot->rank, steps = n / 2, left = 0;
   int nx = (r + 1) % n, pv = (r - 1 + n) % n;
   size_t fsz = sizeof(struct ring_hdr) + size;
@@ -595,7 +604,12 @@ static ncclResult_t ring_allgather_until(struct brd_boot *boot, char *data, size
     int last_single = s == steps - 1 && n % 2 == 0;
     int nops = last_single ? 2 : 4;
     int from[4] = {-1, (r - s - 1 + n) % n, -1, (r + s + 1) % n};
-    if (deadline_ns != 0) ctl.deadline_ns = deadline_ns;
+    if (deadline_ns != 0) {
+      ctl.deadline_ns = deadline_ns;
+      ctl.limit_s = limit_s;
+      ctl.limit_name = "BRAID_TIMEOUT";
+      ctl.caller_reports = 1;
+    }
     memcpy(f, &dh, sizeof(dh));
     memcpy(f + sizeof(dh), data + (size_t)((r - s + n) % n) * size, size);
     memcpy(f + 2 * fsz, &dh, sizeof(dh));
@@ -646,7 +660,7 @@ static ncclResult_t ring_allgather_until(struct brd_boot *boot, char *data, size
 }
 
 static ncclResult_t ring_allgather(struct brd_boot *boot, char *data, size_t size) {
-  return ring_allgather_until(boot, data, size, 0, NULL, NULL);
+  return ring_allgather_until(boot, data, size, 0, 0, NULL, NULL);
 }
 
 /* See bootstrap.h. */
@@ -675,10 +689,8 @@ ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t s
   }
   have[boot->rank] = 1;
   atomic_fetch_add(&boot->busy, 1);
-  res = ring_allgather_until(boot, buf, size_per_rank, t0 + timeout_s * 1000000000LL, have,
-                             &left);
-  res = boot_note(boot, res);
-  atomic_fetch_sub(&boot->busy, 1);
+  res = ring_allgather_until(boot, buf, size_per_rank, t0 + timeout_s * 1000000000LL,
+                             timeout_s, have, &left);
   if (res == ncclRemoteError && !left) {
     /* One message for the caller: who has not been heard from (also when
      * a neighbour gave up first and closed its connection). A rank named
@@ -700,6 +712,9 @@ ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t s
          "rank of the communicator makes this call, or raise BRAID_TIMEOUT", what,
          boot->rank, (double)(brd_time_now_ns() - t0) / 1e9, (long long)timeout_s, list);
   }
+  /* After the WARN above: the reason noted for the ring is this one. */
+  res = boot_note(boot, res);
+  atomic_fetch_sub(&boot->busy, 1);
   free(have);
   return res;
 }
@@ -789,6 +804,7 @@ static ncclResult_t root_answer(struct brd_boot *boot, struct brd_sock *s,
   brd_sock_ctl_t ctl = boot_ctl(boot, "the bootstrap root");
   char line[BRD_SOCK_ADDR_STRLEN];
   ctl.deadline_ns += REPLY_GRACE_S * 1000000000LL;
+  ctl.limit_s += REPLY_GRACE_S;
   CHECK(brd_sock_recv(s, &rep, sizeof(rep), &ctl));
   rep.msg[sizeof(rep.msg) - 1] = '\0';
   if (rep.status != ncclSuccess && brd_sock_aborted(&ctl)) {

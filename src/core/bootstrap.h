@@ -158,8 +158,10 @@ ncclResult_t brd_boot_allgather(struct brd_boot *boot, void *buf, size_t size_pe
  * from now (the caller's timeout, e.g. BRAID_TIMEOUT for the first
  * collective's connection), instead of BRAID_BOOTSTRAP_TIMEOUT per socket
  * operation. When it passes: ncclRemoteError, and a WARN starting with
- * `what` that names the ranks whose slices have not arrived. Blocks; polls
- * the abort flags (ncclInternalError). */
+ * `what` that names the ranks whose slices have not arrived and the fix;
+ * the socket layer logs its own timeout only at INFO (caller_reports), so
+ * that WARN is the only one a timeout gives. Blocks; polls the abort flags
+ * (ncclInternalError). */
 ncclResult_t brd_boot_allgather_timed(struct brd_boot *boot, void *buf, size_t size_per_rank,
                                       int64_t timeout_s, const char *what);
 

@@ -88,10 +88,15 @@ static void conn_who(const struct root_conn *c, char *buf, size_t len) {
 
 static void root_send_reply(struct root_run *run, struct root_conn *c,
                             const struct boot_reply *rep) {
-  brd_sock_ctl_t ctl = {brd_time_now_ns() + 1000000000LL,
-                        {&run->root->stop, NULL}, "a rank"};
+  /* The rank may have died; it then learns nothing, and that is fine: a
+   * timeout here is no error of the root's (INFO, caller_reports). */
+  brd_sock_ctl_t ctl = {.deadline_ns = brd_time_now_ns() + 1000000000LL,
+                        .abort = {&run->root->stop, NULL},
+                        .who = "a rank",
+                        .limit_s = 1,
+                        .limit_name = NULL,
+                        .caller_reports = 1};
   struct boot_reply copy = *rep;
-  /* The rank may have died; it then learns nothing, and that is fine. */
   (void)brd_sock_send(&c->sock, &copy, sizeof(copy), &ctl);
   brd_sock_close(&c->sock);
   c->state = CONN_DONE;
@@ -144,8 +149,13 @@ static void root_drop_stranger(struct root_run *run, struct root_conn *c, int fo
                : "did not present the unique id's magic");
   if (!foreign) {
     struct boot_reply rep;
-    brd_sock_ctl_t ctl = {brd_time_now_ns() + 100000000LL, {&run->root->stop, NULL},
-                          "a stranger"};
+    /* Best effort, as for a rank's reply (root_send_reply): already WARNed. */
+    brd_sock_ctl_t ctl = {.deadline_ns = brd_time_now_ns() + 100000000LL,
+                          .abort = {&run->root->stop, NULL},
+                          .who = "a stranger",
+                          .limit_s = 0,
+                          .limit_name = NULL,
+                          .caller_reports = 1};
     memset(&rep, 0, sizeof(rep));
     rep.status = ncclInvalidUsage;
     snprintf(rep.msg, sizeof(rep.msg), "the root refused this registration: the "

@@ -405,7 +405,24 @@ static int rank_timed(struct rank_arg *a) {
   return 0;
 }
 
+/* Counts the WARN lines of the log file at path containing needle (and
+ * needle2 when not NULL); -1 when the file cannot be read. */
+static int count_warns(const char *path, const char *needle, const char *needle2) {
+  char line[2048];
+  int n = 0;
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return -1;
+  while (fgets(line, sizeof(line), f) != NULL) {
+    if (strstr(line, "NCCL WARN") == NULL || strstr(line, needle) == NULL) continue;
+    if (needle2 == NULL || strstr(line, needle2) != NULL) n++;
+  }
+  fclose(f);
+  return n;
+}
+
 static int body_timed(void) {
+  char log_path[64];
+  int warned, sock_warned;
   ncclUniqueId id;
   if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
   timed_skip = -1;
@@ -414,6 +431,11 @@ static int body_timed(void) {
   if (brd_boot_get_unique_id(&id) != ncclSuccess) FAILX("get id");
   timed_skip = 3;
   memset(sh, 0, sizeof(*sh));
+  /* Every WARN of the failing exchange, in a file of its own. */
+  snprintf(log_path, sizeof(log_path), "/tmp/braid_test_timed.%d.log", (int)getpid());
+  setenv("NCCL_DEBUG", "WARN", 1);
+  setenv("NCCL_DEBUG_FILE", log_path, 1);
+  brd_log_reset();
   if (pthread_barrier_init(&timed_bar, NULL, 4) != 0) FAILX("pthread_barrier_init");
   run_ranks(&id, 1, 5, 5, 0, rank_timed, NULL);
   pthread_barrier_destroy(&timed_bar);
@@ -424,9 +446,20 @@ static int body_timed(void) {
     if (sh->elapsed_ns[r] > 8000000000LL)
       FAILX("rank %d took %lld ms", r, (long long)(sh->elapsed_ns[r] / 1000000));
   }
+  brd_log_reset(); /* closes the file */
+  unsetenv("NCCL_DEBUG_FILE");
+  unsetenv("NCCL_DEBUG");
   if (strstr(brd_log_last_error(), "BRAID_TIMEOUT") == NULL ||
       strstr(brd_log_last_error(), "test exchange") == NULL)
     FAILX("message: %s", brd_log_last_error());
+  /* The exchange's only WARNs are its callers' (one each, naming the cause
+   * and the fix): a socket-layer timeout WARN from one rank thread could be
+   * the last error another thread reads (ncclGetLastError is per process). */
+  warned = count_warns(log_path, "test exchange: rank ", "raise BRAID_TIMEOUT");
+  sock_warned = count_warns(log_path, "timed out after", NULL);
+  unlink(log_path);
+  if (warned != 4) FAILX("%d callers WARNed the timeout, want 4", warned);
+  if (sock_warned != 0) FAILX("%d socket-layer timeout WARNs, want 0", sock_warned);
   return 0;
 }
 

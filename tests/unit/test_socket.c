@@ -26,8 +26,14 @@
 
 #define SEC 1000000000LL
 
+/* A deadline ms from now with no limit stated, timeouts WARNed here. */
 static brd_sock_ctl_t ctl_for(int64_t ms, _Atomic int *abort, const char *who) {
-  brd_sock_ctl_t c = {brd_time_now_ns() + ms * 1000000LL, {abort, NULL}, who};
+  brd_sock_ctl_t c = {.deadline_ns = brd_time_now_ns() + ms * 1000000LL,
+                      .abort = {abort, NULL},
+                      .who = who,
+                      .limit_s = 0,
+                      .limit_name = NULL,
+                      .caller_reports = 0};
   return c;
 }
 
@@ -340,8 +346,78 @@ static void test_timeout_names_peer(void **state) {
   expect_last_error("timed out");
   expect_last_error("rank 5");
   expect_last_error("127.0.0.1<");
+  /* No limit stated: how long it waited, and no setting it did not use. */
+  expect_last_error("(the caller's deadline)");
+  if (strstr(brd_log_last_error(), "BRAID_BOOTSTRAP_TIMEOUT") != NULL)
+    fail_msg("quotes a limit that did not apply: %s", brd_log_last_error());
   brd_sock_close(&a);
   brd_sock_close(&b);
+  brd_sock_close(&l);
+}
+
+/* The message quotes the limit the caller stated and the setting behind
+ * it, not BRAID_BOOTSTRAP_TIMEOUT (30 s here) that governs other waits. */
+static void test_timeout_quotes_callers_limit(void **state) {
+  (void)state;
+  struct brd_sock l, a, b;
+  char buf[16];
+  brd_sock_ctl_t c;
+  const char *msg;
+  setenv("BRAID_BOOTSTRAP_TIMEOUT", "30", 1);
+  brd_param_reload();
+  pair("127.0.0.1:0", &l, &a, &b);
+  c = ctl_for(1000, NULL, "rank 4");
+  c.limit_s = 1;
+  c.limit_name = "BRAID_TIMEOUT";
+  assert_int_equal(brd_sock_recv(&a, buf, sizeof(buf), &c), ncclRemoteError);
+  msg = brd_log_last_error();
+  expect_last_error("timed out after 1 s (BRAID_TIMEOUT)");
+  expect_last_error("raise BRAID_TIMEOUT");
+  expect_last_error("rank 4");
+  if (strstr(msg, "BRAID_BOOTSTRAP_TIMEOUT") != NULL || strstr(msg, "30 s") != NULL)
+    fail_msg("quotes a limit that did not apply: %s", msg);
+  /* A limit without a setting: the seconds, and no setting to raise. */
+  c = ctl_for(1000, NULL, "rank 4");
+  c.limit_s = 1;
+  assert_int_equal(brd_sock_recv(&a, buf, sizeof(buf), &c), ncclRemoteError);
+  msg = brd_log_last_error();
+  expect_last_error("timed out after 1 s (the caller's limit)");
+  if (strstr(msg, "raise") != NULL || strstr(msg, "BRAID_") != NULL)
+    fail_msg("names a setting for a limit without one: %s", msg);
+  unsetenv("BRAID_BOOTSTRAP_TIMEOUT");
+  brd_param_reload();
+  brd_sock_close(&a);
+  brd_sock_close(&b);
+  brd_sock_close(&l);
+}
+
+/* caller_reports: a timeout does not become the last error (the caller
+ * WARNs it), but any other failure under the same ctl still does. */
+static void test_caller_reports_timeout(void **state) {
+  (void)state;
+  struct brd_sock l, a, b;
+  char buf[64];
+  brd_sock_ctl_t c;
+  int64_t t0;
+  pair("127.0.0.1:0", &l, &a, &b);
+  brd_log_set_last_error("caller's own message");
+  c = ctl_for(200, NULL, "rank 6");
+  c.limit_s = 1;
+  c.limit_name = "BRAID_TIMEOUT";
+  c.caller_reports = 1;
+  t0 = brd_time_now_ns();
+  assert_int_equal(brd_sock_recv(&a, buf, sizeof(buf), &c), ncclRemoteError);
+  assert_true(brd_time_now_ns() - t0 >= 190 * 1000000LL);
+  if (strcmp(brd_log_last_error(), "caller's own message") != 0)
+    fail_msg("a timeout the caller reports became the last error: %s", brd_log_last_error());
+  c = ctl_for(5000, NULL, "rank 6");
+  c.caller_reports = 1;
+  assert_int_equal(brd_sock_send(&b, "xy", 2, &c), ncclSuccess);
+  brd_sock_close(&b);
+  assert_int_equal(brd_sock_recv(&a, buf, sizeof(buf), &c), ncclRemoteError);
+  expect_last_error("closed by the peer");
+  expect_last_error("rank 6");
+  brd_sock_close(&a);
   brd_sock_close(&l);
 }
 
@@ -468,6 +544,8 @@ int main(void) {
       cmocka_unit_test(test_refused),
       cmocka_unit_test(test_retry_until_listener),
       cmocka_unit_test(test_timeout_names_peer),
+      cmocka_unit_test(test_timeout_quotes_callers_limit),
+      cmocka_unit_test(test_caller_reports_timeout),
       cmocka_unit_test(test_abort_from_other_thread),
       cmocka_unit_test(test_peer_closed),
       cmocka_unit_test(test_probe),
