@@ -502,12 +502,6 @@ static ncclResult_t run_switch_data(blk_ctx_t *b, const brd_ir_op_t *op) {
   return ncclSuccess;
 }
 
-/* The rank of member m of this rank's switch group (device/ir.h), for
- * the hang report. */
-static int member_rank(const brd_exec_run_t *l, int m) {
-  return brd_ir_switch_member_rank(l->args.plan, l->args.rank, m);
-}
-
 /* MC_BARRIER: this rank's word of switch semaphore `index` in every
  * member's copy gets seq(it, k) (release); then every member's word in
  * this rank's copy must reach it (acquire). */
@@ -526,8 +520,9 @@ static ncclResult_t run_mc_barrier(blk_ctx_t *b, const brd_ir_op_t *op) {
     while ((v = atomic_load_explicit(&own[m], memory_order_acquire)) < value) {
       ncclResult_t res = spin_step(b, &s);
       if (res == ncclInProgress)
-        return report_hang(b, BRD_EXEC_WAIT_SWITCH, member_rank(l, m), op->ref[0].index,
-                           value, v);
+        return report_hang(b, BRD_EXEC_WAIT_SWITCH,
+                           brd_ir_switch_member_rank(l->args.plan, l->args.rank, m),
+                           op->ref[0].index, value, v);
       if (res != ncclSuccess) return res;
     }
   }

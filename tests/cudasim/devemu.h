@@ -221,13 +221,14 @@ static inline void brd_emu_pend_evict(const void *p) {
  * store and the next, or before a fence is what a GPU's warps do when
  * preempted, throttled or behind another kernel's blocks. */
 static inline unsigned brd_emu_jitter_level(void) {
-  static int level = -1;
-  if (level < 0) {
+  /* Read once: C++ initialises a local static exactly once, however many
+   * block threads arrive here together, and they all see the value. */
+  static const unsigned level = [] {
     const char *v = getenv("BRAID_CUDASIM_JITTER");
     int n = v != NULL ? atoi(v) : 0;
-    level = n > 0 ? n : 0;
-  }
-  return (unsigned)level;
+    return n > 0 ? (unsigned)n : 0u;
+  }();
+  return level;
 }
 
 static inline void brd_emu_jitter(void) {

@@ -58,17 +58,24 @@ typedef struct block_run {
 
 static _Thread_local block_run_t *tl_block;
 
+/* BRAID_CUDASIM_JITTER, read once by the first block thread to start
+ * (pthread_once orders the write before every reader). */
+static pthread_once_t jitter_once = PTHREAD_ONCE_INIT;
+static int jitter_level; /* written once, under jitter_once */
+
+static void jitter_read(void) {
+  const char *v = getenv("BRAID_CUDASIM_JITTER");
+  int n = v != NULL ? atoi(v) : 0;
+  jitter_level = n > 0 ? n : 0;
+}
+
 /* BRAID_CUDASIM_JITTER=N (devemu.h): each block starts after a random
  * delay of up to 20 N microseconds, so blocks of a grid, and grids of
  * different streams, start in an order that changes from run to run, as
  * a GPU's block scheduler may start them. 0 (default): at once. */
 static void start_jitter(unsigned salt) {
-  static int level = -1;
-  if (level < 0) {
-    const char *v = getenv("BRAID_CUDASIM_JITTER");
-    int n = v != NULL ? atoi(v) : 0;
-    level = n > 0 ? n : 0;
-  }
+  pthread_once(&jitter_once, jitter_read);
+  int level = jitter_level;
   if (level == 0) return;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -4,31 +4,39 @@
 # spinning on another stream. all_reduce_perf -c 1 fills each rank's output
 # with cudaMemset before every checked call, and a memset of a new size may
 # load a runtime kernel for the first time while other ranks' collectives
-# already spin on this one. 8 ranks as threads, Ring, 8 B and 64 KiB (the
-# case that hung 2 of 2 at 694b21b), REPS times each:
-#   default | CUDA_MODULE_LOADING=EAGER | -c 0 (no memsets between calls)
+# already spin on this one. tests/gpu/shared_check.sh's case (8 ranks as
+# threads, Ring, 8 B and 64 KiB, the case that hung 2 of 2 at 694b21b),
+# once per line, REPS times each:
+#   default | CUDA_MODULE_LOADING=EAGER | -c 0 (SHARED_CHECK=0: no memsets
+#   between calls)
+# Each line says how the run ended; a failed run's WARNs follow it.
 #   bash tests/gpu/lazy_diag.sh [BUILD] [REPS] [SECONDS]    (a GPU only)
 B=${1:-gpucheck}
 REPS=${2:-4}
 LIMIT=${3:-200}
+CHECK=$(dirname "$0")/shared_check.sh
 export LD_LIBRARY_PATH=$PWD/$B/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 chmod +x "$B"/bin/* 2>/dev/null
+out=$(mktemp "${TMPDIR:-/tmp}/braid-lazy.XXXXXX")
+trap 'rm -f "$out"' EXIT
 declare -A hung runs
 for rep in $(seq 1 "$REPS"); do
   for v in default eager nocheck; do
     ((SECONDS > LIMIT)) && break 2
-    envs="BRAID_TIMEOUT=10 NCCL_DEBUG=WARN NCCL_ALGO=Ring"
-    chk=1
-    [[ $v == eager ]] && envs="$envs CUDA_MODULE_LOADING=EAGER"
-    [[ $v == nocheck ]] && chk=0
-    t0=$SECONDS
-    env $envs timeout -k 2 40 "$B/bin/all_reduce_perf" -b 8 -e 64K -f 8192 -n 50 -w 5 \
-      -c "$chk" -t 8 -g 1 >/tmp/lazy.txt 2>&1
+    envs=()
+    [[ $v == eager ]] && envs=(CUDA_MODULE_LOADING=EAGER)
+    [[ $v == nocheck ]] && envs=(SHARED_CHECK=0)
+    env "${envs[@]}" bash "$CHECK" "$B/bin/all_reduce_perf" 1 >"$out" 2>&1
     rc=$?
+    if ! grep -q '^run 1: ' "$out"; then # no GPU (77) or no benchmark
+      cat "$out"
+      exit "$rc"
+    fi
     runs[$v]=$((${runs[$v]:-0} + 1))
     [[ $rc != 0 ]] && hung[$v]=$((${hung[$v]:-0} + 1))
-    echo "[$v-$rep] rc=$rc $((SECONDS - t0))s"
-    grep -m 16 WARN /tmp/lazy.txt | cut -c1-260 | sed 's/^/    /'
+    # shared_check.sh's "run 1: ..." line, then its indented WARN lines.
+    echo "[$v-$rep] $(sed -n 's/^run 1: //p' "$out")"
+    grep '^    ' "$out"
   done
 done
 echo

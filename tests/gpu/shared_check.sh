@@ -7,8 +7,13 @@
 # WARNs (each stuck rank's, with its launch epoch) are printed.
 #   bash tests/gpu/shared_check.sh PERF_BINARY [REPS]
 # Environment: SHARED_ARGS replaces the iteration counts (the rehearsal
-# runs fewer). Exit 0 when every run passed, 1 otherwise, 77 (SKIP) when
-# the benchmark is missing.
+# runs fewer); SHARED_CHECK=0 runs the benchmark with -c 0 (no result
+# checks, so no memsets or copies between calls; wrong values are then not
+# counted); SHARED_LOG=FILE appends each run's whole output to FILE; any
+# other variable (CUDA_MODULE_LOADING, CUDA_DEVICE_MAX_CONNECTIONS,
+# NCCL_MAX_CTAS ...) reaches the benchmark as it is (tests/gpu/lazy_diag.sh
+# and sync_diag.sh run their variants so). Exit 0 when every run passed, 1
+# otherwise, 77 (SKIP) when no GPU is visible.
 set -uo pipefail
 perf=${1:?usage: shared_check.sh PERF_BINARY [REPS]}
 reps=${2:-12}
@@ -17,6 +22,7 @@ if [[ ! -x $perf ]]; then
   exit 1
 fi
 args=${SHARED_ARGS:--n 50 -w 5}
+check=${SHARED_CHECK:-1}
 failed=0
 out=$(mktemp "${TMPDIR:-/tmp}/braid-shared.XXXXXX")
 trap 'rm -f "$out"' EXIT
@@ -24,8 +30,9 @@ for i in $(seq 1 "$reps"); do
   t0=$SECONDS
   # shellcheck disable=SC2086
   env BRAID_DEVICE=cuda BRAID_TIMEOUT=10 NCCL_DEBUG=WARN NCCL_ALGO=Ring \
-    timeout -k 5 60 "$perf" -b 8 -e 64K -f 8192 $args -c 1 -t 8 -g 1 >"$out" 2>&1
+    timeout -k 5 60 "$perf" -b 8 -e 64K -f 8192 $args -c "$check" -t 8 -g 1 >"$out" 2>&1
   rc=$?
+  [[ -n ${SHARED_LOG:-} ]] && cat "$out" >>"$SHARED_LOG"
   if [[ $i == 1 && $rc != 0 ]] && grep -q 'no GPU is usable' "$out"; then
     echo "SKIP: shared: no GPU visible ($(grep -m1 'no GPU is usable' "$out" | cut -c1-200))"
     exit 77

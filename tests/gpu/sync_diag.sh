@@ -12,13 +12,14 @@
 #      cudaHostAlloc, copies, memsets, streams, events and cuMem do not),
 #      and whether a stream made k streams after another queues behind its
 #      kernel (hardware queues, CUDA_DEVICE_MAX_CONNECTIONS), at the default
-#      and at 32 connections;
+#      connections;
 #   2. the hung cases REPS times under each setting of SYNC_SETTINGS
 #      (default: "default conn32 ctas32 ctas32conn32"): 8 blocks per rank
 #      where ranks share the GPU, the same with 32 hardware queues
 #      (CUDA_DEVICE_MAX_CONNECTIONS=32), NCCL_MAX_CTAS=32 (e22eae3's count),
 #      and both; a count of hangs per setting. Every run under a 10 s
-#      deadline. SYNC_EXTRA=1 adds test_register and memcheck of test_graph.
+#      deadline; t8-ring is tests/gpu/shared_check.sh's case, run by it once.
+#      SYNC_EXTRA=1 adds test_register and memcheck of test_graph.
 #   bash tests/gpu/sync_diag.sh [BUILD] [OUT] [REPS]    (about 4 minutes at REPS=2)
 B=${1:-gpucheck}
 O=${2:-${OUT:-/tmp/sync-diag}}
@@ -31,10 +32,6 @@ echo
 timeout -k 2 90 "$B/tests/gpu/sync_probe" 1000
 echo "sync_probe exit $?"
 echo
-echo "With CUDA_DEVICE_MAX_CONNECTIONS=32:"
-CUDA_DEVICE_MAX_CONNECTIONS=32 timeout -k 2 60 "$B/tests/gpu/sync_probe" 1000 alias
-echo "sync_probe exit $?"
-echo
 run() { # name, lib ("" = as built), "env", limit, program, args...
   local name=$1 lib=$2 envs=$3 lim=$4; shift 4
   local t0=$SECONDS
@@ -45,6 +42,17 @@ run() { # name, lib ("" = as built), "env", limit, program, args...
   wrong=$(awk '$2 ~ /^[0-9]+$/ && NF >= 12 {w += $9 + $13} END {print w + 0}' "$O/$name.txt")
   echo "[$name] rc=$rc $((SECONDS - t0))s wrong=$wrong env: ${envs:--} cmd: ${1##*/} ${*:2}"
   grep -E "WARN|FAIL|FAILED" "$O/$name.txt" | head -n 4 | cut -c1-300 | sed 's/^/    /'
+}
+ring() { # name, "env": shared_check.sh's 8-rank Ring case once, its output kept
+  local name=$1 envs=$2 check
+  : >"$O/$name.txt"
+  # shellcheck disable=SC2086
+  check=$(env $envs SHARED_LOG="$O/$name.txt" bash "$(dirname "$0")/shared_check.sh" \
+            "$B/bin/all_reduce_perf" 1 2>&1)
+  local line
+  line=$(sed -n 's/^run 1: //p' <<<"$check")
+  echo "[$name] ${line:-$(head -n 1 <<<"$check")} env: ${envs:--} (shared_check.sh)"
+  grep '^    ' <<<"$check"
 }
 REPS=${3:-3}
 SETTINGS=${SYNC_SETTINGS:-default conn32 ctas32 ctas32conn32}
@@ -61,8 +69,7 @@ for rep in $(seq 1 "$REPS"); do
               -w 2 -c 1 -t 4 -g 1 ;;
         rs-g5) run "$c-$v-$rep" "" "$envs BRAID_DETERMINISTIC=0" 40 "$B/bin/reduce_scatter_perf" \
                  -b 1M -e 64M -f 4 -c 1 -w 1 -n 2 -t 1 -g 5 ;;
-        t8-ring) run "$c-$v-$rep" "" "$envs NCCL_ALGO=Ring" 40 "$B/bin/all_reduce_perf" \
-                   -b 8 -e 64K -f 8192 -n 50 -w 5 -c 1 -t 8 -g 1 ;;
+        t8-ring) ring "$c-$v-$rep" "$envs" ;;
       esac
       grep -q 'no progress for' "$O/$c-$v-$rep.txt" && hung[$v]=$((${hung[$v]:-0} + 1))
     done
