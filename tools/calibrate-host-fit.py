@@ -4,7 +4,7 @@
     tools/calibrate-host-fit.py [DIR | FILE.csv] [--fix name=value ...] [--free name]
 
 Reads DIR's JSON (build/calib-host/ by default) or a CSV of the runs
-(docs/perf/host-calib-2026-11-26.csv holds the runs the figures come from), takes the median over the runs
+(docs/perf/host-calib-2026-11-26-quiet.csv holds the runs the figures come from), takes the median over the runs
 of each (algorithm, protocol, ranks, size), and finds the figures of
 src/plan/tune_hw.c's host.* entries that minimise the sum of squared
 log(predicted / measured): relative error, so 8 B counts as much as 64 MiB.
@@ -12,9 +12,13 @@ The formula is tune.c's for AllReduce on one host in host mode (L ranks,
 S bytes, h hops and v bytes per rank as in tune.c's table; Tree:
 tree_hops per level):
 
-    launch x L  (+ block2 x L from 256 KiB, the second block)
-    + h x hop x L x (ll_step for LL, 1 for Simple)
-    + v / (1000 x copy_bw / L x (ll_eff for LL, 1 for Simple))
+    launch x L^2  (+ block2 x L from 256 KiB, the second block)
+    + h x (hop + fan x (L - 1) for OneShot and TwoShot) x L x (ll_step for LL, 1 for Simple)
+    + v / (1000 x copy_bw x fit / L x (ll_eff for LL, 1 for Simple))
+
+fit: fit_ring, fit_tree, fit_twoshot, OneShot 1. Tree LL below 4 x 16 bytes
+(the tree plan's chunks, each 16-byte aligned) fills k < 4 chunks and
+takes (k + 1) / 5 of its hops: LL waits on data, an empty chunk has none.
 
 --fix holds a figure (ll_step and tree_hops are held by default: 1, and
 the tree plan's own 7 hops per level), --free lets one go. Prints the
@@ -30,9 +34,13 @@ import statistics
 import sys
 
 BLOCK2_BYTES = 256 << 10
-NAMES = ["launch", "block2", "hop", "copy_bw", "ll_step", "ll_eff", "tree_hops"]
+NAMES = ["launch", "block2", "hop", "copy_bw", "ll_step", "ll_eff", "tree_hops", "fan",
+         "fit_ring", "fit_tree", "fit_twoshot"]
 START = {"launch": 5.0, "block2": 100.0, "hop": 1.0, "copy_bw": 3.0, "ll_step": 1.0,
-         "ll_eff": 0.1, "tree_hops": 7.0}
+         "ll_eff": 0.1, "tree_hops": 7.0, "fan": 0.1, "fit_ring": 1.0, "fit_tree": 1.0,
+         "fit_twoshot": 1.0}
+TREE_CHUNKS = 4        # src/algos/allreduce_tree.c's TREE_CHUNKS
+TREE_CHUNK_GRAIN = 16  # bytes: the layout's chunk alignment
 FIXED_DEFAULT = {"tree_hops": 7.0, "ll_step": 1.0}
 
 
@@ -58,19 +66,25 @@ def shape(algo, n, size):
 
 def predict(f, algo, proto, n, size):
     hops, vol = shape(algo, n, size)
+    ll = proto == "LL"
     if hops is None:
         hops = f["tree_hops"] * clog2(n)
-    ll = proto == "LL"
-    launch = f["launch"] * n + (f["block2"] * n if size >= BLOCK2_BYTES else 0.0)
+        k = math.ceil(size / TREE_CHUNK_GRAIN)
+        if ll and k < TREE_CHUNKS:  # empty chunks: no LL data to wait for
+            hops *= (k + 1.0) / (TREE_CHUNKS + 1.0)
+    if algo in ("OneShot", "TwoShot"):
+        hops *= 1.0 + f["fan"] * (n - 1) / f["hop"]
+    fit = {"Ring": f["fit_ring"], "Tree": f["fit_tree"], "TwoShot": f["fit_twoshot"]}.get(algo, 1.0)
+    launch = f["launch"] * n * n + (f["block2"] * n if size >= BLOCK2_BYTES else 0.0)
     lat = hops * f["hop"] * n * (f["ll_step"] if ll else 1.0)
-    wire = vol / (1000.0 * f["copy_bw"] / n * (f["ll_eff"] if ll else 1.0))
+    wire = vol / (1000.0 * f["copy_bw"] * fit / n * (f["ll_eff"] if ll else 1.0))
     return launch + lat + wire
 
 
 def load_runs(d):
     """{(algorithm, protocol, ranks, size): [time of each run]} from DIR's
     JSON, or from a CSV of them (algorithm,protocol,ranks,size,run,time_us:
-    docs/perf/host-calib-2026-11-26.csv)."""
+    docs/perf/host-calib-2026-11-26-quiet.csv)."""
     runs = {}
     if d.endswith(".csv"):
         with open(d) as fh:

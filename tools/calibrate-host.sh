@@ -26,7 +26,7 @@
 # -P skips the measuring and prints the table from the JSON already in DIR
 # (after a change of the model, say), or from CSV files of runs there
 # (algorithm,protocol,ranks,size,run,time_us: the form of
-# docs/perf/host-calib-2026-11-26.csv). tools/calibrate-host-fit.py DIR fits
+# docs/perf/host-calib-2026-11-26-quiet.csv). tools/calibrate-host-fit.py DIR fits
 # the host-mode figures (src/plan/tune_hw.c) to the same runs. Needs
 # python3 (standard library). docs/perf/cost-model.md has a full run.
 set -euo pipefail
@@ -118,7 +118,7 @@ for f in glob.glob(os.path.join(d, "*.json")):
             continue
         meas.setdefault((a, p, int(n), int(r["size"])), []).append(r["out_of_place"]["time"])
 # Or the runs as CSV (algorithm,protocol,ranks,size,run,time_us), as
-# docs/perf/host-calib-2026-11-26.csv keeps them.
+# docs/perf/host-calib-2026-11-26-quiet.csv keeps them.
 for f in glob.glob(os.path.join(d, "*.csv")):
     for line in open(f).read().splitlines()[1:]:
         a, p, n, size, _, t = line.split(",")

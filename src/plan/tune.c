@@ -74,18 +74,23 @@
  * memory) keeps the formula with its own figures, fitted to measurements
  * (tune_hw.c's host.* entries; docs/perf/cost-model.md):
  *
- *   BASE     launch_us (+ block_us from block2_bytes, when a rank runs a
- *            second worker block), both per rank on the host
+ *   BASE     launch_us x L^2 (+ block_us x L from block2_bytes, when a
+ *            rank runs a second worker block): a launch wakes every rank's
+ *            threads, which take turns on the host's cores
  *   lat      intra_lat, per hop, grows with the ranks on the host (a wait
- *            is a thread the host's cores must get to)
+ *            is a thread the host's cores must get to); OneShot and
+ *            TwoShot wait on every other rank at each hop, which adds
+ *            host.fan_per_peer x (L - 1) x L per hop (host_shape)
  *   B_intra  intra_bw, the host's copy rate shared by its ranks
  *   step[p]  LL host.ll_step, Simple 1: both wait on a flag the same way
  *   eff[p]   LL host.ll_eff, Simple 1: LL stores a flag with every 8-byte
  *            line and the reader polls each
- *   fit[a]   1 for every pattern: measured, none pays more than its bytes
+ *   fit[a]   host.fit_ring, host.fit_tree, host.fit_twoshot; OneShot 1
  *   Tree     AllReduce on one node: host.tree_hops hops per level, the
  *            critical path of the tree plan as generated (braid-plan),
- *            not NCCL's 2 (Broadcast/Reduce: half)
+ *            not NCCL's 2 (Broadcast/Reduce: half); LL with bytes for
+ *            k < 4 of the plan's 16-byte-aligned chunks: (k + 1) / 5 of
+ *            them (LL waits on data; an empty chunk has none)
  *
  * Intra terms vanish on one rank per node, inter terms on one node. Any
  * other (algorithm, collective) pair cannot run. NVLS, NVLSTree, CollNet
@@ -97,6 +102,7 @@
  * exchange, which goes by OneShot.
  */
 #include <float.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -687,7 +693,6 @@ static double shape_time(const brd_tune_topo_t *t, const shape_t *s, double node
   double wire = wire_intra > wire_inter ? wire_intra : wire_inter;
   double lat = (s->hops_intra * t->intra_lat + s->hops_inter * t->inter_lat) *
                brd_tune_proto_step(t, p);
-  if (t->host_mode) fit = 1.0; /* measured: no pattern pays more than its bytes */
   return launch_for(t, bytes) + lat + wire / (1000.0 * brd_tune_proto_eff(t, p) * fit);
 }
 
@@ -739,6 +744,34 @@ static double nvls_zc_time(const brd_tune_topo_t *t, brd_coll_t coll, double S) 
   return launch_for(t, coll == BRD_COLL_ALLREDUCE ? S : S / n) + 2.0 * bar + wire / 1000.0;
 }
 
+/* Host mode on one host (see the host-mode paragraph at the top): the
+ * direct patterns' waits cost more per peer they wait on (fan), a Tree LL
+ * call whose bytes fill fewer than the plan's chunks skips the empty
+ * chunks' hops (LL waits on data, and an empty chunk has none), and each
+ * pattern's copy rate is its own. Adjusts s; returns the pattern's fit. */
+#define HOST_TREE_CHUNKS 4      /* algos/allreduce_tree.c's TREE_CHUNKS, per block */
+#define HOST_TREE_CHUNK_GRAIN 16 /* bytes: the layout's chunk alignment */
+static double host_shape(const brd_tune_topo_t *t, brd_algo_t a, brd_proto_t p, double bytes,
+                         shape_t *s) {
+  double L = t->local_nranks, hop = brd_hw_consts[BRD_HW_HOST_HOP_US].value;
+  switch (a) {
+    case BRD_ALGO_ONESHOT:
+    case BRD_ALGO_TWOSHOT:
+      if (hop > 0.0) s->hops_intra *= 1.0 + brd_hw_consts[BRD_HW_HOST_FAN_US].value * (L - 1.0) / hop;
+      return a == BRD_ALGO_TWOSHOT ? brd_hw_consts[BRD_HW_HOST_FIT_TWOSHOT].value : 1.0;
+    case BRD_ALGO_TREE:
+      if (p == BRD_PROTO_LL) {
+        double k = ceil(bytes / HOST_TREE_CHUNK_GRAIN);
+        if (k < HOST_TREE_CHUNKS) s->hops_intra *= (k + 1.0) / (HOST_TREE_CHUNKS + 1.0);
+      }
+      return brd_hw_consts[BRD_HW_HOST_FIT_TREE].value;
+    case BRD_ALGO_RING:
+      return brd_hw_consts[BRD_HW_HOST_FIT_RING].value;
+    default:
+      return 1.0;
+  }
+}
+
 /* The model's time, or -1 when (a, p) cannot run coll here. topo is valid. */
 static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
                    brd_algo_t a, brd_proto_t p) {
@@ -765,8 +798,9 @@ static double cost(const brd_tune_topo_t *t, brd_coll_t coll, size_t bytes,
   if (coll != BRD_COLL_ALLREDUCE && coll != BRD_COLL_BROADCAST && coll != BRD_COLL_REDUCE &&
       coll != BRD_COLL_SEND && coll != BRD_COLL_RECV)
     call /= t->nranks;
-  return shape_time(t, &s, node, a == BRD_ALGO_NVLS || a == BRD_ALGO_NVLS_TREE, algo_fit[a], p,
-                    call);
+  double fit = algo_fit[a];
+  if (t->host_mode && t->nnodes == 1) fit = host_shape(t, a, p, (double)bytes, &s);
+  return shape_time(t, &s, node, a == BRD_ALGO_NVLS || a == BRD_ALGO_NVLS_TREE, fit, p, call);
 }
 
 /* See tune.h. */

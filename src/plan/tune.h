@@ -265,13 +265,17 @@ typedef enum {
   /* Host mode (BRAID_DEVICE=host), fitted to measurements on one host
    * (docs/perf/cost-model.md): "per rank" figures are multiplied by the
    * ranks on the host, the copy rate is shared by them. */
-  BRD_HW_HOST_LAUNCH_US,     /* us per launch, per rank on the host */
+  BRD_HW_HOST_LAUNCH_US,     /* us per launch, per rank squared on the host */
   BRD_HW_HOST_BLOCK_US,      /* us a second block adds, per rank on the host */
   BRD_HW_HOST_HOP_US,        /* us per hop, per rank on the host */
   BRD_HW_HOST_COPY_GBPS,     /* GB/s the host's ranks copy at, together */
   BRD_HW_HOST_LL_STEP,       /* LL's hop factor (Simple's is 1) */
   BRD_HW_HOST_LL_EFF,        /* LL's payload rate against Simple's */
   BRD_HW_HOST_TREE_HOPS,     /* Tree AllReduce hops per tree level, one node */
+  BRD_HW_HOST_FAN_US,        /* us per hop per peer waited on, per rank: direct patterns */
+  BRD_HW_HOST_FIT_RING,      /* Ring's copy rate against OneShot's */
+  BRD_HW_HOST_FIT_TREE,      /* Tree's copy rate against OneShot's */
+  BRD_HW_HOST_FIT_TWOSHOT,   /* TwoShot's copy rate against OneShot's */
   BRD_HW_COUNT
 } brd_hw_id_t;
 

@@ -64,27 +64,39 @@ const brd_hw_const_t brd_hw_consts[BRD_HW_COUNT] = {
                                    "nccl#1221 (430); nvls-ib.md 4.3 lines 411-412"},
     /* Host mode: see docs/perf/cost-model.md, "Host mode: the model against
      * measurements" (tools/calibrate-host.sh). Least-squares fit of the
-     * log of the median times, AllReduce at 4 and 8 ranks, 8 B to 64 MiB. */
-    [BRD_HW_HOST_LAUNCH_US] = {"host.launch_per_rank", 6.7, "us/rank",
-                               "fit, 2-vCPU VM, 2026-11-26: a launch wakes every rank's "
-                               "threads, which share the host's cores"},
-    [BRD_HW_HOST_BLOCK_US] = {"host.block2_per_rank", 118, "us/rank",
+     * log of the median times (5 runs on a quiet host), AllReduce at 4 and
+     * 8 ranks, 8 B to 64 MiB. */
+    [BRD_HW_HOST_LAUNCH_US] = {"host.launch_per_rank2", 0.82, "us/rank^2",
+                               "fit, 2-vCPU VM, 2026-11-26 (quiet): a launch wakes every "
+                               "rank's threads, which take turns on the host's cores; "
+                               "L^2 fits (a free exponent gives 1.93-1.99)"},
+    [BRD_HW_HOST_BLOCK_US] = {"host.block2_per_rank", 77, "us/rank",
                               "fit, same: a second worker thread per rank (from 256 KiB)"},
-    [BRD_HW_HOST_HOP_US] = {"host.hop_per_rank", 0.87, "us/hop/rank",
+    [BRD_HW_HOST_HOP_US] = {"host.hop_per_rank", 0.80, "us/hop/rank",
                             "fit, same: a wait spins, yields, then naps 20 us; the peer runs "
                             "when the cores get to it"},
-    [BRD_HW_HOST_COPY_GBPS] = {"host.copy_bw", 2.67, "GB/s",
+    [BRD_HW_HOST_COPY_GBPS] = {"host.copy_bw", 3.45, "GB/s",
                                "fit, same: the bytes the host's ranks move together "
                                "(each rank gets its share)"},
     [BRD_HW_HOST_LL_STEP] = {"host.ll_step", 1.0, "ratio",
-                             "fit, same: an LL hop against a Simple one (a free fit "
-                             "gives 0.96)"},
-    [BRD_HW_HOST_LL_EFF] = {"host.ll_eff", 0.089, "ratio",
+                             "fit, 2026-11-26 (loaded host): an LL hop against a Simple one "
+                             "(a free fit gives 0.96)"},
+    [BRD_HW_HOST_LL_EFF] = {"host.ll_eff", 0.116, "ratio",
                             "fit, same: LL's payload rate against Simple's (a flag and a "
                             "poll per 8-byte line)"},
     [BRD_HW_HOST_TREE_HOPS] = {"host.tree_hops_per_level", 7, "hops",
                                "braid-plan -a tree -n 4|8 -s 8: the plan's critical path is "
                                "14 and 21 sync hops (NCCL's formula: 2 per level)"},
+    [BRD_HW_HOST_FAN_US] = {"host.fan_per_peer", 0.125, "us/hop/peer/rank",
+                            "fit, same: a direct pattern's wait is on every other rank, "
+                            "each of which the cores must get to"},
+    [BRD_HW_HOST_FIT_RING] = {"host.fit_ring", 0.79, "ratio",
+                              "fit, same: Ring's copy rate against OneShot's (a ring step "
+                              "reduces into the next rank's slot and waits for it)"},
+    [BRD_HW_HOST_FIT_TREE] = {"host.fit_tree", 1.02, "ratio",
+                              "fit, same: Tree's copy rate against OneShot's"},
+    [BRD_HW_HOST_FIT_TWOSHOT] = {"host.fit_twoshot", 0.95, "ratio",
+                                 "fit, same: TwoShot's copy rate against OneShot's"},
 };
 
 static const char *const gpu_names[BRD_HW_GPU_COUNT] = {
@@ -160,7 +172,7 @@ void brd_hw_host_topo(int local_nranks, size_t block2_bytes, brd_tune_topo_t *t)
    * the more ranks compete for the cores. */
   t->intra_bw = (float)(HW(BRD_HW_HOST_COPY_GBPS) / L);
   t->intra_lat = (float)(HW(BRD_HW_HOST_HOP_US) * L);
-  t->launch_us = (float)(HW(BRD_HW_HOST_LAUNCH_US) * L);
+  t->launch_us = (float)(HW(BRD_HW_HOST_LAUNCH_US) * L * L);
   t->block_us = (float)(HW(BRD_HW_HOST_BLOCK_US) * L);
   t->block2_bytes = block2_bytes;
 }
