@@ -31,6 +31,25 @@
  * Iterations: up to BRD_PLAN_COST_ITERS are simulated; a longer launch
  * adds the last simulated iteration's increment for each further window
  * (fractionally for the short last one).
+ *
+ * Host mode (topo->host_mode on one host: ranks are CPU threads sharing
+ * the host's cores, exec_host.c) follows how that executor runs:
+ *
+ *   - a rank that waits spins, yields and naps, so its core goes to the
+ *     ranks that can copy: copies overlap the waits of other ranks and
+ *     the host's copy rate is spent on whoever copies. The estimate is
+ *     the sync chain (the simulation with data ops free: hops, LL flags,
+ *     barriers) plus the busiest rank's bytes at its share of the host's
+ *     copy rate (link_us), as the tuner adds its latency and wire terms,
+ *     rather than one rank's copies chained through a tree's levels;
+ *   - a copy runs at the plan's pattern's own rate (host.fit_ring,
+ *     host.fit_tree, host.fit_twoshot; the plan's algo field);
+ *   - ops that wait back to back (WAITs, LL reads) and together wait on
+ *     every other rank add host.fan_per_peer x (n - 1) x L once: each
+ *     peer is a thread the cores must get to (the tuner's direct-pattern
+ *     fan; waits on fewer peers are plain hops);
+ *   - a chunk with no elements in an iteration is neither written nor
+ *     read (run_data skips it), so its LL packets carry no flag to wait on.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -52,6 +71,7 @@ typedef struct {
   int count; /* barriers: arrivals so far */
   double t;  /* when it is visible to the waiter */
   uint64_t h;
+  int from;  /* the rank whose op made it */
 } ev_t;
 
 typedef struct {
@@ -64,6 +84,9 @@ typedef struct {
   double t;
   uint64_t h;
   uint32_t nbar;  /* BARRIERs passed */
+  uint32_t run;   /* host: ordinal of the current run of waiting ops */
+  int npeers;     /* host: distinct peers that run has waited on */
+  int waited;     /* host: the op being run waited on a peer */
   int arrived;    /* counted at the barrier it is blocked on */
   int done;
 } stream_t;
@@ -73,7 +96,12 @@ typedef struct {
   const brd_tune_topo_t *topo;
   brd_plan_layout_t l;
   uint32_t nsim;
+  size_t count;       /* elements per segment, as given */
   int n, B;
+  int host;           /* host mode on one host (see "Host mode" above) */
+  int free_data;      /* this pass: data ops take no time (the sync chain) */
+  double fan_us;      /* host: what a wait on every other rank adds */
+  uint32_t *seen;     /* host: [n * B][n] run + 1 of a stream's last wait on a peer */
   double rate[NKINDS], lat[NKINDS]; /* per block: bytes/us; per hop: us */
   double rank_rate[NKINDS];         /* per rank, for link_us */
   int *back;          /* [nchans] the peer's channel back to the rank, or -1 */
@@ -89,7 +117,7 @@ typedef struct {
   uint64_t *iter_h;
 } sim_t;
 
-static int ev_push(evlist_t *e, int64_t key, double t, uint64_t h) {
+static int ev_push(evlist_t *e, int64_t key, double t, uint64_t h, int from) {
   if (e->n == e->cap) {
     size_t cap = e->cap ? 2 * e->cap : 8;
     ev_t *v = realloc(e->v, cap * sizeof(*v));
@@ -101,6 +129,7 @@ static int ev_push(evlist_t *e, int64_t key, double t, uint64_t h) {
   e->v[e->n].count = 1;
   e->v[e->n].t = t;
   e->v[e->n].h = h;
+  e->v[e->n].from = from;
   e->n++;
   return 0;
 }
@@ -158,38 +187,67 @@ static void link_add(sim_t *m, int from, int to, int kind, double b) {
   if (kind == KIND_INTER) m->node_out[node_of(m, from)] += b;
 }
 
+/* Host: stream s (index si) has waited on peer. Ops that wait back to
+ * back form one run; the run that has waited on every other rank (a
+ * direct pattern's hop) costs the fan once. */
+static void wait_on(sim_t *m, stream_t *s, int si, int peer) {
+  if (!m->host || peer < 0 || peer >= m->n || peer == si / m->B) return;
+  s->waited = 1;
+  uint32_t *seen = &m->seen[(size_t)si * m->n + peer];
+  if (*seen == s->run + 1) return;
+  *seen = s->run + 1;
+  if (++s->npeers == m->n - 1 && m->n > 2) s->t += m->fan_us;
+}
+
+/* Elements of chunk c of op in iteration it. */
+static size_t chunk_count(const sim_t *m, const brd_ir_op_t *op, uint32_t it, uint32_t c) {
+  size_t start, cnt;
+  brd_plan_layout_chunk(&m->l, it, op->chunk + c, &start, &cnt);
+  return cnt;
+}
+
 /* The latest LL flag arrival op's LL sources need; -1 when one is not
- * written yet. */
+ * written yet. from_out[*nwait_out]: the writers it waits on. In host mode a
+ * chunk with no elements in this iteration is skipped: the executor
+ * neither writes nor reads its packets (exec_host.c, run_data). */
 static int ll_ready(sim_t *m, int r, const brd_ir_op_t *op, uint32_t it, double *t_out,
-                    uint64_t *h_out) {
+                    uint64_t *h_out, int from_out[BRD_IR_MAX_REFS], int *nwait_out) {
   double t = -1.0;
   uint64_t h = 0;
+  int nwait = 0;
   for (int i = 0; i < op->nsrc; i++) {
     brd_ir_ref_t ref = op->ref[i];
     if (!(ref.buf & BRD_IR_REF_LL) || (ref.buf & BRD_IR_BUF_MASK) != BRD_IR_BUF_SCRATCH)
       continue;
+    int from = -1;
     for (uint32_t c = 0; c < op->nchunks; c++) {
       uint32_t slot = ref.index + c;
       if (slot >= m->p->nslots) continue;
+      if (m->host && chunk_count(m, op, it, c) == 0) continue;
       ev_t *e = ev_find(&m->ll[(size_t)r * m->p->nslots + slot], seq_of(m, it, op->k_src));
       if (e == NULL) return -1;
       if (e->t > t) t = e->t;
       if (e->h > h) h = e->h;
+      from = e->from;
     }
+    if (from >= 0 && nwait < BRD_IR_MAX_REFS) from_out[nwait++] = from;
   }
   *t_out = t;
   *h_out = h;
+  *nwait_out = nwait;
   return 0;
 }
 
 /* Runs one data or switch-data op of stream (r, b). 1: done, 0: blocked,
  * -1: out of memory. */
-static int step_data(sim_t *m, stream_t *s, int r, const brd_ir_op_t *op) {
+static int step_data(sim_t *m, stream_t *s, int si, int r, const brd_ir_op_t *op) {
   double ready;
   uint64_t rh;
-  if (ll_ready(m, r, op, s->it, &ready, &rh) < 0) return 0;
+  int from[BRD_IR_MAX_REFS], nwait;
+  if (ll_ready(m, r, op, s->it, &ready, &rh, from, &nwait) < 0) return 0;
   if (ready > s->t) s->t = ready;
   if (rh > s->h) s->h = rh;
+  for (int i = 0; i < nwait; i++) wait_on(m, s, si, from[i]);
   double b = op_bytes(m, op, s->it), dur = 0.0;
   const brd_ir_rank_t *rk = brd_ir_plan_rank(m->p, r);
   for (int i = 0; i < op->nsrc + op->ndst && i < BRD_IR_MAX_REFS; i++) {
@@ -207,7 +265,7 @@ static int step_data(sim_t *m, stream_t *s, int r, const brd_ir_op_t *op) {
       link_add(m, r, peer, kind, b);
     }
   }
-  s->t += dur;
+  if (!m->free_data) s->t += dur;
   /* LL destinations: the flags land one hop later on a peer. */
   for (int i = op->nsrc; i < op->nsrc + op->ndst && i < BRD_IR_MAX_REFS; i++) {
     brd_ir_ref_t ref = op->ref[i];
@@ -220,8 +278,9 @@ static int step_data(sim_t *m, stream_t *s, int r, const brd_ir_op_t *op) {
     for (uint32_t c = 0; c < op->nchunks; c++) {
       uint32_t slot = ref.index + c;
       if (slot >= m->p->nslots) continue;
+      if (m->host && chunk_count(m, op, s->it, c) == 0) continue;
       if (ev_push(&m->ll[(size_t)to * m->p->nslots + slot], seq_of(m, s->it, op->k), at,
-                  s->h + (local ? 0 : 1)) < 0)
+                  s->h + (local ? 0 : 1), r) < 0)
         return -1;
     }
   }
@@ -234,7 +293,7 @@ static int barrier_arrive(stream_t *s, evlist_t *e, int64_t key, int need, ev_t 
   ev_t *ev = ev_find(e, key);
   if (!s->arrived) {
     if (ev == NULL) {
-      if (ev_push(e, key, s->t, s->h) < 0) return -1;
+      if (ev_push(e, key, s->t, s->h, -1) < 0) return -1;
       ev = &e->v[e->n - 1];
     } else {
       ev->count++;
@@ -249,7 +308,7 @@ static int barrier_arrive(stream_t *s, evlist_t *e, int64_t key, int need, ev_t 
 
 /* Runs the op at stream (r, b)'s pc. 1: done, 0: blocked, -1: out of
  * memory. */
-static int step(sim_t *m, stream_t *s, int r, const brd_ir_op_t *op) {
+static int step(sim_t *m, stream_t *s, int si, int r, const brd_ir_op_t *op) {
   const brd_ir_rank_t *rk = brd_ir_plan_rank(m->p, r);
   switch (op->code) {
   case BRD_IR_OP_SIGNAL: {
@@ -261,7 +320,7 @@ static int step(sim_t *m, stream_t *s, int r, const brd_ir_op_t *op) {
     size_t key = ((size_t)brd_ir_plan_rank(m->p, peer)->chan_first + (size_t)d) * m->p->nsems +
                  ref.index;
     return ev_push(&m->sems[key], seq_of(m, s->it, op->k),
-                   s->t + m->lat[chan_kind(m, r, ref.chan)], s->h + 1) < 0 ? -1 : 1;
+                   s->t + m->lat[chan_kind(m, r, ref.chan)], s->h + 1, r) < 0 ? -1 : 1;
   }
   case BRD_IR_OP_WAIT: {
     brd_ir_ref_t ref = op->ref[0];
@@ -272,6 +331,7 @@ static int step(sim_t *m, stream_t *s, int r, const brd_ir_op_t *op) {
     if (e == NULL) return 0;
     if (e->t > s->t) s->t = e->t;
     if (e->h > s->h) s->h = e->h;
+    wait_on(m, s, si, brd_ir_plan_chan(m->p, r, ref.chan)->peer);
     return 1;
   }
   case BRD_IR_OP_BARRIER: {
@@ -297,7 +357,7 @@ static int step(sim_t *m, stream_t *s, int r, const brd_ir_op_t *op) {
   }
   default:
     if (brd_ir_op_is_data(op->code) || brd_ir_op_is_switch(op->code))
-      return step_data(m, s, r, op);
+      return step_data(m, s, si, r, op);
     return 1; /* NOP, FLUSH */
   }
 }
@@ -324,9 +384,14 @@ static int run(sim_t *m) {
             }
             continue;
           }
-          int rc = step(m, s, r, &ops[s->pc]);
+          s->waited = 0;
+          int rc = step(m, s, r * m->B + b, r, &ops[s->pc]);
           if (rc < 0) return -1;
           if (rc == 0) break;
+          if (!s->waited) {
+            s->run++; /* an op that waits on no peer ends the run */
+            s->npeers = 0;
+          }
           s->pc++;
           progress = 1;
         }
@@ -350,6 +415,18 @@ static void sim_free(sim_t *m) {
   free(m->node_out);
   free(m->iter_t);
   free(m->iter_h);
+  free(m->seen);
+}
+
+/* Host mode: a pattern's copy rate against OneShot's, by the plan's
+ * algorithm (tune_hw.c's host.fit_* figures). */
+static double host_fit(int algo) {
+  switch (algo) {
+  case BRD_IR_ALGO_RING: return brd_hw_consts[BRD_HW_HOST_FIT_RING].value;
+  case BRD_IR_ALGO_TREE: return brd_hw_consts[BRD_HW_HOST_FIT_TREE].value;
+  case BRD_IR_ALGO_TWOSHOT: return brd_hw_consts[BRD_HW_HOST_FIT_TWOSHOT].value;
+  default: return 1.0;
+  }
 }
 
 /* Per-block and per-rank link rates, and per-hop latencies. */
@@ -379,6 +456,12 @@ static void rates_init(sim_t *m) {
     inter = t->inter_nics * (double)t->inter_bw / most;
   }
   double sw = (t->nvls_bw > 0.0f ? t->nvls_bw : t->intra_bw * NVLS_FIT) / rpd;
+  if (m->host) {
+    /* The pattern's own copy rate, and the fan of a wait on every other
+     * rank: the tuner's host figures (tune.c, host_shape). */
+    eff *= host_fit(m->p->algo);
+    m->fan_us = brd_hw_consts[BRD_HW_HOST_FAN_US].value * (m->n - 1.0) * t->local_nranks * step;
+  }
   m->rank_rate[KIND_INTRA] = t->intra_bw / rpd * 1000.0 * eff;
   m->rank_rate[KIND_INTER] = inter * 1000.0 * eff;
   m->rank_rate[KIND_SWITCH] = sw * 1000.0 * eff;
@@ -408,6 +491,82 @@ static double link_time(const sim_t *m, double scale) {
   return worst;
 }
 
+/* One pass of the simulation (m->free_data says which): the critical
+ * path's end in *t_out and its sync hops in *h_out, extrapolated to the
+ * launch's windows, and link_us and busiest_chan_bytes in *out. m holds
+ * the plan, topology, layout and mode; its working memory is its own. */
+static ncclResult_t sim_pass(sim_t *m, double *t_out, double *h_out, brd_plan_cost_t *out) {
+  const brd_ir_plan_t *plan = m->p;
+  size_t nchans = plan->nchans;
+  ncclResult_t res = ncclSuccess;
+  m->back = malloc((nchans ? nchans : 1) * sizeof(*m->back));
+  m->sems = calloc(nchans * plan->nsems + 1, sizeof(*m->sems));
+  m->ll = calloc((size_t)m->n * plan->nslots + 1, sizeof(*m->ll));
+  m->bars = calloc((size_t)m->n, sizeof(*m->bars));
+  m->swbars = calloc((size_t)plan->nsems + 1, sizeof(*m->swbars));
+  m->s = calloc((size_t)m->n * m->B, sizeof(*m->s));
+  m->chan_bytes = calloc(nchans + 1, sizeof(*m->chan_bytes));
+  m->link_bytes = calloc((size_t)m->n * 4, sizeof(*m->link_bytes));
+  m->node_out = calloc((size_t)m->topo->nnodes + 1, sizeof(*m->node_out));
+  m->iter_t = calloc(m->nsim, sizeof(*m->iter_t));
+  m->iter_h = calloc(m->nsim, sizeof(*m->iter_h));
+  m->seen = m->host ? calloc((size_t)m->n * m->B * m->n, sizeof(*m->seen)) : NULL;
+  if ((m->host && !m->seen) || !m->back || !m->sems || !m->ll || !m->bars || !m->swbars || !m->s || !m->chan_bytes ||
+      !m->link_bytes || !m->node_out || !m->iter_t || !m->iter_h) {
+    WARN("plan cost: out of memory for a plan of %u ranks and %u ops", plan->nranks, plan->nops);
+    res = ncclSystemError;
+    goto out;
+  }
+  /* Which channel of the peer leads back (the verifier's pairing). */
+  for (int r = 0; r < m->n; r++) {
+    const brd_ir_rank_t *rk = brd_ir_plan_rank(plan, r);
+    for (uint32_t c = 0; c < rk->nchans; c++) {
+      int peer = brd_ir_plan_chan(plan, r, (int)c)->peer;
+      m->back[rk->chan_first + c] = -1;
+      if (peer < 0 || peer >= m->n) continue;
+      const brd_ir_rank_t *pk = brd_ir_plan_rank(plan, peer);
+      for (uint32_t d = 0; d < pk->nchans; d++)
+        if (brd_ir_plan_chan(plan, peer, (int)d)->peer == r) m->back[rk->chan_first + c] = (int)d;
+    }
+  }
+  int rc = run(m);
+  if (rc == -1) {
+    WARN("plan cost: out of memory simulating a plan of %u ranks", plan->nranks);
+    res = ncclSystemError;
+    goto out;
+  }
+  if (rc == -2) {
+    WARN("plan cost: the plan's ops never complete (a WAIT or LL read that nothing "
+         "satisfies); run the verifier on it (braid-plan -V)");
+    res = ncclInvalidArgument;
+    goto out;
+  }
+  double t = m->iter_t[m->nsim - 1];
+  double h = (double)m->iter_h[m->nsim - 1];
+  double scale = 1.0;
+  if (m->l.niter > m->nsim) {
+    /* Windows past the simulated ones (the last may be short), at the
+     * steady increment of the last simulated one. */
+    double windows = (double)m->count / (double)m->l.window;
+    double extra = windows - m->nsim;
+    if (extra < 0.0) extra = 0.0;
+    t += extra * (m->iter_t[m->nsim - 1] - m->iter_t[m->nsim - 2]);
+    double dh = (double)m->iter_h[m->nsim - 1] - (double)m->iter_h[m->nsim - 2];
+    if (dh > 0.0) h += extra * dh;
+    scale = windows / m->nsim;
+  }
+  *t_out = t;
+  *h_out = h;
+  out->link_us = link_time(m, scale);
+  double busiest = 0.0;
+  for (size_t c = 0; c < nchans; c++)
+    if (m->chan_bytes[c] > busiest) busiest = m->chan_bytes[c];
+  out->busiest_chan_bytes = (uint64_t)llround(busiest * scale);
+out:
+  sim_free(m);
+  return res;
+}
+
 /* See plan_cost.h. */
 ncclResult_t brd_plan_cost_estimate(const brd_ir_plan_t *plan, const brd_tune_topo_t *topo,
                                     size_t count, int dtype, size_t scratch_bytes,
@@ -430,6 +589,8 @@ ncclResult_t brd_plan_cost_estimate(const brd_ir_plan_t *plan, const brd_tune_to
   m.topo = topo;
   m.n = plan->nranks;
   m.B = plan->nblocks;
+  m.count = count;
+  m.host = topo->host_mode && topo->nnodes == 1;
   CHECK(brd_plan_layout_init(plan, count, dtype, scratch_bytes, &m.l));
   brd_plan_cost_t out;
   memset(&out, 0, sizeof(out));
@@ -440,72 +601,14 @@ ncclResult_t brd_plan_cost_estimate(const brd_ir_plan_t *plan, const brd_tune_to
   }
   m.nsim = m.l.niter < BRD_PLAN_COST_ITERS ? (uint32_t)m.l.niter : BRD_PLAN_COST_ITERS;
   rates_init(&m);
-  size_t nchans = plan->nchans;
-  ncclResult_t res = ncclSuccess;
-  m.back = malloc((nchans ? nchans : 1) * sizeof(*m.back));
-  m.sems = calloc(nchans * plan->nsems + 1, sizeof(*m.sems));
-  m.ll = calloc((size_t)m.n * plan->nslots + 1, sizeof(*m.ll));
-  m.bars = calloc((size_t)m.n, sizeof(*m.bars));
-  m.swbars = calloc((size_t)plan->nsems + 1, sizeof(*m.swbars));
-  m.s = calloc((size_t)m.n * m.B, sizeof(*m.s));
-  m.chan_bytes = calloc(nchans + 1, sizeof(*m.chan_bytes));
-  m.link_bytes = calloc((size_t)m.n * 4, sizeof(*m.link_bytes));
-  m.node_out = calloc((size_t)topo->nnodes + 1, sizeof(*m.node_out));
-  m.iter_t = calloc(m.nsim, sizeof(*m.iter_t));
-  m.iter_h = calloc(m.nsim, sizeof(*m.iter_h));
-  if (!m.back || !m.sems || !m.ll || !m.bars || !m.swbars || !m.s || !m.chan_bytes ||
-      !m.link_bytes || !m.node_out || !m.iter_t || !m.iter_h) {
-    WARN("plan cost: out of memory for a plan of %u ranks and %u ops", plan->nranks, plan->nops);
-    res = ncclSystemError;
-    goto out;
-  }
-  /* Which channel of the peer leads back (the verifier's pairing). */
-  for (int r = 0; r < m.n; r++) {
-    const brd_ir_rank_t *rk = brd_ir_plan_rank(plan, r);
-    for (uint32_t c = 0; c < rk->nchans; c++) {
-      int peer = brd_ir_plan_chan(plan, r, (int)c)->peer;
-      m.back[rk->chan_first + c] = -1;
-      if (peer < 0 || peer >= m.n) continue;
-      const brd_ir_rank_t *pk = brd_ir_plan_rank(plan, peer);
-      for (uint32_t d = 0; d < pk->nchans; d++)
-        if (brd_ir_plan_chan(plan, peer, (int)d)->peer == r) m.back[rk->chan_first + c] = (int)d;
-    }
-  }
-  int rc = run(&m);
-  if (rc == -1) {
-    WARN("plan cost: out of memory simulating a plan of %u ranks", plan->nranks);
-    res = ncclSystemError;
-    goto out;
-  }
-  if (rc == -2) {
-    WARN("plan cost: the plan's ops never complete (a WAIT or LL read that nothing "
-         "satisfies); run the verifier on it (braid-plan -V)");
-    res = ncclInvalidArgument;
-    goto out;
-  }
-  double t = m.iter_t[m.nsim - 1];
-  double h = (double)m.iter_h[m.nsim - 1];
-  double scale = 1.0;
-  if (m.l.niter > m.nsim) {
-    /* Windows past the simulated ones (the last may be short), at the
-     * steady increment of the last simulated one. */
-    double windows = (double)count / (double)m.l.window;
-    double extra = windows - m.nsim;
-    if (extra < 0.0) extra = 0.0;
-    t += extra * (m.iter_t[m.nsim - 1] - m.iter_t[m.nsim - 2]);
-    double dh = (double)m.iter_h[m.nsim - 1] - (double)m.iter_h[m.nsim - 2];
-    if (dh > 0.0) h += extra * dh;
-    scale = windows / m.nsim;
-  }
+  /* Host mode: the sync chain (data free) plus the busiest rank's bytes
+   * at its share of the host's copy rate (see "Host mode" above). */
+  m.free_data = m.host;
+  double t, h;
+  CHECK(sim_pass(&m, &t, &h, &out));
+  if (m.host) t += out.link_us;
   out.time_us = brd_tune_launch_us(topo, m.B) + t;
   out.sync_hops = (uint64_t)llround(h);
-  out.link_us = link_time(&m, scale);
-  double busiest = 0.0;
-  for (size_t c = 0; c < nchans; c++)
-    if (m.chan_bytes[c] > busiest) busiest = m.chan_bytes[c];
-  out.busiest_chan_bytes = (uint64_t)llround(busiest * scale);
   *cost_out = out;
-out:
-  sim_free(&m);
-  return res;
+  return ncclSuccess;
 }

@@ -46,7 +46,11 @@ typedef struct {
  * channel at nvls_bw / nvls_lat; each
  * block of a rank gets an equal share of the rank's links. Per hop the
  * latency is multiplied, and the payload rate divided, by the tuner's
- * protocol factors. count 0 costs 0.
+ * protocol factors. In host mode on one host (topo->host_mode, ranks
+ * sharing the host's cores) the estimate is instead the plan's sync chain
+ * plus its busiest rank's bytes at the pattern's copy rate, with the fan
+ * of waits on every other rank and no waits on empty LL chunks (the
+ * "Host mode" paragraph of plan_cost.c). count 0 costs 0.
  * ncclInvalidArgument for a NULL argument, a bad dtype, a topology the
  * tuner would refuse, or a plan whose ops do not complete (a WAIT no
  * SIGNAL satisfies: the verifier refuses such plans); ncclSystemError when

@@ -6,7 +6,8 @@
  * all-reduce the plan-derived estimate must stay within a stated factor of
  * it, order the algorithms as the formula does where the difference is
  * large, and grow with the message. A hand-built plan checks the sync-hop
- * accounting against hand-computed hop costs.
+ * accounting against hand-computed hop costs; host mode is checked against
+ * figures computed by hand from the fitted host constants (tune_hw.c).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -311,31 +312,94 @@ static void test_ll_flags(void **state) {
   brd_plan_destroy(p);
 }
 
+/* One host of n ranks in host mode, with the fitted figures (tune_hw.c). */
+static brd_tune_topo_t host_topo(int n) {
+  brd_tune_topo_t t;
+  memset(&t, 0, sizeof(t));
+  t.nranks = t.local_nranks = n;
+  t.nnodes = 1;
+  brd_hw_host_topo(n, 256 * KIB, &t);
+  return t;
+}
+
+#define HOST(c) ((double)brd_hw_consts[c].value)
+
+/* Host mode, against figures computed by hand from the fitted constants:
+ * a one-shot's hop pays the fan of a wait on every other rank once; a
+ * tree's copies overlap across its levels (the busiest rank's 2S at its
+ * share of the copy rate and Tree's fit, plus a sync chain that is small
+ * beside it), not chained level after level; and an LL tree call of 8
+ * bytes, one of the plan's 4 chunks, waits on no flag of the empty three. */
+static void test_host_mode(void **state) {
+  (void)state;
+  /* OneShot Simple, 4 ranks, 32 bytes: launch 0.82 x 16, one hop 0.80 x 4,
+   * the fan 0.125 x 3 x 4, the busiest rank's 3 x 32 bytes at 3.45 / 4
+   * GB/s. */
+  brd_tune_topo_t t = host_topo(4);
+  brd_ir_plan_t *p = gen(BRD_IR_ALGO_ONESHOT, BRD_IR_PROTO_SIMPLE, 4, 1);
+  double want = HOST(BRD_HW_HOST_LAUNCH_US) * 16 + HOST(BRD_HW_HOST_HOP_US) * 4 +
+                HOST(BRD_HW_HOST_FAN_US) * 3 * 4 +
+                3 * 32 / (HOST(BRD_HW_HOST_COPY_GBPS) / 4 * 1000.0);
+  brd_plan_cost_t c = est(p, &t, 32);
+  if (fabs(c.time_us - want) > 1e-3 * want)
+    fail_msg("one-shot, host mode: %.3f us, want %.3f us", c.time_us, want);
+  brd_plan_destroy(p);
+
+  /* Tree Simple, 8 ranks, 64 MiB, 2 blocks (a second worker from 256
+   * KiB): 2S at the rank's share (3.45 / 8 GB/s) x fit_tree, within 10%. */
+  t = host_topo(8);
+  p = gen(BRD_IR_ALGO_TREE, BRD_IR_PROTO_SIMPLE, 8, 2);
+  want = 2.0 * 64 * MIB /
+         (HOST(BRD_HW_HOST_COPY_GBPS) / 8 * 1000.0 * HOST(BRD_HW_HOST_FIT_TREE));
+  c = est(p, &t, 64 * MIB);
+  if (!(c.time_us >= want && c.time_us <= 1.1 * want))
+    fail_msg("tree, host mode, 64 MiB: %.0f us, want %.0f us to +10%%", c.time_us, want);
+  brd_plan_destroy(p);
+
+  /* Tree LL, 4 ranks: 8 bytes (one chunk with data) is cheaper than 64
+   * (four full chunks) by more than one hop; on a GPU topology, which
+   * does not skip empty chunks, the two differ by less than a hop. */
+  t = host_topo(4);
+  p = gen(BRD_IR_ALGO_TREE, BRD_IR_PROTO_LL, 4, 1);
+  double one = est(p, &t, 8).time_us, four = est(p, &t, 64).time_us;
+  if (!(four - one > t.intra_lat))
+    fail_msg("tree LL, host mode: 8 B %.2f us, 64 B %.2f us; want a hop (%.2f us) apart",
+             one, four, t.intra_lat);
+  brd_tune_topo_t g = node_topo(4);
+  double gone = est(p, &g, 8).time_us, gfour = est(p, &g, 64).time_us;
+  if (!(gfour - gone < g.intra_lat))
+    fail_msg("tree LL, GPU: 8 B %.2f us, 64 B %.2f us; want under a hop (%.2f us) apart",
+             gone, gfour, g.intra_lat);
+  brd_plan_destroy(p);
+}
+
 /* Out of memory at every allocation: ncclSystemError, nothing left
- * allocated, nothing written. */
+ * allocated, nothing written (on a GPU topology and in host mode). */
 static void test_alloc_failures(void **state) {
   (void)state;
-  brd_tune_topo_t t = node_topo(5);
   brd_ir_plan_t *p = gen(BRD_IR_ALGO_RING, BRD_IR_PROTO_SIMPLE, 5, 2);
   size_t scratch = brd_plan_scratch_bytes(p);
   brd_plan_cost_t c;
-  int failures = 0;
-  for (long at = 0;; at++) {
-    memset(&c, 0x5a, sizeof(c));
-    brd_plan_cost_t before = c;
-    alloc_calls = 0;
-    fail_at = at;
-    live = 0;
-    armed = 1;
-    ncclResult_t res = brd_plan_cost_estimate(p, &t, 1 << 20, ncclFloat32, scratch, &c);
-    armed = 0;
-    assert_int_equal(live, 0);
-    if (res == ncclSuccess) break;
-    assert_int_equal(res, ncclSystemError);
-    assert_memory_equal(&c, &before, sizeof(c));
-    failures++;
+  for (int host = 0; host <= 1; host++) {
+    brd_tune_topo_t t = host ? host_topo(5) : node_topo(5);
+    int failures = 0;
+    for (long at = 0;; at++) {
+      memset(&c, 0x5a, sizeof(c));
+      brd_plan_cost_t before = c;
+      alloc_calls = 0;
+      fail_at = at;
+      live = 0;
+      armed = 1;
+      ncclResult_t res = brd_plan_cost_estimate(p, &t, 1 << 20, ncclFloat32, scratch, &c);
+      armed = 0;
+      assert_int_equal(live, 0);
+      if (res == ncclSuccess) break;
+      assert_int_equal(res, ncclSystemError);
+      assert_memory_equal(&c, &before, sizeof(c));
+      failures++;
+    }
+    assert_true(failures > 5);
   }
-  assert_true(failures > 5);
   brd_plan_destroy(p);
 }
 
@@ -349,6 +413,7 @@ int main(void) {
       cmocka_unit_test(test_refusals),
       cmocka_unit_test(test_across_nodes),
       cmocka_unit_test(test_ll_flags),
+      cmocka_unit_test(test_host_mode),
       cmocka_unit_test(test_alloc_failures),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
