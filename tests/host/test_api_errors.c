@@ -237,9 +237,10 @@ static void test_group_simulate(void **state) {
   assert_true(small_plan > 0.0f);
   assert_true(big_plan > small_plan);
   /* On a GPU the plan's figures differ from the formula's. In host mode
-   * the fitted figures (docs/perf/cost-model.md: every pattern's fit 1)
-   * give the one-shot and two-shot plans chosen here the formula's own
-   * time, so there the two agree. */
+   * the plan is priced with the formula's fitted terms (docs/perf/
+   * cost-model.md: launch, hop, the direct patterns' fan, each pattern's
+   * copy rate), so for the one-shot and two-shot plans chosen here the
+   * two agree. */
   if (tdev_kind() != TDEV_HOST) {
     assert_true(small_plan != small || big_plan != big);
   } else {
