@@ -85,13 +85,20 @@ static void start_jitter(unsigned salt) {
   nanosleep(&d, NULL);
 }
 
+/* BRAID_CUDASIM_THREADS, read once (pthread_once orders the write before
+ * every reader: grids of several streams launch from several threads). */
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+static int threads_cap; /* written once, under threads_once */
+
+static void threads_read(void) {
+  const char *v = getenv("BRAID_CUDASIM_THREADS");
+  int n = v != NULL ? atoi(v) : 32;
+  threads_cap = n > 0 ? n : 32;
+}
+
 static int threads_per_block(unsigned launch) {
-  static int cap = 0;
-  if (cap == 0) {
-    const char *v = getenv("BRAID_CUDASIM_THREADS");
-    int n = v != NULL ? atoi(v) : 32;
-    cap = n > 0 ? n : 32;
-  }
+  pthread_once(&threads_once, threads_read);
+  int cap = threads_cap;
   return launch < (unsigned)cap ? (int)launch : cap;
 }
 
