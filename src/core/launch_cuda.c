@@ -75,7 +75,8 @@
 #define NB_LIMIT_SHARED 8   /* the same where ranks share the GPU */
 
 /* n zeroed cursors in device memory, zeroed on a private stream (no other
- * work on the device is waited for). */
+ * work on the device is waited for), at the communicator's creation; the
+ * wait is bounded (brd_exec_cuda_stream_wait). */
 static ncclResult_t cursors_create(size_t n, uint64_t **out) {
   ncclResult_t res = ncclSuccess;
   cudaStream_t s;
@@ -84,11 +85,12 @@ static ncclResult_t cursors_create(size_t n, uint64_t **out) {
                   "cudaMalloc for the sequence-number cursors", res, out);
   CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
                   "cudaStreamCreateWithFlags", res, fail_free);
-  if (cudaMemsetAsync(p, 0, (size_t)n * sizeof(*p), s) != cudaSuccess ||
-      cudaStreamSynchronize(s) != cudaSuccess) {
+  if (cudaMemsetAsync(p, 0, (size_t)n * sizeof(*p), s) != cudaSuccess) {
     (void)cudaGetLastError();
     WARN("CUDA: zeroing the sequence-number cursors failed");
     res = ncclUnhandledCudaError;
+  } else {
+    res = brd_exec_cuda_stream_wait(s, "zeroing the sequence-number cursors");
   }
   cudaStreamDestroy(s);
   if (res != ncclSuccess) goto fail_free;

@@ -225,17 +225,20 @@ static uint64_t blob_hash(const brd_ir_plan_t *p) {
   return h;
 }
 
-/* The device copy of plan, uploaded at its first use. Outside a capture
- * the copy goes on the launch's stream, ahead of its kernel, and the host
- * does not wait: ranks that are threads sharing a GPU launch while their
- * peers' kernels already wait for them, and a copy waited for on a stream
- * of its own can sit in a hardware queue CUDA shares between streams
- * behind such a peer's queued work (its copy-out, held by its kernel),
- * which never runs (docs/architecture.md). Later launches on other
- * streams follow it (brd_launch_cuda_order); a capture waits for it. Inside
- * a capture the upload allocates and copies on a private stream, which
- * must not join the graph, so the thread's capture mode is relaxed
- * meanwhile. */
+/* The device copy of plan, uploaded at its first use on the launch's
+ * stream from pinned memory, ahead of its kernel; the host never waits
+ * for it: ranks that are threads sharing a GPU launch while their peers'
+ * kernels already wait for them, and a copy waited for on a stream of its
+ * own can sit in a hardware queue CUDA shares between streams behind such
+ * a peer's queued work (its copy-out, held by its kernel), which never
+ * runs (docs/architecture.md). Outside a capture later launches on other
+ * streams follow it (brd_launch_cuda_order). Inside a capture the copy is
+ * a node of the graph; a capture using a plan whose copy is not known to
+ * be done copies it again in its graph, rather than waiting: peers that
+ * ended their captures first may already run their graphs, waiting for
+ * this rank's (brd_exec_cuda_plan_use). The thread's capture mode is
+ * relaxed meanwhile (brd_launch_cuda_begin), so the allocations may be
+ * made. */
 static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan, int p2p,
                               int capturing, cudaStream_t stream,
                               const brd_exec_cuda_plan_t **out) {
@@ -246,7 +249,7 @@ static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan,
     if (p2p ? (d->key == NULL && d->hash == h && d->copy->total_bytes == plan->total_bytes &&
                memcmp(d->copy, plan, plan->total_bytes) == 0)
             : d->key == plan) {
-      if (capturing) CHECK(brd_exec_cuda_plan_ready(d->dev));
+      CHECK(brd_exec_cuda_plan_use(d->dev, stream, capturing));
       *out = d->dev;
       return ncclSuccess;
     }
@@ -276,10 +279,7 @@ static ncclResult_t dplan_get(struct brd_backend *rt, const brd_ir_plan_t *plan,
     }
     memcpy(d.copy, plan, plan->total_bytes);
   }
-  /* The thread's capture mode is relaxed (brd_launch_cuda_begin). */
-  CHECK_GOTO(capturing ? brd_exec_cuda_plan_create(plan, &d.dev)
-                       : brd_exec_cuda_plan_create_on(plan, stream, &d.dev),
-             res, fail);
+  CHECK_GOTO(brd_exec_cuda_plan_create_on(plan, stream, capturing, &d.dev), res, fail);
   atomic_fetch_add(&rt->dev_bytes, (uint64_t)plan->total_bytes);
   rt->plans[rt->nplans++] = d;
   if (p2p) rt->np2p++;

@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/check.h"
 #include "base/debug.h"
 #include "base/param.h"
+#include "base/time.h"
 #include "device/exec_cuda.h"
 
 #if BRAID_CUDA
@@ -342,10 +344,39 @@ static void hang_warn(const brd_exec_cuda_hang_t *h, double secs) {
 
 /* ---- objects, launches, status ------------------------------------------- */
 
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what) {
+  int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
+  int64_t deadline = brd_time_now_ns() + (t > 0 ? t : 300) * 1000000000LL;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return ncclSuccess;
+    if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      WARN("CUDA: %s failed: %s (%d)", what, cudaGetErrorString(e), (int)e);
+      return ncclUnhandledCudaError;
+    }
+    if (brd_time_now_ns() >= deadline) {
+      WARN("CUDA: %s did not finish in %lld s (BRAID_TIMEOUT). A stream of this rank's "
+           "own queued behind other work of the GPU: with ranks sharing the GPU, "
+           "streams share its hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), and a "
+           "peer's work waiting for this rank can hold the queue. Create communicators "
+           "before launching collectives on other communicators of the same GPU, or "
+           "raise CUDA_DEVICE_MAX_CONNECTIONS", what, (long long)(t > 0 ? t : 300));
+      return ncclSystemError;
+    }
+    struct timespec ts = {0, 100000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Copies bytes from src to dst (src NULL: zeroes dst) on a private
  * non-blocking stream and waits for it, so a setup copy neither waits for
  * nor is overtaken by other streams' work: the legacy default stream would
- * wait for peers' kernels, which may be spinning on this rank. */
+ * wait for peers' kernels, which may be spinning on this rank. Only at a
+ * communicator's creation (status, channel tables), before its first
+ * launch; the wait is bounded (brd_exec_cuda_stream_wait), since the
+ * private stream shares a hardware queue with other ranks' streams. */
 static ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
                           enum cudaMemcpyKind kind, const char *what) {
   ncclResult_t res = ncclSuccess;
@@ -358,15 +389,12 @@ static ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
     CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes, kind, s), what, res,
                     out_stream);
   }
-  CUDA_CHECK_GOTO(cudaStreamSynchronize(s), what, res, out_stream);
+  res = brd_exec_cuda_stream_wait(s, what);
 out_stream:
   cudaStreamDestroy(s);
 out:
   return res;
 }
-
-
-
 
 /* Devices whose context holds every executor kernel (brd_exec_cuda_load). */
 #define LOAD_MAX_DEVICES 256
@@ -402,9 +430,13 @@ out:
 struct brd_exec_cuda_plan {
   brd_ir_plan_t *host; /* owned: brd_plan_clone */
   brd_ir_plan_t *dev;  /* owned: cudaMalloc, the same bytes */
-  void *pinned;        /* owned: cudaHostAlloc, the source of an enqueued
-                        * copy (brd_exec_cuda_plan_create_on); NULL: none */
-  cudaEvent_t copied;  /* owned: recorded after that copy; NULL: none */
+  void *pinned;        /* owned: cudaHostAlloc, the source of enqueued
+                        * copies (brd_exec_cuda_plan_create_on); NULL: none */
+  cudaEvent_t copied;  /* owned: recorded after the copy outside a capture;
+                        * NULL: none, or known complete */
+  int uploaded;        /* dev holds the plan outside any graph, once
+                        * `copied` completes (not for a plan made in a
+                        * capture, whose copy is a node of that graph) */
   int mc_ops;          /* some op is a switch op */
   int mc_reduces;      /* some op is MC_REDUCE or MC_RED */
   int cc_major;        /* compute capability of the device it was made on */
@@ -419,49 +451,115 @@ struct brd_exec_cuda_status {
   int reported;     /* the current failure was logged */
 };
 
-/* The copy of cp->host to cp->dev: on a private stream, waited for
- * (async 0), or enqueued on `stream` from pinned memory with an event
- * after it. */
-static ncclResult_t plan_upload(brd_exec_cuda_plan_t *cp, int async, cudaStream_t stream) {
+/* Enqueues the copy of cp->pinned to cp->dev on `stream`; outside a
+ * capture, records cp->copied after it (creating it the first time). */
+static ncclResult_t plan_enqueue(brd_exec_cuda_plan_t *cp, cudaStream_t stream, int capturing) {
   ncclResult_t res = ncclSuccess;
   size_t bytes = cp->host->total_bytes;
-  if (!async)
-    return private_copy(cp->dev, cp->host, bytes, cudaMemcpyHostToDevice,
-                        "copying a plan to the device");
+  CUDA_CHECK_GOTO(cudaMemcpyAsync(cp->dev, cp->pinned, bytes, cudaMemcpyHostToDevice, stream),
+                  "copying a plan to the device (cudaMemcpyAsync)", res, out);
+  if (capturing) goto out;
+  if (cp->copied == NULL)
+    CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&cp->copied, cudaEventDisableTiming),
+                    "cudaEventCreateWithFlags for a plan's upload", res, out);
+  CUDA_CHECK_GOTO(cudaEventRecord(cp->copied, stream), "cudaEventRecord after a plan's upload",
+                  res, out);
+  cp->uploaded = 1;
+out:
+  return res;
+}
+
+/* The copy of cp->host to cp->dev: on a private stream, waited for
+ * (async 0), or enqueued on `stream` from pinned memory (inside a capture
+ * as a node of the graph; outside with an event after it). */
+static ncclResult_t plan_upload(brd_exec_cuda_plan_t *cp, int async, cudaStream_t stream,
+                                int capturing) {
+  ncclResult_t res = ncclSuccess;
+  size_t bytes = cp->host->total_bytes;
+  if (!async) {
+    res = private_copy(cp->dev, cp->host, bytes, cudaMemcpyHostToDevice,
+                       "copying a plan to the device");
+    cp->uploaded = res == ncclSuccess;
+    return res;
+  }
   CUDA_CHECK_GOTO(cudaHostAlloc(&cp->pinned, bytes, cudaHostAllocDefault),
                   "cudaHostAlloc for a plan's upload", res, out);
   memcpy(cp->pinned, cp->host, bytes);
-  CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&cp->copied, cudaEventDisableTiming),
-                  "cudaEventCreateWithFlags for a plan's upload", res, out);
-  CUDA_CHECK_GOTO(cudaMemcpyAsync(cp->dev, cp->pinned, bytes, cudaMemcpyHostToDevice, stream),
-                  "copying a plan to the device (cudaMemcpyAsync)", res, out);
-  CUDA_CHECK_GOTO(cudaEventRecord(cp->copied, stream), "cudaEventRecord after a plan's upload",
-                  res, out);
+  CHECK_GOTO(plan_enqueue(cp, stream, capturing), res, out);
 out:
   return res; /* the caller frees what was made */
 }
 
 static ncclResult_t plan_create(const brd_ir_plan_t *plan, int async, cudaStream_t stream,
-                                brd_exec_cuda_plan_t **plan_out);
+                                int capturing, brd_exec_cuda_plan_t **plan_out);
 
 /* See exec_cuda.h. */
 ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
                                        brd_exec_cuda_plan_t **plan_out) {
-  return plan_create(plan, 0, NULL, plan_out);
+  return plan_create(plan, 0, NULL, 0, plan_out);
 }
 
 /* See exec_cuda.h. */
 ncclResult_t brd_exec_cuda_plan_create_on(const brd_ir_plan_t *plan, cudaStream_t stream,
-                                          brd_exec_cuda_plan_t **plan_out) {
-  return plan_create(plan, 1, stream, plan_out);
+                                          int capturing, brd_exec_cuda_plan_t **plan_out) {
+  return plan_create(plan, 1, stream, capturing, plan_out);
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_plan_use(brd_exec_cuda_plan_t *plan, cudaStream_t stream,
+                                    int capturing) {
+  ncclResult_t res = ncclSuccess;
+  if (plan->pinned == NULL) return ncclSuccess; /* uploaded and waited for */
+  if (!capturing) {
+    /* Launches on other streams follow this one (brd_launch_cuda_order). */
+    if (!plan->uploaded) res = plan_enqueue(plan, stream, 0);
+    return res;
+  }
+  if (plan->uploaded && plan->copied != NULL) {
+    cudaError_t e = cudaEventQuery(plan->copied);
+    if (e == cudaSuccess) {
+      cudaEventDestroy(plan->copied);
+      plan->copied = NULL;
+    } else if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      WARN("CUDA: cudaEventQuery on a plan's upload failed: %s (%d)", cudaGetErrorString(e),
+           (int)e);
+      return ncclUnhandledCudaError;
+    }
+  }
+  /* Not known to be on the device: the graph copies it again, before its
+   * kernel, from the same pinned bytes; the host does not wait. A copy
+   * still queued outside the graph, or an earlier graph's, writes the same
+   * bytes. */
+  if (!plan->uploaded || plan->copied != NULL) res = plan_enqueue(plan, stream, 1);
+  return res;
 }
 
 /* See exec_cuda.h. */
 ncclResult_t brd_exec_cuda_plan_ready(brd_exec_cuda_plan_t *plan) {
   ncclResult_t res = ncclSuccess;
   if (plan->copied == NULL) return ncclSuccess;
-  CUDA_CHECK_GOTO(cudaEventSynchronize(plan->copied), "cudaEventSynchronize on a plan's upload",
-                  res, out);
+  int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
+  int64_t deadline = brd_time_now_ns() + (t > 0 ? t : 300) * 1000000000LL;
+  for (;;) {
+    cudaError_t e = cudaEventQuery(plan->copied);
+    if (e == cudaSuccess) break;
+    if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      WARN("CUDA: waiting for a plan's upload failed: %s (%d)", cudaGetErrorString(e), (int)e);
+      res = ncclUnhandledCudaError;
+      goto out;
+    }
+    if (brd_time_now_ns() >= deadline) {
+      WARN("CUDA: a plan's upload did not reach the device in %lld s (BRAID_TIMEOUT); "
+           "its stream queued behind work that does not finish",
+           (long long)(t > 0 ? t : 300));
+      res = ncclSystemError;
+      goto out;
+    }
+    struct timespec ts = {0, 100000L};
+    nanosleep(&ts, NULL);
+  }
   cudaEventDestroy(plan->copied);
   plan->copied = NULL;
 out:
@@ -469,7 +567,7 @@ out:
 }
 
 static ncclResult_t plan_create(const brd_ir_plan_t *plan, int async, cudaStream_t stream,
-                                brd_exec_cuda_plan_t **plan_out) {
+                                int capturing, brd_exec_cuda_plan_t **plan_out) {
   ncclResult_t res = ncclSuccess;
   brd_exec_cuda_plan_t *cp;
   int dev = 0, nsm = 0;
@@ -503,7 +601,7 @@ static ncclResult_t plan_create(const brd_ir_plan_t *plan, int async, cudaStream
   CHECK_GOTO(brd_plan_clone(plan, &cp->host), res, fail_free);
   CUDA_CHECK_GOTO(cudaMalloc((void **)&cp->dev, plan->total_bytes),
                   "cudaMalloc for a plan", res, fail_destroy_host);
-  CHECK_GOTO(plan_upload(cp, async, stream), res, fail_free_dev);
+  CHECK_GOTO(plan_upload(cp, async, stream, capturing), res, fail_free_dev);
   *plan_out = cp;
   return ncclSuccess;
 fail_free_dev:
@@ -613,17 +711,19 @@ void brd_exec_cuda_status_stuck(brd_exec_cuda_status_t *st, uint64_t ns) {
 }
 
 /* See exec_cuda.h. */
-ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st) {
+ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st, cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
-  brd_exec_state_t s;
-  CHECK_GOTO(private_copy(&s, st->state, sizeof(s), cudaMemcpyDeviceToHost,
-                          "reading the executor state"), res, out);
-  s.claimed = 0;
-  s.stop = 0;
-  s.bar_count = 0;
-  s.done = 0;
-  CHECK_GOTO(private_copy(st->state, &s, sizeof(s), cudaMemcpyHostToDevice,
-                          "resetting the executor state"), res, out);
+  /* claimed, stop and bar_count lead the state; bar_gen, launches, the
+   * cursors and the FIFO stay (semaphores keep their values). Stream
+   * ordered, so nothing here waits on a stream that peers' work shares. */
+  _Static_assert(offsetof(brd_exec_state_t, stop) == sizeof(unsigned int) &&
+                 offsetof(brd_exec_state_t, bar_count) == 2 * sizeof(unsigned int),
+                 "brd_exec_state_t: claimed, stop, bar_count first");
+  CUDA_CHECK_GOTO(cudaMemsetAsync(st->state, 0, 3 * sizeof(unsigned int), stream),
+                  "cudaMemsetAsync resetting the executor state", res, out);
+  CUDA_CHECK_GOTO(cudaMemsetAsync((char *)st->state + offsetof(brd_exec_state_t, done), 0,
+                                  sizeof(unsigned int), stream),
+                  "cudaMemsetAsync resetting the executor state", res, out);
   memset(st->host, 0, sizeof(brd_exec_report_t));
   st->reported = 0;
 out:
@@ -872,3 +972,8 @@ ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
 }
 
 #endif /* BRAID_CUDA */
+
+/* See exec_cuda.h. */
+const brd_ir_plan_t *brd_exec_cuda_plan_dev(const brd_exec_cuda_plan_t *plan) {
+  return plan->dev;
+}

@@ -219,24 +219,55 @@ ncclResult_t brd_exec_cuda_load(void);
 ncclResult_t brd_exec_cuda_plan_create(const brd_ir_plan_t *plan,
                                        brd_exec_cuda_plan_t **plan_out);
 
-/* As brd_exec_cuda_plan_create, but the copy goes on `stream` (not being
- * captured) from pinned host memory and the call does not wait for it:
- * kernels enqueued on `stream` after it see the plan; work on any other
- * stream must be ordered after it, or call brd_exec_cuda_plan_ready
- * first. Nothing is enqueued on any other stream and the host never
- * waits for the device, so a rank whose peers' kernels already wait for
- * it, on the same GPU, launches its own: a synchronous copy on a stream of
- * its own can queue, in a hardware queue that CUDA shares between streams
+/* As brd_exec_cuda_plan_create, but the copy goes on `stream` from pinned
+ * host memory and the call does not wait for it. Outside a capture
+ * (capturing 0) kernels enqueued on `stream` after it see the plan; work
+ * on any other stream must be ordered after it, or call
+ * brd_exec_cuda_plan_ready first. Inside a capture of `stream` (capturing
+ * 1) the copy is a node of the graph, ahead of the kernels captured after
+ * it; a use outside that graph needs brd_exec_cuda_plan_use. Nothing is
+ * enqueued on any other stream and the host never waits for the device,
+ * so a rank whose peers' kernels already wait for it, on the same GPU,
+ * launches its own: a synchronous copy on a stream of its own can queue,
+ * in a hardware queue that CUDA shares between streams
  * (CUDA_DEVICE_MAX_CONNECTIONS), behind a peer's work that waits for this
- * rank's kernel. Any thread. */
+ * rank's kernel. The thread's capture mode must be relaxed while
+ * capturing. Any thread. */
 ncclResult_t brd_exec_cuda_plan_create_on(const brd_ir_plan_t *plan, cudaStream_t stream,
-                                          brd_exec_cuda_plan_t **plan_out);
+                                          int capturing, brd_exec_cuda_plan_t **plan_out);
+
+/* Makes a plan from brd_exec_cuda_plan_create_on ready for kernels
+ * enqueued next on `stream`, without waiting for the device. Outside a
+ * capture: enqueues the copy on `stream` if the plan was made in a capture
+ * (launches on other streams must be ordered after it). Inside a capture
+ * of `stream`: nothing if the earlier copy is known complete
+ * (cudaEventQuery), else the graph copies the plan again from the pinned
+ * bytes before its kernels (the same bytes, so a copy still queued
+ * elsewhere does not disturb it). A plan from brd_exec_cuda_plan_create:
+ * nothing. ncclUnhandledCudaError (WARN) when CUDA fails. The thread's
+ * capture mode must be relaxed while capturing. Any thread. */
+ncclResult_t brd_exec_cuda_plan_use(brd_exec_cuda_plan_t *plan, cudaStream_t stream,
+                                    int capturing);
 
 /* Waits until the copy of a plan made by brd_exec_cuda_plan_create_on
- * has reached the device (at once for brd_exec_cuda_plan_create's), for
- * a use not ordered after it on its stream (a capture on another stream).
- * ncclUnhandledCudaError (WARN) when CUDA fails. Any thread. */
+ * outside a capture has reached the device (at once for
+ * brd_exec_cuda_plan_create's), for a use not ordered after it on its
+ * stream. Polls, for at most BRAID_TIMEOUT: ncclSystemError (WARN) then;
+ * ncclUnhandledCudaError (WARN) when CUDA fails. The library's launches
+ * do not call it (brd_exec_cuda_plan_use). Any thread. */
 ncclResult_t brd_exec_cuda_plan_ready(brd_exec_cuda_plan_t *plan);
+
+/* The plan's device copy (read it only once its copy has run): for tests
+ * and diagnostics. Never blocks; any thread. */
+const brd_ir_plan_t *brd_exec_cuda_plan_dev(const brd_exec_cuda_plan_t *plan);
+
+/* Waits, polling, until everything enqueued on s has run, for at most
+ * BRAID_TIMEOUT seconds: a stream shares a hardware queue with other
+ * streams of the GPU, and with ranks sharing the GPU a peer's work ahead
+ * of it may wait for this rank. ncclSystemError (WARN naming `what` and
+ * the cause) at the deadline; ncclUnhandledCudaError (WARN) when CUDA
+ * fails. Blocks. Any thread. */
+ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what);
 
 /* Frees a plan from brd_exec_cuda_plan_create. No kernel using it may be
  * queued or running. NULL is a no-op. */
@@ -278,9 +309,15 @@ void brd_exec_cuda_status_stuck(brd_exec_cuda_status_t *st, uint64_t ns);
 
 /* Clears a failure (hang report, abort flag, stop flag, block barrier) so
  * the status can run launches again; the sequence cursor is kept, since
- * semaphores keep their values. The stream must be idle. Blocks;
- * ncclUnhandledCudaError (WARN) when CUDA fails. */
-ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st);
+ * semaphores keep their values. The launches on st must have completed
+ * (the caller synchronised their stream). The device state is cleared by
+ * memsets enqueued on `stream`, ahead of the next launch on it (launches
+ * on other streams must be ordered after it); the host does not wait for
+ * the device, so it never stalls behind a peer's work in a hardware queue
+ * it shares. The library itself never resets a status (a failed
+ * communicator stays failed); tests do. ncclUnhandledCudaError (WARN)
+ * when CUDA refuses the memsets. Any thread. */
+ncclResult_t brd_exec_cuda_status_reset(brd_exec_cuda_status_t *st, cudaStream_t stream);
 
 /* After the launches on st have completed (the caller synchronised their
  * stream): ncclSuccess when none failed; ncclRemoteError when a wait timed

@@ -49,6 +49,7 @@
 
 #include "base/check.h"
 #include "base/param.h"
+#include "base/time.h"
 #include "transport/cudrv.h"
 #include "transport/ipc.h"
 #include "transport/transport.h"
@@ -252,16 +253,53 @@ out:
 }
 
 /* Zeroes device memory on a private stream, so no other work on the device
- * (another rank's kernel, say) is waited for. Blocks. */
-static ncclResult_t zero_device(void *ptr, size_t size) {
+ * (another rank's kernel, say) is waited for. Blocks, polling, for at most
+ * BRAID_TIMEOUT: the private stream shares a hardware queue of the GPU
+ * (CUDA_DEVICE_MAX_CONNECTIONS) with other streams, and where ranks share
+ * the GPU a peer's work queued ahead of the memset (a copy-out behind its
+ * kernel) may wait for this rank's next launch, on another communicator.
+ * The segments are the communicators' windows, made at their creation
+ * (ncclMemAlloc and ncclCommRegister zero nothing): their semaphores and
+ * LL flags must read 0 before any peer's kernel writes to them, and peers
+ * write as soon as the window is published, so the zeroing cannot be
+ * deferred to this rank's first launch. Such a stall is reported instead
+ * of hanging, with *stuck_out set: the memset is still queued, so the
+ * memory must not be freed (cudaFree would wait for the whole device). */
+static ncclResult_t zero_device(void *ptr, size_t size, int *stuck_out) {
   ncclResult_t res = ncclSuccess;
   cudaStream_t s;
   CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags", res, out);
   CUDA_CHECK_GOTO(cudaMemsetAsync(ptr, 0, size, s), "cudaMemsetAsync (zeroing a segment)",
             res, fail_destroy);
-  CUDA_CHECK_GOTO(cudaStreamSynchronize(s), "cudaStreamSynchronize (zeroing a segment)",
-            res, fail_destroy);
+  int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
+  if (t <= 0) t = 300;
+  int64_t deadline = brd_time_now_ns() + t * 1000000000LL;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) break;
+    if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      WARN("CUDA: zeroing a %zu-byte P2P segment failed: %s (%d)", size,
+           cudaGetErrorString(e), (int)e);
+      res = ncclUnhandledCudaError;
+      goto fail_destroy;
+    }
+    if (brd_time_now_ns() >= deadline) {
+      WARN("CUDA: zeroing a %zu-byte P2P segment (a communicator's window) did not "
+           "finish in %lld s (BRAID_TIMEOUT): its stream queued behind other work of "
+           "the GPU. With ranks sharing the GPU, streams share its hardware queues "
+           "(CUDA_DEVICE_MAX_CONNECTIONS) and a peer's work waiting for this rank can "
+           "hold the queue; create communicators before launching collectives on other "
+           "communicators of the same GPU, or raise CUDA_DEVICE_MAX_CONNECTIONS; the "
+           "segment stays allocated", size, (long long)t);
+      *stuck_out = 1;
+      res = ncclSystemError;
+      goto fail_destroy;
+    }
+    struct timespec ts = {0, 100000L};
+    nanosleep(&ts, NULL);
+  }
 fail_destroy:
   cudaStreamDestroy(s);
 out:
@@ -309,7 +347,10 @@ static ncclResult_t p2p_create(size_t size, const char *tag, brd_seg_t *seg_out)
     CUDA_CHECK_GOTO(cudaIpcGetMemHandle(&ih, m->ptr), "cudaIpcGetMemHandle", res, fail_unmap);
     memcpy(nm.u.ipc, &ih, sizeof(nm.u.ipc));
   }
-  CHECK_GOTO(zero_device(m->ptr, m->alloc_size), res, fail_stop);
+  int stuck = 0;
+  res = zero_device(m->ptr, m->alloc_size, &stuck);
+  if (stuck) goto fail_leak;
+  if (res != ncclSuccess) goto fail_stop;
   m->size = size;
   m->refs = 1;
   nm.mode = (uint16_t)m->mode;
@@ -335,6 +376,10 @@ fail_stop:
 fail_unmap:
   mem_unmap(m);
 fail_free:
+  free(m);
+  return res;
+fail_leak:
+  brd_ipc_fdsrv_destroy(m->srv);
   free(m);
   return res;
 }

@@ -1018,7 +1018,7 @@ static void test_hang_report(void **state) {
   assert_true(now_s() - t0 < 5.0);
 
   /* After a reset both ranks run a correct all-reduce again. */
-  for (int r = 0; r < 2; r++) assert_int_equal(brd_exec_cuda_status_reset(w->st[r]), ncclSuccess);
+  for (int r = 0; r < 2; r++) assert_int_equal(brd_exec_cuda_status_reset(w->st[r], streams[r]), ncclSuccess);
   assert_int_equal(brd_exec_cuda_poll(w->st[0], NULL), ncclSuccess);
   failures = 0;
   run_case(w, 1023, ncclFloat32, ncclSum, 0, 0);
@@ -1058,7 +1058,7 @@ static void test_abort(void **state) {
   assert_int_equal(brd_exec_cuda_launch(&a2, streams[2]), ncclSuccess);
   CU(cudaStreamSynchronize(streams[2]));
   assert_int_equal(brd_exec_cuda_poll(w->st[2], NULL), ncclSuccess);
-  for (int r = 0; r < 3; r++) assert_int_equal(brd_exec_cuda_status_reset(w->st[r]), ncclSuccess);
+  for (int r = 0; r < 3; r++) assert_int_equal(brd_exec_cuda_status_reset(w->st[r], streams[r]), ncclSuccess);
   failures = 0;
   run_case(w, 1023, ncclInt32, ncclSum, 0, 0);
   assert_int_equal(failures, 0);
@@ -1418,7 +1418,7 @@ static void test_plan_upload_on_stream(void **state) {
   upload_gate_timed_out = 0;
   CU(cudaLaunchHostFunc(s, hold_stream, NULL));
   brd_exec_cuda_plan_t *cp = NULL;
-  assert_int_equal(brd_exec_cuda_plan_create_on(w->plan, s, &cp), ncclSuccess);
+  assert_int_equal(brd_exec_cuda_plan_create_on(w->plan, s, 0, &cp), ncclSuccess);
   __atomic_store_n(&upload_gate, 1, __ATOMIC_RELEASE);
   assert_int_equal(brd_exec_cuda_plan_ready(cp), ncclSuccess);
   assert_int_equal(upload_gate_timed_out, 0);

@@ -1,0 +1,280 @@
+/*
+ * Host waits on streams that share the GPU's hardware queues, on the
+ * simulator with one queue per device (BRAID_CUDASIM_CONNECTIONS=1): every
+ * stream's work goes through the same queue, in the order it was enqueued.
+ *
+ * Each test first holds the queue as a peer rank sharing the GPU would: on
+ * a stream of the "peer", a host function that stands for its executor
+ * kernel (waiting for this rank) and, behind it, a memset that stands for
+ * its copy-out. The memset cannot start before the host function ends, and
+ * nothing enqueued after it on any stream can start either. The gate opens
+ * only after the call under test has returned, or after GATE_S seconds
+ * (then `gate_timed_out`): a call that waits for the device would have
+ * waited for the gate, which in the real case never opens.
+ *
+ *   - a plan's upload inside a capture (brd_exec_cuda_plan_create_on,
+ *     capturing) returns at once; the graph's replay leaves the plan's
+ *     bytes on the device;
+ *   - a capture using a plan whose upload outside the capture is still
+ *     queued (brd_exec_cuda_plan_use) returns at once, and the replay
+ *     leaves the plan's bytes on the device;
+ *   - a status reset (brd_exec_cuda_status_reset) returns at once and the
+ *     status polls clean;
+ *   - a P2P segment's zeroing, which must finish before the segment is
+ *     published, gives up at BRAID_TIMEOUT with an error instead of hanging
+ *     (the gate outlasts it), and succeeds when the queue is free.
+ *
+ * Simulator only: on a GPU the queue cannot be held this way.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include <cuda_runtime.h>
+
+#include "algos/algos.h"
+#include "device/exec_cuda.h"
+#include "plan/plan.h"
+#include "transport/transport.h"
+
+#define GATE_S 8.0
+
+#define CU(x) assert_int_equal((int)(x), (int)cudaSuccess)
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static volatile int gate, gate_timed_out;
+
+/* The peer's kernel: holds its stream until the gate opens (at most
+ * GATE_S seconds). */
+static void CUDART_CB peer_kernel(void *arg) {
+  (void)arg;
+  double t0 = now_s();
+  while (!__atomic_load_n(&gate, __ATOMIC_ACQUIRE)) {
+    if (now_s() - t0 > GATE_S) {
+      gate_timed_out = 1;
+      return;
+    }
+    struct timespec d = {0, 1000000};
+    nanosleep(&d, NULL);
+  }
+}
+
+typedef struct {
+  cudaStream_t peer;
+  void *peer_buf;
+} held_t;
+
+/* Holds the device's one hardware queue, as described at the top. */
+static void hold_queue(held_t *h) {
+  gate = 0;
+  gate_timed_out = 0;
+  CU(cudaStreamCreateWithFlags(&h->peer, cudaStreamNonBlocking));
+  CU(cudaMalloc(&h->peer_buf, 4096));
+  CU(cudaLaunchHostFunc(h->peer, peer_kernel, NULL));
+  CU(cudaMemsetAsync(h->peer_buf, 0x5a, 4096, h->peer)); /* the copy-out */
+}
+
+static void release_queue(held_t *h) {
+  __atomic_store_n(&gate, 1, __ATOMIC_RELEASE);
+  CU(cudaStreamSynchronize(h->peer));
+  CU(cudaStreamDestroy(h->peer));
+  CU(cudaFree(h->peer_buf));
+}
+
+/* A small real plan: the ring all-reduce of 3 ranks, 2 blocks. */
+static brd_ir_plan_t *make_plan(void) {
+  int order[3] = {0, 1, 2};
+  brd_algos_args_t args = {3, order, 2, BRD_IR_PROTO_SIMPLE};
+  brd_ir_plan_t *plan = NULL;
+  assert_int_equal(brd_algos_ring_allreduce(&args, &plan), ncclSuccess);
+  return plan;
+}
+
+/* The plan's device bytes equal the host's. */
+static void check_device_plan(const brd_exec_cuda_plan_t *cp, const brd_ir_plan_t *plan) {
+  size_t n = plan->total_bytes;
+  char *back = malloc(n);
+  assert_non_null(back);
+  memset(back, 0, n);
+  CU(cudaMemcpy(back, brd_exec_cuda_plan_dev(cp), n, cudaMemcpyDeviceToHost));
+  assert_memory_equal(back, plan, n);
+  free(back);
+}
+
+/* Ends the capture of cs and instantiates its graph. */
+static cudaGraphExec_t end_capture(cudaStream_t cs) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CU(cudaStreamEndCapture(cs, &g));
+  CU(cudaGraphInstantiate(&ge, g, 0));
+  CU(cudaGraphDestroy(g));
+  return ge;
+}
+
+static void begin_capture(cudaStream_t cs) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  CU(cudaThreadExchangeStreamCaptureMode(&mode));
+  CU(cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal));
+}
+
+/* A plan first used inside a capture: its upload becomes a node of the
+ * graph, the host waits for nothing. */
+static void test_plan_create_in_capture(void **state) {
+  (void)state;
+  brd_ir_plan_t *plan = make_plan();
+  held_t h;
+  cudaStream_t cs;
+  CU(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  hold_queue(&h);
+  begin_capture(cs);
+  brd_exec_cuda_plan_t *cp = NULL;
+  double t0 = now_s();
+  assert_int_equal(brd_exec_cuda_plan_create_on(plan, cs, 1, &cp), ncclSuccess);
+  double took = now_s() - t0;
+  cudaGraphExec_t ge = end_capture(cs);
+  assert_int_equal(gate_timed_out, 0);
+  assert_true(took < GATE_S / 2);
+  release_queue(&h);
+  CU(cudaGraphLaunch(ge, cs));
+  CU(cudaStreamSynchronize(cs));
+  check_device_plan(cp, plan);
+  /* Used outside the graph, it is uploaded on that launch's stream. */
+  CU(cudaMemsetAsync((void *)brd_exec_cuda_plan_dev(cp), 0, plan->total_bytes, cs));
+  assert_int_equal(brd_exec_cuda_plan_use(cp, cs, 0), ncclSuccess);
+  CU(cudaStreamSynchronize(cs));
+  check_device_plan(cp, plan);
+  CU(cudaGraphExecDestroy(ge));
+  brd_exec_cuda_plan_destroy(cp);
+  CU(cudaStreamDestroy(cs));
+  brd_plan_destroy(plan);
+}
+
+/* A plan uploaded outside a capture (still queued), then used in one: the
+ * graph copies it again instead of the host waiting for the first copy. */
+static void test_plan_use_in_capture(void **state) {
+  (void)state;
+  brd_ir_plan_t *plan = make_plan();
+  held_t h;
+  cudaStream_t ls, cs;
+  CU(cudaStreamCreateWithFlags(&ls, cudaStreamNonBlocking));
+  CU(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  hold_queue(&h);
+  brd_exec_cuda_plan_t *cp = NULL;
+  double t0 = now_s();
+  assert_int_equal(brd_exec_cuda_plan_create_on(plan, ls, 0, &cp), ncclSuccess);
+  begin_capture(cs);
+  assert_int_equal(brd_exec_cuda_plan_use(cp, cs, 1), ncclSuccess);
+  double took = now_s() - t0;
+  cudaGraphExec_t ge = end_capture(cs);
+  assert_int_equal(gate_timed_out, 0);
+  assert_true(took < GATE_S / 2);
+  release_queue(&h);
+  CU(cudaStreamSynchronize(ls));
+  check_device_plan(cp, plan);
+  /* The replay's copy: wipe the device bytes, replay, compare. */
+  CU(cudaMemsetAsync((void *)brd_exec_cuda_plan_dev(cp), 0, plan->total_bytes, cs));
+  CU(cudaGraphLaunch(ge, cs));
+  CU(cudaStreamSynchronize(cs));
+  check_device_plan(cp, plan);
+  /* Its upload known done, a later capture adds no copy: the replay
+   * leaves wiped bytes wiped. */
+  cudaStream_t cs2;
+  void *other = NULL;
+  CU(cudaMalloc(&other, 16));
+  CU(cudaStreamCreateWithFlags(&cs2, cudaStreamNonBlocking));
+  begin_capture(cs2);
+  assert_int_equal(brd_exec_cuda_plan_use(cp, cs2, 1), ncclSuccess);
+  CU(cudaMemsetAsync(other, 0, 16, cs2)); /* a capture needs a node */
+  cudaGraphExec_t ge2 = end_capture(cs2);
+  CU(cudaMemsetAsync((void *)brd_exec_cuda_plan_dev(cp), 0, plan->total_bytes, cs2));
+  CU(cudaGraphLaunch(ge2, cs2));
+  CU(cudaStreamSynchronize(cs2));
+  unsigned char first = 0xff;
+  CU(cudaMemcpy(&first, brd_exec_cuda_plan_dev(cp), 1, cudaMemcpyDeviceToHost));
+  assert_int_equal(first, 0);
+  CU(cudaGraphExecDestroy(ge2));
+  CU(cudaFree(other));
+  CU(cudaGraphExecDestroy(ge));
+  brd_exec_cuda_plan_destroy(cp);
+  CU(cudaStreamDestroy(cs2));
+  CU(cudaStreamDestroy(cs));
+  CU(cudaStreamDestroy(ls));
+  brd_plan_destroy(plan);
+}
+
+/* A status reset enqueues on the launch stream and returns. */
+static void test_status_reset(void **state) {
+  (void)state;
+  brd_exec_cuda_status_t *st = NULL;
+  assert_int_equal(brd_exec_cuda_status_create(&st), ncclSuccess);
+  cudaStream_t ls;
+  CU(cudaStreamCreateWithFlags(&ls, cudaStreamNonBlocking));
+  held_t h;
+  hold_queue(&h);
+  brd_exec_cuda_status_abort(st);
+  double t0 = now_s();
+  assert_int_equal(brd_exec_cuda_status_reset(st, ls), ncclSuccess);
+  double took = now_s() - t0;
+  assert_int_equal(gate_timed_out, 0);
+  assert_true(took < GATE_S / 2);
+  assert_int_equal(brd_exec_cuda_poll(st, NULL), ncclSuccess);
+  release_queue(&h);
+  CU(cudaStreamSynchronize(ls));
+  CU(cudaStreamDestroy(ls));
+  brd_exec_cuda_status_destroy(st);
+}
+
+/* Zeroing a new P2P segment is a bounded wait: an error at BRAID_TIMEOUT
+ * (1 s here) while the queue is held, success once it is free. */
+static void test_segment_zero_bounded(void **state) {
+  (void)state;
+  held_t h;
+  brd_seg_t seg;
+  hold_queue(&h);
+  double t0 = now_s();
+  ncclResult_t r = brd_transport_p2p.seg_create(1 << 16, "test", &seg);
+  double took = now_s() - t0;
+  int timed_out = gate_timed_out;
+  release_queue(&h);
+  assert_int_equal(r, ncclSystemError);
+  assert_int_equal(timed_out, 0);
+  if (!(took >= 0.95 && took < GATE_S / 2)) fail_msg("seg_create gave up after %.3f s", took);
+  assert_int_equal(brd_transport_p2p.seg_create(1 << 16, "test", &seg), ncclSuccess);
+  unsigned char back[1 << 16];
+  CU(cudaMemcpy(back, seg.ptr, sizeof(back), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < sizeof(back); i++)
+    if (back[i] != 0) fail_msg("segment byte %zu is %d, not 0", i, back[i]);
+  brd_transport_p2p.seg_close(&seg);
+}
+
+/* As a communicator's creation does, before any test holds the queue:
+ * loading the kernels waits for the whole device. */
+static int group_setup(void **state) {
+  (void)state;
+  return brd_exec_cuda_load() == ncclSuccess ? 0 : -1;
+}
+
+int main(void) {
+  /* Before the first CUDA call: the simulator reads these once. */
+  setenv("BRAID_CUDASIM_CONNECTIONS", "1", 1);
+  setenv("BRAID_TIMEOUT", "1", 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_plan_create_in_capture),
+      cmocka_unit_test(test_plan_use_in_capture),
+      cmocka_unit_test(test_status_reset),
+      cmocka_unit_test(test_segment_zero_bounded),
+  };
+  return cmocka_run_group_tests(tests, group_setup, NULL);
+}
