@@ -971,9 +971,9 @@ ncclResult_t brd_exec_cuda_copyout(const brd_exec_cuda_copyout_t *c,
   return ncclSuccess;
 }
 
-#endif /* BRAID_CUDA */
-
 /* See exec_cuda.h. */
 const brd_ir_plan_t *brd_exec_cuda_plan_dev(const brd_exec_cuda_plan_t *plan) {
   return plan->dev;
 }
+
+#endif /* BRAID_CUDA */
