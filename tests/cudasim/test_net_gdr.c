@@ -191,6 +191,9 @@ static void gpu_case(int dev, ncclResult_t want, unsigned long dmabuf_delta) {
   assert_non_null(back);
   assert_int_equal(cudaMalloc((void **)&g, GPU_BYTES), cudaSuccess);
   assert_int_equal(cudaMemset(g, 0x3c, GPU_BYTES), cudaSuccess);
+  /* cudaMemset of device memory returns before the memory is set (as on a
+   * GPU); the NIC's writes below are not ordered after it by any stream. */
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
   unsigned long d0 = mock_count("braid_mock_ib_dmabuf_regs");
   void *gmh = NULL, *hmh = NULL;
   ncclResult_t res = net->regMr(k.rcomm, g + GOFF, MSG + 40, BRD_NET_PTR_CUDA, &gmh);
