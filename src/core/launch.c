@@ -244,6 +244,7 @@ static void works_view(struct ncclComm *comm, const struct brd_rt *rt, brd_works
   v->abort_flag = &comm->abort_flag;
   v->ports = rt->nports > 0 ? rt->ports : NULL;
   v->port_failed = brd_proxy_failed(rt->proxy);
+  v->port_bell = brd_proxy_bell(rt->proxy);
   v->port_matrix = rt->plans.port; /* the table the cached plans were marked with */
 }
 

@@ -20,12 +20,15 @@
  * is the normal end. A connection that fails or closes without BYE fails
  * the communicator's launches (ncclRemoteError) with one WARN.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/check.h"
 #include "base/param.h"
@@ -35,6 +38,7 @@
 #include "core/comm.h"
 #include "core/profiler.h"
 #include "core/proxy.h"
+#include "device/exec_host.h"
 #include "plan/topo.h"
 #include "transport/net.h"
 #include "transport/transport.h"
@@ -45,6 +49,8 @@
 #define BOOT_TAG 0x0b2a1d00 /* bootstrap tag of the listen handles */
 #define SEND_BROKEN_GRACE_NS 2000000000LL /* how long a failed send waits for BYE */
 #define DRAIN_NS 5000000000LL             /* destroy's wait for queued sends */
+#define IDLE_YIELDS 16   /* idle passes that yield before the thread sleeps */
+#define SLEEP_MS 1       /* the longest sleep in poll (grace deadlines, stop) */
 
 /* Record kinds. BYE: the sender is done (its connection closing next is
  * normal). FAIL: the sender stops because it lost rank `off` (so its
@@ -119,7 +125,20 @@ struct brd_proxy {
   _Atomic int stop;
   pthread_t thread;
   int thread_started;
+  brd_exec_bell_t bell;   /* rung after each message laid into own */
+  int efd;                /* eventfd: a put while the thread sleeps; -1: none */
+  int sleeping;           /* __atomic: the thread is (about to be) in poll */
+  struct pollfd *pfds;    /* owned: the bell's and two per port */
 };
+
+/* Wakes the progress thread if it sleeps in poll (proxy_sleep): after
+ * records were appended or stop was set. Any thread; never blocks. */
+static void proxy_wake(brd_proxy_t *px) {
+  if (px->efd >= 0 && __atomic_exchange_n(&px->sleeping, 0, __ATOMIC_SEQ_CST)) {
+    uint64_t one = 1;
+    (void)!write(px->efd, &one, sizeof(one));
+  }
+}
 
 static int port_failed(const port_t *pt) {
   return __atomic_load_n(&pt->px->failed, __ATOMIC_ACQUIRE);
@@ -227,12 +246,13 @@ static ncclResult_t slot_wait(port_t *pt, size_t need, send_slot_t **s_out) {
   }
 }
 
-/* Appends [off, off + len) of the mirror as records of at most a slot
- * each, advancing *off and *len. wait: block for free slots (executor
- * threads); else return as soon as none is free (the proxy thread, which
- * frees them). pt->mu held. */
+/* Appends [off, off + len) of the mirror (or the len bytes at src, when
+ * not NULL) as records of at most a slot each, advancing *off and *len.
+ * wait: block for free slots (executor threads); else return as soon as
+ * none is free (the proxy thread, which frees them). pt->mu held. */
 static ncclResult_t append_range(port_t *pt, size_t *off, size_t *len, int rk, int wait,
                                  const char *src) {
+  const size_t off0 = *off;
   const size_t max_piece = SLOT_BYTES - sizeof(rec_hdr_t);
   while (*len > 0) {
     size_t piece = *len < max_piece ? *len : max_piece;
@@ -256,7 +276,8 @@ static ncclResult_t append_range(port_t *pt, size_t *off, size_t *len, int rk, i
     } else if ((s = open_slot(pt, need)) == NULL) {
       return ncclSuccess;
     }
-    rec_append(pt, s, *off, piece, rk, src != NULL ? src : pt->ex.mirror + *off);
+    rec_append(pt, s, *off, piece, rk,
+               src != NULL ? src + (*off - off0) : pt->ex.mirror + *off);
     *off += piece;
     *len -= piece;
   }
@@ -281,6 +302,18 @@ static int port_put(brd_exec_port_t *ex, size_t off, size_t len, int kind) {
   pthread_mutex_lock(&pt->mu);
   ncclResult_t res = append_range(pt, &off, &len, rec_kind(kind), 1, NULL);
   pthread_mutex_unlock(&pt->mu);
+  proxy_wake(pt->px);
+  return (int)res;
+}
+
+/* brd_exec_port_t.put_from. */
+static int port_put_from(brd_exec_port_t *ex, size_t off, size_t len, const void *src) {
+  port_t *pt = (port_t *)ex;
+  if (port_gone(pt)) return ncclSuccess;
+  pthread_mutex_lock(&pt->mu);
+  ncclResult_t res = append_range(pt, &off, &len, REC_DATA, 1, src);
+  pthread_mutex_unlock(&pt->mu);
+  proxy_wake(pt->px);
   return (int)res;
 }
 
@@ -475,10 +508,62 @@ static int port_progress(port_t *pt) {
     ncclResult_t ares = apply(pt, pt->rbuf + (pt->rnext % NRECV) * SLOT_BYTES, (size_t)size);
     if (px->comm->prof != NULL) brd_prof_proxy_stop(px->comm->prof, &prof);
     if (ares != ncclSuccess) return 1;
+    brd_exec_bell_ring(&px->bell); /* host executor threads asleep on it */
     pt->rnext++;
     busy = 1;
   }
   return busy;
+}
+
+/* Records a put appended that the thread has not taken: an open slot it
+ * would close, or closed slots it has not tried to post (when sends are in
+ * flight, their completion is what wakes it). */
+static int proxy_has_work(brd_proxy_t *px) {
+  int work = 0;
+  for (int r = 0; r < px->nranks && !work; r++) {
+    port_t *pt = px->ports[r];
+    if (pt == NULL || __atomic_load_n(&pt->dead, __ATOMIC_ACQUIRE)) continue;
+    pthread_mutex_lock(&pt->mu);
+    work = (pt->post < pt->head && pt->post == pt->tail) ||
+           (pt->post == pt->head && pt->head - pt->tail < NSEND &&
+            pt->send[pt->head % NSEND].fill > 0);
+    pthread_mutex_unlock(&pt->mu);
+  }
+  return work;
+}
+
+/* A pass found nothing to do: sleep in poll until a connection can
+ * progress (the net's descriptors), an executor puts (the eventfd) or
+ * SLEEP_MS pass. Where that cannot cover every source of work (a net
+ * without descriptors, or the CUDA executor's FIFOs, which ring nothing),
+ * a 20 us nap instead. The progress thread. */
+static void proxy_sleep(brd_proxy_t *px) {
+  int n = 0, ok = px->efd >= 0 && px->pfds != NULL && px->net->poll_fd != NULL &&
+                  atomic_load(&px->nfifos) == 0;
+  if (ok) px->pfds[n++] = (struct pollfd){px->efd, POLLIN, 0};
+  for (int r = 0; r < px->nranks && ok; r++) {
+    port_t *pt = px->ports[r];
+    if (pt == NULL || pt->dead) continue;
+    void *comms[2] = {pt->send_comm, pt->recv_comm};
+    for (int k = 0; k < 2 && ok; k++) {
+      short ev = 0;
+      int fd = px->net->poll_fd(comms[k], &ev);
+      if (fd < 0) ok = 0;
+      else if (ev != 0) px->pfds[n++] = (struct pollfd){fd, ev, 0};
+    }
+  }
+  if (!ok) {
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+    return;
+  }
+  __atomic_store_n(&px->sleeping, 1, __ATOMIC_SEQ_CST);
+  if (!proxy_has_work(px) && !atomic_load(&px->stop)) (void)poll(px->pfds, (nfds_t)n, SLEEP_MS);
+  __atomic_store_n(&px->sleeping, 0, __ATOMIC_SEQ_CST);
+  if (px->pfds[0].revents & POLLIN) {
+    uint64_t v;
+    (void)!read(px->efd, &v, sizeof(v));
+  }
 }
 
 static void *proxy_main(void *arg) {
@@ -500,11 +585,10 @@ static void *proxy_main(void *arg) {
       if (px->ports[r] != NULL) busy |= port_progress(px->ports[r]);
     if (busy) {
       idle = 0;
-    } else if (++idle < 64) {
+    } else if (++idle < IDLE_YIELDS) {
       sched_yield();
     } else {
-      struct timespec nap = {0, 20000};
-      nanosleep(&nap, NULL);
+      proxy_sleep(px);
     }
   }
   return NULL;
@@ -614,6 +698,7 @@ static ncclResult_t port_alloc(brd_proxy_t *px, int peer, port_t **pt_out) {
   pthread_mutex_init(&pt->mu, NULL);
   pthread_cond_init(&pt->cv, NULL);
   pt->ex.put = port_put;
+  pt->ex.put_from = port_put_from;
   pt->ex.bytes = px->bytes;
   pt->ex.failed = &px->failed;
   void *host = NULL;
@@ -732,6 +817,8 @@ ncclResult_t brd_proxy_create(struct ncclComm *comm, const uint8_t *port, char *
   }
   px->comm = comm;
   px->culprit = -1;
+  px->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); /* -1: the proxy naps instead */
+  px->pfds = calloc(1 + 2 * (size_t)nports, sizeof(*px->pfds));
   px->mem = mem != NULL ? *mem : (brd_proxy_mem_t){NULL, host_alloc, host_free};
   for (int r = comm->nranks - 1; r >= 0; r--)
     if (port[r]) px->first = r;
@@ -795,6 +882,9 @@ brd_exec_port_t *brd_proxy_port(brd_proxy_t *p, int peer) {
 int *brd_proxy_failed(brd_proxy_t *p) { return p != NULL ? &p->failed : NULL; }
 
 /* See proxy.h. */
+brd_exec_bell_t *brd_proxy_bell(brd_proxy_t *p) { return p != NULL ? &p->bell : NULL; }
+
+/* See proxy.h. */
 const char *brd_proxy_failure(brd_proxy_t *p) {
   return p != NULL && __atomic_load_n(&p->why_set, __ATOMIC_ACQUIRE) ? p->why : NULL;
 }
@@ -832,6 +922,7 @@ void brd_proxy_destroy(brd_proxy_t *px) {
         rec_append(pt, s, failed ? (uint64_t)culprit : 0, 0, failed ? REC_FAIL : REC_BYE, NULL);
       pthread_mutex_unlock(&pt->mu);
     }
+    proxy_wake(px);
     deadline = brd_time_now_ns() + DRAIN_NS;
     for (int r = 0; r < px->nranks; r++) {
       port_t *pt = px->ports[r];
@@ -846,11 +937,14 @@ void brd_proxy_destroy(brd_proxy_t *px) {
       }
     }
     atomic_store(&px->stop, 1);
+    proxy_wake(px);
     pthread_join(px->thread, NULL);
   }
   for (int r = 0; r < px->nranks; r++)
     if (px->ports[r] != NULL) port_free(px, px->ports[r]);
   if (px->ctx != NULL && px->net->finalize != NULL) px->net->finalize(px->ctx);
+  if (px->efd >= 0) close(px->efd);
+  free(px->pfds);
   free(px->ports);
   free(px);
 }

@@ -81,6 +81,11 @@ brd_exec_port_t *brd_proxy_port(brd_proxy_t *p, int peer);
 /* The flag every executor wait polls (brd_exec_port_t.failed). */
 int *brd_proxy_failed(brd_proxy_t *p);
 
+/* The doorbell the proxy rings after laying received messages into the
+ * window (device/exec.h), for the host executor's waits to sleep on; NULL
+ * when p is NULL. Any thread. */
+brd_exec_bell_t *brd_proxy_bell(brd_proxy_t *p);
+
 /* The proxy's failure as its WARN said it (the connection and the rank
  * lost), or NULL while healthy (p NULL too): a launch that fails after it
  * makes this the last error, so that the cause, not a later consequence

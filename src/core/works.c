@@ -778,6 +778,7 @@ static ncclResult_t add_collective(const brd_works_view_t *v, brd_plan_cache_t *
     a->phase = phase;
     a->abort_flag = v->abort_flag;
     a->port_failed = v->port_failed;
+    a->port_bell = v->port_bell;
     w->call = c;
     w->scalar_dev = scalar_dev;
     w->off = off;

@@ -154,6 +154,7 @@ typedef struct brd_works_view {
   brd_exec_port_t *const *ports; /* [nranks] port channels' far ends (NULL:
                                   * memory channel); NULL: none */
   int *port_failed;            /* the proxy's failure flag; NULL: none */
+  brd_exec_bell_t *port_bell;  /* the proxy's doorbell; NULL: none */
   const uint8_t *port_matrix;  /* [nranks * nranks] port pairs, for the
                                 * point-to-point plans; NULL: none */
 } brd_works_view_t;

@@ -182,6 +182,7 @@ static ncclResult_t add_p2p_round(const brd_works_view_t *v, brd_works_seq_t *se
   a->n_out_segs = (uint32_t)nr;
   a->abort_flag = v->abort_flag;
   a->port_failed = v->port_failed;
+  a->port_bell = v->port_bell;
   return ncclSuccess;
 }
 

@@ -66,12 +66,29 @@ typedef struct brd_exec_port {
    * the port's queue is full (deadline and abort as every executor wait);
    * ncclRemoteError when the port has failed. Any executor thread. */
   int (*put)(struct brd_exec_port *port, size_t off, size_t len, int kind);
+  /* As put of plain bytes (BRD_EXEC_PUT_DATA), but the len bytes are read
+   * at src (the executor's own memory, read before it returns) rather than
+   * at mirror + off, which is left as it was: a copy through the port
+   * without the copy into the mirror. Host executor only. */
+  int (*put_from)(struct brd_exec_port *port, size_t off, size_t len, const void *src);
   char *mirror;          /* owned by the proxy: the peer's window, here */
   size_t bytes;          /* of the mirror (and of the peer's window) */
   int *failed;           /* owned by the proxy: non-zero once the net
                           * failed (ncclResult_t); read with __atomic
                           * builtins (this header is C++-safe) */
 } brd_exec_port_t;
+
+/* The host executor's doorbell for port channels: the proxy rings it after
+ * laying what arrived into the window, and a host executor thread whose
+ * wait has lasted sleeps on `seq` (base/futex.h) instead of napping.
+ * Ring: bump seq, then wake if sleepers is non-zero. Sleep: count in
+ * sleepers, then sleep while seq still holds the value read before the
+ * waited-for condition was last checked. Both with __atomic builtins,
+ * sequentially consistent (this header is C++-safe). Owned by the proxy. */
+typedef struct brd_exec_bell {
+  uint32_t seq;
+  uint32_t sleepers;
+} brd_exec_bell_t;
 
 /* The CUDA executor's side of port channels: kernels cannot call `put`,
  * so they post the same puts as triggers into a FIFO in mapped host

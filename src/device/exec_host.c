@@ -25,6 +25,8 @@
 #define SPIN_BEFORE_YIELD 64
 #define SLEEP_AFTER 256   /* polls before yielding turns into sleeping */
 #define SLEEP_NS 20000
+#define BELL_AFTER 96      /* polls before a port wait sleeps on the doorbell */
+#define BELL_SLEEP_NS 1000000 /* its longest sleep when every channel rings it */
 
 typedef struct blk_ctx {
   brd_exec_run_t *l;
@@ -41,7 +43,8 @@ typedef struct blk_ctx {
 /* A wait in progress: spins, yields, then sleeps; gives up at its deadline. */
 typedef struct spin {
   uint32_t n;
-  double deadline; /* 0 until the first yield */
+  double deadline;    /* 0 until the first yield */
+  uint32_t bell_seen; /* the doorbell's seq before the caller last looked */
 } spin_t;
 
 /* Records the launch's first failure and tells the other blocks to leave. */
@@ -73,13 +76,22 @@ static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
     return ncclRemoteError;
   }
   /* Yield while the wait is young; once it has lasted, sleep a little so
-   * that oversubscribed cores go to the threads that can progress. */
-  if (s->n < SLEEP_AFTER) {
+   * that oversubscribed cores go to the threads that can progress. With
+   * ports, sleep on the proxy's doorbell: woken as soon as something lands
+   * (and for as long as a memory channel's nap when one may be what the
+   * wait is for, since memory channels ring nothing). */
+  brd_exec_bell_t *bell = l->args.port_bell;
+  if (bell != NULL && s->n >= (l->bell_only ? BELL_AFTER : SLEEP_AFTER)) {
+    __atomic_fetch_add(&bell->sleepers, 1, __ATOMIC_SEQ_CST);
+    brd_futex_wait(&bell->seq, s->bell_seen, l->bell_only ? BELL_SLEEP_NS : SLEEP_NS);
+    __atomic_fetch_sub(&bell->sleepers, 1, __ATOMIC_SEQ_CST);
+  } else if (s->n < SLEEP_AFTER) {
     sched_yield();
   } else {
     struct timespec nap = {0, SLEEP_NS};
     nanosleep(&nap, NULL);
   }
+  if (bell != NULL) s->bell_seen = __atomic_load_n(&bell->seq, __ATOMIC_SEQ_CST);
   if ((s->n & 63) == 0) {
     double t = brd_time_now_s();
     if (s->deadline == 0) {
@@ -173,7 +185,7 @@ static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
   uint64_t target = brd_ir_sem_value(&l->view, op->ref[0].chan, b->iter, op->k);
   const brd_exec_chan_t *ch = &l->args.chans[op->ref[0].chan];
   _Atomic uint64_t *sem = &ch->sems[op->ref[0].index];
-  spin_t s = {0, 0};
+  spin_t s = {0};
   uint64_t v;
   while ((v = atomic_load_explicit(sem, memory_order_acquire)) < target) {
     ncclResult_t res = spin_step(b, &s);
@@ -203,6 +215,22 @@ static ncclResult_t port_put(blk_ctx_t *b, unsigned chan, const void *addr, size
   return (ncclResult_t)port->put(port, off, len, kind);
 }
 
+/* Plain bytes through port channel `chan`: len bytes from src, to where
+ * the peer's window has [addr, addr + len) (its mirror here is not
+ * written). */
+static ncclResult_t port_put_from(blk_ctx_t *b, unsigned chan, const void *addr, size_t len,
+                                  const void *src) {
+  brd_exec_port_t *port = b->l->args.chans[chan].port;
+  size_t off = (size_t)((const char *)addr - port->mirror);
+  if ((const char *)addr < port->mirror || off + len > port->bytes) {
+    WARN("rank %d block %d op %d: a write of %zu bytes through port channel %u falls "
+         "outside the peer's window (%zu bytes)", b->l->args.rank, b->block, b->opi, len,
+         chan, port->bytes);
+    return ncclInternalError;
+  }
+  return (ncclResult_t)port->put_from(port, off, len, src);
+}
+
 static ncclResult_t run_signal(blk_ctx_t *b, const brd_ir_op_t *op) {
   brd_exec_run_t *l = b->l;
   uint64_t value = brd_ir_sem_value(&l->view, op->ref[0].chan, b->iter, op->k);
@@ -222,8 +250,9 @@ static ncclResult_t run_barrier(blk_ctx_t *b) {
      * block racing to the next barrier counts from zero. */
     atomic_store_explicit(&l->bar_count, 0, memory_order_relaxed);
     atomic_fetch_add_explicit(&l->bar_gen, 1, memory_order_release);
+    brd_exec_bell_ring(l->args.port_bell); /* blocks asleep on the doorbell */
   } else {
-    spin_t s = {0, 0};
+    spin_t s = {0};
     while (atomic_load_explicit(&l->bar_gen, memory_order_acquire) < want) {
       ncclResult_t res = spin_step(b, &s);
       if (res == ncclInProgress)
@@ -276,7 +305,7 @@ static ncclResult_t ll_read(blk_ctx_t *b, const char *slot, size_t off,
   for (size_t p = off / 4; p * 4 < off + len; p++) {
     uint64_t v = atomic_load_explicit(&pkt[p], memory_order_acquire);
     if ((uint32_t)(v >> 32) != flag) {
-      spin_t s = {0, 0};
+      spin_t s = {0};
       while ((uint32_t)((v = atomic_load_explicit(&pkt[p],
                                                   memory_order_acquire)) >>
                         32) != flag) {
@@ -321,6 +350,18 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
   }
   _Alignas(16) char tmp[BRD_IR_MAX_REFS][TILE_BYTES];
   _Alignas(16) char result[TILE_BYTES];
+  /* A plain copy to a port channel goes from the source straight onto the
+   * port (put_from), not through the mirror: direct has a bit per such
+   * destination. */
+  int plain = op->nsrc == 1 && !(op->ref[0].buf & BRD_IR_REF_LL) &&
+              !(pre_mask != 0 && l->op.fn == BRD_REDUCE_FN_PREMULSUM) &&
+              !(post && l->op.fn == BRD_REDUCE_FN_SUMPOSTDIV);
+  uint32_t direct = 0;
+  for (int d = op->nsrc; d < nref && plain; d++)
+    if (!(op->ref[d].buf & BRD_IR_REF_LL) && op->ref[d].chan != BRD_IR_CHAN_LOCAL &&
+        l->args.chans[op->ref[d].chan].port != NULL &&
+        l->args.chans[op->ref[d].chan].port->put_from != NULL)
+      direct |= 1u << d;
 
   for (uint32_t t = 0; t < op->nchunks; t++) {
     size_t nbytes = brd_ir_op_chunk_len(&l->view, op, b->iter, t) * esize;
@@ -349,6 +390,7 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
         res = result;
       }
       for (int d = op->nsrc; d < nref; d++) {
+        if (direct & (1u << d)) continue;
         if (op->ref[d].buf & BRD_IR_REF_LL) {
           ll_write(addr[d], off, len, nbytes, flag_dst, res);
         } else if (addr[d] + off != res) {
@@ -358,8 +400,11 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
     }
     for (int d = op->nsrc; d < nref; d++) {
       int ll = (op->ref[d].buf & BRD_IR_REF_LL) != 0;
-      CHECK(port_put(b, op->ref[d].chan, addr[d], ll ? (nbytes + 3) / 4 * 8 : nbytes,
-                     ll ? BRD_EXEC_PUT_LL : BRD_EXEC_PUT_DATA));
+      if (direct & (1u << d))
+        CHECK(port_put_from(b, op->ref[d].chan, addr[d], nbytes, addr[0]));
+      else
+        CHECK(port_put(b, op->ref[d].chan, addr[d], ll ? (nbytes + 3) / 4 * 8 : nbytes,
+                       ll ? BRD_EXEC_PUT_LL : BRD_EXEC_PUT_DATA));
     }
   }
   return ncclSuccess;
@@ -515,7 +560,7 @@ static ncclResult_t run_mc_barrier(blk_ctx_t *b, const brd_ir_op_t *op) {
     atomic_store_explicit(&ch->member_ssems[m][word + (size_t)me], value, memory_order_release);
   _Atomic uint64_t *own = ch->member_ssems[me] + word;
   for (int m = 0; m < n; m++) {
-    spin_t s = {0, 0};
+    spin_t s = {0};
     uint64_t v;
     while ((v = atomic_load_explicit(&own[m], memory_order_acquire)) < value) {
       ncclResult_t res = spin_step(b, &s);
@@ -661,6 +706,13 @@ ncclResult_t brd_exec_host_run_init(brd_exec_run_t *l,
   atomic_init(&l->hang_claimed, 0);
   atomic_init(&l->bar_count, 0);
   atomic_init(&l->bar_gen, 0);
+  l->bell_only = 0;
+  if (args->port_bell != NULL) {
+    uint32_t nch = brd_ir_plan_rank(p, args->rank)->nchans;
+    l->bell_only = nch > 0;
+    for (uint32_t c = 0; c < nch; c++)
+      if (args->chans[c].port == NULL) l->bell_only = 0;
+  }
   return ncclSuccess;
 }
 
@@ -697,7 +749,7 @@ static ncclResult_t xchg_resolve(blk_ctx_t *b) {
     _Atomic uint64_t *s = a->chans[c].xchg_slot;
     b->xout[c] = a->chans[c].peer_output;
     b->xstride[c] = a->count;
-    spin_t spin = {0, 0};
+    spin_t spin = {0};
     for (;;) {
       uint64_t t1 = atomic_load_explicit(&s[0], memory_order_acquire);
       if (t1 == want) {

@@ -73,6 +73,7 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "base/futex.h"
 #include "device/exec.h"
 #include "device/ir.h"
 #include "device/ir_addr.h"
@@ -130,6 +131,9 @@ typedef struct brd_exec_args {
   int *port_failed;             /* borrowed; may be NULL: the proxy's
                                  * failure flag (device/exec.h), polled by
                                  * every wait like abort_flag */
+  brd_exec_bell_t *port_bell;   /* borrowed; may be NULL: the proxy's
+                                 * doorbell (device/exec.h), rung when what
+                                 * peers put over ports lands here */
   double timeout_s;             /* <= 0: BRAID_TIMEOUT */
   const uint64_t *stuck_ns;     /* borrowed; may be NULL: once it reads
                                  * non-zero (a peer is known gone), a wait
@@ -151,6 +155,15 @@ typedef struct brd_exec_args {
                                  * count elements apart for its staging */
 } brd_exec_args_t;
 
+/* Rings the doorbell (device/exec.h): wakes every host executor thread
+ * asleep on it. After the stores the sleepers wait for. NULL is a no-op.
+ * Any thread; never blocks. */
+static inline void brd_exec_bell_ring(brd_exec_bell_t *bell) {
+  if (bell == NULL) return;
+  __atomic_fetch_add(&bell->seq, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&bell->sleepers, __ATOMIC_SEQ_CST) != 0) brd_futex_wake_all(&bell->seq);
+}
+
 /* One run of a plan by one rank (an executor "run": a group's "launch" is
  * the core's word), the state its blocks share; caller's memory. */
 typedef struct brd_exec_run {
@@ -165,6 +178,9 @@ typedef struct brd_exec_run {
   _Atomic uint32_t bar_count;  /* blocks arrived at the current barrier */
   _Atomic uint32_t bar_gen;    /* barriers completed */
   int sw_n, sw_me;             /* switch group: members, this rank's index */
+  int bell_only;               /* every channel is a port: whatever a wait
+                                * waits for rings args.port_bell (or is a
+                                * barrier, which rings it too) */
 } brd_exec_run_t;
 
 /* Checks args against the plan and prepares *l (caller's memory; args are

@@ -119,6 +119,15 @@ typedef struct brd_net_ops {
    * the net again: an external plugin's record is that thread's last failed
    * call (net_plugin.c). NULL: the net keeps no record. Never blocks. */
   size_t (*why)(void *comm, char *buf, size_t n);
+  /* Braid's own. The file descriptor whose readiness for *events_out
+   * (poll(2) events) means a call on comm (a send or receive comm) or its
+   * requests may progress: a caller with nothing else to do may sleep in
+   * poll() on it instead of calling test again. *events_out is 0 when no
+   * request of comm waits on the descriptor. -1 when comm's progress does
+   * not come from one descriptor (the net's own threads move its bytes):
+   * the caller must keep polling test. Caller's thread; never blocks.
+   * NULL: the net has no such descriptor. */
+  int (*poll_fd)(void *comm, short *events_out);
 } brd_net_ops_t;
 
 /* The built-in socket net ("Socket", net_socket.c). */

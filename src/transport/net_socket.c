@@ -1191,6 +1191,16 @@ static ncclResult_t sock_test(void *request, int *done, int *sizes) {
   return ncclSuccess;
 }
 
+/* The poll_fd member: the control socket, while a request waits on it and
+ * no helper thread moves the payloads. */
+static int sock_poll_fd(void *comm, short *events_out) {
+  sock_comm_t *c = comm;
+  *events_out = 0;
+  if (c == NULL || c->nsocks > 0 || c->ctrl.fd < 0) return -1;
+  if (c->ctrl_seq != c->post_seq) *events_out = c->is_send ? POLLOUT : POLLIN;
+  return c->ctrl.fd;
+}
+
 /* The why member: the comm's WARN, once its failure is published (the
  * helper threads may be the ones that failed it). */
 static size_t sock_why(void *comm, char *buf, size_t n) {
@@ -1240,4 +1250,5 @@ const brd_net_ops_t brd_net_socket = {
     .finalize = sock_finalize,
     .setNetAttr = NULL,
     .why = sock_why,
+    .poll_fd = sock_poll_fd,
 };
