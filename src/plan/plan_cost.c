@@ -43,9 +43,11 @@
  *     copy rate (link_us), as the tuner adds its latency and wire terms,
  *     rather than one rank's copies chained through a tree's levels;
  *   - a copy runs at the plan's pattern's own rate (host.fit_ring,
- *     host.fit_tree, host.fit_twoshot; the plan's algo field);
+ *     host.fit_tree, host.fit_twoshot by the plan's algo field:
+ *     brd_tune_host_fit);
  *   - ops that wait back to back (WAITs, LL reads) and together wait on
- *     every other rank add host.fan_per_peer x (n - 1) x L once: each
+ *     every other rank add host.fan_per_peer x (n - 1) x L once
+ *     (brd_tune_host_fan_us, the tuner's own term): each
  *     peer is a thread the cores must get to (the tuner's direct-pattern
  *     fan; waits on fewer peers are plain hops);
  *   - a chunk with no elements in an iteration is neither written nor
@@ -418,17 +420,6 @@ static void sim_free(sim_t *m) {
   free(m->seen);
 }
 
-/* Host mode: a pattern's copy rate against OneShot's, by the plan's
- * algorithm (tune_hw.c's host.fit_* figures). */
-static double host_fit(int algo) {
-  switch (algo) {
-  case BRD_IR_ALGO_RING: return brd_hw_consts[BRD_HW_HOST_FIT_RING].value;
-  case BRD_IR_ALGO_TREE: return brd_hw_consts[BRD_HW_HOST_FIT_TREE].value;
-  case BRD_IR_ALGO_TWOSHOT: return brd_hw_consts[BRD_HW_HOST_FIT_TWOSHOT].value;
-  default: return 1.0;
-  }
-}
-
 /* Per-block and per-rank link rates, and per-hop latencies. */
 static void rates_init(sim_t *m) {
   const brd_tune_topo_t *t = m->topo;
@@ -458,9 +449,9 @@ static void rates_init(sim_t *m) {
   double sw = (t->nvls_bw > 0.0f ? t->nvls_bw : t->intra_bw * NVLS_FIT) / rpd;
   if (m->host) {
     /* The pattern's own copy rate, and the fan of a wait on every other
-     * rank: the tuner's host figures (tune.c, host_shape). */
-    eff *= host_fit(m->p->algo);
-    m->fan_us = brd_hw_consts[BRD_HW_HOST_FAN_US].value * (m->n - 1.0) * t->local_nranks * step;
+     * rank: the tuner's own rules (tune.h; m->n is local_nranks here). */
+    eff *= brd_tune_host_fit(m->p->algo);
+    m->fan_us = brd_tune_host_fan_us(t->local_nranks) * step;
   }
   m->rank_rate[KIND_INTRA] = t->intra_bw / rpd * 1000.0 * eff;
   m->rank_rate[KIND_INTER] = inter * 1000.0 * eff;

@@ -80,12 +80,14 @@
  *   lat      intra_lat, per hop, grows with the ranks on the host (a wait
  *            is a thread the host's cores must get to); OneShot and
  *            TwoShot wait on every other rank at each hop, which adds
- *            host.fan_per_peer x (L - 1) x L per hop (host_shape)
+ *            host.fan_per_peer x (L - 1) x L per hop (host_shape,
+ *            brd_tune_host_fan_us)
  *   B_intra  intra_bw, the host's copy rate shared by its ranks
  *   step[p]  LL host.ll_step, Simple 1: both wait on a flag the same way
  *   eff[p]   LL host.ll_eff, Simple 1: LL stores a flag with every 8-byte
  *            line and the reader polls each
  *   fit[a]   host.fit_ring, host.fit_tree, host.fit_twoshot; OneShot 1
+ *            (brd_tune_host_fit)
  *   Tree     AllReduce on one node: host.tree_hops hops per level, the
  *            critical path of the tree plan as generated (braid-plan),
  *            not NCCL's 2 (Broadcast/Reduce: half); LL with bytes for
@@ -753,23 +755,40 @@ static double nvls_zc_time(const brd_tune_topo_t *t, brd_coll_t coll, double S) 
 #define HOST_TREE_CHUNK_GRAIN 16 /* bytes: the layout's chunk alignment */
 static double host_shape(const brd_tune_topo_t *t, brd_algo_t a, brd_proto_t p, double bytes,
                          shape_t *s) {
-  double L = t->local_nranks, hop = brd_hw_consts[BRD_HW_HOST_HOP_US].value;
+  /* A plain hop is hop x L (brd_hw_host_topo's intra_lat); the fan adds
+   * its share of that in hops. */
+  double L = t->local_nranks, hop = brd_hw_consts[BRD_HW_HOST_HOP_US].value * L;
   switch (a) {
     case BRD_ALGO_ONESHOT:
     case BRD_ALGO_TWOSHOT:
-      if (hop > 0.0) s->hops_intra *= 1.0 + brd_hw_consts[BRD_HW_HOST_FAN_US].value * (L - 1.0) / hop;
-      return a == BRD_ALGO_TWOSHOT ? brd_hw_consts[BRD_HW_HOST_FIT_TWOSHOT].value : 1.0;
+      if (hop > 0.0) s->hops_intra *= 1.0 + brd_tune_host_fan_us(t->local_nranks) / hop;
+      break;
     case BRD_ALGO_TREE:
       if (p == BRD_PROTO_LL) {
         double k = ceil(bytes / HOST_TREE_CHUNK_GRAIN);
         if (k < HOST_TREE_CHUNKS) s->hops_intra *= (k + 1.0) / (HOST_TREE_CHUNKS + 1.0);
       }
-      return brd_hw_consts[BRD_HW_HOST_FIT_TREE].value;
-    case BRD_ALGO_RING:
-      return brd_hw_consts[BRD_HW_HOST_FIT_RING].value;
+      break;
     default:
-      return 1.0;
+      break;
   }
+  return brd_tune_host_fit(a);
+}
+
+/* See tune.h. */
+double brd_tune_host_fit(int algo) {
+  switch (algo) {
+    case BRD_ALGO_RING: return brd_hw_consts[BRD_HW_HOST_FIT_RING].value;
+    case BRD_ALGO_TREE: return brd_hw_consts[BRD_HW_HOST_FIT_TREE].value;
+    case BRD_ALGO_TWOSHOT: return brd_hw_consts[BRD_HW_HOST_FIT_TWOSHOT].value;
+    default: return 1.0;
+  }
+}
+
+/* See tune.h. */
+double brd_tune_host_fan_us(int local_nranks) {
+  double L = local_nranks;
+  return brd_hw_consts[BRD_HW_HOST_FAN_US].value * (L - 1.0) * L;
 }
 
 /* The model's time, or -1 when (a, p) cannot run coll here. topo is valid. */

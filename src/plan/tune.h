@@ -227,6 +227,18 @@ double brd_tune_proto_step(const brd_tune_topo_t *topo, int proto);
 double brd_tune_proto_eff(const brd_tune_topo_t *topo, int proto);
 double brd_tune_algo_fit(int algo);
 
+/* Host mode on one host (topo->host_mode, one node), for the tuner's
+ * host_shape and plan_cost.c's simulation alike, so that both estimates
+ * follow one rule. brd_tune_host_fit: a pattern's copy rate against
+ * OneShot's (host.fit_ring, host.fit_tree, host.fit_twoshot; 1 for any
+ * other algo), by BRD_ALGO_* or the equal BRD_IR_ALGO_* code.
+ * brd_tune_host_fan_us: the us a wait on every other rank adds to one
+ * Simple hop with local_nranks ranks on the host, host.fan_per_peer x
+ * (L - 1) x L (each peer is a thread the host's cores must get to).
+ * Pure; any thread. */
+double brd_tune_host_fit(int algo);
+double brd_tune_host_fan_us(int local_nranks);
+
 /* The model's time for either NVLS all-reduce plan (lowlat 1: the
  * low-latency one) or, for all-gather and reduce-scatter, the NVLS plan;
  * -1.0f where NVLS cannot run coll on topo. Any thread. */

@@ -58,15 +58,26 @@ typedef struct block_run {
 
 static _Thread_local block_run_t *tl_block;
 
-/* BRAID_CUDASIM_JITTER, read once by the first block thread to start
- * (pthread_once orders the write before every reader). */
-static pthread_once_t jitter_once = PTHREAD_ONCE_INIT;
-static int jitter_level; /* written once, under jitter_once */
+/* The grid's settings from the environment: BRAID_CUDASIM_JITTER (default
+ * 0) and BRAID_CUDASIM_THREADS (default 32), read once, at the first
+ * launch (pthread_once orders the writes before every reader: grids of
+ * several streams launch from several threads, and every block thread
+ * reads the jitter). */
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+static int jitter_level; /* written once, under settings_once */
+static int threads_cap;  /* written once, under settings_once */
 
-static void jitter_read(void) {
-  const char *v = getenv("BRAID_CUDASIM_JITTER");
-  int n = v != NULL ? atoi(v) : 0;
-  jitter_level = n > 0 ? n : 0;
+/* The positive integer in environment variable name, or dflt when it is
+ * unset, not a number or not positive. */
+static int env_positive(const char *name, int dflt) {
+  const char *v = getenv(name);
+  int n = v != NULL ? atoi(v) : dflt;
+  return n > 0 ? n : dflt;
+}
+
+static void settings_read(void) {
+  jitter_level = env_positive("BRAID_CUDASIM_JITTER", 0);
+  threads_cap = env_positive("BRAID_CUDASIM_THREADS", 32);
 }
 
 /* BRAID_CUDASIM_JITTER=N (devemu.h): each block starts after a random
@@ -74,7 +85,7 @@ static void jitter_read(void) {
  * different streams, start in an order that changes from run to run, as
  * a GPU's block scheduler may start them. 0 (default): at once. */
 static void start_jitter(unsigned salt) {
-  pthread_once(&jitter_once, jitter_read);
+  pthread_once(&settings_once, settings_read);
   int level = jitter_level;
   if (level == 0) return;
   struct timespec ts;
@@ -85,19 +96,8 @@ static void start_jitter(unsigned salt) {
   nanosleep(&d, NULL);
 }
 
-/* BRAID_CUDASIM_THREADS, read once (pthread_once orders the write before
- * every reader: grids of several streams launch from several threads). */
-static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
-static int threads_cap; /* written once, under threads_once */
-
-static void threads_read(void) {
-  const char *v = getenv("BRAID_CUDASIM_THREADS");
-  int n = v != NULL ? atoi(v) : 32;
-  threads_cap = n > 0 ? n : 32;
-}
-
 static int threads_per_block(unsigned launch) {
-  pthread_once(&threads_once, threads_read);
+  pthread_once(&settings_once, settings_read);
   int cap = threads_cap;
   return launch < (unsigned)cap ? (int)launch : cap;
 }
