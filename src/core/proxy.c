@@ -49,7 +49,7 @@
 #define BOOT_TAG 0x0b2a1d00 /* bootstrap tag of the listen handles */
 #define SEND_BROKEN_GRACE_NS 2000000000LL /* how long a failed send waits for BYE */
 #define DRAIN_NS 5000000000LL             /* destroy's wait for queued sends */
-#define IDLE_YIELDS 16   /* idle passes that yield before the thread sleeps */
+#define IDLE_YIELDS 64   /* idle passes that yield before the thread sleeps */
 #define SLEEP_MS 1       /* the longest sleep in poll (grace deadlines, stop) */
 
 /* Record kinds. BYE: the sender is done (its connection closing next is
@@ -235,6 +235,7 @@ static ncclResult_t slot_wait(port_t *pt, size_t need, send_slot_t **s_out) {
            pt->peer, pt->px->net->name);
       return ncclRemoteError;
     }
+    proxy_wake(pt->px); /* full slots for it to post (puts wake it only after appending) */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 10000000;

@@ -25,7 +25,6 @@
 #define SPIN_BEFORE_YIELD 64
 #define SLEEP_AFTER 256   /* polls before yielding turns into sleeping */
 #define SLEEP_NS 20000
-#define BELL_AFTER 96      /* polls before a port wait sleeps on the doorbell */
 #define BELL_SLEEP_NS 1000000 /* its longest sleep when every channel rings it */
 
 typedef struct blk_ctx {
@@ -81,7 +80,7 @@ static ncclResult_t spin_step(blk_ctx_t *b, spin_t *s) {
    * (and for as long as a memory channel's nap when one may be what the
    * wait is for, since memory channels ring nothing). */
   brd_exec_bell_t *bell = l->args.port_bell;
-  if (bell != NULL && s->n >= (l->bell_only ? BELL_AFTER : SLEEP_AFTER)) {
+  if (bell != NULL && s->n >= SLEEP_AFTER) {
     __atomic_fetch_add(&bell->sleepers, 1, __ATOMIC_SEQ_CST);
     brd_futex_wait(&bell->seq, s->bell_seen, l->bell_only ? BELL_SLEEP_NS : SLEEP_NS);
     __atomic_fetch_sub(&bell->sleepers, 1, __ATOMIC_SEQ_CST);

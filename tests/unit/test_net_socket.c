@@ -7,6 +7,7 @@
  */
 #include <dirent.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -695,6 +696,70 @@ static void test_close_in_flight(void **state) {
 
 /* brd_net_log, the logger Braid hands to nets: a WARN through it becomes
  * Braid's last error (what ncclGetLastError shows), with the net's text. */
+/* poll_fd: a receive comm's descriptor asks for POLLIN only while a
+ * receive is posted, and poll() on it returns once the peer sends (so a
+ * caller sleeping there does not miss the message); a send whose bytes
+ * the kernel cannot take yet asks for POLLOUT; with helper threads moving
+ * the payloads there is no single descriptor. */
+static void test_poll_fd(void **state) {
+  (void)state;
+  void *ctx = net_open("NCCL_SOCKET_IFNAME", "lo", NULL);
+  pair_t p = pair_open(ctx);
+  short ev = -1;
+  int rfd = net->poll_fd(p.recv, &ev);
+  assert_true(rfd >= 0);
+  assert_int_equal(ev, 0); /* nothing posted */
+  int sfd = net->poll_fd(p.send, &ev);
+  assert_true(sfd >= 0);
+  assert_int_equal(ev, 0);
+  uint8_t out[64], in[64];
+  fill(out, sizeof(out), 7);
+  memset(in, 0, sizeof(in));
+  void *rreq = post_recv(p.recv, in, sizeof(in));
+  assert_int_equal(net->poll_fd(p.recv, &ev), rfd);
+  assert_int_equal(ev, POLLIN);
+  struct pollfd pfd = {rfd, POLLIN, 0};
+  assert_int_equal(poll(&pfd, 1, 50), 0); /* nothing sent yet: not readable */
+  void *sreq = post_send(p.send, out, sizeof(out));
+  int done = 0, size = -1;
+  assert_int_equal(net->test(sreq, &done, &size), ncclSuccess); /* 64 bytes fit at once */
+  assert_true(done);
+  pfd.revents = 0;
+  assert_int_equal(poll(&pfd, 1, 10000), 1);
+  assert_true(pfd.revents & POLLIN);
+  int64_t end = deadline();
+  for (done = 0; !done;) {
+    assert_int_equal(net->test(rreq, &done, &size), ncclSuccess);
+    if (brd_time_now_ns() > end) fail_msg("receive not done after 30 s");
+  }
+  assert_int_equal(size, (int)sizeof(out));
+  check(in, sizeof(out), 7);
+  assert_int_equal(net->poll_fd(p.recv, &ev), rfd);
+  assert_int_equal(ev, 0); /* done: nothing waits on it any more */
+  /* A send larger than the socket buffers, no receive posted: its bytes
+   * stay pending and it waits for POLLOUT. */
+  size_t big = 64u << 20;
+  uint8_t *b = malloc(big);
+  assert_non_null(b);
+  memset(b, 0x3c, big);
+  sreq = post_send(p.send, b, big);
+  assert_int_equal(net->test(sreq, &done, &size), ncclSuccess);
+  assert_false(done);
+  assert_int_equal(net->poll_fd(p.send, &ev), sfd);
+  assert_int_equal(ev, POLLOUT);
+  pair_close(&p);
+  free(b);
+  net_close(ctx);
+  /* Striped: helper threads own the data sockets. */
+  ctx = net_open("NCCL_SOCKET_IFNAME", "lo", "NCCL_SOCKET_NTHREADS", "2",
+                 "NCCL_NSOCKS_PERTHREAD", "1", NULL);
+  p = pair_open(ctx);
+  assert_int_equal(net->poll_fd(p.recv, &ev), -1);
+  assert_int_equal(net->poll_fd(p.send, &ev), -1);
+  pair_close(&p);
+  net_close(ctx);
+}
+
 static void test_braid_logger(void **state) {
   void *ctx = NULL;
   brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
@@ -740,6 +805,7 @@ int main(void) {
       cmocka_unit_test(test_close_in_flight),
       cmocka_unit_test(test_why_per_connection),
       cmocka_unit_test(test_braid_logger),
+      cmocka_unit_test(test_poll_fd),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
