@@ -246,7 +246,7 @@ static void rt_free_unless_stuck(struct brd_backend *rt) {
     return;
   }
   brd_exec_cuda_leak_info((size_t)atomic_load(&rt->dev_bytes),
-                          "rank's CUDA backend (status, cursors, window)");
+                          "a rank's CUDA backend (status, cursors, window)");
 }
 
 static void cuda_destroy(struct brd_backend *rt) {
