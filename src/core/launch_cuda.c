@@ -76,7 +76,8 @@
 
 /* n zeroed cursors in device memory, zeroed on a private stream (no other
  * work on the device is waited for), at the communicator's creation; the
- * wait is bounded (brd_exec_cuda_stream_wait). */
+ * wait is bounded (brd_exec_cuda_stream_wait), and the memory is leaked
+ * when it gives up (the memset is still queued). */
 static ncclResult_t cursors_create(size_t n, uint64_t **out) {
   ncclResult_t res = ncclSuccess;
   cudaStream_t s;
@@ -90,7 +91,13 @@ static ncclResult_t cursors_create(size_t n, uint64_t **out) {
     WARN("CUDA: zeroing the sequence-number cursors failed");
     res = ncclUnhandledCudaError;
   } else {
-    res = brd_exec_cuda_stream_wait(s, "zeroing the sequence-number cursors");
+    int stuck = 0;
+    res = brd_exec_cuda_stream_wait(s, "zeroing the sequence-number cursors", &stuck);
+    if (stuck) {
+      cudaStreamDestroy(s); /* returns at once; released after its work */
+      brd_exec_cuda_leak_info((size_t)n * sizeof(*p), "the sequence-number cursors");
+      goto out;
+    }
   }
   cudaStreamDestroy(s);
   if (res != ncclSuccess) goto fail_free;
@@ -229,6 +236,19 @@ static void rt_free(struct brd_backend *rt) {
   free(rt);
 }
 
+/* Frees rt unless work that a bounded creation wait gave up on may still
+ * be queued on its device (brd_exec_cuda_stuck): every cudaFree there would
+ * wait behind it, maybe for ever, so rt is leaked instead. The caller has
+ * made rt->dev current. */
+static void rt_free_unless_stuck(struct brd_backend *rt) {
+  if (!brd_exec_cuda_stuck(rt->dev)) {
+    rt_free(rt);
+    return;
+  }
+  brd_exec_cuda_leak_info((size_t)atomic_load(&rt->dev_bytes),
+                          "a rank's CUDA backend (status, cursors, window)");
+}
+
 static void cuda_destroy(struct brd_backend *rt) {
   int saved = -1;
   if (rt == NULL) return;
@@ -239,7 +259,7 @@ static void cuda_destroy(struct brd_backend *rt) {
          "after the abort flag; leaking the rank's channel memory rather than "
          "freeing memory in use", rt->rank);
   } else {
-    rt_free(rt);
+    rt_free_unless_stuck(rt);
   }
   if (saved >= 0 && cudaSetDevice(saved) != cudaSuccess) (void)cudaGetLastError();
 }
@@ -431,7 +451,7 @@ static ncclResult_t cuda_window_create(struct ncclComm *comm, const brd_transpor
   goto out;
 
 fail:
-  rt_free(rt);
+  rt_free_unless_stuck(rt);
   goto out;
 fail_free:
   free(rt);

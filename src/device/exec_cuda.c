@@ -344,8 +344,66 @@ static void hang_warn(const brd_exec_cuda_hang_t *h, double secs) {
 
 /* ---- objects, launches, status ------------------------------------------- */
 
+/* Work that brd_exec_cuda_stream_wait gave up on: an event recorded
+ * behind it on its stream, kept until a query sees it done. */
+#define STUCK_MAX 64
+static pthread_mutex_t stuck_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  cudaEvent_t ev;
+  int dev;
+} stuck_work[STUCK_MAX];            /* under stuck_lock */
+static int nstuck;                  /* under stuck_lock */
+static unsigned char stuck_unknown; /* under stuck_lock: some work could not be
+                                       recorded, so every device counts as stuck */
+
+/* Records that the work on s (device dev) may never end. */
+static void stuck_record(cudaStream_t s, int dev) {
+  cudaEvent_t ev = NULL;
+  pthread_mutex_lock(&stuck_lock);
+  if (nstuck < STUCK_MAX &&
+      cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+      cudaEventRecord(ev, s) == cudaSuccess) {
+    stuck_work[nstuck].ev = ev;
+    stuck_work[nstuck].dev = dev;
+    nstuck++;
+  } else {
+    (void)cudaGetLastError();
+    if (ev != NULL) cudaEventDestroy(ev);
+    stuck_unknown = 1;
+  }
+  pthread_mutex_unlock(&stuck_lock);
+}
+
 /* See exec_cuda.h. */
-ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what) {
+int brd_exec_cuda_stuck(int dev) {
+  int any = 0;
+  pthread_mutex_lock(&stuck_lock);
+  for (int i = 0; i < nstuck;) {
+    cudaError_t e = cudaEventQuery(stuck_work[i].ev);
+    if (e == cudaErrorNotReady) {
+      any |= stuck_work[i].dev == dev;
+      i++;
+      continue;
+    }
+    /* Done, or failed (its stream will not run it): it holds nothing. */
+    (void)cudaGetLastError();
+    cudaEventDestroy(stuck_work[i].ev);
+    stuck_work[i] = stuck_work[--nstuck];
+  }
+  any |= stuck_unknown;
+  pthread_mutex_unlock(&stuck_lock);
+  return any;
+}
+
+/* See exec_cuda.h. */
+void brd_exec_cuda_leak_info(size_t bytes, const char *what) {
+  INFO(BRD_SUBSYS_ALLOC, "CUDA: leaving %zu bytes of %s allocated: work queued on the "
+       "device that a bounded wait gave up on may still use them, and freeing would "
+       "wait for the whole device, behind that work", bytes, what);
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what, int *stuck_out) {
   int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
   int64_t deadline = brd_time_now_ns() + (t > 0 ? t : 300) * 1000000000LL;
   for (;;) {
@@ -354,6 +412,7 @@ ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what) {
     if (e != cudaErrorNotReady) {
       (void)cudaGetLastError();
       WARN("CUDA: %s failed: %s (%d)", what, cudaGetErrorString(e), (int)e);
+      *stuck_out = 1;
       return ncclUnhandledCudaError;
     }
     if (brd_time_now_ns() >= deadline) {
@@ -362,7 +421,12 @@ ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what) {
            "streams share its hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), and a "
            "peer's work waiting for this rank can hold the queue. Create communicators "
            "before launching collectives on other communicators of the same GPU, or "
-           "raise CUDA_DEVICE_MAX_CONNECTIONS", what, (long long)(t > 0 ? t : 300));
+           "raise CUDA_DEVICE_MAX_CONNECTIONS; the memory it uses stays allocated",
+           what, (long long)(t > 0 ? t : 300));
+      int dev = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+      stuck_record(s, dev);
+      *stuck_out = 1;
       return ncclSystemError;
     }
     struct timespec ts = {0, 100000L};
@@ -376,23 +440,42 @@ ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what) {
  * wait for peers' kernels, which may be spinning on this rank. Only at a
  * communicator's creation (status, channel tables), before its first
  * launch; the wait is bounded (brd_exec_cuda_stream_wait), since the
- * private stream shares a hardware queue with other ranks' streams. */
+ * private stream shares a hardware queue with other ranks' streams. The
+ * copy reads a private copy of src, so src is the caller's again when
+ * this returns. *stuck_out set as brd_exec_cuda_stream_wait's: dst must
+ * then stay allocated (this leaks its own copy of src). */
 static ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
-                          enum cudaMemcpyKind kind, const char *what) {
+                                 enum cudaMemcpyKind kind, const char *what,
+                                 int *stuck_out) {
   ncclResult_t res = ncclSuccess;
   cudaStream_t s;
+  void *stage = NULL;
+  if (src != NULL) {
+    /* A copy still queued when the wait gives up reads it later. */
+    stage = malloc(bytes);
+    if (stage == NULL) {
+      WARN("out of host memory (%zu bytes) %s", bytes, what);
+      return ncclSystemError;
+    }
+    memcpy(stage, src, bytes);
+  }
   CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
                   "cudaStreamCreateWithFlags", res, out);
   if (src == NULL) {
     CUDA_CHECK_GOTO(cudaMemsetAsync(dst, 0, bytes, s), what, res, out_stream);
   } else {
-    CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes, kind, s), what, res,
+    CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, stage, bytes, kind, s), what, res,
                     out_stream);
   }
-  res = brd_exec_cuda_stream_wait(s, what);
+  res = brd_exec_cuda_stream_wait(s, what, stuck_out);
+  if (res != ncclSuccess && stage != NULL) {
+    brd_exec_cuda_leak_info(bytes, "host memory staging the copy");
+    stage = NULL;
+  }
 out_stream:
-  cudaStreamDestroy(s);
+  cudaStreamDestroy(s); /* returns at once; CUDA releases it after its work */
 out:
+  free(stage);
   return res;
 }
 
@@ -449,6 +532,7 @@ struct brd_exec_cuda_status {
   brd_exec_state_t *state;   /* owned: cudaMalloc */
   brd_exec_fifo_t *fifo;     /* owned: cudaHostAlloc (mapped); NULL: no ports */
   int reported;     /* the current failure was logged */
+  int device;       /* where state lives */
 };
 
 /* Enqueues the copy of cp->pinned to cp->dev on `stream`; outside a
@@ -470,15 +554,16 @@ out:
 }
 
 /* The copy of cp->host to cp->dev: on a private stream, waited for
- * (async 0), or enqueued on `stream` from pinned memory (inside a capture
- * as a node of the graph; outside with an event after it). */
+ * (async 0; *stuck_out as private_copy's), or enqueued on `stream` from
+ * pinned memory (inside a capture as a node of the graph; outside with an
+ * event after it). */
 static ncclResult_t plan_upload(brd_exec_cuda_plan_t *cp, int async, cudaStream_t stream,
-                                int capturing) {
+                                int capturing, int *stuck_out) {
   ncclResult_t res = ncclSuccess;
   size_t bytes = cp->host->total_bytes;
   if (!async) {
     res = private_copy(cp->dev, cp->host, bytes, cudaMemcpyHostToDevice,
-                       "copying a plan to the device");
+                       "copying a plan to the device", stuck_out);
     cp->uploaded = res == ncclSuccess;
     return res;
   }
@@ -601,9 +686,15 @@ static ncclResult_t plan_create(const brd_ir_plan_t *plan, int async, cudaStream
   CHECK_GOTO(brd_plan_clone(plan, &cp->host), res, fail_free);
   CUDA_CHECK_GOTO(cudaMalloc((void **)&cp->dev, plan->total_bytes),
                   "cudaMalloc for a plan", res, fail_destroy_host);
-  CHECK_GOTO(plan_upload(cp, async, stream, capturing), res, fail_free_dev);
+  int stuck = 0;
+  res = plan_upload(cp, async, stream, capturing, &stuck);
+  if (stuck) goto fail_leak_dev;
+  if (res != ncclSuccess) goto fail_free_dev;
   *plan_out = cp;
   return ncclSuccess;
+fail_leak_dev:
+  brd_exec_cuda_leak_info(plan->total_bytes, "a plan's device copy");
+  goto fail_destroy_host;
 fail_free_dev:
   /* cudaFreeHost and cudaFree wait for the device: a copy already queued
    * is done first. */
@@ -621,6 +712,12 @@ out:
 /* See exec_cuda.h. */
 void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan) {
   if (plan == NULL) return;
+  if (brd_exec_cuda_stuck(plan->device)) {
+    brd_exec_cuda_leak_info(plan->host->total_bytes, "a plan's device copy");
+    brd_plan_destroy(plan->host);
+    free(plan);
+    return;
+  }
   if (plan->copied != NULL) cudaEventDestroy(plan->copied);
   if (plan->pinned != NULL) cudaFreeHost(plan->pinned);
   cudaFree(plan->dev);
@@ -638,6 +735,7 @@ ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out) {
          sizeof(*st));
     return ncclSystemError;
   }
+  CUDA_CHECK_GOTO(cudaGetDevice(&st->device), "cudaGetDevice", res, fail_free);
   CUDA_CHECK_GOTO(cudaHostAlloc((void **)&st->host, sizeof(brd_exec_report_t),
                                 cudaHostAllocMapped),
                   "cudaHostAlloc (mapped) for the hang report", res, fail_free);
@@ -646,10 +744,20 @@ ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out) {
                   "cudaHostGetDevicePointer for the hang report", res, fail_free_host);
   CUDA_CHECK_GOTO(cudaMalloc((void **)&st->state, sizeof(brd_exec_state_t)),
                   "cudaMalloc for the executor state", res, fail_free_host);
-  CHECK_GOTO(private_copy(st->state, NULL, sizeof(brd_exec_state_t), cudaMemcpyDefault,
-                          "zeroing the executor state"), res, fail_free_state);
+  int stuck = 0;
+  res = private_copy(st->state, NULL, sizeof(brd_exec_state_t), cudaMemcpyDefault,
+                     "zeroing the executor state", &stuck);
+  if (stuck) goto fail_leak;
+  if (res != ncclSuccess) goto fail_free_state;
   *st_out = st;
   return ncclSuccess;
+fail_leak:
+  /* The memset targets the state; cudaFreeHost of the report would wait
+   * for the device as cudaFree does. */
+  brd_exec_cuda_leak_info(sizeof(brd_exec_state_t) + sizeof(brd_exec_report_t),
+                          "an executor status (device state, mapped report)");
+  free(st);
+  return res;
 fail_free_state:
   cudaFree(st->state);
 fail_free_host:
@@ -679,9 +787,17 @@ ncclResult_t brd_exec_cuda_status_ports(brd_exec_cuda_status_t *st, int nranks,
   memcpy(f->mirror, mirror, (size_t)nranks * sizeof(uint64_t));
   CUDA_CHECK_GOTO(cudaHostGetDevicePointer((void **)&fdev, f, 0),
                   "cudaHostGetDevicePointer for the trigger FIFO", res, fail_free);
-  CHECK_GOTO(private_copy((char *)st->state + offsetof(brd_exec_state_t, fifo), &fdev,
-                          sizeof(fdev), cudaMemcpyHostToDevice, "publishing the trigger FIFO"),
-             res, fail_free);
+  int stuck = 0;
+  res = private_copy((char *)st->state + offsetof(brd_exec_state_t, fifo), &fdev,
+                     sizeof(fdev), cudaMemcpyHostToDevice, "publishing the trigger FIFO",
+                     &stuck);
+  if (stuck) {
+    /* The state may yet point at f: it stays, and so does the state
+     * (brd_exec_cuda_status_destroy leaks it while the work is stuck). */
+    brd_exec_cuda_leak_info(bytes, "the port channels' trigger FIFO");
+    goto out;
+  }
+  if (res != ncclSuccess) goto fail_free;
   st->fifo = f;
   *fifo_out = f;
   goto out;
@@ -694,6 +810,12 @@ out:
 /* See exec_cuda.h. */
 void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st) {
   if (st == NULL) return;
+  if (brd_exec_cuda_stuck(st->device)) {
+    brd_exec_cuda_leak_info(sizeof(brd_exec_state_t) + sizeof(brd_exec_report_t),
+                            "an executor status (device state, mapped report)");
+    free(st);
+    return;
+  }
   if (st->fifo != NULL) cudaFreeHost(st->fifo);
   cudaFree(st->state);
   cudaFreeHost(st->host);
@@ -769,10 +891,16 @@ ncclResult_t brd_exec_cuda_chans_create(const brd_exec_cuda_chan_t *chans,
   size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(*dev);
   CUDA_CHECK_GOTO(cudaMalloc((void **)&dev, bytes), "cudaMalloc for a channel table",
                   res, out);
-  if (n > 0)
-    CHECK_GOTO(private_copy(dev, chans, (size_t)n * sizeof(*dev),
-                            cudaMemcpyHostToDevice, "copying a channel table"),
-               res, fail_free);
+  if (n > 0) {
+    int stuck = 0;
+    res = private_copy(dev, chans, (size_t)n * sizeof(*dev), cudaMemcpyHostToDevice,
+                       "copying a channel table", &stuck);
+    if (stuck) {
+      brd_exec_cuda_leak_info(bytes, "a channel table");
+      goto out;
+    }
+    if (res != ncclSuccess) goto fail_free;
+  }
   *dev_out = dev;
   return ncclSuccess;
 fail_free:
@@ -783,7 +911,14 @@ out:
 
 /* See exec_cuda.h. */
 void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev) {
-  if (dev != NULL) cudaFree(dev);
+  int d = 0;
+  if (dev == NULL) return;
+  if (cudaGetDevice(&d) != cudaSuccess) (void)cudaGetLastError();
+  if (brd_exec_cuda_stuck(d)) {
+    brd_exec_cuda_leak_info(sizeof(*dev), "a channel table (its first entry at least)");
+    return;
+  }
+  cudaFree(dev);
 }
 
 /* A launch of a plan with switch ops: a device with multimem, a datatype

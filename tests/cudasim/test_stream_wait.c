@@ -22,7 +22,16 @@
  *     status polls clean;
  *   - a P2P segment's zeroing, which must finish before the segment is
  *     published, gives up at BRAID_TIMEOUT with an error instead of hanging
- *     (the gate outlasts it), and succeeds when the queue is free.
+ *     (the gate outlasts it), and succeeds when the queue is free;
+ *   - the executor's creation-time copies (a status block, its trigger
+ *     FIFO, a channel table, a plan) give up at BRAID_TIMEOUT with
+ *     ncclSystemError and a WARN naming the shared hardware queues, and
+ *     return then: they leak the memory the queued copy still targets
+ *     instead of freeing it, since cudaFree waits for the whole device
+ *     (here, for the gate). Destroying a status block while that work is
+ *     queued returns at once too; once it has run, creation succeeds;
+ *   - a communicator's connect (its CUDA backend) gives up the same way,
+ *     and aborting the communicator then returns at once.
  *
  * Simulator only: on a GPU the queue cannot be held this way.
  */
@@ -39,8 +48,11 @@
 
 #include <cuda_runtime.h>
 
+#include "nccl.h"
 #include "algos/algos.h"
+#include "base/debug.h"
 #include "device/exec_cuda.h"
+#include "core/launch.h"
 #include "plan/plan.h"
 #include "transport/transport.h"
 
@@ -259,6 +271,152 @@ static void test_segment_zero_bounded(void **state) {
   brd_transport_p2p.seg_close(&seg);
 }
 
+/* The call under test gave up after BRAID_TIMEOUT (1 s), before the gate
+ * would have let a cudaFree return, with the WARN naming the cause. */
+static void check_gave_up_warn(ncclResult_t r, double took, const char *what, const char *w) {
+  assert_int_equal(r, ncclSystemError);
+  if (!(took >= 0.95 && took < GATE_S / 2))
+    fail_msg("%s gave up after %.3f s, not between 0.95 and %.1f s", what, took, GATE_S / 2);
+  if (strstr(w, "BRAID_TIMEOUT") == NULL || strstr(w, "hardware queues") == NULL ||
+      strstr(w, "CUDA_DEVICE_MAX_CONNECTIONS") == NULL || strstr(w, what) == NULL)
+    fail_msg("the WARN does not name %s, the cause and the fix: %s", what, w);
+}
+
+static void check_gave_up(ncclResult_t r, double took, const char *what) {
+  check_gave_up_warn(r, took, what, brd_log_last_error());
+}
+
+/* Opens the gate, then waits (at most GATE_S) until the work the library
+ * gave up on has run. */
+static void release_stuck(held_t *h) {
+  int timed_out = gate_timed_out;
+  release_queue(h);
+  if (timed_out)
+    fail_msg("the call under test waited for the held queue until the stand-in peer gave "
+             "up (%.0f s): on a GPU it would hang", GATE_S);
+  double t0 = now_s();
+  while (brd_exec_cuda_stuck(0)) {
+    if (now_s() - t0 > GATE_S) fail_msg("the abandoned work never ran");
+    struct timespec d = {0, 1000000};
+    nanosleep(&d, NULL);
+  }
+}
+
+/* A status block's zeroing, stuck: an error at BRAID_TIMEOUT, then
+ * success once the queue is free. */
+static void test_status_create_stuck(void **state) {
+  (void)state;
+  held_t h;
+  brd_exec_cuda_status_t *st = NULL;
+  assert_int_equal(brd_exec_cuda_stuck(0), 0);
+  hold_queue(&h);
+  double t0 = now_s();
+  ncclResult_t r = brd_exec_cuda_status_create(&st);
+  double took = now_s() - t0;
+  int stuck = brd_exec_cuda_stuck(0);
+  release_stuck(&h);
+  check_gave_up(r, took, "zeroing the executor state");
+  assert_int_equal(stuck, 1);
+  assert_null(st);
+  assert_int_equal(brd_exec_cuda_status_create(&st), ncclSuccess);
+  assert_int_equal(brd_exec_cuda_poll(st, NULL), ncclSuccess);
+  brd_exec_cuda_status_destroy(st);
+}
+
+/* Publishing the trigger FIFO, stuck: an error at BRAID_TIMEOUT; the
+ * status (whose state the copy targets) is destroyed at once, leaked. */
+static void test_status_ports_stuck(void **state) {
+  (void)state;
+  held_t h;
+  brd_exec_cuda_status_t *st = NULL;
+  brd_exec_fifo_t *fifo = NULL;
+  uint64_t mirror[3] = {0x1000, 0x2000, 0x3000};
+  assert_int_equal(brd_exec_cuda_status_create(&st), ncclSuccess);
+  hold_queue(&h);
+  double t0 = now_s();
+  ncclResult_t r = brd_exec_cuda_status_ports(st, 3, mirror, &fifo);
+  double mid = now_s();
+  brd_exec_cuda_status_destroy(st);
+  double t1 = now_s();
+  release_stuck(&h);
+  check_gave_up(r, mid - t0, "publishing the trigger FIFO");
+  assert_null(fifo);
+  if (t1 - mid > 0.5) fail_msg("destroying the status took %.3f s", t1 - mid);
+}
+
+/* A channel table's copy, stuck, then free; the table reaches the
+ * device. */
+static void test_chans_create_stuck(void **state) {
+  (void)state;
+  held_t h;
+  brd_exec_cuda_chan_t chans[3], *dev = NULL;
+  memset(chans, 0, sizeof(chans));
+  for (int i = 0; i < 3; i++) chans[i].peer_sems = (uint64_t *)(uintptr_t)(0x100 * (i + 7));
+  hold_queue(&h);
+  double t0 = now_s();
+  ncclResult_t r = brd_exec_cuda_chans_create(chans, 3, &dev);
+  double took = now_s() - t0;
+  release_stuck(&h);
+  check_gave_up(r, took, "copying a channel table");
+  assert_null(dev);
+  assert_int_equal(brd_exec_cuda_chans_create(chans, 3, &dev), ncclSuccess);
+  brd_exec_cuda_chan_t back[3];
+  CU(cudaMemcpy(back, dev, sizeof(back), cudaMemcpyDeviceToHost));
+  assert_memory_equal(back, chans, sizeof(back));
+  brd_exec_cuda_chans_destroy(dev);
+}
+
+/* A plan's upload waited for (brd_exec_cuda_plan_create), stuck, then
+ * free; the plan's bytes reach the device. */
+static void test_plan_create_stuck(void **state) {
+  (void)state;
+  held_t h;
+  brd_ir_plan_t *plan = make_plan();
+  brd_exec_cuda_plan_t *cp = NULL;
+  hold_queue(&h);
+  double t0 = now_s();
+  ncclResult_t r = brd_exec_cuda_plan_create(plan, &cp);
+  double took = now_s() - t0;
+  release_stuck(&h);
+  check_gave_up(r, took, "copying a plan to the device");
+  assert_null(cp);
+  assert_int_equal(brd_exec_cuda_plan_create(plan, &cp), ncclSuccess);
+  check_device_plan(cp, plan);
+  brd_exec_cuda_plan_destroy(cp);
+  brd_plan_destroy(plan);
+}
+
+/* A communicator's window (its first launch's connect: the CUDA backend's
+ * status blocks, cursors and window) made while the queue is held: an
+ * error after BRAID_TIMEOUT, and the backend's unwinding and the
+ * communicator's destruction free nothing the held queue would make wait. */
+static void test_comm_connect_stuck(void **state) {
+  (void)state;
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  held_t h;
+  assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+  assert_int_equal(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  hold_queue(&h);
+  double t0 = now_s();
+  ncclResult_t r = brd_launch_connect(comm, "test_comm_connect_stuck");
+  double mid = now_s();
+  char warn[1024];
+  snprintf(warn, sizeof(warn), "%s", brd_log_last_error());
+  /* In error, as after any failed call: the application aborts it. */
+  ncclResult_t d = ncclCommAbort(comm);
+  double t1 = now_s();
+  release_stuck(&h);
+  check_gave_up_warn(r, mid - t0, "zeroing the executor state", warn);
+  assert_int_equal(d, ncclSuccess);
+  if (t1 - mid > 1.0) fail_msg("aborting the communicator took %.3f s", t1 - mid);
+  /* Once the queue is free, a communicator connects. */
+  assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+  assert_int_equal(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  assert_int_equal(brd_launch_connect(comm, "test_comm_connect_stuck"), ncclSuccess);
+  assert_int_equal(ncclCommDestroy(comm), ncclSuccess);
+}
+
 /* As a communicator's creation does, before any test holds the queue:
  * loading the kernels waits for the whole device. */
 static int group_setup(void **state) {
@@ -270,11 +428,17 @@ int main(void) {
   /* Before the first CUDA call: the simulator reads these once. */
   setenv("BRAID_CUDASIM_CONNECTIONS", "1", 1);
   setenv("BRAID_TIMEOUT", "1", 1);
+  setenv("BRAID_DEVICE", "cuda", 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_plan_create_in_capture),
       cmocka_unit_test(test_plan_use_in_capture),
       cmocka_unit_test(test_status_reset),
       cmocka_unit_test(test_segment_zero_bounded),
+      cmocka_unit_test(test_status_create_stuck),
+      cmocka_unit_test(test_status_ports_stuck),
+      cmocka_unit_test(test_chans_create_stuck),
+      cmocka_unit_test(test_plan_create_stuck),
+      cmocka_unit_test(test_comm_connect_stuck),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }
