@@ -7,9 +7,16 @@
  *
  *   braid-netbw recv <handle-file> [MiB [reps]]   listens, writes its handle
  *   braid-netbw send <handle-file> [MiB [reps]]   waits for the file, sends
+ *   braid-netbw pong <handle-file> [iterations]   latency: answers each message
+ *   braid-netbw ping <handle-file> [iterations]   latency: sends, waits, repeats
  *
  * The receiver prints, per repetition, MiB/s and Gbit/s from its first
- * byte's arrival to its last (so connection setup is not timed). Interface:
+ * byte's arrival to its last (so connection setup is not timed). ping and
+ * pong (a connection each way: each listens, writes its handle to
+ * <handle-file>.ping or .pong and connects to the other's) bounce an 8-byte
+ * message `iterations` times (default 1000, after 50 not timed), a receive
+ * always posted ahead as the proxy keeps them; ping prints the average
+ * one-way time (half a round trip) in us, as ib_write_lat reports it. Interface:
  * NCCL_SOCKET_IFNAME as for the library. BRAID_NETBW_NET=ib drives the
  * built-in IB verbs net instead (its first device after NCCL_IB_HCA;
  * tests/rxe/guest.sh runs it on soft-RoCE). Exit status 0 on success, 1 on
@@ -117,10 +124,111 @@ static int run_send(void *sc, char *buf, void *mh, size_t total, int reps) {
   return 0;
 }
 
+/* Waits for req, yielding as the proxy does; 0 when done. */
+static int wait_req(void *req, const char *what, int64_t deadline) {
+  int done = 0, size = 0;
+  while (!done) {
+    ncclResult_t res = net->test(req, &done, &size);
+    if (res != ncclSuccess) return fail(what, res);
+    if (!done && brd_time_now_ns() > deadline) {
+      fprintf(stderr, "braid-netbw: %s timed out\n", what);
+      return 1;
+    }
+    if (!done) sched_yield();
+  }
+  return 0;
+}
+
+/* Posts an 8-byte receive into buf (retrying while the net is full). */
+static int post_small_recv(void *rc, char *buf, void *mh, void **req_out, int64_t deadline) {
+  *req_out = NULL;
+  while (*req_out == NULL) {
+    void *data = buf;
+    size_t size = 8;
+    int tag = 0;
+    ncclResult_t res = net->irecv(rc, 1, &data, &size, &tag, &mh, NULL, req_out);
+    if (res != ncclSuccess) return fail("irecv", res);
+    if (*req_out == NULL && brd_time_now_ns() > deadline) return fail("irecv (timeout)", res);
+  }
+  return 0;
+}
+
+/* The latency modes: `iters` timed round trips of 8 bytes (after 50). */
+static int run_pingpong(int is_ping, void *sc, void *rc, char *buf, void *smh, void *rmh,
+                        int iters) {
+  const int warm = 50;
+  int64_t t0 = 0, deadline = brd_time_now_ns() + DEADLINE_NS;
+  void *rreq = NULL;
+  if (post_small_recv(rc, buf + 8, rmh, &rreq, deadline)) return 1;
+  for (int i = 0; i < warm + iters; i++) {
+    if (i == warm) t0 = brd_time_now_ns();
+    if (!is_ping && wait_req(rreq, "receive", deadline)) return 1;
+    if (!is_ping && post_small_recv(rc, buf + 8, rmh, &rreq, deadline)) return 1;
+    void *sreq = NULL;
+    memcpy(buf, &i, sizeof(i));
+    while (sreq == NULL) {
+      ncclResult_t res = net->isend(sc, buf, 8, 0, smh, NULL, &sreq);
+      if (res != ncclSuccess) return fail("isend", res);
+      if (sreq == NULL && brd_time_now_ns() > deadline) return fail("isend (timeout)", res);
+    }
+    if (wait_req(sreq, "send", deadline)) return 1;
+    if (is_ping) {
+      if (wait_req(rreq, "receive", deadline)) return 1;
+      int got = -1;
+      memcpy(&got, buf + 8, sizeof(got));
+      if (got != i) {
+        fprintf(stderr, "braid-netbw: round trip %d came back as %d\n", i, got);
+        return 1;
+      }
+      if (post_small_recv(rc, buf + 8, rmh, &rreq, deadline)) return 1;
+    }
+  }
+  if (is_ping)
+    printf("ping 8 B: %.2f us one way (average of %d round trips)\n",
+           (double)(brd_time_now_ns() - t0) / 1e3 / (2.0 * iters), iters);
+  return 0;
+}
+
+/* Both directions for ping/pong: listen, publish the handle at
+ * <path>.<mine>, read <path>.<theirs>, connect and accept. */
+static int connect_both(void *ctx, const char *path, int is_ping, void **sc_out, void **rc_out,
+                        void **lc_out) {
+  char mine[4096], theirs[4096], tmp[4200], handle[BRD_NET_HANDLE_BYTES],
+      peer[BRD_NET_HANDLE_BYTES];
+  snprintf(mine, sizeof(mine), "%s.%s", path, is_ping ? "ping" : "pong");
+  snprintf(theirs, sizeof(theirs), "%s.%s", path, is_ping ? "pong" : "ping");
+  snprintf(tmp, sizeof(tmp), "%s.tmp", mine);
+  int64_t deadline = brd_time_now_ns() + DEADLINE_NS;
+  ncclResult_t res = net->listen(ctx, 0, handle, lc_out);
+  if (res != ncclSuccess) return fail("listen", res);
+  FILE *f = fopen(tmp, "wb");
+  if (f == NULL || fwrite(handle, 1, sizeof(handle), f) != sizeof(handle) || fclose(f) != 0 ||
+      rename(tmp, mine) != 0)
+    return fail("writing the handle file", ncclSystemError);
+  while ((f = fopen(theirs, "rb")) == NULL) {
+    if (brd_time_now_ns() > deadline) return fail("waiting for the handle file", ncclSystemError);
+    usleep(10000);
+  }
+  size_t n = fread(peer, 1, sizeof(peer), f);
+  fclose(f);
+  if (n != sizeof(peer)) return fail("reading the handle file", ncclSystemError);
+  *sc_out = *rc_out = NULL;
+  while (*sc_out == NULL || *rc_out == NULL) {
+    if (*sc_out == NULL && (res = net->connect(ctx, 0, peer, sc_out, NULL)) != ncclSuccess)
+      return fail("connect", res);
+    if (*rc_out == NULL && (res = net->accept(*lc_out, rc_out, NULL)) != ncclSuccess)
+      return fail("accept", res);
+    if (brd_time_now_ns() > deadline) return fail("connect/accept (timeout)", ncclSystemError);
+  }
+  return 0;
+}
+
 /* See the header comment. */
 int main(int argc, char **argv) {
-  if (argc < 3 || (strcmp(argv[1], "send") != 0 && strcmp(argv[1], "recv") != 0)) {
-    fprintf(stderr, "usage: %s send|recv <handle-file> [MiB [reps]]\n", argv[0]);
+  int lat = argc >= 3 && (strcmp(argv[1], "ping") == 0 || strcmp(argv[1], "pong") == 0);
+  if (argc < 3 || (!lat && strcmp(argv[1], "send") != 0 && strcmp(argv[1], "recv") != 0)) {
+    fprintf(stderr, "usage: %s send|recv <handle-file> [MiB [reps]]\n"
+            "       %s ping|pong <handle-file> [iterations]\n", argv[0], argv[0]);
     return 2;
   }
   int is_send = strcmp(argv[1], "send") == 0;
@@ -131,6 +239,39 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *path = argv[2];
+  if (lat) {
+    int iters = argc > 3 ? atoi(argv[3]) : 1000;
+    if (iters < 1) {
+      fprintf(stderr, "braid-netbw: at least 1 iteration\n");
+      return 2;
+    }
+    void *ctx = NULL, *sc = NULL, *rc = NULL, *lc = NULL, *smh = NULL, *rmh = NULL;
+    brd_net_config_t cfg = {BRD_NET_TRAFFIC_CLASS_UNDEF};
+    ncclResult_t res = net->init(&ctx, 1, &cfg, brd_net_log, NULL);
+    if (res != ncclSuccess) return fail("init", res);
+    int ndev = 0;
+    if (net->devices(&ndev) != ncclSuccess || ndev < 1) return fail("devices", ncclSystemError);
+    char *buf = aligned_alloc(4096, 4096);
+    if (buf == NULL) return fail("allocation", ncclSystemError);
+    memset(buf, 0, 4096);
+    int is_ping = strcmp(argv[1], "ping") == 0;
+    int rc_ = connect_both(ctx, path, is_ping, &sc, &rc, &lc);
+    if (rc_ == 0 && ((res = net->regMr(sc, buf, 8, BRD_NET_PTR_HOST, &smh)) != ncclSuccess ||
+                     (res = net->regMr(rc, buf + 8, 8, BRD_NET_PTR_HOST, &rmh)) != ncclSuccess))
+      rc_ = fail("regMr", res);
+    if (rc_ == 0) rc_ = run_pingpong(is_ping, sc, rc, buf, smh, rmh, iters);
+    if (smh != NULL) net->deregMr(sc, smh);
+    if (rmh != NULL) net->deregMr(rc, rmh);
+    if (sc != NULL) net->closeSend(sc);
+    if (rc != NULL) net->closeRecv(rc);
+    if (lc != NULL) net->closeListen(lc);
+    char mine[4096];
+    snprintf(mine, sizeof(mine), "%s.%s", path, is_ping ? "ping" : "pong");
+    unlink(mine);
+    net->finalize(ctx);
+    free(buf);
+    return rc_;
+  }
   size_t total = (argc > 3 ? (size_t)atol(argv[3]) : 64) << 20;
   int reps = argc > 4 ? atoi(argv[4]) : 5;
   if (total < MSG || reps < 1) {

@@ -20,7 +20,8 @@
 #     writes of 256 KiB and 1 MiB), braid-netbw with BRAID_NETBW_NET=ib
 #     (the IB net alone, 256 KiB messages, 8 in flight, as the proxy drives
 #     it) and sendrecv_perf -P 2 over the IB net (the whole stack); and
-#     ib_write_lat at 8 B beside sendrecv_perf's time for 8 B.
+#     ib_write_lat at 8 B beside braid-netbw's 8-byte ping-pong (the IB
+#     net alone) and sendrecv_perf's time for 8 B.
 #
 #  5. Faults on real verbs: a rank killed mid-collective, and rxe0's port
 #     going down (lo down); every rank left fails within the deadline,
@@ -209,6 +210,25 @@ if [[ $rc -eq 0 ]]; then
 else
   tail -n 20 "$OUT/netbw.send" | sed 's/^/    | /'
   fail "braid-netbw over the IB net (exit $rc)"
+fi
+
+# The IB net alone, 8-byte ping-pong (a receive posted ahead, as the proxy
+# keeps them), beside ib_write_lat's one-way figure.
+( export BRAID_NETBW_NET=ib; unset NCCL_DEBUG
+  "$BUILD/bin/braid-netbw" pong "$hf.lat" 1000 >"$OUT/netlat.pong" 2>&1 &
+  r=$!
+  "$BUILD/bin/braid-netbw" ping "$hf.lat" 1000 >"$OUT/netlat.ping" 2>&1
+  s=$?
+  wait $r
+  exit $(( $? | s )) )
+rc=$?
+netlat=$(awk '/^ping 8 B:/ {print $4}' "$OUT/netlat.ping")
+if [[ $rc -eq 0 && -n $netlat ]]; then
+  echo "braid-netbw ping (IB net alone, 8 B): $netlat us average (one way)" | tee -a "$SUM"
+  pass "braid-netbw ping-pong over the IB net"
+else
+  tail -n 20 "$OUT/netlat.ping" "$OUT/netlat.pong" | sed 's/^/    | /'
+  fail "braid-netbw ping-pong over the IB net (exit $rc)"
 fi
 
 run_perf sendrecv_small 2 sendrecv_perf -b 8 -e 8 -n 50 -w 5 -c 1
