@@ -158,14 +158,30 @@ static int run_pingpong(int is_ping, void *sc, void *rc, char *buf, void *smh, v
                         int iters) {
   const int warm = 50;
   int64_t t0 = 0, deadline = brd_time_now_ns() + DEADLINE_NS;
-  void *rreq = NULL;
+  void *rreq = NULL, *sreq = NULL;
+  /* One message each way at once first: a net may finish setting up a
+   * connection only as its sender calls isend or test (the IB net), so
+   * neither side may wait on a receive before it has sent. */
+  while (rreq == NULL || sreq == NULL) {
+    ncclResult_t res = ncclSuccess;
+    if (rreq == NULL) {
+      void *data = buf + 8;
+      size_t size = 8;
+      int tag = 0;
+      res = net->irecv(rc, 1, &data, &size, &tag, &rmh, NULL, &rreq);
+    }
+    if (res == ncclSuccess && sreq == NULL) res = net->isend(sc, buf, 8, 0, smh, NULL, &sreq);
+    if (res != ncclSuccess) return fail("the first exchange", res);
+    if (brd_time_now_ns() > deadline) return fail("the first exchange (timeout)", res);
+  }
+  if (wait_req(sreq, "send", deadline) || wait_req(rreq, "receive", deadline)) return 1;
   if (post_small_recv(rc, buf + 8, rmh, &rreq, deadline)) return 1;
   for (int i = 0; i < warm + iters; i++) {
     if (i == warm) t0 = brd_time_now_ns();
     if (!is_ping && wait_req(rreq, "receive", deadline)) return 1;
     if (!is_ping && post_small_recv(rc, buf + 8, rmh, &rreq, deadline)) return 1;
-    void *sreq = NULL;
     memcpy(buf, &i, sizeof(i));
+    sreq = NULL;
     while (sreq == NULL) {
       ncclResult_t res = net->isend(sc, buf, 8, 0, smh, NULL, &sreq);
       if (res != ncclSuccess) return fail("isend", res);
