@@ -204,8 +204,10 @@ typedef struct {
   pthread_mutex_t mu;         /* the cache, the failure and the async fd */
   ib_mr_entry_t *mrs;         /* registration cache; owned */
   int nmr, mr_cap;
-  int failed;                 /* the port went down: every comm fails */
+  int failed;                 /* the port went down: every comm fails
+                               * (__atomic; fail_why is written first) */
   char fail_why[160];
+  int64_t next_check_ns;      /* __atomic: when the async fd is next read */
   int dmabuf;                 /* ibv_reg_dmabuf_mr works here (NCCL's probe) */
   char dmabuf_why[160];       /* why it does not */
   uint8_t gdr_logged[IB_GDR_GPUS][2]; /* the choice for (GPU, send) was said */
@@ -560,10 +562,18 @@ static int qp_to_init(const ib_dev_t *d, struct ibv_qp *qp, int access) {
                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-/* Reads the device's pending async events without waiting; a port-down
- * or fatal one marks the device failed. Returns d->failed. Any thread. */
+#define IB_EVENT_CHECK_NS 1000000 /* the async fd is read at most once a ms */
+
+/* Reads the device's pending async events without waiting, at most once
+ * per IB_EVENT_CHECK_NS (every request's progress calls it, and reading
+ * the fd is a system call); a port-down or fatal one marks the device
+ * failed. Returns d->failed. Any thread. */
 static int dev_check_events(ib_dev_t *d) {
+  int64_t now = brd_time_now_ns();
+  if (now < __atomic_load_n(&d->next_check_ns, __ATOMIC_RELAXED))
+    return __atomic_load_n(&d->failed, __ATOMIC_ACQUIRE);
   pthread_mutex_lock(&d->mu);
+  __atomic_store_n(&d->next_check_ns, now + IB_EVENT_CHECK_NS, __ATOMIC_RELAXED);
   struct pollfd pfd = {d->ctx->async_fd, POLLIN, 0};
   while (!d->failed && poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
     struct ibv_async_event ev;
@@ -574,8 +584,8 @@ static int dev_check_events(ib_dev_t *d) {
     int fatal = t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR ||
                 (t == IBV_EVENT_PORT_ERR && port == d->port);
     if (fatal) {
-      d->failed = 1;
       snprintf(d->fail_why, sizeof(d->fail_why), "%s on %s:%d", event_name(t), d->name, d->port);
+      __atomic_store_n(&d->failed, 1, __ATOMIC_RELEASE);
     } else {
       INFO(BRD_SUBSYS_NET, "NET/IB : %s:%d got %s", d->name, d->port, event_name(t));
     }
