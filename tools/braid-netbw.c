@@ -124,6 +124,30 @@ static int run_send(void *sc, char *buf, void *mh, size_t total, int reps) {
   return 0;
 }
 
+/* Writes handle to path atomically (a temporary file renamed); 0 on success. */
+static int handle_write(const char *path, const char *handle) {
+  char tmp[4200];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (f == NULL || fwrite(handle, 1, BRD_NET_HANDLE_BYTES, f) != BRD_NET_HANDLE_BYTES ||
+      fclose(f) != 0 || rename(tmp, path) != 0)
+    return fail("writing the handle file", ncclSystemError);
+  return 0;
+}
+
+/* Waits (until deadline) for path, then reads a handle from it; 0 on success. */
+static int handle_read(const char *path, char *handle, int64_t deadline) {
+  FILE *f = NULL;
+  while ((f = fopen(path, "rb")) == NULL) {
+    if (brd_time_now_ns() > deadline) return fail("waiting for the handle file", ncclSystemError);
+    usleep(10000);
+  }
+  size_t n = fread(handle, 1, BRD_NET_HANDLE_BYTES, f);
+  fclose(f);
+  if (n != BRD_NET_HANDLE_BYTES) return fail("reading the handle file", ncclSystemError);
+  return 0;
+}
+
 /* Waits for req, yielding as the proxy does; 0 when done. */
 static int wait_req(void *req, const char *what, int64_t deadline) {
   int done = 0, size = 0;
@@ -209,25 +233,13 @@ static int run_pingpong(int is_ping, void *sc, void *rc, char *buf, void *smh, v
  * <path>.<mine>, read <path>.<theirs>, connect and accept. */
 static int connect_both(void *ctx, const char *path, int is_ping, void **sc_out, void **rc_out,
                         void **lc_out) {
-  char mine[4096], theirs[4096], tmp[4200], handle[BRD_NET_HANDLE_BYTES],
-      peer[BRD_NET_HANDLE_BYTES];
+  char mine[4096], theirs[4096], handle[BRD_NET_HANDLE_BYTES], peer[BRD_NET_HANDLE_BYTES];
   snprintf(mine, sizeof(mine), "%s.%s", path, is_ping ? "ping" : "pong");
   snprintf(theirs, sizeof(theirs), "%s.%s", path, is_ping ? "pong" : "ping");
-  snprintf(tmp, sizeof(tmp), "%s.tmp", mine);
   int64_t deadline = brd_time_now_ns() + DEADLINE_NS;
   ncclResult_t res = net->listen(ctx, 0, handle, lc_out);
   if (res != ncclSuccess) return fail("listen", res);
-  FILE *f = fopen(tmp, "wb");
-  if (f == NULL || fwrite(handle, 1, sizeof(handle), f) != sizeof(handle) || fclose(f) != 0 ||
-      rename(tmp, mine) != 0)
-    return fail("writing the handle file", ncclSystemError);
-  while ((f = fopen(theirs, "rb")) == NULL) {
-    if (brd_time_now_ns() > deadline) return fail("waiting for the handle file", ncclSystemError);
-    usleep(10000);
-  }
-  size_t n = fread(peer, 1, sizeof(peer), f);
-  fclose(f);
-  if (n != sizeof(peer)) return fail("reading the handle file", ncclSystemError);
+  if (handle_write(mine, handle) || handle_read(theirs, peer, deadline)) return 1;
   *sc_out = *rc_out = NULL;
   while (*sc_out == NULL || *rc_out == NULL) {
     if (*sc_out == NULL && (res = net->connect(ctx, 0, peer, sc_out, NULL)) != ncclSuccess)
@@ -315,26 +327,14 @@ int main(int argc, char **argv) {
   if (!is_send) {
     res = net->listen(ctx, 0, handle, &lc);
     if (res != ncclSuccess) return fail("listen", res);
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (f == NULL || fwrite(handle, 1, sizeof(handle), f) != sizeof(handle) || fclose(f) != 0 ||
-        rename(tmp, path) != 0)
-      return fail("writing the handle file", ncclSystemError);
+    if (handle_write(path, handle)) return 1;
     while (comm == NULL) {
       res = net->accept(lc, &comm, NULL);
       if (res != ncclSuccess) return fail("accept", res);
       if (brd_time_now_ns() > deadline) return fail("accept (timeout)", ncclSystemError);
     }
   } else {
-    FILE *f = NULL;
-    while ((f = fopen(path, "rb")) == NULL) {
-      if (brd_time_now_ns() > deadline) return fail("waiting for the handle file", ncclSystemError);
-      usleep(10000);
-    }
-    size_t n = fread(handle, 1, sizeof(handle), f);
-    fclose(f);
-    if (n != sizeof(handle)) return fail("reading the handle file", ncclSystemError);
+    if (handle_read(path, handle, deadline)) return 1;
     while (comm == NULL) {
       res = net->connect(ctx, 0, handle, &comm, NULL);
       if (res != ncclSuccess) return fail("connect", res);

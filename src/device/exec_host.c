@@ -197,13 +197,10 @@ static ncclResult_t run_wait(blk_ctx_t *b, const brd_ir_op_t *op) {
   return ncclSuccess;
 }
 
-/* A write through port channel `chan` of [addr, addr + len) onto the
- * port (ncclSuccess at once for a memory channel). */
-static ncclResult_t port_put(blk_ctx_t *b, unsigned chan, const void *addr, size_t len,
-                             int kind) {
-  if (chan == BRD_IR_CHAN_LOCAL) return ncclSuccess;
-  brd_exec_port_t *port = b->l->args.chans[chan].port;
-  if (port == NULL) return ncclSuccess;
+/* The offset in port's window of [addr, addr + len), an address in its
+ * mirror; ncclInternalError (WARN) when the range is outside it. */
+static ncclResult_t port_off(const blk_ctx_t *b, unsigned chan, const brd_exec_port_t *port,
+                             const void *addr, size_t len, size_t *off_out) {
   size_t off = (size_t)((const char *)addr - port->mirror);
   if ((const char *)addr < port->mirror || off + len > port->bytes) {
     WARN("rank %d block %d op %d: a write of %zu bytes through port channel %u falls "
@@ -211,6 +208,19 @@ static ncclResult_t port_put(blk_ctx_t *b, unsigned chan, const void *addr, size
          chan, port->bytes);
     return ncclInternalError;
   }
+  *off_out = off;
+  return ncclSuccess;
+}
+
+/* A write through port channel `chan` of [addr, addr + len) onto the
+ * port (ncclSuccess at once for a memory channel). */
+static ncclResult_t port_put(blk_ctx_t *b, unsigned chan, const void *addr, size_t len,
+                             int kind) {
+  if (chan == BRD_IR_CHAN_LOCAL) return ncclSuccess;
+  brd_exec_port_t *port = b->l->args.chans[chan].port;
+  if (port == NULL) return ncclSuccess;
+  size_t off = 0;
+  CHECK(port_off(b, chan, port, addr, len, &off));
   return (ncclResult_t)port->put(port, off, len, kind);
 }
 
@@ -220,13 +230,8 @@ static ncclResult_t port_put(blk_ctx_t *b, unsigned chan, const void *addr, size
 static ncclResult_t port_put_from(blk_ctx_t *b, unsigned chan, const void *addr, size_t len,
                                   const void *src) {
   brd_exec_port_t *port = b->l->args.chans[chan].port;
-  size_t off = (size_t)((const char *)addr - port->mirror);
-  if ((const char *)addr < port->mirror || off + len > port->bytes) {
-    WARN("rank %d block %d op %d: a write of %zu bytes through port channel %u falls "
-         "outside the peer's window (%zu bytes)", b->l->args.rank, b->block, b->opi, len,
-         chan, port->bytes);
-    return ncclInternalError;
-  }
+  size_t off = 0;
+  CHECK(port_off(b, chan, port, addr, len, &off));
   return (ncclResult_t)port->put_from(port, off, len, src);
 }
 
