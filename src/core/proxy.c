@@ -545,8 +545,11 @@ static void proxy_sleep(brd_proxy_t *px) {
   for (int r = 0; r < px->nranks && ok; r++) {
     port_t *pt = px->ports[r];
     if (pt == NULL || pt->dead) continue;
-    void *comms[2] = {pt->send_comm, pt->recv_comm};
+    /* A failed send's socket stays readable with its error: the grace
+     * before failing is a time, which SLEEP_MS covers. */
+    void *comms[2] = {pt->send_broken_ns != 0 ? NULL : pt->send_comm, pt->recv_comm};
     for (int k = 0; k < 2 && ok; k++) {
+      if (comms[k] == NULL) continue;
       short ev = 0;
       int fd = px->net->poll_fd(comms[k], &ev);
       if (fd < 0) ok = 0;
