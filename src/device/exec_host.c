@@ -354,12 +354,13 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
   }
   _Alignas(16) char tmp[BRD_IR_MAX_REFS][TILE_BYTES];
   _Alignas(16) char result[TILE_BYTES];
+  /* Whether a tile is computed (reduced, scaled) rather than copied. */
+  int computes = op->nsrc > 1 || (pre_mask != 0 && l->op.fn == BRD_REDUCE_FN_PREMULSUM) ||
+                 (post && l->op.fn == BRD_REDUCE_FN_SUMPOSTDIV);
   /* A plain copy to a port channel goes from the source straight onto the
    * port (put_from), not through the mirror: direct has a bit per such
    * destination. */
-  int plain = op->nsrc == 1 && !(op->ref[0].buf & BRD_IR_REF_LL) &&
-              !(pre_mask != 0 && l->op.fn == BRD_REDUCE_FN_PREMULSUM) &&
-              !(post && l->op.fn == BRD_REDUCE_FN_SUMPOSTDIV);
+  int plain = !computes && !(op->ref[0].buf & BRD_IR_REF_LL);
   uint32_t direct = 0;
   for (int d = op->nsrc; d < nref && plain; d++)
     if (!(op->ref[d].buf & BRD_IR_REF_LL) && op->ref[d].chan != BRD_IR_CHAN_LOCAL &&
@@ -386,9 +387,7 @@ static ncclResult_t run_data(blk_ctx_t *b, const brd_ir_op_t *op) {
         }
       }
       const char *res = src[0];
-      if (op->nsrc > 1 ||
-          (pre_mask != 0 && l->op.fn == BRD_REDUCE_FN_PREMULSUM) ||
-          (post && l->op.fn == BRD_REDUCE_FN_SUMPOSTDIV)) {
+      if (computes) {
         brd_reduce_host_apply(&l->op, result, src, op->nsrc, pre_mask, post,
                               len / esize);
         res = result;
