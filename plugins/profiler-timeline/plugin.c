@@ -41,6 +41,9 @@
 
 #define MAX_NAMES 64
 
+/* The descriptor fields that carry names (ctx_t.hint). */
+enum { F_FUNC, F_DTYPE, F_ALGO, F_PROTO, F_P2P_FUNC, F_P2P_DTYPE, NAME_FIELDS };
+
 /* One event: 64 bytes, names as indices into the context's name table. */
 typedef struct rec {
   uint64_t t0, t1;            /* ns; t1 0 while open */
@@ -71,6 +74,7 @@ typedef struct ctx {
   const char *name_ptr[MAX_NAMES]; /* as the core passed them (atomic count) */
   char names[MAX_NAMES][24];  /* copies */
   int nnames;
+  int hint[NAME_FIELDS];      /* each field's last index (atomic): calls repeat */
   int rank, nranks;
   uint64_t comm_id;
   char name[64];
@@ -92,15 +96,15 @@ static void copy_json(char *dst, size_t n, const char *src) {
   dst[i] = '\0';
 }
 
-/* The index of a name in c's table. Names come from static tables in
- * practice, so the pointer is found without a lock; a new pointer takes
- * the lock and is compared by text. 0 is "" (also when the table is
- * full). */
-static uint8_t name_index(ctx_t *c, const char *s) {
-  if (s == NULL) return 0;
+/* name_index's search past the field's hint: the table without a lock,
+ * then (a pointer not seen yet) the lock and a comparison by text. */
+static __attribute__((noinline)) uint8_t name_search(ctx_t *c, const char *s, int field) {
   int n = __atomic_load_n(&c->nnames, __ATOMIC_ACQUIRE);
   for (int i = 1; i < n; i++)
-    if (c->name_ptr[i] == s) return (uint8_t)i;
+    if (c->name_ptr[i] == s) {
+      __atomic_store_n(&c->hint[field], i, __ATOMIC_RELEASE);
+      return (uint8_t)i;
+    }
   pthread_mutex_lock(&c->mu);
   int found = 0;
   n = c->nnames;
@@ -113,7 +117,19 @@ static uint8_t name_index(ctx_t *c, const char *s) {
     __atomic_store_n(&c->nnames, n + 1, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&c->mu);
+  if (found > 0) __atomic_store_n(&c->hint[field], found, __ATOMIC_RELEASE);
   return (uint8_t)found;
+}
+
+/* The index of a name in c's table, for descriptor field `field`. Names
+ * come from static tables in practice, and a field's name rarely changes
+ * from one event to the next: the index this field had last time is
+ * tried first, without a lock. 0 is "" (also when the table is full). */
+static inline uint8_t name_index(ctx_t *c, const char *s, int field) {
+  if (s == NULL) return 0;
+  int h = __atomic_load_n(&c->hint[field], __ATOMIC_ACQUIRE);
+  if (h > 0 && c->name_ptr[h] == s) return (uint8_t)h;
+  return name_search(c, s, field);
 }
 
 static size_t dtype_bytes(const char *t) {
@@ -196,17 +212,17 @@ static ncclResult_t tl_start(void *context, void **handle, ncclProfilerEventDesc
     r->count = d->coll.count;
     r->peer = d->coll.root;
     r->nch = d->coll.nChannels;
-    r->func = name_index(c, d->coll.func);
-    r->dtype = name_index(c, d->coll.datatype);
-    r->algo = name_index(c, d->coll.algo);
-    r->proto = name_index(c, d->coll.proto);
+    r->func = name_index(c, d->coll.func, F_FUNC);
+    r->dtype = name_index(c, d->coll.datatype, F_DTYPE);
+    r->algo = name_index(c, d->coll.algo, F_ALGO);
+    r->proto = name_index(c, d->coll.proto, F_PROTO);
     break;
   case ncclProfileP2p:
     r->count = d->p2p.count;
     r->peer = d->p2p.peer;
     r->nch = d->p2p.nChannels;
-    r->func = name_index(c, d->p2p.func);
-    r->dtype = name_index(c, d->p2p.datatype);
+    r->func = name_index(c, d->p2p.func, F_P2P_FUNC);
+    r->dtype = name_index(c, d->p2p.datatype, F_P2P_DTYPE);
     break;
   case ncclProfileKernelCh:
     /* Braid's pTimer is CLOCK_MONOTONIC ns (host mode): this clock. */

@@ -294,7 +294,9 @@ static ncclResult_t bracketed(struct ncclComm *comm, struct brd_rt *rt, const br
   l.calls = calls;
   l.ncalls = ncalls;
   atomic_fetch_add(&rt->busy, 1);
-  if (profile && comm->prof != NULL) brd_prof_launch_begin(comm->prof, calls, ncalls);
+  if (profile && comm->prof != NULL)
+    brd_prof_launch_begin(comm->prof, calls, ncalls, rt->be != &brd_backend_host,
+                          rt->nports > 0);
   res = rt->be->begin(comm, rt->bk, &l);
   if (res == ncclSuccess) res = body(comm, rt, &l, arg);
   if (rt->be->end != NULL) res = rt->be->end(comm, rt->bk, &l, res);

@@ -73,8 +73,12 @@ int brd_prof_version(const brd_prof_t *p);
 int brd_prof_mask(const brd_prof_t *p);
 
 /* A launch of ncalls calls begins (Group, GroupApi, the API events). The
- * launching thread; one launch at a time per communicator. */
-void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls);
+ * launching thread; one launch at a time per communicator. callbacks: its
+ * events may end in a completion callback on another thread (CUDA mode);
+ * proxy: the communicator has a proxy thread. With neither (or a plugin
+ * that wants no proxy events) the launch's bookkeeping takes no lock. */
+void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls, int callbacks,
+                           int proxy);
 
 /* The launch's works are built and about to run. per_work: the backend
  * calls brd_prof_work_begin/end around each work; otherwise Coll/P2p

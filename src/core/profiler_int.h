@@ -80,6 +80,8 @@ struct brd_prof {
                                * (p->L, or a detached one whose kernel still runs) */
   /* The launch running now (the launching thread only). */
   int active;                 /* between launch_begin and launch_end */
+  int alone;                  /* no other thread reads this launch's mu fields:
+                               * the launching thread skips the lock */
   const brd_call_t *calls;    /* borrowed for the launch */
   int ncalls;
   lrec_t *L;                  /* owned: this launch's record (NULL: none yet) */

@@ -26,7 +26,26 @@
    ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi | ncclProfileKernelLaunch |  \
    ncclProfileProxyOp | ncclProfileProxyStep)
 
+/* The types only the proxy thread emits. */
+#define PROXY_TYPES (ncclProfileProxyOp | ncclProfileProxyStep)
+
+/* The types launch_begin emits before the works. */
+#define API_TYPES \
+  (ncclProfileGroup | ncclProfileGroupApi | ncclProfileCollApi | ncclProfileP2pApi)
+
 /* ---- launches --------------------------------------------------------------- */
+
+/* p->mu around the launching thread's changes to the fields it guards,
+ * unless this launch is alone (launch_begin): then no other thread reads
+ * them and the lock's two atomic operations are saved. The proxy thread
+ * and the completion callback always lock. */
+static void mu_lock(brd_prof_t *p) {
+  if (!p->alone) pthread_mutex_lock(&p->mu);
+}
+
+static void mu_unlock(brd_prof_t *p) {
+  if (!p->alone) pthread_mutex_unlock(&p->mu);
+}
 
 static int is_p2p(const brd_call_t *c) {
   return c->coll == BRD_COLL_SEND || c->coll == BRD_COLL_RECV;
@@ -47,9 +66,9 @@ static int lrec_ready(brd_prof_t *p, int ncalls) {
   if (L == NULL) {
     L = calloc(1, sizeof(*L));
     if (L == NULL) return 0;
-    pthread_mutex_lock(&p->mu);
+    mu_lock(p);
     p->L = L;
-    pthread_mutex_unlock(&p->mu);
+    mu_unlock(p);
   }
   if (ncalls > L->pc_cap) {
     int cap = ncalls < 8 ? 8 : ncalls;
@@ -92,9 +111,11 @@ static int unpin(brd_prof_t *p, lrec_t *L, int i) {
   return 0;
 }
 
-void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls) {
+void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls, int callbacks,
+                           int proxy) {
   p->active = 0;
   if ((p->mask & LAUNCH_TYPES) == 0) return;
+  p->alone = !callbacks && (!proxy || (p->mask & PROXY_TYPES) == 0);
   if (!lrec_ready(p, ncalls)) {
     WARN("rank %d: out of host memory for the profiler's view of a launch of %d calls; "
          "this launch is not profiled", p->comm->rank, ncalls);
@@ -122,53 +143,65 @@ void brd_prof_launch_begin(brd_prof_t *p, const brd_call_t *calls, int ncalls) {
   p->kch_work = -1;
   p->kch_n = 0;
   p->klaunch = NULL;
-  ev_t e;
-  memset(&e, 0, sizeof(e));
-  e.type = ncclProfileGroup;
-  L->group = brd_prof_ev_start(p, &e);
-  e.type = ncclProfileGroupApi;
-  L->group_api = brd_prof_ev_start(p, &e);
-  for (int i = 0; i < ncalls; i++) {
-    e.type = is_p2p(&calls[i]) ? ncclProfileP2pApi : ncclProfileCollApi;
-    e.parent = L->group_api;
-    e.call = &calls[i];
-    p->pc[i].api = brd_prof_ev_start(p, &e);
+  L->group = L->group_api = NULL;
+  if (p->mask & API_TYPES) {
+    ev_t e;
+    memset(&e, 0, sizeof(e));
+    e.type = ncclProfileGroup;
+    L->group = brd_prof_ev_start(p, &e);
+    e.type = ncclProfileGroupApi;
+    L->group_api = brd_prof_ev_start(p, &e);
+    for (int i = 0; i < ncalls; i++) {
+      e.type = is_p2p(&calls[i]) ? ncclProfileP2pApi : ncclProfileCollApi;
+      e.parent = L->group_api;
+      e.call = &calls[i];
+      p->pc[i].api = brd_prof_ev_start(p, &e);
+    }
   }
-  pthread_mutex_lock(&p->mu);
+  mu_lock(p);
   L->refs = 0;
   L->ended = 0;
   L->cur_call = -1;
   L->live = 1;
   p->live_L = L;
-  pthread_mutex_unlock(&p->mu);
+  mu_unlock(p);
 }
 
-/* Starts call i's Coll or P2p event (w: its first work, or NULL). */
-static void call_start(brd_prof_t *p, int i, const brd_work_t *w) {
+/* Starts call i's Coll or P2p event (w: its first work, or NULL);
+ * current: call i's work runs now (L->cur_call, in the same locking). */
+static void call_start(brd_prof_t *p, int i, const brd_work_t *w, int current) {
   pcall_t *pc = &p->pc[i];
   const brd_call_t *c = &p->calls[i];
-  if (pc->started) return;
-  pc->started = 1;
-  ev_t e;
-  memset(&e, 0, sizeof(e));
-  e.call = c;
-  e.parent = p->version >= 5 ? pc->api : p->L->group;
-  e.parent_group = p->L->group;
-  e.algo = w != NULL ? w->args.plan->algo : -1;
-  e.proto = w != NULL ? w->args.plan->proto : -1;
-  e.nch = w != NULL ? w->args.plan->nblocks : 0;
-  if (is_p2p(c)) {
-    e.type = ncclProfileP2p;
-  } else {
-    e.type = ncclProfileColl;
-    e.seq = p->coll_seq++;
+  void *h = NULL;
+  int fresh = !pc->started;
+  if (fresh) {
+    pc->started = 1;
+    ev_t e;
+    memset(&e, 0, sizeof(e));
+    e.call = c;
+    e.parent = p->version >= 5 ? pc->api : p->L->group;
+    e.parent_group = p->L->group;
+    e.algo = w != NULL ? w->args.plan->algo : -1;
+    e.proto = w != NULL ? w->args.plan->proto : -1;
+    e.nch = w != NULL ? w->args.plan->nblocks : 0;
+    if (is_p2p(c)) {
+      e.type = ncclProfileP2p;
+    } else {
+      e.type = ncclProfileColl;
+      e.seq = p->coll_seq++;
+    }
+    h = brd_prof_ev_start(p, &e);
+  } else if (!current) {
+    return;
   }
-  void *h = brd_prof_ev_start(p, &e);
-  pthread_mutex_lock(&p->mu);
-  pc->ev = h;
-  pc->open = 1;
-  pthread_mutex_unlock(&p->mu);
-  if (is_p2p(c) && p->first_p2p == NULL) p->first_p2p = h;
+  mu_lock(p);
+  if (fresh) {
+    pc->ev = h;
+    pc->open = 1;
+  }
+  if (current) p->L->cur_call = i;
+  mu_unlock(p);
+  if (fresh && is_p2p(c) && p->first_p2p == NULL) p->first_p2p = h;
 }
 
 /* Call i ended: its events stop now, or with the last child still open. */
@@ -176,10 +209,10 @@ static void call_stop(brd_prof_t *p, int i) {
   pcall_t *pc = &p->pc[i];
   if (!pc->started || pc->stopped) return;
   pc->stopped = 1;
-  pthread_mutex_lock(&p->mu);
+  mu_lock(p);
   pc->closed = 1;
   if (pc->refs == 0) call_events_stop(p, pc);
-  pthread_mutex_unlock(&p->mu);
+  mu_unlock(p);
 }
 
 /* The call index of a collective work, -1 for point-to-point. */
@@ -236,29 +269,32 @@ void brd_prof_launch_works(brd_prof_t *p, const struct brd_works *ws, int per_wo
     else if (ws->w[w].p2p)
       p->p2p_works_left++;
   }
-  ev_t e;
-  memset(&e, 0, sizeof(e));
-  e.type = ncclProfileKernelLaunch;
-  e.parent = p->L->group_api;
-  p->klaunch = brd_prof_ev_start(p, &e);
+  p->klaunch = NULL;
+  if (p->mask & ncclProfileKernelLaunch) {
+    ev_t e;
+    memset(&e, 0, sizeof(e));
+    e.type = ncclProfileKernelLaunch;
+    e.parent = p->L->group_api;
+    p->klaunch = brd_prof_ev_start(p, &e);
+  }
   if (!per_work) {
     /* Without work hooks, each call's first work describes it. */
     for (int w = 0; w < ws->n; w++) {
       int i = work_call(p, &ws->w[w]);
-      if (i >= 0) call_start(p, i, &ws->w[w]);
+      if (i >= 0) call_start(p, i, &ws->w[w], 0);
     }
     const brd_work_t *pw = NULL;
     for (int w = 0; w < ws->n && pw == NULL; w++)
       if (ws->w[w].p2p) pw = &ws->w[w];
     for (int i = 0; i < p->ncalls; i++)
       if (is_p2p(&p->calls[i])) {
-        call_start(p, i, pw);
+        call_start(p, i, pw, 0);
         if (p->first_p2p_call < 0) p->first_p2p_call = i;
       }
-    pthread_mutex_lock(&p->mu);
+    mu_lock(p);
     for (int i = 0; i < p->ncalls && p->L->cur_call < 0; i++)
       if (!is_p2p(&p->calls[i])) p->L->cur_call = i;
-    pthread_mutex_unlock(&p->mu);
+    mu_unlock(p);
     if (p->mask & ncclProfileKernelCh) kch_start_all(p, ws);
   }
 }
@@ -297,16 +333,13 @@ void brd_prof_work_begin(brd_prof_t *p, int w) {
   int i = work_call(p, wk);
   void *parent;
   if (i >= 0) {
-    call_start(p, i, wk);
+    call_start(p, i, wk, 1);
     parent = p->pc[i].ev;
-    pthread_mutex_lock(&p->mu);
-    p->L->cur_call = i;
-    pthread_mutex_unlock(&p->mu);
   } else {
     if (!p->p2p_started) {
       p->p2p_started = 1;
       for (int k = 0; k < p->ncalls; k++)
-        if (is_p2p(&p->calls[k])) call_start(p, k, wk);
+        if (is_p2p(&p->calls[k])) call_start(p, k, wk, 0);
     }
     parent = p->first_p2p;
   }
@@ -371,7 +404,7 @@ int brd_prof_launch_enqueued(brd_prof_t *p, void (**fn_out)(void *), void **arg_
       (p->mask & (ncclProfileKernelCh | ncclProfileProxyOp | ncclProfileProxyStep)) == 0)
     return 0;
   lrec_t *L = p->L;
-  pthread_mutex_lock(&p->mu);
+  mu_lock(p);
   for (int i = 0; i < L->ncalls; i++) {
     L->pc[i].refs++;
     L->refs++;
@@ -379,7 +412,7 @@ int brd_prof_launch_enqueued(brd_prof_t *p, void (**fn_out)(void *), void **arg_
   L->kch_armed = 1;
   L->p = p;
   p->pending++;
-  pthread_mutex_unlock(&p->mu);
+  mu_unlock(p);
   *fn_out = launch_done;
   *arg_out = L;
   return 1;
@@ -390,30 +423,30 @@ void brd_prof_launch_end(brd_prof_t *p, ncclResult_t res) {
   if (!p->active) return;
   lrec_t *L = p->L;
   kch_close(p);
-  pthread_mutex_lock(&p->mu);
+  mu_lock(p);
   int armed = L->kch_armed;
   if (!armed) { /* armed: proxy operations attach until the stream is done */
     L->live = 0;
     if (p->live_L == L) p->live_L = NULL;
   }
-  pthread_mutex_unlock(&p->mu);
+  mu_unlock(p);
   if (!armed) kch_stop_all(p, L);
   /* Calls that never reached a work (a failed launch, or a call with
    * nothing to move) still get their event, so every call has one. */
   for (int i = 0; i < p->ncalls; i++) {
-    call_start(p, i, NULL);
+    call_start(p, i, NULL, 0);
     call_stop(p, i);
   }
   brd_prof_ev_stop(p, p->klaunch);
   p->klaunch = NULL;
-  pthread_mutex_lock(&p->mu);
+  mu_lock(p);
   if (L->refs == 0) {
     group_stop(p, L);
   } else {
     L->ended = 1; /* its last child stops the rest and frees it */
     p->L = NULL;
   }
-  pthread_mutex_unlock(&p->mu);
+  mu_unlock(p);
   p->active = 0;
   p->ws = NULL;
   p->calls = NULL;
