@@ -76,9 +76,9 @@
 
 /* n zeroed cursors in device memory, zeroed on a private stream (no other
  * work on the device is waited for), at the communicator's creation; the
- * wait is bounded (brd_exec_cuda_stream_wait), and the memory is leaked
- * when it gives up (the memset is still queued). */
-static ncclResult_t cursors_create(size_t n, uint64_t **out) {
+ * wait is bounded (brd_exec_cuda_stream_wait) and stops at abort_flag, and
+ * the memory is leaked when it gives up (the memset is still queued). */
+static ncclResult_t cursors_create(size_t n, _Atomic int *abort_flag, uint64_t **out) {
   ncclResult_t res = ncclSuccess;
   cudaStream_t s;
   uint64_t *p = NULL;
@@ -92,7 +92,8 @@ static ncclResult_t cursors_create(size_t n, uint64_t **out) {
     res = ncclUnhandledCudaError;
   } else {
     int stuck = 0;
-    res = brd_exec_cuda_stream_wait(s, "zeroing the sequence-number cursors", &stuck);
+    res = brd_exec_cuda_stream_wait(s, "zeroing the sequence-number cursors", abort_flag,
+                                    &stuck);
     if (stuck) {
       cudaStreamDestroy(s); /* returns at once; released after its work */
       brd_exec_cuda_leak_info((size_t)n * sizeof(*p), "the sequence-number cursors");
@@ -408,14 +409,15 @@ static ncclResult_t cuda_window_create(struct ncclComm *comm, const brd_transpor
   CUDA_CHECK_GOTO(cudaSetDevice(rt->dev), "cudaSetDevice to the communicator's GPU", res, fail);
   /* Before this communicator's first kernel: see brd_exec_cuda_load. */
   CHECK_GOTO(brd_exec_cuda_load(), res, fail);
-  CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_coll), res, fail);
-  CHECK_GOTO(brd_exec_cuda_status_create(&rt->st_p2p), res, fail);
+  rt->abort_flag = &comm->abort_flag;
+  CHECK_GOTO(brd_exec_cuda_status_create(rt->abort_flag, &rt->st_coll), res, fail);
+  CHECK_GOTO(brd_exec_cuda_status_create(rt->abort_flag, &rt->st_p2p), res, fail);
   atomic_fetch_add(&rt->dev_bytes, 2 * (uint64_t)brd_exec_cuda_status_device_bytes());
   /* One allocation: the point-to-point pairs', then the one-sided calls'
    * (what this rank signalled, what it waited for: brd_backend_rma_t). */
   rt->rma_cells = (size_t)brd_rma_ctx_count(comm) * BRD_RMA_SIGNALS * (size_t)n;
   size_t ncur = (size_t)n + 2 * rt->rma_cells;
-  CHECK_GOTO(cursors_create(ncur, &rt->p2p_cursor), res, fail);
+  CHECK_GOTO(cursors_create(ncur, rt->abort_flag, &rt->p2p_cursor), res, fail);
   rt->rma_cursor = rt->p2p_cursor + n;
   atomic_fetch_add(&rt->dev_bytes, (uint64_t)ncur * sizeof(*rt->p2p_cursor));
   CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&rt->done, cudaEventDisableTiming),
@@ -718,7 +720,7 @@ static ncclResult_t cuda_ports_bind(struct brd_backend *rt, brd_proxy_t *px, int
   CUDA_CHECK_GOTO(cudaSetDevice(rt->dev), "cudaSetDevice to the communicator's GPU", res, out);
   for (int i = 0; i < 2; i++) {
     brd_exec_fifo_t *fifo;
-    CHECK_GOTO(brd_exec_cuda_status_ports(sts[i], n, mirror, &fifo), res, out);
+    CHECK_GOTO(brd_exec_cuda_status_ports(sts[i], n, mirror, rt->abort_flag, &fifo), res, out);
     CHECK_GOTO(brd_proxy_fifo_add(px, fifo), res, out);
   }
 out:

@@ -30,6 +30,7 @@ struct brd_backend {
   int nranks;
   int rank;
   int dev;
+  _Atomic int *abort_flag;         /* borrowed: the communicator's, for setup waits */
   const brd_transport_ops_t *ops;  /* P2P, or HOST/SHM for host memory */
   int host_memory;                 /* 1: windows in host memory */
   brd_seg_t self;                  /* owned: this rank's window */

@@ -8,6 +8,7 @@
  * runs this same file with kernels of its own (tests/cudasim/).
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -403,7 +404,8 @@ void brd_exec_cuda_leak_info(size_t bytes, const char *what) {
 }
 
 /* See exec_cuda.h. */
-ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what, int *stuck_out) {
+ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what,
+                                       brd_exec_abort_flag_t *abort_flag, int *stuck_out) {
   int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
   int64_t deadline = brd_time_now_ns() + (t > 0 ? t : 300) * 1000000000LL;
   for (;;) {
@@ -414,6 +416,15 @@ ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what, int *st
       WARN("CUDA: %s failed: %s (%d)", what, cudaGetErrorString(e), (int)e);
       *stuck_out = 1;
       return ncclUnhandledCudaError;
+    }
+    if (abort_flag != NULL && atomic_load(abort_flag)) {
+      INFO(BRD_SUBSYS_INIT, "CUDA: %s stopped by the communicator's abort before it "
+           "finished; the memory it uses stays allocated", what);
+      int dev = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+      stuck_record(s, dev);
+      *stuck_out = 1;
+      return ncclSystemError;
     }
     if (brd_time_now_ns() >= deadline) {
       WARN("CUDA: %s did not finish in %lld s (BRAID_TIMEOUT). A stream of this rank's "
@@ -442,11 +453,11 @@ ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what, int *st
  * launch; the wait is bounded (brd_exec_cuda_stream_wait), since the
  * private stream shares a hardware queue with other ranks' streams. The
  * copy reads a private copy of src, so src is the caller's again when
- * this returns. *stuck_out set as brd_exec_cuda_stream_wait's: dst must
- * then stay allocated (this leaks its own copy of src). */
+ * this returns. abort_flag and *stuck_out as brd_exec_cuda_stream_wait's:
+ * dst must then stay allocated (this leaks its own copy of src). */
 static ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
                                  enum cudaMemcpyKind kind, const char *what,
-                                 int *stuck_out) {
+                                 brd_exec_abort_flag_t *abort_flag, int *stuck_out) {
   ncclResult_t res = ncclSuccess;
   cudaStream_t s;
   void *stage = NULL;
@@ -467,7 +478,7 @@ static ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
     CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, stage, bytes, kind, s), what, res,
                     out_stream);
   }
-  res = brd_exec_cuda_stream_wait(s, what, stuck_out);
+  res = brd_exec_cuda_stream_wait(s, what, abort_flag, stuck_out);
   if (res != ncclSuccess && stage != NULL) {
     brd_exec_cuda_leak_info(bytes, "host memory staging the copy");
     stage = NULL;
@@ -563,7 +574,7 @@ static ncclResult_t plan_upload(brd_exec_cuda_plan_t *cp, int async, cudaStream_
   size_t bytes = cp->host->total_bytes;
   if (!async) {
     res = private_copy(cp->dev, cp->host, bytes, cudaMemcpyHostToDevice,
-                       "copying a plan to the device", stuck_out);
+                       "copying a plan to the device", NULL, stuck_out);
     cp->uploaded = res == ncclSuccess;
     return res;
   }
@@ -726,7 +737,8 @@ void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan) {
 }
 
 /* See exec_cuda.h. */
-ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out) {
+ncclResult_t brd_exec_cuda_status_create(brd_exec_abort_flag_t *abort_flag,
+                                         brd_exec_cuda_status_t **st_out) {
   ncclResult_t res = ncclSuccess;
   brd_exec_cuda_status_t *st =
       calloc(1, sizeof(brd_exec_cuda_status_t));
@@ -746,7 +758,7 @@ ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out) {
                   "cudaMalloc for the executor state", res, fail_free_host);
   int stuck = 0;
   res = private_copy(st->state, NULL, sizeof(brd_exec_state_t), cudaMemcpyDefault,
-                     "zeroing the executor state", &stuck);
+                     "zeroing the executor state", abort_flag, &stuck);
   if (stuck) goto fail_leak;
   if (res != ncclSuccess) goto fail_free_state;
   *st_out = st;
@@ -772,7 +784,9 @@ size_t brd_exec_cuda_status_device_bytes(void) { return sizeof(brd_exec_state_t)
 
 /* See exec_cuda.h. */
 ncclResult_t brd_exec_cuda_status_ports(brd_exec_cuda_status_t *st, int nranks,
-                                        const uint64_t *mirror, brd_exec_fifo_t **fifo_out) {
+                                        const uint64_t *mirror,
+                                        brd_exec_abort_flag_t *abort_flag,
+                                        brd_exec_fifo_t **fifo_out) {
   ncclResult_t res = ncclSuccess;
   brd_exec_fifo_t *f = NULL, *fdev = NULL;
   size_t bytes = offsetof(brd_exec_fifo_t, mirror) + (size_t)nranks * sizeof(uint64_t);
@@ -790,7 +804,7 @@ ncclResult_t brd_exec_cuda_status_ports(brd_exec_cuda_status_t *st, int nranks,
   int stuck = 0;
   res = private_copy((char *)st->state + offsetof(brd_exec_state_t, fifo), &fdev,
                      sizeof(fdev), cudaMemcpyHostToDevice, "publishing the trigger FIFO",
-                     &stuck);
+                     abort_flag, &stuck);
   if (stuck) {
     /* The state may yet point at f: it stays, and so does the state
      * (brd_exec_cuda_status_destroy leaks it while the work is stuck). */
@@ -894,7 +908,7 @@ ncclResult_t brd_exec_cuda_chans_create(const brd_exec_cuda_chan_t *chans,
   if (n > 0) {
     int stuck = 0;
     res = private_copy(dev, chans, (size_t)n * sizeof(*dev), cudaMemcpyHostToDevice,
-                       "copying a channel table", &stuck);
+                       "copying a channel table", NULL, &stuck);
     if (stuck) {
       brd_exec_cuda_leak_info(bytes, "a channel table");
       goto out;

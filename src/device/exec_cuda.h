@@ -65,6 +65,14 @@
 extern "C" {
 #endif
 
+/* A communicator's abort flag as the setup waits below read it (C11
+ * atomics; the CUDA sources, compiled as C++, only see the declarations). */
+#ifdef __cplusplus
+typedef int brd_exec_abort_flag_t;
+#else
+typedef _Atomic int brd_exec_abort_flag_t;
+#endif
+
 /* Threads per block of every executor kernel. */
 #define BRD_EXEC_CUDA_NTHREADS 512
 
@@ -265,15 +273,17 @@ const brd_ir_plan_t *brd_exec_cuda_plan_dev(const brd_exec_cuda_plan_t *plan);
  * BRAID_TIMEOUT seconds: a stream shares a hardware queue with other
  * streams of the GPU, and with ranks sharing the GPU a peer's work ahead
  * of it may wait for this rank. ncclSystemError (WARN naming `what` and
- * the cause) at the deadline; ncclUnhandledCudaError (WARN) when CUDA
- * fails. On either, *stuck_out is set to 1: the work was not seen to end,
+ * the cause) at the deadline, or (INFO) as soon as abort_flag (NULL: none)
+ * is set; ncclUnhandledCudaError (WARN) when CUDA fails. On any of these,
+ * *stuck_out is set to 1: the work was not seen to end,
  * so the caller must not free the memory it reads or writes, nor any other
  * memory of the device (cudaFree and cudaFreeHost wait for the whole
  * device, so they would hang behind the same queue): it leaks it
  * (brd_exec_cuda_leak_info) instead. s may be destroyed (CUDA releases it
- * once its work has run). After a timeout the work stays recorded until it
- * ends (brd_exec_cuda_stuck). Blocks. Any thread. */
-ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what, int *stuck_out);
+ * once its work has run). After a timeout or an abort the work stays
+ * recorded until it ends (brd_exec_cuda_stuck). Blocks. Any thread. */
+ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what,
+                                       brd_exec_abort_flag_t *abort_flag, int *stuck_out);
 
 /* Whether work that brd_exec_cuda_stream_wait gave up on may still be
  * queued on device `dev`: then a cudaFree or cudaFreeHost there may never
@@ -294,8 +304,11 @@ void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan);
 /* Allocates a rank's status block on the current device: abort flag and
  * report in mapped pinned host memory (cudaHostAlloc), barrier and cursor in
  * zeroed device memory. ncclUnhandledCudaError (WARN) when CUDA fails,
- * ncclSystemError when host memory runs out. Blocks. Any thread. */
-ncclResult_t brd_exec_cuda_status_create(brd_exec_cuda_status_t **st_out);
+ * ncclSystemError when host memory runs out, the zeroing's wait gives up
+ * or abort_flag (the communicator's, or NULL) is set during it
+ * (brd_exec_cuda_stream_wait). Blocks. Any thread. */
+ncclResult_t brd_exec_cuda_status_create(brd_exec_abort_flag_t *abort_flag,
+                                         brd_exec_cuda_status_t **st_out);
 
 /* Frees a status block. No kernel using it may be queued or running.
  * Leaks its CUDA memory instead (INFO) while brd_exec_cuda_stuck says so
@@ -311,9 +324,12 @@ size_t brd_exec_cuda_status_device_bytes(void);
  * as the kernels address it, 0 for memory channels), freed with st.
  * *fifo_out is the host's view, for the proxy to drain. Plans with port
  * channels run only on a status that has one. Errors from CUDA as
- * ncclUnhandledCudaError (WARN). The status's owner, no launch running. */
+ * ncclUnhandledCudaError (WARN); the publishing wait as status_create's,
+ * with abort_flag. The status's owner, no launch running. */
 ncclResult_t brd_exec_cuda_status_ports(brd_exec_cuda_status_t *st, int nranks,
-                                        const uint64_t *mirror, brd_exec_fifo_t **fifo_out);
+                                        const uint64_t *mirror,
+                                        brd_exec_abort_flag_t *abort_flag,
+                                        brd_exec_fifo_t **fifo_out);
 
 /* Raises the abort flag: every running or later kernel on this status
  * leaves at its next wait and reports ncclSystemError. Never blocks; any

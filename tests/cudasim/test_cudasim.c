@@ -1071,7 +1071,7 @@ static int fault_child(int overrun) {
     brd_exec_cuda_status_t *st;
     if (brd_algos_oneshot_allreduce(&args, &plan) != ncclSuccess ||
         brd_exec_cuda_plan_create(plan, &cp) != ncclSuccess ||
-        brd_exec_cuda_status_create(&st) != ncclSuccess)
+        brd_exec_cuda_status_create(NULL, &st) != ncclSuccess)
       _exit(10);
     size_t sb = brd_plan_scratch_bytes(plan);
     float *in = NULL, *out = NULL;

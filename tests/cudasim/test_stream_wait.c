@@ -31,12 +31,17 @@
  *     (here, for the gate). Destroying a status block while that work is
  *     queued returns at once too; once it has run, creation succeeds;
  *   - a communicator's connect (its CUDA backend) gives up the same way,
- *     and aborting the communicator then returns at once.
+ *     and aborting the communicator then returns at once;
+ *   - the same waits stop as soon as the abort flag is set (a status
+ *     block's zeroing given a flag; a communicator's connect when another
+ *     thread calls ncclCommAbort), well before BRAID_TIMEOUT.
  *
  * Simulator only: on a GPU the queue cannot be held this way.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -230,7 +235,7 @@ static void test_plan_use_in_capture(void **state) {
 static void test_status_reset(void **state) {
   (void)state;
   brd_exec_cuda_status_t *st = NULL;
-  assert_int_equal(brd_exec_cuda_status_create(&st), ncclSuccess);
+  assert_int_equal(brd_exec_cuda_status_create(NULL, &st), ncclSuccess);
   cudaStream_t ls;
   CU(cudaStreamCreateWithFlags(&ls, cudaStreamNonBlocking));
   held_t h;
@@ -311,14 +316,14 @@ static void test_status_create_stuck(void **state) {
   assert_int_equal(brd_exec_cuda_stuck(0), 0);
   hold_queue(&h);
   double t0 = now_s();
-  ncclResult_t r = brd_exec_cuda_status_create(&st);
+  ncclResult_t r = brd_exec_cuda_status_create(NULL, &st);
   double took = now_s() - t0;
   int stuck = brd_exec_cuda_stuck(0);
   release_stuck(&h);
   check_gave_up(r, took, "zeroing the executor state");
   assert_int_equal(stuck, 1);
   assert_null(st);
-  assert_int_equal(brd_exec_cuda_status_create(&st), ncclSuccess);
+  assert_int_equal(brd_exec_cuda_status_create(NULL, &st), ncclSuccess);
   assert_int_equal(brd_exec_cuda_poll(st, NULL), ncclSuccess);
   brd_exec_cuda_status_destroy(st);
 }
@@ -331,10 +336,10 @@ static void test_status_ports_stuck(void **state) {
   brd_exec_cuda_status_t *st = NULL;
   brd_exec_fifo_t *fifo = NULL;
   uint64_t mirror[3] = {0x1000, 0x2000, 0x3000};
-  assert_int_equal(brd_exec_cuda_status_create(&st), ncclSuccess);
+  assert_int_equal(brd_exec_cuda_status_create(NULL, &st), ncclSuccess);
   hold_queue(&h);
   double t0 = now_s();
-  ncclResult_t r = brd_exec_cuda_status_ports(st, 3, mirror, &fifo);
+  ncclResult_t r = brd_exec_cuda_status_ports(st, 3, mirror, NULL, &fifo);
   double mid = now_s();
   brd_exec_cuda_status_destroy(st);
   double t1 = now_s();
@@ -417,6 +422,89 @@ static void test_comm_connect_stuck(void **state) {
   assert_int_equal(ncclCommDestroy(comm), ncclSuccess);
 }
 
+/* Sets *flag after `after_s` seconds (a thread). */
+typedef struct {
+  _Atomic int *flag;
+  double after_s;
+} late_set_t;
+
+static void *late_set(void *arg) {
+  late_set_t *a = arg;
+  struct timespec d = {0, (long)(a->after_s * 1e9)};
+  nanosleep(&d, NULL);
+  atomic_store(a->flag, 1);
+  return NULL;
+}
+
+/* A status block's zeroing, stuck, stops when its abort flag is set (0.2 s
+ * in), not at BRAID_TIMEOUT (1 s); the work is recorded as stuck and the
+ * block is not made. */
+static void test_status_create_abort(void **state) {
+  (void)state;
+  held_t h;
+  brd_exec_cuda_status_t *st = NULL;
+  _Atomic int flag = 0;
+  late_set_t a = {&flag, 0.2};
+  pthread_t t;
+  assert_int_equal(brd_exec_cuda_stuck(0), 0);
+  hold_queue(&h);
+  double t0 = now_s();
+  assert_int_equal(pthread_create(&t, NULL, late_set, &a), 0);
+  ncclResult_t r = brd_exec_cuda_status_create(&flag, &st);
+  double took = now_s() - t0;
+  pthread_join(t, NULL);
+  int stuck = brd_exec_cuda_stuck(0);
+  release_stuck(&h);
+  assert_int_equal(r, ncclSystemError);
+  assert_null(st);
+  assert_int_equal(stuck, 1);
+  if (!(took >= 0.19 && took < 0.8))
+    fail_msg("the zeroing stopped after %.3f s, not soon after the flag (0.2 s)", took);
+}
+
+typedef struct {
+  ncclComm_t comm;
+  ncclResult_t res;
+  double took;
+} connect_arg_t;
+
+static void *connect_main(void *arg) {
+  connect_arg_t *c = arg;
+  double t0 = now_s();
+  c->res = brd_launch_connect(c->comm, "test_comm_connect_abort");
+  c->took = now_s() - t0;
+  return NULL;
+}
+
+/* A communicator's connect stuck behind the held queue, and ncclCommAbort
+ * from another thread 0.2 s in: the connect returns an error soon after,
+ * not at BRAID_TIMEOUT, and the abort returns within its second. */
+static void test_comm_connect_abort(void **state) {
+  (void)state;
+  ncclUniqueId id;
+  ncclComm_t comm = NULL;
+  held_t h;
+  pthread_t t;
+  assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+  assert_int_equal(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  connect_arg_t c = {comm, ncclSuccess, 0};
+  hold_queue(&h);
+  assert_int_equal(pthread_create(&t, NULL, connect_main, &c), 0);
+  struct timespec d = {0, 200000000L};
+  nanosleep(&d, NULL);
+  double t0 = now_s();
+  ncclResult_t a = ncclCommAbort(comm);
+  double abort_took = now_s() - t0;
+  pthread_join(t, NULL);
+  release_stuck(&h);
+  assert_int_equal(a, ncclSuccess);
+  assert_int_not_equal(c.res, ncclSuccess);
+  if (c.took >= 0.8)
+    fail_msg("the connect returned %.3f s after it began: at BRAID_TIMEOUT, not at the abort "
+             "(0.2 s)", c.took);
+  if (abort_took > 1.0) fail_msg("ncclCommAbort took %.3f s", abort_took);
+}
+
 /* As a communicator's creation does, before any test holds the queue:
  * loading the kernels waits for the whole device. */
 static int group_setup(void **state) {
@@ -439,6 +527,8 @@ int main(void) {
       cmocka_unit_test(test_chans_create_stuck),
       cmocka_unit_test(test_plan_create_stuck),
       cmocka_unit_test(test_comm_connect_stuck),
+      cmocka_unit_test(test_status_create_abort),
+      cmocka_unit_test(test_comm_connect_abort),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

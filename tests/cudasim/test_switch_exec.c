@@ -137,7 +137,7 @@ static void world_init(world_t *w, int n) {
     CU(cudaMalloc((void **)&w->in[r], MAXCOUNT * 8));
     CU(cudaMalloc((void **)&w->out[r], MAXR * MAXCOUNT * 8 + GUARD));
     CU(cudaStreamCreateWithFlags(&w->s[r], cudaStreamNonBlocking));
-    assert_int_equal(brd_exec_cuda_status_create(&w->st[r]), ncclSuccess);
+    assert_int_equal(brd_exec_cuda_status_create(NULL, &w->st[r]), ncclSuccess);
     DRV(drv.bind(w->mc, 0, (CUdeviceptr)(uintptr_t)w->uc[r], w->win_bytes, 0));
   }
   CUdeviceptr va;

@@ -152,7 +152,7 @@ static void world_setup(world_t *w, brd_ir_plan_t *plan, int algo, int proto,
     size_t sem_bytes = (size_t)(nch ? nch : 1) * (nsems ? nsems : 1) * sizeof(uint64_t);
     CU(cudaMalloc((void **)&w->sems[r], sem_bytes));
     CU(cudaMemset(w->sems[r], 0, sem_bytes));
-    assert_int_equal(brd_exec_cuda_status_create(&w->st[r]), ncclSuccess);
+    assert_int_equal(brd_exec_cuda_status_create(NULL, &w->st[r]), ncclSuccess);
   }
   for (int r = 0; r < n; r++) {
     uint32_t nch = brd_ir_plan_rank(w->plan, r)->nchans;
@@ -637,7 +637,7 @@ static void test_sendrecv(void **state) {
       brd_algos_sendrecv_args_t pa = {n, r, ranks};
       assert_int_equal(brd_algos_sendrecv(&pa, &plan[r]), ncclSuccess);
       assert_int_equal(brd_exec_cuda_plan_create(plan[r], &cplan[r]), ncclSuccess);
-      assert_int_equal(brd_exec_cuda_status_create(&st[r]), ncclSuccess);
+      assert_int_equal(brd_exec_cuda_status_create(NULL, &st[r]), ncclSuccess);
       /* Every rank must cut its scratch into the same slots: peers write
        * there with their own plans. */
       assert_int_equal(plan[r]->nslots, plan[0]->nslots);
@@ -875,7 +875,7 @@ static void test_reduce_bits(void **state) {
   CU(cudaMalloc((void **)&d_out, bytes));
   CU(cudaMalloc((void **)&d_scalar, 8));
   brd_exec_cuda_status_t *st;
-  assert_int_equal(brd_exec_cuda_status_create(&st), ncclSuccess);
+  assert_int_equal(brd_exec_cuda_status_create(NULL, &st), ncclSuccess);
   uint64_t cursor = 0;
   int bad_cases = 0;
   for (int ll = 0; ll < 2; ll++) {
@@ -1102,7 +1102,7 @@ static void test_barrier(void **state) {
   brd_exec_cuda_plan_t *cplan;
   assert_int_equal(brd_exec_cuda_plan_create(plan, &cplan), ncclSuccess);
   brd_exec_cuda_status_t *st;
-  assert_int_equal(brd_exec_cuda_status_create(&st), ncclSuccess);
+  assert_int_equal(brd_exec_cuda_status_create(NULL, &st), ncclSuccess);
 
   /* 1 KiB slots: 256 floats per chunk, 768 per window, 5 full windows. */
   const size_t scratch_bytes = 2 * (size_t)nb * 1024, chunk = 256, count = 5 * 3 * 256;
