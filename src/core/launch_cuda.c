@@ -55,6 +55,7 @@
 #include "core/api.h"
 #include "base/array.h"
 #include "base/check.h"
+#include "base/cuda_wait.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/backend.h"
@@ -76,7 +77,7 @@
 
 /* n zeroed cursors in device memory, zeroed on a private stream (no other
  * work on the device is waited for), at the communicator's creation; the
- * wait is bounded (brd_exec_cuda_stream_wait) and stops at abort_flag, and
+ * wait is bounded (brd_cuda_stream_wait) and stops at abort_flag, and
  * the memory is leaked when it gives up (the memset is still queued). */
 static ncclResult_t cursors_create(size_t n, _Atomic int *abort_flag, uint64_t **out) {
   ncclResult_t res = ncclSuccess;
@@ -92,11 +93,11 @@ static ncclResult_t cursors_create(size_t n, _Atomic int *abort_flag, uint64_t *
     res = ncclUnhandledCudaError;
   } else {
     int stuck = 0;
-    res = brd_exec_cuda_stream_wait(s, "zeroing the sequence-number cursors", abort_flag,
+    res = brd_cuda_stream_wait(s, "zeroing the sequence-number cursors", abort_flag,
                                     &stuck);
     if (stuck) {
       cudaStreamDestroy(s); /* returns at once; released after its work */
-      brd_exec_cuda_leak_info((size_t)n * sizeof(*p), "the sequence-number cursors");
+      brd_cuda_leak_info((size_t)n * sizeof(*p), "the sequence-number cursors");
       goto out;
     }
   }
@@ -238,15 +239,15 @@ static void rt_free(struct brd_backend *rt) {
 }
 
 /* Frees rt unless work that a bounded creation wait gave up on may still
- * be queued on its device (brd_exec_cuda_stuck): every cudaFree there would
+ * be queued on its device (brd_cuda_stuck): every cudaFree there would
  * wait behind it, maybe for ever, so rt is leaked instead. The caller has
  * made rt->dev current. */
 static void rt_free_unless_stuck(struct brd_backend *rt) {
-  if (!brd_exec_cuda_stuck(rt->dev)) {
+  if (!brd_cuda_stuck(rt->dev)) {
     rt_free(rt);
     return;
   }
-  brd_exec_cuda_leak_info((size_t)atomic_load(&rt->dev_bytes),
+  brd_cuda_leak_info((size_t)atomic_load(&rt->dev_bytes),
                           "a rank's CUDA backend (status, cursors, window)");
 }
 

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "base/check.h"
+#include "base/cuda_wait.h"
 #include "base/debug.h"
 #include "base/param.h"
 #include "base/time.h"
@@ -345,115 +346,15 @@ static void hang_warn(const brd_exec_cuda_hang_t *h, double secs) {
 
 /* ---- objects, launches, status ------------------------------------------- */
 
-/* Work that brd_exec_cuda_stream_wait gave up on: an event recorded
- * behind it on its stream, kept until a query sees it done. */
-#define STUCK_MAX 64
-static pthread_mutex_t stuck_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-  cudaEvent_t ev;
-  int dev;
-} stuck_work[STUCK_MAX];            /* under stuck_lock */
-static int nstuck;                  /* under stuck_lock */
-static unsigned char stuck_unknown; /* under stuck_lock: some work could not be
-                                       recorded, so every device counts as stuck */
-
-/* Records that the work on s (device dev) may never end. */
-static void stuck_record(cudaStream_t s, int dev) {
-  cudaEvent_t ev = NULL;
-  pthread_mutex_lock(&stuck_lock);
-  if (nstuck < STUCK_MAX &&
-      cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
-      cudaEventRecord(ev, s) == cudaSuccess) {
-    stuck_work[nstuck].ev = ev;
-    stuck_work[nstuck].dev = dev;
-    nstuck++;
-  } else {
-    (void)cudaGetLastError();
-    if (ev != NULL) cudaEventDestroy(ev);
-    stuck_unknown = 1;
-  }
-  pthread_mutex_unlock(&stuck_lock);
-}
-
-/* See exec_cuda.h. */
-int brd_exec_cuda_stuck(int dev) {
-  int any = 0;
-  pthread_mutex_lock(&stuck_lock);
-  for (int i = 0; i < nstuck;) {
-    cudaError_t e = cudaEventQuery(stuck_work[i].ev);
-    if (e == cudaErrorNotReady) {
-      any |= stuck_work[i].dev == dev;
-      i++;
-      continue;
-    }
-    /* Done, or failed (its stream will not run it): it holds nothing. */
-    (void)cudaGetLastError();
-    cudaEventDestroy(stuck_work[i].ev);
-    stuck_work[i] = stuck_work[--nstuck];
-  }
-  any |= stuck_unknown;
-  pthread_mutex_unlock(&stuck_lock);
-  return any;
-}
-
-/* See exec_cuda.h. */
-void brd_exec_cuda_leak_info(size_t bytes, const char *what) {
-  INFO(BRD_SUBSYS_ALLOC, "CUDA: leaving %zu bytes of %s allocated: work queued on the "
-       "device that a bounded wait gave up on may still use them, and freeing would "
-       "wait for the whole device, behind that work", bytes, what);
-}
-
-/* See exec_cuda.h. */
-ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what,
-                                       brd_exec_abort_flag_t *abort_flag, int *stuck_out) {
-  int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
-  int64_t deadline = brd_time_now_ns() + (t > 0 ? t : 300) * 1000000000LL;
-  for (;;) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return ncclSuccess;
-    if (e != cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      WARN("CUDA: %s failed: %s (%d)", what, cudaGetErrorString(e), (int)e);
-      *stuck_out = 1;
-      return ncclUnhandledCudaError;
-    }
-    if (abort_flag != NULL && atomic_load(abort_flag)) {
-      INFO(BRD_SUBSYS_INIT, "CUDA: %s stopped by the communicator's abort before it "
-           "finished; the memory it uses stays allocated", what);
-      int dev = 0;
-      if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
-      stuck_record(s, dev);
-      *stuck_out = 1;
-      return ncclSystemError;
-    }
-    if (brd_time_now_ns() >= deadline) {
-      WARN("CUDA: %s did not finish in %lld s (BRAID_TIMEOUT). A stream of this rank's "
-           "own queued behind other work of the GPU: with ranks sharing the GPU, "
-           "streams share its hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), and a "
-           "peer's work waiting for this rank can hold the queue. Create communicators "
-           "before launching collectives on other communicators of the same GPU, or "
-           "raise CUDA_DEVICE_MAX_CONNECTIONS; the memory it uses stays allocated",
-           what, (long long)(t > 0 ? t : 300));
-      int dev = 0;
-      if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
-      stuck_record(s, dev);
-      *stuck_out = 1;
-      return ncclSystemError;
-    }
-    struct timespec ts = {0, 100000L};
-    nanosleep(&ts, NULL);
-  }
-}
-
 /* Copies bytes from src to dst (src NULL: zeroes dst) on a private
  * non-blocking stream and waits for it, so a setup copy neither waits for
  * nor is overtaken by other streams' work: the legacy default stream would
  * wait for peers' kernels, which may be spinning on this rank. Only at a
  * communicator's creation (status, channel tables), before its first
- * launch; the wait is bounded (brd_exec_cuda_stream_wait), since the
+ * launch; the wait is bounded (brd_cuda_stream_wait), since the
  * private stream shares a hardware queue with other ranks' streams. The
  * copy reads a private copy of src, so src is the caller's again when
- * this returns. abort_flag and *stuck_out as brd_exec_cuda_stream_wait's:
+ * this returns. abort_flag and *stuck_out as brd_cuda_stream_wait's:
  * dst must then stay allocated (this leaks its own copy of src). */
 static ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
                                  enum cudaMemcpyKind kind, const char *what,
@@ -478,9 +379,9 @@ static ncclResult_t private_copy(void *dst, const void *src, size_t bytes,
     CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, stage, bytes, kind, s), what, res,
                     out_stream);
   }
-  res = brd_exec_cuda_stream_wait(s, what, abort_flag, stuck_out);
+  res = brd_cuda_stream_wait(s, what, abort_flag, stuck_out);
   if (res != ncclSuccess && stage != NULL) {
-    brd_exec_cuda_leak_info(bytes, "host memory staging the copy");
+    brd_cuda_leak_info(bytes, "host memory staging the copy");
     stage = NULL;
   }
 out_stream:
@@ -704,7 +605,7 @@ static ncclResult_t plan_create(const brd_ir_plan_t *plan, int async, cudaStream
   *plan_out = cp;
   return ncclSuccess;
 fail_leak_dev:
-  brd_exec_cuda_leak_info(plan->total_bytes, "a plan's device copy");
+  brd_cuda_leak_info(plan->total_bytes, "a plan's device copy");
   goto fail_destroy_host;
 fail_free_dev:
   /* cudaFreeHost and cudaFree wait for the device: a copy already queued
@@ -723,8 +624,8 @@ out:
 /* See exec_cuda.h. */
 void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan) {
   if (plan == NULL) return;
-  if (brd_exec_cuda_stuck(plan->device)) {
-    brd_exec_cuda_leak_info(plan->host->total_bytes, "a plan's device copy");
+  if (brd_cuda_stuck(plan->device)) {
+    brd_cuda_leak_info(plan->host->total_bytes, "a plan's device copy");
     brd_plan_destroy(plan->host);
     free(plan);
     return;
@@ -766,7 +667,7 @@ ncclResult_t brd_exec_cuda_status_create(brd_exec_abort_flag_t *abort_flag,
 fail_leak:
   /* The memset targets the state; cudaFreeHost of the report would wait
    * for the device as cudaFree does. */
-  brd_exec_cuda_leak_info(sizeof(brd_exec_state_t) + sizeof(brd_exec_report_t),
+  brd_cuda_leak_info(sizeof(brd_exec_state_t) + sizeof(brd_exec_report_t),
                           "an executor status (device state, mapped report)");
   free(st);
   return res;
@@ -808,7 +709,7 @@ ncclResult_t brd_exec_cuda_status_ports(brd_exec_cuda_status_t *st, int nranks,
   if (stuck) {
     /* The state may yet point at f: it stays, and so does the state
      * (brd_exec_cuda_status_destroy leaks it while the work is stuck). */
-    brd_exec_cuda_leak_info(bytes, "the port channels' trigger FIFO");
+    brd_cuda_leak_info(bytes, "the port channels' trigger FIFO");
     goto out;
   }
   if (res != ncclSuccess) goto fail_free;
@@ -824,8 +725,8 @@ out:
 /* See exec_cuda.h. */
 void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st) {
   if (st == NULL) return;
-  if (brd_exec_cuda_stuck(st->device)) {
-    brd_exec_cuda_leak_info(sizeof(brd_exec_state_t) + sizeof(brd_exec_report_t),
+  if (brd_cuda_stuck(st->device)) {
+    brd_cuda_leak_info(sizeof(brd_exec_state_t) + sizeof(brd_exec_report_t),
                             "an executor status (device state, mapped report)");
     free(st);
     return;
@@ -910,7 +811,7 @@ ncclResult_t brd_exec_cuda_chans_create(const brd_exec_cuda_chan_t *chans,
     res = private_copy(dev, chans, (size_t)n * sizeof(*dev), cudaMemcpyHostToDevice,
                        "copying a channel table", NULL, &stuck);
     if (stuck) {
-      brd_exec_cuda_leak_info(bytes, "a channel table");
+      brd_cuda_leak_info(bytes, "a channel table");
       goto out;
     }
     if (res != ncclSuccess) goto fail_free;
@@ -928,8 +829,8 @@ void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev) {
   int d = 0;
   if (dev == NULL) return;
   if (cudaGetDevice(&d) != cudaSuccess) (void)cudaGetLastError();
-  if (brd_exec_cuda_stuck(d)) {
-    brd_exec_cuda_leak_info(sizeof(*dev), "a channel table (its first entry at least)");
+  if (brd_cuda_stuck(d)) {
+    brd_cuda_leak_info(sizeof(*dev), "a channel table (its first entry at least)");
     return;
   }
   cudaFree(dev);

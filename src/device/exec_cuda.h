@@ -269,35 +269,9 @@ ncclResult_t brd_exec_cuda_plan_ready(brd_exec_cuda_plan_t *plan);
  * and diagnostics. Never blocks; any thread. */
 const brd_ir_plan_t *brd_exec_cuda_plan_dev(const brd_exec_cuda_plan_t *plan);
 
-/* Waits, polling, until everything enqueued on s has run, for at most
- * BRAID_TIMEOUT seconds: a stream shares a hardware queue with other
- * streams of the GPU, and with ranks sharing the GPU a peer's work ahead
- * of it may wait for this rank. ncclSystemError (WARN naming `what` and
- * the cause) at the deadline, or (INFO) as soon as abort_flag (NULL: none)
- * is set; ncclUnhandledCudaError (WARN) when CUDA fails. On any of these,
- * *stuck_out is set to 1: the work was not seen to end,
- * so the caller must not free the memory it reads or writes, nor any other
- * memory of the device (cudaFree and cudaFreeHost wait for the whole
- * device, so they would hang behind the same queue): it leaks it
- * (brd_exec_cuda_leak_info) instead. s may be destroyed (CUDA releases it
- * once its work has run). After a timeout or an abort the work stays
- * recorded until it ends (brd_exec_cuda_stuck). Blocks. Any thread. */
-ncclResult_t brd_exec_cuda_stream_wait(cudaStream_t s, const char *what,
-                                       brd_exec_abort_flag_t *abort_flag, int *stuck_out);
-
-/* Whether work that brd_exec_cuda_stream_wait gave up on may still be
- * queued on device `dev`: then a cudaFree or cudaFreeHost there may never
- * return, and callers unwinding a creation leak instead. Queries without
- * blocking, forgetting the work seen done. Any thread. */
-int brd_exec_cuda_stuck(int dev);
-
-/* Logs (INFO) that `bytes` bytes of `what` are deliberately left allocated
- * after a stuck wait (brd_exec_cuda_stream_wait), and why. Never blocks. */
-void brd_exec_cuda_leak_info(size_t bytes, const char *what);
-
 /* Frees a plan from brd_exec_cuda_plan_create. No kernel using it may be
  * queued or running. While work a bounded wait gave up on may hold its
- * device (brd_exec_cuda_stuck), leaks the device memory instead (INFO).
+ * device (brd_cuda_stuck), leaks the device memory instead (INFO).
  * NULL is a no-op. */
 void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan);
 
@@ -306,12 +280,12 @@ void brd_exec_cuda_plan_destroy(brd_exec_cuda_plan_t *plan);
  * zeroed device memory. ncclUnhandledCudaError (WARN) when CUDA fails,
  * ncclSystemError when host memory runs out, the zeroing's wait gives up
  * or abort_flag (the communicator's, or NULL) is set during it
- * (brd_exec_cuda_stream_wait). Blocks. Any thread. */
+ * (brd_cuda_stream_wait). Blocks. Any thread. */
 ncclResult_t brd_exec_cuda_status_create(brd_exec_abort_flag_t *abort_flag,
                                          brd_exec_cuda_status_t **st_out);
 
 /* Frees a status block. No kernel using it may be queued or running.
- * Leaks its CUDA memory instead (INFO) while brd_exec_cuda_stuck says so
+ * Leaks its CUDA memory instead (INFO) while brd_cuda_stuck says so
  * for its device. NULL is a no-op. */
 void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st);
 
@@ -372,7 +346,7 @@ ncclResult_t brd_exec_cuda_chans_create(const brd_exec_cuda_chan_t *chans,
                                         brd_exec_cuda_chan_t **dev_out);
 
 /* Frees a device channel array (on the current device). Leaks it instead
- * (INFO) while brd_exec_cuda_stuck says so for the device. NULL is a
+ * (INFO) while brd_cuda_stuck says so for the device. NULL is a
  * no-op. */
 void brd_exec_cuda_chans_destroy(brd_exec_cuda_chan_t *dev);
 

@@ -39,7 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #if BRAID_CUDA
@@ -48,8 +47,8 @@
 #endif
 
 #include "base/check.h"
+#include "base/cuda_wait.h"
 #include "base/param.h"
-#include "base/time.h"
 #include "transport/cudrv.h"
 #include "transport/ipc.h"
 #include "transport/transport.h"
@@ -263,45 +262,23 @@ out:
  * LL flags must read 0 before any peer's kernel writes to them, and peers
  * write as soon as the window is published, so the zeroing cannot be
  * deferred to this rank's first launch. Such a stall is reported instead
- * of hanging, with *stuck_out set: the memset is still queued, so the
- * memory must not be freed (cudaFree would wait for the whole device). */
+ * of hanging (brd_cuda_stream_wait), with *stuck_out set: the memset is
+ * still queued, so the memory must not be freed (cudaFree would wait for
+ * the whole device), and the work is recorded for every later teardown on
+ * the device (brd_cuda_stuck). */
 static ncclResult_t zero_device(void *ptr, size_t size, int *stuck_out) {
   ncclResult_t res = ncclSuccess;
   cudaStream_t s;
+  char what[96];
   CUDA_CHECK_GOTO(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags", res, out);
   CUDA_CHECK_GOTO(cudaMemsetAsync(ptr, 0, size, s), "cudaMemsetAsync (zeroing a segment)",
             res, fail_destroy);
-  int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
-  if (t <= 0) t = 300;
-  int64_t deadline = brd_time_now_ns() + t * 1000000000LL;
-  for (;;) {
-    cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) break;
-    if (e != cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      WARN("CUDA: zeroing a %zu-byte P2P segment failed: %s (%d)", size,
-           cudaGetErrorString(e), (int)e);
-      res = ncclUnhandledCudaError;
-      goto fail_destroy;
-    }
-    if (brd_time_now_ns() >= deadline) {
-      WARN("CUDA: zeroing a %zu-byte P2P segment (a communicator's window) did not "
-           "finish in %lld s (BRAID_TIMEOUT): its stream queued behind other work of "
-           "the GPU. With ranks sharing the GPU, streams share its hardware queues "
-           "(CUDA_DEVICE_MAX_CONNECTIONS) and a peer's work waiting for this rank can "
-           "hold the queue; create communicators before launching collectives on other "
-           "communicators of the same GPU, or raise CUDA_DEVICE_MAX_CONNECTIONS; the "
-           "segment stays allocated", size, (long long)t);
-      *stuck_out = 1;
-      res = ncclSystemError;
-      goto fail_destroy;
-    }
-    struct timespec ts = {0, 100000L};
-    nanosleep(&ts, NULL);
-  }
+  snprintf(what, sizeof(what), "zeroing a %zu-byte P2P segment (a communicator's window)",
+           size);
+  res = brd_cuda_stream_wait(s, what, NULL, stuck_out);
 fail_destroy:
-  cudaStreamDestroy(s);
+  cudaStreamDestroy(s); /* returns at once; released after its work */
 out:
   return res;
 }
@@ -379,6 +356,7 @@ fail_free:
   free(m);
   return res;
 fail_leak:
+  brd_cuda_leak_info(m->alloc_size, "a P2P segment");
   brd_ipc_fdsrv_destroy(m->srv);
   free(m);
   return res;

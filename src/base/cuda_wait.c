@@ -1,0 +1,118 @@
+/*
+ * Braid: bounded host waits on CUDA streams, and the work they gave up on
+ * (cuda_wait.h).
+ */
+#include "base/cuda_wait.h"
+
+#if BRAID_CUDA
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+#include "base/debug.h"
+#include "base/param.h"
+#include "base/time.h"
+
+/* Work that brd_cuda_stream_wait gave up on: an event recorded
+ * behind it on its stream, kept until a query sees it done. */
+#define STUCK_MAX 64
+static pthread_mutex_t stuck_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  cudaEvent_t ev;
+  int dev;
+} stuck_work[STUCK_MAX];            /* under stuck_lock */
+static int nstuck;                  /* under stuck_lock */
+static unsigned char stuck_unknown; /* under stuck_lock: some work could not be
+                                       recorded, so every device counts as stuck */
+
+/* Records that the work on s (device dev) may never end. */
+static void stuck_record(cudaStream_t s, int dev) {
+  cudaEvent_t ev = NULL;
+  pthread_mutex_lock(&stuck_lock);
+  if (nstuck < STUCK_MAX &&
+      cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+      cudaEventRecord(ev, s) == cudaSuccess) {
+    stuck_work[nstuck].ev = ev;
+    stuck_work[nstuck].dev = dev;
+    nstuck++;
+  } else {
+    (void)cudaGetLastError();
+    if (ev != NULL) cudaEventDestroy(ev);
+    stuck_unknown = 1;
+  }
+  pthread_mutex_unlock(&stuck_lock);
+}
+
+/* See exec_cuda.h. */
+int brd_cuda_stuck(int dev) {
+  int any = 0;
+  pthread_mutex_lock(&stuck_lock);
+  for (int i = 0; i < nstuck;) {
+    cudaError_t e = cudaEventQuery(stuck_work[i].ev);
+    if (e == cudaErrorNotReady) {
+      any |= stuck_work[i].dev == dev;
+      i++;
+      continue;
+    }
+    /* Done, or failed (its stream will not run it): it holds nothing. */
+    (void)cudaGetLastError();
+    cudaEventDestroy(stuck_work[i].ev);
+    stuck_work[i] = stuck_work[--nstuck];
+  }
+  any |= stuck_unknown;
+  pthread_mutex_unlock(&stuck_lock);
+  return any;
+}
+
+/* See exec_cuda.h. */
+void brd_cuda_leak_info(size_t bytes, const char *what) {
+  INFO(BRD_SUBSYS_ALLOC, "CUDA: leaving %zu bytes of %s allocated: work queued on the "
+       "device that a bounded wait gave up on may still use them, and freeing would "
+       "wait for the whole device, behind that work", bytes, what);
+}
+
+/* See exec_cuda.h. */
+ncclResult_t brd_cuda_stream_wait(cudaStream_t s, const char *what, _Atomic int *abort_flag,
+                                  int *stuck_out) {
+  int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
+  int64_t deadline = brd_time_now_ns() + (t > 0 ? t : 300) * 1000000000LL;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) return ncclSuccess;
+    if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      WARN("CUDA: %s failed: %s (%d)", what, cudaGetErrorString(e), (int)e);
+      *stuck_out = 1;
+      return ncclUnhandledCudaError;
+    }
+    if (abort_flag != NULL && atomic_load(abort_flag)) {
+      INFO(BRD_SUBSYS_INIT, "CUDA: %s stopped by the communicator's abort before it "
+           "finished; the memory it uses stays allocated", what);
+      int dev = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+      stuck_record(s, dev);
+      *stuck_out = 1;
+      return ncclSystemError;
+    }
+    if (brd_time_now_ns() >= deadline) {
+      WARN("CUDA: %s did not finish in %lld s (BRAID_TIMEOUT). A stream of this rank's "
+           "own queued behind other work of the GPU: with ranks sharing the GPU, "
+           "streams share its hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), and a "
+           "peer's work waiting for this rank can hold the queue. Create communicators "
+           "before launching collectives on other communicators of the same GPU, or "
+           "raise CUDA_DEVICE_MAX_CONNECTIONS; the memory it uses stays allocated",
+           what, (long long)(t > 0 ? t : 300));
+      int dev = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+      stuck_record(s, dev);
+      *stuck_out = 1;
+      return ncclSystemError;
+    }
+    struct timespec ts = {0, 100000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+#endif /* BRAID_CUDA */
