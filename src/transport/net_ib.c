@@ -563,6 +563,7 @@ static int qp_to_init(const ib_dev_t *d, struct ibv_qp *qp, int access) {
 }
 
 #define IB_EVENT_CHECK_NS 1000000 /* the async fd is read at most once a ms */
+#define IB_CLOSE_CHECK_NS 1000000 /* a comm's TCP socket is peeked at most once a ms */
 
 /* Reads the device's pending async events without waiting, at most once
  * per IB_EVENT_CHECK_NS (every request's progress calls it, and reading
@@ -774,6 +775,7 @@ struct ib_comm {
   uint64_t post_seq;          /* next group */
   _Atomic int error;          /* sticky ncclResult_t */
   int fail_claimed;
+  int64_t next_close_check_ns; /* when check_peer_closed next peeks the socket */
   char why[512];              /* the failure's WARN ("" when quiet) */
   char peer_name[BRD_SOCK_ADDR_STRLEN];
   ib_grp_t grp[IB_NREQ];
@@ -1032,8 +1034,14 @@ static ncclResult_t comm_progress_setup(ib_comm_t *c) {
 }
 
 /* A peer that closed the TCP connection after the handshake: its comm is
- * gone. Quiet (the caller decides whether that is a failure). */
+ * gone. Quiet (the caller decides whether that is a failure). The socket
+ * is peeked at most once per IB_CLOSE_CHECK_NS: every test of an
+ * unfinished request and every isend still waiting for its clear-to-send
+ * lands here, and a system call each time costs more than the data path. */
 static ncclResult_t check_peer_closed(ib_comm_t *c) {
+  int64_t now = brd_time_now_ns();
+  if (now < c->next_close_check_ns) return ncclSuccess;
+  c->next_close_check_ns = now + IB_CLOSE_CHECK_NS;
   char b;
   ssize_t r = recv(c->sock.fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
   if (r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE)))
