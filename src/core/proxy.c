@@ -534,10 +534,12 @@ static int proxy_has_work(brd_proxy_t *px) {
 }
 
 /* A pass found nothing to do: sleep in poll until a connection can
- * progress (the net's descriptors), an executor puts (the eventfd) or
- * SLEEP_MS pass. Where that cannot cover every source of work (a net
- * without descriptors, or the CUDA executor's FIFOs, which ring nothing),
- * a 20 us nap instead. The progress thread. */
+ * progress (the net's descriptors: the socket net's control sockets, the
+ * IB net's completion channels), an executor puts (the eventfd) or
+ * SLEEP_MS pass; not at all when a net says progress just came in. Where
+ * that cannot cover every source of work (a net without descriptors, an
+ * IB send waiting for its clear-to-send, or the CUDA executor's FIFOs,
+ * which ring nothing), a 20 us nap instead. The progress thread. */
 static void proxy_sleep(brd_proxy_t *px) {
   int n = 0, ok = px->efd >= 0 && px->pfds != NULL && px->net->poll_fd != NULL &&
                   atomic_load(&px->nfifos) == 0;
@@ -552,6 +554,7 @@ static void proxy_sleep(brd_proxy_t *px) {
       if (comms[k] == NULL) continue;
       short ev = 0;
       int fd = px->net->poll_fd(comms[k], &ev);
+      if (fd == BRD_NET_POLL_READY) return; /* progress came in: no sleep */
       if (fd < 0) ok = 0;
       else if (ev != 0) px->pfds[n++] = (struct pollfd){fd, ev, 0};
     }

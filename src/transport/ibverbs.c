@@ -54,6 +54,10 @@ static ncclResult_t load_locked(void) {
   RESOLVE(destroy_qp, "ibv_destroy_qp", 0);
   RESOLVE(get_async_event, "ibv_get_async_event", 0);
   RESOLVE(ack_async_event, "ibv_ack_async_event", 0);
+  RESOLVE(create_comp_channel, "ibv_create_comp_channel", 1);
+  RESOLVE(destroy_comp_channel, "ibv_destroy_comp_channel", 1);
+  RESOLVE(get_cq_event, "ibv_get_cq_event", 1);
+  RESOLVE(ack_cq_events, "ibv_ack_cq_events", 1);
   {
     /* Versioned apart from the 1.1 set. */
     void *p = dlvsym(h, "_ibv_query_gid_ex", "IBVERBS_1.11");

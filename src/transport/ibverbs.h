@@ -46,6 +46,12 @@ typedef struct brd_ibv_ops {
   int (*destroy_qp)(struct ibv_qp *qp);
   int (*get_async_event)(struct ibv_context *context, struct ibv_async_event *event);
   void (*ack_async_event)(struct ibv_async_event *event);
+  /* Optional (every libibverbs has them; NULL in a library without):
+   * completion channels, whose descriptor a caller can sleep on. */
+  struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *context);
+  int (*destroy_comp_channel)(struct ibv_comp_channel *channel);
+  int (*get_cq_event)(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context);
+  void (*ack_cq_events)(struct ibv_cq *cq, unsigned int nevents);
 } brd_ibv_ops_t;
 
 /* rdma-core's inline data-path wrappers, through the provider's ops. They
@@ -61,6 +67,10 @@ static inline int brd_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 }
 static inline int brd_ibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
   return cq->context->ops.poll_cq(cq, n, wc);
+}
+/* Asks for an event on cq's completion channel at its next completion. */
+static inline int brd_ibv_req_notify_cq(struct ibv_cq *cq, int solicited_only) {
+  return cq->context->ops.req_notify_cq(cq, solicited_only);
 }
 
 /* Opens libibverbs.so.1 (BRAID_IBVERBS_LIB overrides the name) once and

@@ -125,10 +125,14 @@ typedef struct brd_net_ops {
    * poll() on it instead of calling test again. *events_out is 0 when no
    * request of comm waits on the descriptor. -1 when comm's progress does
    * not come from one descriptor (the net's own threads move its bytes):
-   * the caller must keep polling test. Caller's thread; never blocks.
-   * NULL: the net has no such descriptor. */
+   * the caller must keep polling test. BRD_NET_POLL_READY: comm has
+   * progress to report now (test it before sleeping). Caller's thread;
+   * never blocks. NULL: the net has no such descriptor. */
   int (*poll_fd)(void *comm, short *events_out);
 } brd_net_ops_t;
+
+/* poll_fd's answer when a call on the comm has progress to report now. */
+#define BRD_NET_POLL_READY (-2)
 
 /* The built-in socket net ("Socket", net_socket.c). */
 extern const brd_net_ops_t brd_net_socket;

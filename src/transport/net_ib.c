@@ -49,6 +49,10 @@
  * same guarantee; over the MSCCL++ put+signal because the proxy's buffers
  * are not symmetric.
  *
+ * Sleeping. Each comm's CQ has a completion channel; poll_fd gives its
+ * descriptor, armed, while a request waits for a completion (not while an
+ * isend waits for its clear-to-send: that is a write into memory).
+ *
  * Errors. A completion in error WARNs once with the QP number, the
  * operation, the status, and both GIDs, and fails the comm
  * (ncclRemoteError for remote and transport errors, ncclSystemError for
@@ -207,7 +211,6 @@ typedef struct {
   int failed;                 /* the port went down: every comm fails
                                * (__atomic; fail_why is written first) */
   char fail_why[160];
-  int64_t next_check_ns;      /* __atomic: when the async fd is next read */
   int dmabuf;                 /* ibv_reg_dmabuf_mr works here (NCCL's probe) */
   char dmabuf_why[160];       /* why it does not */
   uint8_t gdr_logged[IB_GDR_GPUS][2]; /* the choice for (GPU, send) was said */
@@ -562,19 +565,21 @@ static int qp_to_init(const ib_dev_t *d, struct ibv_qp *qp, int access) {
                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 
-#define IB_EVENT_CHECK_NS 1000000 /* the async fd is read at most once a ms */
-#define IB_CLOSE_CHECK_NS 1000000 /* a comm's TCP socket is peeked at most once a ms */
+/* A comm reads its device's async events once per IB_EVENT_CHECK_POLLS of
+ * its progress calls, and peeks its TCP socket for a closed peer once per
+ * IB_CLOSE_CHECK_POLLS of its unfinished tests and waiting isends: each is
+ * a system call, too dear for every poll, and so is a clock read where the
+ * clock source is not the TSC (1.7 us under TCG's HPET), so they count
+ * calls. A waiting caller polls in a loop, or at least every millisecond
+ * from the proxy's sleep, so both are seen within about a second. */
+#define IB_EVENT_CHECK_POLLS 1024
+#define IB_CLOSE_CHECK_POLLS 1024
 
-/* Reads the device's pending async events without waiting, at most once
- * per IB_EVENT_CHECK_NS (every request's progress calls it, and reading
- * the fd is a system call); a port-down or fatal one marks the device
+/* Reads the device's pending async events without waiting (callers: once
+ * per IB_EVENT_CHECK_POLLS); a port-down or fatal one marks the device
  * failed. Returns d->failed. Any thread. */
 static int dev_check_events(ib_dev_t *d) {
-  int64_t now = brd_time_now_ns();
-  if (now < __atomic_load_n(&d->next_check_ns, __ATOMIC_RELAXED))
-    return __atomic_load_n(&d->failed, __ATOMIC_ACQUIRE);
   pthread_mutex_lock(&d->mu);
-  __atomic_store_n(&d->next_check_ns, now + IB_EVENT_CHECK_NS, __ATOMIC_RELAXED);
   struct pollfd pfd = {d->ctx->async_fd, POLLIN, 0};
   while (!d->failed && poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
     struct ibv_async_event ev;
@@ -766,6 +771,8 @@ struct ib_comm {
   ib_meta_t mine, peer;
   size_t io_done;             /* bytes of the current handshake step */
   struct ibv_cq *cq;          /* owned */
+  struct ibv_comp_channel *chan; /* owned: cq's events (poll_fd), NULL: none */
+  int cts_wait;               /* sender: the last isend found no clear-to-send */
   int nqps;
   struct ibv_qp *qps[IB_MAX_QPS]; /* owned */
   ib_cts_t *fifo;             /* IB_FIFO_BYTES (see there); owned */
@@ -775,7 +782,8 @@ struct ib_comm {
   uint64_t post_seq;          /* next group */
   _Atomic int error;          /* sticky ncclResult_t */
   int fail_claimed;
-  int64_t next_close_check_ns; /* when check_peer_closed next peeks the socket */
+  uint32_t polls;             /* progress calls (IB_EVENT_CHECK_POLLS) */
+  uint32_t close_polls;       /* check_peer_closed calls (IB_CLOSE_CHECK_POLLS) */
   char why[512];              /* the failure's WARN ("" when quiet) */
   char peer_name[BRD_SOCK_ADDR_STRLEN];
   ib_grp_t grp[IB_NREQ];
@@ -838,6 +846,7 @@ static void comm_destroy(ib_comm_t *c) {
   if (c->flush_qp != NULL) (void)ibv->destroy_qp(c->flush_qp);
   if (c->flush_mr != NULL) (void)ibv->dereg_mr(c->flush_mr);
   if (c->cq != NULL) (void)ibv->destroy_cq(c->cq);
+  if (c->chan != NULL) (void)ibv->destroy_comp_channel(c->chan);
   if (c->fifo_mr != NULL) (void)ibv->dereg_mr(c->fifo_mr);
   free(c->fifo);
   free(c);
@@ -848,11 +857,36 @@ static int qp_count(void) {
   return n < 1 ? 1 : n > IB_MAX_QPS ? IB_MAX_QPS : (int)n;
 }
 
-/* CQ, QPs in INIT, the FIFO and its MR; fills c->mine. */
+/* A completion channel for a comm's CQ, its descriptor non-blocking, or
+ * NULL (the library has none, or it failed: poll_fd then says -1 and the
+ * caller keeps polling). */
+static struct ibv_comp_channel *comp_channel_create(ib_dev_t *d) {
+  if (ibv->create_comp_channel == NULL || ibv->destroy_comp_channel == NULL ||
+      ibv->get_cq_event == NULL || ibv->ack_cq_events == NULL)
+    return NULL;
+  struct ibv_comp_channel *ch = ibv->create_comp_channel(d->ctx);
+  if (ch == NULL) {
+    INFO(BRD_SUBSYS_NET, "NET/IB : ibv_create_comp_channel on %s failed: %s; the proxy polls "
+         "this connection instead of sleeping on it", d->name, strerror(errno));
+    return NULL;
+  }
+  int fl = fcntl(ch->fd, F_GETFL);
+  if (fl < 0 || fcntl(ch->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+    INFO(BRD_SUBSYS_NET, "NET/IB : a completion channel's descriptor on %s cannot be made "
+         "non-blocking: %s; the proxy polls this connection", d->name, strerror(errno));
+    (void)ibv->destroy_comp_channel(ch);
+    return NULL;
+  }
+  return ch;
+}
+
+/* CQ (with its completion channel), QPs in INIT, the FIFO and its MR;
+ * fills c->mine. */
 static ncclResult_t comm_verbs_create(ib_comm_t *c, int nqps) {
   ib_dev_t *d = c->dev;
   c->nqps = nqps;
-  c->cq = ibv->create_cq(d->ctx, 4 * IB_NREQ * nqps + IB_NREQ, NULL, NULL, 0);
+  c->chan = comp_channel_create(d);
+  c->cq = ibv->create_cq(d->ctx, 4 * IB_NREQ * nqps + IB_NREQ, NULL, c->chan, 0);
   if (c->cq == NULL) {
     WARN("NET/IB : ibv_create_cq on %s failed: %s", d->name, strerror(errno));
     return ncclSystemError;
@@ -1035,13 +1069,11 @@ static ncclResult_t comm_progress_setup(ib_comm_t *c) {
 
 /* A peer that closed the TCP connection after the handshake: its comm is
  * gone. Quiet (the caller decides whether that is a failure). The socket
- * is peeked at most once per IB_CLOSE_CHECK_NS: every test of an
+ * is peeked once per IB_CLOSE_CHECK_POLLS calls: every test of an
  * unfinished request and every isend still waiting for its clear-to-send
  * lands here, and a system call each time costs more than the data path. */
 static ncclResult_t check_peer_closed(ib_comm_t *c) {
-  int64_t now = brd_time_now_ns();
-  if (now < c->next_close_check_ns) return ncclSuccess;
-  c->next_close_check_ns = now + IB_CLOSE_CHECK_NS;
+  if (++c->close_polls % IB_CLOSE_CHECK_POLLS != 0) return ncclSuccess;
   char b;
   ssize_t r = recv(c->sock.fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
   if (r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE)))
@@ -1084,10 +1116,20 @@ static int peer_gone(ib_comm_t *c) {
 }
 
 /* Takes every completion of c's CQ. */
+static ncclResult_t comm_poll_count(ib_comm_t *c, int *count_out);
+
 static ncclResult_t comm_poll(ib_comm_t *c) {
+  int count;
+  return comm_poll_count(c, &count);
+}
+
+/* comm_poll, counting the completions it took into *count_out. */
+static ncclResult_t comm_poll_count(ib_comm_t *c, int *count_out) {
   struct ibv_wc wc[16];
+  *count_out = 0;
   for (;;) {
     int n = brd_ibv_poll_cq(c->cq, 16, wc);
+    if (n > 0) *count_out += n;
     if (n < 0)
       return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_poll_cq on %s failed (%d); the CQ "
                        "may have overflowed", c->dev->name, n);
@@ -1137,7 +1179,10 @@ static ncclResult_t comm_poll(ib_comm_t *c) {
 static ncclResult_t comm_progress(ib_comm_t *c) {
   if (atomic_load(&c->error) != ncclSuccess) return (ncclResult_t)atomic_load(&c->error);
   CHECK(comm_progress_setup(c));
-  if (dev_check_events(c->dev))
+  int down = ++c->polls % IB_EVENT_CHECK_POLLS == 0
+                 ? dev_check_events(c->dev)
+                 : __atomic_load_n(&c->dev->failed, __ATOMIC_ACQUIRE);
+  if (down)
     return comm_fail(c, ncclSystemError, 0,
                      "NET/IB : %s; every connection on it fails (peer %s). Check the cable, the "
                      "switch and 'ibstat', or exclude the port with NCCL_IB_HCA",
@@ -1838,16 +1883,23 @@ static ncclResult_t ib_isend(void *send_comm, void *data, size_t size, int tag, 
   unsigned slot = (unsigned)(k % IB_NREQ);
   ib_grp_t *g = &c->grp[slot];
   volatile ib_cts_t *cts = &c->fifo[slot * IB_MAX_RECVS];
+  c->cts_wait = 0;
   if (g->seq != k) {
     if (g->live > 0) return ncclSuccess; /* the slot's previous group is still held */
     uint64_t word = __atomic_load_n(&cts[0].word, __ATOMIC_ACQUIRE);
     /* No buffer from the receiver yet; a receiver that is gone says so. */
-    if (word >> 8 != k + 1) return check_peer_closed(c);
+    if (word >> 8 != k + 1) {
+      c->cts_wait = 1; /* an RDMA write into the FIFO: no completion event */
+      return check_peer_closed(c);
+    }
     int n = (int)(word & 0xff);
     if (n < 1 || n > IB_MAX_RECVS)
       return comm_fail(c, ncclInternalError, 0, "NET/IB : %s posted a receive of %d buffers "
                        "(at most %d)", c->peer_name, n, IB_MAX_RECVS);
-    if (__atomic_load_n(&cts[n - 1].word, __ATOMIC_ACQUIRE) != word) return ncclSuccess;
+    if (__atomic_load_n(&cts[n - 1].word, __ATOMIC_ACQUIRE) != word) {
+      c->cts_wait = 1; /* the rest of the entries are on their way */
+      return ncclSuccess;
+    }
     g->seq = k;
     g->n = n;
     g->matched = 0;
@@ -2103,6 +2155,34 @@ static ncclResult_t ib_close_listen(void *listen_comm) {
   return ncclSuccess;
 }
 
+
+/* The poll_fd member: the completion channel's descriptor while a request
+ * of comm waits for a completion, armed (ibv_req_notify_cq) after the
+ * events already raised were taken, and the CQ looked at once more, since
+ * a completion before the arming raises nothing: if that finds one,
+ * BRD_NET_POLL_READY. -1 without a channel, before the connection is
+ * ready, and while an isend waits for its clear-to-send, which the
+ * receiver RDMA-writes into memory and which raises no event. */
+static int ib_poll_fd(void *comm, short *events_out) {
+  ib_comm_t *c = comm;
+  *events_out = 0;
+  if (c == NULL) return -1;
+  if (atomic_load(&c->error) != ncclSuccess) return BRD_NET_POLL_READY; /* test reports it */
+  if (c->chan == NULL || c->state != ST_READY || c->cts_wait) return -1;
+  int waiting = 0;
+  for (int i = 0; i < IB_NREQ && !waiting; i++)
+    waiting = c->grp[i].pending > 0 || c->freqs[i].pending > 0;
+  if (!waiting) return c->chan->fd;
+  struct ibv_cq *cq;
+  void *cq_ctx;
+  while (ibv->get_cq_event(c->chan, &cq, &cq_ctx) == 0) ibv->ack_cq_events(cq, 1);
+  if (brd_ibv_req_notify_cq(c->cq, 0) != 0) return -1;
+  int got = 0;
+  if (comm_poll_count(c, &got) != ncclSuccess || got > 0) return BRD_NET_POLL_READY;
+  *events_out = POLLIN;
+  return c->chan->fd;
+}
+
 /* See net_ib.h. */
 const brd_net_ops_t brd_net_ib = {
     .name = "IB",
@@ -2128,4 +2208,5 @@ const brd_net_ops_t brd_net_ib = {
     .finalize = ib_finalize,
     .setNetAttr = NULL,
     .why = ib_why,
+    .poll_fd = ib_poll_fd,
 };

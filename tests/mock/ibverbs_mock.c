@@ -44,12 +44,14 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -186,10 +188,21 @@ typedef struct mmr {
   struct mmr *next;
 } mmr_t;
 
+/* A completion channel: an eventfd that an armed CQ bound to it writes at
+ * its next completion, and the CQs whose event ibv_get_cq_event has not
+ * taken yet, oldest first (under G). */
+#define CHAN_EVENTS 256
+typedef struct {
+  struct ibv_comp_channel ch;
+  struct ibv_cq *ev[CHAN_EVENTS];
+  int nev;
+} mchan_t;
+
 typedef struct {
   struct ibv_cq cq;
   struct ibv_wc *ring;
   int cap, head, count, overflow;
+  int armed;               /* ibv_req_notify_cq since the last event (under G) */
 } mcq_t;
 
 typedef struct mqp {
@@ -328,6 +341,7 @@ static int is_down(int dev, int port) {
   return port_down[dev][port] || devs[dev].cfg_down[port];
 }
 
+/* Under G. */
 static void cq_push(mcq_t *cq, const struct ibv_wc *wc) {
   if (cq->count == cq->cap) {
     cq->overflow = 1;
@@ -335,6 +349,13 @@ static void cq_push(mcq_t *cq, const struct ibv_wc *wc) {
   }
   cq->ring[(cq->head + cq->count) % cq->cap] = *wc;
   cq->count++;
+  mchan_t *chan = (mchan_t *)(void *)cq->cq.channel;
+  if (cq->armed && chan != NULL) { /* one event per arming, as a NIC raises */
+    cq->armed = 0;
+    if (chan->nev < CHAN_EVENTS) chan->ev[chan->nev++] = &cq->cq;
+    uint64_t one = 1;
+    (void)!write(chan->ch.fd, &one, sizeof(one));
+  }
 }
 
 /* Places len bytes at dst in ascending order, the last 8 last. */
@@ -774,6 +795,15 @@ static int mock_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ib
   return rc;
 }
 
+static int mock_req_notify_cq(struct ibv_cq *ibcq, int solicited_only) {
+  (void)solicited_only;
+  if (ibcq->channel == NULL) return EINVAL;
+  pthread_mutex_lock(&G);
+  ((mcq_t *)(void *)ibcq)->armed = 1;
+  pthread_mutex_unlock(&G);
+  return 0;
+}
+
 static int mock_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc) {
   mcq_t *cq = (mcq_t *)(void *)ibcq;
   int got = 0;
@@ -846,6 +876,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device) {
   c->ctx.ops.post_send = mock_post_send;
   c->ctx.ops.post_recv = mock_post_recv;
   c->ctx.ops.poll_cq = mock_poll_cq;
+  c->ctx.ops.req_notify_cq = mock_req_notify_cq;
   pthread_mutex_init(&c->ctx.mutex, NULL);
   c->next = ctxs;
   ctxs = c;
@@ -1088,6 +1119,70 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
     }
   pthread_mutex_unlock(&G);
   return EINVAL;
+}
+
+EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context) {
+  if (env_long("BRAID_MOCK_IB_COMP_CHANNEL", 1) == 0) { /* a provider without them */
+    errno = ENOSYS;
+    return NULL;
+  }
+  mchan_t *c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  c->ch.context = context;
+  c->ch.fd = eventfd(0, EFD_CLOEXEC);
+  if (c->ch.fd < 0) {
+    free(c);
+    return NULL;
+  }
+  return &c->ch;
+}
+
+EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel) {
+  mchan_t *c = (mchan_t *)(void *)channel;
+  close(c->ch.fd);
+  free(c);
+  return 0;
+}
+
+/* The oldest event not taken; with none, EAGAIN on a non-blocking
+ * descriptor, else waits for one. */
+EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
+                            void **cq_context) {
+  mchan_t *c = (mchan_t *)(void *)channel;
+  for (;;) {
+    pthread_mutex_lock(&G);
+    if (c->nev > 0) {
+      *cq = c->ev[0];
+      *cq_context = c->ev[0]->cq_context;
+      memmove(&c->ev[0], &c->ev[1], (size_t)(c->nev - 1) * sizeof(c->ev[0]));
+      c->nev--;
+      if (c->nev == 0) { /* drain the descriptor with the last event */
+        uint64_t v;
+        int fl = fcntl(c->ch.fd, F_GETFL);
+        (void)fcntl(c->ch.fd, F_SETFL, fl | O_NONBLOCK);
+        (void)!read(c->ch.fd, &v, sizeof(v));
+        (void)fcntl(c->ch.fd, F_SETFL, fl);
+      }
+      pthread_mutex_unlock(&G);
+      return 0;
+    }
+    pthread_mutex_unlock(&G);
+    int fl = fcntl(c->ch.fd, F_GETFL);
+    if (fl & O_NONBLOCK) {
+      errno = EAGAIN;
+      return -1;
+    }
+    struct pollfd pfd = {c->ch.fd, POLLIN, 0};
+    (void)poll(&pfd, 1, 100);
+  }
+}
+
+EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents) {
+  (void)cq;
+  (void)nevents;
 }
 
 EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,

@@ -24,6 +24,11 @@
  *   BRAID_MOCK_IB_PEERMEM       0: nvidia-peermem is absent: ibv_reg_mr of
  *                               the CUDA simulator's memory fails (EFAULT);
  *                               default 1
+ *   BRAID_MOCK_IB_COMP_CHANNEL  0: ibv_create_comp_channel fails (ENOSYS),
+ *                               as with a provider without them; default 1
+ *
+ * Completion channels: an eventfd each; a CQ armed with ibv_req_notify_cq
+ * raises one event (the descriptor turns readable) at its next completion.
  */
 #ifndef BRAID_TESTS_IBVERBS_MOCK_H
 #define BRAID_TESTS_IBVERBS_MOCK_H

@@ -46,7 +46,7 @@ pass() { echo "PASS  $*"; }
 fail() { echo "FAIL  $*"; failed=1; }
 finish() { echo "$1" >"$OUT/status"; sleep 1; exit 0; }
 
-echo "== guest: $(uname -srm), $(nproc) vCPUs, $(awk '/MemTotal/ {print int($2/1024) " MiB"}' /proc/meminfo)"
+echo "== guest: $(uname -srm), $(nproc) vCPUs, $(awk '/MemTotal/ {print int($2/1024) " MiB"}' /proc/meminfo), clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo '?')"
 
 # ---- 1. soft-RoCE ------------------------------------------------------------------------------
 ip link set lo up

@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <limits.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -821,6 +822,102 @@ static void test_order_and_limit(void **state) {
   free(r);
 }
 
+/* Tests req until done (or fails the test after 20 s). */
+static void test_done(void *req, int *size) {
+  int done = 0;
+  double end = now_s() + 20;
+  while (!done && now_s() < end) assert_int_equal(net->test(req, &done, size), ncclSuccess);
+  if (!done) fail_msg("request not done within 20 s");
+}
+
+/* poll_fd: the receive comm's completion channel, readable once data
+ * lands; nothing to wait for without requests; -1 for a send that waits
+ * for its clear-to-send, and without completion channels. */
+static void test_poll_fd(void **state) {
+  (void)state;
+  conn_t k;
+  conn_open(&k, 0);
+  static unsigned char s[64], r[64];
+  void *smh, *rmh;
+  assert_int_equal(net->regMr(k.scomm, s, sizeof(s), BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, sizeof(r), BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  int got = -1;
+  short ev = -1;
+  /* Before the connection is up (the sender finishes it at its first
+   * isend or test): no descriptor yet. */
+  assert_int_equal(net->poll_fd(k.rcomm, &ev), -1);
+  fill(s, sizeof(s), 3);
+  assert_int_equal(transfer(&k, s, sizeof(s), smh, r, sizeof(r), rmh, &got), ncclSuccess);
+  int rfd = net->poll_fd(k.rcomm, &ev);
+  if (mock == NULL && rfd == -1) skip(); /* real verbs without channels */
+  assert_true(rfd >= 0);
+  assert_int_equal(ev, 0); /* nothing posted */
+  /* A receive posted: once its clear-to-send write has completed, the
+   * channel waits for the data (POLLIN), and nothing has come yet. */
+  void *rreq = NULL, *d = r;
+  size_t sz = sizeof(r);
+  int tag = 0;
+  double end = now_s() + 20;
+  while (rreq == NULL && now_s() < end)
+    assert_int_equal(net->irecv(k.rcomm, 1, &d, &sz, &tag, &rmh, NULL, &rreq), ncclSuccess);
+  assert_non_null(rreq);
+  int fd;
+  while ((fd = net->poll_fd(k.rcomm, &ev)) == BRD_NET_POLL_READY && now_s() < end) {
+    int done = 1;
+    assert_int_equal(net->test(rreq, &done, &got), ncclSuccess);
+    assert_false(done);
+  }
+  assert_int_equal(fd, rfd);
+  assert_int_equal(ev, POLLIN);
+  struct pollfd pfd = {rfd, POLLIN, 0};
+  assert_int_equal(poll(&pfd, 1, 50), 0);
+  /* The send: the data's completion makes the descriptor readable. */
+  memset(r, 0, sizeof(r));
+  fill(s, sizeof(s), 4);
+  void *sreq = NULL;
+  while (sreq == NULL && now_s() < end)
+    assert_int_equal(net->isend(k.scomm, s, sizeof(s), 0, smh, NULL, &sreq), ncclSuccess);
+  assert_non_null(sreq);
+  pfd.revents = 0;
+  assert_int_equal(poll(&pfd, 1, 10000), 1);
+  assert_true(pfd.revents & POLLIN);
+  test_done(rreq, &got);
+  assert_int_equal(got, (int)sizeof(s));
+  assert_memory_equal(r, s, sizeof(s));
+  test_done(sreq, &got);
+  assert_int_equal(net->poll_fd(k.rcomm, &ev), rfd);
+  assert_int_equal(ev, 0); /* done: nothing waits on it */
+  /* A send with no receive posted waits for a clear-to-send, which raises
+   * no completion: the caller must poll. */
+  sreq = (void *)1;
+  assert_int_equal(net->isend(k.scomm, s, sizeof(s), 0, smh, NULL, &sreq), ncclSuccess);
+  assert_null(sreq);
+  assert_int_equal(net->poll_fd(k.scomm, &ev), -1);
+  /* Let it through, so the connection closes clean. */
+  fill(s, sizeof(s), 5);
+  assert_int_equal(transfer(&k, s, sizeof(s), smh, r, sizeof(r), rmh, &got), ncclSuccess);
+  assert_memory_equal(r, s, sizeof(s));
+  net->deregMr(k.scomm, smh);
+  net->deregMr(k.rcomm, rmh);
+  conn_close(&k);
+  if (mock == NULL) return;
+  /* A provider without completion channels: no descriptor, and the data
+   * still moves. */
+  env("BRAID_MOCK_IB_COMP_CHANNEL", "0");
+  conn_open(&k, 0);
+  assert_int_equal(net->regMr(k.scomm, s, sizeof(s), BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, sizeof(r), BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  fill(s, sizeof(s), 6);
+  assert_int_equal(transfer(&k, s, sizeof(s), smh, r, sizeof(r), rmh, &got), ncclSuccess);
+  assert_memory_equal(r, s, sizeof(s));
+  assert_int_equal(net->poll_fd(k.rcomm, &ev), -1);
+  assert_int_equal(net->poll_fd(k.scomm, &ev), -1);
+  net->deregMr(k.scomm, smh);
+  net->deregMr(k.rcomm, rmh);
+  conn_close(&k);
+  env("BRAID_MOCK_IB_COMP_CHANNEL", NULL);
+}
+
 /* A send larger than the receive: ncclInvalidUsage, as NCCL. */
 static void test_truncated(void **state) {
   (void)state;
@@ -1037,6 +1134,7 @@ run:;
       cmocka_unit_test(test_qp_attrs),
       cmocka_unit_test(test_order_and_limit),
       cmocka_unit_test(test_truncated),
+      cmocka_unit_test(test_poll_fd),
       cmocka_unit_test(test_reg_cache_and_refusal),
       cmocka_unit_test(test_completion_error),
       cmocka_unit_test(test_peer_closed),
