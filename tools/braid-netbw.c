@@ -14,8 +14,9 @@
  * byte's arrival to its last (so connection setup is not timed). ping and
  * pong (a connection each way: each listens, writes its handle to
  * <handle-file>.ping or .pong and connects to the other's) bounce an 8-byte
- * message `iterations` times (default 1000, after 50 not timed), a receive
- * always posted ahead as the proxy keeps them; ping prints the average
+ * message `iterations` times (default 1000, after 50 not timed), with 4
+ * receives posted ahead and each posted again after the answer to it was
+ * sent, as the proxy keeps them; ping prints the average
  * one-way time (half a round trip) in us, as ib_write_lat reports it. Interface:
  * NCCL_SOCKET_IFNAME as for the library. BRAID_NETBW_NET=ib drives the
  * built-in IB verbs net instead (its first device after NCCL_IB_HCA;
@@ -187,33 +188,45 @@ static int post_small_recv(void *rc, char *buf, void *mh, void **req_out, int64_
   return 0;
 }
 
-/* The latency modes: `iters` timed round trips of 8 bytes (after 50). */
+/* The latency modes: `iters` timed round trips of 8 bytes (after 50), the
+ * net used as the proxy uses it: PP_POSTED receives stay posted (8 bytes
+ * each, at buf + 8 (1 + slot)), and a completed receive is posted again
+ * only after the message that answers it has been sent (the proxy's pass
+ * runs its sends before it reposts receives), so a receive's
+ * clear-to-send is never between a message's arrival and its answer. */
+#define PP_POSTED 4
 static int run_pingpong(int is_ping, void *sc, void *rc, char *buf, void *smh, void *rmh,
                         int iters) {
   const int warm = 50;
   int64_t t0 = 0, deadline = brd_time_now_ns() + DEADLINE_NS;
-  void *rreq = NULL, *sreq = NULL;
+  void *rreq[PP_POSTED] = {0}, *sreq = NULL;
   /* One message each way at once first: a net may finish setting up a
    * connection only as its sender calls isend or test (the IB net), so
    * neither side may wait on a receive before it has sent. */
-  while (rreq == NULL || sreq == NULL) {
+  while (rreq[0] == NULL || sreq == NULL) {
     ncclResult_t res = ncclSuccess;
-    if (rreq == NULL) {
+    if (rreq[0] == NULL) {
       void *data = buf + 8;
       size_t size = 8;
       int tag = 0;
-      res = net->irecv(rc, 1, &data, &size, &tag, &rmh, NULL, &rreq);
+      res = net->irecv(rc, 1, &data, &size, &tag, &rmh, NULL, &rreq[0]);
     }
     if (res == ncclSuccess && sreq == NULL) res = net->isend(sc, buf, 8, 0, smh, NULL, &sreq);
     if (res != ncclSuccess) return fail("the first exchange", res);
     if (brd_time_now_ns() > deadline) return fail("the first exchange (timeout)", res);
   }
-  if (wait_req(sreq, "send", deadline) || wait_req(rreq, "receive", deadline)) return 1;
-  if (post_small_recv(rc, buf + 8, rmh, &rreq, deadline)) return 1;
+  if (wait_req(sreq, "send", deadline) || wait_req(rreq[0], "receive", deadline)) return 1;
+  /* Message i arrives in slot i % PP_POSTED. */
+  for (int k = 0; k < PP_POSTED; k++)
+    if (post_small_recv(rc, buf + 8 * (1 + k), rmh, &rreq[k], deadline)) return 1;
+  int repost = -1; /* the slot to post again after the next send */
   for (int i = 0; i < warm + iters; i++) {
+    int slot = i % PP_POSTED;
     if (i == warm) t0 = brd_time_now_ns();
-    if (!is_ping && wait_req(rreq, "receive", deadline)) return 1;
-    if (!is_ping && post_small_recv(rc, buf + 8, rmh, &rreq, deadline)) return 1;
+    if (!is_ping) {
+      if (wait_req(rreq[slot], "receive", deadline)) return 1;
+      repost = slot;
+    }
     memcpy(buf, &i, sizeof(i));
     sreq = NULL;
     unsigned calls = 0;
@@ -222,16 +235,19 @@ static int run_pingpong(int is_ping, void *sc, void *rc, char *buf, void *smh, v
       if (res != ncclSuccess) return fail("isend", res);
       if (sreq == NULL && past(deadline, &calls)) return fail("isend (timeout)", res);
     }
+    if (repost >= 0 && post_small_recv(rc, buf + 8 * (1 + repost), rmh, &rreq[repost], deadline))
+      return 1;
+    repost = -1;
     if (wait_req(sreq, "send", deadline)) return 1;
     if (is_ping) {
-      if (wait_req(rreq, "receive", deadline)) return 1;
+      if (wait_req(rreq[slot], "receive", deadline)) return 1;
       int got = -1;
-      memcpy(&got, buf + 8, sizeof(got));
+      memcpy(&got, buf + 8 * (1 + slot), sizeof(got));
       if (got != i) {
         fprintf(stderr, "braid-netbw: round trip %d came back as %d\n", i, got);
         return 1;
       }
-      if (post_small_recv(rc, buf + 8, rmh, &rreq, deadline)) return 1;
+      repost = slot;
     }
   }
   if (is_ping)

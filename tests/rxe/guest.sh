@@ -212,8 +212,9 @@ else
   fail "braid-netbw over the IB net (exit $rc)"
 fi
 
-# The IB net alone, 8-byte ping-pong (a receive posted ahead, as the proxy
-# keeps them), beside ib_write_lat's one-way figure.
+# The IB net alone, 8-byte ping-pong (4 receives posted ahead, each posted
+# again after its answer is sent, as the proxy does), beside ib_write_lat's
+# one-way figure.
 ( export BRAID_NETBW_NET=ib; unset NCCL_DEBUG
   "$BUILD/bin/braid-netbw" pong "$hf.lat" 1000 >"$OUT/netlat.pong" 2>&1 &
   r=$!
