@@ -27,9 +27,11 @@ static int nstuck;                  /* under stuck_lock */
 static unsigned char stuck_unknown; /* under stuck_lock: some work could not be
                                        recorded, so every device counts as stuck */
 
-/* Records that the work on s (device dev) may never end. */
-static void stuck_record(cudaStream_t s, int dev) {
+/* Records that the work on s (on the current device) may never end. */
+static void stuck_record(cudaStream_t s) {
   cudaEvent_t ev = NULL;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
   pthread_mutex_lock(&stuck_lock);
   if (nstuck < STUCK_MAX &&
       cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
@@ -45,7 +47,7 @@ static void stuck_record(cudaStream_t s, int dev) {
   pthread_mutex_unlock(&stuck_lock);
 }
 
-/* See exec_cuda.h. */
+/* See cuda_wait.h. */
 int brd_cuda_stuck(int dev) {
   int any = 0;
   pthread_mutex_lock(&stuck_lock);
@@ -66,14 +68,14 @@ int brd_cuda_stuck(int dev) {
   return any;
 }
 
-/* See exec_cuda.h. */
+/* See cuda_wait.h. */
 void brd_cuda_leak_info(size_t bytes, const char *what) {
   INFO(BRD_SUBSYS_ALLOC, "CUDA: leaving %zu bytes of %s allocated: work queued on the "
        "device that a bounded wait gave up on may still use them, and freeing would "
        "wait for the whole device, behind that work", bytes, what);
 }
 
-/* See exec_cuda.h. */
+/* See cuda_wait.h. */
 ncclResult_t brd_cuda_stream_wait(cudaStream_t s, const char *what, _Atomic int *abort_flag,
                                   int *stuck_out) {
   int64_t t = brd_param_int(BRD_P_BRAID_TIMEOUT);
@@ -90,9 +92,7 @@ ncclResult_t brd_cuda_stream_wait(cudaStream_t s, const char *what, _Atomic int 
     if (abort_flag != NULL && atomic_load(abort_flag)) {
       INFO(BRD_SUBSYS_INIT, "CUDA: %s stopped by the communicator's abort before it "
            "finished; the memory it uses stays allocated", what);
-      int dev = 0;
-      if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
-      stuck_record(s, dev);
+      stuck_record(s);
       *stuck_out = 1;
       return ncclSystemError;
     }
@@ -104,9 +104,7 @@ ncclResult_t brd_cuda_stream_wait(cudaStream_t s, const char *what, _Atomic int 
            "before launching collectives on other communicators of the same GPU, or "
            "raise CUDA_DEVICE_MAX_CONNECTIONS; the memory it uses stays allocated",
            what, (long long)(t > 0 ? t : 300));
-      int dev = 0;
-      if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
-      stuck_record(s, dev);
+      stuck_record(s);
       *stuck_out = 1;
       return ncclSystemError;
     }

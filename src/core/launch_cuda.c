@@ -93,8 +93,7 @@ static ncclResult_t cursors_create(size_t n, _Atomic int *abort_flag, uint64_t *
     res = ncclUnhandledCudaError;
   } else {
     int stuck = 0;
-    res = brd_cuda_stream_wait(s, "zeroing the sequence-number cursors", abort_flag,
-                                    &stuck);
+    res = brd_cuda_stream_wait(s, "zeroing the sequence-number cursors", abort_flag, &stuck);
     if (stuck) {
       cudaStreamDestroy(s); /* returns at once; released after its work */
       brd_cuda_leak_info((size_t)n * sizeof(*p), "the sequence-number cursors");
@@ -248,7 +247,7 @@ static void rt_free_unless_stuck(struct brd_backend *rt) {
     return;
   }
   brd_cuda_leak_info((size_t)atomic_load(&rt->dev_bytes),
-                          "a rank's CUDA backend (status, cursors, window)");
+                     "a rank's CUDA backend (status, cursors, window)");
 }
 
 static void cuda_destroy(struct brd_backend *rt) {

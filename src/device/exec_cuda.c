@@ -668,7 +668,7 @@ fail_leak:
   /* The memset targets the state; cudaFreeHost of the report would wait
    * for the device as cudaFree does. */
   brd_cuda_leak_info(sizeof(brd_exec_state_t) + sizeof(brd_exec_report_t),
-                          "an executor status (device state, mapped report)");
+                     "an executor status (device state, mapped report)");
   free(st);
   return res;
 fail_free_state:
@@ -727,7 +727,7 @@ void brd_exec_cuda_status_destroy(brd_exec_cuda_status_t *st) {
   if (st == NULL) return;
   if (brd_cuda_stuck(st->device)) {
     brd_cuda_leak_info(sizeof(brd_exec_state_t) + sizeof(brd_exec_report_t),
-                            "an executor status (device state, mapped report)");
+                       "an executor status (device state, mapped report)");
     free(st);
     return;
   }

@@ -1115,15 +1115,7 @@ static int peer_gone(ib_comm_t *c) {
   return r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE));
 }
 
-/* Takes every completion of c's CQ. */
-static ncclResult_t comm_poll_count(ib_comm_t *c, int *count_out);
-
-static ncclResult_t comm_poll(ib_comm_t *c) {
-  int count;
-  return comm_poll_count(c, &count);
-}
-
-/* comm_poll, counting the completions it took into *count_out. */
+/* Takes every completion of c's CQ, counting them into *count_out. */
 static ncclResult_t comm_poll_count(ib_comm_t *c, int *count_out) {
   struct ibv_wc wc[16];
   *count_out = 0;
@@ -1172,6 +1164,12 @@ static ncclResult_t comm_poll_count(ib_comm_t *c, int *count_out) {
     }
     if (n < 16) return ncclSuccess;
   }
+}
+
+/* Takes every completion of c's CQ. */
+static ncclResult_t comm_poll(ib_comm_t *c) {
+  int count;
+  return comm_poll_count(c, &count);
 }
 
 /* Progress shared by isend, irecv and test: the handshake, the port's

@@ -350,9 +350,11 @@ static void cq_push(mcq_t *cq, const struct ibv_wc *wc) {
   cq->ring[(cq->head + cq->count) % cq->cap] = *wc;
   cq->count++;
   mchan_t *chan = (mchan_t *)(void *)cq->cq.channel;
-  if (cq->armed && chan != NULL) { /* one event per arming, as a NIC raises */
+  if (cq->armed && chan != NULL && chan->nev < CHAN_EVENTS) {
+    /* One event per arming, as a NIC raises; the eventfd's count then
+     * covers every event not taken. */
     cq->armed = 0;
-    if (chan->nev < CHAN_EVENTS) chan->ev[chan->nev++] = &cq->cq;
+    chan->ev[chan->nev++] = &cq->cq;
     uint64_t one = 1;
     (void)!write(chan->ch.fd, &one, sizeof(one));
   }
@@ -1159,12 +1161,9 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq
       *cq_context = c->ev[0]->cq_context;
       memmove(&c->ev[0], &c->ev[1], (size_t)(c->nev - 1) * sizeof(c->ev[0]));
       c->nev--;
-      if (c->nev == 0) { /* drain the descriptor with the last event */
+      if (c->nev == 0) { /* the last event: drain the descriptor (its count is not 0) */
         uint64_t v;
-        int fl = fcntl(c->ch.fd, F_GETFL);
-        (void)fcntl(c->ch.fd, F_SETFL, fl | O_NONBLOCK);
         (void)!read(c->ch.fd, &v, sizeof(v));
-        (void)fcntl(c->ch.fd, F_SETFL, fl);
       }
       pthread_mutex_unlock(&G);
       return 0;
