@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # calibrate-host.sh: the host-mode cost model against measurements.
 #
-#   tools/calibrate-host.sh [-d DIR] [-r REPS] [-R "4 8"] [-a "Ring Tree OneShot TwoShot"]
-#                           [-p "LL Simple"] [-P]
+#   tools/calibrate-host.sh [-d DIR] [-r REPS] [-n ITERS] [-R "4 8"]
+#                           [-a "Ring Tree OneShot TwoShot"] [-p "LL Simple"] [-P]
 #
 # Measures AllReduce (float sum, out-of-place) in host mode with
 # build/bin/all_reduce_perf (what `make bench` runs), each rank a process,
 # one (algorithm, protocol) at a time forced with NCCL_ALGO / NCCL_PROTO,
-# sizes 8 B to 16 MiB by x8 and 64 MiB, 5 timed calls after 2 warm-up
-# calls per size (LL from 16 MiB: 1 after 1, as at 8 ranks on two cores
-# one LL call of 64 MiB takes about 10 s), REPS runs of each (3 by
-# default). The JSON of every run goes to DIR (build/calib-host/ by
+# sizes 8 B to 16 MiB by x8 and 64 MiB, ITERS timed calls after 5 warm-up
+# calls per size up to 256 KiB (40 by default: a call there takes
+# microseconds, and one descheduled thread moves a mean of 5 by tens of
+# percent), 5 after 2 from 2 MiB (LL from 16 MiB: 1 after 1, as at 8 ranks
+# on two cores one LL call of 64 MiB takes about 10 s), REPS runs of each
+# (3 by default). The JSON of every run goes to DIR (build/calib-host/ by
 # default); a run whose JSON is already there is not repeated, so -r 5
 # after -r 3 adds two runs of each.
 #
@@ -34,19 +36,21 @@ set -euo pipefail
 BUILD=${BUILD:-build}
 dir=$BUILD/calib-host
 reps=3
+iters=40
 ranks="4 8"
 algos="Ring Tree OneShot TwoShot"
 protos="LL Simple"
 measure=1
-while getopts "d:r:R:a:p:Ph" opt; do
+while getopts "d:r:n:R:a:p:Ph" opt; do
   case $opt in
     d) dir=$OPTARG ;;
     r) reps=$OPTARG ;;
+    n) iters=$OPTARG ;;
     R) ranks=$OPTARG ;;
     a) algos=$OPTARG ;;
     p) protos=$OPTARG ;;
     P) measure=0 ;;
-    *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 need() {
@@ -67,10 +71,11 @@ if (( measure )); then
         for p in $protos; do
           # Each range with its iterations: LL from 16 MiB up runs one timed
           # call after one warm-up (one LL call of 64 MiB on 8 ranks here: ~10 s).
+          small="-b 8 -e 256K -f 8 -n $iters -w 5"
           if [[ $p == LL ]]; then
-            ranges=("-b 8 -e 2M -f 8 -n 5 -w 2" "-b 16M -e 64M -f 4 -n 1 -w 1")
+            ranges=("$small" "-b 2M -e 2M -n 5 -w 2" "-b 16M -e 64M -f 4 -n 1 -w 1")
           else
-            ranges=("-b 8 -e 16M -f 8 -n 5 -w 2" "-b 64M -e 64M -n 5 -w 2")
+            ranges=("$small" "-b 2M -e 16M -f 8 -n 5 -w 2" "-b 64M -e 64M -n 5 -w 2")
           fi
           k=0
           for r in "${ranges[@]}"; do
