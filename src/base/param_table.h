@@ -80,6 +80,7 @@ BRD_PARAM(IB_TIMEOUT, "NCCL_IB_TIMEOUT", BRD_PARAM_INT, "20", "IB net: QP ack ti
 BRD_PARAM(IB_RETRY_CNT, "NCCL_IB_RETRY_CNT", BRD_PARAM_INT, "7", "IB net: QP retry count")
 BRD_PARAM(IB_QPS_PER_CONNECTION, "NCCL_IB_QPS_PER_CONNECTION", BRD_PARAM_INT, "1", "IB net: data QPs per connection (1 to 128); see NCCL_IB_SPLIT_DATA_ON_QPS")
 BRD_PARAM(IB_SPLIT_DATA_ON_QPS, "NCCL_IB_SPLIT_DATA_ON_QPS", BRD_PARAM_INT, "0", "IB net: 1 splits every message over all the connection's QPs in 128-byte-aligned shares; 0 sends each message whole, rotating over the QPs (the sender's value rules)")
+BRD_PARAM(BRAID_IB_CTS_AHEAD, "BRAID_IB_CTS_AHEAD", BRD_PARAM_INT, "2", "IB net receiver: a clear-to-send goes out at once while fewer than this many earlier receives wait for their data with theirs already sent; later ones are held and sent together in one RDMA write when that count drops (1 to 32; 32 sends every one at once)")
 BRD_PARAM(IB_PKEY, "NCCL_IB_PKEY", BRD_PARAM_INT, "0", "IB net: partition key index of the QPs")
 BRD_PARAM(DMABUF_ENABLE, "NCCL_DMABUF_ENABLE", BRD_PARAM_INT, "1", "IB net: 1 registers GPU memory through DMA-BUF (cuMemGetHandleForAddressRange + ibv_reg_dmabuf_mr) where the NIC and the driver support it; 0 leaves nvidia-peermem or host staging")
 BRD_PARAM(NET_GDR_LEVEL, "NCCL_NET_GDR_LEVEL", BRD_PARAM_STR, NULL, "deepest GPU-NIC PCI distance for GPUDirect RDMA: LOC, PIX, PXB, PHB, SYS (or NCCL's old 0-5); unset: PXB")

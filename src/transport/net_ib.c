@@ -23,21 +23,24 @@
  * Data: the receiver-driven CTS protocol NCCL uses. An irecv takes up to
  * maxRecvs = 8 buffers (a group, NCCL_NET_IB_MAX_RECVS); group k uses
  * slot k mod 32 on both sides. irecv posts one receive WR with no SGE on
- * each QP the group uses, and RDMA-writes one 32-byte CTS entry per
- * buffer {address, size, rkey, tag, (k+1) << 8 | n} into slot k of the
- * sender's FIFO, in one write. isend returns NULL ("later") until the
- * slot's first and last entries carry k+1; it then takes the first
- * unmatched entry with its tag, and once all n buffers are matched posts
- * the group. Each buffer's bytes are cut into one contiguous share per QP
- * the group uses, ceil(size / nq) rounded up to 128 bytes (so LL and LL128
- * lines are never torn); a message smaller than 128 x nq carries data on
- * fewer QPs. On every QP used, the last WR is an RDMA_WRITE_WITH_IMM
+ * each QP the group uses, and stages one 32-byte CTS entry per buffer
+ * {address, size, rkey, tag, (k+1) << 8 | n} for slot k of the sender's
+ * FIFO; they go out in one RDMA write, with those of other groups held
+ * before them (cts_flush: BRAID_IB_CTS_AHEAD). isend returns NULL
+ * ("later") until the slot's first and last entries carry k+1; it then
+ * takes the first unmatched entry with its tag, and once all n buffers
+ * are matched posts the group. Each buffer's bytes are cut into one
+ * contiguous share per QP the group uses, ceil(size / nq) rounded up to
+ * 128 bytes (so LL and LL128 lines are never torn); a message smaller
+ * than 128 x nq carries data on fewer QPs. On every QP used, the last WR
+ * is an RDMA_WRITE_WITH_IMM
  * (signalled; a zero-byte one where the QP got no data): for one buffer it
  * is the share itself and imm is the size; for several, the shares go as
  * plain RDMA_WRITEs and the last WR writes the n sizes into the receiver's
  * size records. The receiver completes the group when every QP's
  * immediate has arrived (an RC QP places its writes in order, so each
- * immediate follows its QP's share) and its CTS write completed; test()
+ * immediate follows its QP's share) and the CTS write carrying its
+ * entries completed; test()
  * reports the size of each buffer. NCCL_IB_SPLIT_DATA_ON_QPS=1 splits
  * every message over all NCCL_IB_QPS_PER_CONNECTION QPs; 0 (NCCL's
  * default) sends each group whole on QP k mod nqps. The sender's choice
@@ -758,6 +761,7 @@ typedef struct {
   int live;           /* requests handed out and not yet done */
   int pending;        /* completions still to come */
   int imm_size;       /* receiver, one buffer: the size from the immediate */
+  int imm_left;       /* receiver: immediates still to come (0: the data is in) */
 } ib_grp_t;
 
 enum { ST_DIAL, ST_SEND_META, ST_RECV_META, ST_SEND_READY, ST_WAIT_READY, ST_READY };
@@ -780,6 +784,9 @@ struct ib_comm {
   struct ibv_mr *fifo_mr;     /* owned */
   int split;                  /* split each message over every QP */
   uint64_t post_seq;          /* next group */
+  uint64_t cts_seq;           /* receiver: the first group whose CTS is held
+                               * (groups [cts_seq, post_seq) wait: cts_flush) */
+  int cts_ahead;              /* receiver: BRAID_IB_CTS_AHEAD */
   _Atomic int error;          /* sticky ncclResult_t */
   int fail_claimed;
   uint32_t polls;             /* progress calls (IB_EVENT_CHECK_POLLS) */
@@ -1158,9 +1165,21 @@ static ncclResult_t comm_poll_count(ib_comm_t *c, int *count_out) {
         if (c->freqs[slot].pending > 0) c->freqs[slot].pending--;
         continue;
       }
+      if (kind == WR_CTS) {
+        /* One write carries the CTS of count groups from slot on. */
+        unsigned count = (unsigned)(wc[i].wr_id >> 16 & 0xffff);
+        for (unsigned j = 0; j < count && j < IB_NREQ; j++) {
+          ib_grp_t *cg = &c->grp[(slot + j) % IB_NREQ];
+          if (cg->pending > 0) cg->pending--;
+        }
+        continue;
+      }
       ib_grp_t *g = &c->grp[slot];
       if (g->pending > 0) g->pending--;
-      if (kind == WR_RECV && g->n == 1) g->imm_size = (int)ntohl(wc[i].imm_data);
+      if (kind == WR_RECV) {
+        if (g->imm_left > 0) g->imm_left--;
+        if (g->n == 1) g->imm_size = (int)ntohl(wc[i].imm_data);
+      }
     }
     if (n < 16) return ncclSuccess;
   }
@@ -1170,6 +1189,55 @@ static ncclResult_t comm_poll_count(ib_comm_t *c, int *count_out) {
 static ncclResult_t comm_poll(ib_comm_t *c) {
   int count;
   return comm_poll_count(c, &count);
+}
+
+/* Receiver: posts the held clear-to-send entries of groups [cts_seq,
+ * post_seq) once fewer than `below` groups whose CTS went out still wait
+ * for their data (the sender then has fewer than that many buffers left to
+ * write into): in one RDMA write per run of slots (two where the ring
+ * wraps), so a receiver that posts its receives one at a time, as a
+ * ping-pong or the proxy's reposting does, sends a CTS packet (and gets a
+ * completion) per few messages rather than per message. irecv asks with
+ * cts_ahead; progress (at every test) only with 1, when the sender has
+ * no entry left: posting there would put the write ahead of whatever the
+ * caller does on receiving (a ping-pong's answer), where irecv's comes
+ * after it. The sender's view is unchanged: each group's entries are
+ * whole in its slot before its words say so. */
+static ncclResult_t cts_flush(ib_comm_t *c, int below) {
+  if (c->cts_seq == c->post_seq) return ncclSuccess;
+  int out = 0;
+  uint64_t from = c->cts_seq > IB_NREQ ? c->cts_seq - IB_NREQ : 0;
+  for (uint64_t k = from; k < c->cts_seq; k++) {
+    const ib_grp_t *g = &c->grp[k % IB_NREQ];
+    if (g->seq == k && g->live > 0 && g->imm_left > 0) out++;
+  }
+  if (out >= below) return ncclSuccess;
+  while (c->cts_seq < c->post_seq) {
+    uint64_t k0 = c->cts_seq;
+    unsigned s0 = (unsigned)(k0 % IB_NREQ);
+    uint64_t count = c->post_seq - k0;
+    if (s0 + count > IB_NREQ) count = IB_NREQ - s0;
+    int n_last = c->grp[(s0 + count - 1) % IB_NREQ].n;
+    ib_cts_t *e = &c->fifo[s0 * IB_MAX_RECVS];
+    uint32_t bytes = (uint32_t)(((count - 1) * IB_MAX_RECVS + (uint64_t)n_last) * sizeof(*e));
+    struct ibv_sge sge = {(uint64_t)(uintptr_t)e, bytes, c->fifo_mr->lkey};
+    struct ibv_send_wr wr, *bad = NULL;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = ((uint64_t)WR_CTS << 56) | count << 16 | s0;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = c->peer.fifo_addr + s0 * IB_MAX_RECVS * sizeof(ib_cts_t);
+    wr.wr.rdma.rkey = c->peer.fifo_rkey;
+    struct ibv_qp *qp = c->qps[k0 % (uint64_t)c->nqps];
+    int rc = brd_ibv_post_send(qp, &wr, &bad);
+    if (rc != 0)
+      return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_send of a CTS on QP %u (%s) "
+                       "failed: %s", qp->qp_num, c->dev->name, strerror(rc));
+    c->cts_seq = k0 + count;
+  }
+  return ncclSuccess;
 }
 
 /* Progress shared by isend, irecv and test: the handshake, the port's
@@ -1185,7 +1253,10 @@ static ncclResult_t comm_progress(ib_comm_t *c) {
                      "NET/IB : %s; every connection on it fails (peer %s). Check the cable, the "
                      "switch and 'ibstat', or exclude the port with NCCL_IB_HCA",
                      c->dev->fail_why, c->peer_name);
-  if (c->state == ST_READY) CHECK(comm_poll(c));
+  if (c->state == ST_READY) {
+    CHECK(comm_poll(c));
+    if (!c->is_send) CHECK(cts_flush(c, 1));
+  }
   return ncclSuccess;
 }
 
@@ -1972,26 +2043,12 @@ static ncclResult_t ib_irecv(void *recv_comm, int n, void **data, size_t *sizes,
     e[i].tag = tags != NULL ? tags[i] : 0;
     e[i].word = (k + 1) << 8 | (uint64_t)n;
   }
-  struct ibv_sge sge = {(uint64_t)(uintptr_t)e, (uint32_t)(n * sizeof(*e)), c->fifo_mr->lkey};
-  struct ibv_send_wr wr, *bad = NULL;
-  memset(&wr, 0, sizeof(wr));
-  wr.wr_id = ((uint64_t)WR_CTS << 56) | slot;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = c->peer.fifo_addr + slot * IB_MAX_RECVS * sizeof(ib_cts_t);
-  wr.wr.rdma.rkey = c->peer.fifo_rkey;
-  struct ibv_qp *qp = c->qps[k % (uint64_t)c->nqps];
   g->seq = k;
   g->n = n;
   g->live = 1;
   g->pending = nq + 1; /* every QP's immediate and the CTS write */
   g->imm_size = 0;
-  int rc = brd_ibv_post_send(qp, &wr, &bad);
-  if (rc != 0)
-    return comm_fail(c, ncclSystemError, 0, "NET/IB : ibv_post_send of a CTS on QP %u (%s) "
-                     "failed: %s", qp->qp_num, c->dev->name, strerror(rc));
+  g->imm_left = nq;
   ib_req_t *q = &c->reqs[slot * IB_MAX_RECVS];
   q->state = REQ_BUSY;
   q->slot = slot;
@@ -1999,7 +2056,12 @@ static ncclResult_t ib_irecv(void *recv_comm, int n, void **data, size_t *sizes,
   q->size = 0;
   c->post_seq++;
   *request = q;
-  return ncclSuccess;
+  /* The entries go out now, or with later ones (cts_flush). */
+  if (c->cts_ahead <= 0) {
+    int64_t a = brd_param_int(BRD_P_BRAID_IB_CTS_AHEAD);
+    c->cts_ahead = a < 1 ? 1 : a > IB_NREQ ? IB_NREQ : (int)a;
+  }
+  return cts_flush(c, c->cts_ahead);
 }
 
 /* The receiver's flush QP: an RC QP connected to itself on the comm's

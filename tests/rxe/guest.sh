@@ -21,7 +21,9 @@
 #     (the IB net alone, 256 KiB messages, 8 in flight, as the proxy drives
 #     it) and sendrecv_perf -P 2 over the IB net (the whole stack); and
 #     ib_write_lat at 8 B beside braid-netbw's 8-byte ping-pong (the IB
-#     net alone) and sendrecv_perf's time for 8 B.
+#     net alone, 5 runs) and sendrecv_perf's time for 8 B. braid-netbw runs
+#     with BRAID_IB_CTS_AHEAD=2 (the default) and 32 (one clear-to-send
+#     write per receive, as NCCL), alternated.
 #
 #  5. Faults on real verbs: a rank killed mid-collective, and rxe0's port
 #     going down (lo down); every rank left fails within the deadline,
@@ -194,43 +196,58 @@ else
 fi
 
 hf=$OUT/netbw.handle
-( export BRAID_NETBW_NET=ib; unset NCCL_DEBUG
-  "$BUILD/bin/braid-netbw" recv "$hf" 64 3 >"$OUT/netbw.recv" 2>&1 &
-  r=$!
-  "$BUILD/bin/braid-netbw" send "$hf" 64 3 >"$OUT/netbw.send" 2>&1
-  s=$?
-  wait $r
-  exit $(( $? | s )) )
-rc=$?
-sed 's/^/    /' "$OUT/netbw.recv"
-if [[ $rc -eq 0 ]]; then
-  echo "braid-netbw (IB net alone, 256 KiB messages, 64 MiB x 3): $(grep -oE '[0-9.]+ MiB/s' "$OUT/netbw.recv" | tr '\n' ' ')" |
-    tee -a "$SUM"
-  pass "braid-netbw over the IB net"
-else
-  tail -n 20 "$OUT/netbw.send" | sed 's/^/    | /'
-  fail "braid-netbw over the IB net (exit $rc)"
-fi
+# The IB net alone, with BRAID_IB_CTS_AHEAD=$1: the default holds a
+# receiver's clear-to-send entries while 2 sent ones wait for data and
+# sends the held ones in one write; 32 sends one per receive, as NCCL.
+netbw_bw() {
+  ( export BRAID_NETBW_NET=ib BRAID_IB_CTS_AHEAD=$1; unset NCCL_DEBUG
+    "$BUILD/bin/braid-netbw" recv "$hf" 64 3 >"$OUT/netbw.recv.$1" 2>&1 &
+    r=$!
+    "$BUILD/bin/braid-netbw" send "$hf" 64 3 >"$OUT/netbw.send.$1" 2>&1
+    s=$?
+    wait $r
+    exit $(( $? | s )) )
+  local rc=$?
+  sed 's/^/    /' "$OUT/netbw.recv.$1"
+  if [[ $rc -eq 0 ]]; then
+    echo "braid-netbw (IB net alone, 256 KiB messages, 64 MiB x 3, CTS ahead $1): $(grep -oE '[0-9.]+ MiB/s' "$OUT/netbw.recv.$1" | tr '\n' ' ')" |
+      tee -a "$SUM"
+    pass "braid-netbw over the IB net (CTS ahead $1)"
+  else
+    tail -n 20 "$OUT/netbw.send.$1" | sed 's/^/    | /'
+    fail "braid-netbw over the IB net (CTS ahead $1, exit $rc)"
+  fi
+}
 
 # The IB net alone, 8-byte ping-pong (4 receives posted ahead, each posted
 # again after its answer is sent, as the proxy does), beside ib_write_lat's
-# one-way figure.
-( export BRAID_NETBW_NET=ib; unset NCCL_DEBUG
-  "$BUILD/bin/braid-netbw" pong "$hf.lat" 1000 >"$OUT/netlat.pong" 2>&1 &
-  r=$!
-  "$BUILD/bin/braid-netbw" ping "$hf.lat" 1000 >"$OUT/netlat.ping" 2>&1
-  s=$?
-  wait $r
-  exit $(( $? | s )) )
-rc=$?
-netlat=$(awk '/^ping 8 B:/ {print $4}' "$OUT/netlat.ping")
-if [[ $rc -eq 0 && -n $netlat ]]; then
-  echo "braid-netbw ping (IB net alone, 8 B): $netlat us average (one way)" | tee -a "$SUM"
-  pass "braid-netbw ping-pong over the IB net"
-else
-  tail -n 20 "$OUT/netlat.ping" "$OUT/netlat.pong" | sed 's/^/    | /'
-  fail "braid-netbw ping-pong over the IB net (exit $rc)"
-fi
+# one-way figure; $2 tells the runs apart.
+netbw_lat() {
+  ( export BRAID_NETBW_NET=ib BRAID_IB_CTS_AHEAD=$1; unset NCCL_DEBUG
+    "$BUILD/bin/braid-netbw" pong "$hf.lat" 1000 >"$OUT/netlat.pong.$1.$2" 2>&1 &
+    r=$!
+    "$BUILD/bin/braid-netbw" ping "$hf.lat" 1000 >"$OUT/netlat.ping.$1.$2" 2>&1
+    s=$?
+    wait $r
+    exit $(( $? | s )) )
+  local rc=$?
+  local netlat
+  netlat=$(awk '/^ping 8 B:/ {print $4}' "$OUT/netlat.ping.$1.$2")
+  if [[ $rc -eq 0 && -n $netlat ]]; then
+    echo "braid-netbw ping (IB net alone, 8 B, CTS ahead $1, run $2): $netlat us average (one way)" | tee -a "$SUM"
+    pass "braid-netbw ping-pong over the IB net (CTS ahead $1, run $2)"
+  else
+    tail -n 20 "$OUT/netlat.ping.$1.$2" "$OUT/netlat.pong.$1.$2" | sed 's/^/    | /'
+    fail "braid-netbw ping-pong over the IB net (CTS ahead $1, run $2, exit $rc)"
+  fi
+}
+
+netbw_bw 2
+netbw_bw 32
+for run in 1 2 3 4 5; do
+  netbw_lat 2 $run
+  netbw_lat 32 $run
+done
 
 run_perf sendrecv_small 2 sendrecv_perf -b 8 -e 8 -n 50 -w 5 -c 1
 awk '$1 == 8 && NF >= 13 {printf "sendrecv_perf -P 2 8 B: %s us per call (out of place), %s (in place)\n", $6, $10}' \

@@ -830,6 +830,100 @@ static void test_done(void *req, int *size) {
   if (!done) fail_msg("request not done within 20 s");
 }
 
+/* Runs a ping of N messages, the receiver keeping AHEAD receives posted
+ * and reposting each once its message is tested (as the proxy does), the
+ * sender sending the next once the last is done (as a ping-pong does).
+ * Returns the RDMA writes without immediate (clear-to-send entries: the
+ * data path's writes carry one) and checks every message's bytes. */
+static int cts_writes_for_ping(int n, int ahead) {
+  enum { SLOT = 4096, NPOST = 4 };
+  braid_mock_ib_writes_fn writes = (braid_mock_ib_writes_fn)dlsym(mock, "braid_mock_ib_writes");
+  braid_mock_ib_write_log_fn wlog =
+      (braid_mock_ib_write_log_fn)dlsym(mock, "braid_mock_ib_write_log");
+  assert_non_null(writes);
+  assert_non_null(wlog);
+  conn_t k;
+  conn_open(&k, 0);
+  unsigned char *s = malloc((size_t)n * SLOT), *r = calloc(NPOST, SLOT);
+  assert_non_null(s);
+  assert_non_null(r);
+  void *smh, *rmh;
+  assert_int_equal(net->regMr(k.scomm, s, (size_t)n * SLOT, BRD_NET_PTR_HOST, &smh), ncclSuccess);
+  assert_int_equal(net->regMr(k.rcomm, r, NPOST * SLOT, BRD_NET_PTR_HOST, &rmh), ncclSuccess);
+  for (int i = 0; i < n; i++) fill(s + (size_t)i * SLOT, SLOT, 7u + (unsigned)i);
+  unsigned long from = writes();
+  void *rreq[NPOST] = {0};
+  int tag = 0, posted = 0;
+  double end = now_s() + 20;
+  for (int i = 0; i < n; i++) {
+    void *sreq = NULL;
+    size_t len = (size_t)(i * 131 % SLOT) + 8;
+    int want = i + NPOST < n ? i + NPOST : n;
+    while ((sreq == NULL || posted < want) && now_s() < end) {
+      /* Keep NPOST receives posted (message j lands in buffer j % NPOST);
+       * an irecv before the connection is ready gives no request. */
+      if (posted < want) {
+        void *d = r + (size_t)(posted % NPOST) * SLOT;
+        size_t sz = SLOT;
+        void *req = NULL;
+        assert_int_equal(net->irecv(k.rcomm, 1, &d, &sz, &tag, &rmh, NULL, &req), ncclSuccess);
+        if (req != NULL) rreq[posted++ % NPOST] = req;
+      }
+      if (sreq == NULL)
+        assert_int_equal(net->isend(k.scomm, s + (size_t)i * SLOT, len, 0, smh, NULL, &sreq),
+                         ncclSuccess);
+      /* The receiver's calls are what send held entries: test its oldest. */
+      int done = 0, got = 0;
+      if (sreq == NULL && posted > i)
+        assert_int_equal(net->test(rreq[i % NPOST], &done, &got), ncclSuccess);
+      assert_false(done);
+    }
+    if (sreq == NULL) fail_msg("message %d of %d never got its clear-to-send (ahead %d)", i, n,
+                               ahead);
+    int got = -1;
+    test_done(rreq[i % NPOST], &got);
+    assert_int_equal(got, (int)len);
+    assert_memory_equal(r + (size_t)(i % NPOST) * SLOT, s + (size_t)i * SLOT, len);
+    test_done(sreq, &got);
+  }
+  int cts = 0;
+  for (unsigned long w = from + 1; w <= writes(); w++) {
+    braid_mock_ib_write_t one;
+    assert_int_equal(wlog(w, &one), 0);
+    if (!one.has_imm) cts++;
+  }
+  net->deregMr(k.scomm, smh);
+  net->deregMr(k.rcomm, rmh);
+  conn_close(&k);
+  free(s);
+  free(r);
+  return cts;
+}
+
+/* BRAID_IB_CTS_AHEAD: a receiver that keeps 4 receives posted and reposts
+ * one at a time sends its clear-to-send entries in about one write per two
+ * messages by default (2), fewer still with 1, one per receive with 32
+ * (NCCL's way), and every message lands exact and in order: the sender
+ * never waits for good on a held entry. */
+static void test_cts_coalesced(void **state) {
+  (void)state;
+  NEED_MOCK();
+  enum { N = 40 }; /* receives posted: N, the last 4 ahead of the last message */
+  env("BRAID_IB_CTS_AHEAD", "32");
+  int each = cts_writes_for_ping(N, 32);
+  env("BRAID_IB_CTS_AHEAD", NULL); /* the default, 2 */
+  int dflt = cts_writes_for_ping(N, 2);
+  env("BRAID_IB_CTS_AHEAD", "1");
+  int fewest = cts_writes_for_ping(N, 1);
+  env("BRAID_IB_CTS_AHEAD", NULL);
+  print_message("CTS writes for %d messages: %d one by one, %d by default, %d with 1\n", N, each,
+                dflt, fewest);
+  assert_int_equal(each, N);
+  assert_true(dflt <= N * 3 / 5); /* about one per three messages */
+  assert_true(fewest < dflt);
+  assert_true(fewest >= 1);
+}
+
 /* poll_fd: the receive comm's completion channel, readable once data
  * lands; nothing to wait for without requests; -1 for a send that waits
  * for its clear-to-send, and without completion channels. */
@@ -1135,6 +1229,7 @@ run:;
       cmocka_unit_test(test_order_and_limit),
       cmocka_unit_test(test_truncated),
       cmocka_unit_test(test_poll_fd),
+    cmocka_unit_test(test_cts_coalesced),
       cmocka_unit_test(test_reg_cache_and_refusal),
       cmocka_unit_test(test_completion_error),
       cmocka_unit_test(test_peer_closed),
