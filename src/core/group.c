@@ -30,6 +30,15 @@
 static _Thread_local int group_depth;
 static _Thread_local brd_call_t *queue;   /* owned: calls collected so far */
 static _Thread_local int queue_len, queue_cap;
+/* The queue's memory outlives a group while it is small (QUEUE_KEEP
+ * calls), since nearly every call of a program makes a group of one; the
+ * key frees it when its thread exits. */
+#define QUEUE_KEEP 64
+static pthread_key_t queue_key;
+static pthread_once_t queue_key_once = PTHREAD_ONCE_INIT;
+static int queue_key_ok;
+
+static void queue_key_make(void) { queue_key_ok = pthread_key_create(&queue_key, free) == 0; }
 static _Thread_local ncclResult_t group_err;  /* first failed call */
 static _Thread_local int group_blocking = -1; /* -1 until the first call */
 
@@ -66,10 +75,14 @@ ncclResult_t brd_group_add(const brd_call_t *call) {
          call->comm->rank, blocking ? "blocking" : "nonblocking");
     return ncclInvalidArgument;
   }
-  brd_call_t *q = brd_array_grow(queue, queue_len, &queue_cap, sizeof(*queue), 64);
+  brd_call_t *q = brd_array_grow(queue, queue_len, &queue_cap, sizeof(*queue), QUEUE_KEEP);
   if (q == NULL) {
     WARN("%s : out of host memory queueing call %d of a group", call->fn, queue_len + 1);
     return ncclSystemError;
+  }
+  if (q != queue) {
+    (void)pthread_once(&queue_key_once, queue_key_make);
+    if (queue_key_ok) (void)pthread_setspecific(queue_key, q);
   }
   queue = q;
   queue[queue_len++] = *call;
@@ -240,9 +253,13 @@ static void jobs_reset(void) {
 /* Forgets the group: queue, error and mode. */
 static void group_reset(void) {
   jobs_reset();
-  free(queue);
-  queue = NULL;
-  queue_len = queue_cap = 0;
+  if (queue_cap > QUEUE_KEEP || !queue_key_ok) {
+    free(queue);
+    queue = NULL;
+    queue_cap = 0;
+    if (queue_key_ok) (void)pthread_setspecific(queue_key, NULL);
+  }
+  queue_len = 0;
   group_err = ncclSuccess;
   group_blocking = -1;
 }
@@ -564,6 +581,18 @@ static ncclResult_t run_queue(void) {
     return group_err;
   }
   if (queue_len == 0) return ncclSuccess;
+  if (group_blocking != 0) {
+    /* Every call on one communicator (any call made outside a group, the
+     * usual case): the queue is the batch, run here. */
+    int one = 1;
+    for (int i = 1; i < queue_len && one; i++) one = queue[i].comm == queue[0].comm;
+    if (one) {
+      comm_batch_t b = {.t = {.comm = queue[0].comm, .run = batch_main},
+                        .calls = queue,
+                        .ncalls = queue_len};
+      return batches_run(&b, 1);
+    }
+  }
   CHECK(batches_make(&bs, &nb));
   if (group_blocking == 0) return async_start(bs, nb);
   ncclResult_t res = batches_run(bs, nb);

@@ -290,6 +290,20 @@ static ncclResult_t run_threads(struct ncclComm *comm, brd_works_t *ws) {
   for (int i = 0; i < ws->n; i++)
     if (ws->w[i].args.plan->nblocks > nthreads) nthreads = ws->w[i].args.plan->nblocks;
 
+  if (nthreads == 1) {
+    /* Every plan has one block: no threads, no meetings, nothing to
+     * allocate (the launch's state is this frame's). */
+    brd_exec_run_t launch;
+    for (int w = 0; w < ws->n && res == ncclSuccess; w++) {
+      if (comm->prof != NULL) brd_prof_work_begin(comm->prof, w);
+      CHECK(brd_exec_host_run_init(&launch, &ws->w[w].args));
+      brd_exec_host_block_run(&launch, 0);
+      res = brd_exec_host_run_fini(&launch, NULL);
+      if (res == ncclSuccess) copy_out(&ws->w[w]);
+      if (comm->prof != NULL) brd_prof_work_end(comm->prof, w);
+    }
+    return res;
+  }
   runner_t *r = calloc(1, sizeof(*r));
   worker_t *k = calloc((size_t)nthreads, sizeof(*k));
   if (r == NULL || k == NULL) {
@@ -300,18 +314,6 @@ static ncclResult_t run_threads(struct ncclComm *comm, brd_works_t *ws) {
   r->comm = comm;
   r->ws = ws;
   r->nthreads = nthreads;
-  if (nthreads == 1) {
-    /* Every plan has one block: no threads, no meetings. */
-    for (int w = 0; w < ws->n && res == ncclSuccess; w++) {
-      if (comm->prof != NULL) brd_prof_work_begin(comm->prof, w);
-      CHECK_GOTO(brd_exec_host_run_init(&r->launch, &ws->w[w].args), res, free_mem);
-      brd_exec_host_block_run(&r->launch, 0);
-      res = brd_exec_host_run_fini(&r->launch, NULL);
-      if (res == ncclSuccess) copy_out(&ws->w[w]);
-      if (comm->prof != NULL) brd_prof_work_end(comm->prof, w);
-    }
-    goto free_mem;
-  }
   PTHREAD_CHECK_GOTO(pthread_mutex_init(&r->mu, NULL), "pthread_mutex_init", res, free_mem);
   PTHREAD_CHECK_GOTO(pthread_cond_init(&r->cv, NULL), "pthread_cond_init", res,
                      destroy_mutex);

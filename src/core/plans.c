@@ -26,12 +26,20 @@ const uint8_t brd_plans_algos[BRD_PLANS_NALGOS] = {BRD_IR_ALGO_RING, BRD_IR_ALGO
                                                   BRD_ALGO_NVLS_TREE};
 const uint8_t brd_plans_protos[BRD_PLANS_NPROTOS] = {BRD_IR_PROTO_LL, BRD_IR_PROTO_SIMPLE};
 
-/* See plans.h. */
+/* See plans.h. The generators' table is constant: each (collective,
+ * deterministic) answer is worked out once, by whichever thread asks
+ * first (threads racing compute and store the same value), and kept with
+ * bit 31 set. Every call asks. */
 uint32_t brd_plans_available(uint8_t coll, int det) {
-  uint32_t avail = 0;
+  static uint32_t known[256][2];
+  det = det != 0;
+  uint32_t avail = __atomic_load_n(&known[coll][det], __ATOMIC_RELAXED);
+  if (avail & 0x80000000u) return avail & 0x7fffffffu;
+  avail = 0;
   for (int a = 0; a < BRD_PLANS_NALGOS; a++)
     if (brd_algos_available(coll, brd_plans_algos[a], det))
       avail |= BRD_ALGO_BIT(brd_plans_algos[a]);
+  __atomic_store_n(&known[coll][det], avail | 0x80000000u, __ATOMIC_RELAXED);
   return avail;
 }
 

@@ -68,7 +68,7 @@ void brd_works_snap_use(brd_works_t *ws, int s, char *copy) {
 /* See works_int.h. */
 ncclResult_t brd_works_work_add(brd_works_t *ws, const brd_ir_plan_t *plan, int rank,
                                 brd_work_t **w_out) {
-  brd_work_t *grown = brd_array_grow(ws->w, ws->n, &ws->cap, sizeof(*ws->w), 16);
+  brd_work_t *grown = brd_array_grow(ws->w, ws->n, &ws->cap, sizeof(*ws->w), 2);
   if (grown == NULL) {
     WARN("out of host memory growing a launch past %d works", ws->n);
     return ncclSystemError;
