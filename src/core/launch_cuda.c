@@ -723,6 +723,7 @@ static ncclResult_t cuda_ports_bind(struct brd_backend *rt, brd_proxy_t *px, int
     CHECK_GOTO(brd_exec_cuda_status_ports(sts[i], n, mirror, rt->abort_flag, &fifo), res, out);
     CHECK_GOTO(brd_proxy_fifo_add(px, fifo), res, out);
   }
+  rt->proxy = px;
 out:
   if (saved >= 0 && saved != rt->dev && cudaSetDevice(saved) != cudaSuccess)
     (void)cudaGetLastError();

@@ -31,6 +31,8 @@ struct brd_backend {
   int rank;
   int dev;
   _Atomic int *abort_flag;         /* borrowed: the communicator's, for setup waits */
+  struct brd_proxy *proxy;         /* borrowed: the port channels' proxy, set by
+                                      ports_bind; NULL without port peers */
   const brd_transport_ops_t *ops;  /* P2P, or HOST/SHM for host memory */
   int host_memory;                 /* 1: windows in host memory */
   brd_seg_t self;                  /* owned: this rank's window */

@@ -48,6 +48,7 @@
 #include "core/backend.h"
 #include "core/gpu.h"
 #include "core/profiler.h"
+#include "core/proxy.h"
 #include "core/works.h"
 #include "core/bootstrap.h"
 #include "base/param.h"
@@ -422,6 +423,7 @@ static ncclResult_t enqueue_work(struct brd_backend *rt, cuda_launch_t *ctx,
     ca.out_direct = out_direct;
   }
   res = brd_exec_cuda_launch(&ca, ctx->stream);
+  if (res == ncclSuccess && rt->proxy != NULL) brd_proxy_poke(rt->proxy); /* its triggers */
   if (res == ncclSuccess && !p2p && copy != NULL && copy->nseg > 0) {
     /* Segments [0, keep) and (keep, nseg): one copy each, either may be
      * empty. */
@@ -470,6 +472,7 @@ ncclResult_t brd_launch_cuda_rma_run(struct ncclComm *comm, struct brd_backend *
   ca.chan_epoch = &span;
   ca.chan_cursor_dev = rt->rma_cursor + (r->wait ? rt->rma_cells : 0) + r->row;
   ncclResult_t res = brd_exec_cuda_launch(&ca, ctx->stream);
+  if (res == ncclSuccess && rt->proxy != NULL) brd_proxy_poke(rt->proxy); /* its triggers */
   if (res != ncclSuccess && res != ncclInvalidArgument) rt->failed = res;
   return res;
 }

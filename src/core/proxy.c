@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/futex.h"
 #include "base/param.h"
 #include "base/socket.h"
 #include "base/time.h"
@@ -50,6 +51,9 @@
 #define SEND_BROKEN_GRACE_NS 2000000000LL /* how long a failed send waits for BYE */
 #define DRAIN_NS 5000000000LL             /* destroy's wait for queued sends */
 #define IDLE_YIELDS 64   /* idle passes that yield before the thread sleeps */
+#define PROXY_HOT_NS 1000000LL /* CUDA mode: polling the FIFOs without naps
+                                * this long after a trigger or a poke */
+#define NAP_NS 20000     /* the nap where nothing can wake the thread */
 #define SLEEP_MS 1       /* the longest sleep in poll (grace deadlines, stop) */
 
 /* Record kinds. BYE: the sender is done (its connection closing next is
@@ -126,6 +130,10 @@ struct brd_proxy {
   pthread_t thread;
   int thread_started;
   brd_exec_bell_t bell;   /* rung after each message laid into own */
+  int64_t hot_until_ns;   /* __atomic: CUDA mode, no naps before this
+                           * (brd_proxy_poke, a trigger taken) */
+  uint32_t poke;          /* futex: a nap ends when brd_proxy_poke bumps it */
+  int napping;            /* __atomic: the thread is (about to be) in that nap */
   int efd;                /* eventfd: a put while the thread sleeps; -1: none */
   int sleeping;           /* __atomic: the thread is (about to be) in poll */
   struct pollfd *pfds;    /* owned: the bell's and two per port */
@@ -560,8 +568,19 @@ static void proxy_sleep(brd_proxy_t *px) {
     }
   }
   if (!ok) {
-    struct timespec nap = {0, 20000};
-    nanosleep(&nap, NULL);
+    if (atomic_load(&px->nfifos) > 0) {
+      /* CUDA mode: the FIFOs ring nothing, but a launch pokes. */
+      /* napping before looking at hot_until, as a poke sets hot_until
+       * before it looks at napping: one of the two sees the other. */
+      uint32_t seen = __atomic_load_n(&px->poke, __ATOMIC_SEQ_CST);
+      __atomic_store_n(&px->napping, 1, __ATOMIC_SEQ_CST);
+      if (brd_time_now_ns() >= __atomic_load_n(&px->hot_until_ns, __ATOMIC_SEQ_CST))
+        brd_futex_wait(&px->poke, seen, NAP_NS);
+      __atomic_store_n(&px->napping, 0, __ATOMIC_SEQ_CST);
+    } else {
+      struct timespec nap = {0, NAP_NS};
+      nanosleep(&nap, NULL);
+    }
     return;
   }
   __atomic_store_n(&px->sleeping, 1, __ATOMIC_SEQ_CST);
@@ -585,15 +604,20 @@ static void *proxy_main(void *arg) {
       (void)brd_log_nowarn_swap(BRD_SUBSYS_NET);
       quiet = 1;
     }
-    int nf = atomic_load(&px->nfifos);
+    int nf = atomic_load(&px->nfifos), took = 0;
     for (int f = 0; f < nf && !__atomic_load_n(&px->failed, __ATOMIC_ACQUIRE); f++)
-      busy |= fifo_drain(px, f);
+      took |= fifo_drain(px, f);
+    if (took)
+      __atomic_store_n(&px->hot_until_ns, brd_time_now_ns() + PROXY_HOT_NS, __ATOMIC_RELAXED);
+    busy = took;
     for (int r = 0; r < px->nranks; r++)
       if (px->ports[r] != NULL) busy |= port_progress(px->ports[r]);
     if (busy) {
       idle = 0;
-    } else if (++idle < IDLE_YIELDS) {
-      sched_yield();
+    } else if (++idle < IDLE_YIELDS ||
+               (nf > 0 && brd_time_now_ns() < __atomic_load_n(&px->hot_until_ns,
+                                                              __ATOMIC_RELAXED))) {
+      sched_yield(); /* CUDA mode, hot: the next trigger may come any moment */
     } else {
       proxy_sleep(px);
     }
@@ -890,6 +914,16 @@ int *brd_proxy_failed(brd_proxy_t *p) { return p != NULL ? &p->failed : NULL; }
 
 /* See proxy.h. */
 brd_exec_bell_t *brd_proxy_bell(brd_proxy_t *p) { return p != NULL ? &p->bell : NULL; }
+
+/* See proxy.h. */
+void brd_proxy_poke(brd_proxy_t *p) {
+  if (p == NULL) return;
+  __atomic_store_n(&p->hot_until_ns, brd_time_now_ns() + PROXY_HOT_NS, __ATOMIC_SEQ_CST);
+  if (__atomic_exchange_n(&p->napping, 0, __ATOMIC_SEQ_CST)) {
+    __atomic_add_fetch(&p->poke, 1, __ATOMIC_SEQ_CST);
+    brd_futex_wake_all(&p->poke);
+  }
+}
 
 /* See proxy.h. */
 const char *brd_proxy_failure(brd_proxy_t *p) {

@@ -86,6 +86,14 @@ int *brd_proxy_failed(brd_proxy_t *p);
  * when p is NULL. Any thread. */
 brd_exec_bell_t *brd_proxy_bell(brd_proxy_t *p);
 
+/* CUDA mode: a kernel that may post triggers was just enqueued. The
+ * progress thread, which naps while only FIFOs (which ring nothing) can
+ * bring work, wakes now and keeps polling them without napping for a
+ * while (PROXY_HOT_NS after the last trigger it took, or after this).
+ * A graph replay enqueues kernels without this: the thread then finds
+ * their triggers after its nap, as it did. Any thread; never blocks. */
+void brd_proxy_poke(brd_proxy_t *p);
+
 /* The proxy's failure as its WARN said it (the connection and the rank
  * lost), or NULL while healthy (p NULL too): a launch that fails after it
  * makes this the last error, so that the cause, not a later consequence
