@@ -24,33 +24,17 @@ static struct {
   int dev;
 } stuck_work[STUCK_MAX];            /* under stuck_lock */
 static int nstuck;                  /* under stuck_lock */
-static unsigned char stuck_unknown; /* under stuck_lock: some work could not be
-                                       recorded, so every device counts as stuck */
+/* Under stuck_lock: work that could not be recorded (the table full of
+ * work still queued, or no event to be had), so its device counts as
+ * stuck for good; a device number past STUCK_DEVS marks every device. */
+#define STUCK_DEVS 256
+static unsigned char stuck_unknown[STUCK_DEVS];
+static unsigned char stuck_unknown_all;
 
-/* Records that the work on s (on the current device) may never end. */
-static void stuck_record(cudaStream_t s) {
-  cudaEvent_t ev = NULL;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
-  pthread_mutex_lock(&stuck_lock);
-  if (nstuck < STUCK_MAX &&
-      cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
-      cudaEventRecord(ev, s) == cudaSuccess) {
-    stuck_work[nstuck].ev = ev;
-    stuck_work[nstuck].dev = dev;
-    nstuck++;
-  } else {
-    (void)cudaGetLastError();
-    if (ev != NULL) cudaEventDestroy(ev);
-    stuck_unknown = 1;
-  }
-  pthread_mutex_unlock(&stuck_lock);
-}
-
-/* See cuda_wait.h. */
-int brd_cuda_stuck(int dev) {
+/* Forgets the recorded work seen done; returns whether any left is on
+ * device dev. stuck_lock held. */
+static int stuck_sweep(int dev) {
   int any = 0;
-  pthread_mutex_lock(&stuck_lock);
   for (int i = 0; i < nstuck;) {
     cudaError_t e = cudaEventQuery(stuck_work[i].ev);
     if (e == cudaErrorNotReady) {
@@ -63,7 +47,38 @@ int brd_cuda_stuck(int dev) {
     cudaEventDestroy(stuck_work[i].ev);
     stuck_work[i] = stuck_work[--nstuck];
   }
-  any |= stuck_unknown;
+  return any;
+}
+
+/* Records that the work on s (on the current device) may never end. */
+static void stuck_record(cudaStream_t s) {
+  cudaEvent_t ev = NULL;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
+  pthread_mutex_lock(&stuck_lock);
+  if (nstuck == STUCK_MAX) (void)stuck_sweep(-1); /* room from work that ended */
+  if (nstuck < STUCK_MAX &&
+      cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+      cudaEventRecord(ev, s) == cudaSuccess) {
+    stuck_work[nstuck].ev = ev;
+    stuck_work[nstuck].dev = dev;
+    nstuck++;
+  } else {
+    (void)cudaGetLastError();
+    if (ev != NULL) cudaEventDestroy(ev);
+    if (dev >= 0 && dev < STUCK_DEVS)
+      stuck_unknown[dev] = 1;
+    else
+      stuck_unknown_all = 1;
+  }
+  pthread_mutex_unlock(&stuck_lock);
+}
+
+/* See cuda_wait.h. */
+int brd_cuda_stuck(int dev) {
+  pthread_mutex_lock(&stuck_lock);
+  int any = stuck_sweep(dev) || stuck_unknown_all ||
+            (dev >= 0 && dev < STUCK_DEVS && stuck_unknown[dev]);
   pthread_mutex_unlock(&stuck_lock);
   return any;
 }

@@ -38,7 +38,10 @@ ncclResult_t brd_cuda_stream_wait(cudaStream_t s, const char *what, _Atomic int 
 /* Whether work that brd_cuda_stream_wait gave up on may still be
  * queued on device `dev`: then a cudaFree or cudaFreeHost there may never
  * return, and callers unwinding a creation leak instead. Queries without
- * blocking, forgetting the work seen done. Any thread. */
+ * blocking, forgetting the work seen done. Up to 64 pieces of work are
+ * tracked at once (room is made from work that ended); one that cannot be
+ * tracked marks its own device as stuck for good, and no other. Any
+ * thread. */
 int brd_cuda_stuck(int dev);
 
 /* Logs (INFO) that `bytes` bytes of `what` are deliberately left allocated

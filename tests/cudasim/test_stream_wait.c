@@ -464,6 +464,40 @@ static void test_status_create_abort(void **state) {
     fail_msg("the zeroing stopped after %.3f s, not soon after the flag (0.2 s)", took);
 }
 
+/* More abandoned waits than the stuck-work table holds (64): the ones past
+ * it cannot be tracked, so their device counts as stuck for good, and
+ * only that device: another device's teardown still frees. Runs last (the
+ * mark on device 0 never clears). */
+static void test_stuck_table_full(void **state) {
+  (void)state;
+  enum { N = 70 };
+  held_t h;
+  cudaStream_t ls;
+  void *buf;
+  _Atomic int flag = 1; /* every wait stops at once, as after ncclCommAbort */
+  assert_int_equal(brd_cuda_stuck(0), 0);
+  CU(cudaStreamCreateWithFlags(&ls, cudaStreamNonBlocking));
+  CU(cudaMalloc(&buf, 4096));
+  hold_queue(&h);
+  for (int i = 0; i < N; i++) {
+    int stuck = 0;
+    CU(cudaMemsetAsync(buf, i, 4096, ls));
+    assert_int_equal(brd_cuda_stream_wait(ls, "a test memset", &flag, &stuck), ncclSystemError);
+    assert_int_equal(stuck, 1);
+  }
+  int on0 = brd_cuda_stuck(0), on1 = brd_cuda_stuck(1), on_far = brd_cuda_stuck(300);
+  release_queue(&h);
+  CU(cudaStreamSynchronize(ls));
+  CU(cudaStreamDestroy(ls));
+  CU(cudaFree(buf));
+  assert_int_equal(on0, 1);
+  assert_int_equal(on1, 0);
+  assert_int_equal(on_far, 0);
+  /* The 64 tracked are done; the 6 untracked may never be known done. */
+  assert_int_equal(brd_cuda_stuck(0), 1);
+  assert_int_equal(brd_cuda_stuck(1), 0);
+}
+
 typedef struct {
   ncclComm_t comm;
   ncclResult_t res;
@@ -531,6 +565,7 @@ int main(void) {
       cmocka_unit_test(test_comm_connect_stuck),
       cmocka_unit_test(test_status_create_abort),
       cmocka_unit_test(test_comm_connect_abort),
+      cmocka_unit_test(test_stuck_table_full), /* last: marks device 0 for good */
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }
