@@ -253,7 +253,8 @@ static void jobs_reset(void) {
 /* Forgets the group: queue, error and mode. */
 static void group_reset(void) {
   jobs_reset();
-  if (queue_cap > QUEUE_KEEP || !queue_key_ok) {
+  /* A thread with a queue went through queue_key_once (brd_group_add). */
+  if (queue != NULL && (queue_cap > QUEUE_KEEP || !queue_key_ok)) {
     free(queue);
     queue = NULL;
     queue_cap = 0;
