@@ -33,15 +33,14 @@
  * contiguous share per QP the group uses, ceil(size / nq) rounded up to
  * 128 bytes (so LL and LL128 lines are never torn); a message smaller
  * than 128 x nq carries data on fewer QPs. On every QP used, the last WR
- * is an RDMA_WRITE_WITH_IMM
- * (signalled; a zero-byte one where the QP got no data): for one buffer it
- * is the share itself and imm is the size; for several, the shares go as
- * plain RDMA_WRITEs and the last WR writes the n sizes into the receiver's
- * size records. The receiver completes the group when every QP's
- * immediate has arrived (an RC QP places its writes in order, so each
- * immediate follows its QP's share) and the CTS write carrying its
- * entries completed; test()
- * reports the size of each buffer. NCCL_IB_SPLIT_DATA_ON_QPS=1 splits
+ * is an RDMA_WRITE_WITH_IMM (signalled; a zero-byte one where the QP got
+ * no data): for one buffer it is the share itself and imm is the size;
+ * for several, the shares go as plain RDMA_WRITEs and the last WR writes
+ * the n sizes into the receiver's size records. The receiver completes
+ * the group when every QP's immediate has arrived (an RC QP places its
+ * writes in order, so each immediate follows its QP's share) and the CTS
+ * write carrying its entries completed; test() reports the size of each
+ * buffer. NCCL_IB_SPLIT_DATA_ON_QPS=1 splits
  * every message over all NCCL_IB_QPS_PER_CONNECTION QPs; 0 (NCCL's
  * default) sends each group whole on QP k mod nqps. The sender's choice
  * travels in its metadata, so both sides agree. This gives flow control
