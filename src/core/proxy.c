@@ -148,6 +148,19 @@ static void proxy_wake(brd_proxy_t *px) {
   }
 }
 
+/* CUDA mode: the thread polls the FIFOs without napping for PROXY_HOT_NS
+ * from now (a launch poked it, or it took a trigger); hot() says whether
+ * that time is still running. Sequentially consistent: proxy_sleep sets
+ * napping before it looks, brd_proxy_poke heats before it looks at
+ * napping, so one of the two sees the other. */
+static void heat(brd_proxy_t *px) {
+  __atomic_store_n(&px->hot_until_ns, brd_time_now_ns() + PROXY_HOT_NS, __ATOMIC_SEQ_CST);
+}
+
+static int hot(brd_proxy_t *px) {
+  return brd_time_now_ns() < __atomic_load_n(&px->hot_until_ns, __ATOMIC_SEQ_CST);
+}
+
 static int port_failed(const port_t *pt) {
   return __atomic_load_n(&pt->px->failed, __ATOMIC_ACQUIRE);
 }
@@ -569,13 +582,10 @@ static void proxy_sleep(brd_proxy_t *px) {
   }
   if (!ok) {
     if (atomic_load(&px->nfifos) > 0) {
-      /* CUDA mode: the FIFOs ring nothing, but a launch pokes. */
-      /* napping before looking at hot_until, as a poke sets hot_until
-       * before it looks at napping: one of the two sees the other. */
+      /* CUDA mode: the FIFOs ring nothing, but a launch pokes (heat). */
       uint32_t seen = __atomic_load_n(&px->poke, __ATOMIC_SEQ_CST);
       __atomic_store_n(&px->napping, 1, __ATOMIC_SEQ_CST);
-      if (brd_time_now_ns() >= __atomic_load_n(&px->hot_until_ns, __ATOMIC_SEQ_CST))
-        brd_futex_wait(&px->poke, seen, NAP_NS);
+      if (!hot(px)) brd_futex_wait(&px->poke, seen, NAP_NS);
       __atomic_store_n(&px->napping, 0, __ATOMIC_SEQ_CST);
     } else {
       struct timespec nap = {0, NAP_NS};
@@ -607,16 +617,13 @@ static void *proxy_main(void *arg) {
     int nf = atomic_load(&px->nfifos), took = 0;
     for (int f = 0; f < nf && !__atomic_load_n(&px->failed, __ATOMIC_ACQUIRE); f++)
       took |= fifo_drain(px, f);
-    if (took)
-      __atomic_store_n(&px->hot_until_ns, brd_time_now_ns() + PROXY_HOT_NS, __ATOMIC_RELAXED);
+    if (took) heat(px);
     busy = took;
     for (int r = 0; r < px->nranks; r++)
       if (px->ports[r] != NULL) busy |= port_progress(px->ports[r]);
     if (busy) {
       idle = 0;
-    } else if (++idle < IDLE_YIELDS ||
-               (nf > 0 && brd_time_now_ns() < __atomic_load_n(&px->hot_until_ns,
-                                                              __ATOMIC_RELAXED))) {
+    } else if (++idle < IDLE_YIELDS || (nf > 0 && hot(px))) {
       sched_yield(); /* CUDA mode, hot: the next trigger may come any moment */
     } else {
       proxy_sleep(px);
@@ -918,7 +925,7 @@ brd_exec_bell_t *brd_proxy_bell(brd_proxy_t *p) { return p != NULL ? &p->bell : 
 /* See proxy.h. */
 void brd_proxy_poke(brd_proxy_t *p) {
   if (p == NULL) return;
-  __atomic_store_n(&p->hot_until_ns, brd_time_now_ns() + PROXY_HOT_NS, __ATOMIC_SEQ_CST);
+  heat(p);
   if (__atomic_exchange_n(&p->napping, 0, __ATOMIC_SEQ_CST)) {
     __atomic_add_fetch(&p->poke, 1, __ATOMIC_SEQ_CST);
     brd_futex_wake_all(&p->poke);
